@@ -1,0 +1,1 @@
+//! context (placeholder until its module lands).

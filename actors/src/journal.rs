@@ -1,0 +1,1 @@
+//! journal (placeholder until its module lands).

@@ -1,0 +1,33 @@
+//! # delta-actors: the delta engine as a library
+//!
+//! Layers, from the bottom up:
+//! - **Domain** (no actix): [`agent`] loads an agent folder into one immutable
+//!   [`agent::ResolvedAgent`]; [`tool`] compiles tool templates and runs processes;
+//!   [`journal`], [`metadata`] and [`workspace`] own the on-disk contracts; [`context`]
+//!   turns a journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol and
+//!   hosts the scripted model; [`session`] owns shell and PTY sessions; [`plan`] models
+//!   `plan.yaml`.
+//! - **Runtime** ([`runtime`]): actix actors that own state and mailboxes and call the
+//!   domain functions: `RunSupervisor`, `RunActor`, `ToolActor`, `LlmGateway`,
+//!   `SessionActor`, `JanitorActor`.
+//! - **API** ([`api`], [`protocol`]): the [`api::Supervisor`] handle that embedders and the
+//!   `delta` CLI use. No actix type crosses it.
+//!
+//! The library never prints: user-facing text is the binary's job.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod agent;
+pub mod api;
+pub mod context;
+pub mod journal;
+pub mod llm;
+pub mod metadata;
+pub mod plan;
+pub mod protocol;
+pub mod runtime;
+pub mod session;
+pub mod tool;
+pub mod workspace;
+
+pub use api::Supervisor;
+pub use protocol::{RunRequest, RunResult, RunStatus};

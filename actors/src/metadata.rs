@@ -1,0 +1,1 @@
+//! metadata (placeholder until its module lands).

@@ -1,0 +1,1 @@
+//! `plan.yaml`: the orchestration plan model, validation and fan-out expansion.

@@ -1,0 +1,1 @@
+//! The actix runtime: actors that own state and mailboxes and call the domain modules.

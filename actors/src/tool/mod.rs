@@ -1,0 +1,2 @@
+//! Tools: the template compiler (`exec:`, `shell:`, legacy `command:`), argv building from
+//! model arguments, and process execution with process groups, timeouts and output caps.

@@ -1,0 +1,1 @@
+//! workspace (placeholder until its module lands).

@@ -1,0 +1,1 @@
+//! Engine-level integration tests (one binary).

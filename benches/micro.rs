@@ -1,0 +1,2 @@
+//! Criterion micro benchmarks of the public API.
+fn main() {}

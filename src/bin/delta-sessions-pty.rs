@@ -1,0 +1,7 @@
+//! `delta-sessions-pty`: thin entry point (not implemented yet).
+#![allow(clippy::print_stderr)]
+
+fn main() {
+    eprintln!("delta-sessions-pty: not implemented yet");
+    std::process::exit(2);
+}

@@ -1,0 +1,1 @@
+//! CLI-level integration tests against the built binaries (one binary).
