@@ -1,0 +1,1 @@
+//! tool::compile (placeholder until its module lands).

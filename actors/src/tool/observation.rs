@@ -1,0 +1,1 @@
+//! tool::observation (placeholder until its module lands).

@@ -1,0 +1,1 @@
+//! tool::process (placeholder until its module lands).
