@@ -1,1 +1,0 @@
-//! journal (placeholder until its module lands).

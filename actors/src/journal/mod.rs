@@ -1,0 +1,87 @@
+//! The append-only journal `journal.jsonl`, the source of truth of a run (DESIGN §4).
+//!
+//! - `event`: the event types and their on-disk shape — one flat compact JSON object per
+//!   line, `{"seq":N,"timestamp":"…","type":"THOUGHT",…}`.
+//! - `format`: reading a journal: FATAL refusals (JSON arrays, pretty-printed files,
+//!   wrong file names), per-line parsing with line numbers, torn-tail detection.
+//! - `legacy`: converting lines written by the original TypeScript engine
+//!   (`{"seq","timestamp","type","payload":{…}}`) into our events.
+//! - `writer`: [`Journal`], the open handle that appends one line per `write`.
+//!
+//! This module does not interpret a conversation (that is [`crate::context`]) and does not
+//! know about run status files or locks (that is [`crate::metadata`]).
+
+mod event;
+mod format;
+mod legacy;
+mod writer;
+
+pub use event::{ActionStatus, Event, JournalEvent, ToolCallRecord, REDACTED};
+pub use format::read_journal;
+pub use writer::{Journal, JournalOptions};
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The only accepted journal file name.
+pub const JOURNAL_FILE: &str = "journal.jsonl";
+
+/// Errors of the journal layer. `Fatal` messages start with `FATAL`, name the file, say what
+/// happened and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("{message}")]
+    Fatal { path: PathBuf, message: String },
+    #[error("{}", io_message(path, source))]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "journal {} line {line} is not a valid event: {message}; hint: the journal is \
+         append-only — restore it from a backup, or remove the run directory",
+        path.display()
+    )]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+fn io_message(path: &Path, source: &io::Error) -> String {
+    match source.kind() {
+        io::ErrorKind::AlreadyExists => format!(
+            "journal {} already exists; hint: open it with Journal::open (`delta continue`) \
+             instead of creating it again",
+            path.display()
+        ),
+        io::ErrorKind::NotFound => format!(
+            "journal {} not found: {source}; hint: check the run id and work dir \
+             (`delta list-runs -w <work-dir>`)",
+            path.display()
+        ),
+        _ => format!(
+            "I/O error on journal {}: {source}; hint: check that the run directory exists \
+             and is writable (disk full?)",
+            path.display()
+        ),
+    }
+}
+
+impl JournalError {
+    pub(crate) fn io(path: &Path, source: io::Error) -> JournalError {
+        JournalError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub(crate) fn fatal(path: &Path, message: String) -> JournalError {
+        JournalError::Fatal {
+            path: path.to_path_buf(),
+            message,
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! [`Journal`]: the open, append-only handle of one run's `journal.jsonl`.
+//!
+//! Each event is serialized into a reused buffer with its `\n` and written with one
+//! `write_all` on an `O_APPEND` descriptor, so a crash can only tear the last line — which
+//! [`Journal::open`] repairs. Appending never re-reads the file. The handle assumes its
+//! caller owns the run (holds [`crate::metadata::RunLock`]); it takes no lock itself.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::event::{Event, JournalEvent};
+use super::format::{check_file_name, parse_journal, Tail};
+use super::{JournalError, JOURNAL_FILE};
+use crate::workspace::now_rfc3339;
+
+/// How hard to push each event to disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalOptions {
+    /// fsync after every event (slow; for benchmarks and paranoid callers). Without it the
+    /// caller fsyncs with [`Journal::sync`] at status changes.
+    pub fsync_every_event: bool,
+}
+
+/// An open journal; appends are serialized by `&mut self`.
+#[derive(Debug)]
+pub struct Journal {
+    file: File,
+    path: PathBuf,
+    next_seq: u64,
+    /// File length after our last successful write, to cut back a failed partial write.
+    len: u64,
+    options: JournalOptions,
+    line: Vec<u8>,
+}
+
+impl Journal {
+    /// Creates `<run_dir>/journal.jsonl` (mode 0600); fails if it already exists.
+    pub fn create(run_dir: &Path, options: JournalOptions) -> Result<Journal, JournalError> {
+        let path = run_dir.join(JOURNAL_FILE);
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| JournalError::io(&path, e))?;
+        Ok(Journal {
+            file,
+            path,
+            next_seq: 1,
+            len: 0,
+            options,
+            line: Vec::with_capacity(512),
+        })
+    }
+
+    /// Opens an existing journal for appending. The file is read and parsed once (FATAL
+    /// refusals and line-numbered parse errors as in `read_journal`); a torn last line is
+    /// truncated away and a `WARNING` event saying how many bytes were dropped is appended;
+    /// an unterminated but complete last line gets its `\n`. Returns the handle and every
+    /// event in the file (including that warning). Numbering continues after the highest
+    /// `seq` seen, also for journals written by the original engine.
+    pub fn open(
+        run_dir: &Path,
+        options: JournalOptions,
+    ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
+        let path = run_dir.join(JOURNAL_FILE);
+        check_file_name(&path)?;
+        let bytes = std::fs::read(&path).map_err(|e| JournalError::io(&path, e))?;
+        let parsed = parse_journal(&path, &bytes)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| JournalError::io(&path, e))?;
+        let next_seq = parsed
+            .events
+            .iter()
+            .map(|e| e.seq)
+            .max()
+            .map_or(1, |seq| seq.saturating_add(1));
+        let mut journal = Journal {
+            file,
+            path,
+            next_seq,
+            len: parsed.valid_len as u64,
+            options,
+            line: Vec::with_capacity(512),
+        };
+        let mut events = parsed.events;
+        match parsed.tail {
+            Tail::Clean => {}
+            Tail::Unterminated => journal.write_line(b"\n".to_vec())?,
+            Tail::Torn { bytes } => {
+                journal
+                    .file
+                    .set_len(journal.len)
+                    .map_err(|e| JournalError::io(&journal.path, e))?;
+                let warning = journal.append(Event::Warning {
+                    message: format!(
+                        "journal ended with a torn line of {bytes} bytes (a write cut short \
+                         by a crash); it was truncated on reopen"
+                    ),
+                })?;
+                events.push(warning);
+            }
+        }
+        Ok((journal, events))
+    }
+
+    /// Appends one event as one line and returns it with its `seq` and `timestamp`.
+    pub fn append(&mut self, event: Event) -> Result<JournalEvent, JournalError> {
+        let record = JournalEvent {
+            seq: self.next_seq,
+            timestamp: now_rfc3339(),
+            event,
+        };
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        serde_json::to_writer(&mut line, &record)
+            .map_err(|e| JournalError::io(&self.path, std::io::Error::other(e)))?;
+        line.push(b'\n');
+        self.write_line(line)?;
+        self.next_seq += 1;
+        if self.options.fsync_every_event {
+            self.sync()?;
+        }
+        Ok(record)
+    }
+
+    /// Writes `line` with one `write_all`; on failure cuts the file back to its previous
+    /// length so a half-written line never sits in front of the next one.
+    fn write_line(&mut self, line: Vec<u8>) -> Result<(), JournalError> {
+        let result = self.file.write_all(&line);
+        let line_len = line.len() as u64;
+        self.line = line;
+        match result {
+            Ok(()) => {
+                self.len += line_len;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.len);
+                Err(JournalError::io(&self.path, e))
+            }
+        }
+    }
+
+    /// fsyncs the journal (callers do it at status changes).
+    pub fn sync(&mut self) -> Result<(), JournalError> {
+        self.file
+            .sync_data()
+            .map_err(|e| JournalError::io(&self.path, e))
+    }
+
+    /// Path of the journal file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The `seq` the next appended event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::journal::read_journal;
+
+    fn user(content: &str) -> Event {
+        Event::UserMessage {
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn create_append_and_read_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut journal = Journal::create(tmp.path(), JournalOptions::default()).unwrap();
+        assert_eq!(journal.next_seq(), 1);
+        assert_eq!(journal.path(), tmp.path().join("journal.jsonl"));
+        let first = journal.append(user("a")).unwrap();
+        let second = journal.append(user("b")).unwrap();
+        assert_eq!((first.seq, second.seq, journal.next_seq()), (1, 2, 3));
+        journal.sync().unwrap();
+        let text = std::fs::read_to_string(journal.path()).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        assert!(text.ends_with('\n'));
+        assert!(text.starts_with(r#"{"seq":1,"timestamp":""#), "{text}");
+        assert_eq!(read_journal(journal.path()).unwrap(), vec![first, second]);
+    }
+
+    #[test]
+    fn create_refuses_an_existing_journal() {
+        let tmp = tempfile::tempdir().unwrap();
+        Journal::create(tmp.path(), JournalOptions::default()).unwrap();
+        let err = Journal::create(tmp.path(), JournalOptions::default()).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("already exists") && message.contains("journal.jsonl"));
+    }
+
+    #[test]
+    fn open_missing_journal_names_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let message = Journal::open(tmp.path(), JournalOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("journal.jsonl") && message.contains("not found"), "{message}");
+    }
+
+    #[test]
+    fn seq_strictly_increases_across_reopens() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut journal = Journal::create(tmp.path(), JournalOptions::default()).unwrap();
+        journal.append(user("0")).unwrap();
+        drop(journal);
+        for round in 1..=3 {
+            let (mut journal, events) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
+            assert_eq!(events.len(), round);
+            assert_eq!(journal.next_seq(), round as u64 + 1);
+            journal.append(user(&round.to_string())).unwrap();
+        }
+        let seqs: Vec<u64> = read_journal(&tmp.path().join(JOURNAL_FILE))
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn torn_tail_is_truncated_and_a_warning_appended() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut journal = Journal::create(tmp.path(), JournalOptions::default()).unwrap();
+        journal.append(user("kept")).unwrap();
+        drop(journal);
+        let path = tmp.path().join(JOURNAL_FILE);
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(br#"{"seq":2,"timestamp":"2026-"#).unwrap();
+        drop(file);
+
+        let (mut journal, events) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
+        assert_eq!(events.len(), 2);
+        let Event::Warning { message } = &events[1].event else {
+            panic!("expected a warning, got {:?}", events[1]);
+        };
+        assert!(message.contains("27 bytes"), "{message}");
+        assert_eq!(events[1].seq, 2);
+        journal.append(user("after")).unwrap();
+        let back = read_journal(&path).unwrap();
+        assert_eq!(back.len(), 3);
+        assert_eq!(back[..2], events[..]);
+        assert_eq!(back[2].seq, 3);
+    }
+
+    #[test]
+    fn unterminated_last_line_is_kept_and_terminated() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(JOURNAL_FILE);
+        std::fs::write(
+            &path,
+            r#"{"seq":7,"timestamp":"t","type":"USER_MESSAGE","content":"x"}"#,
+        )
+        .unwrap();
+        let (mut journal, events) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(journal.next_seq(), 8);
+        journal.append(user("y")).unwrap();
+        let seqs: Vec<u64> = read_journal(&path).unwrap().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [7, 8]);
+    }
+
+    #[test]
+    fn fsync_every_event_still_appends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let options = JournalOptions {
+            fsync_every_event: true,
+        };
+        let mut journal = Journal::create(tmp.path(), options).unwrap();
+        for i in 0..3 {
+            journal.append(user(&i.to_string())).unwrap();
+        }
+        assert_eq!(read_journal(journal.path()).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn refused_journal_is_left_untouched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(JOURNAL_FILE);
+        let array = "[{\"seq\":1}]";
+        std::fs::write(&path, array).unwrap();
+        let err = Journal::open(tmp.path(), JournalOptions::default()).unwrap_err();
+        assert!(matches!(err, JournalError::Fatal { .. }));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), array);
+    }
+}

@@ -1,1 +1,0 @@
-//! metadata (placeholder until its module lands).

@@ -1,0 +1,423 @@
+//! `metadata.json`: the run status record (spec §2.1.4), replaced atomically (temp file in
+//! the run dir, write, fsync, rename, fsync dir), and read back whether it was written by us
+//! or by the original TypeScript engine (reference §8.2). Run ownership (the advisory lock)
+//! and the janitor's liveness decision live in [`lock`].
+//!
+//! This module never holds metadata in memory between calls and never decides status
+//! transitions: callers read, change and write. It does not touch the journal.
+
+mod lock;
+
+pub use lock::{
+    assess_liveness, current_process_identity, lock_is_held, Liveness, ProcessIdentity, RunLock,
+};
+
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{RunStatus, TokenUsage};
+use crate::workspace::now_rfc3339;
+
+/// File name of the metadata record inside a run directory.
+pub const METADATA_FILE: &str = "metadata.json";
+/// `max_iterations` assumed for original-engine runs, which did not record it (its default).
+pub const ORIGINAL_DEFAULT_MAX_ITERATIONS: u32 = 30;
+
+/// The status record of one run.
+///
+/// `error` is a plain string (the human-readable failure message, `None` unless FAILED):
+/// the structured detail of a failure is in the journal's `ERROR` event, so the record
+/// stays greppable and matches the spec's `"error": null | string`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMetadata {
+    pub run_id: String,
+    #[serde(default)]
+    pub workspace_id: Option<String>,
+    pub agent_name: String,
+    pub status: RunStatus,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(default)]
+    pub end_time: Option<String>,
+    pub initial_message: String,
+    #[serde(default)]
+    pub iterations: u32,
+    #[serde(default)]
+    pub max_iterations: u32,
+    #[serde(default)]
+    pub error: Option<String>,
+    pub agent_home: String,
+    pub work_dir: String,
+    #[serde(default)]
+    pub pid: u32,
+    #[serde(default)]
+    pub hostname: String,
+    /// Milliseconds since the Unix epoch when the owning process started.
+    #[serde(default)]
+    pub start_time_unix: u64,
+    #[serde(default)]
+    pub process_name: String,
+    #[serde(default)]
+    pub result: Option<String>,
+    #[serde(default)]
+    pub usage: TokenUsage,
+    #[serde(default)]
+    pub orchestration_id: Option<String>,
+}
+
+impl RunMetadata {
+    /// A fresh RUNNING record owned by this process, timestamps set to now.
+    pub fn new_running(
+        run_id: &str,
+        agent_name: &str,
+        initial_message: &str,
+        agent_home: &Path,
+        work_dir: &Path,
+        max_iterations: u32,
+    ) -> RunMetadata {
+        let now = now_rfc3339();
+        let identity = current_process_identity();
+        RunMetadata {
+            run_id: run_id.to_string(),
+            workspace_id: None,
+            agent_name: agent_name.to_string(),
+            status: RunStatus::Running,
+            created_at: now.clone(),
+            updated_at: now,
+            end_time: None,
+            initial_message: initial_message.to_string(),
+            iterations: 0,
+            max_iterations,
+            error: None,
+            agent_home: agent_home.to_string_lossy().into_owned(),
+            work_dir: work_dir.to_string_lossy().into_owned(),
+            pid: identity.pid,
+            hostname: identity.hostname,
+            start_time_unix: identity.start_time_unix,
+            process_name: identity.process_name,
+            result: None,
+            usage: TokenUsage::default(),
+            orchestration_id: None,
+        }
+    }
+
+    /// Records `identity` as the owner (on every resume, so the janitor never looks at a
+    /// dead original pid — reference §19 item 9) and bumps `updated_at`.
+    pub fn claim(&mut self, identity: &ProcessIdentity) {
+        self.pid = identity.pid;
+        self.hostname = identity.hostname.clone();
+        self.process_name = identity.process_name.clone();
+        self.start_time_unix = identity.start_time_unix;
+        self.touch();
+    }
+
+    /// Sets `updated_at` to now.
+    pub fn touch(&mut self) {
+        self.updated_at = now_rfc3339();
+    }
+}
+
+/// Errors of the metadata layer; every message names the file and gives a hint.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error(
+        "metadata file {} not found; hint: is {} a delta run directory? list runs with \
+         `delta list-runs -w <work-dir>`",
+        path.display(), path.parent().map(Path::display).unwrap_or(path.display())
+    )]
+    NotFound { path: PathBuf },
+    #[error("cannot {action} {}: {source}; hint: check that the run directory exists and is writable", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "metadata file {} is not valid run metadata: {message}; hint: restore it from a backup \
+         or remove the run directory",
+        path.display()
+    )]
+    Parse { path: PathBuf, message: String },
+}
+
+impl MetadataError {
+    pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> MetadataError {
+        MetadataError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Atomically replaces `<run_dir>/metadata.json` with `meta` (2-space pretty JSON): a temp
+/// file in the same directory is written and fsynced, renamed over the target, and the
+/// directory is fsynced so the rename survives a crash. Readers never see a half file.
+pub fn write_metadata(run_dir: &Path, meta: &RunMetadata) -> Result<(), MetadataError> {
+    let target = run_dir.join(METADATA_FILE);
+    let mut bytes = serde_json::to_vec_pretty(meta)
+        .map_err(|e| MetadataError::io("serialize", &target, io::Error::other(e)))?;
+    bytes.push(b'\n');
+    let temp = run_dir.join(format!(
+        ".{METADATA_FILE}.{}.{:08x}.tmp",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| MetadataError::io("create", &temp, e))?;
+        file.write_all(&bytes)
+            .map_err(|e| MetadataError::io("write", &temp, e))?;
+        file.sync_all()
+            .map_err(|e| MetadataError::io("fsync", &temp, e))?;
+        std::fs::rename(&temp, &target).map_err(|e| MetadataError::io("replace", &target, e))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+        return written;
+    }
+    std::fs::File::open(run_dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| MetadataError::io("fsync directory", run_dir, e))
+}
+
+/// Reads `<run_dir>/metadata.json`, ours or the original engine's (converted, see
+/// [`from_original`]).
+pub fn read_metadata(run_dir: &Path) -> Result<RunMetadata, MetadataError> {
+    let path = run_dir.join(METADATA_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(MetadataError::NotFound { path })
+        }
+        Err(e) => return Err(MetadataError::io("read", &path, e)),
+    };
+    let parse_error = |message: String| MetadataError::Parse {
+        path: path.clone(),
+        message,
+    };
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| parse_error(e.to_string()))?;
+    let Some(object) = value.as_object() else {
+        return Err(parse_error("expected a JSON object".to_string()));
+    };
+    if !object.contains_key("created_at") && object.contains_key("start_time") {
+        return from_original(run_dir, object).map_err(parse_error);
+    }
+    serde_json::from_value(value).map_err(|e| parse_error(e.to_string()))
+}
+
+/// Converts an original-engine record (`start_time`, `agent_ref`, `task`,
+/// `iterations_completed`, …; reference §8.2). The work dir is derived from the run
+/// directory (`<work>/.delta/<id>`), the agent name from the agent path, and
+/// `max_iterations` is the original default, as the original never recorded it.
+fn from_original(
+    run_dir: &Path,
+    object: &serde_json::Map<String, serde_json::Value>,
+) -> Result<RunMetadata, String> {
+    let text = |key: &str| object.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    let number = |key: &str| object.get(key).and_then(serde_json::Value::as_u64);
+    let run_id = text("run_id").ok_or("original-engine metadata without run_id")?;
+    let status_text = text("status").ok_or("original-engine metadata without status")?;
+    let status = RunStatus::parse(&status_text).ok_or_else(|| {
+        format!("unknown status '{status_text}' (expected RUNNING, WAITING_FOR_INPUT, COMPLETED, FAILED or INTERRUPTED)")
+    })?;
+    let created_at = text("start_time").unwrap_or_default();
+    let end_time = text("end_time");
+    let agent_home = text("agent_ref").unwrap_or_default();
+    let agent_name = Path::new(&agent_home)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| agent_home.clone());
+    let work_dir = run_dir
+        .parent()
+        .and_then(Path::parent)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(RunMetadata {
+        run_id,
+        workspace_id: None,
+        agent_name,
+        status,
+        updated_at: end_time.clone().unwrap_or_else(|| created_at.clone()),
+        created_at,
+        end_time,
+        initial_message: text("task").unwrap_or_default(),
+        iterations: number("iterations_completed")
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
+        max_iterations: ORIGINAL_DEFAULT_MAX_ITERATIONS,
+        error: text("error"),
+        agent_home,
+        work_dir,
+        pid: number("pid").and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+        hostname: text("hostname").unwrap_or_default(),
+        start_time_unix: number("start_time_unix").unwrap_or(0),
+        process_name: text("process_name").unwrap_or_default(),
+        result: None,
+        usage: TokenUsage::default(),
+        orchestration_id: None,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    pub(super) fn sample(run_id: &str) -> RunMetadata {
+        RunMetadata::new_running(
+            run_id,
+            "hello",
+            "say hi",
+            Path::new("/agents/hello"),
+            Path::new("/work"),
+            30,
+        )
+    }
+
+    fn dir_entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn new_running_records_this_process() {
+        let meta = sample("r1");
+        assert_eq!(meta.status, RunStatus::Running);
+        assert_eq!(meta.pid, std::process::id());
+        assert!(!meta.hostname.is_empty());
+        assert!(meta.start_time_unix > 0);
+        assert_eq!(meta.created_at, meta.updated_at);
+        assert_eq!(meta.agent_home, "/agents/hello");
+    }
+
+    #[test]
+    fn write_then_read_round_trips_and_leaves_no_temp_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut meta = sample("r1");
+        meta.usage.input_tokens = 12;
+        meta.result = Some("done".into());
+        write_metadata(tmp.path(), &meta).unwrap();
+        meta.status = RunStatus::Completed;
+        meta.end_time = Some(now_rfc3339());
+        write_metadata(tmp.path(), &meta).unwrap();
+        assert_eq!(read_metadata(tmp.path()).unwrap(), meta);
+        assert_eq!(dir_entries(tmp.path()), ["metadata.json"]);
+    }
+
+    #[test]
+    fn written_file_is_two_space_pretty_json_with_spec_keys() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_metadata(tmp.path(), &sample("r1")).unwrap();
+        let text = std::fs::read_to_string(tmp.path().join(METADATA_FILE)).unwrap();
+        assert!(text.starts_with("{\n  \"run_id\": \"r1\",\n"), "{text}");
+        assert!(text.contains("\n  \"status\": \"RUNNING\",\n"), "{text}");
+        assert!(text.contains("\n  \"end_time\": null,\n"), "{text}");
+        assert!(text.ends_with("}\n"));
+    }
+
+    #[test]
+    fn failed_write_removes_its_temp_file_and_keeps_the_old_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let meta = sample("r1");
+        write_metadata(tmp.path(), &meta).unwrap();
+        // A directory where the record should go makes the rename fail.
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::create_dir(other.join(METADATA_FILE)).unwrap();
+        let err = write_metadata(&other, &meta).unwrap_err();
+        assert!(err.to_string().contains("metadata.json"), "{err}");
+        assert_eq!(dir_entries(&other), ["metadata.json"]);
+        assert_eq!(read_metadata(tmp.path()).unwrap(), meta);
+    }
+
+    #[test]
+    fn missing_and_corrupt_records_name_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = read_metadata(tmp.path()).unwrap_err();
+        assert!(matches!(err, MetadataError::NotFound { .. }));
+        assert!(err.to_string().contains("metadata.json"));
+        std::fs::write(tmp.path().join(METADATA_FILE), "[1]").unwrap();
+        let err = read_metadata(tmp.path()).unwrap_err();
+        assert!(matches!(err, MetadataError::Parse { .. }));
+        assert!(err.to_string().contains("expected a JSON object"), "{err}");
+        std::fs::write(tmp.path().join(METADATA_FILE), r#"{"run_id":"x"}"#).unwrap();
+        assert!(matches!(
+            read_metadata(tmp.path()).unwrap_err(),
+            MetadataError::Parse { .. }
+        ));
+    }
+
+    #[test]
+    fn original_engine_record_is_converted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run_dir = tmp.path().join("W001/.delta/20261122_014234_915ade");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let original = serde_json::json!({
+            "run_id": "20261122_014234_915ade",
+            "start_time": "2026-11-22T01:42:34.120Z",
+            "agent_ref": "/home/u/agents/hello",
+            "task": "List the files",
+            "status": "COMPLETED",
+            "iterations_completed": 2,
+            "pid": 4242,
+            "hostname": "box",
+            "start_time_unix": 1795398154120u64,
+            "process_name": "node",
+            "end_time": "2026-11-22T01:42:40.500Z"
+        });
+        std::fs::write(run_dir.join(METADATA_FILE), original.to_string()).unwrap();
+        let meta = read_metadata(&run_dir).unwrap();
+        assert_eq!(meta.run_id, "20261122_014234_915ade");
+        assert_eq!(meta.status, RunStatus::Completed);
+        assert_eq!(meta.created_at, "2026-11-22T01:42:34.120Z");
+        assert_eq!(meta.updated_at, "2026-11-22T01:42:40.500Z");
+        assert_eq!(meta.end_time.as_deref(), Some("2026-11-22T01:42:40.500Z"));
+        assert_eq!(meta.initial_message, "List the files");
+        assert_eq!(meta.iterations, 2);
+        assert_eq!(meta.max_iterations, ORIGINAL_DEFAULT_MAX_ITERATIONS);
+        assert_eq!(meta.agent_home, "/home/u/agents/hello");
+        assert_eq!(meta.agent_name, "hello");
+        assert_eq!(meta.work_dir, tmp.path().join("W001").to_string_lossy());
+        assert_eq!((meta.pid, meta.hostname.as_str()), (4242, "box"));
+        assert_eq!(meta.process_name, "node");
+    }
+
+    #[test]
+    fn original_record_with_unknown_status_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join(METADATA_FILE),
+            r#"{"run_id":"r","start_time":"t","status":"PAUSED"}"#,
+        )
+        .unwrap();
+        let message = read_metadata(tmp.path()).unwrap_err().to_string();
+        assert!(message.contains("unknown status 'PAUSED'"), "{message}");
+    }
+
+    #[test]
+    fn claim_refreshes_owner_fields() {
+        let mut meta = sample("r1");
+        meta.pid = 1;
+        meta.hostname = "elsewhere".into();
+        meta.updated_at = "2000-01-01T00:00:00.000Z".into();
+        let me = current_process_identity();
+        meta.claim(&me);
+        assert_eq!(meta.pid, me.pid);
+        assert_eq!(meta.hostname, me.hostname);
+        assert_ne!(meta.updated_at, "2000-01-01T00:00:00.000Z");
+    }
+}

@@ -1,1 +1,0 @@
-//! workspace (placeholder until its module lands).

@@ -1,0 +1,213 @@
+//! io/ audit file names and the JSON writer for them (spec §1.2):
+//! `io/invocations/<ts>_<iteration>.json`, `io/tool_executions/<ts>_<tool>.json`,
+//! `io/hooks/<hook>_<ts>.json`, with `ts` = UTC `YYYYMMDDTHHMMSS.mmmZ`.
+//!
+//! A record path is *reserved* by creating the empty file with `O_EXCL`, so two records in
+//! the same millisecond get `_2`, `_3`, … suffixes and nothing is ever overwritten. Names
+//! that come from a model (tool names) are sanitized to `[A-Za-z0-9_.-]` first. This file
+//! does not decide what goes into a record.
+
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::{RunPaths, WorkspaceError};
+
+/// Upper bound on suffix probing; past it a random suffix is used (never reached in practice).
+const MAX_SUFFIX: u32 = 10_000;
+const MAX_COMPONENT_LEN: usize = 100;
+
+fn audit_timestamp() -> String {
+    chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string()
+}
+
+/// Makes `raw` safe as part of a file name: characters outside `[A-Za-z0-9_.-]` become `_`,
+/// the result is at most 100 bytes, and an empty name becomes `_`.
+pub fn sanitize_file_component(raw: &str) -> String {
+    let mut clean: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_COMPONENT_LEN)
+        .collect();
+    if clean.is_empty() || clean.chars().all(|c| c == '.') {
+        clean = clean.replace('.', "_");
+        if clean.is_empty() {
+            clean.push('_');
+        }
+    }
+    clean
+}
+
+/// Reserves `<dir>/<stem>.json`, or `<stem>_2.json`, `<stem>_3.json`, … if taken. If the
+/// directory is unusable the first candidate is returned and the later write reports it.
+fn reserve(dir: &Path, stem: &str) -> PathBuf {
+    let first = dir.join(format!("{stem}.json"));
+    for attempt in 1..=MAX_SUFFIX {
+        let candidate = if attempt == 1 {
+            first.clone()
+        } else {
+            dir.join(format!("{stem}_{attempt}.json"))
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&candidate)
+        {
+            Ok(_) => return candidate,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(_) => return first,
+        }
+    }
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    dir.join(format!("{stem}_{random}.json"))
+}
+
+/// A fresh path for the record of one LLM call: `io/invocations/<ts>_<iteration>.json`.
+pub fn invocation_record_path(paths: &RunPaths, iteration: u32) -> PathBuf {
+    reserve(
+        &paths.invocations_dir,
+        &format!("{}_{iteration}", audit_timestamp()),
+    )
+}
+
+/// A fresh path for the record of one tool execution: `io/tool_executions/<ts>_<tool>.json`.
+pub fn tool_record_path(paths: &RunPaths, tool_name: &str) -> PathBuf {
+    reserve(
+        &paths.tool_executions_dir,
+        &format!(
+            "{}_{}",
+            audit_timestamp(),
+            sanitize_file_component(tool_name)
+        ),
+    )
+}
+
+/// A fresh path for the record of one hook execution: `io/hooks/<hook>_<ts>.json`.
+pub fn hook_record_path(paths: &RunPaths, hook_name: &str) -> PathBuf {
+    reserve(
+        &paths.hooks_dir,
+        &format!(
+            "{}_{}",
+            sanitize_file_component(hook_name),
+            audit_timestamp()
+        ),
+    )
+}
+
+/// Writes `value` as 2-space pretty JSON plus a newline; new files get mode 0600.
+pub fn write_json_file(path: &Path, value: &serde_json::Value) -> Result<(), WorkspaceError> {
+    let mut bytes = serde_json::to_vec_pretty(value)
+        .map_err(|e| WorkspaceError::io("serialize JSON for", path, io::Error::other(e)))?;
+    bytes.push(b'\n');
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| WorkspaceError::io("open", path, e))?;
+    file.write_all(&bytes)
+        .map_err(|e| WorkspaceError::io("write", path, e))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::workspace::create_run_dir;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn file_name(path: &Path) -> String {
+        path.file_name().unwrap().to_string_lossy().into_owned()
+    }
+
+    fn is_audit_timestamp(ts: &str) -> bool {
+        chrono::NaiveDateTime::parse_from_str(ts, "%Y%m%dT%H%M%S%.3fZ").is_ok()
+            && ts.len() == 20
+    }
+
+    #[test]
+    fn sanitize_keeps_safe_chars_only() {
+        assert_eq!(sanitize_file_component("list_files"), "list_files");
+        assert_eq!(sanitize_file_component("a/../b c"), "a_.._b_c");
+        assert_eq!(sanitize_file_component("..") , "__");
+        assert_eq!(sanitize_file_component(""), "_");
+        assert_eq!(sanitize_file_component("ü"), "_");
+        assert_eq!(sanitize_file_component(&"x".repeat(300)).len(), 100);
+    }
+
+    #[test]
+    fn record_names_follow_the_spec_shapes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(tmp.path(), "r").unwrap();
+
+        let invocation = invocation_record_path(&paths, 7);
+        assert_eq!(invocation.parent().unwrap(), paths.invocations_dir);
+        let name = file_name(&invocation);
+        let (ts, rest) = name.split_once('_').unwrap();
+        assert!(is_audit_timestamp(ts), "{name}");
+        assert_eq!(rest, "7.json");
+
+        let tool = tool_record_path(&paths, "../../etc/passwd");
+        assert_eq!(tool.parent().unwrap(), paths.tool_executions_dir);
+        let name = file_name(&tool);
+        let (ts, rest) = name.split_once('_').unwrap();
+        assert!(is_audit_timestamp(ts), "{name}");
+        assert_eq!(rest, ".._.._etc_passwd.json");
+
+        let hook = hook_record_path(&paths, "pre_llm_req");
+        assert_eq!(hook.parent().unwrap(), paths.hooks_dir);
+        let name = file_name(&hook);
+        let ts = name
+            .strip_prefix("pre_llm_req_")
+            .and_then(|n| n.strip_suffix(".json"))
+            .unwrap();
+        assert!(is_audit_timestamp(ts), "{name}");
+    }
+
+    #[test]
+    fn reserved_paths_are_never_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(tmp.path(), "r").unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..50 {
+            assert!(seen.insert(tool_record_path(&paths, "echo")));
+        }
+        // The same stem taken twice gets a numeric suffix.
+        let first = reserve(&paths.hooks_dir, "fixed");
+        let second = reserve(&paths.hooks_dir, "fixed");
+        let third = reserve(&paths.hooks_dir, "fixed");
+        assert_eq!(file_name(&first), "fixed.json");
+        assert_eq!(file_name(&second), "fixed_2.json");
+        assert_eq!(file_name(&third), "fixed_3.json");
+    }
+
+    #[test]
+    fn write_json_file_is_pretty_and_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.json");
+        write_json_file(&path, &serde_json::json!({"a": [1, 2]})).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "{\n  \"a\": [\n    1,\n    2\n  ]\n}\n");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn write_json_file_names_the_path_on_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("missing-dir/x.json");
+        let message = write_json_file(&path, &serde_json::json!(1))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("missing-dir/x.json"), "{message}");
+        assert!(message.contains("hint"), "{message}");
+    }
+}

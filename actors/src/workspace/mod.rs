@@ -1,0 +1,399 @@
+//! Workspaces and run directories: run-id rules and generation, the `<work>/.delta` control
+//! directory, the layout of one run directory ([`RunPaths`]), agent workspaces
+//! (`<agent>/workspaces/W001…`), io/ audit file names, and the `list-runs` scan.
+//!
+//! This module only does path math and directory/file creation. It must not interpret
+//! journal contents (that is [`crate::journal`]) or decide run ownership (that is
+//! [`crate::metadata`]). Every id or name that becomes a path segment is validated here, so
+//! nothing from a user or a model can escape its folder (reference §19 item 8).
+
+mod agent_workspaces;
+mod audit;
+mod runs;
+
+pub use agent_workspaces::{
+    create_workspace, last_used_workspace, list_workspaces, next_workspace_name,
+};
+pub use audit::{
+    hook_record_path, invocation_record_path, sanitize_file_component, tool_record_path,
+    write_json_file,
+};
+pub use runs::{list_runs, list_runs_with_warnings, RunListing, RunSummary, SkippedRun};
+
+use std::fs::DirBuilder;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// Name of the control directory inside a work dir.
+pub const CONTROL_DIR: &str = ".delta";
+/// Content we write to `.delta/VERSION` (the original wrote `1.2`; readers accept any value).
+pub const CONTROL_VERSION: &str = "2\n";
+/// Longest accepted run id, in bytes.
+pub const MAX_RUN_ID_LEN: usize = 128;
+
+/// Errors of the workspace layer. Every message names the id or path and gives a hint.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error(
+        "invalid run id '{id}': {reason}; hint: a run id is 1-128 characters from [A-Za-z0-9._-] \
+         and starts with a letter or digit (e.g. 20261122_014234_915ade)"
+    )]
+    InvalidRunId { id: String, reason: String },
+    #[error(
+        "run '{run_id}' already exists in {}; hint: pick another --run-id, continue it with \
+         `delta continue --run-id {run_id} -w {}`, or list runs with `delta list-runs -w {}`",
+        control_dir(work_dir).display(), work_dir.display(), work_dir.display()
+    )]
+    AlreadyExists { run_id: String, work_dir: PathBuf },
+    #[error(
+        "run '{run_id}' not found in {}; hint: list the runs of this work dir with \
+         `delta list-runs -w {}`",
+        control_dir(work_dir).display(), work_dir.display()
+    )]
+    NotFound { run_id: String, work_dir: PathBuf },
+    #[error(
+        "no .delta directory found in work directory {}; hint: runs live in <work-dir>/.delta — \
+         pass the work dir a run used (`delta list-runs -w <dir>`)",
+        work_dir.display()
+    )]
+    NoControlDir { work_dir: PathBuf },
+    #[error(
+        "invalid workspace name '{name}': {reason}; hint: use a plain folder name such as W004 \
+         (no '/', no '..', not starting with '.')"
+    )]
+    InvalidWorkspaceName { name: String, reason: String },
+    #[error("cannot {action} {}: {source}; hint: check that the path exists and is writable", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl WorkspaceError {
+    pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> WorkspaceError {
+        WorkspaceError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// `<work>/.delta`.
+pub fn control_dir(work_dir: &Path) -> PathBuf {
+    work_dir.join(CONTROL_DIR)
+}
+
+/// Current UTC time as RFC 3339 with milliseconds, e.g. `2026-11-22T01:42:34.123Z`.
+/// The one timestamp format of journal lines and metadata.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Checks that `id` is safe as a single path segment: `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
+pub fn validate_run_id(id: &str) -> Result<(), WorkspaceError> {
+    let invalid = |reason: &str| {
+        Err(WorkspaceError::InvalidRunId {
+            id: id.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    let Some(first) = id.chars().next() else {
+        return invalid("it is empty");
+    };
+    if id.len() > MAX_RUN_ID_LEN {
+        return invalid(&format!(
+            "it is {} bytes long (at most {MAX_RUN_ID_LEN})",
+            id.len()
+        ));
+    }
+    if !first.is_ascii_alphanumeric() {
+        return invalid(&format!("it starts with '{first}'"));
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return invalid(&format!("it contains '{}'", bad.escape_default()));
+    }
+    Ok(())
+}
+
+/// A fresh run id `YYYYMMDD_HHMMSS_xxxxxx`: local time plus 6 hex digits of a v4 UUID
+/// (the original engine's format, so ids sort chronologically).
+pub fn generate_run_id() -> String {
+    let stamp = chrono::Local::now().format("%Y%m%d_%H%M%S");
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{stamp}_{}", &random[..6])
+}
+
+/// Creates `<work>/.delta` (mode 0700; the work dir too if missing) and writes `VERSION`
+/// only when it is missing, so concurrent runs never rewrite it. Returns the control dir.
+pub fn ensure_control_dir(work_dir: &Path) -> Result<PathBuf, WorkspaceError> {
+    std::fs::create_dir_all(work_dir)
+        .map_err(|e| WorkspaceError::io("create work directory", work_dir, e))?;
+    let control = control_dir(work_dir);
+    match DirBuilder::new().mode(0o700).create(&control) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && control.is_dir() => {}
+        Err(e) => return Err(WorkspaceError::io("create control directory", &control, e)),
+    }
+    let version = control.join("VERSION");
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&version)
+    {
+        Ok(mut file) => {
+            use std::io::Write;
+            file.write_all(CONTROL_VERSION.as_bytes())
+                .map_err(|e| WorkspaceError::io("write", &version, e))?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(WorkspaceError::io("create", &version, e)),
+    }
+    Ok(control)
+}
+
+/// Every path of one run directory `<work>/.delta/<run_id>/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPaths {
+    pub run_dir: PathBuf,
+    pub journal: PathBuf,
+    pub metadata: PathBuf,
+    pub engine_log: PathBuf,
+    pub lock: PathBuf,
+    pub invocations_dir: PathBuf,
+    pub tool_executions_dir: PathBuf,
+    pub hooks_dir: PathBuf,
+    /// Async ask_human exchange; created only while a question is pending.
+    pub interaction_dir: PathBuf,
+    /// Where sensitive material would go (0700); not created by [`create_run_dir`].
+    pub secrets_dir: PathBuf,
+}
+
+impl RunPaths {
+    /// Pure path math; does not validate `run_id` or touch the disk.
+    pub fn new(work_dir: &Path, run_id: &str) -> RunPaths {
+        let run_dir = control_dir(work_dir).join(run_id);
+        let io_dir = run_dir.join("io");
+        RunPaths {
+            journal: run_dir.join("journal.jsonl"),
+            metadata: run_dir.join("metadata.json"),
+            engine_log: run_dir.join("engine.log"),
+            lock: run_dir.join("lock"),
+            invocations_dir: io_dir.join("invocations"),
+            tool_executions_dir: io_dir.join("tool_executions"),
+            hooks_dir: io_dir.join("hooks"),
+            interaction_dir: run_dir.join("interaction"),
+            secrets_dir: run_dir.join("secrets"),
+            run_dir,
+        }
+    }
+}
+
+/// Creates a new run directory (mode 0700) with its `io/` subfolders. The run directory is
+/// made with one `mkdir`, so two processes racing on one id cannot both succeed: the loser
+/// gets [`WorkspaceError::AlreadyExists`].
+pub fn create_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, WorkspaceError> {
+    validate_run_id(run_id)?;
+    ensure_control_dir(work_dir)?;
+    let paths = RunPaths::new(work_dir, run_id);
+    match DirBuilder::new().mode(0o700).create(&paths.run_dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            return Err(WorkspaceError::AlreadyExists {
+                run_id: run_id.to_string(),
+                work_dir: work_dir.to_path_buf(),
+            })
+        }
+        Err(e) => return Err(WorkspaceError::io("create run directory", &paths.run_dir, e)),
+    }
+    for dir in [
+        &paths.invocations_dir,
+        &paths.tool_executions_dir,
+        &paths.hooks_dir,
+    ] {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| WorkspaceError::io("create directory", dir, e))?;
+    }
+    Ok(paths)
+}
+
+/// The paths of an existing run; [`WorkspaceError::NotFound`] when its directory is missing.
+pub fn open_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, WorkspaceError> {
+    validate_run_id(run_id)?;
+    let paths = RunPaths::new(work_dir, run_id);
+    if !paths.run_dir.is_dir() {
+        return Err(WorkspaceError::NotFound {
+            run_id: run_id.to_string(),
+            work_dir: work_dir.to_path_buf(),
+        });
+    }
+    Ok(paths)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn run_id_validation_table() {
+        let long_ok = "a".repeat(128);
+        let too_long = "a".repeat(129);
+        let cases: &[(&str, bool)] = &[
+            ("20261122_014234_915ade", true),
+            ("a", true),
+            ("Run-1.retry_2", true),
+            ("9", true),
+            (&long_ok, true),
+            ("", false),
+            (&too_long, false),
+            ("../evil", false),
+            ("..", false),
+            (".", false),
+            ("a/b", false),
+            ("a\\b", false),
+            ("-rf", false),
+            ("_x", false),
+            (".hidden", false),
+            ("a b", false),
+            ("a\0b", false),
+            ("été", false),
+        ];
+        for (id, ok) in cases {
+            assert_eq!(validate_run_id(id).is_ok(), *ok, "id {id:?}");
+        }
+    }
+
+    #[test]
+    fn run_id_error_explains_the_rule() {
+        let message = validate_run_id("../evil").unwrap_err().to_string();
+        assert!(message.contains("'../evil'"), "{message}");
+        assert!(message.contains("starts with '.'"), "{message}");
+        assert!(message.contains("[A-Za-z0-9._-]"), "{message}");
+        let message = validate_run_id("a/b").unwrap_err().to_string();
+        assert!(message.contains("contains '/'"), "{message}");
+        let message = validate_run_id(&"x".repeat(129)).unwrap_err().to_string();
+        assert!(message.contains("129 bytes"), "{message}");
+        assert!(validate_run_id("")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+    }
+
+    #[test]
+    fn generated_run_ids_have_the_original_shape_and_are_valid() {
+        let id = generate_run_id();
+        assert_eq!(id.len(), 22, "{id}");
+        let bytes = id.as_bytes();
+        assert_eq!(bytes[8], b'_');
+        assert_eq!(bytes[15], b'_');
+        assert!(id[..8].chars().all(|c| c.is_ascii_digit()));
+        assert!(id[9..15].chars().all(|c| c.is_ascii_digit()));
+        assert!(id[16..].chars().all(|c| c.is_ascii_hexdigit()));
+        validate_run_id(&id).unwrap();
+        assert_ne!(generate_run_id()[16..], generate_run_id()[16..]);
+    }
+
+    #[test]
+    fn now_rfc3339_is_utc_with_millis() {
+        let ts = now_rfc3339();
+        assert_eq!(ts.len(), 24, "{ts}");
+        assert!(ts.ends_with('Z'));
+        assert_eq!(&ts[19..20], ".");
+        chrono::DateTime::parse_from_rfc3339(&ts).unwrap();
+    }
+
+    #[test]
+    fn control_dir_is_private_and_version_is_written_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("new-work");
+        let control = ensure_control_dir(&work).unwrap();
+        assert_eq!(control, work.join(".delta"));
+        let mode = std::fs::metadata(&control).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(
+            std::fs::read_to_string(control.join("VERSION")).unwrap(),
+            "2\n"
+        );
+        std::fs::write(control.join("VERSION"), "1.2\n").unwrap();
+        ensure_control_dir(&work).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(control.join("VERSION")).unwrap(),
+            "1.2\n"
+        );
+    }
+
+    #[test]
+    fn run_paths_layout() {
+        let paths = RunPaths::new(Path::new("/w"), "r1");
+        assert_eq!(paths.run_dir, Path::new("/w/.delta/r1"));
+        assert_eq!(paths.journal, Path::new("/w/.delta/r1/journal.jsonl"));
+        assert_eq!(paths.metadata, Path::new("/w/.delta/r1/metadata.json"));
+        assert_eq!(paths.engine_log, Path::new("/w/.delta/r1/engine.log"));
+        assert_eq!(paths.lock, Path::new("/w/.delta/r1/lock"));
+        assert_eq!(
+            paths.invocations_dir,
+            Path::new("/w/.delta/r1/io/invocations")
+        );
+        assert_eq!(
+            paths.tool_executions_dir,
+            Path::new("/w/.delta/r1/io/tool_executions")
+        );
+        assert_eq!(paths.hooks_dir, Path::new("/w/.delta/r1/io/hooks"));
+        assert_eq!(paths.interaction_dir, Path::new("/w/.delta/r1/interaction"));
+        assert_eq!(paths.secrets_dir, Path::new("/w/.delta/r1/secrets"));
+    }
+
+    #[test]
+    fn create_run_dir_makes_private_dirs_and_refuses_a_second_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(tmp.path(), "r1").unwrap();
+        let mode = std::fs::metadata(&paths.run_dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(paths.invocations_dir.is_dir());
+        assert!(paths.tool_executions_dir.is_dir());
+        assert!(paths.hooks_dir.is_dir());
+        assert!(!paths.interaction_dir.exists());
+
+        let err = create_run_dir(tmp.path(), "r1").unwrap_err();
+        assert!(matches!(err, WorkspaceError::AlreadyExists { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains("'r1'"), "{message}");
+        assert!(message.contains("delta list-runs -w"), "{message}");
+    }
+
+    #[test]
+    fn create_run_dir_rejects_traversal_before_touching_disk() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        let err = create_run_dir(&work, "../evil").unwrap_err();
+        assert!(matches!(err, WorkspaceError::InvalidRunId { .. }));
+        assert!(!work.exists());
+        assert!(!tmp.path().join("evil").exists());
+    }
+
+    #[test]
+    fn open_run_dir_requires_the_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = open_run_dir(tmp.path(), "missing").unwrap_err();
+        assert!(matches!(err, WorkspaceError::NotFound { .. }));
+        let message = err.to_string();
+        assert!(message.contains("'missing'") && message.contains("list-runs"));
+        let created = create_run_dir(tmp.path(), "there").unwrap();
+        assert_eq!(open_run_dir(tmp.path(), "there").unwrap(), created);
+        assert!(matches!(
+            open_run_dir(tmp.path(), "a/b").unwrap_err(),
+            WorkspaceError::InvalidRunId { .. }
+        ));
+    }
+}
