@@ -213,7 +213,9 @@ mod tests {
                 agent_name: "a".into(),
                 task: "t".into(),
             },
-            Event::UserMessage { content: "hi".into() },
+            Event::UserMessage {
+                content: "hi".into(),
+            },
             Event::Thought {
                 iteration: 1,
                 content: Some("x".into()),
@@ -268,8 +270,12 @@ mod tests {
                 reason: Some("exit 3".into()),
                 io_path_ref: "io/hooks/x.json".into(),
             },
-            Event::Warning { message: "w".into() },
-            Event::Interrupted { reason: "SIGINT".into() },
+            Event::Warning {
+                message: "w".into(),
+            },
+            Event::Interrupted {
+                reason: "SIGINT".into(),
+            },
         ];
         for event in events {
             let text = line(event.clone());
@@ -283,10 +289,9 @@ mod tests {
 
     #[test]
     fn missing_optional_fields_read_as_none() {
-        let back: JournalEvent = serde_json::from_str(
-            r#"{"seq":1,"timestamp":"t","type":"THOUGHT","iteration":1}"#,
-        )
-        .unwrap();
+        let back: JournalEvent =
+            serde_json::from_str(r#"{"seq":1,"timestamp":"t","type":"THOUGHT","iteration":1}"#)
+                .unwrap();
         assert_eq!(
             back.event,
             Event::Thought {
@@ -301,7 +306,10 @@ mod tests {
 
     #[test]
     fn action_status_spelling() {
-        assert_eq!(serde_json::to_string(&ActionStatus::Success).unwrap(), "\"SUCCESS\"");
+        assert_eq!(
+            serde_json::to_string(&ActionStatus::Success).unwrap(),
+            "\"SUCCESS\""
+        );
         assert_eq!(ActionStatus::parse("failed"), Some(ActionStatus::Failed));
         assert_eq!(ActionStatus::parse("nope"), None);
         assert_eq!(ActionStatus::Error.as_str(), "ERROR");

@@ -88,10 +88,7 @@ fn looks_pretty_printed(line: &[u8]) -> bool {
 
 /// Parses one line: our flat shape first (the common case, one parse), then the original
 /// engine's `payload` shape.
-fn parse_line(
-    line: &[u8],
-    converter: &mut LegacyConverter,
-) -> Result<JournalEvent, String> {
+fn parse_line(line: &[u8], converter: &mut LegacyConverter) -> Result<JournalEvent, String> {
     let ours_error = match serde_json::from_slice::<JournalEvent>(line) {
         Ok(event) => {
             converter.observe(&event.event);
@@ -227,7 +224,10 @@ mod tests {
     fn wrong_file_name_is_fatal() {
         let err = check_file_name(Path::new("/w/.delta/r/journal.json")).unwrap_err();
         let message = err.to_string();
-        assert!(message.starts_with("FATAL: Journal filename is 'journal.json'"), "{message}");
+        assert!(
+            message.starts_with("FATAL: Journal filename is 'journal.json'"),
+            "{message}"
+        );
         assert!(message.contains("/w/.delta/r/journal.json"), "{message}");
         check_file_name(Path::new(PATH)).unwrap();
     }
@@ -244,7 +244,10 @@ mod tests {
         }
         let unknown = r#"{"seq":2,"timestamp":"t","type":"NOPE"}"#;
         let err = parse(&format!("{LINE1}\n{unknown}\n")).unwrap_err();
-        assert!(matches!(err, JournalError::Parse { line: 2, .. }), "{err:?}");
+        assert!(
+            matches!(err, JournalError::Parse { line: 2, .. }),
+            "{err:?}"
+        );
         let message = err.to_string();
         assert!(message.contains(PATH) && message.contains("line 2") && message.contains("NOPE"));
     }
@@ -292,9 +295,22 @@ mod tests {
         let events = parse(&text).unwrap().events;
         let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [1, 2, 3, 4, 5]);
-        assert_eq!(events[1].event, Event::UserMessage { content: "go".into() });
-        assert!(matches!(events[2].event, Event::Thought { iteration: 1, .. }));
-        assert_eq!(events[3].event, Event::UserMessage { content: "more".into() });
+        assert_eq!(
+            events[1].event,
+            Event::UserMessage {
+                content: "go".into()
+            }
+        );
+        assert!(matches!(
+            events[2].event,
+            Event::Thought { iteration: 1, .. }
+        ));
+        assert_eq!(
+            events[3].event,
+            Event::UserMessage {
+                content: "more".into()
+            }
+        );
         assert_eq!(events[0].timestamp, "t1");
     }
 
@@ -308,6 +324,8 @@ mod tests {
     #[test]
     fn non_object_lines_are_parse_errors() {
         let err = parse("42\n").unwrap_err();
-        assert!(matches!(err, JournalError::Parse { line: 1, ref message, .. } if message.contains("JSON object")));
+        assert!(
+            matches!(err, JournalError::Parse { line: 1, ref message, .. } if message.contains("JSON object"))
+        );
     }
 }

@@ -130,7 +130,11 @@ impl LegacyConverter {
         })
     }
 
-    fn convert_payload(&mut self, kind: &str, payload: &Map<String, Value>) -> Result<Event, String> {
+    fn convert_payload(
+        &mut self,
+        kind: &str,
+        payload: &Map<String, Value>,
+    ) -> Result<Event, String> {
         let event = match kind {
             "RUN_START" => {
                 let agent_home = text(payload, "agent_ref");
@@ -166,8 +170,9 @@ impl LegacyConverter {
                     Some(Value::Array(calls)) => calls
                         .iter()
                         .map(|call| {
-                            tool_call_record(call)
-                                .ok_or_else(|| format!("THOUGHT with a malformed tool call: {call}"))
+                            tool_call_record(call).ok_or_else(|| {
+                                format!("THOUGHT with a malformed tool call: {call}")
+                            })
                         })
                         .collect::<Result<Vec<_>, _>>()?,
                     _ => Vec::new(),
@@ -196,11 +201,7 @@ impl LegacyConverter {
                 let observation_content = text(payload, "observation_content");
                 Event::ActionResult {
                     iteration: self.iteration,
-                    tool_name: self
-                        .tool_names
-                        .get(&action_id)
-                        .cloned()
-                        .unwrap_or_default(),
+                    tool_name: self.tool_names.get(&action_id).cloned().unwrap_or_default(),
                     action_id,
                     status,
                     exit_code: exit_code_from_observation(&observation_content),
@@ -264,7 +265,14 @@ mod tests {
             json!({"seq":3,"timestamp":"t","type":"THOUGHT","payload":{"content":"","llm_invocation_ref":"u1",
                 "tool_calls":[{"id":"call_9","type":"function","function":{"name":"echo","arguments":"{\"m\":\"x\"}"}}]}}),
         );
-        let Event::Thought { iteration, content, tool_calls, llm_invocation_ref, .. } = thought else {
+        let Event::Thought {
+            iteration,
+            content,
+            tool_calls,
+            llm_invocation_ref,
+            ..
+        } = thought
+        else {
             panic!("not a thought");
         };
         assert_eq!((iteration, content), (1, None));
@@ -276,13 +284,27 @@ mod tests {
             json!({"seq":4,"timestamp":"t","type":"ACTION_RESULT","payload":{"action_id":"call_9","status":"SUCCESS",
                 "observation_content":"=== STDOUT ===\nx\n\n=== EXIT CODE: 0 ===","execution_ref":"call_9"}}),
         );
-        let Event::ActionResult { iteration, tool_name, status, exit_code, execution_ref, .. } = result else {
+        let Event::ActionResult {
+            iteration,
+            tool_name,
+            status,
+            exit_code,
+            execution_ref,
+            ..
+        } = result
+        else {
             panic!("not a result");
         };
-        assert_eq!((iteration, tool_name.as_str(), status), (1, "echo", ActionStatus::Success));
+        assert_eq!(
+            (iteration, tool_name.as_str(), status),
+            (1, "echo", ActionStatus::Success)
+        );
         assert_eq!(exit_code, Some(0));
         assert_eq!(execution_ref.as_deref(), Some("call_9"));
-        let end = convert(&mut c, json!({"seq":5,"timestamp":"t","type":"RUN_END","payload":{"status":"COMPLETED"}}));
+        let end = convert(
+            &mut c,
+            json!({"seq":5,"timestamp":"t","type":"RUN_END","payload":{"status":"COMPLETED"}}),
+        );
         assert_eq!(
             end,
             Event::EngineEnd {
@@ -298,16 +320,32 @@ mod tests {
     #[test]
     fn system_messages_split_by_level() {
         let mut c = LegacyConverter::default();
-        let error = convert(&mut c, json!({"seq":1,"type":"SYSTEM_MESSAGE","payload":{"level":"ERROR","content":"Tool not found: x"}}));
-        assert!(matches!(error, Event::Error { ref error_message, .. } if error_message == "Tool not found: x"));
-        let warn = convert(&mut c, json!({"seq":2,"type":"SYSTEM_MESSAGE","payload":{"level":"WARN","content":"Maximum iterations (3) reached"}}));
-        assert_eq!(warn, Event::Warning { message: "Maximum iterations (3) reached".into() });
+        let error = convert(
+            &mut c,
+            json!({"seq":1,"type":"SYSTEM_MESSAGE","payload":{"level":"ERROR","content":"Tool not found: x"}}),
+        );
+        assert!(
+            matches!(error, Event::Error { ref error_message, .. } if error_message == "Tool not found: x")
+        );
+        let warn = convert(
+            &mut c,
+            json!({"seq":2,"type":"SYSTEM_MESSAGE","payload":{"level":"WARN","content":"Maximum iterations (3) reached"}}),
+        );
+        assert_eq!(
+            warn,
+            Event::Warning {
+                message: "Maximum iterations (3) reached".into()
+            }
+        );
     }
 
     #[test]
     fn hook_audit_converts() {
         let mut c = LegacyConverter::default();
-        let hook = convert(&mut c, json!({"seq":1,"type":"HOOK_EXECUTION_AUDIT","payload":{"hook_name":"pre_llm_req","status":"FAILED","io_path_ref":"io/hooks/001_pre_llm_req/"}}));
+        let hook = convert(
+            &mut c,
+            json!({"seq":1,"type":"HOOK_EXECUTION_AUDIT","payload":{"hook_name":"pre_llm_req","status":"FAILED","io_path_ref":"io/hooks/001_pre_llm_req/"}}),
+        );
         assert_eq!(
             hook,
             Event::HookExecuted {
@@ -323,17 +361,32 @@ mod tests {
     fn unknown_types_and_statuses_are_errors() {
         let mut c = LegacyConverter::default();
         let line = json!({"seq":1,"type":"MYSTERY","payload":{}});
-        assert!(c.convert(line.as_object().unwrap()).unwrap_err().contains("MYSTERY"));
+        assert!(c
+            .convert(line.as_object().unwrap())
+            .unwrap_err()
+            .contains("MYSTERY"));
         let line = json!({"seq":1,"type":"RUN_END","payload":{"status":"DONE"}});
-        assert!(c.convert(line.as_object().unwrap()).unwrap_err().contains("DONE"));
+        assert!(c
+            .convert(line.as_object().unwrap())
+            .unwrap_err()
+            .contains("DONE"));
         let line = json!({"type":"RUN_END","payload":{}});
-        assert!(c.convert(line.as_object().unwrap()).unwrap_err().contains("seq"));
+        assert!(c
+            .convert(line.as_object().unwrap())
+            .unwrap_err()
+            .contains("seq"));
     }
 
     #[test]
     fn exit_code_marker_parsing() {
-        assert_eq!(exit_code_from_observation("=== EXIT CODE: 127 ==="), Some(127));
-        assert_eq!(exit_code_from_observation("x\n=== EXIT CODE: -1 ==="), Some(-1));
+        assert_eq!(
+            exit_code_from_observation("=== EXIT CODE: 127 ==="),
+            Some(127)
+        );
+        assert_eq!(
+            exit_code_from_observation("x\n=== EXIT CODE: -1 ==="),
+            Some(-1)
+        );
         assert_eq!(exit_code_from_observation("no marker"), None);
         assert_eq!(exit_code_from_observation("=== EXIT CODE: x ==="), None);
     }

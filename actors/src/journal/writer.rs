@@ -208,7 +208,10 @@ mod tests {
         let message = Journal::open(tmp.path(), JournalOptions::default())
             .unwrap_err()
             .to_string();
-        assert!(message.contains("journal.jsonl") && message.contains("not found"), "{message}");
+        assert!(
+            message.contains("journal.jsonl") && message.contains("not found"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -218,7 +221,8 @@ mod tests {
         journal.append(user("0")).unwrap();
         drop(journal);
         for round in 1..=3 {
-            let (mut journal, events) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
+            let (mut journal, events) =
+                Journal::open(tmp.path(), JournalOptions::default()).unwrap();
             assert_eq!(events.len(), round);
             assert_eq!(journal.next_seq(), round as u64 + 1);
             journal.append(user(&round.to_string())).unwrap();

@@ -103,7 +103,11 @@ pub fn lock_is_held(run_dir: &Path) -> Result<bool, MetadataError> {
     match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(_probe) => Ok(false),
         Err((_, Errno::EWOULDBLOCK)) => Ok(true),
-        Err((_, errno)) => Err(MetadataError::io("probe lock", &path, io::Error::from(errno))),
+        Err((_, errno)) => Err(MetadataError::io(
+            "probe lock",
+            &path,
+            io::Error::from(errno),
+        )),
     }
 }
 
@@ -182,7 +186,9 @@ mod tests {
     fn second_acquire_in_the_same_process_sees_the_lock() {
         let tmp = tempfile::tempdir().unwrap();
         assert!(!lock_is_held(tmp.path()).unwrap());
-        let lock = RunLock::try_acquire(tmp.path()).unwrap().expect("free lock");
+        let lock = RunLock::try_acquire(tmp.path())
+            .unwrap()
+            .expect("free lock");
         assert_eq!(lock.path(), tmp.path().join("lock"));
         assert!(RunLock::try_acquire(tmp.path()).unwrap().is_none());
         assert!(lock_is_held(tmp.path()).unwrap());
@@ -250,7 +256,10 @@ mod tests {
         else {
             panic!("expected Orphaned");
         };
-        assert!(reason.contains("host-a") && reason.contains("--force"), "{reason}");
+        assert!(
+            reason.contains("host-a") && reason.contains("--force"),
+            "{reason}"
+        );
     }
 
     #[test]
@@ -318,7 +327,10 @@ mod tests {
             reason.contains(&format!("process {} no longer exists", child.id())),
             "{reason}"
         );
-        assert!(reason.contains(&lock_path.display().to_string()), "{reason}");
+        assert!(
+            reason.contains(&lock_path.display().to_string()),
+            "{reason}"
+        );
         assert!(RunLock::try_acquire(tmp.path()).unwrap().is_some());
     }
 

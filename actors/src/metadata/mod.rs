@@ -258,7 +258,9 @@ fn from_original(
         error: text("error"),
         agent_home,
         work_dir,
-        pid: number("pid").and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+        pid: number("pid")
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
         hostname: text("hostname").unwrap_or_default(),
         start_time_unix: number("start_time_unix").unwrap_or(0),
         process_name: text("process_name").unwrap_or_default(),

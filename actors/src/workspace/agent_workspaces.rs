@@ -184,7 +184,17 @@ mod tests {
     #[test]
     fn unsafe_names_are_refused() {
         let agent = tempfile::tempdir().unwrap();
-        for name in ["", "  ", "a/b", "..", "../x", "x..y", ".hidden", "LAST_USED", "a\nb"] {
+        for name in [
+            "",
+            "  ",
+            "a/b",
+            "..",
+            "../x",
+            "x..y",
+            ".hidden",
+            "LAST_USED",
+            "a\nb",
+        ] {
             let err = create_workspace(agent.path(), name).unwrap_err();
             assert!(
                 matches!(err, WorkspaceError::InvalidWorkspaceName { .. }),

@@ -129,15 +129,14 @@ mod tests {
     }
 
     fn is_audit_timestamp(ts: &str) -> bool {
-        chrono::NaiveDateTime::parse_from_str(ts, "%Y%m%dT%H%M%S%.3fZ").is_ok()
-            && ts.len() == 20
+        chrono::NaiveDateTime::parse_from_str(ts, "%Y%m%dT%H%M%S%.3fZ").is_ok() && ts.len() == 20
     }
 
     #[test]
     fn sanitize_keeps_safe_chars_only() {
         assert_eq!(sanitize_file_component("list_files"), "list_files");
         assert_eq!(sanitize_file_component("a/../b c"), "a_.._b_c");
-        assert_eq!(sanitize_file_component("..") , "__");
+        assert_eq!(sanitize_file_component(".."), "__");
         assert_eq!(sanitize_file_component(""), "_");
         assert_eq!(sanitize_file_component("ü"), "_");
         assert_eq!(sanitize_file_component(&"x".repeat(300)).len(), 100);

@@ -210,7 +210,13 @@ pub fn create_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, Workspa
                 work_dir: work_dir.to_path_buf(),
             })
         }
-        Err(e) => return Err(WorkspaceError::io("create run directory", &paths.run_dir, e)),
+        Err(e) => {
+            return Err(WorkspaceError::io(
+                "create run directory",
+                &paths.run_dir,
+                e,
+            ))
+        }
     }
     for dir in [
         &paths.invocations_dir,
@@ -358,7 +364,10 @@ mod tests {
     fn create_run_dir_makes_private_dirs_and_refuses_a_second_time() {
         let tmp = tempfile::tempdir().unwrap();
         let paths = create_run_dir(tmp.path(), "r1").unwrap();
-        let mode = std::fs::metadata(&paths.run_dir).unwrap().permissions().mode();
+        let mode = std::fs::metadata(&paths.run_dir)
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
         assert!(paths.invocations_dir.is_dir());
         assert!(paths.tool_executions_dir.is_dir());
@@ -366,7 +375,10 @@ mod tests {
         assert!(!paths.interaction_dir.exists());
 
         let err = create_run_dir(tmp.path(), "r1").unwrap_err();
-        assert!(matches!(err, WorkspaceError::AlreadyExists { .. }), "{err:?}");
+        assert!(
+            matches!(err, WorkspaceError::AlreadyExists { .. }),
+            "{err:?}"
+        );
         let message = err.to_string();
         assert!(message.contains("'r1'"), "{message}");
         assert!(message.contains("delta list-runs -w"), "{message}");
