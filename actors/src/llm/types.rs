@@ -94,7 +94,7 @@ impl ChatMessage {
 }
 
 fn no_tool_calls(calls: &Option<Vec<ToolCall>>) -> bool {
-    calls.as_ref().map_or(true, Vec::is_empty)
+    !matches!(calls, Some(list) if !list.is_empty())
 }
 
 /// Accepts `null`, a string, or the array-of-parts form (`[{"type":"text","text":..}]`)

@@ -200,12 +200,10 @@ impl Script {
         meta: &RequestMeta,
     ) -> Option<(usize, &Rule)> {
         self.rules.iter().enumerate().find(|(_, rule)| {
-            rule.agent.as_deref().map_or(true, |a| a == meta.agent_name)
-                && rule
-                    .task_contains
-                    .as_deref()
-                    .map_or(true, |t| task.contains(t))
-                && rule.model.as_deref().map_or(true, |m| m == req.model)
+            let agent_ok = !matches!(rule.agent.as_deref(), Some(a) if a != meta.agent_name);
+            let task_ok = !matches!(rule.task_contains.as_deref(), Some(t) if !task.contains(t));
+            let model_ok = !matches!(rule.model.as_deref(), Some(m) if m != req.model);
+            agent_ok && task_ok && model_ok
         })
     }
 

@@ -460,21 +460,18 @@ pub fn run_server_blocking(
         .build()
         .map_err(ServeError::Runtime)?;
     runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Handlers go in before `ready` so a supervisor that signals right after the
+        // address is announced cannot kill the process with the default action.
+        let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Runtime)?;
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Runtime)?;
         let server = serve(script, SocketAddr::from(([127, 0, 0, 1], port))).await?;
         ready(server.addr);
-        wait_for_termination().await.map_err(ServeError::Runtime)?;
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
         server.shutdown().await;
         Ok(())
     })
-}
-
-async fn wait_for_termination() -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
-    }
-    Ok(())
 }
