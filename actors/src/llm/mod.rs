@@ -1,2 +1,36 @@
 //! The OpenAI-compatible chat protocol: wire types, the HTTP client with retry and backoff,
 //! rate limiting, and the built-in scripted model (in-process and over HTTP).
+//!
+//! # Layout
+//! - [`types`]: wire format ([`ChatMessage`], [`ChatRequest`], [`ChatCompletion`]) and
+//!   [`parse_completion`].
+//! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
+//!   [`LlmError`] and the one-attempt [`ChatBackend`] trait.
+//! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest.
+//! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`] and
+//!   [`complete_with_retry`] for callers without a gateway.
+//! - [`rate`]: [`RateLimiter`], requests-per-minute spacing plus a Retry-After barrier.
+//! - [`scripted`]: the scripted model ([`Script`]), its in-process [`ScriptedBackend`], the
+//!   strict history validator and the OpenAI-compatible HTTP server.
+//!
+//! This module never imports actix: the `LlmGateway` actor in `runtime/` owns the in-flight
+//! cap and calls these functions.
+
+pub mod client;
+pub mod endpoint;
+pub mod rate;
+pub mod retry;
+pub mod scripted;
+pub mod types;
+
+pub use client::HttpBackend;
+pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
+pub use rate::RateLimiter;
+pub use retry::{backoff_delay, complete_with_retry, parse_retry_after, RetryPolicy};
+pub use scripted::{
+    validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,
+    ServerStats,
+};
+pub use types::{
+    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall, Usage,
+};

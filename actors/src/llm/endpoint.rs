@@ -1,0 +1,238 @@
+//! Who we talk to and what can go wrong: [`Endpoint`] (base URL and API key), the per-request
+//! [`RequestMeta`] headers, the typed [`LlmError`], and the one-attempt [`ChatBackend`] trait.
+//!
+//! Must never expose the API key: `Debug` redacts it and [`Endpoint::key`] only carries a
+//! hash. No retries here: a backend makes exactly one attempt.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::types::{ChatCompletion, ChatRequest};
+
+/// Header carrying [`RequestMeta::agent_name`]; the scripted model matches rules on it.
+pub const HEADER_AGENT: &str = "x-delta-agent";
+/// Header carrying [`RequestMeta::run_id`]; the scripted model counts `times:` per run.
+pub const HEADER_RUN_ID: &str = "x-delta-run-id";
+
+/// An OpenAI-compatible endpoint. `base_url` includes the version prefix, e.g.
+/// `https://api.openai.com/v1`; requests go to `{base_url}/chat/completions`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub base_url: String,
+    pub api_key: Option<String>,
+}
+
+impl Endpoint {
+    pub fn new(base_url: impl Into<String>, api_key: Option<String>) -> Self {
+        Endpoint {
+            base_url: base_url.into(),
+            api_key,
+        }
+    }
+
+    /// A stable identity for sharing one gateway per endpoint: the normalised base URL plus
+    /// a hash of the key (two keys on one URL are two rate-limit buckets).
+    pub fn key(&self) -> String {
+        let url = self.base_url.trim_end_matches('/');
+        match &self.api_key {
+            Some(key) => format!("{url}#{:016x}", fnv1a64(key.as_bytes())),
+            None => format!("{url}#nokey"),
+        }
+    }
+
+    /// `{base_url}/chat/completions`, tolerating a trailing slash on the base URL.
+    pub fn chat_completions_url(&self) -> String {
+        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// FNV-1a: stable across Rust versions, unlike `DefaultHasher`, so endpoint keys can be
+/// compared between processes.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Who is asking; sent as the `x-delta-agent` / `x-delta-run-id` headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestMeta {
+    pub agent_name: String,
+    pub run_id: String,
+}
+
+impl RequestMeta {
+    pub fn new(agent_name: impl Into<String>, run_id: impl Into<String>) -> Self {
+        RequestMeta {
+            agent_name: agent_name.into(),
+            run_id: run_id.into(),
+        }
+    }
+}
+
+/// Percent-encodes bytes that are not printable ASCII (and `%`) so any agent name or run id
+/// fits in an HTTP header.
+pub fn encode_header_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Reverses [`encode_header_value`]; malformed escapes are kept literally.
+pub fn decode_header_value(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| value.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What one attempt can fail with. Messages carry the status and the provider's own words.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    #[error("the LLM endpoint answered HTTP {status}: {message}{}", status_hint(*status))]
+    Http {
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("could not reach the LLM endpoint: {0} (hint: check DELTA_BASE_URL and that the server is up)")]
+    Transport(String),
+    #[error("the LLM endpoint sent an invalid chat completion: {0}")]
+    InvalidResponse(String),
+    #[error("scripted model: {0}")]
+    Scripted(String),
+}
+
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 | 403 => " (hint: check DELTA_API_KEY)",
+        404 => " (hint: check that DELTA_BASE_URL ends with the API version, e.g. /v1, and the model name)",
+        _ => "",
+    }
+}
+
+impl LlmError {
+    /// 408, 409, 429, any 5xx and transport failures are worth another attempt; other 4xx,
+    /// invalid responses and script errors are not.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Http { status, .. } => {
+                matches!(status, 408 | 409 | 429) || (500..=599).contains(status)
+            }
+            LlmError::Transport(_) => true,
+            LlmError::InvalidResponse(_) | LlmError::Scripted(_) => false,
+        }
+    }
+
+    /// The provider's Retry-After, when it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LlmError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The HTTP status, when the failure was an HTTP answer.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            LlmError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// The future a backend returns for one attempt.
+pub type CompletionFuture = Pin<Box<dyn Future<Output = Result<ChatCompletion, LlmError>> + Send>>;
+
+/// One attempt, no retry. Implemented by [`super::HttpBackend`] and
+/// [`super::ScriptedBackend`]; the gateway adds admission, rate limiting and retries.
+pub trait ChatBackend: Send + Sync + 'static {
+    fn complete(&self, req: ChatRequest, meta: RequestMeta) -> CompletionFuture;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_endpoint_hides_the_key() {
+        let e = Endpoint::new("https://x/v1", Some("sk-secret-123".into()));
+        let shown = format!("{e:?}");
+        assert!(!shown.contains("sk-secret-123"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+        assert!(!e.key().contains("sk-secret-123"));
+    }
+
+    #[test]
+    fn endpoint_key_is_stable_and_distinguishes_keys() {
+        let a = Endpoint::new("http://h/v1/", Some("k1".into()));
+        let b = Endpoint::new("http://h/v1", Some("k1".into()));
+        let c = Endpoint::new("http://h/v1", Some("k2".into()));
+        assert_eq!(a.key(), b.key());
+        assert_ne!(a.key(), c.key());
+        assert_ne!(Endpoint::new("http://h/v1", None).key(), c.key());
+        assert_eq!(a.chat_completions_url(), "http://h/v1/chat/completions");
+    }
+
+    #[test]
+    fn retryable_classification() {
+        let http = |status| LlmError::Http {
+            status,
+            message: String::new(),
+            retry_after: None,
+        };
+        for s in [408, 409, 429, 500, 502, 503, 599] {
+            assert!(http(s).is_retryable(), "{s}");
+        }
+        for s in [400, 401, 403, 404, 422] {
+            assert!(!http(s).is_retryable(), "{s}");
+        }
+        assert!(LlmError::Transport("x".into()).is_retryable());
+        assert!(!LlmError::InvalidResponse("x".into()).is_retryable());
+        assert!(http(401).to_string().contains("DELTA_API_KEY"));
+    }
+
+    #[test]
+    fn header_values_round_trip() {
+        for s in ["plain-name", "häst %20 x", "tab\there", ""] {
+            let enc = encode_header_value(s);
+            assert!(enc.bytes().all(|b| (0x20..0x7f).contains(&b)));
+            assert_eq!(decode_header_value(&enc), s);
+        }
+        assert_eq!(decode_header_value("50%"), "50%");
+    }
+}

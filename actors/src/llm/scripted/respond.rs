@@ -1,0 +1,350 @@
+//! Playing a script: pick the first matching rule, take the step numbered by the assistant
+//! turns already in the conversation (so continue/resume lands on the right step), count
+//! `times:` failures per conversation, render templates, and build the reply.
+//!
+//! Pure apart from the per-conversation failure counters; never sleeps (callers sleep the
+//! returned latency) and never touches the network.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::script::{Action, ArgTree, Args, CallSpec, Latency, Rule, Script, Step, Text};
+use super::validate::validate_history;
+use crate::llm::endpoint::RequestMeta;
+use crate::llm::types::{ChatCompletion, ChatMessage, ChatRequest, Role, ToolCall, Usage};
+
+/// The variables a template may use, for error hints.
+pub const TEMPLATE_VARIABLES: &str =
+    "task, last_observation, last_user, step, agent, run_id, model";
+
+/// What the scripted model answers to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScriptedReply {
+    Completion {
+        completion: ChatCompletion,
+        latency: Duration,
+    },
+    Failure {
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+        latency: Duration,
+    },
+}
+
+impl ScriptedReply {
+    /// How long to wait before delivering this reply.
+    pub fn latency(&self) -> Duration {
+        match self {
+            ScriptedReply::Completion { latency, .. } | ScriptedReply::Failure { latency, .. } => {
+                *latency
+            }
+        }
+    }
+
+    fn failure(status: u16, message: String) -> Self {
+        ScriptedReply::Failure {
+            status,
+            message,
+            retry_after: None,
+            latency: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct TemplateContext<'a> {
+    task: &'a str,
+    last_observation: &'a str,
+    last_user: &'a str,
+    step: usize,
+    agent: &'a str,
+    run_id: &'a str,
+    model: &'a str,
+}
+
+/// A context with every variable set, used to check templates at load time.
+pub(super) fn sample_context() -> impl Serialize {
+    TemplateContext {
+        task: "task",
+        last_observation: "observation",
+        last_user: "user",
+        step: 0,
+        agent: "agent",
+        run_id: "run",
+        model: "model",
+    }
+}
+
+impl Script {
+    /// Answers one request. In strict mode an invalid history is answered with HTTP 400
+    /// naming the problem; see [`Script::respond_unchecked`] for the rest.
+    pub fn respond(&self, req: &ChatRequest, meta: &RequestMeta) -> ScriptedReply {
+        if self.strict {
+            if let Err(problem) = validate_history(&req.messages) {
+                return ScriptedReply::failure(400, format!("invalid chat history: {problem}"));
+            }
+        }
+        self.respond_unchecked(req, meta)
+    }
+
+    /// Answers without validating the history: first rule whose `agent` equals the agent
+    /// name, whose `task_contains` is a substring of the first user message and whose `model`
+    /// equals the requested model (absent conditions match anything); the step index is the
+    /// number of assistant messages in the request.
+    pub fn respond_unchecked(&self, req: &ChatRequest, meta: &RequestMeta) -> ScriptedReply {
+        let task = first_content(&req.messages, Role::User);
+        let Some((rule_index, rule)) = self.matching_rule(task, req, meta) else {
+            return ScriptedReply::failure(
+                400,
+                format!(
+                    "no rule in LLM script {} matches agent {:?}, model {:?} and task {:?} \
+                     (hint: add a last rule without `agent`/`task_contains` as a fallback)",
+                    self.origin,
+                    meta.agent_name,
+                    req.model,
+                    task.chars().take(80).collect::<String>()
+                ),
+            );
+        };
+        let step_index = req
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        let ctx = TemplateContext {
+            task,
+            last_observation: last_content(&req.messages, Role::Tool),
+            last_user: last_content(&req.messages, Role::User),
+            step: step_index,
+            agent: &meta.agent_name,
+            run_id: &meta.run_id,
+            model: &req.model,
+        };
+        let Some(step) = rule.steps.get(step_index) else {
+            let answer = ChatMessage::assistant(Some(self.exhausted_answer.clone()), vec![]);
+            let latency = self.latency_for(rule, None);
+            return self.completion(req, answer, latency);
+        };
+        let conversation = if meta.run_id.is_empty() {
+            format!("task:{task}")
+        } else {
+            format!("run:{}", meta.run_id)
+        };
+        let played = match &step.action {
+            Action::Fail {
+                status,
+                times,
+                retry_after,
+                message,
+                then,
+            } => {
+                let fail_now = match times {
+                    None => true,
+                    Some(limit) => {
+                        let mut served = self
+                            .attempts
+                            .entry((conversation, rule_index, step_index))
+                            .or_insert(0);
+                        let fail = *served < *limit;
+                        if fail {
+                            *served += 1;
+                        }
+                        fail
+                    }
+                };
+                match (fail_now, then) {
+                    (false, Some(next)) => next,
+                    _ => {
+                        let message = match message {
+                            Some(text) => self.render(text, &ctx),
+                            None => Ok(format!("scripted failure (HTTP {status})")),
+                        };
+                        let message = match message {
+                            Ok(m) => m,
+                            Err(e) => return ScriptedReply::failure(400, e),
+                        };
+                        return ScriptedReply::Failure {
+                            status: *status,
+                            message,
+                            // 429 always tells the client when to come back.
+                            retry_after: retry_after.or((*status == 429).then_some(Duration::ZERO)),
+                            latency: self.latency_for(rule, Some(step)),
+                        };
+                    }
+                }
+            }
+            _ => step,
+        };
+        match self.build_message(played, &ctx) {
+            Ok(message) => {
+                // A `then:` step's own latency wins over the failing step's.
+                let timed = if played.latency.is_some() {
+                    played
+                } else {
+                    step
+                };
+                let latency = self.latency_for(rule, Some(timed));
+                self.completion(req, message, latency)
+            }
+            Err(e) => ScriptedReply::failure(400, e),
+        }
+    }
+
+    fn matching_rule(
+        &self,
+        task: &str,
+        req: &ChatRequest,
+        meta: &RequestMeta,
+    ) -> Option<(usize, &Rule)> {
+        self.rules.iter().enumerate().find(|(_, rule)| {
+            let agent_ok = !matches!(rule.agent.as_deref(), Some(a) if a != meta.agent_name);
+            let task_ok = !matches!(rule.task_contains.as_deref(), Some(t) if !task.contains(t));
+            let model_ok = !matches!(rule.model.as_deref(), Some(m) if m != req.model);
+            agent_ok && task_ok && model_ok
+        })
+    }
+
+    fn latency_for(&self, rule: &Rule, step: Option<&Step>) -> Duration {
+        let latency: Latency = step
+            .and_then(|s| s.latency)
+            .or(rule.latency)
+            .unwrap_or(self.default_latency);
+        latency.sample()
+    }
+
+    fn build_message(&self, step: &Step, ctx: &TemplateContext<'_>) -> Result<ChatMessage, String> {
+        match &step.action {
+            Action::Answer(text) => Ok(ChatMessage::assistant(
+                Some(self.render(text, ctx)?),
+                vec![],
+            )),
+            Action::Calls { content, calls } => {
+                let content = content.as_ref().map(|t| self.render(t, ctx)).transpose()?;
+                let tool_calls = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(k, call)| self.tool_call(call, k, ctx))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(ChatMessage::assistant(content, tool_calls))
+            }
+            // `then` is never a failure (checked at load time).
+            Action::Fail { .. } => Err("a `then:` step cannot be a failure".to_owned()),
+        }
+    }
+
+    fn tool_call(
+        &self,
+        call: &CallSpec,
+        k: usize,
+        ctx: &TemplateContext<'_>,
+    ) -> Result<ToolCall, String> {
+        let arguments = match &call.args {
+            Args::Raw(text) => self.render(text, ctx)?,
+            Args::Json(tree) => self.render_tree(tree, ctx)?.to_string(),
+        };
+        Ok(ToolCall::function(
+            format!("call_{}_{k}", ctx.step),
+            call.tool.clone(),
+            arguments,
+        ))
+    }
+
+    fn render_tree(&self, tree: &ArgTree, ctx: &TemplateContext<'_>) -> Result<Value, String> {
+        Ok(match tree {
+            ArgTree::Text(text) => Value::String(self.render(text, ctx)?),
+            ArgTree::Scalar(v) => v.clone(),
+            ArgTree::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|i| self.render_tree(i, ctx))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ArgTree::Object(fields) => Value::Object(
+                fields
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), self.render_tree(v, ctx)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
+        })
+    }
+
+    fn render(&self, text: &Text, ctx: &TemplateContext<'_>) -> Result<String, String> {
+        match text {
+            Text::Literal(s) => Ok(s.clone()),
+            Text::Template(name) => self
+                .templates
+                .get_template(name)
+                .and_then(|t| t.render(ctx))
+                .map_err(|e| format!("template `{name}` in {} failed: {e}", self.origin)),
+        }
+    }
+
+    fn completion(
+        &self,
+        req: &ChatRequest,
+        message: ChatMessage,
+        latency: Duration,
+    ) -> ScriptedReply {
+        let finish_reason = if message.tool_calls().is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        let prompt_chars: usize = req.messages.iter().map(message_chars).sum();
+        let prompt_tokens = estimate_tokens(prompt_chars);
+        let completion_tokens = estimate_tokens(message_chars(&message));
+        let mut completion = ChatCompletion {
+            id: Some(format!(
+                "chatcmpl-scripted-{}",
+                uuid::Uuid::new_v4().simple()
+            )),
+            model: Some(self.model.clone()),
+            message,
+            finish_reason: Some(finish_reason.to_owned()),
+            usage: Some(Usage {
+                prompt_tokens,
+                completion_tokens,
+                total_tokens: prompt_tokens + completion_tokens,
+            }),
+            raw: Value::Null,
+        };
+        completion.raw = completion.to_openai_json(chrono::Utc::now().timestamp());
+        ScriptedReply::Completion {
+            completion,
+            latency,
+        }
+    }
+}
+
+fn message_chars(m: &ChatMessage) -> usize {
+    m.content.as_deref().map_or(0, str::len)
+        + m.tool_calls()
+            .iter()
+            .map(|c| c.function.name.len() + c.function.arguments.len())
+            .sum::<usize>()
+}
+
+/// Roughly four characters per token, at least one.
+fn estimate_tokens(chars: usize) -> u64 {
+    (chars as u64).div_ceil(4).max(1)
+}
+
+fn first_content(messages: &[ChatMessage], role: Role) -> &str {
+    messages
+        .iter()
+        .find(|m| m.role == role)
+        .and_then(|m| m.content.as_deref())
+        .unwrap_or("")
+}
+
+fn last_content(messages: &[ChatMessage], role: Role) -> &str {
+    messages
+        .iter()
+        .rev()
+        .find(|m| m.role == role)
+        .and_then(|m| m.content.as_deref())
+        .unwrap_or("")
+}

@@ -1,0 +1,477 @@
+//! The scripted model as an OpenAI-compatible HTTP endpoint (hyper 1, HTTP/1.1 keep-alive):
+//! POST `/v1/chat/completions`, GET `/v1/models`, GET `/v1/stats`; anything else is a JSON 404.
+//!
+//! Owns the listener, per-connection tasks, OpenAI-shaped error bodies (429 always carries
+//! Retry-After) and the [`ServerStats`] counters tests read. Binds only the address it is
+//! given (callers pass 127.0.0.1). Reply content comes from `respond.rs`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio_util::sync::CancellationToken;
+
+use super::respond::ScriptedReply;
+use super::script::{Script, ScriptError};
+use super::validate::validate_history;
+use crate::llm::endpoint::{decode_header_value, RequestMeta, HEADER_AGENT, HEADER_RUN_ID};
+use crate::llm::types::ChatRequest;
+
+/// Largest request body accepted (long histories are big, but not this big).
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Listen backlog: benchmarks open thousands of connections at once.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Why the server could not start or keep running.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    #[error(
+        "cannot listen on {addr}: {source} (hint: is the port in use? --port 0 picks a free one)"
+    )]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the scripted model's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Counters of the chat endpoint, shared with whoever started the server.
+#[derive(Debug)]
+pub struct ServerStats {
+    started: Instant,
+    requests_total: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+    rejected_invalid: AtomicU64,
+    completions: AtomicU64,
+    failures: AtomicU64,
+    /// Arrival time of every chat request, in ms since `started`, in arrival order.
+    arrivals_ms: Mutex<Vec<u64>>,
+}
+
+/// A point-in-time copy of [`ServerStats`], served as JSON by GET `/v1/stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    pub requests_total: u64,
+    pub in_flight: u64,
+    pub max_in_flight: u64,
+    pub rejected_invalid: u64,
+    pub completions: u64,
+    pub failures: u64,
+    /// Most chat requests that arrived within any 60 s window.
+    pub max_requests_per_minute: u64,
+    pub uptime_ms: u64,
+}
+
+impl ServerStats {
+    fn new() -> Self {
+        ServerStats {
+            started: Instant::now(),
+            requests_total: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+            rejected_invalid: AtomicU64::new(0),
+            completions: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            arrivals_ms: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Chat requests received (valid or not).
+    pub fn requests_total(&self) -> u64 {
+        self.requests_total.load(Ordering::SeqCst)
+    }
+    /// Chat requests being handled right now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+    /// The most chat requests ever handled at the same time.
+    pub fn max_in_flight(&self) -> u64 {
+        self.max_in_flight.load(Ordering::SeqCst)
+    }
+    /// Requests refused with 400 because their history was invalid (strict mode).
+    pub fn rejected_invalid(&self) -> u64 {
+        self.rejected_invalid.load(Ordering::SeqCst)
+    }
+    /// Successful completions served.
+    pub fn completions(&self) -> u64 {
+        self.completions.load(Ordering::SeqCst)
+    }
+    /// Error responses served (scripted failures, invalid requests, unmatched rules).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
+    }
+
+    /// The most chat requests that arrived within any window of length `window`.
+    pub fn max_requests_in_window(&self, window: Duration) -> u64 {
+        let arrivals = self
+            .arrivals_ms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let window_ms = window.as_millis() as u64;
+        let mut best = 0;
+        let mut start = 0;
+        for end in 0..arrivals.len() {
+            while arrivals[end] - arrivals[start] >= window_ms.max(1) {
+                start += 1;
+            }
+            best = best.max(end - start + 1);
+        }
+        best as u64
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            requests_total: self.requests_total(),
+            in_flight: self.in_flight(),
+            max_in_flight: self.max_in_flight(),
+            rejected_invalid: self.rejected_invalid(),
+            completions: self.completions(),
+            failures: self.failures(),
+            max_requests_per_minute: self.max_requests_in_window(Duration::from_secs(60)),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+        }
+    }
+
+    fn arrive(self: &Arc<Self>) -> InFlight {
+        self.requests_total.fetch_add(1, Ordering::SeqCst);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let at = self.started.elapsed().as_millis() as u64;
+        let mut arrivals = self
+            .arrivals_ms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Keep the list sorted even if two threads race between `elapsed` and `lock`.
+        let pos = arrivals.partition_point(|t| *t <= at);
+        arrivals.insert(pos, at);
+        InFlight(Arc::clone(self))
+    }
+}
+
+/// Decrements `in_flight` when a request ends, even if the client hung up mid-latency.
+struct InFlight(Arc<ServerStats>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A running scripted-model server. Dropping it stops accepting connections.
+#[derive(Debug)]
+pub struct ScriptServer {
+    pub addr: SocketAddr,
+    stats: Arc<ServerStats>,
+    shutdown: CancellationToken,
+    accept_loop: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ScriptServer {
+    pub fn stats(&self) -> &Arc<ServerStats> {
+        &self.stats
+    }
+
+    /// The base URL clients use, e.g. `http://127.0.0.1:4321/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Stops accepting, asks open connections to finish their current request, and waits
+    /// for the accept loop to end.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.accept_loop.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for ScriptServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+struct Shared {
+    script: Arc<Script>,
+    stats: Arc<ServerStats>,
+}
+
+/// Starts serving `script` on `addr` (pass `127.0.0.1:0` for a free port). Must be called
+/// inside a tokio runtime.
+pub async fn serve(script: Arc<Script>, addr: SocketAddr) -> Result<ScriptServer, ServeError> {
+    let listener = bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let stats = Arc::new(ServerStats::new());
+    let shared = Arc::new(Shared {
+        script,
+        stats: Arc::clone(&stats),
+    });
+    let shutdown = CancellationToken::new();
+    let accept_loop = tokio::spawn(accept_connections(listener, shared, shutdown.clone()));
+    Ok(ScriptServer {
+        addr: local,
+        stats,
+        shutdown,
+        accept_loop: Some(accept_loop),
+    })
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+async fn accept_connections(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Usually EMFILE under load: give connections a moment to close.
+                tracing::warn!(error = %e, "scripted model: accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(route(&shared, req).await) }
+            });
+            let conn = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "scripted model: connection ended with an error");
+                    }
+                }
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
+type Reply = Response<Full<Bytes>>;
+
+async fn route(shared: &Shared, req: Request<Incoming>) -> Reply {
+    let path = req.uri().path().trim_end_matches('/').to_owned();
+    match (req.method(), path.as_str()) {
+        (&Method::POST, "/v1/chat/completions" | "/chat/completions") => chat(shared, req).await,
+        (&Method::GET, "/v1/models" | "/models") => json_reply(
+            StatusCode::OK,
+            &json!({"object": "list", "data": [{
+                "id": shared.script.model(), "object": "model", "created": 0, "owned_by": "delta"
+            }]}),
+        ),
+        (&Method::GET, "/v1/stats") => json_reply(StatusCode::OK, &json!(shared.stats.snapshot())),
+        (method, _) => error_reply(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "no route for {method} {path} (the scripted model serves POST /v1/chat/completions, \
+                 GET /v1/models and GET /v1/stats)"
+            ),
+            "not_found",
+            None,
+        ),
+    }
+}
+
+async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
+    let stats = &shared.stats;
+    let _in_flight = stats.arrive();
+    let meta = meta_from_headers(req.headers());
+    let reply = match read_request(req).await {
+        Ok(chat_req) => {
+            if shared.script.strict() {
+                if let Err(problem) = validate_history(&chat_req.messages) {
+                    stats.rejected_invalid.fetch_add(1, Ordering::SeqCst);
+                    stats.failures.fetch_add(1, Ordering::SeqCst);
+                    return error_reply(
+                        StatusCode::BAD_REQUEST,
+                        &format!("invalid chat history: {problem}"),
+                        "invalid_history",
+                        None,
+                    );
+                }
+            }
+            shared.script.respond_unchecked(&chat_req, &meta)
+        }
+        Err(reply) => {
+            stats.failures.fetch_add(1, Ordering::SeqCst);
+            return reply;
+        }
+    };
+    let latency = reply.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    match reply {
+        ScriptedReply::Completion { completion, .. } => {
+            stats.completions.fetch_add(1, Ordering::SeqCst);
+            json_reply(StatusCode::OK, &completion.raw)
+        }
+        ScriptedReply::Failure {
+            status,
+            message,
+            retry_after,
+            ..
+        } => {
+            stats.failures.fetch_add(1, Ordering::SeqCst);
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            error_reply(status, &message, "scripted_failure", retry_after)
+        }
+    }
+}
+
+/// Reads and parses the body; the error is the ready-made 4xx reply.
+async fn read_request(req: Request<Incoming>) -> Result<ChatRequest, Reply> {
+    let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+        .map_err(|e| {
+            error_reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("cannot read the request body (limit {MAX_BODY_BYTES} bytes): {e}"),
+                "invalid_body",
+                None,
+            )
+        })?
+        .to_bytes();
+    let bad =
+        |message: String| error_reply(StatusCode::BAD_REQUEST, &message, "invalid_request", None);
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| bad(format!("the request body is not JSON: {e}")))?;
+    if value.get("stream").and_then(Value::as_bool) == Some(true) {
+        return Err(bad(
+            "`stream: true` is not supported by the scripted model (hint: send stream: false)"
+                .into(),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| bad(format!("not a chat completions request: {e}")))
+}
+
+fn meta_from_headers(headers: &HeaderMap) -> RequestMeta {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(decode_header_value)
+            .unwrap_or_default()
+    };
+    RequestMeta {
+        agent_name: get(HEADER_AGENT),
+        run_id: get(HEADER_RUN_ID),
+    }
+}
+
+fn json_reply(status: StatusCode, body: &Value) -> Reply {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// An OpenAI-shaped error: `{"error":{"message","type","code"}}`. 429 always carries
+/// `Retry-After` (whole seconds, rounded up) and the precise `retry-after-ms`.
+fn error_reply(
+    status: StatusCode,
+    message: &str,
+    code: &str,
+    retry_after: Option<Duration>,
+) -> Reply {
+    let kind = match status.as_u16() {
+        429 => "rate_limit_error",
+        401 | 403 => "authentication_error",
+        500..=599 => "server_error",
+        _ => "invalid_request_error",
+    };
+    let mut response = json_reply(
+        status,
+        &json!({"error": {"message": message, "type": kind, "code": code}}),
+    );
+    let retry_after =
+        retry_after.or((status == StatusCode::TOO_MANY_REQUESTS).then_some(Duration::ZERO));
+    if let Some(wait) = retry_after {
+        let headers = response.headers_mut();
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        headers.insert("retry-after-ms", HeaderValue::from(wait.as_millis() as u64));
+    }
+    response
+}
+
+/// For `delta mock-llm`: loads the script, serves it on 127.0.0.1:`port` (0 = any free
+/// port) on its own runtime, calls `ready` with the bound address, and runs until SIGINT or
+/// SIGTERM.
+pub fn run_server_blocking(
+    script_path: &Path,
+    port: u16,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let script = Arc::new(Script::load(script_path)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Handlers go in before `ready` so a supervisor that signals right after the
+        // address is announced cannot kill the process with the default action.
+        let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Runtime)?;
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Runtime)?;
+        let server = serve(script, SocketAddr::from(([127, 0, 0, 1], port))).await?;
+        ready(server.addr);
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        server.shutdown().await;
+        Ok(())
+    })
+}

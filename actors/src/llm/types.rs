@@ -1,0 +1,439 @@
+//! The OpenAI chat-completions wire format: messages, tool calls, requests, completions and
+//! usage, plus [`parse_completion`] for provider bodies.
+//!
+//! Owns how a history is serialized so that it is always valid for the OpenAI API
+//! (assistant turns without text carry `content: null`, never the string `"null"`; empty
+//! `tool_calls` arrays are omitted). Does not do I/O, retries or history repair.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{json, Value};
+
+use super::LlmError;
+
+/// Who said a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    /// The wire spelling, e.g. `assistant`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// One chat message. `content` is always serialized (as `null` when absent) because OpenAI
+/// requires the key on assistant turns that only carry tool calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    #[serde(default, deserialize_with = "deserialize_content")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "no_tool_calls")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::plain(Role::System, Some(content.into()))
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::plain(Role::User, Some(content.into()))
+    }
+
+    /// An assistant turn; `content: None` is sent as `null`.
+    pub fn assistant(content: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
+        ChatMessage {
+            role: Role::Assistant,
+            content,
+            tool_calls: if tool_calls.is_empty() {
+                None
+            } else {
+                Some(tool_calls)
+            },
+            tool_call_id: None,
+        }
+    }
+
+    /// The result of the tool call `tool_call_id`.
+    pub fn tool(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: Role::Tool,
+            content: Some(content.into()),
+            tool_calls: None,
+            tool_call_id: Some(tool_call_id.into()),
+        }
+    }
+
+    fn plain(role: Role, content: Option<String>) -> Self {
+        ChatMessage {
+            role,
+            content,
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
+
+    /// The tool calls of this message (empty for non-assistant turns).
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        self.tool_calls.as_deref().unwrap_or(&[])
+    }
+}
+
+fn no_tool_calls(calls: &Option<Vec<ToolCall>>) -> bool {
+    !matches!(calls, Some(list) if !list.is_empty())
+}
+
+/// Accepts `null`, a string, or the array-of-parts form (`[{"type":"text","text":..}]`)
+/// that some clients send; parts are concatenated.
+fn deserialize_content<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let value = Option::<Value>::deserialize(d)?;
+    Ok(match value {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(Value::Array(parts)) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(""),
+        ),
+        Some(other) => Some(other.to_string()),
+    })
+}
+
+/// One function call requested by the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    #[serde(default)]
+    pub id: String,
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+impl ToolCall {
+    /// A `function` tool call with JSON-encoded `arguments`.
+    pub fn function(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        ToolCall {
+            id: id.into(),
+            kind: function_kind(),
+            function: FunctionCall {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
+        }
+    }
+}
+
+fn function_kind() -> String {
+    "function".to_owned()
+}
+
+/// The function name and its arguments as a JSON string (as OpenAI sends them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// Some providers send an object instead of a JSON string; it is re-encoded.
+    #[serde(default, deserialize_with = "deserialize_arguments")]
+    pub arguments: String,
+}
+
+fn deserialize_arguments<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let value = Option::<Value>::deserialize(d)?;
+    Ok(match value {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s,
+        Some(other) => other.to_string(),
+    })
+}
+
+/// A chat-completions request. `None` fields are omitted, as are `tools` when empty.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Value>,
+    /// Only the string forms (`auto`, `none`, `required`) are modelled; an object form
+    /// received by the scripted server is ignored.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "deserialize_tool_choice"
+    )]
+    pub tool_choice: Option<String>,
+}
+
+fn deserialize_tool_choice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let value = Option::<Value>::deserialize(d)?;
+    Ok(match value {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    })
+}
+
+/// Token accounting reported by the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+/// The first choice of a completion plus what the provider said about it. `raw` keeps the
+/// provider's full body so it can be stored beside the journal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatCompletion {
+    pub id: Option<String>,
+    pub model: Option<String>,
+    pub message: ChatMessage,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+    pub raw: Value,
+}
+
+impl ChatCompletion {
+    /// The OpenAI response body for this completion (what the scripted server sends).
+    pub fn to_openai_json(&self, created_unix: i64) -> Value {
+        json!({
+            "id": self.id.clone().unwrap_or_else(|| "chatcmpl-delta".to_owned()),
+            "object": "chat.completion",
+            "created": created_unix,
+            "model": self.model.clone().unwrap_or_default(),
+            "choices": [{
+                "index": 0,
+                "message": self.message,
+                "finish_reason": self.finish_reason,
+            }],
+            "usage": self.usage.unwrap_or_default(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireCompletion {
+    id: Option<String>,
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<WireChoice>,
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice {
+    message: Option<WireMessage>,
+    finish_reason: Option<String>,
+}
+
+/// The response message; `role` is optional because some providers leave it out.
+#[derive(Deserialize)]
+struct WireMessage {
+    #[serde(default, deserialize_with = "deserialize_content")]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCall>>,
+}
+
+/// Parses a provider's chat-completion body. Fails with [`LlmError::InvalidResponse`] when
+/// the body is not JSON, carries an `error` object, or has no `choices[0].message`.
+/// Tool calls without an id get a generated one so every call can be answered.
+pub fn parse_completion(body: &[u8]) -> Result<ChatCompletion, LlmError> {
+    let raw: Value = serde_json::from_slice(body).map_err(|e| {
+        LlmError::InvalidResponse(format!(
+            "body is not JSON ({e}); it starts with {:?}",
+            preview(body)
+        ))
+    })?;
+    if let Some(error) = raw.get("error").filter(|e| !e.is_null()) {
+        return Err(LlmError::InvalidResponse(format!(
+            "the provider returned an error object: {}",
+            provider_error_message(error)
+        )));
+    }
+    let wire: WireCompletion = serde_json::from_value(raw.clone())
+        .map_err(|e| LlmError::InvalidResponse(format!("unexpected chat.completion shape: {e}")))?;
+    let choice = wire.choices.into_iter().next().ok_or_else(|| {
+        LlmError::InvalidResponse(
+            "`choices` is empty or missing (hint: check the model name)".into(),
+        )
+    })?;
+    let message = choice
+        .message
+        .ok_or_else(|| LlmError::InvalidResponse("`choices[0].message` is missing".into()))?;
+    let mut tool_calls = message.tool_calls.unwrap_or_default();
+    for call in tool_calls.iter_mut().filter(|c| c.id.is_empty()) {
+        call.id = format!("call_{}", uuid::Uuid::new_v4().simple());
+    }
+    Ok(ChatCompletion {
+        id: wire.id,
+        model: wire.model,
+        message: ChatMessage::assistant(message.content, tool_calls),
+        finish_reason: choice.finish_reason,
+        usage: wire.usage,
+        raw,
+    })
+}
+
+/// The human-readable message inside a provider error value (`{"message":..}` or a string).
+pub(crate) fn provider_error_message(error: &Value) -> String {
+    match error {
+        Value::String(s) => s.clone(),
+        Value::Object(map) => map
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| error.to_string()),
+        other => other.to_string(),
+    }
+}
+
+/// At most 200 characters of a body, for error messages.
+pub(crate) fn preview(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).chars().take(200).collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assistant_without_text_serializes_content_null_not_string() {
+        let msg = ChatMessage::assistant(None, vec![ToolCall::function("c1", "ls", "{}")]);
+        let v = serde_json::to_value(&msg).unwrap();
+        assert_eq!(v["content"], Value::Null);
+        assert!(v.as_object().unwrap().contains_key("content"));
+        assert_eq!(v["tool_calls"][0]["type"], "function");
+        assert!(!v.as_object().unwrap().contains_key("tool_call_id"));
+    }
+
+    #[test]
+    fn empty_tool_calls_are_omitted() {
+        let msg = ChatMessage::assistant(Some("hi".into()), vec![]);
+        let v = serde_json::to_value(&msg).unwrap();
+        assert!(!v.as_object().unwrap().contains_key("tool_calls"));
+        let mut explicit = msg.clone();
+        explicit.tool_calls = Some(vec![]);
+        let v = serde_json::to_value(&explicit).unwrap();
+        assert!(!v.as_object().unwrap().contains_key("tool_calls"));
+    }
+
+    #[test]
+    fn request_omits_unset_options_and_empty_tools() {
+        let req = ChatRequest {
+            model: "m".into(),
+            messages: vec![ChatMessage::user("hi")],
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&req).unwrap();
+        let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys, vec!["messages", "model"]);
+        let req = ChatRequest {
+            top_p: Some(0.5),
+            presence_penalty: Some(0.1),
+            tools: vec![json!({"type":"function"})],
+            tool_choice: Some("auto".into()),
+            ..req
+        };
+        let v = serde_json::to_value(&req).unwrap();
+        assert_eq!(v["top_p"], 0.5);
+        assert_eq!(v["presence_penalty"], 0.1);
+        assert_eq!(v["tool_choice"], "auto");
+        assert_eq!(v["tools"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn parses_a_tool_call_completion_with_usage() {
+        let body = br#"{"id":"x1","model":"gpt","choices":[{"index":0,"message":{"role":"assistant","content":null,
+            "tool_calls":[{"id":"call_1","type":"function","function":{"name":"ls","arguments":"{\"a\":1}"}}]},
+            "finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#;
+        let c = parse_completion(body).unwrap();
+        assert_eq!(c.id.as_deref(), Some("x1"));
+        assert_eq!(c.message.role, Role::Assistant);
+        assert_eq!(c.message.content, None);
+        assert_eq!(c.message.tool_calls()[0].function.arguments, r#"{"a":1}"#);
+        assert_eq!(c.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(c.usage.unwrap().total_tokens, 7);
+        assert_eq!(c.raw["id"], "x1");
+    }
+
+    #[test]
+    fn object_arguments_and_missing_ids_are_normalised() {
+        let body = br#"{"choices":[{"message":{"content":"t","tool_calls":[{"function":{"name":"f","arguments":{"k":"v"}}}]}}]}"#;
+        let c = parse_completion(body).unwrap();
+        let call = &c.message.tool_calls()[0];
+        assert!(call.id.starts_with("call_"));
+        assert_eq!(call.kind, "function");
+        assert_eq!(call.function.arguments, r#"{"k":"v"}"#);
+    }
+
+    #[test]
+    fn content_parts_are_concatenated() {
+        let msg: ChatMessage = serde_json::from_str(
+            r#"{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(msg.content.as_deref(), Some("ab"));
+    }
+
+    #[test]
+    fn invalid_bodies_are_reported() {
+        let err = parse_completion(b"<html>").unwrap_err();
+        assert!(matches!(err, LlmError::InvalidResponse(ref m) if m.contains("<html>")));
+        let err = parse_completion(br#"{"choices":[]}"#).unwrap_err();
+        assert!(err.to_string().contains("choices"));
+        let err = parse_completion(br#"{"error":{"message":"quota exceeded"}}"#).unwrap_err();
+        assert!(err.to_string().contains("quota exceeded"));
+    }
+
+    #[test]
+    fn completion_round_trips_through_openai_json() {
+        let c = ChatCompletion {
+            id: Some("a".into()),
+            model: Some("m".into()),
+            message: ChatMessage::assistant(None, vec![ToolCall::function("c", "f", "{}")]),
+            finish_reason: Some("tool_calls".into()),
+            usage: Some(Usage {
+                prompt_tokens: 1,
+                completion_tokens: 2,
+                total_tokens: 3,
+            }),
+            raw: Value::Null,
+        };
+        let body = serde_json::to_vec(&c.to_openai_json(0)).unwrap();
+        let back = parse_completion(&body).unwrap();
+        assert_eq!(back.message, c.message);
+        assert_eq!(back.usage, c.usage);
+    }
+}

@@ -1,0 +1,349 @@
+//! End to end over loopback: the scripted-model HTTP server on 127.0.0.1:0 and the real
+//! `HttpBackend` client (status mapping, Retry-After, strict history checks, retries,
+//! in-flight statistics, routes).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use delta_actors::llm::{
+    complete_with_retry, parse_retry_after, scripted, ChatBackend, ChatMessage, ChatRequest,
+    Endpoint, HttpBackend, LlmError, RequestMeta, RetryPolicy, Script, ScriptServer, ToolCall,
+};
+use serde_json::Value;
+
+const LOOPBACK: ([u8; 4], u16) = ([127, 0, 0, 1], 0);
+
+async fn start(yaml: &str) -> ScriptServer {
+    let script = Arc::new(Script::from_yaml_str(yaml, "e2e.yaml").unwrap());
+    scripted::serve(script, SocketAddr::from(LOOPBACK))
+        .await
+        .unwrap()
+}
+
+fn client(server: &ScriptServer) -> HttpBackend {
+    HttpBackend::new(
+        Endpoint::new(server.base_url(), Some("sk-test".into())),
+        Duration::from_secs(30),
+    )
+    .unwrap()
+}
+
+fn request(task: &str) -> ChatRequest {
+    ChatRequest {
+        model: "delta-scripted".into(),
+        messages: vec![ChatMessage::system("sys"), ChatMessage::user(task)],
+        tool_choice: Some("auto".into()),
+        ..Default::default()
+    }
+}
+
+fn fast_retries(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+    }
+}
+
+#[tokio::test]
+async fn http_backend_completes_against_the_scripted_server() {
+    let server = start(
+        r#"
+rules:
+  - agent: writer
+    steps:
+      - tool: create_file
+        args: { filename: "{{ run_id }}.txt" }
+      - answer: "wrote {{ last_observation }}"
+  - steps: [{answer: "wrong rule"}]
+"#,
+    )
+    .await;
+    let backend = client(&server);
+    let meta = RequestMeta::new("writer", "run-7");
+    let first = backend
+        .complete(request("write"), meta.clone())
+        .await
+        .unwrap();
+    let call = &first.message.tool_calls()[0];
+    assert_eq!(call.function.name, "create_file");
+    assert_eq!(call.function.arguments, r#"{"filename":"run-7.txt"}"#);
+    assert_eq!(first.message.content, None);
+    assert!(first.usage.unwrap().prompt_tokens > 0);
+    assert_eq!(first.raw["object"], "chat.completion");
+
+    let mut next = request("write");
+    next.messages.push(first.message.clone());
+    next.messages
+        .push(ChatMessage::tool(call.id.clone(), "ok.txt"));
+    let second = backend.complete(next, meta).await.unwrap();
+    assert_eq!(second.message.content.as_deref(), Some("wrote ok.txt"));
+    assert_eq!(second.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(server.stats().completions(), 2);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn rate_limited_reply_carries_retry_after() {
+    let server = start("steps: [{fail: 429, retry_after: 2, message: \"too many\"}]").await;
+    // Raw HTTP first: the header itself is what parse_retry_after reads.
+    let raw = reqwest::Client::new()
+        .post(format!("{}/chat/completions", server.base_url()))
+        .json(&request("t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 429);
+    assert_eq!(raw.headers()["retry-after"], "2");
+    assert_eq!(
+        parse_retry_after(raw.headers()),
+        Some(Duration::from_secs(2))
+    );
+    let body: Value = raw.json().await.unwrap();
+    assert_eq!(body["error"]["message"], "too many");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+
+    let err = client(&server)
+        .complete(request("t"), RequestMeta::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        LlmError::Http {
+            status: 429,
+            message: "too many".into(),
+            retry_after: Some(Duration::from_secs(2)),
+        }
+    );
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn invalid_history_is_rejected_with_400() {
+    let server = start("steps: [{answer: a}, {answer: b}]").await;
+    let mut bad = request("t");
+    bad.messages.push(ChatMessage::assistant(
+        None,
+        vec![ToolCall::function("c1", "ls", "{}")],
+    ));
+    bad.messages.push(ChatMessage::user("interrupting"));
+    let err = client(&server)
+        .complete(bad, RequestMeta::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(400));
+    assert!(
+        err.to_string().contains("\"c1\" has no tool result"),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+    assert_eq!(server.stats().rejected_invalid(), 1);
+
+    // The string "null" as assistant content is refused too (reference §19 item 2a).
+    let mut string_null = request("t");
+    string_null
+        .messages
+        .push(ChatMessage::assistant(Some("null".into()), vec![]));
+    string_null.messages.push(ChatMessage::user("go on"));
+    let err = client(&server)
+        .complete(string_null, RequestMeta::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(400));
+    assert_eq!(server.stats().rejected_invalid(), 2);
+}
+
+#[tokio::test]
+async fn retries_transient_failures_and_not_client_errors() {
+    let server = start(
+        r#"
+rules:
+  - task_contains: flaky
+    steps: [{fail: 503, times: 2, then: {answer: "recovered"}}]
+  - task_contains: broken
+    steps: [{fail: 400, message: "bad parameter"}]
+"#,
+    )
+    .await;
+    let backend = client(&server);
+    let mut notices = Vec::new();
+    let done = complete_with_retry(
+        &backend,
+        request("flaky"),
+        RequestMeta::new("a", "r1"),
+        &fast_retries(5),
+        |n| notices.push(n.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.message.content.as_deref(), Some("recovered"));
+    assert_eq!(notices.len(), 2);
+    assert_eq!(notices[1].failed_attempt, 2);
+    assert_eq!(notices[0].error.status(), Some(503));
+    assert_eq!(server.stats().requests_total(), 3);
+
+    let err = complete_with_retry(
+        &backend,
+        request("broken"),
+        RequestMeta::new("a", "r2"),
+        &fast_retries(5),
+        |_| panic!("a 400 must not be retried"),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("bad parameter"), "{err}");
+    assert_eq!(server.stats().requests_total(), 4);
+
+    // Attempts are bounded: a permanent 503 gives up after max_attempts.
+    let permanent = start("steps: [{fail: 503}]").await;
+    let err = complete_with_retry(
+        &client(&permanent),
+        request("t"),
+        RequestMeta::default(),
+        &fast_retries(3),
+        |_| {},
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.status(), Some(503));
+    assert_eq!(permanent.stats().requests_total(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_max_in_flight_under_concurrency() {
+    // The latency keeps every request open until all 20 have arrived.
+    let server = start("default_latency_ms: 1500\nsteps: [{answer: done}]").await;
+    let backend = client(&server);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let backend = backend.clone();
+        tasks.spawn(async move {
+            backend
+                .complete(
+                    request(&format!("task {i}")),
+                    RequestMeta::new("a", format!("r{i}")),
+                )
+                .await
+        });
+    }
+    let mut answered = 0;
+    while let Some(result) = tasks.join_next().await {
+        assert_eq!(
+            result.unwrap().unwrap().message.content.as_deref(),
+            Some("done")
+        );
+        answered += 1;
+    }
+    assert_eq!(answered, 20);
+    let stats = server.stats().snapshot();
+    assert_eq!(stats.requests_total, 20);
+    assert_eq!(stats.max_in_flight, 20);
+    assert_eq!(stats.in_flight, 0);
+    assert_eq!(stats.max_requests_per_minute, 20);
+    assert_eq!(
+        server
+            .stats()
+            .max_requests_in_window(Duration::from_secs(60)),
+        20
+    );
+}
+
+#[tokio::test]
+async fn models_stats_and_unknown_routes() {
+    let server = start("model: scripted-x\nsteps: [{answer: a}]").await;
+    let http = reqwest::Client::new();
+    let base = server.base_url();
+    let models: Value = http
+        .get(format!("{base}/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "scripted-x");
+
+    client(&server)
+        .complete(request("t"), RequestMeta::default())
+        .await
+        .unwrap();
+    let stats: Value = http
+        .get(format!("{base}/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["requests_total"], 1);
+    assert_eq!(stats["completions"], 1);
+
+    let missing = http.get(format!("{base}/nope")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: Value = missing.json().await.unwrap();
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/v1/chat/completions"));
+
+    let not_json = http
+        .post(format!("{base}/chat/completions"))
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_json.status(), 400);
+    let streaming = http
+        .post(format!("{base}/chat/completions"))
+        .json(&serde_json::json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streaming.status(), 400);
+}
+
+#[tokio::test]
+async fn server_binds_loopback_only_and_stops_on_shutdown() {
+    let server = start("steps: [{answer: a}]").await;
+    assert!(server.addr.ip().is_loopback());
+    let backend = client(&server);
+    backend
+        .complete(request("t"), RequestMeta::default())
+        .await
+        .unwrap();
+    server.shutdown().await;
+    // New connections are refused once the listener is gone.
+    let fresh = HttpBackend::new(
+        Endpoint::new(
+            format!(
+                "http://{}/v1",
+                SocketAddr::from(([127, 0, 0, 1], backend_port(&backend)))
+            ),
+            None,
+        ),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let err = fresh
+        .complete(request("t"), RequestMeta::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LlmError::Transport(_)), "{err:?}");
+}
+
+fn backend_port(backend: &HttpBackend) -> u16 {
+    let url = reqwest::Url::parse(&backend.endpoint().base_url).unwrap();
+    url.port().unwrap()
+}
+
+#[tokio::test]
+async fn agent_names_with_unusual_characters_reach_the_rules() {
+    let server = start("rules: [{agent: \"agent é/1\", steps: [{answer: \"{{ agent }}\"}]}]").await;
+    let reply = client(&server)
+        .complete(request("t"), RequestMeta::new("agent é/1", "r"))
+        .await
+        .unwrap();
+    assert_eq!(reply.message.content.as_deref(), Some("agent é/1"));
+}
