@@ -7,7 +7,9 @@
 
 use std::path::Path;
 
-use super::process::{ProcessOutcome, StreamCapture, Termination, DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES};
+use super::process::{
+    ProcessOutcome, StreamCapture, Termination, DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES,
+};
 
 /// How much of each stream the model sees (at the start and at the end). The process capture
 /// limits are the upper bound: asking for more here than was captured shows what was captured.
@@ -80,7 +82,10 @@ fn stream_text(stream: &StreamCapture, display_root: &Path) -> String {
         Some(file) => {
             let shown = file.strip_prefix(display_root).unwrap_or(file);
             if stream.file_truncated {
-                format!("; full output (capped, see its last line): {}", shown.display())
+                format!(
+                    "; full output (capped, see its last line): {}",
+                    shown.display()
+                )
             } else {
                 format!("; full output: {}", shown.display())
             }
@@ -150,7 +155,11 @@ mod tests {
         }
     }
 
-    fn outcome(termination: Termination, stdout: StreamCapture, stderr: StreamCapture) -> ProcessOutcome {
+    fn outcome(
+        termination: Termination,
+        stdout: StreamCapture,
+        stderr: StreamCapture,
+    ) -> ProcessOutcome {
         ProcessOutcome {
             exit_code: match termination {
                 Termination::Exited(code) => Some(code),
@@ -168,16 +177,27 @@ mod tests {
     #[test]
     fn both_sections_and_exit_code() {
         let text = format_observation(
-            &outcome(Termination::Exited(1), stream("hello world\n"), stream("oops\n")),
+            &outcome(
+                Termination::Exited(1),
+                stream("hello world\n"),
+                stream("oops\n"),
+            ),
             Path::new("/run"),
         );
-        assert_eq!(text, "=== STDOUT ===\nhello world\n=== STDERR ===\noops\n=== EXIT CODE: 1 ===");
+        assert_eq!(
+            text,
+            "=== STDOUT ===\nhello world\n=== STDERR ===\noops\n=== EXIT CODE: 1 ==="
+        );
     }
 
     #[test]
     fn no_output_line_when_both_empty() {
         let text = format_observation(
-            &outcome(Termination::Exited(0), StreamCapture::default(), StreamCapture::default()),
+            &outcome(
+                Termination::Exited(0),
+                StreamCapture::default(),
+                StreamCapture::default(),
+            ),
             Path::new("/run"),
         );
         assert_eq!(text, "(no output)\n=== EXIT CODE: 0 ===");
@@ -186,20 +206,36 @@ mod tests {
     #[test]
     fn timeout_signal_cancel_and_spawn_failure_wording() {
         let empty = StreamCapture::default;
-        let timed_out = format_observation(&outcome(Termination::TimedOut, stream("partial"), empty()), Path::new("/"));
+        let timed_out = format_observation(
+            &outcome(Termination::TimedOut, stream("partial"), empty()),
+            Path::new("/"),
+        );
         assert_eq!(
             timed_out,
             "=== STDOUT ===\npartial\n=== TIMED OUT after 300000 ms (process group killed) ==="
         );
-        let killed = format_observation(&outcome(Termination::Signaled(9), empty(), empty()), Path::new("/"));
-        assert!(killed.ends_with("=== KILLED BY SIGNAL 9 ==="));
-        let cancelled = format_observation(&outcome(Termination::Cancelled, empty(), empty()), Path::new("/"));
-        assert!(cancelled.ends_with("=== CANCELLED (process group killed) ==="));
-        let failed = format_observation(
-            &outcome(Termination::SpawnFailed("No such file or directory: foo".into()), empty(), empty()),
+        let killed = format_observation(
+            &outcome(Termination::Signaled(9), empty(), empty()),
             Path::new("/"),
         );
-        assert_eq!(failed, "=== FAILED TO START: No such file or directory: foo ===");
+        assert!(killed.ends_with("=== KILLED BY SIGNAL 9 ==="));
+        let cancelled = format_observation(
+            &outcome(Termination::Cancelled, empty(), empty()),
+            Path::new("/"),
+        );
+        assert!(cancelled.ends_with("=== CANCELLED (process group killed) ==="));
+        let failed = format_observation(
+            &outcome(
+                Termination::SpawnFailed("No such file or directory: foo".into()),
+                empty(),
+                empty(),
+            ),
+            Path::new("/"),
+        );
+        assert_eq!(
+            failed,
+            "=== FAILED TO START: No such file or directory: foo ==="
+        );
     }
 
     #[test]
@@ -230,8 +266,12 @@ mod tests {
             file: Some(PathBuf::from("/r/out.log")),
             file_truncated: true,
         };
-        let text = format_observation(&outcome(Termination::Exited(0), captured, StreamCapture::default()), Path::new("/r"));
-        assert!(text.contains("[... 8 bytes cut; full output (capped, see its last line): out.log ...]"));
+        let text = format_observation(
+            &outcome(Termination::Exited(0), captured, StreamCapture::default()),
+            Path::new("/r"),
+        );
+        assert!(text
+            .contains("[... 8 bytes cut; full output (capped, see its last line): out.log ...]"));
     }
 
     #[test]
@@ -239,9 +279,21 @@ mod tests {
         // "é" is 2 bytes, "€" is 3: head ends inside "€", tail starts inside "é".
         let head = "ab€".as_bytes()[..4].to_vec();
         let tail = "é!".as_bytes()[1..].to_vec();
-        let captured = StreamCapture { head, tail, total_bytes: 20, file: None, file_truncated: false };
-        let text = format_observation(&outcome(Termination::Exited(0), captured, StreamCapture::default()), Path::new("/"));
-        assert_eq!(text, "=== STDOUT ===\nab\n[... 17 bytes cut ...]\n!\n=== EXIT CODE: 0 ===");
+        let captured = StreamCapture {
+            head,
+            tail,
+            total_bytes: 20,
+            file: None,
+            file_truncated: false,
+        };
+        let text = format_observation(
+            &outcome(Termination::Exited(0), captured, StreamCapture::default()),
+            Path::new("/"),
+        );
+        assert_eq!(
+            text,
+            "=== STDOUT ===\nab\n[... 17 bytes cut ...]\n!\n=== EXIT CODE: 0 ==="
+        );
     }
 
     #[test]
@@ -256,8 +308,20 @@ mod tests {
     #[test]
     fn success_only_for_exit_zero() {
         let empty = StreamCapture::default;
-        assert!(is_success(&outcome(Termination::Exited(0), empty(), empty())));
-        assert!(!is_success(&outcome(Termination::Exited(2), empty(), empty())));
-        assert!(!is_success(&outcome(Termination::TimedOut, empty(), empty())));
+        assert!(is_success(&outcome(
+            Termination::Exited(0),
+            empty(),
+            empty()
+        )));
+        assert!(!is_success(&outcome(
+            Termination::Exited(2),
+            empty(),
+            empty()
+        )));
+        assert!(!is_success(&outcome(
+            Termination::TimedOut,
+            empty(),
+            empty()
+        )));
     }
 }

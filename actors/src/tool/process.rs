@@ -252,7 +252,10 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
     };
     let pid = child.id();
     let Some(pgid) = pid.and_then(|pid| i32::try_from(pid).ok()) else {
-        return ProcessOutcome::spawn_failed("the child exited before it could be tracked", spec.timeout);
+        return ProcessOutcome::spawn_failed(
+            "the child exited before it could be tracked",
+            spec.timeout,
+        );
     };
     let mut guard = GroupGuard::new(pgid);
 
@@ -268,8 +271,16 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
         file_cap_bytes: spec.capture.file_cap_bytes,
     };
     let stdin_writer = feed_stdin(child.stdin.take(), spec.stdin, stop_reading.clone());
-    let stdout_reader = capture_stream(child.stdout.take(), limits(stdout_file), stop_reading.clone());
-    let stderr_reader = capture_stream(child.stderr.take(), limits(stderr_file), stop_reading.clone());
+    let stdout_reader = capture_stream(
+        child.stdout.take(),
+        limits(stdout_file),
+        stop_reading.clone(),
+    );
+    let stderr_reader = capture_stream(
+        child.stderr.take(),
+        limits(stderr_file),
+        stop_reading.clone(),
+    );
     let pipes = async move {
         let ((), stdout, stderr) = tokio::join!(stdin_writer, stdout_reader, stderr_reader);
         (stdout, stderr)
@@ -296,7 +307,13 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
             pipes.await
         }
     };
-    outcome((termination, exit_code), captured, started, pid, spec.timeout)
+    outcome(
+        (termination, exit_code),
+        captured,
+        started,
+        pid,
+        spec.timeout,
+    )
 }
 
 fn outcome(
@@ -403,7 +420,8 @@ mod tests {
 
     #[tokio::test]
     async fn signal_is_reported() {
-        let outcome = run_process(spec(&["sh", "-c", "kill -9 $$"]), CancellationToken::new()).await;
+        let outcome =
+            run_process(spec(&["sh", "-c", "kill -9 $$"]), CancellationToken::new()).await;
         assert_eq!(outcome.termination, Termination::Signaled(9));
         assert_eq!(outcome.exit_code, None);
     }
@@ -411,7 +429,9 @@ mod tests {
     #[tokio::test]
     async fn empty_argv_fails_to_start() {
         let outcome = run_process(spec(&[]), CancellationToken::new()).await;
-        assert!(matches!(outcome.termination, Termination::SpawnFailed(ref r) if r.contains("empty command")));
+        assert!(
+            matches!(outcome.termination, Termination::SpawnFailed(ref r) if r.contains("empty command"))
+        );
     }
 
     #[tokio::test]
@@ -425,7 +445,10 @@ mod tests {
         assert_eq!(outcome.stdout.text_lossy(), "started\n");
         assert!(outcome.duration < Duration::from_secs(4));
         // The daemon survives a normal exit by design; clean it up here.
-        signal_group(i32::try_from(outcome.pid.unwrap()).unwrap(), Signal::SIGKILL);
+        signal_group(
+            i32::try_from(outcome.pid.unwrap()).unwrap(),
+            Signal::SIGKILL,
+        );
     }
 
     fn live_group_count_of(pid: Option<u32>) -> usize {
