@@ -1,2 +1,3 @@
 //! Engine-level integration tests (one binary).
+mod plan;
 mod process;
