@@ -1,1 +1,85 @@
 //! `plan.yaml`: the orchestration plan model, validation and fan-out expansion.
+//!
+//! # Layout
+//! - [`model`]: the serde model of the file (strict: unknown keys are errors).
+//! - [`keys`]: the unknown-key check that names the key path and the closest known key.
+//! - [`duration`]: `"15m"`, `"1h30m"`, `500` (ms) parsing.
+//! - [`validate`]: [`load_plan`] resolves paths, checks ids, needs, cycles, templates and
+//!   `foreach` forms into one immutable [`ResolvedPlan`].
+//! - [`graph`]: stage ordering ([`topo_order`], [`ready_stages`]).
+//! - [`expand`]: [`expand_stage`] turns a stage plus finished stages' outputs into
+//!   [`PlannedRun`]s with deterministic run ids.
+//!
+//! Must not: start runs, load agents (the `ResolvedPlan` keeps agent paths), import actix or
+//! read the process environment.
+
+pub mod duration;
+pub mod expand;
+pub mod graph;
+pub mod keys;
+pub mod model;
+mod stage_checks;
+pub mod templates;
+pub mod validate;
+
+use std::path::PathBuf;
+
+pub use duration::parse_duration;
+
+pub use expand::{
+    expand_stage, orchestration_id, parse_json_output, PlannedRun, RunRecord, StageContext,
+};
+pub use graph::{ready_stages, topo_order};
+pub use model::{
+    DurationValue, ForeachSpec, LlmLimits, OnFailure, OutputKind, PlanFile, StageSpec,
+};
+pub use validate::{
+    load_plan, load_plan_str, resolve_plan, ResolvedForeach, ResolvedPlan, ResolvedStage,
+};
+
+/// Everything that can be wrong with a plan. Every variant names the plan file and the key
+/// (as a path like `stages[2].timeout` or `stages.work.message`) and carries a hint.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{file}: cannot read the plan: {message} (hint: check the path given to `delta orchestrate`)")]
+    Read { file: PathBuf, message: String },
+    #[error("{file}: {key}: {message} (hint: {hint})")]
+    Invalid {
+        file: PathBuf,
+        key: String,
+        message: String,
+        hint: String,
+    },
+    #[error("{file}: {key}: template error in `{expression}`: {message} (hint: {hint})")]
+    Template {
+        file: PathBuf,
+        key: String,
+        expression: String,
+        message: String,
+        hint: String,
+    },
+}
+
+impl PlanError {
+    /// The key path the error is about (`"<file>"` for read errors).
+    pub fn key(&self) -> &str {
+        match self {
+            PlanError::Read { .. } => "<file>",
+            PlanError::Invalid { key, .. } | PlanError::Template { key, .. } => key,
+        }
+    }
+
+    pub(crate) fn invalid(
+        file: &std::path::Path,
+        key: impl Into<String>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Self {
+        PlanError::Invalid {
+            file: file.to_path_buf(),
+            key: key.into(),
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+}

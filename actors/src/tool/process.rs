@@ -1,1 +1,458 @@
-//! tool::process (placeholder until its module lands).
+//! tool::process — runs one tool / hook / generator program as a child process group.
+//!
+//! Owns: spawning (direct argv, no shell of ours), the process group, stdin as a pipe only when
+//! there is stdin text (else /dev/null), the timeout and cancellation kill sequence (SIGTERM to
+//! the whole group, SIGKILL after the grace period), bounded output capture, and a registry of
+//! live groups so a Ctrl-C handler can kill them all.
+//! Must not: import actix, block the executor thread, format text for the model (that is
+//! `observation.rs`), or kill a group whose leader exited normally (daemons a tool starts on
+//! purpose survive it).
+
+mod capture;
+mod env;
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStdin, Command};
+use tokio_util::sync::CancellationToken;
+
+pub use capture::StreamCapture;
+pub use env::{build_child_env, API_KEY_VAR};
+
+use capture::{capture_stream, StreamLimits};
+
+/// Default per-tool wall-clock limit.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(300_000);
+/// Default delay between SIGTERM and SIGKILL.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
+/// Default bytes of each stream kept for the model, at the start and at the end.
+pub const DEFAULT_HEAD_BYTES: usize = 8 * 1024;
+/// See [`DEFAULT_HEAD_BYTES`].
+pub const DEFAULT_TAIL_BYTES: usize = 8 * 1024;
+/// Default cap of each full-output file.
+pub const DEFAULT_FILE_CAP_BYTES: u64 = 64 * 1024 * 1024;
+/// After the leader exits, how long to keep reading pipes that a background child still holds
+/// open, before giving up on them (the child keeps running).
+const PIPE_DRAIN_AFTER_EXIT: Duration = Duration::from_millis(250);
+/// How often the kill sequence checks whether the group is gone.
+const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Everything needed to run one program.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    /// `argv[0]` is resolved via `PATH` in `env` (not the parent's `PATH`).
+    pub argv: Vec<String>,
+    /// `Some` => a pipe written concurrently with reading the outputs; `None` => /dev/null.
+    pub stdin: Option<Vec<u8>>,
+    pub cwd: PathBuf,
+    /// The COMPLETE environment (the parent's is cleared); build it with [`build_child_env`].
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// SIGTERM -> SIGKILL delay.
+    pub kill_grace: Duration,
+    pub capture: CaptureSpec,
+}
+
+impl ProcessSpec {
+    /// A spec with the default timeout, grace and capture limits and no stdin.
+    pub fn new(argv: Vec<String>, cwd: PathBuf, env: Vec<(String, String)>) -> Self {
+        Self {
+            argv,
+            stdin: None,
+            cwd,
+            env,
+            timeout: DEFAULT_TIMEOUT,
+            kill_grace: DEFAULT_KILL_GRACE,
+            capture: CaptureSpec::default(),
+        }
+    }
+}
+
+/// How much output to keep, in memory and on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureSpec {
+    pub head_bytes: usize,
+    pub tail_bytes: usize,
+    /// stdout / stderr files for the full text, created only when the stream is non-empty.
+    pub full_output: Option<(PathBuf, PathBuf)>,
+    pub file_cap_bytes: u64,
+}
+
+impl Default for CaptureSpec {
+    fn default() -> Self {
+        Self {
+            head_bytes: DEFAULT_HEAD_BYTES,
+            tail_bytes: DEFAULT_TAIL_BYTES,
+            full_output: None,
+            file_cap_bytes: DEFAULT_FILE_CAP_BYTES,
+        }
+    }
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Termination {
+    /// The leader exited with this code.
+    Exited(i32),
+    /// The leader was killed by this signal (not by us).
+    Signaled(i32),
+    /// The timeout expired; the group was killed.
+    TimedOut,
+    /// The cancellation token fired; the group was killed.
+    Cancelled,
+    /// The program could not be started; the reason names it and gives a hint.
+    SpawnFailed(String),
+}
+
+/// What happened, with the captured output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessOutcome {
+    pub termination: Termination,
+    /// The leader's exit code when it exited by itself (also after a timeout, if it exited
+    /// with a code on SIGTERM).
+    pub exit_code: Option<i32>,
+    pub stdout: StreamCapture,
+    pub stderr: StreamCapture,
+    pub duration: Duration,
+    pub pid: Option<u32>,
+    /// The limit the run had, so a timeout can be reported exactly.
+    pub timeout: Duration,
+}
+
+impl ProcessOutcome {
+    /// An outcome for a program that never started.
+    pub fn spawn_failed(reason: impl Into<String>, timeout: Duration) -> Self {
+        Self {
+            termination: Termination::SpawnFailed(reason.into()),
+            exit_code: None,
+            stdout: StreamCapture::default(),
+            stderr: StreamCapture::default(),
+            duration: Duration::ZERO,
+            pid: None,
+            timeout,
+        }
+    }
+}
+
+/// Process groups of children still running, so a shutdown path can kill them all.
+static LIVE_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+fn live_groups() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    LIVE_GROUPS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sends `SIGKILL` to every tool process group still running; for the Ctrl-C / SIGTERM path
+/// of the whole process. Returns how many groups were signalled.
+pub fn kill_all_live_groups() -> usize {
+    let groups: Vec<i32> = live_groups().iter().copied().collect();
+    for pgid in &groups {
+        signal_group(*pgid, Signal::SIGKILL);
+    }
+    groups.len()
+}
+
+/// The number of tool process groups currently running.
+pub fn live_group_count() -> usize {
+    live_groups().len()
+}
+
+/// Keeps a group registered while it runs, and SIGKILLs it if the future driving it is
+/// dropped halfway (an actor stopped, a select lost): no orphan survives an abandoned run.
+struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl GroupGuard {
+    fn new(pgid: i32) -> Self {
+        live_groups().insert(pgid);
+        Self { pgid, armed: true }
+    }
+
+    /// The leader exited normally or the group was killed: nothing left to clean up.
+    fn disarm(&mut self) {
+        if self.armed {
+            self.armed = false;
+            live_groups().remove(&self.pgid);
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            signal_group(self.pgid, Signal::SIGKILL);
+            self.disarm();
+        }
+    }
+}
+
+fn signal_group(pgid: i32, signal: Signal) {
+    // ESRCH (group already gone) is the expected, harmless case.
+    let _ = killpg(Pid::from_raw(pgid), signal);
+}
+
+fn group_is_gone(pgid: i32) -> bool {
+    killpg(Pid::from_raw(pgid), None).is_err()
+}
+
+/// Spawns `spec` in a new process group and waits for it. On timeout or cancellation the
+/// WHOLE group gets SIGTERM, then SIGKILL after `kill_grace`; after a normal exit of the
+/// leader nothing is killed. Never blocks the executor thread and never panics.
+pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> ProcessOutcome {
+    let started = Instant::now();
+    let program = match spec.argv.first() {
+        Some(first) => first,
+        None => {
+            return ProcessOutcome::spawn_failed(
+                "empty command (hint: the tool's command has no words)",
+                spec.timeout,
+            )
+        }
+    };
+    let resolved = match env::resolve_program(program, &spec.env, &spec.cwd) {
+        Ok(path) => path,
+        Err(env::NotFound(reason)) => return ProcessOutcome::spawn_failed(reason, spec.timeout),
+    };
+    let mut command = Command::new(&resolved);
+    command
+        .arg0(program)
+        .args(&spec.argv[1..])
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .process_group(0)
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let reason = format!(
+                "{error}: {program} (hint: check that {} exists, is executable and that the workspace {} exists)",
+                resolved.display(),
+                spec.cwd.display()
+            );
+            return ProcessOutcome::spawn_failed(reason, spec.timeout);
+        }
+    };
+    let pid = child.id();
+    let Some(pgid) = pid.and_then(|pid| i32::try_from(pid).ok()) else {
+        return ProcessOutcome::spawn_failed(
+            "the child exited before it could be tracked",
+            spec.timeout,
+        );
+    };
+    let mut guard = GroupGuard::new(pgid);
+
+    let stop_reading = CancellationToken::new();
+    let (stdout_file, stderr_file) = match spec.capture.full_output.clone() {
+        Some((out, err)) => (Some(out), Some(err)),
+        None => (None, None),
+    };
+    let limits = |file| StreamLimits {
+        head_bytes: spec.capture.head_bytes,
+        tail_bytes: spec.capture.tail_bytes,
+        file,
+        file_cap_bytes: spec.capture.file_cap_bytes,
+    };
+    let stdin_writer = feed_stdin(child.stdin.take(), spec.stdin, stop_reading.clone());
+    let stdout_reader = capture_stream(
+        child.stdout.take(),
+        limits(stdout_file),
+        stop_reading.clone(),
+    );
+    let stderr_reader = capture_stream(
+        child.stderr.take(),
+        limits(stderr_file),
+        stop_reading.clone(),
+    );
+    let pipes = async move {
+        let ((), stdout, stderr) = tokio::join!(stdin_writer, stdout_reader, stderr_reader);
+        (stdout, stderr)
+    };
+    let supervision = supervise(&mut child, pgid, spec.timeout, spec.kill_grace, &cancel);
+    tokio::pin!(pipes);
+    tokio::pin!(supervision);
+
+    let (termination, exit_code) = tokio::select! {
+        ended = &mut supervision => ended,
+        // Both pipes closed first: the leader is about to exit (or a timeout will end it).
+        captured = &mut pipes => {
+            let ended = supervision.await;
+            guard.disarm();
+            return outcome(ended, captured, started, pid, spec.timeout);
+        }
+    };
+    guard.disarm();
+    let captured = match tokio::time::timeout(PIPE_DRAIN_AFTER_EXIT, &mut pipes).await {
+        Ok(captured) => captured,
+        Err(_) => {
+            // A background child still holds a pipe; keep what we have and let it run.
+            stop_reading.cancel();
+            pipes.await
+        }
+    };
+    outcome(
+        (termination, exit_code),
+        captured,
+        started,
+        pid,
+        spec.timeout,
+    )
+}
+
+fn outcome(
+    (termination, exit_code): (Termination, Option<i32>),
+    (stdout, stderr): (StreamCapture, StreamCapture),
+    started: Instant,
+    pid: Option<u32>,
+    timeout: Duration,
+) -> ProcessOutcome {
+    ProcessOutcome {
+        termination,
+        exit_code,
+        stdout,
+        stderr,
+        duration: started.elapsed(),
+        pid,
+        timeout,
+    }
+}
+
+async fn feed_stdin(pipe: Option<ChildStdin>, text: Option<Vec<u8>>, stop: CancellationToken) {
+    let (Some(mut pipe), Some(text)) = (pipe, text) else {
+        return;
+    };
+    tokio::select! {
+        // A child that exits without reading gives EPIPE: not an error of the tool run.
+        _ = pipe.write_all(&text) => {}
+        () = stop.cancelled() => {}
+    }
+    drop(pipe);
+}
+
+/// Waits for the leader, or kills the group on timeout / cancellation.
+async fn supervise(
+    child: &mut Child,
+    pgid: i32,
+    timeout: Duration,
+    kill_grace: Duration,
+    cancel: &CancellationToken,
+) -> (Termination, Option<i32>) {
+    let reason = tokio::select! {
+        status = child.wait() => return match status {
+            Ok(status) => from_exit_status(status),
+            Err(error) => (Termination::SpawnFailed(format!("cannot wait for the tool process: {error}")), None),
+        },
+        () = tokio::time::sleep(timeout) => Termination::TimedOut,
+        () = cancel.cancelled() => Termination::Cancelled,
+    };
+    let leader = kill_group(child, pgid, kill_grace).await;
+    let exit_code = leader.and_then(|status| status.code());
+    (reason, exit_code)
+}
+
+/// SIGTERM to the group; once the group is empty or `kill_grace` passed, SIGKILL to whatever
+/// is left; then reaps the leader.
+async fn kill_group(child: &mut Child, pgid: i32, kill_grace: Duration) -> Option<ExitStatus> {
+    signal_group(pgid, Signal::SIGTERM);
+    let deadline = Instant::now() + kill_grace;
+    let mut leader = None;
+    while Instant::now() < deadline {
+        if leader.is_none() {
+            leader = child.try_wait().ok().flatten();
+        }
+        if leader.is_some() && group_is_gone(pgid) {
+            return leader;
+        }
+        tokio::time::sleep(GROUP_POLL_INTERVAL).await;
+    }
+    signal_group(pgid, Signal::SIGKILL);
+    match leader {
+        Some(status) => Some(status),
+        None => child.wait().await.ok(),
+    }
+}
+
+fn from_exit_status(status: ExitStatus) -> (Termination, Option<i32>) {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (Termination::Exited(code), Some(code)),
+        (None, Some(signal)) => (Termination::Signaled(signal), None),
+        (None, None) => (Termination::Exited(-1), None),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn spec(argv: &[&str]) -> ProcessSpec {
+        ProcessSpec::new(
+            argv.iter().map(|s| (*s).to_owned()).collect(),
+            std::env::temp_dir(),
+            vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())],
+        )
+    }
+
+    #[tokio::test]
+    async fn exit_code_is_reported() {
+        let outcome = run_process(spec(&["sh", "-c", "exit 7"]), CancellationToken::new()).await;
+        assert_eq!(outcome.termination, Termination::Exited(7));
+        assert_eq!(outcome.exit_code, Some(7));
+        assert_eq!(live_group_count_of(outcome.pid), 0);
+    }
+
+    #[tokio::test]
+    async fn signal_is_reported() {
+        let outcome =
+            run_process(spec(&["sh", "-c", "kill -9 $$"]), CancellationToken::new()).await;
+        assert_eq!(outcome.termination, Termination::Signaled(9));
+        assert_eq!(outcome.exit_code, None);
+    }
+
+    #[tokio::test]
+    async fn empty_argv_fails_to_start() {
+        let outcome = run_process(spec(&[]), CancellationToken::new()).await;
+        assert!(
+            matches!(outcome.termination, Termination::SpawnFailed(ref r) if r.contains("empty command"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_daemon_holding_stdout_does_not_hang_a_normal_exit() {
+        let outcome = run_process(
+            spec(&["sh", "-c", "echo started; sleep 5 & exit 0"]),
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(outcome.termination, Termination::Exited(0));
+        assert_eq!(outcome.stdout.text_lossy(), "started\n");
+        assert!(outcome.duration < Duration::from_secs(4));
+        // The daemon survives a normal exit by design; clean it up here.
+        signal_group(
+            i32::try_from(outcome.pid.unwrap()).unwrap(),
+            Signal::SIGKILL,
+        );
+    }
+
+    fn live_group_count_of(pid: Option<u32>) -> usize {
+        let pgid = i32::try_from(pid.unwrap()).unwrap();
+        usize::from(live_groups().contains(&pgid))
+    }
+}

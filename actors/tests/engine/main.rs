@@ -1,3 +1,5 @@
 //! Engine-level integration tests (one binary).
 mod llm;
+mod plan;
+mod process;
 mod store;

@@ -1,0 +1,255 @@
+//! plan::expand — turns one stage of a [`ResolvedPlan`] plus the outputs of finished stages
+//! into [`PlannedRun`]s: items, rendered messages, deterministic run ids, sub-workspaces.
+//!
+//! Owns: the template context (`vars`, `item`, `index`, `stages.<id>.output|results|runs`),
+//! run id format `<orchestration_id>-<stage>-<index zero-padded to the width of the count>`,
+//! orchestration ids, parsing of `output: json` results.
+//! Must not: start runs, read journals, or decide retries and failure policy.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use minijinja::Value as TemplateValue;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::model::OutputKind;
+use super::stage_checks::{stage_items, template_error};
+use super::templates::{environment, failure};
+use super::validate::{ResolvedPlan, ResolvedStage};
+use super::PlanError;
+use crate::protocol::RunStatus;
+
+/// One finished run as later stages see it (`stages.<id>.runs[i]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub status: RunStatus,
+    /// The run's final answer (raw text).
+    pub result: Option<String>,
+    pub error: Option<String>,
+}
+
+/// The outputs of finished stages plus the orchestration id, for expanding later stages.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageContext {
+    pub orchestration_id: String,
+    stages: serde_json::Map<String, Value>,
+}
+
+impl StageContext {
+    pub fn new(orchestration_id: impl Into<String>) -> Self {
+        Self {
+            orchestration_id: orchestration_id.into(),
+            stages: serde_json::Map::new(),
+        }
+    }
+
+    /// Records a finished stage; `runs` are in item order. For `output: json` stages each
+    /// COMPLETED result is parsed (text that does not parse stays a string); a failed run's
+    /// result is `null`. `output` is the single result of a stage without `foreach`, else the
+    /// list of results.
+    pub fn record_stage(&mut self, stage: &ResolvedStage, runs: &[RunRecord]) {
+        let results: Vec<Value> = runs
+            .iter()
+            .map(|run| match (&run.result, run.status) {
+                (Some(text), RunStatus::Completed) => match stage.output {
+                    OutputKind::Json => {
+                        parse_json_output(text).unwrap_or_else(|_| Value::String(text.clone()))
+                    }
+                    OutputKind::Text => Value::String(text.clone()),
+                },
+                _ => Value::Null,
+            })
+            .collect();
+        let records: Vec<Value> = runs
+            .iter()
+            .zip(&results)
+            .map(|(run, result)| {
+                serde_json::json!({
+                    "run_id": run.run_id,
+                    "status": run.status,
+                    "result": result,
+                    "error": run.error,
+                })
+            })
+            .collect();
+        let output = if stage.foreach.is_some() {
+            Value::Array(results.clone())
+        } else {
+            results.first().cloned().unwrap_or(Value::Null)
+        };
+        self.stages.insert(
+            stage.id.clone(),
+            serde_json::json!({ "output": output, "results": results, "runs": records }),
+        );
+    }
+
+    /// What templates see as `stages.<id>`.
+    pub fn stage(&self, id: &str) -> Option<&Value> {
+        self.stages.get(id)
+    }
+
+    /// What templates see as `stages`.
+    pub fn stages_value(&self) -> Value {
+        Value::Object(self.stages.clone())
+    }
+}
+
+/// One run to start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRun {
+    pub stage_id: String,
+    pub index: usize,
+    /// `null` for a stage without `foreach`.
+    pub item: Value,
+    pub message: String,
+    pub agent: PathBuf,
+    pub max_iterations: Option<u32>,
+    pub timeout: Option<Duration>,
+    pub retries: u32,
+    /// `<orchestration_id>-<stage>-<index zero-padded to the width of the count>`.
+    pub run_id: String,
+    /// `isolate: true` => `<stage>/<index>` under the shared workspace.
+    pub work_dir_suffix: Option<PathBuf>,
+}
+
+/// Expands `stage_id` into its runs. Templates see `vars`, `item`, `index` and the finished
+/// stages recorded in `ctx`.
+pub fn expand_stage(
+    plan: &ResolvedPlan,
+    stage_id: &str,
+    ctx: &StageContext,
+) -> Result<Vec<PlannedRun>, PlanError> {
+    let Some(stage) = plan.stage(stage_id) else {
+        let ids: Vec<&str> = plan.stages.iter().map(|s| s.id.as_str()).collect();
+        return Err(PlanError::invalid(
+            &plan.file,
+            "stages",
+            format!("no stage `{stage_id}`"),
+            format!("stage ids: {}", ids.join(", ")),
+        ));
+    };
+    let stages = ctx.stages_value();
+    let items = stage_items(plan, stage, Some(&stages))?.unwrap_or_else(|| vec![Value::Null]);
+    let width = items.len().to_string().len();
+    let env = environment();
+    let message_key = format!("stages.{}.message", stage.id);
+    let template = env.template_from_str(&stage.message).map_err(|error| {
+        template_error(
+            plan,
+            message_key.clone(),
+            failure(&stage.message, &error),
+            "fix the template syntax",
+        )
+    })?;
+    // minijinja values are reference counted: converting once keeps per-item cost flat.
+    let vars = TemplateValue::from_serialize(&plan.vars);
+    let stages = TemplateValue::from_serialize(&stages);
+    let mut runs = Vec::with_capacity(items.len());
+    for (index, item) in items.into_iter().enumerate() {
+        let context = minijinja::context! {
+            vars => vars.clone(),
+            stages => stages.clone(),
+            item => TemplateValue::from_serialize(&item),
+            index => index,
+        };
+        let message = template.render(context).map_err(|error| {
+            template_error(
+                plan,
+                message_key.clone(),
+                failure(&stage.message, &error),
+                &format!("while rendering item {index} ({})", short_json(&item)),
+            )
+        })?;
+        runs.push(PlannedRun {
+            stage_id: stage.id.clone(),
+            index,
+            item,
+            message,
+            agent: stage.agent.clone(),
+            max_iterations: stage.max_iterations,
+            timeout: stage.timeout,
+            retries: stage.retries,
+            run_id: format!("{}-{}-{index:0width$}", ctx.orchestration_id, stage.id),
+            work_dir_suffix: stage
+                .isolate
+                .then(|| PathBuf::from(&stage.id).join(index.to_string())),
+        });
+    }
+    Ok(runs)
+}
+
+fn short_json(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= 60 {
+        return text;
+    }
+    let short: String = text.chars().take(57).collect();
+    format!("{short}...")
+}
+
+/// `<name>-YYYYMMDD-HHMMSS-xxxx` (UTC, 4 random hex digits); `plan` when the plan has no
+/// name.
+pub fn orchestration_id(plan_name: Option<&str>) -> String {
+    format!(
+        "{}-{}-{:04x}",
+        plan_name.unwrap_or("plan"),
+        chrono::Utc::now().format("%Y%m%d-%H%M%S"),
+        fastrand::u16(..)
+    )
+}
+
+/// Parses a run's answer for `output: json`: surrounding whitespace and one Markdown code
+/// fence (```json ... ```) are tolerated, as models often add them.
+pub fn parse_json_output(text: &str) -> Result<Value, String> {
+    let trimmed = text.trim();
+    let unfenced = trimmed
+        .strip_prefix("```")
+        .and_then(|rest| rest.strip_suffix("```"))
+        .map(|inner| {
+            inner
+                .trim_start_matches(|c: char| c.is_ascii_alphanumeric())
+                .trim()
+        })
+        .unwrap_or(trimmed);
+    serde_json::from_str(unfenced).map_err(|error| {
+        format!("the result is not JSON ({error}); output: json expects e.g. {{\"steps\": [...]}}")
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orchestration_id_shape() {
+        let id = orchestration_id(Some("nightly"));
+        let parts: Vec<&str> = id.split('-').collect();
+        assert_eq!(parts[0], "nightly");
+        assert_eq!(parts[1].len(), 8);
+        assert_eq!(parts[2].len(), 6);
+        assert_eq!(parts[3].len(), 4);
+        assert!(orchestration_id(None).starts_with("plan-"));
+    }
+
+    #[test]
+    fn json_output_tolerates_fences() {
+        assert_eq!(
+            parse_json_output(" {\"a\": 1}\n").unwrap(),
+            serde_json::json!({"a": 1})
+        );
+        assert_eq!(
+            parse_json_output("```json\n[1, 2]\n```").unwrap(),
+            serde_json::json!([1, 2])
+        );
+        assert_eq!(
+            parse_json_output("```\n\"x\"\n```").unwrap(),
+            serde_json::json!("x")
+        );
+        assert!(parse_json_output("Here you go: {}")
+            .unwrap_err()
+            .contains("not JSON"));
+    }
+}

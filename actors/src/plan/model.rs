@@ -1,0 +1,128 @@
+//! plan::model — the serde model of `plan.yaml`, exactly as written (paths unresolved,
+//! defaults not applied). Embedders may build it in code and hand it to validation.
+//!
+//! Owns: field names, types and the YAML spellings of enums.
+//! Must not: resolve paths, apply defaults or check cross-field rules (that is `validate.rs`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanFile {
+    /// Part of the orchestration id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Runs in flight across the whole plan (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel: Option<usize>,
+    /// Shared workspace for all runs, relative to the plan file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// Template variables (`vars.<name>`); `--var key=value` overrides.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub defaults: StageDefaults,
+    #[serde(default)]
+    pub llm: LlmLimits,
+    pub stages: Vec<StageSpec>,
+}
+
+/// What every stage inherits unless it overrides it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageDefaults {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+}
+
+/// Shared LLM limits per endpoint for this batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+}
+
+/// One stage: a single run, or one run per `foreach` item.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSpec {
+    /// `[a-z0-9_-]+`, unique in the plan.
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// A minijinja template over `vars`, `item`, `index`, `stages`.
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreach: Option<ForeachSpec>,
+    /// Stage ids this one waits for; absent = the previous stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub isolate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+}
+
+/// How a run's result is exposed to later stages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputKind {
+    /// The result must parse as JSON; later stages see the parsed value.
+    Json,
+    #[default]
+    Text,
+}
+
+/// What a failed run does to the stage's dependants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Dependants do not start; the orchestration ends FAILED.
+    #[default]
+    Stop,
+    /// Failed items are recorded; dependants see them with their status.
+    Continue,
+}
+
+/// The four ways to give a stage its items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ForeachSpec {
+    /// A template yielding a list, e.g. `"{{ stages.plan.output.steps }}"`.
+    Template(String),
+    /// A literal list.
+    Items { items: Vec<serde_json::Value> },
+    /// A glob relative to the plan file; one item per matching path, sorted.
+    Files { files: String },
+    /// A text file relative to the plan file; one item per non-empty line.
+    Lines { lines: String },
+}
+
+/// `"15m"`, `"30s"`, `"1h30m"`, `"250ms"` or an integer number of milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DurationValue {
+    Millis(u64),
+    Text(String),
+}

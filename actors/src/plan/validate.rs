@@ -1,0 +1,464 @@
+//! plan::validate — turns `plan.yaml` (or a [`PlanFile`] built in code) into one immutable
+//! [`ResolvedPlan`]: defaults applied, paths resolved relative to the plan file, ids, needs,
+//! cycles, durations, `foreach` forms and templates checked.
+//!
+//! Owns: every rule a plan must satisfy before anything runs, and the wording of those errors
+//! (file + key path + hint).
+//! Must not: load agents (it keeps agent PATHS and only checks they exist), start runs, or
+//! read the process environment.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::duration::{parse_duration, DURATION_HINT};
+use super::graph::find_cycle;
+use super::keys::{check_keys, suggest, KeyProblem};
+use super::model::{DurationValue, ForeachSpec, LlmLimits, OnFailure, OutputKind, PlanFile};
+use super::stage_checks::{check_stage_templates, stage_items};
+use super::PlanError;
+
+/// Runs in flight when the plan does not say.
+pub const DEFAULT_MAX_PARALLEL: usize = 8;
+
+/// A validated plan. Immutable; the supervisor and `--dry-run` read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedPlan {
+    /// The plan file (absolute), named in every error.
+    pub file: PathBuf,
+    /// The directory relative paths were resolved against.
+    pub dir: PathBuf,
+    pub name: Option<String>,
+    pub max_parallel: usize,
+    /// The shared workspace; `None` = allocate the next free `<dir>/workspaces/W00N`.
+    pub workspace: Option<PathBuf>,
+    /// The plan's vars with the `--var` overrides applied.
+    pub vars: BTreeMap<String, serde_json::Value>,
+    pub llm: LlmLimits,
+    /// In file order.
+    pub stages: Vec<ResolvedStage>,
+    /// The model as written, for the copy kept with the orchestration state.
+    pub source: PlanFile,
+}
+
+impl ResolvedPlan {
+    /// The stage with this id.
+    pub fn stage(&self, id: &str) -> Option<&ResolvedStage> {
+        self.stages.iter().find(|stage| stage.id == id)
+    }
+}
+
+/// One stage with its defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedStage {
+    pub id: String,
+    /// The agent folder (absolute; exists at load time).
+    pub agent: PathBuf,
+    /// The message template source.
+    pub message: String,
+    pub output: OutputKind,
+    pub foreach: Option<ResolvedForeach>,
+    /// Explicit `needs`, or the previous stage (none for the first).
+    pub needs: Vec<String>,
+    pub on_failure: OnFailure,
+    pub isolate: bool,
+    /// `None` = the agent's own limit.
+    pub max_iterations: Option<u32>,
+    /// Wall-clock limit per run; `None` = no limit.
+    pub timeout: Option<Duration>,
+    pub retries: u32,
+}
+
+/// A `foreach` with its paths resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResolvedForeach {
+    /// A template evaluated when the stage starts.
+    Template(String),
+    Items(Vec<serde_json::Value>),
+    /// An absolute glob pattern; matched (sorted) when the stage starts.
+    Files {
+        pattern: String,
+    },
+    /// An absolute path to a text file; one item per non-empty line.
+    Lines(PathBuf),
+}
+
+/// Reads and validates `path`; `var_overrides` (from `--var k=v`) replace or add vars.
+pub fn load_plan(
+    path: &Path,
+    var_overrides: &[(String, String)],
+) -> Result<ResolvedPlan, PlanError> {
+    let text = std::fs::read_to_string(path).map_err(|error| PlanError::Read {
+        file: path.to_path_buf(),
+        message: error.to_string(),
+    })?;
+    load_plan_str(&text, path, var_overrides)
+}
+
+/// Validates plan text as if it were the file at `path` (relative paths resolve against
+/// `path`'s directory).
+pub fn load_plan_str(
+    text: &str,
+    path: &Path,
+    var_overrides: &[(String, String)],
+) -> Result<ResolvedPlan, PlanError> {
+    let document: serde_yaml::Value =
+        serde_yaml::from_str(text).map_err(|error| yaml_error(path, &error))?;
+    match check_keys(&document) {
+        Ok(()) => {}
+        Err(KeyProblem::Unknown(unknown)) => {
+            return Err(PlanError::invalid(
+                path,
+                unknown.path,
+                "unknown key",
+                unknown.suggestion,
+            ));
+        }
+        Err(KeyProblem::ForeachForm { path: key, found }) => {
+            return Err(PlanError::invalid(
+                path,
+                key,
+                format!("expected exactly one of items, files, lines; found {}", found.join(", ")),
+                "write `foreach: {items: [...]}`, `{files: \"data/*.json\"}`, `{lines: list.txt}` or a template string",
+            ));
+        }
+    }
+    let model: PlanFile = serde_yaml::from_str(text).map_err(|error| yaml_error(path, &error))?;
+    resolve_plan(model, path, var_overrides)
+}
+
+fn yaml_error(path: &Path, error: &serde_yaml::Error) -> PlanError {
+    let text = error.to_string();
+    // serde_yaml prefixes type errors with the key path (`stages[0].output: ...`).
+    let key_path = text.split_once(": ").filter(|(key, _)| {
+        !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.[]".contains(c))
+    });
+    match (key_path, error.location()) {
+        (Some((key, message)), _) => PlanError::invalid(
+            path,
+            key,
+            message,
+            "check the value at this key against the plan.yaml format (durations like 15m, output json|text, on_failure stop|continue)",
+        ),
+        (None, location) => PlanError::invalid(
+            path,
+            location.map_or_else(
+                || "<document>".to_owned(),
+                |location| format!("line {} column {}", location.line(), location.column()),
+            ),
+            text,
+            "plan.yaml is a YAML mapping with `stages:` (a list of {id, message, ...})",
+        ),
+    }
+}
+
+/// Validates a model (parsed from YAML or built in code) as if it were the file at
+/// `plan_file`.
+pub fn resolve_plan(
+    model: PlanFile,
+    plan_file: &Path,
+    var_overrides: &[(String, String)],
+) -> Result<ResolvedPlan, PlanError> {
+    let file = std::path::absolute(plan_file).unwrap_or_else(|_| plan_file.to_path_buf());
+    let dir = file
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let invalid =
+        |key: &str, message: String, hint: &str| PlanError::invalid(&file, key, message, hint);
+
+    if let Some(name) = &model.name {
+        if !is_identifier(name, true) {
+            return Err(invalid(
+                "name",
+                format!("`{name}` cannot be part of an orchestration id"),
+                "use letters, digits, `_` and `-` only",
+            ));
+        }
+    }
+    let max_parallel = model.max_parallel.unwrap_or(DEFAULT_MAX_PARALLEL);
+    if max_parallel == 0 {
+        return Err(invalid(
+            "max_parallel",
+            "must be at least 1".into(),
+            "omit it for the default of 8",
+        ));
+    }
+    for (key, value) in [
+        (
+            "llm.max_in_flight",
+            model.llm.max_in_flight.map(|v| v as u64),
+        ),
+        (
+            "llm.requests_per_minute",
+            model.llm.requests_per_minute.map(u64::from),
+        ),
+    ] {
+        if value == Some(0) {
+            return Err(invalid(
+                key,
+                "must be at least 1".into(),
+                "omit it for no limit",
+            ));
+        }
+    }
+    if model.stages.is_empty() {
+        return Err(invalid(
+            "stages",
+            "the plan has no stages".into(),
+            "add at least one `- id: ..., message: ...`",
+        ));
+    }
+
+    let mut vars = model.vars.clone();
+    for (name, value) in var_overrides {
+        vars.insert(name.clone(), serde_json::Value::String(value.clone()));
+    }
+
+    let ids = check_ids(&model, &file)?;
+    let needs = resolve_needs(&model, &ids, &file)?;
+    let default_timeout =
+        resolve_timeout(model.defaults.timeout.as_ref(), "defaults.timeout", &file)?;
+
+    let mut stages = Vec::with_capacity(model.stages.len());
+    for (stage, needs) in model.stages.iter().zip(needs) {
+        let key = |field: &str| format!("stages.{}.{field}", stage.id);
+        let (agent_text, agent_key) = match (&stage.agent, &model.defaults.agent) {
+            (Some(agent), _) => (agent, key("agent")),
+            (None, Some(agent)) => (agent, "defaults.agent".to_owned()),
+            (None, None) => {
+                return Err(invalid(
+                    &key("agent"),
+                    "no agent for this stage".into(),
+                    "set `agent:` on the stage or `defaults.agent`",
+                ))
+            }
+        };
+        let agent = dir.join(agent_text);
+        if !agent.exists() {
+            return Err(invalid(
+                &agent_key,
+                format!("agent `{agent_text}` does not exist ({})", agent.display()),
+                &format!(
+                    "paths are relative to the plan file's directory {}",
+                    dir.display()
+                ),
+            ));
+        }
+        let timeout = match &stage.timeout {
+            Some(value) => resolve_timeout(Some(value), &key("timeout"), &file)?,
+            None => default_timeout,
+        };
+        let max_iterations = stage.max_iterations.or(model.defaults.max_iterations);
+        if max_iterations == Some(0) {
+            return Err(invalid(
+                &key("max_iterations"),
+                "must be at least 1".into(),
+                "omit it for the agent's own limit",
+            ));
+        }
+        let foreach = match &stage.foreach {
+            None => None,
+            Some(foreach) => Some(resolve_foreach(foreach, &dir, &file, &key("foreach"))?),
+        };
+        stages.push(ResolvedStage {
+            id: stage.id.clone(),
+            agent,
+            message: stage.message.clone(),
+            output: stage.output.unwrap_or_default(),
+            foreach,
+            needs,
+            on_failure: stage.on_failure.unwrap_or_default(),
+            isolate: stage.isolate,
+            max_iterations,
+            timeout,
+            retries: stage.retries.or(model.defaults.retries).unwrap_or(0),
+        });
+    }
+
+    let plan = ResolvedPlan {
+        file,
+        name: model.name.clone(),
+        max_parallel,
+        workspace: model
+            .workspace
+            .as_ref()
+            .map(|workspace| dir.join(workspace)),
+        vars,
+        llm: model.llm.clone(),
+        stages,
+        source: model,
+        dir,
+    };
+    for stage in &plan.stages {
+        let items = stage_items(&plan, stage, None)?;
+        check_stage_templates(&plan, stage, items.as_deref())?;
+    }
+    Ok(plan)
+}
+
+fn check_ids<'a>(model: &'a PlanFile, file: &Path) -> Result<Vec<&'a str>, PlanError> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut ids = Vec::with_capacity(model.stages.len());
+    for (index, stage) in model.stages.iter().enumerate() {
+        let key = format!("stages[{index}].id");
+        if !is_identifier(&stage.id, false) {
+            return Err(PlanError::invalid(
+                file,
+                key,
+                format!("`{}` is not a valid stage id", stage.id),
+                "use lowercase letters, digits, `_` and `-` (it becomes part of run ids and paths)",
+            ));
+        }
+        if !seen.insert(&stage.id) {
+            return Err(PlanError::invalid(
+                file,
+                key,
+                format!("duplicate stage id `{}`", stage.id),
+                "every stage needs its own id",
+            ));
+        }
+        ids.push(stage.id.as_str());
+    }
+    Ok(ids)
+}
+
+fn resolve_needs(
+    model: &PlanFile,
+    ids: &[&str],
+    file: &Path,
+) -> Result<Vec<Vec<String>>, PlanError> {
+    let mut all = Vec::with_capacity(model.stages.len());
+    for (index, stage) in model.stages.iter().enumerate() {
+        let needs = match &stage.needs {
+            Some(needs) => needs.clone(),
+            None => index
+                .checked_sub(1)
+                .map(|previous| vec![model.stages[previous].id.clone()])
+                .unwrap_or_default(),
+        };
+        for need in &needs {
+            if !ids.contains(&need.as_str()) {
+                return Err(PlanError::invalid(
+                    file,
+                    format!("stages.{}.needs", stage.id),
+                    format!("unknown stage `{need}`"),
+                    suggest(need, ids).replace("known keys here", "stage ids"),
+                ));
+            }
+        }
+        all.push(needs);
+    }
+    let graph: Vec<(String, Vec<String>)> = model
+        .stages
+        .iter()
+        .zip(&all)
+        .map(|(stage, needs)| (stage.id.clone(), needs.clone()))
+        .collect();
+    if let Some(cycle) = find_cycle(&graph) {
+        return Err(PlanError::invalid(
+            file,
+            format!("stages.{}.needs", cycle[0]),
+            format!("dependency cycle: {}", cycle.join(" -> ")),
+            "stages form a DAG; remove one of these needs (a missing `needs` means the previous stage)",
+        ));
+    }
+    Ok(all)
+}
+
+fn resolve_timeout(
+    value: Option<&DurationValue>,
+    key: &str,
+    file: &Path,
+) -> Result<Option<Duration>, PlanError> {
+    match value {
+        None => Ok(None),
+        Some(DurationValue::Millis(0)) => Err(PlanError::invalid(
+            file,
+            key,
+            "a zero timeout",
+            DURATION_HINT,
+        )),
+        Some(DurationValue::Millis(millis)) => Ok(Some(Duration::from_millis(*millis))),
+        Some(DurationValue::Text(text)) => parse_duration(text)
+            .map(Some)
+            .map_err(|error| PlanError::invalid(file, key, error.to_string(), DURATION_HINT)),
+    }
+}
+
+fn resolve_foreach(
+    foreach: &ForeachSpec,
+    dir: &Path,
+    file: &Path,
+    key: &str,
+) -> Result<ResolvedForeach, PlanError> {
+    let relative_hint = format!(
+        "paths are relative to the plan file's directory {}",
+        dir.display()
+    );
+    match foreach {
+        ForeachSpec::Template(source) => Ok(ResolvedForeach::Template(source.clone())),
+        ForeachSpec::Items { items } => Ok(ResolvedForeach::Items(items.clone())),
+        ForeachSpec::Files { files } => {
+            let pattern = dir.join(files).to_string_lossy().into_owned();
+            let matches = glob::glob(&pattern).map_err(|error| {
+                PlanError::invalid(
+                    file,
+                    format!("{key}.files"),
+                    format!("bad glob `{files}`: {error}"),
+                    "e.g. data/*.json",
+                )
+            })?;
+            if matches.flatten().next().is_none() {
+                return Err(PlanError::invalid(
+                    file,
+                    format!("{key}.files"),
+                    format!("`{files}` matches no files"),
+                    &relative_hint,
+                ));
+            }
+            Ok(ResolvedForeach::Files { pattern })
+        }
+        ForeachSpec::Lines { lines } => {
+            let path = dir.join(lines);
+            if !path.is_file() {
+                return Err(PlanError::invalid(
+                    file,
+                    format!("{key}.lines"),
+                    format!("`{lines}` is not a readable file ({})", path.display()),
+                    &relative_hint,
+                ));
+            }
+            Ok(ResolvedForeach::Lines(path))
+        }
+    }
+}
+
+/// `[a-z0-9_-]+` (stage ids) or `[A-Za-z0-9_-]+` (plan names).
+fn is_identifier(text: &str, allow_upper: bool) -> bool {
+    !text.is_empty()
+        && text.chars().all(|c| {
+            c.is_ascii_lowercase()
+                || c.is_ascii_digit()
+                || c == '_'
+                || c == '-'
+                || (allow_upper && c.is_ascii_uppercase())
+        })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        assert!(is_identifier("map_2-x", false));
+        assert!(!is_identifier("Map", false));
+        assert!(is_identifier("Nightly-1", true));
+        assert!(!is_identifier("", true));
+        assert!(!is_identifier("../x", true));
+    }
+}

@@ -1,0 +1,299 @@
+//! tool::process::capture — reads one child output stream into a bounded head + tail kept in
+//! memory (for the model) and, optionally, a capped file on disk (for humans and audits).
+//!
+//! Owns: the head/tail ring logic, lazy creation of the full-output file, the cap note.
+//! Must not: hold more than `head_bytes + tail_bytes` of a stream in memory, create a file for
+//! an empty stream, or decide anything about process lifetime (that is `process.rs`'s job).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// One captured output stream: what the model may see plus where the full text went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamCapture {
+    /// The first `head_bytes` bytes of the stream.
+    pub head: Vec<u8>,
+    /// The last bytes of the stream after the head (at most `tail_bytes`).
+    pub tail: Vec<u8>,
+    /// Every byte the stream produced, including the ones neither kept nor written.
+    pub total_bytes: u64,
+    /// The full-output file, when one was requested and the stream was non-empty.
+    pub file: Option<PathBuf>,
+    /// True when the file stopped at the cap (a note at its end says so).
+    pub file_truncated: bool,
+}
+
+impl StreamCapture {
+    /// True when bytes between head and tail were dropped from memory.
+    pub fn is_cut(&self) -> bool {
+        self.total_bytes > (self.head.len() + self.tail.len()) as u64
+    }
+
+    /// Bytes dropped between head and tail.
+    pub fn cut_bytes(&self) -> u64 {
+        self.total_bytes
+            .saturating_sub((self.head.len() + self.tail.len()) as u64)
+    }
+
+    /// The whole stream (lossy UTF-8) when nothing was cut; otherwise head, a
+    /// `[... N bytes cut ...]` line, and tail, so a reader never mistakes a cut text for a
+    /// complete one.
+    pub fn text_lossy(&self) -> String {
+        if !self.is_cut() {
+            let mut all = self.head.clone();
+            all.extend_from_slice(&self.tail);
+            return String::from_utf8_lossy(&all).into_owned();
+        }
+        format!(
+            "{}\n[... {} bytes cut ...]\n{}",
+            String::from_utf8_lossy(&self.head),
+            self.cut_bytes(),
+            String::from_utf8_lossy(&self.tail)
+        )
+    }
+}
+
+/// Where and how much of one stream to keep.
+#[derive(Debug, Clone)]
+pub(crate) struct StreamLimits {
+    pub head_bytes: usize,
+    pub tail_bytes: usize,
+    pub file: Option<PathBuf>,
+    pub file_cap_bytes: u64,
+}
+
+/// Writes the full text lazily: the file only exists once the stream produced a byte.
+struct CappedFile {
+    path: PathBuf,
+    cap: u64,
+    written: u64,
+    truncated: bool,
+    handle: Option<tokio::fs::File>,
+    /// A write error stops further writes; the capture in memory continues regardless.
+    failed: bool,
+}
+
+impl CappedFile {
+    fn new(path: PathBuf, cap: u64) -> Self {
+        Self {
+            path,
+            cap,
+            written: 0,
+            truncated: false,
+            handle: None,
+            failed: false,
+        }
+    }
+
+    async fn write(&mut self, chunk: &[u8]) {
+        if self.failed || chunk.is_empty() {
+            return;
+        }
+        let room = self.cap.saturating_sub(self.written);
+        let take = usize::try_from(room).unwrap_or(usize::MAX).min(chunk.len());
+        if take < chunk.len() {
+            self.truncated = true;
+        }
+        if take == 0 {
+            return;
+        }
+        if self.handle.is_none() {
+            match open_output_file(&self.path).await {
+                Ok(file) => self.handle = Some(file),
+                Err(error) => {
+                    tracing::warn!(path = %self.path.display(), %error, "cannot create tool output file");
+                    self.failed = true;
+                    return;
+                }
+            }
+        }
+        if let Some(handle) = self.handle.as_mut() {
+            if let Err(error) = handle.write_all(&chunk[..take]).await {
+                tracing::warn!(path = %self.path.display(), %error, "cannot write tool output file");
+                self.failed = true;
+                return;
+            }
+            self.written += take as u64;
+        }
+    }
+
+    /// Flushes and, when capped, appends a note naming the cap and the real size.
+    async fn finish(mut self, total_bytes: u64) -> (Option<PathBuf>, bool) {
+        let Some(mut handle) = self.handle.take() else {
+            return (None, false);
+        };
+        if self.truncated {
+            let note = format!(
+                "\n[delta: output capped at {} bytes; the stream produced {} bytes]\n",
+                self.cap, total_bytes
+            );
+            if let Err(error) = handle.write_all(note.as_bytes()).await {
+                tracing::warn!(path = %self.path.display(), %error, "cannot write cap note");
+            }
+        }
+        if let Err(error) = handle.flush().await {
+            tracing::warn!(path = %self.path.display(), %error, "cannot flush tool output file");
+        }
+        (Some(self.path), self.truncated)
+    }
+}
+
+async fn open_output_file(path: &Path) -> std::io::Result<tokio::fs::File> {
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent).await?;
+    }
+    tokio::fs::File::create(path).await
+}
+
+/// Reads `reader` until EOF or until `stop` fires (a daemon may keep the pipe open after
+/// the leader exits), returning what was captured so far.
+pub(crate) async fn capture_stream<R>(
+    reader: Option<R>,
+    limits: StreamLimits,
+    stop: CancellationToken,
+) -> StreamCapture
+where
+    R: AsyncRead + Unpin,
+{
+    let mut head: Vec<u8> = Vec::new();
+    let mut tail: VecDeque<u8> = VecDeque::new();
+    let mut total_bytes: u64 = 0;
+    let mut file = limits
+        .file
+        .clone()
+        .map(|path| CappedFile::new(path, limits.file_cap_bytes));
+    if let Some(mut reader) = reader {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let read = tokio::select! {
+                biased;
+                read = reader.read(&mut buffer) => read,
+                () = stop.cancelled() => break,
+            };
+            let chunk = match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => &buffer[..n],
+            };
+            total_bytes += chunk.len() as u64;
+            keep_head_and_tail(chunk, &mut head, &mut tail, &limits);
+            if let Some(file) = file.as_mut() {
+                file.write(chunk).await;
+            }
+        }
+    }
+    let (file, file_truncated) = match file {
+        Some(file) => file.finish(total_bytes).await,
+        None => (None, false),
+    };
+    StreamCapture {
+        head,
+        tail: tail.into_iter().collect(),
+        total_bytes,
+        file,
+        file_truncated,
+    }
+}
+
+fn keep_head_and_tail(
+    chunk: &[u8],
+    head: &mut Vec<u8>,
+    tail: &mut VecDeque<u8>,
+    limits: &StreamLimits,
+) {
+    let head_room = limits.head_bytes.saturating_sub(head.len());
+    let (to_head, rest) = chunk.split_at(head_room.min(chunk.len()));
+    head.extend_from_slice(to_head);
+    if limits.tail_bytes == 0 || rest.is_empty() {
+        return;
+    }
+    let rest = if rest.len() > limits.tail_bytes {
+        tail.clear();
+        &rest[rest.len() - limits.tail_bytes..]
+    } else {
+        rest
+    };
+    let overflow = (tail.len() + rest.len()).saturating_sub(limits.tail_bytes);
+    tail.drain(..overflow);
+    tail.extend(rest.iter().copied());
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn limits(head: usize, tail: usize, file: Option<PathBuf>, cap: u64) -> StreamLimits {
+        StreamLimits {
+            head_bytes: head,
+            tail_bytes: tail,
+            file,
+            file_cap_bytes: cap,
+        }
+    }
+
+    async fn capture(bytes: &[u8], limits: StreamLimits) -> StreamCapture {
+        capture_stream(Some(bytes), limits, CancellationToken::new()).await
+    }
+
+    #[tokio::test]
+    async fn keeps_everything_when_it_fits() {
+        let captured = capture(b"hello world", limits(8, 8, None, 0)).await;
+        assert!(!captured.is_cut());
+        assert_eq!(captured.text_lossy(), "hello world");
+        assert_eq!(captured.total_bytes, 11);
+    }
+
+    #[tokio::test]
+    async fn cuts_the_middle_with_exact_counts() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let captured = capture(&data, limits(10, 20, None, 0)).await;
+        assert_eq!(captured.head, (0..10u8).collect::<Vec<_>>());
+        assert_eq!(captured.tail, (80..100u8).collect::<Vec<_>>());
+        assert_eq!(captured.cut_bytes(), 70);
+        assert!(captured.text_lossy().contains("[... 70 bytes cut ...]"));
+    }
+
+    #[test]
+    fn tail_ring_keeps_the_last_bytes_across_small_chunks() {
+        let limits = limits(2, 3, None, 0);
+        let (mut head, mut tail) = (Vec::new(), VecDeque::new());
+        for chunk in [&b"ab"[..], b"cd", b"e", b"fgh", b"i"] {
+            keep_head_and_tail(chunk, &mut head, &mut tail, &limits);
+        }
+        assert_eq!(head, b"ab");
+        assert_eq!(tail.into_iter().collect::<Vec<_>>(), b"ghi");
+    }
+
+    #[tokio::test]
+    async fn empty_stream_creates_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("io/stdout.log");
+        let captured = capture(b"", limits(8, 8, Some(path.clone()), 100)).await;
+        assert_eq!(captured.file, None);
+        assert!(!path.exists());
+    }
+
+    #[tokio::test]
+    async fn file_is_capped_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("io/stdout.log");
+        let captured = capture(&[b'x'; 1000], limits(8, 8, Some(path.clone()), 100)).await;
+        assert!(captured.file_truncated);
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(written.starts_with(&"x".repeat(100)));
+        assert!(written.contains("capped at 100 bytes; the stream produced 1000 bytes"));
+        assert_eq!(captured.total_bytes, 1000);
+    }
+
+    #[tokio::test]
+    async fn file_below_cap_is_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout.log");
+        let captured = capture(b"abc", limits(1, 1, Some(path.clone()), 100)).await;
+        assert!(!captured.file_truncated);
+        assert_eq!(std::fs::read(&path).unwrap(), b"abc");
+    }
+}

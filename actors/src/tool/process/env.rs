@@ -1,0 +1,164 @@
+//! tool::process::env — builds the complete child environment and resolves a program name
+//! against the CHILD's `PATH` (never the parent's).
+//!
+//! Owns: secret scrubbing (`DELTA_API_KEY` always, plus the agent's `llm.api_key_env`), the
+//! `PATH` prepend of the running `delta` directory, program lookup.
+//! Must not: read or mutate the process environment itself — callers pass the base map.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The variable that always holds the engine's API key; never given to a child.
+pub const API_KEY_VAR: &str = "DELTA_API_KEY";
+
+/// env = `base` minus `secret_names` (and always `DELTA_API_KEY`) plus `extra` (which wins
+/// over `base`), with `prepend_path_dir` placed first on `PATH`. Sorted by name.
+pub fn build_child_env(
+    base: &BTreeMap<String, String>,
+    secret_names: &[String],
+    extra: &[(String, String)],
+    prepend_path_dir: Option<&Path>,
+) -> Vec<(String, String)> {
+    let mut env: BTreeMap<String, String> = base
+        .iter()
+        .filter(|(name, _)| name.as_str() != API_KEY_VAR && !secret_names.contains(name))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    for (name, value) in extra {
+        env.insert(name.clone(), value.clone());
+    }
+    if let Some(dir) = prepend_path_dir {
+        let dir = dir.to_string_lossy().into_owned();
+        let path = match env.get("PATH") {
+            Some(rest) if !rest.is_empty() => format!("{dir}:{rest}"),
+            _ => dir,
+        };
+        env.insert("PATH".to_owned(), path);
+    }
+    env.into_iter().collect()
+}
+
+/// Why a program could not be located.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NotFound(pub String);
+
+/// Resolves `program` the way `execvp` would, but against `env`'s `PATH`; relative `PATH`
+/// entries (and the empty entry, meaning "current directory") are taken relative to `cwd`.
+/// A name with a `/` is used as given (relative to `cwd`).
+pub(crate) fn resolve_program(
+    program: &str,
+    env: &[(String, String)],
+    cwd: &Path,
+) -> Result<PathBuf, NotFound> {
+    if program.is_empty() {
+        return Err(NotFound(
+            "empty program name (hint: the tool's command resolved to an empty first word)"
+                .to_owned(),
+        ));
+    }
+    if program.contains('/') {
+        let path = cwd.join(program);
+        return if path.exists() {
+            Ok(path)
+        } else {
+            Err(NotFound(format!(
+                "No such file or directory: {program} (hint: the path is taken relative to the workspace {})",
+                cwd.display()
+            )))
+        };
+    }
+    let search_path = env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.as_str())
+        .unwrap_or("");
+    for dir in search_path.split(':') {
+        let candidate = cwd.join(dir).join(program);
+        if is_executable_file(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    Err(NotFound(format!(
+        "No such file or directory: {program} (hint: `{program}` is not on the tool's PATH \
+         {search_path:?}; install it, use an absolute path, or fix PATH in the agent's .env)"
+    )))
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn base() -> BTreeMap<String, String> {
+        [
+            ("DELTA_API_KEY", "sk-secret"),
+            ("OPENAI_KEY", "sk-other"),
+            ("HOME", "/home/x"),
+            ("PATH", "/usr/bin:/bin"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    fn get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        env.iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn scrubs_the_api_key_and_named_secrets() {
+        let env = build_child_env(&base(), &["OPENAI_KEY".to_owned()], &[], None);
+        assert_eq!(get(&env, "DELTA_API_KEY"), None);
+        assert_eq!(get(&env, "OPENAI_KEY"), None);
+        assert_eq!(get(&env, "HOME"), Some("/home/x"));
+    }
+
+    #[test]
+    fn extra_wins_and_path_gets_the_delta_dir_first() {
+        let extra = vec![
+            ("DELTA_RUN_ID".to_owned(), "r1".to_owned()),
+            ("HOME".to_owned(), "/other".to_owned()),
+        ];
+        let env = build_child_env(&base(), &[], &extra, Some(Path::new("/opt/delta/bin")));
+        assert_eq!(get(&env, "DELTA_RUN_ID"), Some("r1"));
+        assert_eq!(get(&env, "HOME"), Some("/other"));
+        assert_eq!(get(&env, "PATH"), Some("/opt/delta/bin:/usr/bin:/bin"));
+    }
+
+    #[test]
+    fn path_is_created_when_missing() {
+        let env = build_child_env(&BTreeMap::new(), &[], &[], Some(Path::new("/d")));
+        assert_eq!(get(&env, "PATH"), Some("/d"));
+    }
+
+    #[test]
+    fn resolves_against_the_given_path_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = dir.path().join("mytool");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let env = vec![("PATH".to_owned(), dir.path().to_string_lossy().into_owned())];
+        assert_eq!(resolve_program("mytool", &env, Path::new("/")), Ok(tool));
+        let empty: Vec<(String, String)> = vec![];
+        let error = resolve_program("mytool", &empty, Path::new("/")).unwrap_err();
+        assert!(error.0.contains("No such file or directory: mytool"));
+        assert!(error.0.contains("not on the tool's PATH"));
+    }
+
+    #[test]
+    fn non_executable_files_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("plain"), "x").unwrap();
+        let env = vec![("PATH".to_owned(), dir.path().to_string_lossy().into_owned())];
+        assert!(resolve_program("plain", &env, Path::new("/")).is_err());
+    }
+}
