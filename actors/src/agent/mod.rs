@@ -1,2 +1,227 @@
 //! Agent loading: `agent.yaml` (or legacy `config.yaml`), imports, `hooks.yaml`,
 //! `context.yaml` and the `.env` cascade, resolved once into an immutable `ResolvedAgent`.
+//!
+//! Owns locating the main file, the system prompt check and the order in which the parts are
+//! validated. Nothing later re-reads the YAML: every consumer takes a `ResolvedAgent`. This
+//! module never prints; deprecations and unknown keys are returned as `warnings`.
+//!
+//! # Layout
+//! - `config`: top-level agent.yaml keys and `llm` settings
+//! - `imports`: recursive imports and tool merging
+//! - `context_recipe`: `context.yaml`
+//! - `hooks`: `hooks.yaml` / deprecated `lifecycle_hooks`
+//! - `dotenv`: the `.env` cascade
+//! - `fields`: YAML access with errors naming file and key; `error`: [`AgentError`]
+
+mod config;
+mod context_recipe;
+mod dotenv;
+mod error;
+pub(crate) mod fields;
+mod hooks;
+mod imports;
+
+use std::path::{Path, PathBuf};
+
+pub use config::LlmSettings;
+pub use context_recipe::{default_context_yaml, expand_path_vars, ContextRecipe, ContextSource, OnMissing, DEFAULT_GENERATOR_TIMEOUT_MS};
+pub use dotenv::{load_env_cascade, parse_dotenv, EnvCascade};
+pub use error::AgentError;
+pub use hooks::{HookName, HookSpec, Hooks};
+
+use crate::tool::compile::CompiledTool;
+use fields::{read_yaml, Fields};
+
+/// A fully validated agent folder. Immutable; share it behind an `Arc`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedAgent {
+    /// Canonical agent folder (`${AGENT_HOME}`).
+    pub home: PathBuf,
+    /// The agent.yaml (or config.yaml) actually used.
+    pub config_file: PathBuf,
+    pub name: String,
+    pub version: String,
+    pub description: Option<String>,
+    pub llm: LlmSettings,
+    /// Resolved system prompt file, checked to be non-blank.
+    pub system_prompt_path: PathBuf,
+    pub max_iterations: Option<u32>,
+    /// agent.yaml `parallel_tool_calls` (default false).
+    pub parallel_tool_calls: bool,
+    /// Imported and local tools, merged, in final order.
+    pub tools: Vec<CompiledTool>,
+    pub context: ContextRecipe,
+    pub hooks: Hooks,
+    /// Deprecations and unknown keys, each naming its file, for the caller to show.
+    pub warnings: Vec<String>,
+}
+
+impl ResolvedAgent {
+    /// Looks a tool up by name.
+    pub fn tool(&self, name: &str) -> Option<&CompiledTool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+/// A standalone tools file (e.g. `tools/file-ops.yaml`) with its imports resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolLibrary {
+    pub file: PathBuf,
+    pub tools: Vec<CompiledTool>,
+    pub warnings: Vec<String>,
+}
+
+const CONFIG_NAMES: [&str; 2] = ["agent.yaml", "config.yaml"];
+
+fn canonical(path: &Path) -> Result<PathBuf, AgentError> {
+    std::fs::canonicalize(path).map_err(|e| AgentError::io(path, e, "check that the path exists and is accessible"))
+}
+
+/// Finds the main file for `path` (a folder, or the main file itself) → (home, file).
+fn locate(path: &Path, warnings: &mut Vec<String>) -> Result<(PathBuf, PathBuf), AgentError> {
+    if !path.exists() {
+        return Err(AgentError::NotFound { path: path.to_path_buf() });
+    }
+    if path.is_file() {
+        let file = canonical(path)?;
+        let home = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        if file.file_name().is_some_and(|n| n == "config.yaml") {
+            warnings.push(format!(
+                "{}: config.yaml is deprecated; rename it to agent.yaml (mv config.yaml agent.yaml)",
+                file.display()
+            ));
+        }
+        return Ok((home, file));
+    }
+    let home = canonical(path)?;
+    let [agent_yaml, config_yaml] = CONFIG_NAMES.map(|n| home.join(n));
+    match (agent_yaml.is_file(), config_yaml.is_file()) {
+        (true, false) => Ok((home, agent_yaml)),
+        (true, true) => {
+            warnings.push(format!(
+                "{}: both agent.yaml and config.yaml exist; using agent.yaml (remove config.yaml to avoid confusion)",
+                home.display()
+            ));
+            Ok((home, agent_yaml))
+        }
+        (false, true) => {
+            warnings.push(format!(
+                "{}: config.yaml is deprecated; rename it to agent.yaml (mv config.yaml agent.yaml)",
+                config_yaml.display()
+            ));
+            Ok((home, config_yaml))
+        }
+        (false, false) => Err(AgentError::NoConfig { dir: home }),
+    }
+}
+
+/// Resolves and checks the system prompt: `system_prompt:` from agent.yaml, else
+/// `system_prompt.md` (or the original engine's `system_prompt.txt`).
+fn resolve_system_prompt(home: &Path, config_file: &Path, configured: Option<&str>) -> Result<PathBuf, AgentError> {
+    let path = match configured {
+        Some(p) => home.join(p),
+        None => {
+            let md = home.join("system_prompt.md");
+            let txt = home.join("system_prompt.txt");
+            if !md.exists() && txt.is_file() {
+                txt
+            } else {
+                md
+            }
+        }
+    };
+    if !path.is_file() {
+        return Err(AgentError::invalid(
+            config_file,
+            format!("system prompt `{}` not found", path.display()),
+            "create system_prompt.md beside agent.yaml with the agent's instructions, or point `system_prompt:` at the file",
+        ));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| AgentError::io(&path, e, "the system prompt must be readable UTF-8 text"))?;
+    if text.trim().is_empty() {
+        return Err(AgentError::invalid(
+            &path,
+            "the system prompt is blank",
+            "write the agent's role, rules and goals into it",
+        ));
+    }
+    canonical(&path)
+}
+
+/// Loads `hooks.yaml`, or (deprecated) `lifecycle_hooks` from agent.yaml when it is absent.
+fn load_hooks(home: &Path, config_file: &Path, doc: &serde_yaml::Value, warnings: &mut Vec<String>) -> Result<Hooks, AgentError> {
+    let hooks_file = home.join("hooks.yaml");
+    let root = Fields::new(config_file, "", doc)?;
+    let inline = root.get("lifecycle_hooks");
+    if hooks_file.is_file() {
+        if inline.is_some() {
+            warnings.push(format!(
+                "{}: `lifecycle_hooks` is ignored because hooks.yaml exists; move them into hooks.yaml",
+                config_file.display()
+            ));
+        }
+        let hooks_doc = read_yaml(&hooks_file)?;
+        return hooks::parse_hooks(&hooks_file, "", &hooks_doc, warnings);
+    }
+    match inline {
+        Some(value) => {
+            warnings.push(format!(
+                "{}: `lifecycle_hooks` in {} is deprecated; move the hooks into hooks.yaml",
+                config_file.display(),
+                config_file.file_name().unwrap_or_default().to_string_lossy()
+            ));
+            hooks::parse_hooks(config_file, "lifecycle_hooks", value, warnings)
+        }
+        None => Ok(Hooks::default()),
+    }
+}
+
+/// Loads and validates an agent. `path` is the agent folder or its agent.yaml/config.yaml.
+/// Every problem is an [`AgentError`] naming the file (a configuration error, exit 126).
+pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
+    let mut warnings = Vec::new();
+    let (home, config_file) = locate(path, &mut warnings)?;
+    let doc = read_yaml(&config_file)?;
+    let config = config::parse_agent_config(&config_file, &doc, &mut warnings)?;
+    let tools = imports::collect_tools(&home, &config_file, &doc, &mut warnings)?;
+    let system_prompt_path = resolve_system_prompt(&home, &config_file, config.system_prompt.as_deref())?;
+    let context = context_recipe::load_context_recipe(&home, &mut warnings)?;
+    let hooks = load_hooks(&home, &config_file, &doc, &mut warnings)?;
+    Ok(ResolvedAgent {
+        home,
+        config_file,
+        name: config.name,
+        version: config.version,
+        description: config.description,
+        llm: config.llm,
+        system_prompt_path,
+        max_iterations: config.max_iterations,
+        parallel_tool_calls: config.parallel_tool_calls,
+        tools,
+        context,
+        hooks,
+        warnings,
+    })
+}
+
+/// Loads a standalone tools file and its imports (confined to the file's folder).
+pub fn load_tool_library(path: &Path) -> Result<ToolLibrary, AgentError> {
+    if !path.is_file() {
+        return Err(AgentError::NotFound { path: path.to_path_buf() });
+    }
+    let file = canonical(path)?;
+    let home = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let doc = read_yaml(&file)?;
+    let mut warnings = Vec::new();
+    if !doc.is_null() {
+        Fields::new(&file, "", &doc)?.warn_unknown(&["tools", "imports", "name", "description", "version"], &mut warnings);
+    }
+    let tools = imports::collect_tools(&home, &file, &doc, &mut warnings)?;
+    Ok(ToolLibrary { file, tools, warnings })
+}
+
+/// True when `path` names an agent (a folder, or a file called agent.yaml/config.yaml)
+/// rather than a standalone tools file.
+pub fn is_agent_path(path: &Path) -> bool {
+    path.is_dir() || path.file_name().is_some_and(|n| CONFIG_NAMES.iter().any(|c| n == *c))
+}

@@ -1,1 +1,345 @@
-//! tool::compile (placeholder until its module lands).
+//! The tool template compiler: one YAML tool definition (`exec:`, `shell:` or legacy
+//! `command:` + `parameters:`) → one immutable [`CompiledTool`] with its OpenAI schema.
+//!
+//! Owns the tool-level schema (exactly one form, names, `stdin:`, `timeout_ms`) and the
+//! built-in `ask_human` schema. Template text rules live in `template`, parameter merging in
+//! `params`, argv building in `invocation`. It does not execute anything, does not resolve
+//! imports (that is `agent::imports`) and never reads files.
+
+mod invocation;
+mod params;
+mod template;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{json, Value as Json};
+use serde_yaml::Value;
+
+pub use invocation::{ArgumentError, EngineVars, Invocation};
+
+use crate::agent::fields::Fields;
+use crate::agent::AgentError;
+use params::{legacy_parameters, merge_inferred, parse_explicit, ToolContext};
+
+/// Name of the built-in human-input tool; user tools may not take it.
+pub const ASK_HUMAN: &str = "ask_human";
+
+const TOOL_KEYS: [&str; 8] = [
+    "name",
+    "description",
+    "exec",
+    "shell",
+    "command",
+    "parameters",
+    "stdin",
+    "timeout_ms",
+];
+
+/// Which of the three definition forms a tool was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolSyntax {
+    Exec,
+    Shell,
+    Legacy,
+}
+
+impl ToolSyntax {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolSyntax::Exec => "exec",
+            ToolSyntax::Shell => "shell",
+            ToolSyntax::Legacy => "legacy",
+        }
+    }
+}
+
+/// Declared type of a parameter; values are stringified at injection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParamType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+}
+
+impl ParamType {
+    /// The YAML spelling, which is also the JSON-schema type name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParamType::String => "string",
+            ParamType::Integer => "integer",
+            ParamType::Number => "number",
+            ParamType::Boolean => "boolean",
+        }
+    }
+}
+
+/// How a parameter's value reaches the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InjectAs {
+    Argument,
+    Stdin,
+    Option,
+}
+
+impl InjectAs {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InjectAs::Argument => "argument",
+            InjectAs::Stdin => "stdin",
+            InjectAs::Option => "option",
+        }
+    }
+}
+
+/// One parameter the model fills in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolParameter {
+    pub name: String,
+    pub param_type: ParamType,
+    pub inject_as: InjectAs,
+    /// The flag written before the value, for `inject_as: option`.
+    pub option_name: Option<String>,
+    /// exec: order of first appearance (0-based); shell: `$N` is `position + 1`; legacy and
+    /// stdin parameters: none.
+    pub position: Option<usize>,
+    /// `${name:raw}` in a shell template: expanded unquoted.
+    pub raw: bool,
+    pub description: Option<String>,
+    pub default: Option<Json>,
+    /// False when a default exists or `required: false` was written.
+    pub required: bool,
+}
+
+/// A validated tool, ready to build invocations from model arguments.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompiledTool {
+    pub name: String,
+    pub description: Option<String>,
+    pub syntax: ToolSyntax,
+    /// The original `exec:`/`shell:` text.
+    pub template: Option<String>,
+    /// exec: tokens with `${p}` kept in place; shell: `["sh","-c",script,"--", engine slots…]`;
+    /// legacy: as written. Engine variables stay as `${AGENT_HOME}` etc. until invocation.
+    pub command: Vec<String>,
+    pub parameters: Vec<ToolParameter>,
+    pub timeout_ms: Option<u64>,
+    /// The YAML file that defined the tool.
+    pub source_file: PathBuf,
+}
+
+impl CompiledTool {
+    /// The tool as an OpenAI function definition:
+    /// `{"type":"function","function":{"name","description","parameters":{..}}}`.
+    pub fn openai_schema(&self) -> Json {
+        let mut properties = serde_json::Map::new();
+        for p in &self.parameters {
+            let mut property = serde_json::Map::new();
+            property.insert("type".into(), json!(p.param_type.as_str()));
+            if let Some(d) = &p.description {
+                property.insert("description".into(), json!(d));
+            }
+            properties.insert(p.name.clone(), Json::Object(property));
+        }
+        let required: Vec<&str> = self.parameters.iter().filter(|p| p.required).map(|p| p.name.as_str()).collect();
+        let description = self.description.clone().unwrap_or_else(|| {
+            let shown = self.template.clone().unwrap_or_else(|| self.command.join(" "));
+            format!("Runs: {shown}")
+        });
+        json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": required,
+                }
+            }
+        })
+    }
+
+    /// Looks a parameter up by name.
+    pub fn parameter(&self, name: &str) -> Option<&ToolParameter> {
+        self.parameters.iter().find(|p| p.name == name)
+    }
+}
+
+/// The built-in `ask_human` tool as an OpenAI function definition.
+pub fn ask_human_schema() -> Json {
+    json!({
+        "type": "function",
+        "function": {
+            "name": ASK_HUMAN,
+            "description": "Ask the human user for input or clarification. The run pauses until the answer arrives.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "prompt": {"type": "string", "description": "The question or prompt to show the user"},
+                    "input_type": {
+                        "type": "string",
+                        "enum": ["text", "password", "confirmation"],
+                        "description": "Type of input expected: text, password, confirmation"
+                    },
+                    "sensitive": {"type": "boolean", "description": "Whether the input is sensitive and should be hidden"}
+                },
+                "required": ["prompt"]
+            }
+        }
+    })
+}
+
+fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Compiles the `tools:` list of one file. Every tool is validated (even one a later
+/// definition will replace); unknown keys become warnings.
+pub fn compile_tools(raw: &[Value], file: &Path, warnings: &mut Vec<String>) -> Result<Vec<CompiledTool>, AgentError> {
+    raw.iter()
+        .enumerate()
+        .map(|(index, value)| compile_tool(value, index, file, warnings))
+        .collect()
+}
+
+/// Compiles one tool definition (`index` is its place in the file's `tools:` list).
+pub fn compile_tool(value: &Value, index: usize, file: &Path, warnings: &mut Vec<String>) -> Result<CompiledTool, AgentError> {
+    let prefix = format!("tools[{index}]");
+    let fields = Fields::new(file, &prefix, value)?;
+    let name = fields.required_string("name", "give every tool a `name:` (letters, digits, _ or -)")?;
+    let ctx = ToolContext { file, tool: &name };
+    if !valid_tool_name(&name) {
+        return Err(ctx.error(
+            "the name must be 1-64 letters, digits, `_` or `-`",
+            "OpenAI function names allow only [a-zA-Z0-9_-]; rename the tool, e.g. list_files",
+        ));
+    }
+    if name == ASK_HUMAN {
+        return Err(ctx.error(
+            "`ask_human` is a built-in tool and cannot be redefined",
+            "rename your tool (for example ask_user); the built-in ask_human is always available",
+        ));
+    }
+    fields.warn_unknown(&TOOL_KEYS, warnings);
+    let forms: Vec<&str> = ["exec", "shell", "command"].into_iter().filter(|k| fields.has(k)).collect();
+    if forms.len() != 1 {
+        let found = if forms.is_empty() { "none".to_string() } else { forms.join(" and ") };
+        return Err(ctx.error(
+            format!("must have exactly one of exec:, shell:, or command: (found {found})"),
+            "use exec: for a plain command, shell: when you need pipes or redirects, command: + parameters: for the legacy form",
+        ));
+    }
+    let description = fields.string("description")?;
+    let timeout_ms = fields.positive_integer("timeout_ms")?;
+    let stdin = fields.string("stdin")?;
+    let explicit = match fields.sequence("parameters")? {
+        Some(items) => parse_explicit(&ctx, &prefix, items, warnings)?,
+        None => Vec::new(),
+    };
+    let template_error = |e: template::TemplateError| ctx.error(e.message, e.hint);
+
+    let (syntax, template_text, command, parameters) = if let Some(text) = fields.string("exec")? {
+        let compiled = template::compile_exec(&text).map_err(template_error)?;
+        let inferred = inferred_parameters(&ctx, compiled.parameters.iter().map(|n| (n.clone(), false)), 0, stdin)?;
+        let parameters = merge_inferred(&ctx, inferred, explicit)?;
+        (ToolSyntax::Exec, Some(text), compiled.tokens, parameters)
+    } else if let Some(text) = fields.string("shell")? {
+        let compiled = template::compile_shell(&text).map_err(template_error)?;
+        let offset = compiled.engine_slots.len();
+        let inferred = inferred_parameters(&ctx, compiled.parameters.into_iter(), offset, stdin)?;
+        let parameters = merge_inferred(&ctx, inferred, explicit)?;
+        let mut command = vec!["sh".to_string(), "-c".to_string(), compiled.script, "--".to_string()];
+        command.extend(compiled.engine_slots);
+        (ToolSyntax::Shell, Some(text), command, parameters)
+    } else {
+        let command = fields.string_list("command")?.unwrap_or_default();
+        if command.first().map_or(true, |program| program.trim().is_empty()) {
+            return Err(ctx.error(
+                "`command` must be a non-empty list whose first element is the program",
+                "e.g. command: [\"ls\", \"-la\"]",
+            ));
+        }
+        if stdin.is_some() {
+            return Err(ctx.error(
+                "`stdin:` is a shorthand of exec:/shell: tools",
+                "in a command: tool declare the parameter with inject_as: stdin",
+            ));
+        }
+        let parameters = legacy_parameters(&ctx, explicit, warnings)?;
+        (ToolSyntax::Legacy, None, command, parameters)
+    };
+    Ok(CompiledTool {
+        name,
+        description,
+        syntax,
+        template: template_text,
+        command,
+        parameters,
+        timeout_ms,
+        source_file: file.to_path_buf(),
+    })
+}
+
+/// Template placeholders (`(name, raw)`, positions from `offset`) plus the `stdin:` parameter.
+fn inferred_parameters(
+    ctx: &ToolContext<'_>,
+    names: impl Iterator<Item = (String, bool)>,
+    offset: usize,
+    stdin: Option<String>,
+) -> Result<Vec<ToolParameter>, AgentError> {
+    let mut inferred: Vec<ToolParameter> = names
+        .enumerate()
+        .map(|(i, (name, raw))| ToolParameter {
+            name,
+            param_type: ParamType::String,
+            inject_as: InjectAs::Argument,
+            option_name: None,
+            position: Some(offset + i),
+            raw,
+            description: None,
+            default: None,
+            required: true,
+        })
+        .collect();
+    if let Some(stdin_name) = stdin {
+        if !stdin_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || stdin_name.is_empty() {
+            return Err(ctx.error(
+                format!("`stdin: {stdin_name}` must be a parameter name"),
+                "write the bare name, e.g. stdin: content",
+            ));
+        }
+        if template::is_engine_var(&stdin_name) {
+            return Err(ctx.error(
+                format!("`stdin: {stdin_name}` names an engine variable"),
+                "choose another parameter name for stdin",
+            ));
+        }
+        if inferred.iter().any(|p| p.name == stdin_name) {
+            return Err(ctx.error(
+                format!("parameter `{stdin_name}` is both the stdin parameter and a ${{{stdin_name}}} placeholder"),
+                format!("a stdin parameter is piped, not placed on the command line: remove ${{{stdin_name}}} from the template"),
+            ));
+        }
+        inferred.push(ToolParameter {
+            name: stdin_name,
+            param_type: ParamType::String,
+            inject_as: InjectAs::Stdin,
+            option_name: None,
+            position: None,
+            raw: false,
+            description: None,
+            default: None,
+            required: true,
+        });
+    }
+    Ok(inferred)
+}
+
+#[cfg(test)]
+#[path = "compile/tests.rs"]
+mod tests;

@@ -1,0 +1,200 @@
+//! The top level of `agent.yaml` (spec §2.7.2): metadata, `llm` settings, system prompt
+//! path, iteration cap, with unknown-key warnings.
+//!
+//! Owns the schema of those keys and their ranges. It does not touch `imports`/`tools`
+//! (see `imports`), hooks (see `hooks`) or read any other file.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_yaml::Value;
+
+use super::error::AgentError;
+use super::fields::Fields;
+
+pub(crate) const AGENT_KEYS: [&str; 11] = [
+    "name",
+    "version",
+    "description",
+    "llm",
+    "system_prompt",
+    "max_iterations",
+    "parallel_tool_calls",
+    "imports",
+    "tools",
+    "lifecycle_hooks",
+    "timeout_seconds",
+];
+
+const LLM_KEYS: [&str; 8] = [
+    "model",
+    "temperature",
+    "max_tokens",
+    "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "base_url",
+    "api_key_env",
+];
+
+/// Model settings of one agent. Unset values are not sent to the provider.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LlmSettings {
+    pub model: String,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+    pub top_p: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    /// OpenAI-compatible endpoint for this agent (overrides `DELTA_BASE_URL`).
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding this agent's API key (default `DELTA_API_KEY`).
+    pub api_key_env: Option<String>,
+}
+
+/// The scalar part of agent.yaml.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AgentConfig {
+    pub name: String,
+    pub version: String,
+    pub description: Option<String>,
+    pub llm: LlmSettings,
+    pub system_prompt: Option<String>,
+    pub max_iterations: Option<u32>,
+    pub parallel_tool_calls: bool,
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+pub(crate) fn parse_agent_config(file: &Path, doc: &Value, warnings: &mut Vec<String>) -> Result<AgentConfig, AgentError> {
+    if doc.is_null() {
+        return Err(AgentError::invalid(
+            file,
+            "the file is empty",
+            "an agent needs at least `name:` and `llm: {model: ...}`; `delta init` writes a complete example",
+        ));
+    }
+    let root = Fields::new(file, "", doc)?;
+    root.warn_unknown(&AGENT_KEYS, warnings);
+    if root.has("timeout_seconds") {
+        warnings.push(format!(
+            "{}: `timeout_seconds` is not used by delta; set `timeout_ms` on each tool instead",
+            file.display()
+        ));
+    }
+    let name = root.required_string("name", "add `name: my-agent` at the top of the file")?;
+    let llm_value = root.get("llm").ok_or_else(|| {
+        AgentError::invalid(file, "`llm` is required", "add an `llm:` section, e.g.\nllm:\n  model: gpt-4o-mini")
+    })?;
+    let llm = Fields::new(file, "llm", llm_value)?;
+    llm.warn_unknown(&LLM_KEYS, warnings);
+    let api_key_env = llm.string("api_key_env")?;
+    if let Some(var) = &api_key_env {
+        if !is_env_name(var) {
+            return Err(AgentError::invalid(
+                file,
+                format!("`llm.api_key_env` is `{var}`, which is not an environment variable name"),
+                "write the variable's name (e.g. OPENROUTER_API_KEY), not the key itself",
+            ));
+        }
+    }
+    let base_url = llm.string("base_url")?;
+    if let Some(url) = &base_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(AgentError::invalid(
+                file,
+                format!("`llm.base_url` is `{url}`, which is not an http(s) URL"),
+                "use the provider's OpenAI-compatible base, e.g. https://api.openai.com/v1",
+            ));
+        }
+    }
+    let settings = LlmSettings {
+        model: llm.required_string("model", "name the model, e.g. `model: gpt-4o-mini`")?,
+        temperature: llm.number_in("temperature", 0.0, 2.0)?,
+        max_tokens: llm.positive_u32("max_tokens")?,
+        top_p: llm.number_in("top_p", 0.0, 1.0)?,
+        frequency_penalty: llm.number_in("frequency_penalty", -2.0, 2.0)?,
+        presence_penalty: llm.number_in("presence_penalty", -2.0, 2.0)?,
+        base_url,
+        api_key_env,
+    };
+    Ok(AgentConfig {
+        name,
+        version: root.string("version")?.unwrap_or_else(|| "1.0.0".to_string()),
+        description: root.string("description")?,
+        llm: settings,
+        system_prompt: root.string("system_prompt")?,
+        max_iterations: root.positive_u32("max_iterations")?,
+        parallel_tool_calls: root.boolean("parallel_tool_calls")?.unwrap_or(false),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> (Result<AgentConfig, AgentError>, Vec<String>) {
+        let doc: Value = serde_yaml::from_str(text).unwrap();
+        let mut warnings = Vec::new();
+        (parse_agent_config(Path::new("/a/agent.yaml"), &doc, &mut warnings), warnings)
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let (config, warnings) = parse(
+            "name: a\nversion: 2.0\ndescription: d\nllm:\n  model: m\n  temperature: 0.2\n  max_tokens: 100\n  top_p: 0.9\n  frequency_penalty: -1\n  presence_penalty: 1.5\n  base_url: http://127.0.0.1:9/v1\n  api_key_env: MY_KEY\nmax_iterations: 7\nparallel_tool_calls: true\n",
+        );
+        let config = config.unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.version, "2.0");
+        assert_eq!(config.llm.temperature, Some(0.2));
+        assert_eq!(config.llm.max_tokens, Some(100));
+        assert_eq!(config.llm.frequency_penalty, Some(-1.0));
+        assert_eq!(config.llm.api_key_env.as_deref(), Some("MY_KEY"));
+        assert_eq!(config.max_iterations, Some(7));
+        assert!(config.parallel_tool_calls);
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let config = parse("name: a\nllm: {model: m}\n").0.unwrap();
+        assert_eq!(config.version, "1.0.0");
+        assert_eq!(config.llm.temperature, None);
+        assert!(!config.parallel_tool_calls);
+        assert_eq!(config.max_iterations, None);
+    }
+
+    #[test]
+    fn typos_warn_with_suggestions() {
+        let (config, warnings) = parse("name: a\nllm:\n  model: m\n  temprature: 1\nhook:\n  x: 1\n");
+        assert!(config.is_ok());
+        assert!(warnings.iter().any(|w| w.contains("unknown key `llm.temprature` (did you mean `temperature`?)")), "{warnings:?}");
+        assert!(warnings.iter().any(|w| w.contains("unknown key `hook` (did you mean `lifecycle_hooks`?)")), "{warnings:?}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_key() {
+        for (text, phrase) in [
+            ("llm: {model: m}\n", "`name` is required"),
+            ("name: a\n", "`llm` is required"),
+            ("name: a\nllm: {temperature: 1}\n", "`llm.model` is required"),
+            ("name: a\nllm: {model: m, temperature: 2.5}\n", "`llm.temperature` is 2.5, outside 0..2"),
+            ("name: a\nllm: {model: m, top_p: 1.5}\n", "`llm.top_p`"),
+            ("name: a\nllm: {model: m, max_tokens: 0}\n", "`llm.max_tokens`"),
+            ("name: a\nllm: {model: m, api_key_env: sk-123}\n", "not an environment variable name"),
+            ("name: a\nllm: {model: m, base_url: localhost}\n", "not an http(s) URL"),
+            ("name: a\nllm: {model: m}\nmax_iterations: -3\n", "`max_iterations`"),
+            ("name: a\nllm: {model: m}\nparallel_tool_calls: maybe\n", "`parallel_tool_calls` must be true or false"),
+            ("", "the file is empty"),
+        ] {
+            let err = parse(text).0.unwrap_err().to_string();
+            assert!(err.contains(phrase), "{text}: {err}");
+            assert!(err.contains("/a/agent.yaml"), "{err}");
+        }
+    }
+}

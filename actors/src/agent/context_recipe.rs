@@ -1,0 +1,292 @@
+//! `context.yaml`: the recipe of what the model sees (spec §2.4.3), parsed and validated.
+//!
+//! Owns the source schema (`file`, `computed_file`, `journal`), the default recipe written by
+//! `delta init` (spec §2.4.4) and `${AGENT_HOME}`/`${CWD}` expansion. It must not read the
+//! sources or run generators: `crate::context` executes the recipe at run time.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_yaml::Value;
+
+use super::error::AgentError;
+use super::fields::{closest, read_yaml, Fields};
+
+/// Default generator timeout (spec §2.4.3).
+pub const DEFAULT_GENERATOR_TIMEOUT_MS: u64 = 30_000;
+
+const DEFAULT_CONTEXT_YAML: &str = "# Delta Engine Context Strategy (v1.6+)
+# This file defines HOW the Agent's attention window (LLM context) is constructed.
+# It is the explicit \"recipe\" for what the Agent sees.
+
+sources:
+  # 1. Core Instructions (The System Prompt)
+  # This is the primary definition of the Agent's role, rules, and goals.
+  # Note: System Prompt must be explicitly declared here to ensure recipe completeness.
+  - type: file
+    id: system_prompt
+    path: '${AGENT_HOME}/system_prompt.md'
+
+  # 2. Workspace Guide (Optional: DELTA.md)
+  # If a DELTA.md file exists in the workspace (CWD), it is automatically loaded.
+  # Use this to provide workspace-specific context, rules, or documentation.
+  - type: file
+    id: workspace_guide
+    path: '${CWD}/DELTA.md'
+    on_missing: skip  # Skip if DELTA.md does not exist
+
+  # 3. Conversation History (The Journal)
+  # Includes the history of Thoughts, Actions, and Observations.
+  - type: journal
+    id: conversation_history
+    # By default, the full history is included.
+    # To limit history length (save tokens or manage attention), uncomment and adjust:
+    # max_iterations: 20
+";
+
+/// The commented default recipe of spec §2.4.4.
+pub fn default_context_yaml() -> &'static str {
+    DEFAULT_CONTEXT_YAML
+}
+
+/// What to do when a source's file is absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnMissing {
+    Error,
+    Skip,
+}
+
+/// One context source, in recipe order. Paths and argv still contain `${AGENT_HOME}` and
+/// `${CWD}`; expand them with [`expand_path_vars`] at run time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContextSource {
+    File {
+        id: String,
+        path: String,
+        on_missing: OnMissing,
+    },
+    ComputedFile {
+        id: String,
+        command: Vec<String>,
+        timeout_ms: u64,
+        output_path: String,
+        on_missing: OnMissing,
+    },
+    Journal {
+        id: String,
+        max_iterations: Option<u32>,
+    },
+}
+
+impl ContextSource {
+    pub fn id(&self) -> &str {
+        match self {
+            ContextSource::File { id, .. } | ContextSource::ComputedFile { id, .. } | ContextSource::Journal { id, .. } => id,
+        }
+    }
+}
+
+/// The parsed `context.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextRecipe {
+    pub sources: Vec<ContextSource>,
+}
+
+/// Replaces `${AGENT_HOME}` and `${CWD}` in a path or argv element.
+pub fn expand_path_vars(template: &str, agent_home: &Path, cwd: &Path) -> String {
+    template
+        .replace("${AGENT_HOME}", &agent_home.to_string_lossy())
+        .replace("${CWD}", &cwd.to_string_lossy())
+}
+
+const SOURCE_TYPES: [&str; 3] = ["file", "computed_file", "journal"];
+
+/// Loads `<agent_home>/context.yaml`; a missing file is an error carrying the default recipe.
+pub(crate) fn load_context_recipe(agent_home: &Path, warnings: &mut Vec<String>) -> Result<ContextRecipe, AgentError> {
+    let file = agent_home.join("context.yaml");
+    if !file.is_file() {
+        return Err(AgentError::MissingContext {
+            path: file,
+            recipe: DEFAULT_CONTEXT_YAML,
+        });
+    }
+    let doc = read_yaml(&file)?;
+    parse_context_recipe(&file, &doc, warnings)
+}
+
+pub(crate) fn parse_context_recipe(file: &Path, doc: &Value, warnings: &mut Vec<String>) -> Result<ContextRecipe, AgentError> {
+    if doc.is_null() {
+        return Err(AgentError::invalid(
+            file,
+            "the file is empty",
+            format!("start from the default recipe:\n\n{DEFAULT_CONTEXT_YAML}"),
+        ));
+    }
+    let root = Fields::new(file, "", doc)?;
+    root.warn_unknown(&["sources"], warnings);
+    let items = root.sequence("sources")?.unwrap_or_default();
+    if items.is_empty() {
+        return Err(AgentError::invalid(
+            file,
+            "`sources` must list at least one source",
+            "add at least the system prompt: `- type: file` with `path: '${AGENT_HOME}/system_prompt.md'`",
+        ));
+    }
+    let sources = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| parse_source(file, i, item, warnings))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ContextRecipe { sources })
+}
+
+fn parse_on_missing(fields: &Fields<'_>) -> Result<OnMissing, AgentError> {
+    match fields.string("on_missing")?.as_deref() {
+        None | Some("error") => Ok(OnMissing::Error),
+        Some("skip") => Ok(OnMissing::Skip),
+        Some(other) => Err(AgentError::invalid(
+            fields.file(),
+            format!("`{}` is `{other}`", fields.key_path("on_missing")),
+            "use `error` (the default) or `skip`",
+        )),
+    }
+}
+
+fn parse_source(file: &Path, index: usize, item: &Value, warnings: &mut Vec<String>) -> Result<ContextSource, AgentError> {
+    let fields = Fields::new(file, &format!("sources[{index}]"), item)?;
+    let kind = fields.required_string("type", "use one of: file, computed_file, journal")?;
+    let id = fields.string("id")?.unwrap_or_else(|| kind.clone());
+    let source = match kind.as_str() {
+        "file" => {
+            fields.warn_unknown(&["type", "id", "path", "on_missing"], warnings);
+            ContextSource::File {
+                path: fields.required_string("path", "e.g. path: '${AGENT_HOME}/system_prompt.md'")?,
+                on_missing: parse_on_missing(&fields)?,
+                id,
+            }
+        }
+        "computed_file" => {
+            fields.warn_unknown(&["type", "id", "generator", "output_path", "on_missing"], warnings);
+            let hint = "e.g. generator: {command: [\"python3\", \"${AGENT_HOME}/tools/summarize.py\"]}";
+            let generator_value = fields.get("generator").ok_or_else(|| {
+                AgentError::invalid(file, format!("`{}` is required", fields.key_path("generator")), hint)
+            })?;
+            let generator = Fields::new(file, &fields.key_path("generator"), generator_value)?;
+            generator.warn_unknown(&["command", "timeout_ms"], warnings);
+            let command = generator.string_list("command")?.unwrap_or_default();
+            if command.first().map_or(true, |program| program.trim().is_empty()) {
+                return Err(AgentError::invalid(
+                    file,
+                    format!("`{}` must be a non-empty list (program first)", generator.key_path("command")),
+                    hint,
+                ));
+            }
+            ContextSource::ComputedFile {
+                command,
+                timeout_ms: generator.positive_integer("timeout_ms")?.unwrap_or(DEFAULT_GENERATOR_TIMEOUT_MS),
+                output_path: fields.required_string(
+                    "output_path",
+                    "the file the generator writes, e.g. '${CWD}/.delta/context_artifacts/summary.md'",
+                )?,
+                on_missing: parse_on_missing(&fields)?,
+                id,
+            }
+        }
+        "journal" => {
+            fields.warn_unknown(&["type", "id", "max_iterations"], warnings);
+            ContextSource::Journal {
+                max_iterations: fields.positive_u32("max_iterations")?,
+                id,
+            }
+        }
+        other => {
+            let suggestion = closest(other, &SOURCE_TYPES).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+            return Err(AgentError::invalid(
+                file,
+                format!("`{}` is `{other}`{suggestion}", fields.key_path("type")),
+                "use one of: file, computed_file, journal",
+            ));
+        }
+    };
+    Ok(source)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ContextRecipe, AgentError> {
+        let doc: Value = serde_yaml::from_str(text).unwrap();
+        parse_context_recipe(Path::new("/a/context.yaml"), &doc, &mut Vec::new())
+    }
+
+    #[test]
+    fn default_recipe_parses_to_three_sources() {
+        let recipe = parse(default_context_yaml()).unwrap();
+        assert_eq!(
+            recipe.sources,
+            vec![
+                ContextSource::File {
+                    id: "system_prompt".into(),
+                    path: "${AGENT_HOME}/system_prompt.md".into(),
+                    on_missing: OnMissing::Error
+                },
+                ContextSource::File {
+                    id: "workspace_guide".into(),
+                    path: "${CWD}/DELTA.md".into(),
+                    on_missing: OnMissing::Skip
+                },
+                ContextSource::Journal {
+                    id: "conversation_history".into(),
+                    max_iterations: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn computed_file_defaults_and_ids() {
+        let recipe = parse(
+            "sources:\n  - type: computed_file\n    generator:\n      command: [python3, '${AGENT_HOME}/s.py']\n    output_path: '${CWD}/o.md'\n  - type: journal\n    max_iterations: 5\n",
+        )
+        .unwrap();
+        assert_eq!(
+            recipe.sources[0],
+            ContextSource::ComputedFile {
+                id: "computed_file".into(),
+                command: vec!["python3".into(), "${AGENT_HOME}/s.py".into()],
+                timeout_ms: 30_000,
+                output_path: "${CWD}/o.md".into(),
+                on_missing: OnMissing::Error
+            }
+        );
+        assert_eq!(recipe.sources[1].id(), "journal");
+    }
+
+    #[test]
+    fn invalid_recipes_name_the_key() {
+        let cases = [
+            ("sources: []\n", "at least one source"),
+            ("sources:\n  - type: files\n    path: x\n", "(did you mean `file`?)"),
+            ("sources:\n  - type: file\n", "`sources[0].path` is required"),
+            ("sources:\n  - type: file\n    path: x\n    on_missing: ignore\n", "`sources[0].on_missing` is `ignore`"),
+            ("sources:\n  - type: computed_file\n    output_path: x\n", "`sources[0].generator` is required"),
+            ("sources:\n  - type: computed_file\n    generator: {command: []}\n    output_path: x\n", "non-empty list"),
+            ("sources:\n  - type: journal\n    max_iterations: 0\n", "greater than 0"),
+        ];
+        for (text, phrase) in cases {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(phrase), "{text}: {err}");
+            assert!(err.contains("/a/context.yaml"), "{err}");
+        }
+    }
+
+    #[test]
+    fn expand_path_vars_replaces_both_variables() {
+        let out = expand_path_vars("${AGENT_HOME}/a:${CWD}/b:${OTHER}", Path::new("/h"), Path::new("/w"));
+        assert_eq!(out, "/h/a:/w/b:${OTHER}");
+    }
+}

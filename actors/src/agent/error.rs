@@ -1,0 +1,88 @@
+//! `AgentError`: every way loading an agent folder can fail, as one typed error whose
+//! `Display` is the complete user-facing message (file, key, hint).
+//!
+//! Owns only the error type and its constructors; it must not decide exit codes (the `delta`
+//! binary maps every `AgentError` to a configuration error, exit 126) and never prints.
+
+use std::path::{Path, PathBuf};
+
+/// A configuration error found while loading an agent. Every variant names the file involved
+/// and ends with a `hint:` line telling the user what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The path given for the agent does not exist.
+    #[error("agent path `{}` does not exist\n  hint: pass the agent folder (the one holding agent.yaml) or the path of its agent.yaml", path.display())]
+    NotFound { path: PathBuf },
+
+    /// The folder holds neither `agent.yaml` nor `config.yaml`.
+    #[error("no agent.yaml (or legacy config.yaml) in `{}`\n  hint: create an agent with `delta init <name>`, or pass the folder that holds agent.yaml", dir.display())]
+    NoConfig { dir: PathBuf },
+
+    /// A file exists (or must exist) but could not be read.
+    #[error("cannot read `{}`: {source}\n  hint: {hint}", file.display())]
+    Io {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+        hint: String,
+    },
+
+    /// A YAML file does not parse. `message` carries serde_yaml's line and column.
+    #[error("`{}` is not valid YAML: {message}\n  hint: check the indentation and quoting at that line", file.display())]
+    Yaml { file: PathBuf, message: String },
+
+    /// `context.yaml` is missing: the message carries the ready-to-paste default recipe.
+    #[error("`{}` not found: every agent needs a context.yaml (it is the recipe of what the model sees)\n  hint: create it with this default recipe:\n\n{recipe}", path.display())]
+    MissingContext { path: PathBuf, recipe: &'static str },
+
+    /// A `.env` file has a line that is not `KEY=VALUE`.
+    #[error("`{}` line {line}: {message}\n  hint: {hint}", file.display())]
+    EnvFile {
+        file: PathBuf,
+        line: usize,
+        message: String,
+        hint: String,
+    },
+
+    /// Anything else that is wrong with the content of a file: `message` names the key path
+    /// (for example `llm.temperature` or ``tool `grep`: ...``).
+    #[error("`{}`: {message}\n  hint: {hint}", file.display())]
+    Invalid {
+        file: PathBuf,
+        message: String,
+        hint: String,
+    },
+}
+
+impl AgentError {
+    /// Shorthand for [`AgentError::Invalid`].
+    pub fn invalid(file: &Path, message: impl Into<String>, hint: impl Into<String>) -> Self {
+        AgentError::Invalid {
+            file: file.to_path_buf(),
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+
+    /// Shorthand for [`AgentError::Io`].
+    pub fn io(file: &Path, source: std::io::Error, hint: impl Into<String>) -> Self {
+        AgentError::Io {
+            file: file.to_path_buf(),
+            source,
+            hint: hint.into(),
+        }
+    }
+
+    /// The file this error is about.
+    pub fn file(&self) -> &Path {
+        match self {
+            AgentError::NotFound { path } => path,
+            AgentError::NoConfig { dir } => dir,
+            AgentError::Io { file, .. }
+            | AgentError::Yaml { file, .. }
+            | AgentError::EnvFile { file, .. }
+            | AgentError::Invalid { file, .. } => file,
+            AgentError::MissingContext { path, .. } => path,
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Typed access to YAML mappings with user-facing errors and unknown-key warnings.
+//!
+//! Owns reading a YAML file into a `serde_yaml::Value`, the `Fields` accessor (each getter
+//! names the file and the dotted key path in its error) and the "did you mean" suggestion.
+//! It knows no schema: callers list the keys they accept.
+
+use std::path::Path;
+
+use serde_yaml::{Mapping, Value};
+
+use super::error::AgentError;
+
+/// Reads and parses one YAML file. An empty file parses as `Value::Null`.
+pub(crate) fn read_yaml(file: &Path) -> Result<Value, AgentError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| AgentError::io(file, e, "check that the file exists and is readable UTF-8"))?;
+    serde_yaml::from_str(&text).map_err(|e| AgentError::Yaml {
+        file: file.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// Human name of a YAML value's kind, for "expected X, found Y" messages.
+pub(crate) fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// The known key closest to `unknown` (edit distance, or containment for short stems such
+/// as `hook` → `lifecycle_hooks`), if any is close enough to be a plausible typo.
+pub(crate) fn closest<'k>(unknown: &str, known: &[&'k str]) -> Option<&'k str> {
+    let lowered = unknown.to_ascii_lowercase();
+    let by_distance = known
+        .iter()
+        .map(|k| (edit_distance(&lowered, k), *k))
+        .filter(|(d, k)| *d <= (k.len().max(lowered.len()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k);
+    by_distance.or_else(|| {
+        let stem = lowered.trim_end_matches('s');
+        (stem.len() >= 3)
+            .then(|| known.iter().copied().find(|k| k.contains(stem)))
+            .flatten()
+    })
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b_chars: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b_chars.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b_chars.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            let value = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+            current.push(value);
+        }
+        previous = current;
+    }
+    previous[b_chars.len()]
+}
+
+/// A YAML mapping seen through its file and key path, so every error can name both.
+pub(crate) struct Fields<'a> {
+    file: &'a Path,
+    prefix: String,
+    map: &'a Mapping,
+}
+
+impl<'a> Fields<'a> {
+    /// `prefix` is the dotted path of this mapping (empty for a document root).
+    pub(crate) fn new(file: &'a Path, prefix: &str, value: &'a Value) -> Result<Self, AgentError> {
+        match value {
+            Value::Mapping(map) => Ok(Fields {
+                file,
+                prefix: prefix.to_string(),
+                map,
+            }),
+            other => {
+                let what = if prefix.is_empty() {
+                    "the document".to_string()
+                } else {
+                    format!("`{prefix}`")
+                };
+                Err(AgentError::invalid(
+                    file,
+                    format!("{what} must be a mapping of `key: value` lines, found {}", kind_of(other)),
+                    "see `delta init` for a complete example",
+                ))
+            }
+        }
+    }
+
+    pub(crate) fn file(&self) -> &'a Path {
+        self.file
+    }
+
+    /// Dotted path of `key` inside this mapping, e.g. `llm.temperature`.
+    pub(crate) fn key_path(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.prefix)
+        }
+    }
+
+    /// The value of `key`; an explicit `null` counts as absent.
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn type_error(&self, key: &str, expected: &str, found: &Value, hint: &str) -> AgentError {
+        AgentError::invalid(
+            self.file,
+            format!("`{}` must be {expected}, found {}", self.key_path(key), kind_of(found)),
+            hint,
+        )
+    }
+
+    pub(crate) fn string(&self, key: &str) -> Result<Option<String>, AgentError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            // Numbers and booleans are accepted where text is expected (e.g. `version: 1.0`).
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(Value::Bool(b)) => Ok(Some(b.to_string())),
+            Some(other) => Err(self.type_error(key, "text", other, "quote the value")),
+        }
+    }
+
+    pub(crate) fn required_string(&self, key: &str, hint: &str) -> Result<String, AgentError> {
+        match self.string(key)? {
+            Some(s) if !s.trim().is_empty() => Ok(s),
+            _ => Err(AgentError::invalid(
+                self.file,
+                format!("`{}` is required", self.key_path(key)),
+                hint,
+            )),
+        }
+    }
+
+    /// A number within `min..=max`.
+    pub(crate) fn number_in(&self, key: &str, min: f64, max: f64) -> Result<Option<f64>, AgentError> {
+        let hint = format!("use a number between {min} and {max}");
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(x) if (min..=max).contains(&x) => Ok(Some(x)),
+                _ => Err(AgentError::invalid(
+                    self.file,
+                    format!("`{}` is {n}, outside {min}..{max}", self.key_path(key)),
+                    hint,
+                )),
+            },
+            Some(other) => Err(self.type_error(key, "a number", other, &hint)),
+        }
+    }
+
+    /// A whole number greater than zero.
+    pub(crate) fn positive_integer(&self, key: &str) -> Result<Option<u64>, AgentError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(x) if x > 0 => Ok(Some(x)),
+                _ => Err(AgentError::invalid(
+                    self.file,
+                    format!("`{}` is {n}, but must be a whole number greater than 0", self.key_path(key)),
+                    "use a positive integer such as 30",
+                )),
+            },
+            Some(other) => Err(self.type_error(key, "a whole number", other, "use a positive integer such as 30")),
+        }
+    }
+
+    /// Like [`Fields::positive_integer`], narrowed to `u32`.
+    pub(crate) fn positive_u32(&self, key: &str) -> Result<Option<u32>, AgentError> {
+        match self.positive_integer(key)? {
+            None => Ok(None),
+            Some(x) => u32::try_from(x).map(Some).map_err(|_| {
+                AgentError::invalid(
+                    self.file,
+                    format!("`{}` is {x}, which is too large", self.key_path(key)),
+                    "use a value below 4294967296",
+                )
+            }),
+        }
+    }
+
+    pub(crate) fn boolean(&self, key: &str) -> Result<Option<bool>, AgentError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.type_error(key, "true or false", other, "write true or false without quotes")),
+        }
+    }
+
+    pub(crate) fn sequence(&self, key: &str) -> Result<Option<&'a [Value]>, AgentError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Sequence(items)) => Ok(Some(items.as_slice())),
+            Some(other) => Err(self.type_error(key, "a list (lines starting with `- `)", other, "write one `- item` per line")),
+        }
+    }
+
+    /// A list of strings (e.g. an argv); `what` describes an element for the hint.
+    pub(crate) fn string_list(&self, key: &str) -> Result<Option<Vec<String>>, AgentError> {
+        let Some(items) = self.sequence(key)? else {
+            return Ok(None);
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => Ok(s.clone()),
+                Value::Number(n) => Ok(n.to_string()),
+                Value::Bool(b) => Ok(b.to_string()),
+                other => Err(AgentError::invalid(
+                    self.file,
+                    format!("`{}[{i}]` must be text, found {}", self.key_path(key), kind_of(other)),
+                    "quote the element",
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// Pushes one warning per key not in `known`, with the closest known key when plausible.
+    pub(crate) fn warn_unknown(&self, known: &[&str], warnings: &mut Vec<String>) {
+        for key in self.map.keys() {
+            let name = match key {
+                Value::String(s) => s.clone(),
+                other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
+            };
+            if known.contains(&name.as_str()) {
+                continue;
+            }
+            let suggestion = match closest(&name, known) {
+                Some(k) => format!(" (did you mean `{k}`?)"),
+                None => format!(" (known keys: {})", known.join(", ")),
+            };
+            warnings.push(format!(
+                "{}: unknown key `{}`{suggestion}",
+                self.file.display(),
+                self.key_path(&name)
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closest_finds_typos_and_stems() {
+        let known = ["model", "temperature", "max_tokens"];
+        assert_eq!(closest("temprature", &known), Some("temperature"));
+        assert_eq!(closest("max_token", &known), Some("max_tokens"));
+        assert_eq!(closest("zzz", &known), None);
+        assert_eq!(closest("hook", &["tools", "lifecycle_hooks"]), Some("lifecycle_hooks"));
+        assert_eq!(closest("hooks", &["tools", "lifecycle_hooks"]), Some("lifecycle_hooks"));
+    }
+
+    #[test]
+    fn unknown_keys_warn_with_path_and_suggestion() {
+        let doc: Value = serde_yaml::from_str("model: x\ntemprature: 1\n").unwrap();
+        let fields = Fields::new(Path::new("/a/agent.yaml"), "llm", &doc).unwrap();
+        let mut warnings = Vec::new();
+        fields.warn_unknown(&["model", "temperature"], &mut warnings);
+        assert_eq!(
+            warnings,
+            vec!["/a/agent.yaml: unknown key `llm.temprature` (did you mean `temperature`?)".to_string()]
+        );
+    }
+
+    #[test]
+    fn getters_name_the_key_path() {
+        let doc: Value = serde_yaml::from_str("temperature: 3\nmax: -1\nflag: yes please\n").unwrap();
+        let fields = Fields::new(Path::new("f.yaml"), "llm", &doc).unwrap();
+        let err = fields.number_in("temperature", 0.0, 2.0).unwrap_err().to_string();
+        assert!(err.contains("`llm.temperature` is 3, outside 0..2"), "{err}");
+        let err = fields.positive_integer("max").unwrap_err().to_string();
+        assert!(err.contains("`llm.max`"), "{err}");
+        let err = fields.boolean("flag").unwrap_err().to_string();
+        assert!(err.contains("must be true or false"), "{err}");
+        assert_eq!(fields.string("absent").unwrap(), None);
+    }
+
+    #[test]
+    fn non_mapping_document_is_an_error() {
+        let doc: Value = serde_yaml::from_str("- a\n- b\n").unwrap();
+        let err = Fields::new(Path::new("x.yaml"), "", &doc).err().unwrap().to_string();
+        assert!(err.contains("the document must be a mapping"), "{err}");
+    }
+}

@@ -1,0 +1,227 @@
+//! `hooks.yaml` (spec §2.7.3): the eight lifecycle hooks, parsed and validated.
+//!
+//! Owns hook names, the `{command, timeout_ms}` schema, the legacy short names of the
+//! original engine (`pre_llm_req`, …) and the deprecated `lifecycle_hooks` key of agent.yaml.
+//! It must not run hooks: a later runtime module does.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+use serde_yaml::Value;
+
+use super::error::AgentError;
+use super::fields::{closest, Fields};
+
+/// A point in the run where a hook may be invoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookName {
+    PreLlmRequest,
+    PostLlmResponse,
+    PreToolExecution,
+    PostToolExecution,
+    OnError,
+    OnRunEnd,
+    OnIterationStart,
+    OnIterationEnd,
+}
+
+impl HookName {
+    pub const ALL: [HookName; 8] = [
+        HookName::PreLlmRequest,
+        HookName::PostLlmResponse,
+        HookName::PreToolExecution,
+        HookName::PostToolExecution,
+        HookName::OnError,
+        HookName::OnRunEnd,
+        HookName::OnIterationStart,
+        HookName::OnIterationEnd,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookName::PreLlmRequest => "pre_llm_request",
+            HookName::PostLlmResponse => "post_llm_response",
+            HookName::PreToolExecution => "pre_tool_execution",
+            HookName::PostToolExecution => "post_tool_execution",
+            HookName::OnError => "on_error",
+            HookName::OnRunEnd => "on_run_end",
+            HookName::OnIterationStart => "on_iteration_start",
+            HookName::OnIterationEnd => "on_iteration_end",
+        }
+    }
+
+    /// Parses a hook key, also accepting the original engine's short names.
+    pub fn parse(key: &str) -> Option<(HookName, bool)> {
+        if let Some(name) = HookName::ALL.into_iter().find(|h| h.as_str() == key) {
+            return Some((name, false));
+        }
+        let legacy = match key {
+            "pre_llm_req" => HookName::PreLlmRequest,
+            "post_llm_resp" => HookName::PostLlmResponse,
+            "pre_tool_exec" => HookName::PreToolExecution,
+            "post_tool_exec" => HookName::PostToolExecution,
+            _ => return None,
+        };
+        Some((legacy, true))
+    }
+}
+
+/// One hook: the argv to run (no shell; `${AGENT_HOME}` etc. still unexpanded) and its timeout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HookSpec {
+    pub command: Vec<String>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// The configured hooks, at most one per name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Hooks {
+    by_name: BTreeMap<HookName, HookSpec>,
+}
+
+impl Hooks {
+    pub fn get(&self, name: HookName) -> Option<&HookSpec> {
+        self.by_name.get(&name)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Configured hooks in a stable order.
+    pub fn iter(&self) -> impl Iterator<Item = (HookName, &HookSpec)> {
+        self.by_name.iter().map(|(name, spec)| (*name, spec))
+    }
+}
+
+/// Parses a hooks mapping (`hooks.yaml` root, or agent.yaml's `lifecycle_hooks`).
+/// `prefix` is the key path of the mapping (`""` or `lifecycle_hooks`).
+pub(crate) fn parse_hooks(file: &Path, prefix: &str, doc: &Value, warnings: &mut Vec<String>) -> Result<Hooks, AgentError> {
+    if doc.is_null() {
+        return Ok(Hooks::default());
+    }
+    let fields = Fields::new(file, prefix, doc)?;
+    // hooks.yaml may wrap everything in `lifecycle_hooks:` like the old agent.yaml key did.
+    if prefix.is_empty() && fields.has("lifecycle_hooks") {
+        if let Some(inner) = fields.get("lifecycle_hooks") {
+            return parse_hooks(file, "lifecycle_hooks", inner, warnings);
+        }
+    }
+    let Value::Mapping(map) = doc else {
+        return Ok(Hooks::default());
+    };
+    let known: Vec<&str> = HookName::ALL.iter().map(|h| h.as_str()).collect();
+    let mut hooks = Hooks::default();
+    for (key, value) in map {
+        let key = key.as_str().unwrap_or_default().to_string();
+        let path = fields.key_path(&key);
+        let Some((name, legacy)) = HookName::parse(&key) else {
+            let suggestion = closest(&key, &known).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+            warnings.push(format!("{}: unknown hook `{path}`{suggestion}; it will never run", file.display()));
+            continue;
+        };
+        if legacy {
+            warnings.push(format!(
+                "{}: hook name `{path}` is deprecated; rename it to `{}`",
+                file.display(),
+                name.as_str()
+            ));
+        }
+        if value.is_null() {
+            continue;
+        }
+        let hook = Fields::new(file, &path, value)?;
+        hook.warn_unknown(&["command", "timeout_ms", "description"], warnings);
+        let command = match hook.get("command") {
+            Some(Value::String(_)) => {
+                return Err(AgentError::invalid(
+                    file,
+                    format!("`{path}.command` must be a list (argv), not a string"),
+                    format!("write it as a list, e.g. command: [\"sh\", \"{}/hook.sh\"]", "${AGENT_HOME}"),
+                ))
+            }
+            _ => hook.string_list("command")?.unwrap_or_default(),
+        };
+        if command.first().map_or(true, |program| program.trim().is_empty()) {
+            return Err(AgentError::invalid(
+                file,
+                format!("`{path}.command` must be a non-empty list (program first)"),
+                "e.g. command: [\"${AGENT_HOME}/hooks/log.sh\"]",
+            ));
+        }
+        if hooks.by_name.contains_key(&name) {
+            return Err(AgentError::invalid(
+                file,
+                format!("hook `{}` is defined twice", name.as_str()),
+                "keep one definition (the short legacy name and the full name are the same hook)",
+            ));
+        }
+        let spec = HookSpec {
+            command,
+            timeout_ms: hook.positive_integer("timeout_ms")?,
+        };
+        hooks.by_name.insert(name, spec);
+    }
+    Ok(hooks)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> (Result<Hooks, AgentError>, Vec<String>) {
+        let doc: Value = serde_yaml::from_str(text).unwrap();
+        let mut warnings = Vec::new();
+        (parse_hooks(Path::new("/a/hooks.yaml"), "", &doc, &mut warnings), warnings)
+    }
+
+    #[test]
+    fn all_eight_hooks_parse() {
+        let text: String = HookName::ALL
+            .iter()
+            .map(|h| format!("{}:\n  command: [echo, {}]\n  timeout_ms: 500\n", h.as_str(), h.as_str()))
+            .collect();
+        let (hooks, warnings) = parse(&text);
+        let hooks = hooks.unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        for name in HookName::ALL {
+            let spec = hooks.get(name).unwrap();
+            assert_eq!(spec.command, vec!["echo".to_string(), name.as_str().to_string()]);
+            assert_eq!(spec.timeout_ms, Some(500));
+        }
+    }
+
+    #[test]
+    fn wrapped_and_legacy_names_are_accepted_with_warnings() {
+        let (hooks, warnings) = parse("lifecycle_hooks:\n  pre_llm_req:\n    command: [x]\n");
+        assert_eq!(hooks.unwrap().get(HookName::PreLlmRequest).unwrap().command, vec!["x"]);
+        assert!(warnings[0].contains("rename it to `pre_llm_request`"), "{warnings:?}");
+    }
+
+    #[test]
+    fn unknown_hook_warns_with_suggestion() {
+        let (hooks, warnings) = parse("on_run_ends:\n  command: [x]\n");
+        assert!(hooks.unwrap().is_empty());
+        assert!(warnings[0].contains("unknown hook `on_run_ends` (did you mean `on_run_end`?)"), "{warnings:?}");
+    }
+
+    #[test]
+    fn bad_commands_are_errors() {
+        for (text, phrase) in [
+            ("on_error:\n  command: notify.sh\n", "must be a list (argv), not a string"),
+            ("on_error:\n  command: []\n", "non-empty list"),
+            ("on_error:\n  command: [x]\n  timeout_ms: 0\n", "greater than 0"),
+        ] {
+            let err = parse(text).0.unwrap_err().to_string();
+            assert!(err.contains(phrase), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn empty_file_means_no_hooks() {
+        assert!(parse("# nothing\n").0.unwrap().is_empty());
+    }
+}

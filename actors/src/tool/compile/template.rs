@@ -1,0 +1,442 @@
+//! Template text → command: placeholder scanning, `exec:` tokenising and `shell:` rewriting.
+//!
+//! Owns the rules of spec §2.2.2/§2.2.5 with the original engine's defects fixed: exec
+//! placeholders keep their argv position, mixed tokens (`--name=${x}`) are allowed, and shell
+//! placeholders become `$N` quoted according to where they stand (outside quotes `"$N"`,
+//! inside double quotes `$N`, inside single quotes `'"$N"'`). Engine variables
+//! (`${AGENT_HOME}`, `${CWD}`, `${RUN_ID}`) are never parameters. It knows nothing about
+//! YAML or files: errors are plain `TemplateError`s the caller decorates.
+
+/// Variables the engine fills in; a template never turns them into model parameters.
+pub(crate) const ENGINE_VARS: [&str; 3] = ["AGENT_HOME", "CWD", "RUN_ID"];
+
+pub(crate) fn is_engine_var(name: &str) -> bool {
+    ENGINE_VARS.contains(&name)
+}
+
+/// A template problem: what is wrong and how to fix it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TemplateError {
+    pub message: String,
+    pub hint: String,
+}
+
+fn template_error(message: impl Into<String>, hint: impl Into<String>) -> TemplateError {
+    TemplateError {
+        message: message.into(),
+        hint: hint.into(),
+    }
+}
+
+/// One `${name}` or `${name:raw}` occurrence, as byte offsets into its text.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Placeholder {
+    pub name: String,
+    pub raw: bool,
+    pub start: usize,
+    pub end: usize,
+}
+
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The text of the `${...}` starting at `start`, and whether it is a well-formed placeholder.
+fn placeholder_at(text: &str, start: usize) -> Option<Result<Placeholder, String>> {
+    if !text[start..].starts_with("${") {
+        return None;
+    }
+    let Some(close) = text[start..].find('}') else {
+        return Some(Err(text[start..].to_string()));
+    };
+    let end = start + close + 1;
+    let inner = &text[start + 2..end - 1];
+    let (name, raw) = match inner.split_once(':') {
+        Some((name, "raw")) => (name, true),
+        Some(_) => return Some(Err(text[start..end].to_string())),
+        None => (inner, false),
+    };
+    if !is_identifier(name) {
+        return Some(Err(text[start..end].to_string()));
+    }
+    Some(Ok(Placeholder {
+        name: name.to_string(),
+        raw,
+        start,
+        end,
+    }))
+}
+
+/// Every well-formed placeholder in `text`, in order. Malformed `${...}` are skipped.
+pub(crate) fn placeholders(text: &str) -> Vec<Placeholder> {
+    let mut found = Vec::new();
+    let mut index = 0;
+    while let Some(offset) = text[index..].find("${") {
+        let start = index + offset;
+        match placeholder_at(text, start) {
+            Some(Ok(p)) => {
+                index = p.end;
+                found.push(p);
+            }
+            _ => index = start + 2,
+        }
+    }
+    found
+}
+
+/// Replaces each placeholder for which `value_of` answers; others stay as written. Values
+/// are inserted verbatim and never re-scanned.
+pub(crate) fn substitute(text: &str, mut value_of: impl FnMut(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for p in placeholders(text) {
+        if let Some(value) = value_of(&p.name) {
+            out.push_str(&text[last..p.start]);
+            out.push_str(&value);
+            last = p.end;
+        }
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// Metacharacters refused in `exec:` templates, two-character ones first so `&&` is not
+/// reported as `&`.
+const EXEC_METACHARACTERS: [(&str, &str); 9] = [
+    ("&&", "logical AND"),
+    ("||", "logical OR"),
+    ("$(", "command substitution"),
+    ("|", "pipe"),
+    (">", "output redirection"),
+    ("<", "input redirection"),
+    ("&", "background execution"),
+    (";", "command separator"),
+    ("`", "command substitution"),
+];
+
+/// An `exec:` template split into argv tokens (placeholders kept in place).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ExecTemplate {
+    pub tokens: Vec<String>,
+    /// Distinct parameter names (engine variables excluded), in order of first appearance.
+    pub parameters: Vec<String>,
+}
+
+pub(crate) fn compile_exec(template: &str) -> Result<ExecTemplate, TemplateError> {
+    for (meta, what) in EXEC_METACHARACTERS {
+        if template.contains(meta) {
+            return Err(template_error(
+                format!("Shell metacharacter '{meta}' ({what}) not allowed in exec: mode"),
+                format!("Use shell: mode if you need {what}, or remove '{meta}' for safe direct execution"),
+            ));
+        }
+    }
+    let mut index = 0;
+    while let Some(offset) = template[index..].find("${") {
+        let start = index + offset;
+        match placeholder_at(template, start) {
+            Some(Ok(p)) if p.raw => {
+                return Err(template_error(
+                    format!(":raw modifier not allowed in exec: mode (`${{{}:raw}}`)", p.name),
+                    "The :raw modifier is only supported in shell: mode for expert use",
+                ))
+            }
+            Some(Ok(p)) => index = p.end,
+            Some(Err(fragment)) => {
+                return Err(template_error(
+                    format!("`{fragment}` is not a valid placeholder"),
+                    "placeholders look like ${name} (letters, digits and _); exec: runs without a shell, so shell expansions such as ${x:-default} do not apply",
+                ))
+            }
+            None => index = start + 2,
+        }
+    }
+    let tokens = shell_words::split(template).map_err(|_| {
+        template_error(
+            "exec: template has an unterminated quote",
+            "close every ' and \" (or escape it with a backslash)",
+        )
+    })?;
+    let Some(program) = tokens.first() else {
+        return Err(template_error(
+            "exec: template is empty",
+            "write the program and its arguments, e.g. exec: \"ls -la ${directory}\"",
+        ));
+    };
+    if placeholders(program).iter().any(|p| !is_engine_var(&p.name)) {
+        return Err(template_error(
+            format!("the program `{program}` cannot come from a parameter"),
+            "start the template with a fixed program name (engine variables such as ${AGENT_HOME}/tools/x.sh are fine)",
+        ));
+    }
+    let mut parameters: Vec<String> = Vec::new();
+    for token in &tokens {
+        for p in placeholders(token) {
+            if !is_engine_var(&p.name) && !parameters.contains(&p.name) {
+                parameters.push(p.name);
+            }
+        }
+    }
+    Ok(ExecTemplate { tokens, parameters })
+}
+
+/// Where a placeholder stands in shell syntax, which decides how `$N` must be quoted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Quoting {
+    Unquoted,
+    Single,
+    Double,
+}
+
+/// Shell parsing states; command substitutions open a fresh unquoted context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Context {
+    Top,
+    Single,
+    Double,
+    Subshell,
+    Backtick,
+}
+
+enum Segment {
+    Text(String),
+    Slot { name: String, raw: bool, quoting: Quoting },
+}
+
+/// Splits a shell script into literal text and placeholders, tracking quote context.
+fn segment_shell(script: &str) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    let mut text = String::new();
+    let mut stack = vec![Context::Top];
+    let mut index = 0;
+    while index < script.len() {
+        let context = stack.last().copied().unwrap_or(Context::Top);
+        let rest = &script[index..];
+        if let Some(Ok(p)) = placeholder_at(script, index) {
+            segments.push(Segment::Text(std::mem::take(&mut text)));
+            let quoting = match context {
+                Context::Single => Quoting::Single,
+                Context::Double => Quoting::Double,
+                _ => Quoting::Unquoted,
+            };
+            index = p.end;
+            segments.push(Segment::Slot {
+                name: p.name,
+                raw: p.raw,
+                quoting,
+            });
+            continue;
+        }
+        let Some(c) = rest.chars().next() else { break };
+        let mut step = c.len_utf8();
+        match (context, c) {
+            (Context::Single, '\'') => {
+                stack.pop();
+            }
+            (Context::Single, _) => {}
+            (_, '\\') => {
+                // An escaped character never opens or closes anything.
+                step += rest[step..].chars().next().map_or(0, char::len_utf8);
+            }
+            (Context::Double, '"') | (Context::Subshell, ')') | (Context::Backtick, '`') => {
+                stack.pop();
+            }
+            (_, '$') if rest.starts_with("$(") => {
+                stack.push(Context::Subshell);
+                step = 2;
+            }
+            (_, '`') => stack.push(Context::Backtick),
+            (Context::Double, _) => {}
+            (_, '\'') => stack.push(Context::Single),
+            (_, '"') => stack.push(Context::Double),
+            _ => {}
+        }
+        text.push_str(&rest[..step]);
+        index += step;
+    }
+    segments.push(Segment::Text(text));
+    segments
+}
+
+/// `$N`, braced from 10 on (`$10` would mean `${1}0`).
+fn positional(n: usize) -> String {
+    if n < 10 {
+        format!("${n}")
+    } else {
+        format!("${{{n}}}")
+    }
+}
+
+/// A `shell:` template rewritten for `sh -c <script> -- <slots...>`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ShellTemplate {
+    pub script: String,
+    /// Engine variables occupying `$1..$m`, written as `${NAME}` for the engine to fill.
+    pub engine_slots: Vec<String>,
+    /// Parameters occupying `$m+1..`, in order: (name, raw).
+    pub parameters: Vec<(String, bool)>,
+}
+
+pub(crate) fn compile_shell(template: &str) -> Result<ShellTemplate, TemplateError> {
+    if template.trim().is_empty() {
+        return Err(template_error(
+            "shell: template is empty",
+            "write a shell command line, e.g. shell: \"cat ${file} | wc -l\"",
+        ));
+    }
+    let segments = segment_shell(template);
+    let mut engine_slots: Vec<String> = Vec::new();
+    let mut parameters: Vec<(String, bool)> = Vec::new();
+    for segment in &segments {
+        let Segment::Slot { name, raw, .. } = segment else {
+            continue;
+        };
+        if is_engine_var(name) {
+            if !engine_slots.contains(name) {
+                engine_slots.push(name.clone());
+            }
+        } else if let Some((_, seen_raw)) = parameters.iter().find(|(n, _)| n == name) {
+            if seen_raw != raw {
+                return Err(template_error(
+                    format!("parameter `{name}` is used both as ${{{name}}} and as ${{{name}:raw}}"),
+                    "use one form for every occurrence of the parameter",
+                ));
+            }
+        } else {
+            parameters.push((name.clone(), *raw));
+        }
+    }
+    let slot_of = |name: &str| -> usize {
+        let engine = engine_slots.iter().position(|n| n == name);
+        let param = parameters.iter().position(|(n, _)| n == name);
+        match (engine, param) {
+            (Some(i), _) => i + 1,
+            (None, Some(i)) => engine_slots.len() + i + 1,
+            (None, None) => 0,
+        }
+    };
+    let mut script = String::with_capacity(template.len() + 16);
+    for segment in &segments {
+        match segment {
+            Segment::Text(text) => script.push_str(text),
+            Segment::Slot { name, raw, quoting } => {
+                let dollar = positional(slot_of(name));
+                match (quoting, raw) {
+                    (Quoting::Double, _) => script.push_str(&dollar),
+                    (Quoting::Single, true) => script.push_str(&format!("'{dollar}'")),
+                    (Quoting::Single, false) => script.push_str(&format!("'\"{dollar}\"'")),
+                    (Quoting::Unquoted, true) => script.push_str(&dollar),
+                    (Quoting::Unquoted, false) => script.push_str(&format!("\"{dollar}\"")),
+                }
+            }
+        }
+    }
+    Ok(ShellTemplate {
+        script,
+        engine_slots: engine_slots.iter().map(|n| format!("${{{n}}}")).collect(),
+        parameters,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_keeps_placeholder_positions() {
+        let t = compile_exec("grep ${pattern} -r .").unwrap();
+        assert_eq!(t.tokens, vec!["grep", "${pattern}", "-r", "."]);
+        assert_eq!(t.parameters, vec!["pattern"]);
+    }
+
+    #[test]
+    fn exec_quoted_static_arguments_and_mixed_tokens() {
+        let t = compile_exec(r#"grep "fixed pattern" --name=${x} ${AGENT_HOME}/a ${x}"#).unwrap();
+        assert_eq!(t.tokens, vec!["grep", "fixed pattern", "--name=${x}", "${AGENT_HOME}/a", "${x}"]);
+        assert_eq!(t.parameters, vec!["x"], "engine variables are not parameters; x counted once");
+    }
+
+    #[test]
+    fn exec_refuses_every_metacharacter_with_its_name() {
+        for (template, meta, what) in [
+            ("cat ${f} | wc", "|", "pipe"),
+            ("echo a > b", ">", "output redirection"),
+            ("sort < a", "<", "input redirection"),
+            ("sleep 1 &", "&", "background execution"),
+            ("a; b", ";", "command separator"),
+            ("echo `id`", "`", "command substitution"),
+            ("echo $(id)", "$(", "command substitution"),
+            ("true && false", "&&", "logical AND"),
+            ("true || false", "||", "logical OR"),
+        ] {
+            let err = compile_exec(template).unwrap_err();
+            assert_eq!(
+                err.message,
+                format!("Shell metacharacter '{meta}' ({what}) not allowed in exec: mode"),
+                "{template}"
+            );
+            assert!(err.hint.starts_with("Use shell: mode"), "{}", err.hint);
+        }
+    }
+
+    #[test]
+    fn exec_refuses_raw_malformed_and_parameter_programs() {
+        assert!(compile_exec("ls ${d:raw}").unwrap_err().message.contains(":raw modifier not allowed"));
+        assert!(compile_exec("ls ${d:-x}").unwrap_err().message.contains("not a valid placeholder"));
+        assert!(compile_exec("ls ${d").unwrap_err().message.contains("not a valid placeholder"));
+        assert!(compile_exec("${cmd} x").unwrap_err().message.contains("cannot come from a parameter"));
+        assert!(compile_exec("echo 'open").unwrap_err().message.contains("unterminated quote"));
+        assert!(compile_exec("   ").unwrap_err().message.contains("empty"));
+        assert!(compile_exec("${AGENT_HOME}/run.sh ${x}").is_ok());
+    }
+
+    #[test]
+    fn shell_spec_example_and_reused_placeholder() {
+        let t = compile_shell("grep ${pattern} ${file} | wc -l; echo ${pattern}").unwrap();
+        assert_eq!(t.script, r#"grep "$1" "$2" | wc -l; echo "$1""#);
+        assert_eq!(t.parameters, vec![("pattern".to_string(), false), ("file".to_string(), false)]);
+    }
+
+    #[test]
+    fn shell_quotes_by_context() {
+        let t = compile_shell(r#"echo "dir: ${d}" '${d}' ${r:raw} '${r:raw}'"#).unwrap();
+        assert_eq!(t.script, r#"echo "dir: $1" ''"$1"'' $2 ''$2''"#);
+    }
+
+    #[test]
+    fn shell_engine_variables_take_the_first_slots() {
+        let t = compile_shell("${AGENT_HOME}/x.sh ${a} > ${CWD}/out").unwrap();
+        assert_eq!(t.engine_slots, vec!["${AGENT_HOME}", "${CWD}"]);
+        assert_eq!(t.script, r#""$1"/x.sh "$3" > "$2"/out"#);
+        assert_eq!(t.parameters, vec![("a".to_string(), false)]);
+    }
+
+    #[test]
+    fn shell_leaves_escapes_and_shell_expansions_alone() {
+        let t = compile_shell(r#"echo \${notparam} ${x:-default} "$(cat "${f}")""#).unwrap();
+        assert_eq!(t.script, r#"echo \${notparam} ${x:-default} "$(cat "$1")""#);
+        assert_eq!(t.parameters, vec![("f".to_string(), false)]);
+    }
+
+    #[test]
+    fn shell_slots_from_ten_are_braced() {
+        let names: Vec<String> = (0..11).map(|i| format!("${{p{i}}}")).collect();
+        let t = compile_shell(&format!("echo {}", names.join(" "))).unwrap();
+        assert!(t.script.ends_with(r#""$9" "${10}" "${11}""#), "{}", t.script);
+    }
+
+    #[test]
+    fn shell_refuses_mixed_raw_use() {
+        let err = compile_shell("echo ${a} ${a:raw}").unwrap_err();
+        assert!(err.message.contains("both as"), "{}", err.message);
+    }
+
+    #[test]
+    fn substitute_never_rescans_values() {
+        let out = substitute("a=${a} b=${b}", |n| Some(if n == "a" { "${b}".into() } else { "B".into() }));
+        assert_eq!(out, "a=${b} b=B");
+    }
+}
