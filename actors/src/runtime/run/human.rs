@@ -1,0 +1,98 @@
+//! ask_human bookkeeping (spec §2.5): the pause request file, recording an answer, and
+//! keeping sensitive answers out of every log. A sensitive answer lives only in a 0600 file
+//! under the run's `secrets/` folder; the journal records a marker, and the context builder
+//! substitutes the value into the request sent to the model.
+//!
+//! Must not: prompt anyone (the CLI's prompter does that) or decide run status.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
+use serde_json::json;
+
+use crate::journal::{ActionStatus, Event, Journal, JournalError, JournalEvent};
+use crate::workspace::{now_rfc3339, RunPaths};
+
+use super::setup::PendingQuestion;
+
+/// What the journal shows instead of a sensitive answer.
+pub fn redaction_marker(action_id: &str) -> String {
+    format!("[REDACTED: sensitive answer kept in secrets/{action_id}]")
+}
+
+/// Writes `interaction/request.json` (spec §2.5.3).
+pub fn write_request(
+    paths: &RunPaths,
+    request_id: &str,
+    prompt: &str,
+    input_type: &str,
+    sensitive: bool,
+) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&paths.interaction_dir)?;
+    let body = json!({
+        "request_id": request_id,
+        "timestamp": now_rfc3339(),
+        "prompt": prompt,
+        "input_type": input_type,
+        "sensitive": sensitive,
+        "respond_with": format!("delta continue --run-id <id> -w <workspace> -m \"<answer>\" (or write {})", paths.interaction_dir.join("response.txt").display()),
+    });
+    let text = serde_json::to_string_pretty(&body).map_err(std::io::Error::other)?;
+    std::fs::write(paths.interaction_dir.join("request.json"), text)
+}
+
+/// Journals an answer: HUMAN_INPUT_RECEIVED, then the call's ACTION_RESULT.
+pub fn record_answer(
+    journal: &mut Journal,
+    paths: &RunPaths,
+    question: &PendingQuestion,
+    answer: &str,
+) -> Result<Vec<JournalEvent>, JournalError> {
+    let (shown, redacted) = if question.sensitive {
+        store_secret(paths, &question.action_id, answer).map_err(|e| JournalError::Io {
+            path: paths.secrets_dir.clone(),
+            source: e,
+        })?;
+        (redaction_marker(&question.action_id), true)
+    } else {
+        (answer.to_string(), false)
+    };
+    let received = journal.append(Event::HumanInputReceived {
+        iteration: question.iteration,
+        action_id: question.action_id.clone(),
+        response: shown.clone(),
+        redacted,
+    })?;
+    let result = journal.append(Event::ActionResult {
+        iteration: question.iteration,
+        action_id: question.action_id.clone(),
+        tool_name: "ask_human".into(),
+        status: ActionStatus::Success,
+        observation_content: shown,
+        exit_code: Some(0),
+        execution_ref: None,
+    })?;
+    Ok(vec![received, result])
+}
+
+fn store_secret(paths: &RunPaths, action_id: &str, answer: &str) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&paths.secrets_dir)?;
+    let name: String = action_id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .collect();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(paths.secrets_dir.join(name))?;
+    file.write_all(answer.as_bytes())?;
+    file.sync_all()
+}

@@ -1,0 +1,412 @@
+//! `RunActor`: one actor per run_id drives the Think-Act-Observe loop.
+//!
+//! Each iteration is a chain of continuations on the actor: `think` builds the messages from
+//! the journal (through the context builder) and calls the model through the endpoint's
+//! gateway; `on_model_reply` journals the THOUGHT and plans the calls; `act` runs them (each
+//! in its own `ToolActor`, one at a time or all at once with `parallel_tool_calls`) and
+//! `flush_results` journals results strictly in reply order; `end_iteration` loops.
+//! Cancellation (Ctrl-C, timeouts) cancels the run's token, which kills running tool groups
+//! and aborts the model call; the run then finishes INTERRUPTED at that safe point.
+//!
+//! The journal is the truth: `events` is a cache of its prefix, appended only after the
+//! journal write succeeded.
+
+mod act;
+pub mod human;
+mod log;
+pub mod setup;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{
+    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunRequest, RunResult, RunResultMetadata, SupervisorConfig,
+    UsageReport,
+};
+use crate::journal::{Event, Journal, JournalEvent};
+use crate::metadata::{write_metadata, RunLock, RunMetadata};
+use crate::protocol::{RunStatus, TokenUsage};
+use crate::runtime::gateway::GatewayHandle;
+use crate::workspace::{now_rfc3339, RunPaths};
+
+use act::Acting;
+use log::EngineLog;
+
+/// Default iteration cap when neither the request nor the agent sets one.
+pub const DEFAULT_MAX_ITERATIONS: u32 = 30;
+
+/// Stop at the next safe point and finish INTERRUPTED.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelRunActor {
+    pub reason: String,
+    /// The run's own wall-clock limit expired (error type `timeout`).
+    pub timeout: bool,
+}
+
+struct StopRequest {
+    reason: String,
+    timeout: bool,
+}
+
+pub struct RunActor {
+    run_id: String,
+    request: RunRequest,
+    config: Arc<SupervisorConfig>,
+    gateway: GatewayHandle,
+    events_tx: broadcast::Sender<RunEvent>,
+    result_tx: Option<oneshot::Sender<RunResult>>,
+    paths: RunPaths,
+    journal: Option<Journal>,
+    events: Arc<Vec<JournalEvent>>,
+    meta: Option<RunMetadata>,
+    lock: Option<RunLock>,
+    log: EngineLog,
+    cancel: CancellationToken,
+    stop: Option<StopRequest>,
+    /// Iteration number across the run's whole life (THOUGHTs so far).
+    iteration: u32,
+    /// Iterations driven by this start or continuation (the cap applies to these).
+    iterations_this_start: u32,
+    max_iterations: u32,
+    started_at: Instant,
+    start_time: String,
+    usage: TokenUsage,
+    model_usage: BTreeMap<String, TokenUsage>,
+    model_call: Option<SpawnHandle>,
+    acting: Option<Acting>,
+    child_env: Arc<Vec<(String, String)>>,
+    generator_env: Arc<BTreeMap<String, String>>,
+    secrets: Arc<HashMap<String, String>>,
+    finished: bool,
+}
+
+impl RunActor {
+    pub fn new(
+        run_id: String,
+        request: RunRequest,
+        config: Arc<SupervisorConfig>,
+        gateway: GatewayHandle,
+        events_tx: broadcast::Sender<RunEvent>,
+        result_tx: oneshot::Sender<RunResult>,
+    ) -> Self {
+        let paths = RunPaths::new(&request.work_dir, &run_id);
+        let max_iterations = request
+            .max_iterations
+            .or(request.agent.max_iterations)
+            .unwrap_or(DEFAULT_MAX_ITERATIONS)
+            .max(1);
+        let (child_env, generator_env) = act::child_environments(&run_id, &request, &config, &paths);
+        RunActor {
+            log: EngineLog::new(paths.engine_log.clone()),
+            run_id,
+            request,
+            config,
+            gateway,
+            events_tx,
+            result_tx: Some(result_tx),
+            paths,
+            journal: None,
+            events: Arc::new(Vec::new()),
+            meta: None,
+            lock: None,
+            cancel: CancellationToken::new(),
+            stop: None,
+            iteration: 0,
+            iterations_this_start: 0,
+            max_iterations,
+            started_at: Instant::now(),
+            start_time: now_rfc3339(),
+            usage: TokenUsage::default(),
+            model_usage: BTreeMap::new(),
+            model_call: None,
+            acting: None,
+            child_env: Arc::new(child_env),
+            generator_env: Arc::new(generator_env),
+            secrets: Arc::new(HashMap::new()),
+            finished: false,
+        }
+    }
+
+    fn emit(&self, event: RunEvent) {
+        // No subscriber is fine: events are progress, not results.
+        let _ = self.events_tx.send(event);
+    }
+
+    /// Appends to the journal and the cache. A journal that cannot be written ends the run.
+    fn append(&mut self, event: Event, ctx: &mut Context<Self>) -> bool {
+        let Some(journal) = self.journal.as_mut() else {
+            return false;
+        };
+        match journal.append(event) {
+            Ok(recorded) => {
+                Arc::make_mut(&mut self.events).push(recorded);
+                true
+            }
+            Err(e) => {
+                let message = format!("cannot write the journal: {e}");
+                self.journal = None;
+                self.finish(
+                    RunStatus::Failed,
+                    None,
+                    Some(error_info("journal_error", message)),
+                    None,
+                    ctx,
+                );
+                false
+            }
+        }
+    }
+
+    fn save_metadata(&mut self) {
+        if let Some(meta) = self.meta.as_mut() {
+            meta.updated_at = now_rfc3339();
+            meta.iterations = self.iteration;
+            meta.usage = self.usage;
+            if let Err(e) = write_metadata(&self.paths.run_dir, meta) {
+                self.log.line(&format!("warning: cannot write metadata.json: {e}"));
+            }
+        }
+    }
+
+    /// Ends the run: journal end event, metadata, lock released, result sent, actor stopped.
+    fn finish(
+        &mut self,
+        status: RunStatus,
+        result: Option<String>,
+        error: Option<RunErrorInfo>,
+        interaction: Option<InteractionInfo>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.cancel.cancel();
+        if let Some(handle) = self.model_call.take() {
+            ctx.cancel_future(handle);
+        }
+        if let Some(journal) = self.journal.as_mut() {
+            if let Some(e) = &error {
+                let _ = journal.append(Event::Error {
+                    error_type: e.kind.clone(),
+                    error_message: e.message.clone(),
+                    error_details: e.details.clone().map(serde_json::Value::String),
+                });
+            }
+            let _ = journal.append(Event::EngineEnd {
+                run_id: self.run_id.clone(),
+                status,
+                final_iteration: self.iteration,
+                result: result.clone(),
+                error: error.as_ref().map(|e| e.message.clone()),
+            });
+            if self.config.journal_fsync {
+                let _ = journal.sync();
+            }
+        }
+        let end_time = now_rfc3339();
+        if let Some(meta) = self.meta.as_mut() {
+            meta.status = status;
+            meta.end_time = Some(end_time.clone());
+            meta.error = error.as_ref().map(|e| format!("{}: {}", e.kind, e.message));
+            meta.result = result.clone();
+        }
+        self.save_metadata();
+        self.log.line(&format!(
+            "run finished: {status} after {} iteration(s){}",
+            self.iteration,
+            error.as_ref().map(|e| format!(" ({}: {})", e.kind, e.message)).unwrap_or_default()
+        ));
+        self.lock = None;
+        let duration_ms = self.started_at.elapsed().as_millis() as u64;
+        let run_result = RunResult {
+            schema_version: "2.0".into(),
+            run_id: self.run_id.clone(),
+            status,
+            result,
+            error: error.clone(),
+            interaction,
+            metrics: RunMetrics {
+                iterations: self.iteration,
+                duration_ms,
+                start_time: self.start_time.clone(),
+                end_time,
+                usage: UsageReport {
+                    total_cost_usd: 0.0,
+                    input_tokens: self.usage.input_tokens,
+                    output_tokens: self.usage.output_tokens,
+                    model_usage: self.model_usage.clone(),
+                },
+            },
+            metadata: RunResultMetadata {
+                agent_name: self.request.agent.name.clone(),
+                workspace_path: self.request.work_dir.to_string_lossy().into_owned(),
+                run_dir: self.paths.run_dir.to_string_lossy().into_owned(),
+            },
+        };
+        self.emit(RunEvent::RunFinished {
+            run_id: self.run_id.clone(),
+            status,
+            duration_ms,
+            error: error.map(|e| e.message),
+        });
+        if let Some(tx) = self.result_tx.take() {
+            let _ = tx.send(run_result);
+        }
+        ctx.stop();
+    }
+
+    fn interrupt_now(&mut self, ctx: &mut Context<Self>) {
+        let (reason, timeout) = self
+            .stop
+            .as_ref()
+            .map(|s| (s.reason.clone(), s.timeout))
+            .unwrap_or_else(|| ("interrupted".into(), false));
+        let _ = self.append(Event::Interrupted { reason: reason.clone() }, ctx);
+        let kind = if timeout { "timeout" } else { "interrupted" };
+        self.finish(RunStatus::Interrupted, None, Some(error_info(kind, reason)), None, ctx);
+    }
+}
+
+pub(crate) fn error_info(kind: &str, message: String) -> RunErrorInfo {
+    RunErrorInfo {
+        kind: kind.to_string(),
+        message,
+        details: None,
+    }
+}
+
+impl Actor for RunActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let taken = setup::take_run(
+            &self.run_id,
+            &self.request,
+            self.max_iterations,
+            self.config.fsync_every_event,
+        );
+        let taken = match taken {
+            Ok(t) => t,
+            Err(e) => {
+                // Nothing of the run was touched: answer without writing anything.
+                if let Some(tx) = self.result_tx.take() {
+                    let _ = tx.send(crate::runtime::supervisor::setup_failure(
+                        &self.request,
+                        &self.run_id,
+                        &e.to_string(),
+                    ));
+                }
+                self.finished = true;
+                ctx.stop();
+                return;
+            }
+        };
+        self.iteration = taken
+            .events
+            .iter()
+            .filter(|e| matches!(e.event, Event::Thought { .. }))
+            .count() as u32;
+        self.paths = taken.paths;
+        self.journal = Some(taken.journal);
+        self.events = Arc::new(taken.events);
+        self.meta = Some(taken.meta);
+        self.lock = Some(taken.lock);
+        self.secrets = Arc::new(taken.secrets);
+        if let Some(journal) = self.journal.as_mut() {
+            if self.config.journal_fsync {
+                let _ = journal.sync();
+            }
+        }
+        self.log.line(&format!(
+            "run {} {} (agent {}, max {} iterations)",
+            self.run_id,
+            if taken.resumed { "resumed" } else { "started" },
+            self.request.agent.name,
+            self.max_iterations
+        ));
+        self.emit(RunEvent::RunStarted {
+            run_id: self.run_id.clone(),
+            agent_name: self.request.agent.name.clone(),
+            work_dir: self.request.work_dir.to_string_lossy().into_owned(),
+            resumed: taken.resumed,
+        });
+        if let Some(limit) = self.request.timeout {
+            ctx.run_later(limit, move |act, ctx| {
+                let reason = format!("the run exceeded its time limit of {} s", limit.as_secs_f64());
+                act.handle(
+                    CancelRunActor {
+                        reason,
+                        timeout: true,
+                    },
+                    ctx,
+                );
+            });
+        }
+        self.think(ctx);
+    }
+}
+
+impl Handler<CancelRunActor> for RunActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CancelRunActor, ctx: &mut Self::Context) {
+        if self.finished || self.stop.is_some() {
+            return;
+        }
+        self.log.line(&format!("stop requested: {}", msg.reason));
+        self.stop = Some(StopRequest {
+            reason: msg.reason,
+            timeout: msg.timeout,
+        });
+        self.cancel.cancel();
+        if let Some(handle) = self.model_call.take() {
+            ctx.cancel_future(handle);
+            self.interrupt_now(ctx);
+            return;
+        }
+        let waiting_for_tools = self.acting.as_ref().is_some_and(|a| a.has_processes_in_flight());
+        if !waiting_for_tools {
+            self.interrupt_now(ctx);
+        }
+        // Otherwise the killed tools report back and `end_iteration` finishes INTERRUPTED.
+    }
+}
+
+/// Records the failure of a run whose actor died without answering (a panic). Best effort:
+/// metadata goes FAILED with the reason, the journal gets an ERROR and an ENGINE_END.
+pub(crate) fn record_panic_failure(request: &RunRequest, run_id: &str) -> RunResult {
+    let message = "the run's actor stopped unexpectedly (engine panic); see engine.log".to_string();
+    let paths = RunPaths::new(&request.work_dir, run_id);
+    if let Ok((mut journal, _)) = Journal::open(&paths.run_dir, Default::default()) {
+        let _ = journal.append(Event::Error {
+            error_type: "engine_panic".into(),
+            error_message: message.clone(),
+            error_details: None,
+        });
+        let _ = journal.append(Event::EngineEnd {
+            run_id: run_id.to_string(),
+            status: RunStatus::Failed,
+            final_iteration: 0,
+            result: None,
+            error: Some(message.clone()),
+        });
+    }
+    if let Ok(mut meta) = crate::metadata::read_metadata(&paths.run_dir) {
+        meta.status = RunStatus::Failed;
+        meta.error = Some(format!("engine_panic: {message}"));
+        meta.end_time = Some(now_rfc3339());
+        let _ = write_metadata(&paths.run_dir, &meta);
+    }
+    let mut result = crate::runtime::supervisor::setup_failure(request, run_id, &message);
+    if let Some(e) = result.error.as_mut() {
+        e.kind = "engine_panic".into();
+    }
+    result
+}

@@ -1,0 +1,266 @@
+//! `RunSupervisor`: admits runs up to `max_parallel`, spreads `RunActor`s over an arbiter
+//! pool, shares one `LlmGateway` per endpoint, and turns a run that died without a result
+//! (an actor panic) into a FAILED RunResult.
+//!
+//! Must not: do file or process work itself; every run's I/O happens in its own actor.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::{broadcast, oneshot};
+
+use crate::api::{EngineError, LlmTarget, RunErrorInfo, RunEvent, RunRequest, RunResult, RunStart, SupervisorConfig};
+use crate::llm::{ChatBackend, HttpBackend, ScriptedBackend};
+use crate::runtime::gateway::{GatewayHandle, LlmGateway};
+use crate::runtime::run::{record_panic_failure, CancelRunActor, RunActor};
+use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
+
+/// Submit a run; replies with its run id once admitted or queued.
+#[derive(Message)]
+#[rtype(result = "Result<String, EngineError>")]
+pub struct SubmitRun {
+    pub request: RunRequest,
+    pub reply: oneshot::Sender<RunResult>,
+}
+
+/// Interrupt one run.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelRun {
+    pub run_id: String,
+    pub reason: String,
+}
+
+/// Interrupt every run and drop the queue (queued runs finish INTERRUPTED without starting).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelAll {
+    pub reason: String,
+}
+
+struct Queued {
+    run_id: String,
+    request: RunRequest,
+    reply: oneshot::Sender<RunResult>,
+}
+
+pub struct RunSupervisor {
+    config: Arc<SupervisorConfig>,
+    events: broadcast::Sender<RunEvent>,
+    arbiters: Vec<Arbiter>,
+    next_arbiter: usize,
+    gateways: HashMap<String, GatewayHandle>,
+    running: HashMap<String, Addr<RunActor>>,
+    queue: VecDeque<Queued>,
+}
+
+impl RunSupervisor {
+    pub fn new(config: SupervisorConfig, events: broadcast::Sender<RunEvent>) -> Self {
+        RunSupervisor {
+            config: Arc::new(config),
+            events,
+            arbiters: Vec::new(),
+            next_arbiter: 0,
+            gateways: HashMap::new(),
+            running: HashMap::new(),
+            queue: VecDeque::new(),
+        }
+    }
+
+    fn gateway_for(&mut self, target: &LlmTarget) -> Result<GatewayHandle, EngineError> {
+        let key = target.gateway_key();
+        if let Some(handle) = self.gateways.get(&key) {
+            return Ok(handle.clone());
+        }
+        let backend: Arc<dyn ChatBackend> = match target {
+            LlmTarget::Http(endpoint) => Arc::new(
+                HttpBackend::new(endpoint.clone(), self.config.llm_http_timeout)
+                    .map_err(|e| EngineError::Rejected(e.to_string()))?,
+            ),
+            LlmTarget::Scripted(script) => Arc::new(ScriptedBackend::new(script.clone())),
+            LlmTarget::Custom { backend, .. } => backend.clone(),
+        };
+        let addr = LlmGateway::new(
+            self.config.llm_max_in_flight,
+            self.config.llm_requests_per_minute,
+        )
+        .start();
+        let handle = GatewayHandle {
+            addr,
+            backend,
+            policy: self.config.retry.clone(),
+        };
+        self.gateways.insert(key, handle.clone());
+        Ok(handle)
+    }
+
+    fn launch(&mut self, queued: Queued, ctx: &mut Context<Self>) {
+        let Queued {
+            run_id,
+            request,
+            reply,
+        } = queued;
+        let gateway = match self.gateway_for(&request.llm) {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = reply.send(setup_failure(&request, &run_id, &e.to_string()));
+                return;
+            }
+        };
+        let arbiter = if self.arbiters.is_empty() {
+            None
+        } else {
+            let i = self.next_arbiter % self.arbiters.len();
+            self.next_arbiter = self.next_arbiter.wrapping_add(1);
+            Some(self.arbiters[i].handle())
+        };
+        let (result_tx, result_rx) = oneshot::channel();
+        let config = self.config.clone();
+        let events = self.events.clone();
+        let id = run_id.clone();
+        let fallback_request = request.clone();
+        let make = move |_: &mut Context<RunActor>| RunActor::new(id, request, config, gateway, events, result_tx);
+        let addr = match arbiter {
+            Some(handle) => RunActor::start_in_arbiter(&handle, make),
+            None => RunActor::create(make),
+        };
+        self.running.insert(run_id.clone(), addr);
+
+        // A run whose actor dies without answering (a panic) still yields a FAILED result.
+        let fallback_id = run_id.clone();
+        async move { result_rx.await.ok() }
+            .into_actor(self)
+            .map(move |outcome, act, ctx| {
+            let result = match outcome {
+                Some(result) => result,
+                None => record_panic_failure(&fallback_request, &fallback_id),
+            };
+            act.running.remove(&fallback_id);
+            let _ = reply.send(result);
+            act.admit(ctx);
+        })
+        .spawn(ctx);
+    }
+
+    fn admit(&mut self, ctx: &mut Context<Self>) {
+        while self.running.len() < self.config.max_parallel.max(1) {
+            match self.queue.pop_front() {
+                Some(q) => self.launch(q, ctx),
+                None => break,
+            }
+        }
+    }
+}
+
+/// A RunResult for a run that could not even start (its files were never created).
+pub(crate) fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -> RunResult {
+    let now = crate::workspace::now_rfc3339();
+    let paths = RunPaths::new(&request.work_dir, run_id);
+    RunResult {
+        schema_version: "2.0".into(),
+        run_id: run_id.to_string(),
+        status: crate::protocol::RunStatus::Failed,
+        result: None,
+        error: Some(RunErrorInfo {
+            kind: "setup_error".into(),
+            message: message.to_string(),
+            details: None,
+        }),
+        interaction: None,
+        metrics: crate::api::RunMetrics {
+            iterations: 0,
+            duration_ms: 0,
+            start_time: now.clone(),
+            end_time: now,
+            usage: Default::default(),
+        },
+        metadata: crate::api::RunResultMetadata {
+            agent_name: request.agent.name.clone(),
+            workspace_path: request.work_dir.to_string_lossy().into_owned(),
+            run_dir: paths.run_dir.to_string_lossy().into_owned(),
+        },
+    }
+}
+
+impl Actor for RunSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Self::Context) {
+        let n = self.config.arbiters.max(1);
+        self.arbiters = (0..n).map(|_| Arbiter::new()).collect();
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        for arbiter in &self.arbiters {
+            arbiter.stop();
+        }
+    }
+}
+
+impl Handler<SubmitRun> for RunSupervisor {
+    type Result = Result<String, EngineError>;
+
+    fn handle(&mut self, msg: SubmitRun, ctx: &mut Self::Context) -> Self::Result {
+        let run_id = match (&msg.request.run_id, &msg.request.start) {
+            (Some(id), _) => id.clone(),
+            (None, RunStart::New { .. }) => generate_run_id(),
+            (None, RunStart::Continue { .. }) => {
+                return Err(EngineError::Rejected(
+                    "continuing a run needs its run id (--run-id); find it with `delta list-runs`".into(),
+                ))
+            }
+        };
+        validate_run_id(&run_id).map_err(|e| EngineError::Rejected(e.to_string()))?;
+        if self.running.contains_key(&run_id) || self.queue.iter().any(|q| q.run_id == run_id) {
+            return Err(EngineError::Rejected(format!(
+                "run '{run_id}' is already being driven by this process"
+            )));
+        }
+        self.queue.push_back(Queued {
+            run_id: run_id.clone(),
+            request: msg.request,
+            reply: msg.reply,
+        });
+        self.admit(ctx);
+        Ok(run_id)
+    }
+}
+
+impl Handler<CancelRun> for RunSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CancelRun, _ctx: &mut Self::Context) {
+        if let Some(addr) = self.running.get(&msg.run_id) {
+            addr.do_send(CancelRunActor {
+                reason: msg.reason,
+                timeout: false,
+            });
+        } else if let Some(pos) = self.queue.iter().position(|q| q.run_id == msg.run_id) {
+            if let Some(q) = self.queue.remove(pos) {
+                let _ = q.reply.send(setup_failure(&q.request, &q.run_id, &msg.reason));
+            }
+        }
+    }
+}
+
+impl Handler<CancelAll> for RunSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CancelAll, _ctx: &mut Self::Context) {
+        for q in self.queue.drain(..) {
+            let mut result = setup_failure(&q.request, &q.run_id, &msg.reason);
+            result.status = crate::protocol::RunStatus::Interrupted;
+            if let Some(e) = result.error.as_mut() {
+                e.kind = "interrupted".into();
+            }
+            let _ = q.reply.send(result);
+        }
+        for addr in self.running.values() {
+            addr.do_send(CancelRunActor {
+                reason: msg.reason.clone(),
+                timeout: false,
+            });
+        }
+    }
+}
