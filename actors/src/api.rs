@@ -115,7 +115,10 @@ pub enum RunStart {
     New { task: String },
     /// Continue an existing run (`delta continue`), optionally with a message whose meaning
     /// depends on the run's status (an answer when WAITING_FOR_INPUT, else a user message).
-    Continue { message: Option<String>, force: bool },
+    Continue {
+        message: Option<String>,
+        force: bool,
+    },
 }
 
 /// Asks a human on a terminal (`-i`). The CLI provides one; embedders may provide their own.
@@ -325,7 +328,9 @@ impl RunHandle {
 
     /// Synchronous variant for code without an async runtime.
     pub fn wait_blocking(self) -> Result<RunResult, EngineError> {
-        self.receiver.blocking_recv().map_err(|_| EngineError::Stopped)
+        self.receiver
+            .blocking_recv()
+            .map_err(|_| EngineError::Stopped)
     }
 }
 

@@ -111,9 +111,16 @@ pub async fn build_messages(
                 output_path,
                 on_missing,
             } => {
-                let text =
-                    run_generator(id, command, *timeout_ms, output_path, *on_missing, inputs, cancel)
-                        .await?;
+                let text = run_generator(
+                    id,
+                    command,
+                    *timeout_ms,
+                    output_path,
+                    *on_missing,
+                    inputs,
+                    cancel,
+                )
+                .await?;
                 if let Some(text) = text {
                     push_block(&mut messages, id, &text);
                 }
@@ -138,7 +145,11 @@ fn push_block(messages: &mut Vec<ChatMessage>, id: &str, text: &str) {
     });
 }
 
-fn read_source_file(id: &str, path: &str, on_missing: OnMissing) -> Result<Option<String>, ContextError> {
+fn read_source_file(
+    id: &str,
+    path: &str,
+    on_missing: OnMissing,
+) -> Result<Option<String>, ContextError> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
@@ -259,7 +270,9 @@ pub fn journal_to_messages(
             ..
         } = &ev.event
         {
-            results.entry(action_id.as_str()).or_insert(observation_content.as_str());
+            results
+                .entry(action_id.as_str())
+                .or_insert(observation_content.as_str());
         }
     }
 
@@ -382,9 +395,9 @@ pub fn source_paths(recipe: &ContextRecipe, agent_home: &Path, work_dir: &Path) 
             ContextSource::File { path, .. } => {
                 Some(PathBuf::from(expand_path_vars(path, agent_home, work_dir)))
             }
-            ContextSource::ComputedFile { output_path, .. } => {
-                Some(PathBuf::from(expand_path_vars(output_path, agent_home, work_dir)))
-            }
+            ContextSource::ComputedFile { output_path, .. } => Some(PathBuf::from(
+                expand_path_vars(output_path, agent_home, work_dir),
+            )),
             ContextSource::Journal { .. } => None,
         })
         .collect()
@@ -450,7 +463,11 @@ mod tests {
 
     #[test]
     fn assistant_turn_without_text_has_null_content() {
-        let events = vec![task(1, "go"), thought(2, None, &["a"]), result(3, "a", "ok")];
+        let events = vec![
+            task(1, "go"),
+            thought(2, None, &["a"]),
+            result(3, "a", "ok"),
+        ];
         let msgs = journal_to_messages(&events, None, &HashMap::new());
         assert_eq!(msgs[1].content, None);
         let json = serde_json::to_value(&msgs[1]).unwrap();
@@ -482,7 +499,10 @@ mod tests {
         ];
         let msgs = journal_to_messages(&events, None, &HashMap::new());
         let roles: Vec<_> = msgs.iter().map(|m| m.role).collect();
-        assert_eq!(roles, vec![Role::User, Role::Assistant, Role::Tool, Role::User]);
+        assert_eq!(
+            roles,
+            vec![Role::User, Role::Assistant, Role::Tool, Role::User]
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@
 use std::path::Path;
 
 use crate::journal::{Event, Journal, JournalOptions};
-use crate::metadata::{assess_liveness, current_process_identity, read_metadata, write_metadata, Liveness, RunLock};
+use crate::metadata::{
+    assess_liveness, current_process_identity, read_metadata, write_metadata, Liveness, RunLock,
+};
 use crate::protocol::RunStatus;
 use crate::workspace::{now_rfc3339, RunPaths};
 

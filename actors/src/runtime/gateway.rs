@@ -15,7 +15,10 @@ use actix::prelude::*;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::{backoff_delay, ChatBackend, ChatCompletion, ChatRequest, LlmError, RateLimiter, RequestMeta, RetryPolicy};
+use crate::llm::{
+    backoff_delay, ChatBackend, ChatCompletion, ChatRequest, LlmError, RateLimiter, RequestMeta,
+    RetryPolicy,
+};
 
 /// Ask for the right to send one request. Resolves when the rate limit and the in-flight
 /// cap allow it; dropping the permit frees the in-flight slot.

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::api::{EngineError, LlmTarget, RunErrorInfo, RunEvent, RunRequest, RunResult, RunStart, SupervisorConfig};
+use crate::api::{
+    EngineError, LlmTarget, RunErrorInfo, RunEvent, RunRequest, RunResult, RunStart,
+    SupervisorConfig,
+};
 use crate::llm::{ChatBackend, HttpBackend, ScriptedBackend};
 use crate::runtime::gateway::{GatewayHandle, LlmGateway};
 use crate::runtime::run::{record_panic_failure, CancelRunActor, RunActor};
@@ -89,7 +92,7 @@ impl RunSupervisor {
         let handle = GatewayHandle {
             addr,
             backend,
-            policy: self.config.retry.clone(),
+            policy: self.config.retry,
         };
         self.gateways.insert(key, handle.clone());
         Ok(handle)
@@ -120,7 +123,9 @@ impl RunSupervisor {
         let events = self.events.clone();
         let id = run_id.clone();
         let fallback_request = request.clone();
-        let make = move |_: &mut Context<RunActor>| RunActor::new(id, request, config, gateway, events, result_tx);
+        let make = move |_: &mut Context<RunActor>| {
+            RunActor::new(id, request, config, gateway, events, result_tx)
+        };
         let addr = match arbiter {
             Some(handle) => RunActor::start_in_arbiter(&handle, make),
             None => RunActor::create(make),
@@ -132,15 +137,15 @@ impl RunSupervisor {
         async move { result_rx.await.ok() }
             .into_actor(self)
             .map(move |outcome, act, ctx| {
-            let result = match outcome {
-                Some(result) => result,
-                None => record_panic_failure(&fallback_request, &fallback_id),
-            };
-            act.running.remove(&fallback_id);
-            let _ = reply.send(result);
-            act.admit(ctx);
-        })
-        .spawn(ctx);
+                let result = match outcome {
+                    Some(result) => result,
+                    None => record_panic_failure(&fallback_request, &fallback_id),
+                };
+                act.running.remove(&fallback_id);
+                let _ = reply.send(result);
+                act.admit(ctx);
+            })
+            .spawn(ctx);
     }
 
     fn admit(&mut self, ctx: &mut Context<Self>) {
@@ -202,15 +207,15 @@ impl Handler<SubmitRun> for RunSupervisor {
     type Result = Result<String, EngineError>;
 
     fn handle(&mut self, msg: SubmitRun, ctx: &mut Self::Context) -> Self::Result {
-        let run_id = match (&msg.request.run_id, &msg.request.start) {
-            (Some(id), _) => id.clone(),
-            (None, RunStart::New { .. }) => generate_run_id(),
-            (None, RunStart::Continue { .. }) => {
-                return Err(EngineError::Rejected(
-                    "continuing a run needs its run id (--run-id); find it with `delta list-runs`".into(),
-                ))
-            }
-        };
+        let run_id =
+            match (&msg.request.run_id, &msg.request.start) {
+                (Some(id), _) => id.clone(),
+                (None, RunStart::New { .. }) => generate_run_id(),
+                (None, RunStart::Continue { .. }) => return Err(EngineError::Rejected(
+                    "continuing a run needs its run id (--run-id); find it with `delta list-runs`"
+                        .into(),
+                )),
+            };
         validate_run_id(&run_id).map_err(|e| EngineError::Rejected(e.to_string()))?;
         if self.running.contains_key(&run_id) || self.queue.iter().any(|q| q.run_id == run_id) {
             return Err(EngineError::Rejected(format!(
@@ -238,7 +243,9 @@ impl Handler<CancelRun> for RunSupervisor {
             });
         } else if let Some(pos) = self.queue.iter().position(|q| q.run_id == msg.run_id) {
             if let Some(q) = self.queue.remove(pos) {
-                let _ = q.reply.send(setup_failure(&q.request, &q.run_id, &msg.reason));
+                let _ = q
+                    .reply
+                    .send(setup_failure(&q.request, &q.run_id, &msg.reason));
             }
         }
     }

@@ -30,8 +30,14 @@ use super::{error_info, RunActor};
 /// One planned call of the current reply.
 enum Planned {
     Process(Box<ToolJob>),
-    Immediate { observation: String },
-    Ask { prompt: String, input_type: String, sensitive: bool },
+    Immediate {
+        observation: String,
+    },
+    Ask {
+        prompt: String,
+        input_type: String,
+        sensitive: bool,
+    },
     Taken,
 }
 
@@ -90,15 +96,24 @@ pub(super) fn child_environments(
     let cwd = request.work_dir.to_string_lossy().into_owned();
     let extra = vec![
         ("DELTA_RUN_ID".to_string(), run_id.to_string()),
-        ("DELTA_RUN_DIR".to_string(), paths.run_dir.to_string_lossy().into_owned()),
+        (
+            "DELTA_RUN_DIR".to_string(),
+            paths.run_dir.to_string_lossy().into_owned(),
+        ),
         ("DELTA_AGENT_HOME".to_string(), home.clone()),
         ("DELTA_CWD".to_string(), cwd),
         ("AGENT_HOME".to_string(), home),
     ];
-    let tools = build_child_env(&request.env, &secrets, &extra, config.tool_path_dir.as_deref());
-    let generators: BTreeMap<String, String> = build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref())
-        .into_iter()
-        .collect();
+    let tools = build_child_env(
+        &request.env,
+        &secrets,
+        &extra,
+        config.tool_path_dir.as_deref(),
+    );
+    let generators: BTreeMap<String, String> =
+        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref())
+            .into_iter()
+            .collect();
     (tools, generators)
 }
 
@@ -120,7 +135,13 @@ impl RunActor {
                 self.run_id,
                 self.request.work_dir.display()
             );
-            self.finish(RunStatus::Failed, None, Some(error_info("max_iterations", message)), None, ctx);
+            self.finish(
+                RunStatus::Failed,
+                None,
+                Some(error_info("max_iterations", message)),
+                None,
+                ctx,
+            );
             return;
         }
         self.iteration += 1;
@@ -153,7 +174,8 @@ impl RunActor {
                 journal_path: &journal_path,
                 child_env: &generator_env,
             };
-            let messages = build_messages(&agent.context, &inputs, &events, &secrets, &cancel).await?;
+            let messages =
+                build_messages(&agent.context, &inputs, &events, &secrets, &cancel).await?;
             let llm = &agent.llm;
             let request = ChatRequest {
                 model: llm.model.clone(),
@@ -170,14 +192,20 @@ impl RunActor {
                 agent_name: agent.name.clone(),
                 run_id: run_id.clone(),
             };
-            let outcome = call_with_retry(&gateway, request.clone(), meta, &cancel, |attempt, error, delay| {
-                let _ = events_tx.send(RunEvent::ModelRetry {
-                    run_id: run_id.clone(),
-                    attempt,
-                    error: error.to_string(),
-                    delay_ms: delay.as_millis() as u64,
-                });
-            })
+            let outcome = call_with_retry(
+                &gateway,
+                request.clone(),
+                meta,
+                &cancel,
+                |attempt, error, delay| {
+                    let _ = events_tx.send(RunEvent::ModelRetry {
+                        run_id: run_id.clone(),
+                        attempt,
+                        error: error.to_string(),
+                        delay_ms: delay.as_millis() as u64,
+                    });
+                },
+            )
             .await;
             Ok((request, outcome))
         };
@@ -189,7 +217,13 @@ impl RunActor {
     }
 
     fn tool_schemas(&self) -> Arc<Vec<Value>> {
-        let mut schemas: Vec<Value> = self.request.agent.tools.iter().map(CompiledTool::openai_schema).collect();
+        let mut schemas: Vec<Value> = self
+            .request
+            .agent
+            .tools
+            .iter()
+            .map(CompiledTool::openai_schema)
+            .collect();
         schemas.push(ask_human_schema());
         Arc::new(schemas)
     }
@@ -206,7 +240,13 @@ impl RunActor {
             Err(e) => {
                 let message = e.to_string();
                 self.log.line(&message);
-                self.finish(RunStatus::Failed, None, Some(error_info("context_error", message)), None, ctx);
+                self.finish(
+                    RunStatus::Failed,
+                    None,
+                    Some(error_info("context_error", message)),
+                    None,
+                    ctx,
+                );
                 return;
             }
             Ok(pair) => pair,
@@ -235,7 +275,13 @@ impl RunActor {
                         failure.attempts, failure.error
                     );
                     self.log.line(&message);
-                    self.finish(RunStatus::Failed, None, Some(error_info("llm_error", message)), None, ctx);
+                    self.finish(
+                        RunStatus::Failed,
+                        None,
+                        Some(error_info("llm_error", message)),
+                        None,
+                        ctx,
+                    );
                 }
                 return;
             }
@@ -261,7 +307,10 @@ impl RunActor {
                 total_tokens: usage.total_tokens,
             };
             self.usage.add(used);
-            let model = completion.model.clone().unwrap_or_else(|| request.model.clone());
+            let model = completion
+                .model
+                .clone()
+                .unwrap_or_else(|| request.model.clone());
             self.model_usage.entry(model).or_default().add(used);
         }
 
@@ -285,7 +334,13 @@ impl RunActor {
             });
         }
         if calls.is_empty() {
-            self.finish(RunStatus::Completed, Some(text.unwrap_or_default()), None, None, ctx);
+            self.finish(
+                RunStatus::Completed,
+                Some(text.unwrap_or_default()),
+                None,
+                None,
+                ctx,
+            );
             return;
         }
         self.plan(calls, ctx);
@@ -307,7 +362,10 @@ impl RunActor {
         for (k, call) in calls.into_iter().enumerate() {
             let safe = !call.id.is_empty()
                 && call.id.len() <= 128
-                && call.id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                && call
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             let id = if safe && !used.contains(call.id.as_str()) && !fresh.contains(&call.id) {
                 call.id
             } else {
@@ -455,7 +513,9 @@ impl RunActor {
         let parallel = self.request.agent.parallel_tool_calls;
         let stopping = self.stop.is_some();
         loop {
-            let Some(acting) = self.acting.as_mut() else { return };
+            let Some(acting) = self.acting.as_mut() else {
+                return;
+            };
             if acting.next_start >= acting.planned.len() || (!parallel && acting.in_flight > 0) {
                 break;
             }
@@ -470,7 +530,9 @@ impl RunActor {
             }
             match plan {
                 Planned::Taken => {}
-                Planned::Immediate { observation } => acting.slots[i] = Slot::Done(error_result(&observation)),
+                Planned::Immediate { observation } => {
+                    acting.slots[i] = Slot::Done(error_result(&observation))
+                }
                 Planned::Process(job) => {
                     acting.slots[i] = Slot::InFlight;
                     acting.in_flight += 1;
@@ -503,8 +565,17 @@ impl RunActor {
         self.flush_results(ctx);
     }
 
-    fn start_question(&mut self, i: usize, prompt: String, input_type: String, sensitive: bool, ctx: &mut Context<Self>) {
-        let Some(acting) = self.acting.as_mut() else { return };
+    fn start_question(
+        &mut self,
+        i: usize,
+        prompt: String,
+        input_type: String,
+        sensitive: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(acting) = self.acting.as_mut() else {
+            return;
+        };
         let question = PendingQuestion {
             iteration: acting.iteration,
             action_id: acting.calls[i].action_id.clone(),
@@ -532,7 +603,8 @@ impl RunActor {
         if !self.append(request, ctx) {
             return;
         }
-        let ask = tokio::task::spawn_blocking(move || prompter.ask(&prompt, &input_type, sensitive));
+        let ask =
+            tokio::task::spawn_blocking(move || prompter.ask(&prompt, &input_type, sensitive));
         ask.into_actor(self)
             .map(move |answer, act, ctx| {
                 let answer = answer.unwrap_or_else(|e| Err(format!("the prompt failed: {e}")));
@@ -541,7 +613,13 @@ impl RunActor {
             .spawn(ctx);
     }
 
-    fn on_answer(&mut self, i: usize, question: PendingQuestion, answer: Result<String, String>, ctx: &mut Context<Self>) {
+    fn on_answer(
+        &mut self,
+        i: usize,
+        question: PendingQuestion,
+        answer: Result<String, String>,
+        ctx: &mut Context<Self>,
+    ) {
         if self.finished {
             return;
         }
@@ -551,14 +629,19 @@ impl RunActor {
                 self.finish(
                     RunStatus::Failed,
                     None,
-                    Some(error_info("human_input_error", format!("no answer to ask_human: {message}"))),
+                    Some(error_info(
+                        "human_input_error",
+                        format!("no answer to ask_human: {message}"),
+                    )),
                     None,
                     ctx,
                 );
                 return;
             }
         };
-        let Some(journal) = self.journal.as_mut() else { return };
+        let Some(journal) = self.journal.as_mut() else {
+            return;
+        };
         match record_answer(journal, &self.paths, &question, &answer) {
             Ok(events) => {
                 Arc::make_mut(&mut self.events).extend(events);
@@ -570,7 +653,10 @@ impl RunActor {
                 self.finish(
                     RunStatus::Failed,
                     None,
-                    Some(error_info("journal_error", format!("cannot write the journal: {e}"))),
+                    Some(error_info(
+                        "journal_error",
+                        format!("cannot write the journal: {e}"),
+                    )),
                     None,
                     ctx,
                 );
@@ -585,11 +671,18 @@ impl RunActor {
         self.pump(ctx);
     }
 
-    fn on_tool_done(&mut self, i: usize, execution: Option<ToolExecution>, ctx: &mut Context<Self>) {
+    fn on_tool_done(
+        &mut self,
+        i: usize,
+        execution: Option<ToolExecution>,
+        ctx: &mut Context<Self>,
+    ) {
         if self.finished {
             return;
         }
-        let Some(acting) = self.acting.as_mut() else { return };
+        let Some(acting) = self.acting.as_mut() else {
+            return;
+        };
         let recorded = match execution {
             Some(e) => Recorded {
                 observation: if e.cancelled {
@@ -597,7 +690,11 @@ impl RunActor {
                 } else {
                     e.observation
                 },
-                status: if e.success { ActionStatus::Success } else { ActionStatus::Failed },
+                status: if e.success {
+                    ActionStatus::Success
+                } else {
+                    ActionStatus::Failed
+                },
                 exit_code: e.exit_code,
                 duration_ms: e.duration.as_millis() as u64,
                 execution_ref: e
@@ -615,7 +712,9 @@ impl RunActor {
 
     fn flush_results(&mut self, ctx: &mut Context<Self>) {
         loop {
-            let Some(acting) = self.acting.as_mut() else { return };
+            let Some(acting) = self.acting.as_mut() else {
+                return;
+            };
             if acting.next_record >= acting.slots.len() {
                 break;
             }
@@ -668,7 +767,9 @@ impl RunActor {
     }
 
     fn end_iteration(&mut self, ctx: &mut Context<Self>) {
-        let Some(acting) = self.acting.take() else { return };
+        let Some(acting) = self.acting.take() else {
+            return;
+        };
         self.save_metadata();
         if self.stop.is_some() {
             self.interrupt_now(ctx);
@@ -681,13 +782,27 @@ impl RunActor {
         self.think(ctx);
     }
 
-    fn pause_for_human(&mut self, question: PendingQuestion, info: InteractionInfo, ctx: &mut Context<Self>) {
+    fn pause_for_human(
+        &mut self,
+        question: PendingQuestion,
+        info: InteractionInfo,
+        ctx: &mut Context<Self>,
+    ) {
         let request_id = uuid::Uuid::new_v4().to_string();
-        if let Err(e) = write_request(&self.paths, &request_id, &info.prompt, &info.input_type, info.sensitive) {
+        if let Err(e) = write_request(
+            &self.paths,
+            &request_id,
+            &info.prompt,
+            &info.input_type,
+            info.sensitive,
+        ) {
             self.finish(
                 RunStatus::Failed,
                 None,
-                Some(error_info("setup_error", format!("cannot write interaction/request.json: {e}"))),
+                Some(error_info(
+                    "setup_error",
+                    format!("cannot write interaction/request.json: {e}"),
+                )),
                 None,
                 ctx,
             );

@@ -85,7 +85,13 @@ fn store_secret(paths: &RunPaths, action_id: &str, answer: &str) -> std::io::Res
         .create(&paths.secrets_dir)?;
     let name: String = action_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let mut file = std::fs::OpenOptions::new()
         .create(true)

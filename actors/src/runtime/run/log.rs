@@ -21,7 +21,11 @@ impl EngineLog {
     pub fn line(&mut self, message: &str) {
         tracing::debug!(target: "delta::run", "{message}");
         if self.file.is_none() {
-            self.file = OpenOptions::new().create(true).append(true).open(&self.path).ok();
+            self.file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .ok();
         }
         if let Some(file) = self.file.as_mut() {
             let _ = file.write_all(format!("[{}] {message}\n", now_rfc3339()).as_bytes());

@@ -25,8 +25,8 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{
-    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunRequest, RunResult, RunResultMetadata, SupervisorConfig,
-    UsageReport,
+    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunRequest, RunResult, RunResultMetadata,
+    SupervisorConfig, UsageReport,
 };
 use crate::journal::{Event, Journal, JournalEvent};
 use crate::metadata::{write_metadata, RunLock, RunMetadata};
@@ -101,7 +101,8 @@ impl RunActor {
             .or(request.agent.max_iterations)
             .unwrap_or(DEFAULT_MAX_ITERATIONS)
             .max(1);
-        let (child_env, generator_env) = act::child_environments(&run_id, &request, &config, &paths);
+        let (child_env, generator_env) =
+            act::child_environments(&run_id, &request, &config, &paths);
         RunActor {
             log: EngineLog::new(paths.engine_log.clone()),
             run_id,
@@ -169,7 +170,8 @@ impl RunActor {
             meta.iterations = self.iteration;
             meta.usage = self.usage;
             if let Err(e) = write_metadata(&self.paths.run_dir, meta) {
-                self.log.line(&format!("warning: cannot write metadata.json: {e}"));
+                self.log
+                    .line(&format!("warning: cannot write metadata.json: {e}"));
             }
         }
     }
@@ -221,7 +223,10 @@ impl RunActor {
         self.log.line(&format!(
             "run finished: {status} after {} iteration(s){}",
             self.iteration,
-            error.as_ref().map(|e| format!(" ({}: {})", e.kind, e.message)).unwrap_or_default()
+            error
+                .as_ref()
+                .map(|e| format!(" ({}: {})", e.kind, e.message))
+                .unwrap_or_default()
         ));
         self.lock = None;
         let duration_ms = self.started_at.elapsed().as_millis() as u64;
@@ -268,9 +273,20 @@ impl RunActor {
             .as_ref()
             .map(|s| (s.reason.clone(), s.timeout))
             .unwrap_or_else(|| ("interrupted".into(), false));
-        let _ = self.append(Event::Interrupted { reason: reason.clone() }, ctx);
+        let _ = self.append(
+            Event::Interrupted {
+                reason: reason.clone(),
+            },
+            ctx,
+        );
         let kind = if timeout { "timeout" } else { "interrupted" };
-        self.finish(RunStatus::Interrupted, None, Some(error_info(kind, reason)), None, ctx);
+        self.finish(
+            RunStatus::Interrupted,
+            None,
+            Some(error_info(kind, reason)),
+            None,
+            ctx,
+        );
     }
 }
 
@@ -339,7 +355,10 @@ impl Actor for RunActor {
         });
         if let Some(limit) = self.request.timeout {
             ctx.run_later(limit, move |act, ctx| {
-                let reason = format!("the run exceeded its time limit of {} s", limit.as_secs_f64());
+                let reason = format!(
+                    "the run exceeded its time limit of {} s",
+                    limit.as_secs_f64()
+                );
                 act.handle(
                     CancelRunActor {
                         reason,
@@ -371,7 +390,10 @@ impl Handler<CancelRunActor> for RunActor {
             self.interrupt_now(ctx);
             return;
         }
-        let waiting_for_tools = self.acting.as_ref().is_some_and(|a| a.has_processes_in_flight());
+        let waiting_for_tools = self
+            .acting
+            .as_ref()
+            .is_some_and(|a| a.has_processes_in_flight());
         if !waiting_for_tools {
             self.interrupt_now(ctx);
         }

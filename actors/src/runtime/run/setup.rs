@@ -11,7 +11,7 @@ use crate::api::{RunRequest, RunStart};
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
-    assess_liveness, current_process_identity, read_metadata, write_metadata, Liveness, RunLock, RunMetadata,
+    current_process_identity, read_metadata, write_metadata, RunLock, RunMetadata,
 };
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::workspace::{create_run_dir, ensure_control_dir, now_rfc3339, open_run_dir, RunPaths};
@@ -51,10 +51,13 @@ pub fn take_run(
     match &request.start {
         RunStart::New { task } => {
             ensure_control_dir(&request.work_dir).map_err(io)?;
-            let paths = create_run_dir(&request.work_dir, run_id).map_err(|e| SetupError::Refused(e.to_string()))?;
+            let paths = create_run_dir(&request.work_dir, run_id)
+                .map_err(|e| SetupError::Refused(e.to_string()))?;
             let lock = RunLock::try_acquire(&paths.run_dir)
                 .map_err(io)?
-                .ok_or_else(|| SetupError::Refused(format!("run '{run_id}' is locked by another process")))?;
+                .ok_or_else(|| {
+                    SetupError::Refused(format!("run '{run_id}' is locked by another process"))
+                })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
             let now = now_rfc3339();
             let identity = current_process_identity();
@@ -95,7 +98,9 @@ pub fn take_run(
             );
             events.push(
                 journal
-                    .append(Event::UserMessage { content: task.clone() })
+                    .append(Event::UserMessage {
+                        content: task.clone(),
+                    })
                     .map_err(io)?,
             );
             Ok(TakenRun {
@@ -109,8 +114,10 @@ pub fn take_run(
             })
         }
         RunStart::Continue { message, force } => {
-            let paths = open_run_dir(&request.work_dir, run_id).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let mut meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
+            let paths = open_run_dir(&request.work_dir, run_id)
+                .map_err(|e| SetupError::Refused(e.to_string()))?;
+            let mut meta =
+                read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
             let lock = match RunLock::try_acquire(&paths.run_dir).map_err(io)? {
                 Some(lock) => lock,
                 None => {
@@ -123,31 +130,27 @@ pub fn take_run(
             let (mut journal, mut events) = Journal::open(&paths.run_dir, opts).map_err(io)?;
             let mut status = meta.status;
             if status == RunStatus::Running {
-                // We hold the lock, so whoever recorded RUNNING is gone (or on another host).
-                match assess_liveness(&paths.run_dir, &meta, &current_process_identity().hostname, *force)
-                    .map_err(io)?
-                {
-                    Liveness::OtherHost { hostname } => {
-                        return Err(SetupError::Refused(format!(
-                            "run '{run_id}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force."
-                        )))
-                    }
-                    Liveness::Alive { pid, hostname } => {
-                        return Err(SetupError::Refused(format!(
-                            "run '{run_id}' is still active (pid {pid} on host '{hostname}'). Cannot continue while the original process is running."
-                        )))
-                    }
-                    Liveness::Orphaned { reason } => {
-                        events.push(
-                            journal
-                                .append(Event::Interrupted {
-                                    reason: format!("janitor: {reason}"),
-                                })
-                                .map_err(io)?,
-                        );
-                        status = RunStatus::Interrupted;
-                    }
+                // We hold the lock, so whoever recorded RUNNING no longer drives the run. Across
+                // hosts the lock may not be shared (network file systems): only with --force.
+                let here = current_process_identity().hostname;
+                if meta.hostname != here && !*force {
+                    return Err(SetupError::Refused(format!(
+                        "run '{run_id}' was started on host '{}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force.",
+                        meta.hostname
+                    )));
                 }
+                let reason = format!(
+                    "the run lock was free: process {} on host '{}' no longer drives the run",
+                    meta.pid, meta.hostname
+                );
+                events.push(
+                    journal
+                        .append(Event::Interrupted {
+                            reason: format!("janitor: {reason}"),
+                        })
+                        .map_err(io)?,
+                );
+                status = RunStatus::Interrupted;
             }
             let secrets = load_secrets(&paths.secrets_dir);
             let pending_question = pending_ask_human(&events);
@@ -167,7 +170,9 @@ pub fn take_run(
                         )));
                     };
                     if let Some(q) = &pending_question {
-                        let recorded = super::human::record_answer(&mut journal, &paths, q, &answer).map_err(io)?;
+                        let recorded =
+                            super::human::record_answer(&mut journal, &paths, q, &answer)
+                                .map_err(io)?;
                         events.extend(recorded);
                     }
                     let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));

@@ -1,0 +1,138 @@
+//! `delta continue`: resume, answer, extend or retry an existing run (spec §2.6.2 state
+//! table). The run's agent is reloaded from its recorded home; the engine takes the run's
+//! lock, so two processes can never drive one run.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use delta_actors::agent::{load_agent, load_env_cascade};
+use delta_actors::api::{RunRequest, RunStart, Supervisor};
+use delta_actors::janitor::{check_run, JanitorAction};
+use delta_actors::metadata::read_metadata;
+use delta_actors::workspace::{open_run_dir, validate_run_id};
+use delta_actors::RunStatus;
+
+use crate::commands::engine::{drive_single, llm_target, process_env, supervisor_config, with_model_override};
+use crate::commands::prompt::TerminalPrompter;
+use crate::error::CliError;
+use crate::output::{progress::Verbosity, run_result, Format};
+
+#[derive(Debug, Args)]
+#[command(after_help = "What -m means depends on the run's status:
+  INTERRUPTED        optional; appended as a new user message, then the run resumes
+  WAITING_FOR_INPUT  required (or write .delta/<run>/interaction/response.txt); the answer to ask_human
+  COMPLETED          required; the next instruction in the same conversation
+  FAILED             required; what to do differently
+  RUNNING            the janitor checks the run: if its process is gone it is resumed,
+                     if it is alive this command refuses (--force: ignore a different host)
+
+Examples:
+  delta continue --run-id 20261122_101500_a1b2c3 -w ./ws
+  delta continue --run-id job-7 -w ./ws -m \"yes, proceed\"
+  delta list-runs -w ./ws --resumable")]
+pub struct ContinueArgs {
+    /// The run to continue (see `delta list-runs`).
+    #[arg(long)]
+    pub run_id: String,
+    /// The workspace holding the run.
+    #[arg(short = 'w', long = "work-dir")]
+    pub work_dir: PathBuf,
+    /// Message: an answer, a new instruction or a retry hint (see below).
+    #[arg(short = 'm', long)]
+    pub message: Option<String>,
+    /// Iteration cap for this continuation.
+    #[arg(long)]
+    pub max_iterations: Option<u32>,
+    /// Answer ask_human questions on this terminal.
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// Take over a RUNNING run recorded on another host.
+    #[arg(long)]
+    pub force: bool,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Use the built-in scripted model with this script (offline).
+    #[arg(long, value_name = "FILE")]
+    pub llm_script: Option<PathBuf>,
+}
+
+pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
+    validate_run_id(&args.run_id).map_err(|e| CliError::Config(e.to_string()))?;
+    let work_dir = args
+        .work_dir
+        .canonicalize()
+        .map_err(|e| CliError::Config(format!("work dir {}: {e}", args.work_dir.display())))?;
+    let paths = open_run_dir(&work_dir, &args.run_id).map_err(|e| CliError::Config(e.to_string()))?;
+    if let Some(action) = check_run(&work_dir, &args.run_id, args.force) {
+        match action {
+            JanitorAction::Interrupted { reason, .. } => {
+                eprintln!("janitor: run {} was RUNNING but {reason}; marked INTERRUPTED", args.run_id)
+            }
+            JanitorAction::SkippedOtherHost { hostname, .. } => {
+                return Err(CliError::Config(format!(
+                    "run '{}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force.",
+                    args.run_id
+                )))
+            }
+        }
+    }
+    let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;
+    let has_response_file = paths.interaction_dir.join("response.txt").exists();
+    match meta.status {
+        RunStatus::WaitingForInput if args.message.is_none() && !has_response_file => {
+            return Err(CliError::Config(format!(
+                "run '{}' is WAITING_FOR_INPUT: give the answer with -m \"...\" (or write it to {})",
+                args.run_id,
+                paths.interaction_dir.join("response.txt").display()
+            )))
+        }
+        RunStatus::Completed | RunStatus::Failed if args.message.is_none() => {
+            return Err(CliError::Config(format!(
+                "run '{}' is {}: to continue it, give a message with -m \"...\"\nExample: delta continue --run-id {} -w {} -m \"Now do something else\"",
+                args.run_id,
+                meta.status,
+                args.run_id,
+                work_dir.display()
+            )))
+        }
+        RunStatus::Running => {
+            return Err(CliError::Config(format!(
+                "run '{}' is still active (pid {} on host '{}'); wait for it to finish or interrupt it first",
+                args.run_id, meta.pid, meta.hostname
+            )))
+        }
+        _ => {}
+    }
+    let agent = load_agent(std::path::Path::new(&meta.agent_home)).map_err(|e| CliError::Config(e.to_string()))?;
+    for warning in &agent.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
+    let env = load_env_cascade(Some(&work_dir), &agent.home, &cwd, &process_env())
+        .map_err(|e| CliError::Config(e.to_string()))?;
+    let agent = with_model_override(agent, &env.vars);
+    let llm = llm_target(&agent, &env.vars, args.llm_script.as_deref())?;
+    let request = RunRequest {
+        agent: Arc::new(agent),
+        work_dir,
+        run_id: Some(args.run_id.clone()),
+        start: RunStart::Continue {
+            message: args.message.clone(),
+            force: args.force,
+        },
+        max_iterations: args.max_iterations,
+        llm,
+        env: Arc::new(env.vars),
+        timeout: None,
+        prompter: args.interactive.then(|| Arc::new(TerminalPrompter) as _),
+        workspace_id: meta.workspace_id.clone(),
+        orchestration_id: meta.orchestration_id.clone(),
+    };
+    let supervisor =
+        Supervisor::start(supervisor_config(1, 1)).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let result = drive_single(&supervisor, request, verbosity)?;
+    supervisor.shutdown();
+    run_result::print(&result, args.format);
+    Ok(result.exit_code())
+}

@@ -1,0 +1,129 @@
+//! What `run`, `continue` and `orchestrate` share: choosing the model endpoint (or the
+//! scripted model), the supervisor settings, and driving submitted runs to their results
+//! while printing progress and turning Ctrl-C / SIGTERM into a clean interruption.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use delta_actors::agent::ResolvedAgent;
+use delta_actors::api::{LlmTarget, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig};
+use delta_actors::llm::{Endpoint, Script};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::error::CliError;
+use crate::output::progress::{print_event, Verbosity};
+
+/// The process environment as a map, read once at the edge.
+pub fn process_env() -> BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
+/// Chooses where model calls go: `--llm-script`/`DELTA_LLM_SCRIPT` (offline), else the
+/// agent's or the environment's OpenAI-compatible endpoint with its key.
+pub fn llm_target(
+    agent: &ResolvedAgent,
+    env: &BTreeMap<String, String>,
+    script: Option<&Path>,
+) -> Result<LlmTarget, CliError> {
+    let script = script
+        .map(Path::to_path_buf)
+        .or_else(|| env.get("DELTA_LLM_SCRIPT").filter(|s| !s.is_empty()).map(PathBuf::from));
+    if let Some(path) = script {
+        let script = Script::load(&path).map_err(|e| CliError::Config(e.to_string()))?;
+        return Ok(LlmTarget::Scripted(Arc::new(script)));
+    }
+    let key_var = agent.llm.api_key_env.clone().unwrap_or_else(|| "DELTA_API_KEY".to_string());
+    let key = env.get(&key_var).filter(|k| !k.is_empty()).cloned();
+    let base_url = agent
+        .llm
+        .base_url
+        .clone()
+        .or_else(|| env.get("DELTA_BASE_URL").filter(|u| !u.is_empty()).cloned());
+    match (key, base_url) {
+        (None, _) => Err(CliError::Config(format!(
+            "no API key: {key_var} is not set.\n\
+             Set it in the environment or in a .env file (workspace, agent folder or project root), e.g.\n  \
+             echo '{key_var}=sk-...' >> {}/.env\n\
+             and set DELTA_BASE_URL to your provider's OpenAI-compatible URL including /v1.\n\
+             To run offline with the built-in scripted model instead: --llm-script <script.yaml> (see docs/llm-script.md).",
+            agent.home.display()
+        ))),
+        (Some(_), None) => Err(CliError::Config(
+            "no model endpoint: set DELTA_BASE_URL (or `llm.base_url` in agent.yaml) to your provider's \
+             OpenAI-compatible base URL, including /v1"
+                .to_string(),
+        )),
+        (Some(key), Some(base_url)) => Ok(LlmTarget::Http(Endpoint {
+            base_url,
+            api_key: Some(key),
+        })),
+    }
+}
+
+/// Applies `DELTA_MODEL` (if set) over the agent's model.
+pub fn with_model_override(agent: ResolvedAgent, env: &BTreeMap<String, String>) -> ResolvedAgent {
+    match env.get("DELTA_MODEL").filter(|m| !m.is_empty()) {
+        Some(model) => {
+            let mut agent = agent;
+            agent.llm.model = model.clone();
+            agent
+        }
+        None => agent,
+    }
+}
+
+/// Supervisor settings for the CLI: tools find `delta-sessions` next to this executable.
+pub fn supervisor_config(arbiters: usize, max_parallel: usize) -> SupervisorConfig {
+    SupervisorConfig {
+        arbiters,
+        max_parallel,
+        tool_path_dir: std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf)),
+        ..SupervisorConfig::default()
+    }
+}
+
+/// Submits one run and drives it to its result, printing progress on stderr. The first
+/// SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED journaled).
+pub fn drive_single(
+    supervisor: &Supervisor,
+    request: RunRequest,
+    verbosity: Verbosity,
+) -> Result<RunResult, CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(async {
+        let mut events = supervisor.subscribe();
+        let handle: RunHandle = supervisor
+            .submit(request)
+            .await
+            .map_err(|e| CliError::Config(e.to_string()))?;
+        let mut sigint = signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let mut sigterm = signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let wait = handle.wait();
+        tokio::pin!(wait);
+        let result = loop {
+            tokio::select! {
+                r = &mut wait => break r,
+                ev = events.recv() => match ev {
+                    Ok(ev) => print_event(&ev, verbosity, false),
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => {}
+                },
+                _ = sigint.recv() => supervisor.cancel_all("interrupted by SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => supervisor.cancel_all("interrupted by SIGTERM"),
+            }
+        };
+        while let Ok(ev) = events.try_recv() {
+            print_event(&ev, verbosity, false);
+        }
+        result.map_err(|e| CliError::Runtime(e.to_string()))
+    })
+}

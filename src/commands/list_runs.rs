@@ -1,0 +1,65 @@
+//! `delta list-runs`: the runs of a workspace, newest first (spec §2.6.4). The janitor runs
+//! first, so a run whose process died shows as INTERRUPTED rather than a stale RUNNING.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use delta_actors::janitor::{sweep_workspace, JanitorAction};
+use delta_actors::workspace::{list_runs, RunSummary};
+use delta_actors::RunStatus;
+
+use crate::error::CliError;
+use crate::output::Format;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  delta list-runs -w ./ws
+  delta list-runs -w ./ws --resumable --first --format raw     # the id of the newest resumable run
+  delta continue --run-id \"$(delta list-runs -w ./ws --resumable --first --format raw)\" -w ./ws")]
+pub struct ListRunsArgs {
+    /// Workspace to list (default: the current directory).
+    #[arg(short = 'w', long = "work-dir", default_value = ".")]
+    pub work_dir: PathBuf,
+    /// Only runs `delta continue` can take: INTERRUPTED, WAITING_FOR_INPUT, FAILED, COMPLETED.
+    #[arg(long)]
+    pub resumable: bool,
+    /// Only runs with this status (e.g. FAILED).
+    #[arg(long, value_parser = parse_status)]
+    pub status: Option<RunStatus>,
+    /// Only the newest matching run.
+    #[arg(long)]
+    pub first: bool,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+fn parse_status(s: &str) -> Result<RunStatus, String> {
+    RunStatus::parse(s).ok_or_else(|| {
+        format!("unknown status '{s}': use RUNNING, WAITING_FOR_INPUT, COMPLETED, FAILED or INTERRUPTED")
+    })
+}
+
+pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
+    if !args.work_dir.join(".delta").is_dir() {
+        return Err(CliError::Config(format!(
+            "no .delta folder in {}: this is not a delta workspace (runs live in <workspace>/.delta/<run_id>/).\nHint: pass the workspace with -w, e.g. delta list-runs -w <agent>/workspaces/W001",
+            args.work_dir.display()
+        )));
+    }
+    for action in sweep_workspace(&args.work_dir, false) {
+        if let JanitorAction::Interrupted { run_id, reason } = action {
+            eprintln!("janitor: run {run_id} was RUNNING but {reason}; marked INTERRUPTED");
+        }
+    }
+    let runs = list_runs(&args.work_dir).map_err(|e| CliError::Config(e.to_string()))?;
+    let mut runs: Vec<RunSummary> = runs
+        .into_iter()
+        .filter(|r| !args.resumable || r.status != RunStatus::Running)
+        .filter(|r| args.status.is_none_or(|s| r.status == s))
+        .collect();
+    if args.first {
+        runs.truncate(1);
+    }
+    crate::output::runs::print(&runs, args.format);
+    Ok(0)
+}

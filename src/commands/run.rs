@@ -1,0 +1,172 @@
+//! `delta run`: start a new run of an agent (spec §2.6.1) as a batch of one through the
+//! engine's Supervisor, print progress on stderr and the RunResult on stdout.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use delta_actors::agent::{load_agent, load_env_cascade};
+use delta_actors::api::{RunRequest, RunStart, Supervisor};
+use delta_actors::workspace::{
+    create_workspace, last_used_workspace, list_workspaces, next_workspace_name, validate_run_id, RunPaths,
+};
+
+use crate::commands::engine::{drive_single, llm_target, process_env, supervisor_config, with_model_override};
+use crate::commands::prompt::TerminalPrompter;
+use crate::error::CliError;
+use crate::output::{progress::Verbosity, run_result, Format};
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  delta run --agent ./my-agent -m \"Analyze sales data\" -y
+  delta run -m \"Summarise DELTA.md\" -w ./workspace --format json
+  delta run --agent examples/agents/hello-world -m \"Say hello\" -y \\
+      --llm-script examples/agents/hello-world/llm-script.yaml
+
+Exit codes: 0 COMPLETED, 1 FAILED, 101 WAITING_FOR_INPUT (answer with `delta continue`),
+126 configuration error, 130 interrupted (Ctrl-C; resume with `delta continue`).")]
+pub struct RunArgs {
+    /// Agent folder (holding agent.yaml).
+    #[arg(short = 'a', long, default_value = ".")]
+    pub agent: PathBuf,
+    /// The task for the agent.
+    #[arg(short = 'm', long)]
+    pub message: String,
+    /// Workspace the agent works in (created if missing). Default: <agent>/workspaces/W00N.
+    #[arg(short = 'w', long = "work-dir")]
+    pub work_dir: Option<PathBuf>,
+    /// Iteration cap for this run (default: the agent's max_iterations, else 30).
+    #[arg(long)]
+    pub max_iterations: Option<u32>,
+    /// Never ask: create the next workspace W00N.
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+    /// Answer ask_human questions on this terminal instead of pausing the run.
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// Run id to use (letters, digits, '.', '_', '-'; must not exist in the workspace).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// What stdout carries.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Use the built-in scripted model with this script instead of a real endpoint (offline).
+    #[arg(long, value_name = "FILE")]
+    pub llm_script: Option<PathBuf>,
+}
+
+pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
+    let agent = load_agent(&args.agent).map_err(|e| CliError::Config(e.to_string()))?;
+    for warning in &agent.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let (work_dir, workspace_id) = choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
+    if let Some(id) = &args.run_id {
+        validate_run_id(id).map_err(|e| CliError::Config(e.to_string()))?;
+        if RunPaths::new(&work_dir, id).run_dir.exists() {
+            return Err(CliError::Config(format!(
+                "run id '{id}' already exists in {}; choose another id, or see the runs with `delta list-runs -w {}`",
+                work_dir.display(),
+                work_dir.display()
+            )));
+        }
+    }
+    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
+    let env = load_env_cascade(Some(&work_dir), &agent.home, &cwd, &process_env())
+        .map_err(|e| CliError::Config(e.to_string()))?;
+    if verbosity == Verbosity::Verbose {
+        for file in &env.files_loaded {
+            eprintln!("loaded {}", file.display());
+        }
+    }
+    let agent = with_model_override(agent, &env.vars);
+    let llm = llm_target(&agent, &env.vars, args.llm_script.as_deref())?;
+    let request = RunRequest {
+        agent: Arc::new(agent),
+        work_dir,
+        run_id: args.run_id.clone(),
+        start: RunStart::New {
+            task: args.message.clone(),
+        },
+        max_iterations: args.max_iterations,
+        llm,
+        env: Arc::new(env.vars),
+        timeout: None,
+        prompter: args.interactive.then(|| Arc::new(TerminalPrompter) as _),
+        workspace_id,
+        orchestration_id: None,
+    };
+    let supervisor =
+        Supervisor::start(supervisor_config(1, 1)).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let result = drive_single(&supervisor, request, verbosity)?;
+    supervisor.shutdown();
+    run_result::print(&result, args.format);
+    Ok(result.exit_code())
+}
+
+/// `-w` wins; otherwise the agent's workspaces: a new one with `-y` or without a terminal,
+/// else a menu on stderr.
+fn choose_workspace(
+    agent_home: &Path,
+    explicit: Option<&Path>,
+    yes: bool,
+) -> Result<(PathBuf, Option<String>), CliError> {
+    if let Some(dir) = explicit {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::Config(format!("cannot create work dir {}: {e}", dir.display())))?;
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| CliError::Config(format!("cannot resolve work dir {}: {e}", dir.display())))?;
+        return Ok((dir, None));
+    }
+    let config = |e: delta_actors::workspace::WorkspaceError| CliError::Config(e.to_string());
+    let existing = list_workspaces(agent_home).map_err(config)?;
+    let interactive = !yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let name = if !interactive || existing.is_empty() {
+        let name = next_workspace_name(agent_home).map_err(config)?;
+        eprintln!("Using new workspace {name}");
+        name
+    } else {
+        menu(agent_home, &existing)?
+    };
+    let dir = create_workspace(agent_home, &name).map_err(config)?;
+    Ok((dir, Some(name)))
+}
+
+fn menu(agent_home: &Path, existing: &[String]) -> Result<String, CliError> {
+    let last = last_used_workspace(agent_home);
+    let next = next_workspace_name(agent_home).map_err(|e| CliError::Config(e.to_string()))?;
+    eprintln!("Workspaces in {}/workspaces:", agent_home.display());
+    for (i, name) in existing.iter().enumerate() {
+        let mark = if Some(name) == last.as_ref() { "  (last used)" } else { "" };
+        eprintln!("  {}. {name}{mark}", i + 1);
+    }
+    eprintln!("  n. new workspace ({next})");
+    let default = last.clone().filter(|l| existing.contains(l)).unwrap_or_else(|| next.clone());
+    loop {
+        eprint!("Choose a workspace [Enter = {default}]: ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        let read = std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| CliError::Runtime(e.to_string()))?;
+        if read == 0 {
+            return Ok(default);
+        }
+        let answer = line.trim();
+        if answer.is_empty() {
+            return Ok(default);
+        }
+        if answer.eq_ignore_ascii_case("n") || answer.eq_ignore_ascii_case("new") {
+            return Ok(next);
+        }
+        if let Ok(k) = answer.parse::<usize>() {
+            if (1..=existing.len()).contains(&k) {
+                return Ok(existing[k - 1].clone());
+            }
+        }
+        eprintln!("Please answer with a number from 1 to {}, 'n', or Enter.", existing.len());
+    }
+}
