@@ -1,5 +1,36 @@
 //! `delta`: parse the command line, install logging, dispatch, map the outcome to an exit code.
+//!
+//! This is the only place that turns a `CliError` into a process exit code and the
+//! `error: <message>` line on stderr. Usage errors are clap's own (exit 2).
+
+mod cli;
+mod commands;
+mod error;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn install_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_env("DELTA_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // A second installation (impossible here) would only be ignored.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
 
 fn main() {
-    std::process::exit(0);
+    let cli = cli::Cli::parse();
+    install_logging(cli.verbose);
+    let code = match commands::dispatch(&cli.command) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err}");
+            err.exit_code()
+        }
+    };
+    std::process::exit(code);
 }

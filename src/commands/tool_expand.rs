@@ -1,0 +1,161 @@
+//! `delta tool expand <agent-dir-or-yaml> [--format yaml|json]` (alias `delta tool:expand`):
+//! prints each tool's internal form (spec §2.2.7) after following imports.
+//!
+//! Owns the expansion document's shape and its rendering. Loading and validation are the
+//! library's (`load_agent` / `load_tool_library`); this file only presents the result.
+//! stdout carries the document only; warnings and the summary go to stderr.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use delta_actors::agent::{is_agent_path, load_agent, load_tool_library};
+use delta_actors::tool::compile::{CompiledTool, ToolSyntax};
+use serde::Serialize;
+
+use crate::error::CliError;
+
+const AFTER_HELP: &str = "\
+Examples:
+  delta tool expand my-agent                   the agent folder (imports are followed)
+  delta tool expand my-agent/agent.yaml --format json
+  delta tool expand my-agent/tools/files.yaml  a tools file on its own
+
+The agent is fully validated first: a broken agent exits 126 with the file and a hint.";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExpandFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct ToolExpandArgs {
+    /// Agent folder, its agent.yaml / config.yaml, or a standalone tools file
+    pub path: PathBuf,
+
+    /// Output format of the expansion on stdout
+    #[arg(long, value_enum, default_value_t = ExpandFormat::Yaml)]
+    pub format: ExpandFormat,
+}
+
+#[derive(Debug, Serialize)]
+struct ExpandedDocument {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<String>,
+    source: String,
+    tools: Vec<ExpandedTool>,
+}
+
+#[derive(Debug, Serialize)]
+struct ExpandedTool {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    /// `exec`, `shell` or `legacy` (`command:` + `parameters:`).
+    syntax: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template: Option<String>,
+    command: Vec<String>,
+    parameters: Vec<ExpandedParameter>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+    defined_in: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ExpandedParameter {
+    name: String,
+    #[serde(rename = "type")]
+    param_type: &'static str,
+    inject_as: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    option_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    position: Option<usize>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    raw: bool,
+    required: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    default: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+}
+
+fn relative(path: &Path, base: &Path) -> String {
+    path.strip_prefix(base).unwrap_or(path).display().to_string()
+}
+
+fn expand_tool(tool: &CompiledTool, base: &Path) -> ExpandedTool {
+    ExpandedTool {
+        name: tool.name.clone(),
+        description: tool.description.clone(),
+        syntax: tool.syntax.as_str(),
+        template: tool.template.clone(),
+        command: tool.command.clone(),
+        parameters: tool
+            .parameters
+            .iter()
+            .map(|p| ExpandedParameter {
+                name: p.name.clone(),
+                param_type: p.param_type.as_str(),
+                inject_as: p.inject_as.as_str(),
+                option_name: p.option_name.clone(),
+                position: p.position,
+                raw: p.raw,
+                required: p.required,
+                default: p.default.clone(),
+                description: p.description.clone(),
+            })
+            .collect(),
+        timeout_ms: tool.timeout_ms,
+        defined_in: relative(&tool.source_file, base),
+    }
+}
+
+fn summary(tools: &[CompiledTool], source: &Path) -> String {
+    let count = |s: ToolSyntax| tools.iter().filter(|t| t.syntax == s).count();
+    format!(
+        "expanded {} tool(s) from {} ({} exec, {} shell, {} legacy); the built-in ask_human is always offered too",
+        tools.len(),
+        source.display(),
+        count(ToolSyntax::Exec),
+        count(ToolSyntax::Shell),
+        count(ToolSyntax::Legacy)
+    )
+}
+
+pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
+    let (document, tools, warnings, source) = if is_agent_path(&args.path) {
+        let agent = load_agent(&args.path)?;
+        let document = ExpandedDocument {
+            agent: Some(agent.name.clone()),
+            source: relative(&agent.config_file, &agent.home),
+            tools: agent.tools.iter().map(|t| expand_tool(t, &agent.home)).collect(),
+        };
+        (document, agent.tools, agent.warnings, agent.config_file)
+    } else {
+        let library = load_tool_library(&args.path)?;
+        let base = library.file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let document = ExpandedDocument {
+            agent: None,
+            source: relative(&library.file, &base),
+            tools: library.tools.iter().map(|t| expand_tool(t, &base)).collect(),
+        };
+        (document, library.tools, library.warnings, library.file)
+    };
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
+    }
+    let rendered = match args.format {
+        ExpandFormat::Yaml => serde_yaml::to_string(&document).map_err(|e| CliError::Runtime(format!("cannot render YAML: {e}")))?,
+        ExpandFormat::Json => {
+            let mut text = serde_json::to_string_pretty(&document).map_err(|e| CliError::Runtime(format!("cannot render JSON: {e}")))?;
+            text.push('\n');
+            text
+        }
+    };
+    print!("{rendered}");
+    eprintln!("{}", summary(&tools, &source));
+    Ok(0)
+}
