@@ -6,15 +6,21 @@
 
 use clap::{Parser, Subcommand};
 
+use crate::commands::continue_run::ContinueArgs;
 use crate::commands::init::InitArgs;
+use crate::commands::list_runs::ListRunsArgs;
+use crate::commands::mock_llm::MockLlmArgs;
+use crate::commands::run::RunArgs;
 use crate::commands::tool_expand::ToolExpandArgs;
 
 const AFTER_HELP: &str = "\
 Quick start:
   delta init demo -t hello-world     create an agent folder from a template
   delta tool expand demo             show the tools the model will be offered
+  delta run --agent demo -m \"Say hello\" -y --llm-script <script.yaml>   run it offline
 
-Exit codes: 0 success, 1 runtime error, 2 usage error, 126 invalid agent configuration.";
+Exit codes: 0 success (run COMPLETED), 1 failure (run FAILED), 2 usage error,
+101 run waiting for human input, 126 invalid configuration or invocation, 130 interrupted.";
 
 /// delta runs AI agents: folders of agent.yaml, system_prompt.md and context.yaml whose tools
 /// are ordinary commands.
@@ -31,12 +37,26 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Start a new run of an agent
+    Run(RunArgs),
+
+    /// Resume, answer, extend or retry an existing run
+    Continue(ContinueArgs),
+
+    /// List the runs of a workspace
+    #[command(name = "list-runs")]
+    ListRuns(ListRunsArgs),
+
     /// Create a new agent folder from a template
     Init(InitArgs),
 
     /// Inspect an agent's tools
     #[command(subcommand)]
     Tool(ToolCommand),
+
+    /// Serve the built-in scripted model as an OpenAI-compatible endpoint on 127.0.0.1
+    #[command(name = "mock-llm")]
+    MockLlm(MockLlmArgs),
 
     /// Same as `delta tool expand` (the original engine's spelling)
     #[command(name = "tool:expand", hide = true)]

@@ -6,6 +6,7 @@
 mod cli;
 mod commands;
 mod error;
+mod output;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -25,7 +26,7 @@ fn install_logging(verbose: u8) {
 fn main() {
     let cli = cli::Cli::parse();
     install_logging(cli.verbose);
-    let code = match commands::dispatch(&cli.command) {
+    let code = match commands::dispatch(&cli.command, cli.verbose) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err}");
