@@ -190,6 +190,10 @@ pub struct ChatRequest {
         deserialize_with = "deserialize_tool_choice"
     )]
     pub tool_choice: Option<String>,
+    /// Any other top-level field (e.g. `seed`, `stop`, `response_format`, or whatever a
+    /// `pre_llm_req` hook adds), passed through untouched.
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 fn deserialize_tool_choice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -371,6 +375,18 @@ mod tests {
         assert_eq!(v["presence_penalty"], 0.1);
         assert_eq!(v["tool_choice"], "auto");
         assert_eq!(v["tools"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn unknown_request_fields_pass_through() {
+        let text = r#"{"model":"m","messages":[{"role":"user","content":"x"}],"seed":7,"stop":["\n"],"tool_choice":"auto"}"#;
+        let req: ChatRequest = serde_json::from_str(text).unwrap();
+        assert_eq!(req.extra["seed"], 7);
+        assert_eq!(req.tool_choice.as_deref(), Some("auto"));
+        assert!(!req.extra.contains_key("model"));
+        let back = serde_json::to_value(&req).unwrap();
+        assert_eq!(back["stop"][0], "\n");
+        assert_eq!(back["seed"], 7);
     }
 
     #[test]
