@@ -26,7 +26,7 @@ pub mod retry;
 pub mod scripted;
 pub mod types;
 
-pub use client::HttpBackend;
+pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
 pub use gate::{GateConfig, GateOutcome, LlmGate};
 pub use rate::RateLimiter;

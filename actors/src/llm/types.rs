@@ -14,6 +14,8 @@ use super::LlmError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// Also accepts OpenAI's newer `developer` role, which plays the same part.
+    #[serde(alias = "developer")]
     System,
     User,
     Assistant,
@@ -412,6 +414,14 @@ mod tests {
         assert!(call.id.starts_with("call_"));
         assert_eq!(call.kind, "function");
         assert_eq!(call.function.arguments, r#"{"k":"v"}"#);
+    }
+
+    #[test]
+    fn developer_role_reads_as_system() {
+        let msg: ChatMessage =
+            serde_json::from_str(r#"{"role":"developer","content":"d"}"#).unwrap();
+        assert_eq!(msg.role, Role::System);
+        assert!(serde_json::from_str::<ChatMessage>(r#"{"role":"wizard","content":"d"}"#).is_err());
     }
 
     #[test]
