@@ -54,6 +54,12 @@ impl ScriptedReply {
     }
 }
 
+/// What a step resolves to: a step to render, or a ready reply (a scripted failure).
+enum Play<'s> {
+    Step(&'s Step),
+    Reply(Box<ScriptedReply>),
+}
+
 #[derive(Serialize)]
 struct TemplateContext<'a> {
     task: &'a str,
@@ -129,8 +135,8 @@ impl Script {
             return self.completion(req, answer, latency);
         };
         let played = match self.failure_or_recovery(step, rule, (rule_index, step_index), &ctx) {
-            Ok(next) => next,
-            Err(failure) => return failure,
+            Play::Step(next) => next,
+            Play::Reply(failure) => return *failure,
         };
         match self.build_message(played, &ctx) {
             Ok(message) => {
@@ -148,14 +154,14 @@ impl Script {
     }
 
     /// The step to play for `step`: itself unless it is a `fail:` step, which answers with
-    /// its failure (the `Err`) while its `times` last, then plays its `then:` step.
+    /// its failure while its `times` last, then plays its `then:` step.
     fn failure_or_recovery<'s>(
         &'s self,
         step: &'s Step,
         rule: &Rule,
         (rule_index, step_index): (usize, usize),
         ctx: &TemplateContext<'_>,
-    ) -> Result<&'s Step, ScriptedReply> {
+    ) -> Play<'s> {
         let Action::Fail {
             status,
             times,
@@ -164,7 +170,7 @@ impl Script {
             then,
         } = &step.action
         else {
-            return Ok(step);
+            return Play::Step(step);
         };
         if let (Some(limit), Some(next)) = (times, then) {
             let conversation = if ctx.run_id.is_empty() {
@@ -177,23 +183,22 @@ impl Script {
                 .entry((conversation, rule_index, step_index))
                 .or_insert(0);
             if *served >= *limit {
-                return Ok(next);
+                return Play::Step(next);
             }
             *served += 1;
         }
-        let message = match message {
-            Some(text) => self
-                .render(text, ctx)
-                .map_err(|e| ScriptedReply::failure(400, e))?,
+        let message = match message.as_ref().map(|text| self.render(text, ctx)) {
+            Some(Ok(text)) => text,
+            Some(Err(e)) => return Play::Reply(Box::new(ScriptedReply::failure(400, e))),
             None => format!("scripted failure (HTTP {status})"),
         };
-        Err(ScriptedReply::Failure {
+        Play::Reply(Box::new(ScriptedReply::Failure {
             status: *status,
             message,
             // 429 always tells the client when to come back.
             retry_after: retry_after.or((*status == 429).then_some(Duration::ZERO)),
             latency: self.latency_for(rule, Some(step)),
-        })
+        }))
     }
 
     fn matching_rule(
