@@ -63,6 +63,7 @@ impl HttpBackend {
         }
         let client = reqwest::Client::builder()
             .default_headers(headers)
+            .user_agent(concat!("delta/", env!("CARGO_PKG_VERSION")))
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(30)))
             .tcp_nodelay(true)

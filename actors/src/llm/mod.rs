@@ -10,23 +10,27 @@
 //! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`] and
 //!   [`complete_with_retry`] for callers without a gateway.
 //! - [`rate`]: [`RateLimiter`], requests-per-minute spacing plus a Retry-After barrier.
+//! - [`gate`]: [`LlmGate`], one per endpoint: in-flight cap + rate limiter + Retry-After
+//!   barrier + retries, as plain tokio code for the `LlmGateway` actor to own.
 //! - [`scripted`]: the scripted model ([`Script`]), its in-process [`ScriptedBackend`], the
 //!   strict history validator and the OpenAI-compatible HTTP server.
 //!
-//! This module never imports actix: the `LlmGateway` actor in `runtime/` owns the in-flight
-//! cap and calls these functions.
+//! This module never imports actix: the `LlmGateway` actor in `runtime/` owns an
+//! [`LlmGate`] per endpoint (keyed by [`Endpoint::key`]) and calls it.
 
 pub mod client;
 pub mod endpoint;
+pub mod gate;
 pub mod rate;
 pub mod retry;
 pub mod scripted;
 pub mod types;
 
-pub use client::HttpBackend;
+pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
+pub use gate::{GateConfig, GateOutcome, LlmGate};
 pub use rate::RateLimiter;
-pub use retry::{backoff_delay, complete_with_retry, parse_retry_after, RetryPolicy};
+pub use retry::{backoff_delay, complete_with_retry, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,
     ServerStats,

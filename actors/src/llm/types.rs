@@ -14,6 +14,8 @@ use super::LlmError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// Also accepts OpenAI's newer `developer` role, which plays the same part.
+    #[serde(alias = "developer")]
     System,
     User,
     Assistant,
@@ -190,6 +192,10 @@ pub struct ChatRequest {
         deserialize_with = "deserialize_tool_choice"
     )]
     pub tool_choice: Option<String>,
+    /// Any other top-level field (e.g. `seed`, `stop`, `response_format`, or whatever a
+    /// `pre_llm_req` hook adds), passed through untouched.
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 fn deserialize_tool_choice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -374,6 +380,18 @@ mod tests {
     }
 
     #[test]
+    fn unknown_request_fields_pass_through() {
+        let text = r#"{"model":"m","messages":[{"role":"user","content":"x"}],"seed":7,"stop":["\n"],"tool_choice":"auto"}"#;
+        let req: ChatRequest = serde_json::from_str(text).unwrap();
+        assert_eq!(req.extra["seed"], 7);
+        assert_eq!(req.tool_choice.as_deref(), Some("auto"));
+        assert!(!req.extra.contains_key("model"));
+        let back = serde_json::to_value(&req).unwrap();
+        assert_eq!(back["stop"][0], "\n");
+        assert_eq!(back["seed"], 7);
+    }
+
+    #[test]
     fn parses_a_tool_call_completion_with_usage() {
         let body = br#"{"id":"x1","model":"gpt","choices":[{"index":0,"message":{"role":"assistant","content":null,
             "tool_calls":[{"id":"call_1","type":"function","function":{"name":"ls","arguments":"{\"a\":1}"}}]},
@@ -396,6 +414,14 @@ mod tests {
         assert!(call.id.starts_with("call_"));
         assert_eq!(call.kind, "function");
         assert_eq!(call.function.arguments, r#"{"k":"v"}"#);
+    }
+
+    #[test]
+    fn developer_role_reads_as_system() {
+        let msg: ChatMessage =
+            serde_json::from_str(r#"{"role":"developer","content":"d"}"#).unwrap();
+        assert_eq!(msg.role, Role::System);
+        assert!(serde_json::from_str::<ChatMessage>(r#"{"role":"wizard","content":"d"}"#).is_err());
     }
 
     #[test]

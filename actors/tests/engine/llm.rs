@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use delta_actors::llm::{
     complete_with_retry, parse_retry_after, scripted, ChatBackend, ChatMessage, ChatRequest,
-    Endpoint, HttpBackend, LlmError, RequestMeta, RetryPolicy, Script, ScriptServer, ToolCall,
+    Endpoint, GateConfig, HttpBackend, LlmError, LlmGate, RequestMeta, RetryPolicy, Script,
+    ScriptServer, ToolCall,
 };
 use serde_json::Value;
 
@@ -346,4 +347,60 @@ async fn agent_names_with_unusual_characters_reach_the_rules() {
         .await
         .unwrap();
     assert_eq!(reply.message.content.as_deref(), Some("agent é/1"));
+}
+
+fn gate_over_http(server: &ScriptServer, config: GateConfig) -> Arc<LlmGate> {
+    Arc::new(LlmGate::new(Arc::new(client(server)), config))
+}
+
+async fn run_concurrently(gate: &Arc<LlmGate>, calls: usize) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..calls {
+        let gate = Arc::clone(gate);
+        tasks.spawn(async move {
+            gate.complete(
+                request("t"),
+                RequestMeta::new("a", format!("run-{i}")),
+                |_| {},
+            )
+            .await
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_caps_requests_in_flight_at_the_endpoint() {
+    let server = start("default_latency_ms: 150\nsteps: [{answer: done}]").await;
+    let gate = gate_over_http(
+        &server,
+        GateConfig {
+            max_in_flight: 3,
+            ..GateConfig::default()
+        },
+    );
+    run_concurrently(&gate, 12).await;
+    assert_eq!(server.stats().requests_total(), 12);
+    assert_eq!(server.stats().max_in_flight(), 3);
+    assert_eq!(gate.in_flight(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_gate_holds_requests_per_minute_across_runs() {
+    let server = start("steps: [{answer: done}]").await;
+    // 300 per minute = one request every 200 ms, whichever run sends it.
+    let gate = gate_over_http(
+        &server,
+        GateConfig {
+            requests_per_minute: Some(300),
+            ..GateConfig::default()
+        },
+    );
+    run_concurrently(&gate, 4).await;
+    let stats = server.stats();
+    assert_eq!(stats.requests_total(), 4);
+    assert_eq!(stats.max_requests_in_window(Duration::from_millis(150)), 1);
+    assert_eq!(stats.max_requests_in_window(Duration::from_secs(60)), 4);
 }

@@ -2,7 +2,8 @@
 //! for tests, examples, benchmarks and offline use.
 //!
 //! # Layout
-//! - `script.rs`: the file format and its loader ([`Script`], [`ScriptError`]).
+//! - `script.rs`: the loaded model ([`Script`], [`ScriptError`]) and its entry points.
+//! - `load.rs`: the file format's serde shapes and validation ([`parse_latency`]).
 //! - `respond.rs`: rule matching, step selection, templating ([`ScriptedReply`]).
 //! - `validate.rs`: strict history validation ([`validate_history`]).
 //! - `server.rs`: the OpenAI-compatible HTTP endpoint ([`serve`], [`run_server_blocking`]).
@@ -10,6 +11,7 @@
 //! [`ScriptedBackend`] plays a script in-process behind the same [`ChatBackend`] trait as
 //! the HTTP client. Nothing here imports actix.
 
+mod load;
 mod respond;
 mod script;
 mod server;
@@ -20,8 +22,9 @@ mod tests;
 
 use std::sync::Arc;
 
+pub use load::parse_latency;
 pub use respond::{ScriptedReply, TEMPLATE_VARIABLES};
-pub use script::{parse_latency, Latency, Script, ScriptError, DEFAULT_MODEL, EXHAUSTED_ANSWER};
+pub use script::{Latency, Script, ScriptError, DEFAULT_MODEL, EXHAUSTED_ANSWER};
 pub use server::{
     run_server_blocking, serve, ScriptServer, ServeError, ServerStats, StatsSnapshot,
 };

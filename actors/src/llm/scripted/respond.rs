@@ -54,6 +54,12 @@ impl ScriptedReply {
     }
 }
 
+/// What a step resolves to: a step to render, or a ready reply (a scripted failure).
+enum Play<'s> {
+    Step(&'s Step),
+    Reply(Box<ScriptedReply>),
+}
+
 #[derive(Serialize)]
 struct TemplateContext<'a> {
     task: &'a str,
@@ -128,55 +134,9 @@ impl Script {
             let latency = self.latency_for(rule, None);
             return self.completion(req, answer, latency);
         };
-        let conversation = if meta.run_id.is_empty() {
-            format!("task:{task}")
-        } else {
-            format!("run:{}", meta.run_id)
-        };
-        let played = match &step.action {
-            Action::Fail {
-                status,
-                times,
-                retry_after,
-                message,
-                then,
-            } => {
-                let fail_now = match times {
-                    None => true,
-                    Some(limit) => {
-                        let mut served = self
-                            .attempts
-                            .entry((conversation, rule_index, step_index))
-                            .or_insert(0);
-                        let fail = *served < *limit;
-                        if fail {
-                            *served += 1;
-                        }
-                        fail
-                    }
-                };
-                match (fail_now, then) {
-                    (false, Some(next)) => next,
-                    _ => {
-                        let message = match message {
-                            Some(text) => self.render(text, &ctx),
-                            None => Ok(format!("scripted failure (HTTP {status})")),
-                        };
-                        let message = match message {
-                            Ok(m) => m,
-                            Err(e) => return ScriptedReply::failure(400, e),
-                        };
-                        return ScriptedReply::Failure {
-                            status: *status,
-                            message,
-                            // 429 always tells the client when to come back.
-                            retry_after: retry_after.or((*status == 429).then_some(Duration::ZERO)),
-                            latency: self.latency_for(rule, Some(step)),
-                        };
-                    }
-                }
-            }
-            _ => step,
+        let played = match self.failure_or_recovery(step, rule, (rule_index, step_index), &ctx) {
+            Play::Step(next) => next,
+            Play::Reply(failure) => return *failure,
         };
         match self.build_message(played, &ctx) {
             Ok(message) => {
@@ -191,6 +151,54 @@ impl Script {
             }
             Err(e) => ScriptedReply::failure(400, e),
         }
+    }
+
+    /// The step to play for `step`: itself unless it is a `fail:` step, which answers with
+    /// its failure while its `times` last, then plays its `then:` step.
+    fn failure_or_recovery<'s>(
+        &'s self,
+        step: &'s Step,
+        rule: &Rule,
+        (rule_index, step_index): (usize, usize),
+        ctx: &TemplateContext<'_>,
+    ) -> Play<'s> {
+        let Action::Fail {
+            status,
+            times,
+            retry_after,
+            message,
+            then,
+        } = &step.action
+        else {
+            return Play::Step(step);
+        };
+        if let (Some(limit), Some(next)) = (times, then) {
+            let conversation = if ctx.run_id.is_empty() {
+                format!("task:{}", ctx.task)
+            } else {
+                format!("run:{}", ctx.run_id)
+            };
+            let mut served = self
+                .attempts
+                .entry((conversation, rule_index, step_index))
+                .or_insert(0);
+            if *served >= *limit {
+                return Play::Step(next);
+            }
+            *served += 1;
+        }
+        let message = match message.as_ref().map(|text| self.render(text, ctx)) {
+            Some(Ok(text)) => text,
+            Some(Err(e)) => return Play::Reply(Box::new(ScriptedReply::failure(400, e))),
+            None => format!("scripted failure (HTTP {status})"),
+        };
+        Play::Reply(Box::new(ScriptedReply::Failure {
+            status: *status,
+            message,
+            // 429 always tells the client when to come back.
+            retry_after: retry_after.or((*status == 429).then_some(Duration::ZERO)),
+            latency: self.latency_for(rule, Some(step)),
+        }))
     }
 
     fn matching_rule(

@@ -401,3 +401,31 @@ async fn scripted_backend_maps_failures_to_http_errors() {
     assert_eq!(done.message.content.as_deref(), Some("ok"));
     assert_eq!(retries, 1);
 }
+
+#[test]
+fn every_yaml_example_in_the_docs_loads() {
+    let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/llm-script.md");
+    let text = std::fs::read_to_string(&doc).unwrap();
+    let blocks: Vec<&str> = text
+        .split("```yaml\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap())
+        .collect();
+    assert!(
+        blocks.len() >= 2,
+        "no yaml examples found in {}",
+        doc.display()
+    );
+    for block in blocks {
+        let s = Script::from_yaml_str(block, "docs/llm-script.md").unwrap();
+        // Every example answers its first request somehow.
+        let reply = s.respond(
+            &req(vec![ChatMessage::user("a report")]),
+            &meta("file-bot", "r"),
+        );
+        assert!(
+            matches!(reply, ScriptedReply::Completion { .. }),
+            "{reply:?}"
+        );
+    }
+}

@@ -1,0 +1,275 @@
+//! [`LlmGate`]: everything that stands between a run and one endpoint, as plain tokio code
+//! the `LlmGateway` actor can own: a cap on requests in flight, the shared requests-per-minute
+//! limiter, the endpoint-wide Retry-After barrier, and retries with jittered backoff.
+//!
+//! No actix here. The gate never holds a permit while sleeping a backoff, and reserves a
+//! rate slot only once it holds a permit (so queued callers cannot burst past the limit).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use super::endpoint::{ChatBackend, LlmError, RequestMeta};
+use super::rate::RateLimiter;
+use super::retry::{RetryNotice, RetryPolicy};
+use super::types::{ChatCompletion, ChatRequest};
+
+/// Limits for one endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateConfig {
+    /// Requests in flight at once; 0 means unlimited.
+    pub max_in_flight: usize,
+    /// `None` (or 0) means unlimited.
+    pub requests_per_minute: Option<u32>,
+    pub retry: RetryPolicy,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        GateConfig {
+            max_in_flight: 64,
+            requests_per_minute: None,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// A successful call and what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateOutcome {
+    pub completion: ChatCompletion,
+    /// Attempts made, the successful one included.
+    pub attempts: u32,
+    /// Time spent queued for a permit, waiting for a rate slot or Retry-After, and backing off.
+    pub waited: Duration,
+}
+
+/// One gate per endpoint, shared (behind an `Arc`) by every run that uses it.
+pub struct LlmGate {
+    backend: Arc<dyn ChatBackend>,
+    permits: Semaphore,
+    max_in_flight: usize,
+    limiter: Mutex<RateLimiter>,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for LlmGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmGate")
+            .field("max_in_flight", &self.max_in_flight)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LlmGate {
+    pub fn new(backend: Arc<dyn ChatBackend>, config: GateConfig) -> Self {
+        let max_in_flight = if config.max_in_flight == 0 {
+            Semaphore::MAX_PERMITS
+        } else {
+            config.max_in_flight
+        };
+        LlmGate {
+            backend,
+            permits: Semaphore::new(max_in_flight),
+            max_in_flight,
+            limiter: Mutex::new(RateLimiter::new(config.requests_per_minute)),
+            retry: config.retry,
+        }
+    }
+
+    /// Requests currently being sent or answered through this gate.
+    pub fn in_flight(&self) -> usize {
+        self.max_in_flight - self.permits.available_permits()
+    }
+
+    /// Sends `req` with admission, rate limiting and retries. `on_retry` is told before
+    /// every backoff. Dropping the future abandons the call and frees its permit.
+    pub async fn complete(
+        &self,
+        req: ChatRequest,
+        meta: RequestMeta,
+        mut on_retry: impl FnMut(&RetryNotice) + Send,
+    ) -> Result<GateOutcome, LlmError> {
+        let mut waited = Duration::ZERO;
+        let mut failures = 0;
+        loop {
+            let queued_at = Instant::now();
+            let result = {
+                let _permit =
+                    self.permits.acquire().await.map_err(|_| {
+                        LlmError::Transport("the LLM gate was shut down".to_owned())
+                    })?;
+                let slot_wait = self.lock_limiter().reserve(Instant::now());
+                if !slot_wait.is_zero() {
+                    tokio::time::sleep(slot_wait).await;
+                }
+                waited += queued_at.elapsed();
+                self.backend.complete(req.clone(), meta.clone()).await
+            };
+            let error = match result {
+                Ok(completion) => {
+                    return Ok(GateOutcome {
+                        completion,
+                        attempts: failures + 1,
+                        waited,
+                    })
+                }
+                Err(error) => error,
+            };
+            failures += 1;
+            if let Some(retry_after) = error.retry_after() {
+                // The provider spoke for the whole endpoint: hold every caller back.
+                self.lock_limiter()
+                    .defer_until(Instant::now() + retry_after.min(self.retry.max_delay));
+            }
+            let Some(wait) = self.retry.next_delay(failures, &error) else {
+                return Err(error);
+            };
+            on_retry(&RetryNotice {
+                failed_attempt: failures,
+                error,
+                wait,
+            });
+            tokio::time::sleep(wait).await;
+            waited += wait;
+        }
+    }
+
+    fn lock_limiter(&self) -> std::sync::MutexGuard<'_, RateLimiter> {
+        self.limiter.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::llm::scripted::{Script, ScriptedBackend};
+    use crate::llm::types::ChatMessage;
+
+    fn gate(yaml: &str, config: GateConfig) -> LlmGate {
+        let script = Arc::new(Script::from_yaml_str(yaml, "gate.yaml").unwrap());
+        LlmGate::new(Arc::new(ScriptedBackend::new(script)), config)
+    }
+
+    fn req() -> ChatRequest {
+        ChatRequest {
+            model: "m".into(),
+            messages: vec![ChatMessage::user("t")],
+            ..Default::default()
+        }
+    }
+
+    fn quick(max_attempts: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(200),
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_until_success_and_reports_attempts() {
+        let g = gate(
+            "steps: [{fail: 500, times: 2, then: {answer: ok}}]",
+            GateConfig {
+                retry: quick(5),
+                ..GateConfig::default()
+            },
+        );
+        let mut notices = 0;
+        let out = g
+            .complete(req(), RequestMeta::new("a", "r"), |_| notices += 1)
+            .await
+            .unwrap();
+        assert_eq!(out.attempts, 3);
+        assert_eq!(notices, 2);
+        assert_eq!(out.completion.message.content.as_deref(), Some("ok"));
+        assert_eq!(g.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn client_errors_fail_at_once_with_the_message() {
+        let g = gate(
+            "steps: [{fail: 422, message: \"bad schema\"}]",
+            GateConfig {
+                retry: quick(5),
+                ..GateConfig::default()
+            },
+        );
+        let err = g
+            .complete(req(), RequestMeta::default(), |_| {
+                panic!("no retry for 422")
+            })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("bad schema"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn retry_after_holds_back_other_callers() {
+        let g = Arc::new(gate(
+            r#"
+rules:
+  - agent: first
+    steps: [{fail: 429, times: 1, retry_after: 0.3, then: {answer: a}}]
+  - steps: [{answer: b}]
+"#,
+            GateConfig {
+                retry: RetryPolicy {
+                    max_delay: Duration::from_secs(1),
+                    ..quick(3)
+                },
+                ..GateConfig::default()
+            },
+        ));
+        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel();
+        let mut failed_tx = Some(failed_tx);
+        let first = {
+            let g = Arc::clone(&g);
+            tokio::spawn(async move {
+                g.complete(req(), RequestMeta::new("first", "r1"), move |_| {
+                    if let Some(tx) = failed_tx.take() {
+                        let _ = tx.send(Instant::now());
+                    }
+                })
+                .await
+            })
+        };
+        let failed_at = failed_rx.await.unwrap();
+        let other = g
+            .complete(req(), RequestMeta::new("second", "r2"), |_| {})
+            .await
+            .unwrap();
+        // The barrier was set (for 300 ms) just before the failure was announced.
+        assert!(failed_at.elapsed() >= Duration::from_millis(250));
+        assert_eq!(other.attempts, 1);
+        assert!(
+            other.waited >= Duration::from_millis(250),
+            "{:?}",
+            other.waited
+        );
+        assert_eq!(first.await.unwrap().unwrap().attempts, 2);
+    }
+
+    #[tokio::test]
+    async fn requests_per_minute_spaces_calls() {
+        let g = gate(
+            "steps: [{answer: x}]",
+            GateConfig {
+                requests_per_minute: Some(600),
+                ..GateConfig::default()
+            },
+        );
+        let started = Instant::now();
+        for i in 0..4 {
+            g.complete(req(), RequestMeta::new("a", format!("r{i}")), |_| {})
+                .await
+                .unwrap();
+        }
+        // Slots at 0, 100, 200 and 300 ms.
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+}
