@@ -25,7 +25,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio_util::sync::CancellationToken;
 
 pub use capture::StreamCapture;
-pub use env::{build_child_env, API_KEY_VAR};
+pub use env::{build_child_env, engine_vars, API_KEY_VAR};
 
 use capture::{capture_stream, StreamLimits};
 

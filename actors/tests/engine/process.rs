@@ -344,3 +344,59 @@ async fn a_daemon_started_on_purpose_survives_a_normal_exit() {
     )
     .unwrap();
 }
+
+/// Runs in a child copy of this test binary (see the test below): `kill_all_live_groups`
+/// signals every group of the process, so it must not run beside the other tests.
+#[tokio::test]
+#[ignore = "helper: run only by kill_all_live_groups_kills_running_tools in a child process"]
+async fn helper_kill_all_live_groups() {
+    if std::env::var_os("DELTA_TEST_KILL_ALL_HELPER").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(&["sh", "-c", "sleep 100 & sleep 100"], dir.path());
+    let handle = tokio::spawn(run_process(spec, CancellationToken::new()));
+    for _ in 0..1000 {
+        if delta_actors::tool::process::live_group_count() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(delta_actors::tool::process::kill_all_live_groups(), 1);
+    let outcome = handle.await.unwrap();
+    assert_eq!(outcome.termination, Termination::Signaled(9));
+    assert_eq!(delta_actors::tool::process::live_group_count(), 0);
+    println!("\nKILLED_GROUP={}", outcome.pid.unwrap());
+}
+
+#[tokio::test]
+async fn kill_all_live_groups_kills_running_tools() {
+    let output = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "process::helper_kill_all_live_groups",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DELTA_TEST_KILL_ALL_HELPER", "1")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let pgid: u32 = stdout
+        .lines()
+        .find_map(|line| {
+            line.split_once("KILLED_GROUP=")
+                .map(|(_, pgid)| pgid.trim())
+        })
+        .unwrap_or_else(|| panic!("helper did not run: {stdout}"))
+        .parse()
+        .unwrap();
+    assert_group_gone(pgid).await;
+}
