@@ -229,7 +229,13 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
         .arg0(program)
         .args(&spec.argv[1..])
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        // Defence in depth: even a hand-built env never hands the engine's key to a child.
+        .envs(
+            spec.env
+                .iter()
+                .filter(|(name, _)| name != API_KEY_VAR)
+                .map(|(k, v)| (k, v)),
+        )
         .current_dir(&spec.cwd)
         .process_group(0)
         .stdin(if spec.stdin.is_some() {
@@ -449,6 +455,16 @@ mod tests {
             i32::try_from(outcome.pid.unwrap()).unwrap(),
             Signal::SIGKILL,
         );
+    }
+
+    #[tokio::test]
+    async fn api_key_is_dropped_even_from_a_hand_built_env() {
+        let mut spec = spec(&["env"]);
+        spec.env
+            .push((API_KEY_VAR.to_owned(), "sk-secret".to_owned()));
+        let outcome = run_process(spec, CancellationToken::new()).await;
+        assert!(!outcome.stdout.text_lossy().contains("sk-secret"));
+        assert!(outcome.stdout.text_lossy().contains("PATH=/usr/bin:/bin"));
     }
 
     fn live_group_count_of(pid: Option<u32>) -> usize {
