@@ -224,6 +224,12 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
         Ok(path) => path,
         Err(env::NotFound(reason)) => return ProcessOutcome::spawn_failed(reason, spec.timeout),
     };
+    if cancel.is_cancelled() {
+        // Shutting down already: starting a process only to kill it would be wasted work.
+        let mut outcome = ProcessOutcome::spawn_failed(String::new(), spec.timeout);
+        outcome.termination = Termination::Cancelled;
+        return outcome;
+    }
     let mut command = Command::new(&resolved);
     command
         .arg0(program)
@@ -430,6 +436,15 @@ mod tests {
             run_process(spec(&["sh", "-c", "kill -9 $$"]), CancellationToken::new()).await;
         assert_eq!(outcome.termination, Termination::Signaled(9));
         assert_eq!(outcome.exit_code, None);
+    }
+
+    #[tokio::test]
+    async fn an_already_cancelled_token_starts_nothing() {
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let outcome = run_process(spec(&["sh", "-c", "exit 0"]), cancel).await;
+        assert_eq!(outcome.termination, Termination::Cancelled);
+        assert_eq!(outcome.pid, None);
     }
 
     #[tokio::test]

@@ -135,24 +135,35 @@ async fn sigterm_ignoring_group_gets_sigkill_after_the_grace() {
     assert_group_gone(outcome.pid.unwrap()).await;
 }
 
-#[tokio::test]
-async fn cancel_kills_the_group() {
-    let dir = tempfile::tempdir().unwrap();
-    let cancel = CancellationToken::new();
-    let spec = spec(&["sh", "-c", "echo up; sleep 100 & sleep 100"], dir.path());
-    let trigger = cancel.clone();
-    let handle = tokio::spawn(run_process(spec, cancel));
-    // Cancel once the child is demonstrably running (its group is registered).
-    for _ in 0..500 {
-        if delta_actors::tool::process::live_group_count() > 0 {
-            break;
+/// Polls (bounded) until the script wrote its pid (`echo $$ > marker`) and returns it.
+async fn wait_for_pid_file(marker: &Path) -> u32 {
+    for _ in 0..2000 {
+        if let Ok(text) = std::fs::read_to_string(marker) {
+            if text.ends_with('\n') {
+                return text.trim().parse().unwrap();
+            }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    trigger.cancel();
+    panic!("{} was never written", marker.display());
+}
+
+#[tokio::test]
+async fn cancel_kills_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("pid");
+    let script = format!("echo $$ > {}; sleep 100 & sleep 100", marker.display());
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(run_process(
+        spec(&["sh", "-c", &script], dir.path()),
+        cancel.clone(),
+    ));
+    let pgid = wait_for_pid_file(&marker).await;
+    cancel.cancel();
     let outcome = handle.await.unwrap();
     assert_eq!(outcome.termination, Termination::Cancelled);
-    assert_group_gone(outcome.pid.unwrap()).await;
+    assert_eq!(outcome.pid, Some(pgid));
+    assert_group_gone(pgid).await;
     assert!(format_observation(&outcome, dir.path())
         .ends_with("=== CANCELLED (process group killed) ==="));
 }
