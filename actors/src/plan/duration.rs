@@ -108,6 +108,15 @@ mod tests {
         assert_eq!(parse_duration(" 5s ").unwrap(), Duration::from_secs(5));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn composed_durations_add_up(h in 0u64..100, m in 0u64..100, s in 0u64..100, ms in 1u64..1000) {
+            let text = format!("{h}h{m}m{s}s{ms}ms");
+            let expected = Duration::from_millis(((h * 60 + m) * 60 + s) * 1000 + ms);
+            proptest::prop_assert_eq!(parse_duration(&text).unwrap(), expected);
+        }
+    }
+
     #[test]
     fn refuses_the_rest_with_a_reason() {
         for (input, reason) in [

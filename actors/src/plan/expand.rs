@@ -190,11 +190,23 @@ fn short_json(value: &Value) -> String {
 }
 
 /// `<name>-YYYYMMDD-HHMMSS-xxxx` (UTC, 4 random hex digits); `plan` when the plan has no
-/// name.
+/// name. The id is a directory name, so characters other than `[A-Za-z0-9_-]` in the name
+/// become `-`.
 pub fn orchestration_id(plan_name: Option<&str>) -> String {
+    let name: String = plan_name
+        .filter(|name| !name.is_empty())
+        .unwrap_or("plan")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
     format!(
-        "{}-{}-{:04x}",
-        plan_name.unwrap_or("plan"),
+        "{name}-{}-{:04x}",
         chrono::Utc::now().format("%Y%m%d-%H%M%S"),
         fastrand::u16(..)
     )
@@ -232,6 +244,7 @@ mod tests {
         assert_eq!(parts[2].len(), 6);
         assert_eq!(parts[3].len(), 4);
         assert!(orchestration_id(None).starts_with("plan-"));
+        assert!(orchestration_id(Some("../x y")).starts_with("---x-y-"));
     }
 
     #[test]

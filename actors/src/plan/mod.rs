@@ -6,6 +6,8 @@
 //! - [`duration`]: `"15m"`, `"1h30m"`, `500` (ms) parsing.
 //! - [`validate`]: [`load_plan`] resolves paths, checks ids, needs, cycles, templates and
 //!   `foreach` forms into one immutable [`ResolvedPlan`].
+//! - [`templates`]: the strict minijinja environment (`tojson`, undefined = error) and
+//!   template analysis; `stage_checks` (private) applies it to a stage's message/foreach.
 //! - [`graph`]: stage ordering ([`topo_order`], [`ready_stages`]).
 //! - [`expand`]: [`expand_stage`] turns a stage plus finished stages' outputs into
 //!   [`PlannedRun`]s with deterministic run ids.

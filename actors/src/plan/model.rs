@@ -113,7 +113,7 @@ pub enum ForeachSpec {
     Template(String),
     /// A literal list.
     Items { items: Vec<serde_json::Value> },
-    /// A glob relative to the plan file; one item per matching path, sorted.
+    /// A glob relative to the plan file; one item per matching path (absolute), sorted.
     Files { files: String },
     /// A text file relative to the plan file; one item per non-empty line.
     Lines { lines: String },

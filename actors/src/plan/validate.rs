@@ -139,8 +139,8 @@ fn yaml_error(path: &Path, error: &serde_yaml::Error) -> PlanError {
     match (key_path, error.location()) {
         (Some((key, message)), _) => PlanError::invalid(
             path,
-            key,
-            message,
+            untagged_field(key, message),
+            readable_serde_message(message),
             "check the value at this key against the plan.yaml format (durations like 15m, output json|text, on_failure stop|continue)",
         ),
         (None, location) => PlanError::invalid(
@@ -152,6 +152,36 @@ fn yaml_error(path: &Path, error: &serde_yaml::Error) -> PlanError {
             text,
             "plan.yaml is a YAML mapping with `stages:` (a list of {id, message, ...})",
         ),
+    }
+}
+
+/// serde_yaml reports an untagged-enum failure at the enclosing mapping; add the field.
+fn untagged_field(key: &str, message: &str) -> String {
+    let field = if message.contains("untagged enum ForeachSpec") {
+        "foreach"
+    } else if message.contains("untagged enum DurationValue") {
+        "timeout"
+    } else {
+        return key.to_owned();
+    };
+    if key.ends_with(field) {
+        key.to_owned()
+    } else {
+        format!("{key}.{field}")
+    }
+}
+
+/// serde's untagged-enum failure says nothing useful; name the accepted forms instead.
+fn readable_serde_message(message: &str) -> String {
+    let location = message.find(" at line ").map_or("", |at| &message[at..]);
+    if message.contains("untagged enum ForeachSpec") {
+        format!("foreach must be a template string, {{items: [...]}}, {{files: \"glob\"}} or {{lines: path}}{location}")
+    } else if message.contains("untagged enum DurationValue") {
+        format!(
+            "a duration must be text like 15m or 1h30m, or an integer of milliseconds{location}"
+        )
+    } else {
+        message.to_owned()
     }
 }
 

@@ -5,14 +5,14 @@
 //! timeouts, signals, cancellations and start failures.
 //! Must not: run processes, read the output files, or write anything to disk.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::process::{
-    ProcessOutcome, StreamCapture, Termination, DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES,
+    CaptureSpec, ProcessOutcome, StreamCapture, Termination, DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES,
 };
 
-/// How much of each stream the model sees (at the start and at the end). The process capture
-/// limits are the upper bound: asking for more here than was captured shows what was captured.
+/// How much of each stream the model sees (at the start and at the end). What the process
+/// captured is the upper bound: asking for more here than was captured shows what was captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObservationLimits {
     pub head_bytes: usize,
@@ -28,20 +28,50 @@ impl Default for ObservationLimits {
     }
 }
 
+impl ObservationLimits {
+    /// The capture settings that keep exactly what these limits show.
+    pub fn capture_spec(
+        &self,
+        full_output: Option<(PathBuf, PathBuf)>,
+        file_cap_bytes: u64,
+    ) -> CaptureSpec {
+        CaptureSpec {
+            head_bytes: self.head_bytes,
+            tail_bytes: self.tail_bytes,
+            full_output,
+            file_cap_bytes,
+        }
+    }
+}
+
 /// The model-facing text: a section per non-empty stream, `(no output)` when both are empty,
 /// then one status line. A cut stream shows its head, a
 /// `[... N bytes cut; full output: <path> ...]` line, then its tail; paths are shown relative
 /// to `display_root` (the run directory). One trailing newline of each stream is dropped so
 /// sections are not separated by blank lines.
 pub fn format_observation(outcome: &ProcessOutcome, display_root: &Path) -> String {
+    let everything_captured = ObservationLimits {
+        head_bytes: usize::MAX,
+        tail_bytes: usize::MAX,
+    };
+    format_observation_limited(outcome, display_root, everything_captured)
+}
+
+/// [`format_observation`] showing at most `limits` of each stream (for texts smaller than
+/// what was captured, e.g. a hook's failure reason).
+pub fn format_observation_limited(
+    outcome: &ProcessOutcome,
+    display_root: &Path,
+    limits: ObservationLimits,
+) -> String {
     let mut sections: Vec<String> = Vec::new();
     if outcome.stdout.total_bytes > 0 {
         sections.push("=== STDOUT ===".to_owned());
-        sections.push(stream_text(&outcome.stdout, display_root));
+        sections.push(stream_text(&outcome.stdout, display_root, limits));
     }
     if outcome.stderr.total_bytes > 0 {
         sections.push("=== STDERR ===".to_owned());
-        sections.push(stream_text(&outcome.stderr, display_root));
+        sections.push(stream_text(&outcome.stderr, display_root, limits));
     }
     let started = !matches!(outcome.termination, Termination::SpawnFailed(_));
     if sections.is_empty() && started {
@@ -69,14 +99,15 @@ fn status_line(outcome: &ProcessOutcome) -> String {
     }
 }
 
-fn stream_text(stream: &StreamCapture, display_root: &Path) -> String {
-    if !stream.is_cut() {
-        let mut all = stream.head.clone();
-        all.extend_from_slice(&stream.tail);
+fn stream_text(stream: &StreamCapture, display_root: &Path, limits: ObservationLimits) -> String {
+    let (head, tail) = visible_parts(stream, limits);
+    if (head.len() + tail.len()) as u64 >= stream.total_bytes {
+        let mut all = head;
+        all.extend_from_slice(&tail);
         return without_one_trailing_newline(String::from_utf8_lossy(&all).into_owned());
     }
-    let head = &stream.head[..utf8_prefix_len(&stream.head)];
-    let tail = &stream.tail[utf8_suffix_start(&stream.tail)..];
+    let head = &head[..utf8_prefix_len(&head)];
+    let tail = &tail[utf8_suffix_start(&tail)..];
     let cut = stream.total_bytes - head.len() as u64 - tail.len() as u64;
     let location = match &stream.file {
         Some(file) => {
@@ -97,6 +128,24 @@ fn stream_text(stream: &StreamCapture, display_root: &Path) -> String {
         String::from_utf8_lossy(head),
         without_one_trailing_newline(String::from_utf8_lossy(tail).into_owned())
     )
+}
+
+/// The head and tail to show: what was captured, trimmed to `limits`. A stream that was not
+/// cut during capture is one contiguous text (head ++ tail), split afresh.
+fn visible_parts(stream: &StreamCapture, limits: ObservationLimits) -> (Vec<u8>, Vec<u8>) {
+    if stream.is_cut() {
+        let head = &stream.head[..stream.head.len().min(limits.head_bytes)];
+        let tail = &stream.tail[stream.tail.len() - stream.tail.len().min(limits.tail_bytes)..];
+        return (head.to_vec(), tail.to_vec());
+    }
+    let mut all = stream.head.clone();
+    all.extend_from_slice(&stream.tail);
+    if all.len() <= limits.head_bytes.saturating_add(limits.tail_bytes) {
+        return (all, Vec::new());
+    }
+    let tail = all[all.len() - limits.tail_bytes..].to_vec();
+    all.truncate(limits.head_bytes);
+    (all, tail)
 }
 
 fn without_one_trailing_newline(mut text: String) -> String {
@@ -303,6 +352,70 @@ mod tests {
         assert_eq!(utf8_prefix_len(&"😀".as_bytes()[..3]), 0);
         assert_eq!(utf8_suffix_start(&"😀x".as_bytes()[2..]), 2);
         assert_eq!(utf8_suffix_start(b"plain"), 0);
+    }
+
+    #[test]
+    fn limited_view_cuts_further_with_exact_counts() {
+        let limits = ObservationLimits {
+            head_bytes: 3,
+            tail_bytes: 2,
+        };
+        let whole = format_observation_limited(
+            &outcome(
+                Termination::Exited(0),
+                stream("abcdefghij"),
+                StreamCapture::default(),
+            ),
+            Path::new("/"),
+            limits,
+        );
+        assert_eq!(
+            whole,
+            "=== STDOUT ===\nabc\n[... 5 bytes cut ...]\nij\n=== EXIT CODE: 0 ==="
+        );
+        let already_cut = StreamCapture {
+            head: b"HEAD".to_vec(),
+            tail: b"TAIL".to_vec(),
+            total_bytes: 100,
+            file: None,
+            file_truncated: false,
+        };
+        let text = format_observation_limited(
+            &outcome(
+                Termination::Exited(0),
+                already_cut,
+                StreamCapture::default(),
+            ),
+            Path::new("/"),
+            limits,
+        );
+        assert_eq!(
+            text,
+            "=== STDOUT ===\nHEA\n[... 95 bytes cut ...]\nIL\n=== EXIT CODE: 0 ==="
+        );
+        let short = format_observation_limited(
+            &outcome(
+                Termination::Exited(0),
+                stream("abcde"),
+                StreamCapture::default(),
+            ),
+            Path::new("/"),
+            limits,
+        );
+        assert_eq!(short, "=== STDOUT ===\nabcde\n=== EXIT CODE: 0 ===");
+    }
+
+    #[test]
+    fn limits_build_the_matching_capture_spec() {
+        let limits = ObservationLimits {
+            head_bytes: 10,
+            tail_bytes: 20,
+        };
+        let spec = limits.capture_spec(None, 99);
+        assert_eq!(
+            (spec.head_bytes, spec.tail_bytes, spec.file_cap_bytes),
+            (10, 20, 99)
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio_util::sync::CancellationToken;
 
 pub use capture::StreamCapture;
-pub use env::{build_child_env, API_KEY_VAR};
+pub use env::{build_child_env, engine_vars, API_KEY_VAR};
 
 use capture::{capture_stream, StreamLimits};
 
@@ -224,12 +224,24 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
         Ok(path) => path,
         Err(env::NotFound(reason)) => return ProcessOutcome::spawn_failed(reason, spec.timeout),
     };
+    if cancel.is_cancelled() {
+        // Shutting down already: starting a process only to kill it would be wasted work.
+        let mut outcome = ProcessOutcome::spawn_failed(String::new(), spec.timeout);
+        outcome.termination = Termination::Cancelled;
+        return outcome;
+    }
     let mut command = Command::new(&resolved);
     command
         .arg0(program)
         .args(&spec.argv[1..])
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        // Defence in depth: even a hand-built env never hands the engine's key to a child.
+        .envs(
+            spec.env
+                .iter()
+                .filter(|(name, _)| name != API_KEY_VAR)
+                .map(|(k, v)| (k, v)),
+        )
         .current_dir(&spec.cwd)
         .process_group(0)
         .stdin(if spec.stdin.is_some() {
@@ -427,6 +439,15 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_already_cancelled_token_starts_nothing() {
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let outcome = run_process(spec(&["sh", "-c", "exit 0"]), cancel).await;
+        assert_eq!(outcome.termination, Termination::Cancelled);
+        assert_eq!(outcome.pid, None);
+    }
+
+    #[tokio::test]
     async fn empty_argv_fails_to_start() {
         let outcome = run_process(spec(&[]), CancellationToken::new()).await;
         assert!(
@@ -449,6 +470,16 @@ mod tests {
             i32::try_from(outcome.pid.unwrap()).unwrap(),
             Signal::SIGKILL,
         );
+    }
+
+    #[tokio::test]
+    async fn api_key_is_dropped_even_from_a_hand_built_env() {
+        let mut spec = spec(&["env"]);
+        spec.env
+            .push((API_KEY_VAR.to_owned(), "sk-secret".to_owned()));
+        let outcome = run_process(spec, CancellationToken::new()).await;
+        assert!(!outcome.stdout.text_lossy().contains("sk-secret"));
+        assert!(outcome.stdout.text_lossy().contains("PATH=/usr/bin:/bin"));
     }
 
     fn live_group_count_of(pid: Option<u32>) -> usize {

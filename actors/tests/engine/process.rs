@@ -135,24 +135,35 @@ async fn sigterm_ignoring_group_gets_sigkill_after_the_grace() {
     assert_group_gone(outcome.pid.unwrap()).await;
 }
 
-#[tokio::test]
-async fn cancel_kills_the_group() {
-    let dir = tempfile::tempdir().unwrap();
-    let cancel = CancellationToken::new();
-    let spec = spec(&["sh", "-c", "echo up; sleep 100 & sleep 100"], dir.path());
-    let trigger = cancel.clone();
-    let handle = tokio::spawn(run_process(spec, cancel));
-    // Cancel once the child is demonstrably running (its group is registered).
-    for _ in 0..500 {
-        if delta_actors::tool::process::live_group_count() > 0 {
-            break;
+/// Polls (bounded) until the script wrote its pid (`echo $$ > marker`) and returns it.
+async fn wait_for_pid_file(marker: &Path) -> u32 {
+    for _ in 0..2000 {
+        if let Ok(text) = std::fs::read_to_string(marker) {
+            if text.ends_with('\n') {
+                return text.trim().parse().unwrap();
+            }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    trigger.cancel();
+    panic!("{} was never written", marker.display());
+}
+
+#[tokio::test]
+async fn cancel_kills_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("pid");
+    let script = format!("echo $$ > {}; sleep 100 & sleep 100", marker.display());
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(run_process(
+        spec(&["sh", "-c", &script], dir.path()),
+        cancel.clone(),
+    ));
+    let pgid = wait_for_pid_file(&marker).await;
+    cancel.cancel();
     let outcome = handle.await.unwrap();
     assert_eq!(outcome.termination, Termination::Cancelled);
-    assert_group_gone(outcome.pid.unwrap()).await;
+    assert_eq!(outcome.pid, Some(pgid));
+    assert_group_gone(pgid).await;
     assert!(format_observation(&outcome, dir.path())
         .ends_with("=== CANCELLED (process group killed) ==="));
 }
@@ -343,4 +354,60 @@ async fn a_daemon_started_on_purpose_survives_a_normal_exit() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
+}
+
+/// Runs in a child copy of this test binary (see the test below): `kill_all_live_groups`
+/// signals every group of the process, so it must not run beside the other tests.
+#[tokio::test]
+#[ignore = "helper: run only by kill_all_live_groups_kills_running_tools in a child process"]
+async fn helper_kill_all_live_groups() {
+    if std::env::var_os("DELTA_TEST_KILL_ALL_HELPER").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(&["sh", "-c", "sleep 100 & sleep 100"], dir.path());
+    let handle = tokio::spawn(run_process(spec, CancellationToken::new()));
+    for _ in 0..1000 {
+        if delta_actors::tool::process::live_group_count() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(delta_actors::tool::process::kill_all_live_groups(), 1);
+    let outcome = handle.await.unwrap();
+    assert_eq!(outcome.termination, Termination::Signaled(9));
+    assert_eq!(delta_actors::tool::process::live_group_count(), 0);
+    println!("\nKILLED_GROUP={}", outcome.pid.unwrap());
+}
+
+#[tokio::test]
+async fn kill_all_live_groups_kills_running_tools() {
+    let output = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "process::helper_kill_all_live_groups",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DELTA_TEST_KILL_ALL_HELPER", "1")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let pgid: u32 = stdout
+        .lines()
+        .find_map(|line| {
+            line.split_once("KILLED_GROUP=")
+                .map(|(_, pgid)| pgid.trim())
+        })
+        .unwrap_or_else(|| panic!("helper did not run: {stdout}"))
+        .parse()
+        .unwrap();
+    assert_group_gone(pgid).await;
 }

@@ -267,6 +267,35 @@ mod tests {
         assert_eq!(tail.into_iter().collect::<Vec<_>>(), b"ghi");
     }
 
+    proptest::proptest! {
+        /// Any data in any chunking: head is the first bytes, tail the last bytes after the
+        /// head, and nothing in between is kept.
+        #[test]
+        fn head_and_tail_match_the_data(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            cuts in proptest::collection::vec(1usize..80, 1..20),
+            head_bytes in 0usize..100,
+            tail_bytes in 0usize..100,
+        ) {
+            let limits = limits(head_bytes, tail_bytes, None, 0);
+            let (mut head, mut tail) = (Vec::new(), VecDeque::new());
+            let mut rest = &data[..];
+            for size in cuts.iter().cycle().take(1000) {
+                if rest.is_empty() {
+                    break;
+                }
+                let (chunk, after) = rest.split_at((*size).min(rest.len()));
+                keep_head_and_tail(chunk, &mut head, &mut tail, &limits);
+                rest = after;
+            }
+            keep_head_and_tail(rest, &mut head, &mut tail, &limits);
+            let head_len = head_bytes.min(data.len());
+            let tail_start = head_len.max(data.len().saturating_sub(tail_bytes));
+            proptest::prop_assert_eq!(&head[..], &data[..head_len]);
+            proptest::prop_assert_eq!(tail.into_iter().collect::<Vec<_>>(), data[tail_start..].to_vec());
+        }
+    }
+
     #[tokio::test]
     async fn empty_stream_creates_no_file() {
         let dir = tempfile::tempdir().unwrap();

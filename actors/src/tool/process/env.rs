@@ -39,6 +39,19 @@ pub fn build_child_env(
     env.into_iter().collect()
 }
 
+/// The variables the engine gives every tool, hook and generator: `DELTA_RUN_ID`,
+/// `DELTA_AGENT_HOME`, `DELTA_CWD` and the legacy `AGENT_HOME`. Pass them as `extra` to
+/// [`build_child_env`].
+pub fn engine_vars(run_id: &str, agent_home: &Path, cwd: &Path) -> Vec<(String, String)> {
+    let agent_home = agent_home.to_string_lossy().into_owned();
+    vec![
+        ("DELTA_RUN_ID".to_owned(), run_id.to_owned()),
+        ("DELTA_AGENT_HOME".to_owned(), agent_home.clone()),
+        ("DELTA_CWD".to_owned(), cwd.to_string_lossy().into_owned()),
+        ("AGENT_HOME".to_owned(), agent_home),
+    ]
+}
+
 /// Why a program could not be located.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NotFound(pub String);
@@ -132,6 +145,15 @@ mod tests {
         assert_eq!(get(&env, "DELTA_RUN_ID"), Some("r1"));
         assert_eq!(get(&env, "HOME"), Some("/other"));
         assert_eq!(get(&env, "PATH"), Some("/opt/delta/bin:/usr/bin:/bin"));
+    }
+
+    #[test]
+    fn engine_vars_name_run_home_and_cwd() {
+        let vars = engine_vars("r-1", Path::new("/agents/a"), Path::new("/ws/W001"));
+        assert_eq!(get(&vars, "DELTA_RUN_ID"), Some("r-1"));
+        assert_eq!(get(&vars, "DELTA_AGENT_HOME"), Some("/agents/a"));
+        assert_eq!(get(&vars, "AGENT_HOME"), Some("/agents/a"));
+        assert_eq!(get(&vars, "DELTA_CWD"), Some("/ws/W001"));
     }
 
     #[test]
