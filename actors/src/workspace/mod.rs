@@ -385,6 +385,22 @@ mod tests {
     }
 
     #[test]
+    fn racing_creators_of_one_run_id_have_exactly_one_winner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| create_run_dir(tmp.path(), "contested")))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+        assert!(results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| matches!(e, WorkspaceError::AlreadyExists { .. })));
+    }
+
+    #[test]
     fn create_run_dir_rejects_traversal_before_touching_disk() {
         let tmp = tempfile::tempdir().unwrap();
         let work = tmp.path().join("work");
