@@ -159,6 +159,52 @@ pub fn assess_liveness(
     })
 }
 
+/// Outcome of [`try_take_over`].
+#[derive(Debug)]
+pub enum Takeover {
+    /// The lock was free and is now held by the caller; the previous owner is gone.
+    /// `reason` says why the run was ownerless (for the INTERRUPTED journal event).
+    Acquired { lock: RunLock, reason: String },
+    /// Another live owner holds the lock.
+    Alive { pid: u32, hostname: String },
+    /// Started on another host and no `force`; the lock was not kept.
+    OtherHost { hostname: String },
+}
+
+/// Race-free form of [`assess_liveness`] for the janitor and `continue --force`: instead
+/// of probing and then acting (a concurrent `continue` could claim the run in between), it
+/// takes the lock itself. On [`Takeover::Acquired`] the caller owns the run and may write
+/// INTERRUPTED (or RUNNING) knowing nobody else can.
+pub fn try_take_over(
+    run_dir: &Path,
+    meta: &RunMetadata,
+    this_host: &str,
+    force: bool,
+) -> Result<Takeover, MetadataError> {
+    let Some(lock) = RunLock::try_acquire(run_dir)? else {
+        return Ok(Takeover::Alive {
+            pid: meta.pid,
+            hostname: meta.hostname.clone(),
+        });
+    };
+    let lock_free = format!("lock on {} was free", lock.path().display());
+    if meta.hostname != this_host {
+        if !force {
+            return Ok(Takeover::OtherHost {
+                hostname: meta.hostname.clone(),
+            });
+        }
+        let reason = format!(
+            "{lock_free}; run was started by process {} on host '{}', which cannot be checked \
+             from '{this_host}' (--force given)",
+            meta.pid, meta.hostname
+        );
+        return Ok(Takeover::Acquired { lock, reason });
+    }
+    let reason = format!("{lock_free}; {}", describe_process(meta.pid));
+    Ok(Takeover::Acquired { lock, reason })
+}
+
 /// Words what `kill(pid, 0)` says about the recorded pid.
 fn describe_process(pid: u32) -> String {
     let Some(raw) = i32::try_from(pid).ok().filter(|p| *p > 0) else {
@@ -332,6 +378,40 @@ mod tests {
             "{reason}"
         );
         assert!(RunLock::try_acquire(tmp.path()).unwrap().is_some());
+    }
+
+    #[test]
+    fn take_over_holds_the_lock_or_reports_the_owner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut meta = sample("r");
+        let Takeover::Acquired { lock, reason } =
+            try_take_over(tmp.path(), &meta, &meta.hostname, false).unwrap()
+        else {
+            panic!("expected Acquired");
+        };
+        assert!(reason.contains("was free"), "{reason}");
+        assert!(lock_is_held(tmp.path()).unwrap());
+        assert!(matches!(
+            try_take_over(tmp.path(), &meta, &meta.hostname, false).unwrap(),
+            Takeover::Alive { .. }
+        ));
+        drop(lock);
+
+        meta.hostname = "host-a".into();
+        assert!(matches!(
+            try_take_over(tmp.path(), &meta, "host-b", false).unwrap(),
+            Takeover::OtherHost { ref hostname } if hostname == "host-a"
+        ));
+        assert!(
+            !lock_is_held(tmp.path()).unwrap(),
+            "OtherHost must not keep the lock"
+        );
+        let Takeover::Acquired { reason, .. } =
+            try_take_over(tmp.path(), &meta, "host-b", true).unwrap()
+        else {
+            panic!("expected Acquired with --force");
+        };
+        assert!(reason.contains("--force"), "{reason}");
     }
 
     #[test]

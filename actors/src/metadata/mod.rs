@@ -9,7 +9,8 @@
 mod lock;
 
 pub use lock::{
-    assess_liveness, current_process_identity, lock_is_held, Liveness, ProcessIdentity, RunLock,
+    assess_liveness, current_process_identity, lock_is_held, try_take_over, Liveness,
+    ProcessIdentity, RunLock, Takeover,
 };
 
 use std::io::{self, Write};
