@@ -31,24 +31,24 @@ pub struct ProcessIdentity {
     pub start_time_unix: u64,
 }
 
-/// This process's identity (pid, hostname, executable name, start time).
+/// This process's identity (pid, hostname, executable name, start time). Computed once
+/// per process and then cloned: thousands of runs ask for it.
 pub fn current_process_identity() -> ProcessIdentity {
-    static START_MS: OnceLock<u64> = OnceLock::new();
-    let start_time_unix = *START_MS.get_or_init(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
-    });
-    ProcessIdentity {
-        pid: std::process::id(),
-        hostname: this_hostname(),
-        process_name: std::env::current_exe()
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "delta".to_string()),
-        start_time_unix,
-    }
+    static IDENTITY: OnceLock<ProcessIdentity> = OnceLock::new();
+    IDENTITY
+        .get_or_init(|| ProcessIdentity {
+            pid: std::process::id(),
+            hostname: this_hostname(),
+            process_name: std::env::current_exe()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "delta".to_string()),
+            start_time_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
+        })
+        .clone()
 }
 
 fn this_hostname() -> String {
