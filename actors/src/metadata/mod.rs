@@ -1,17 +1,16 @@
 //! `metadata.json`: the run status record (spec §2.1.4), replaced atomically (temp file in
 //! the run dir, write, fsync, rename, fsync dir), and read back whether it was written by us
 //! or by the original TypeScript engine (reference §8.2). Run ownership (the advisory lock)
-//! and the janitor's liveness decision live in [`lock`].
+//! lives in `lock`, the janitor's liveness decision in `liveness`.
 //!
 //! This module never holds metadata in memory between calls and never decides status
 //! transitions: callers read, change and write. It does not touch the journal.
 
+mod liveness;
 mod lock;
 
-pub use lock::{
-    assess_liveness, current_process_identity, lock_is_held, try_take_over, Liveness,
-    ProcessIdentity, RunLock, Takeover,
-};
+pub use liveness::{assess_liveness, try_take_over, Liveness, Takeover};
+pub use lock::{current_process_identity, lock_is_held, ProcessIdentity, RunLock, LOCK_FILE};
 
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;

@@ -403,21 +403,3 @@ fn journal_cut_at_every_byte_reopens_with_a_prefix_of_its_events() {
         assert_eq!(read_journal(&path).unwrap(), events, "cut at {cut}");
     }
 }
-
-/// Tool processes are spawned while the run holds its lock; they must not inherit it, or an
-/// orphaned tool would keep a dead run looking alive.
-#[test]
-fn children_spawned_while_locked_do_not_keep_the_lock() {
-    let tmp = tempfile::tempdir().unwrap();
-    let lock = RunLock::try_acquire(tmp.path()).unwrap().unwrap();
-    let mut child = std::process::Command::new("cat")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    drop(lock);
-    let still_held = delta_actors::metadata::lock_is_held(tmp.path()).unwrap();
-    drop(child.stdin.take());
-    child.wait().unwrap();
-    assert!(!still_held, "a child process inherited the run lock");
-}
