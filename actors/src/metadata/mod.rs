@@ -167,26 +167,28 @@ pub fn write_metadata(run_dir: &Path, meta: &RunMetadata) -> Result<(), Metadata
         std::process::id(),
         fastrand::u32(..)
     ));
-    let written = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|e| MetadataError::io("create", &temp, e))?;
-        file.write_all(&bytes)
-            .map_err(|e| MetadataError::io("write", &temp, e))?;
-        file.sync_all()
-            .map_err(|e| MetadataError::io("fsync", &temp, e))?;
-        std::fs::rename(&temp, &target).map_err(|e| MetadataError::io("replace", &target, e))
-    })();
-    if written.is_err() {
+    if let Err(e) = write_and_rename(&temp, &target, &bytes) {
         let _ = std::fs::remove_file(&temp);
-        return written;
+        return Err(e);
     }
     std::fs::File::open(run_dir)
         .and_then(|dir| dir.sync_all())
         .map_err(|e| MetadataError::io("fsync directory", run_dir, e))
+}
+
+/// Writes `bytes` to the new file `temp`, fsyncs it and renames it over `target`.
+fn write_and_rename(temp: &Path, target: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(temp)
+        .map_err(|e| MetadataError::io("create", temp, e))?;
+    file.write_all(bytes)
+        .map_err(|e| MetadataError::io("write", temp, e))?;
+    file.sync_all()
+        .map_err(|e| MetadataError::io("fsync", temp, e))?;
+    std::fs::rename(temp, target).map_err(|e| MetadataError::io("replace", target, e))
 }
 
 /// Reads `<run_dir>/metadata.json`, ours or the original engine's (converted, see
