@@ -290,6 +290,24 @@ mod tests {
         assert_eq!(read_journal(journal.path()).unwrap().len(), 3);
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Any text (newlines, quotes, unicode, control characters) stays on one line and
+        /// reads back unchanged.
+        #[test]
+        fn any_text_round_trips_on_one_line(texts in proptest::collection::vec(proptest::prelude::any::<String>(), 1..5)) {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut journal = Journal::create(tmp.path(), JournalOptions::default()).unwrap();
+            let written: Vec<_> = texts
+                .iter()
+                .map(|t| journal.append(Event::Warning { message: t.clone() }).unwrap())
+                .collect();
+            let bytes = std::fs::read(journal.path()).unwrap();
+            proptest::prop_assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), texts.len());
+            proptest::prop_assert_eq!(read_journal(journal.path()).unwrap(), written);
+        }
+    }
+
     #[test]
     fn refused_journal_is_left_untouched() {
         let tmp = tempfile::tempdir().unwrap();

@@ -1,10 +1,9 @@
-//! Run ownership: the advisory lock on `<run_dir>/lock` (flock, exclusive, non-blocking),
-//! this process's identity, and the janitor's liveness decision for a RUNNING run.
+//! Run ownership: the advisory lock on `<run_dir>/lock` (flock, exclusive, non-blocking)
+//! and this process's identity as recorded in metadata.
 //!
-//! The lock is the primary signal: the kernel drops it when the owning process dies, so a
-//! reused pid can never make a dead run look alive (spec §2.1.5 relied on pid + process
-//! name). pid/hostname are only used to word the reason for humans and to refuse touching a
-//! run started on another host without `--force`. This file never changes a run's status.
+//! The lock is the primary liveness signal: the kernel drops it when the owning process
+//! dies, and its descriptor is close-on-exec so tool processes never inherit it. Judging a
+//! run from the lock is `liveness`'s job; this file never reads or changes metadata.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -15,7 +14,7 @@ use std::sync::OnceLock;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use super::{MetadataError, RunMetadata};
+use super::MetadataError;
 
 /// File name of the lock inside a run directory.
 pub const LOCK_FILE: &str = "lock";
@@ -31,24 +30,24 @@ pub struct ProcessIdentity {
     pub start_time_unix: u64,
 }
 
-/// This process's identity (pid, hostname, executable name, start time).
+/// This process's identity (pid, hostname, executable name, start time). Computed once
+/// per process and then cloned: thousands of runs ask for it.
 pub fn current_process_identity() -> ProcessIdentity {
-    static START_MS: OnceLock<u64> = OnceLock::new();
-    let start_time_unix = *START_MS.get_or_init(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
-    });
-    ProcessIdentity {
-        pid: std::process::id(),
-        hostname: this_hostname(),
-        process_name: std::env::current_exe()
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "delta".to_string()),
-        start_time_unix,
-    }
+    static IDENTITY: OnceLock<ProcessIdentity> = OnceLock::new();
+    IDENTITY
+        .get_or_init(|| ProcessIdentity {
+            pid: std::process::id(),
+            hostname: this_hostname(),
+            process_name: std::env::current_exe()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "delta".to_string()),
+            start_time_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
+        })
+        .clone()
 }
 
 fn this_hostname() -> String {
@@ -111,74 +110,10 @@ pub fn lock_is_held(run_dir: &Path) -> Result<bool, MetadataError> {
     }
 }
 
-/// The janitor's view of a run whose metadata says RUNNING.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Liveness {
-    /// The lock is held: a live process owns the run; leave it alone.
-    Alive { pid: u32, hostname: String },
-    /// Nobody holds the lock: safe to mark INTERRUPTED. `reason` is for humans.
-    Orphaned { reason: String },
-    /// Started on another host and no `force`: this host cannot judge.
-    OtherHost { hostname: String },
-}
-
-/// Decides whether a RUNNING run is still owned: lock held → [`Liveness::Alive`]; lock free
-/// and started on another host without `force` → [`Liveness::OtherHost`]; otherwise
-/// [`Liveness::Orphaned`] with a reason naming the lock, pid and host.
-pub fn assess_liveness(
-    run_dir: &Path,
-    meta: &RunMetadata,
-    this_host: &str,
-    force: bool,
-) -> Result<Liveness, MetadataError> {
-    if lock_is_held(run_dir)? {
-        return Ok(Liveness::Alive {
-            pid: meta.pid,
-            hostname: meta.hostname.clone(),
-        });
-    }
-    let lock_path = run_dir.join(LOCK_FILE);
-    let lock_free = format!("lock on {} is free", lock_path.display());
-    if meta.hostname != this_host {
-        if !force {
-            return Ok(Liveness::OtherHost {
-                hostname: meta.hostname.clone(),
-            });
-        }
-        return Ok(Liveness::Orphaned {
-            reason: format!(
-                "{lock_free}; run was started by process {} on host '{}', which cannot be \
-                 checked from '{this_host}' (--force given)",
-                meta.pid, meta.hostname
-            ),
-        });
-    }
-    let process = describe_process(meta.pid);
-    Ok(Liveness::Orphaned {
-        reason: format!("{lock_free}; {process}"),
-    })
-}
-
-/// Words what `kill(pid, 0)` says about the recorded pid.
-fn describe_process(pid: u32) -> String {
-    let Some(raw) = i32::try_from(pid).ok().filter(|p| *p > 0) else {
-        return "no owning process was recorded".to_string();
-    };
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
-        Err(Errno::ESRCH) => format!("process {pid} no longer exists"),
-        Ok(()) | Err(Errno::EPERM) => format!(
-            "process {pid} exists but does not hold the lock (pid reused, or an engine that \
-             does not lock)"
-        ),
-        Err(errno) => format!("process {pid} could not be checked ({errno})"),
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::metadata::tests::sample;
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
 
@@ -225,117 +160,35 @@ mod tests {
         assert!(!a.process_name.is_empty());
     }
 
+    /// Tool processes are spawned while a run holds its lock. If one inherited the lock's
+    /// descriptor, an orphaned tool would keep a crashed run looking alive forever.
     #[test]
-    fn held_lock_means_alive_even_on_another_host() {
+    fn owner_crash_releases_the_lock_even_with_live_children() {
+        use std::os::fd::AsRawFd;
         let tmp = tempfile::tempdir().unwrap();
-        let meta = sample("r");
-        let _lock = RunLock::try_acquire(tmp.path()).unwrap().unwrap();
-        let verdict = assess_liveness(tmp.path(), &meta, "some-other-host", false).unwrap();
-        assert_eq!(
-            verdict,
-            Liveness::Alive {
-                pid: meta.pid,
-                hostname: meta.hostname.clone()
-            }
-        );
-    }
-
-    #[test]
-    fn free_lock_on_another_host_needs_force() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut meta = sample("r");
-        meta.hostname = "host-a".into();
-        assert_eq!(
-            assess_liveness(tmp.path(), &meta, "host-b", false).unwrap(),
-            Liveness::OtherHost {
-                hostname: "host-a".into()
-            }
-        );
-        let Liveness::Orphaned { reason } =
-            assess_liveness(tmp.path(), &meta, "host-b", true).unwrap()
-        else {
-            panic!("expected Orphaned");
-        };
-        assert!(
-            reason.contains("host-a") && reason.contains("--force"),
-            "{reason}"
-        );
-    }
-
-    #[test]
-    fn free_lock_with_live_pid_is_orphaned_as_pid_reuse() {
-        let tmp = tempfile::tempdir().unwrap();
-        let meta = sample("r"); // our own pid: alive, but we hold no lock
-        let Liveness::Orphaned { reason } =
-            assess_liveness(tmp.path(), &meta, &meta.hostname, false).unwrap()
-        else {
-            panic!("expected Orphaned");
-        };
-        assert!(reason.contains("is free"), "{reason}");
-        assert!(reason.contains("does not hold the lock"), "{reason}");
-    }
-
-    /// A child process takes the lock (python's flock), so liveness follows the child's
-    /// life: alive while it holds the lock, orphaned with "no longer exists" once reaped.
-    #[test]
-    fn lock_held_by_a_child_process_dies_with_it() {
-        let tmp = tempfile::tempdir().unwrap();
-        let lock_path = tmp.path().join(LOCK_FILE);
-        let script = "import fcntl, sys\n\
-                      f = open(sys.argv[1], 'a')\n\
-                      fcntl.flock(f, fcntl.LOCK_EX)\n\
-                      print('locked', flush=True)\n\
-                      sys.stdin.read()\n";
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(script)
-            .arg(&lock_path)
+        let lock = RunLock::try_acquire(tmp.path()).unwrap().unwrap();
+        let mut child = Command::new("cat")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("python3 is needed by the test suite");
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"ready\n").unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        assert_eq!(line.trim(), "locked");
-
-        let mut meta = sample("r");
-        meta.pid = child.id();
-        assert!(lock_is_held(tmp.path()).unwrap());
-        assert!(RunLock::try_acquire(tmp.path()).unwrap().is_none());
-        assert_eq!(
-            assess_liveness(tmp.path(), &meta, &meta.hostname, false).unwrap(),
-            Liveness::Alive {
-                pid: child.id(),
-                hostname: meta.hostname.clone()
-            }
-        );
-
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"bye").unwrap();
+        assert_eq!(line, "ready\n", "cat has exec'd");
+        // A crash closes our descriptor without the unlock that Drop would do.
+        let fd = lock._lock.as_raw_fd();
+        std::mem::forget(lock);
+        nix::unistd::close(fd).unwrap();
+        let held_after_crash = lock_is_held(tmp.path()).unwrap();
         drop(stdin);
-        assert!(child.wait().unwrap().success());
-
-        assert!(!lock_is_held(tmp.path()).unwrap());
-        let Liveness::Orphaned { reason } =
-            assess_liveness(tmp.path(), &meta, &meta.hostname, false).unwrap()
-        else {
-            panic!("expected Orphaned");
-        };
+        child.wait().unwrap();
         assert!(
-            reason.contains(&format!("process {} no longer exists", child.id())),
-            "{reason}"
+            !held_after_crash,
+            "the child process inherited the run lock"
         );
-        assert!(
-            reason.contains(&lock_path.display().to_string()),
-            "{reason}"
-        );
-        assert!(RunLock::try_acquire(tmp.path()).unwrap().is_some());
-    }
-
-    #[test]
-    fn unrecorded_pid_is_worded() {
-        assert_eq!(describe_process(0), "no owning process was recorded");
     }
 }

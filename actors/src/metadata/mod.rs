@@ -1,16 +1,16 @@
 //! `metadata.json`: the run status record (spec §2.1.4), replaced atomically (temp file in
 //! the run dir, write, fsync, rename, fsync dir), and read back whether it was written by us
 //! or by the original TypeScript engine (reference §8.2). Run ownership (the advisory lock)
-//! and the janitor's liveness decision live in [`lock`].
+//! lives in `lock`, the janitor's liveness decision in `liveness`.
 //!
 //! This module never holds metadata in memory between calls and never decides status
 //! transitions: callers read, change and write. It does not touch the journal.
 
+mod liveness;
 mod lock;
 
-pub use lock::{
-    assess_liveness, current_process_identity, lock_is_held, Liveness, ProcessIdentity, RunLock,
-};
+pub use liveness::{assess_liveness, try_take_over, Liveness, Takeover};
+pub use lock::{current_process_identity, lock_is_held, ProcessIdentity, RunLock, LOCK_FILE};
 
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -167,26 +167,28 @@ pub fn write_metadata(run_dir: &Path, meta: &RunMetadata) -> Result<(), Metadata
         std::process::id(),
         fastrand::u32(..)
     ));
-    let written = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|e| MetadataError::io("create", &temp, e))?;
-        file.write_all(&bytes)
-            .map_err(|e| MetadataError::io("write", &temp, e))?;
-        file.sync_all()
-            .map_err(|e| MetadataError::io("fsync", &temp, e))?;
-        std::fs::rename(&temp, &target).map_err(|e| MetadataError::io("replace", &target, e))
-    })();
-    if written.is_err() {
+    if let Err(e) = write_and_rename(&temp, &target, &bytes) {
         let _ = std::fs::remove_file(&temp);
-        return written;
+        return Err(e);
     }
     std::fs::File::open(run_dir)
         .and_then(|dir| dir.sync_all())
         .map_err(|e| MetadataError::io("fsync directory", run_dir, e))
+}
+
+/// Writes `bytes` to the new file `temp`, fsyncs it and renames it over `target`.
+fn write_and_rename(temp: &Path, target: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(temp)
+        .map_err(|e| MetadataError::io("create", temp, e))?;
+    file.write_all(bytes)
+        .map_err(|e| MetadataError::io("write", temp, e))?;
+    file.sync_all()
+        .map_err(|e| MetadataError::io("fsync", temp, e))?;
+    std::fs::rename(temp, target).map_err(|e| MetadataError::io("replace", target, e))
 }
 
 /// Reads `<run_dir>/metadata.json`, ours or the original engine's (converted, see

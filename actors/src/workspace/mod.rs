@@ -31,6 +31,9 @@ pub const CONTROL_DIR: &str = ".delta";
 pub const CONTROL_VERSION: &str = "2\n";
 /// Longest accepted run id, in bytes.
 pub const MAX_RUN_ID_LEN: usize = 128;
+/// Names inside `.delta/` that are not runs (the version marker, orchestration records),
+/// so they can never be used as run ids.
+pub const RESERVED_CONTROL_NAMES: [&str; 2] = ["VERSION", "orchestrations"];
 
 /// Errors of the workspace layer. Every message names the id or path and gives a hint.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +121,9 @@ pub fn validate_run_id(id: &str) -> Result<(), WorkspaceError> {
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
         return invalid(&format!("it contains '{}'", bad.escape_default()));
+    }
+    if RESERVED_CONTROL_NAMES.contains(&id) {
+        return invalid("it is reserved for the engine's own files in .delta");
     }
     Ok(())
 }
@@ -273,6 +279,9 @@ mod tests {
             (".hidden", false),
             ("a b", false),
             ("a\0b", false),
+            ("VERSION", false),
+            ("orchestrations", false),
+            ("orchestrations-2", true),
             ("été", false),
         ];
         for (id, ok) in cases {
@@ -382,6 +391,22 @@ mod tests {
         let message = err.to_string();
         assert!(message.contains("'r1'"), "{message}");
         assert!(message.contains("delta list-runs -w"), "{message}");
+    }
+
+    #[test]
+    fn racing_creators_of_one_run_id_have_exactly_one_winner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| create_run_dir(tmp.path(), "contested")))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+        assert!(results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| matches!(e, WorkspaceError::AlreadyExists { .. })));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{control_dir, validate_run_id, WorkspaceError};
+use super::{control_dir, validate_run_id, WorkspaceError, RESERVED_CONTROL_NAMES};
 use crate::metadata::{read_metadata, RunMetadata};
 use crate::protocol::RunStatus;
 
@@ -87,7 +87,7 @@ pub fn list_runs_with_warnings(work_dir: &Path) -> Result<RunListing, WorkspaceE
             continue;
         }
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
+        if name.starts_with('.') || RESERVED_CONTROL_NAMES.contains(&name.as_str()) {
             continue;
         }
         if validate_run_id(&name).is_err() {
@@ -175,6 +175,7 @@ mod tests {
         let broken = create_run_dir(tmp.path(), "broken").unwrap();
         std::fs::write(broken.metadata, "{not json").unwrap();
         create_run_dir(tmp.path(), "empty").unwrap();
+        std::fs::create_dir(tmp.path().join(".delta/orchestrations")).unwrap();
 
         let listing = list_runs_with_warnings(tmp.path()).unwrap();
         let ids: Vec<_> = listing.runs.iter().map(|r| r.run_id.as_str()).collect();

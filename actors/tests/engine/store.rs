@@ -347,3 +347,59 @@ fn run_directory_life_cycle() {
     assert_eq!(runs[0].status, RunStatus::Completed);
     assert_eq!(read_metadata(&paths.run_dir).unwrap(), meta);
 }
+
+/// Kill the process at any instant: whatever prefix of the journal reached the disk, the
+/// next open succeeds, keeps every complete event, and leaves a file that reads cleanly.
+#[test]
+fn journal_cut_at_every_byte_reopens_with_a_prefix_of_its_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    let mut journal = Journal::create(&source, JournalOptions::default()).unwrap();
+    let mut written = Vec::new();
+    for content in ["héllo wörld", "second\nline", "{\"not\":\"json\"}", "☃"] {
+        written.push(
+            journal
+                .append(Event::UserMessage {
+                    content: content.into(),
+                })
+                .unwrap(),
+        );
+    }
+    drop(journal);
+    let full = std::fs::read(source.join("journal.jsonl")).unwrap();
+    let line_ends: Vec<usize> = full
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+        .collect();
+
+    let run_dir = tmp.path().join("cut");
+    std::fs::create_dir(&run_dir).unwrap();
+    for cut in 0..=full.len() {
+        let path = run_dir.join("journal.jsonl");
+        std::fs::write(&path, &full[..cut]).unwrap();
+        let complete = line_ends.iter().filter(|end| **end <= cut).count();
+        let (journal, events) = Journal::open(&run_dir, JournalOptions::default())
+            .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        assert_eq!(events[..complete], written[..complete], "cut at {cut}");
+        let repaired = !line_ends.contains(&cut) && cut > 0;
+        assert_eq!(
+            events.len(),
+            complete + usize::from(repaired),
+            "cut at {cut}"
+        );
+        if line_ends.contains(&(cut + 1)) {
+            // Cut just before a '\n': the last event is whole and is kept.
+            assert_eq!(events[complete], written[complete], "cut at {cut}");
+        } else if repaired {
+            assert!(
+                matches!(events[complete].event, Event::Warning { .. }),
+                "cut at {cut}"
+            );
+        }
+        assert_eq!(journal.next_seq(), events.len() as u64 + 1, "cut at {cut}");
+        assert_eq!(read_journal(&path).unwrap(), events, "cut at {cut}");
+    }
+}
