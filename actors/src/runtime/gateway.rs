@@ -1,98 +1,26 @@
-//! `LlmGateway`: one actor per model endpoint. It owns the endpoint's admission state, the
-//! in-flight cap (a semaphore) and the requests-per-minute limiter, including the
-//! "nobody sends before T" deadline set by a `Retry-After`, so every run of a batch shares
-//! one budget.
-//!
-//! The gateway admits; it does not carry the HTTP traffic. A run asks for an [`Admission`],
-//! performs the call on its own arbiter while holding the permit, and reports a `Retry-After`
-//! back with [`Defer`]. That keeps HTTP parsing spread over the arbiter pool instead of
-//! funnelled through one thread. [`call_with_retry`] is the loop runs use.
+//! `LlmGateway`: one actor per model endpoint (base URL + key), on its own arbiter. It owns
+//! the endpoint's [`LlmGate`] — the in-flight cap, the requests-per-minute limiter, the
+//! endpoint-wide `Retry-After` barrier and the retry policy — so every run of a batch shares
+//! one budget. Runs ask it with [`Complete`]; each request is a future on the gateway's
+//! arbiter that ends early when the asking run cancels.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::{
-    backoff_delay, ChatBackend, ChatCompletion, ChatRequest, LlmError, RateLimiter, RequestMeta,
-    RetryPolicy,
-};
+use crate::llm::{ChatCompletion, ChatRequest, LlmError, LlmGate, RequestMeta, RetryNotice};
 
-/// Ask for the right to send one request. Resolves when the rate limit and the in-flight
-/// cap allow it; dropping the permit frees the in-flight slot.
+/// Send one chat request through the endpoint's limits, with retries.
 #[derive(Message)]
-#[rtype(result = "Admission")]
-pub struct Admit;
-
-/// The right to send one request now.
-pub struct Admission {
-    pub permit: Option<OwnedSemaphorePermit>,
-    pub waited: Duration,
-}
-
-/// A provider said `Retry-After`: hold every caller of this endpoint until `until`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Defer {
-    pub until: Instant,
-}
-
-pub struct LlmGateway {
-    in_flight: Arc<Semaphore>,
-    limiter: RateLimiter,
-}
-
-impl LlmGateway {
-    pub fn new(max_in_flight: usize, requests_per_minute: Option<u32>) -> Self {
-        LlmGateway {
-            in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
-            limiter: RateLimiter::new(requests_per_minute),
-        }
-    }
-}
-
-impl Actor for LlmGateway {
-    type Context = Context<Self>;
-}
-
-impl Handler<Admit> for LlmGateway {
-    type Result = ResponseFuture<Admission>;
-
-    fn handle(&mut self, _msg: Admit, _ctx: &mut Self::Context) -> Self::Result {
-        let started = Instant::now();
-        // Reserving the rate slot here, in the actor, keeps reservations strictly ordered.
-        let wait = self.limiter.reserve(started);
-        let semaphore = self.in_flight.clone();
-        Box::pin(async move {
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
-            }
-            let permit = semaphore.acquire_owned().await.ok();
-            Admission {
-                permit,
-                waited: started.elapsed(),
-            }
-        })
-    }
-}
-
-impl Handler<Defer> for LlmGateway {
-    type Result = ();
-
-    fn handle(&mut self, msg: Defer, _ctx: &mut Self::Context) {
-        self.limiter.defer_until(msg.until);
-    }
-}
-
-/// What a run needs to call its endpoint: the gateway for admission, the backend for the
-/// call itself, and the retry policy.
-#[derive(Clone)]
-pub struct GatewayHandle {
-    pub addr: Addr<LlmGateway>,
-    pub backend: Arc<dyn ChatBackend>,
-    pub policy: RetryPolicy,
+#[rtype(result = "Result<CallOutcome, CallFailure>")]
+pub struct Complete {
+    pub request: ChatRequest,
+    pub meta: RequestMeta,
+    pub cancel: CancellationToken,
+    /// Told about each retry (attempt number, error, backoff), e.g. to emit progress events.
+    pub on_retry: Option<Box<dyn Fn(u32, &LlmError, Duration) + Send>>,
 }
 
 /// A successful model call and how it went.
@@ -106,7 +34,7 @@ pub struct CallOutcome {
     pub failed_attempts: Vec<String>,
 }
 
-/// A model call that failed for good.
+/// A model call that failed for good, or was cancelled.
 #[derive(Debug)]
 pub struct CallFailure {
     pub error: LlmError,
@@ -115,87 +43,68 @@ pub struct CallFailure {
     pub cancelled: bool,
 }
 
-/// Sends `request`, retrying retryable failures with jittered exponential backoff and
-/// honouring `Retry-After` across the whole endpoint. `on_retry(attempt, error, delay)` is
-/// told about each retry (for progress events).
-pub async fn call_with_retry(
-    gateway: &GatewayHandle,
-    request: ChatRequest,
-    meta: RequestMeta,
-    cancel: &CancellationToken,
-    mut on_retry: impl FnMut(u32, &LlmError, Duration),
-) -> Result<CallOutcome, CallFailure> {
-    let started = Instant::now();
-    let mut failed_attempts = Vec::new();
-    let mut waited = Duration::ZERO;
-    let max_attempts = gateway.policy.max_attempts.max(1);
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let admission = tokio::select! {
-            a = gateway.addr.send(Admit) => a,
-            _ = cancel.cancelled() => return Err(cancelled(attempt - 1, failed_attempts)),
-        };
-        let admission = match admission {
-            Ok(a) => a,
-            Err(_) => {
-                return Err(CallFailure {
-                    error: LlmError::Transport("the model gateway has stopped".into()),
-                    attempts: attempt,
-                    failed_attempts,
-                    cancelled: false,
-                })
-            }
-        };
-        waited += admission.waited;
-        let result = tokio::select! {
-            r = gateway.backend.complete(request.clone(), meta.clone()) => r,
-            _ = cancel.cancelled() => return Err(cancelled(attempt, failed_attempts)),
-        };
-        drop(admission);
-        match result {
-            Ok(completion) => {
-                return Ok(CallOutcome {
-                    completion,
-                    attempts: attempt,
-                    duration: started.elapsed(),
-                    waited,
-                    failed_attempts,
-                })
-            }
-            Err(error) => {
-                failed_attempts.push(error.to_string());
-                if !error.is_retryable() || attempt >= max_attempts {
-                    return Err(CallFailure {
-                        error,
-                        attempts: attempt,
-                        failed_attempts,
-                        cancelled: false,
-                    });
-                }
-                let retry_after = error.retry_after();
-                if let Some(ra) = retry_after {
-                    gateway.addr.do_send(Defer {
-                        until: Instant::now() + ra,
-                    });
-                }
-                let delay = backoff_delay(&gateway.policy, attempt, retry_after);
-                on_retry(attempt, &error, delay);
-                waited += delay;
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {},
-                    _ = cancel.cancelled() => return Err(cancelled(attempt, failed_attempts)),
-                }
-            }
-        }
+pub struct LlmGateway {
+    gate: Arc<LlmGate>,
+}
+
+impl LlmGateway {
+    pub fn new(gate: LlmGate) -> Self {
+        LlmGateway { gate: Arc::new(gate) }
     }
 }
 
-fn cancelled(attempts: u32, failed_attempts: Vec<String>) -> CallFailure {
-    CallFailure {
-        error: LlmError::Transport("cancelled".into()),
-        attempts,
-        failed_attempts,
-        cancelled: true,
+impl Actor for LlmGateway {
+    type Context = Context<Self>;
+}
+
+impl Handler<Complete> for LlmGateway {
+    type Result = ResponseFuture<Result<CallOutcome, CallFailure>>;
+
+    fn handle(&mut self, msg: Complete, _ctx: &mut Self::Context) -> Self::Result {
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            let failed = Arc::new(Mutex::new(Vec::new()));
+            let failed_in_notice = failed.clone();
+            let on_retry = msg.on_retry;
+            let notice = move |n: &RetryNotice| {
+                failed_in_notice
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(n.error.to_string());
+                if let Some(f) = &on_retry {
+                    f(n.failed_attempt, &n.error, n.wait);
+                }
+            };
+            let result = tokio::select! {
+                r = gate.complete(msg.request, msg.meta, notice) => Some(r),
+                _ = msg.cancel.cancelled() => None,
+            };
+            let mut failed_attempts = std::mem::take(&mut *failed.lock().unwrap_or_else(PoisonError::into_inner));
+            match result {
+                Some(Ok(outcome)) => Ok(CallOutcome {
+                    completion: outcome.completion,
+                    attempts: outcome.attempts,
+                    duration: started.elapsed(),
+                    waited: outcome.waited,
+                    failed_attempts,
+                }),
+                Some(Err(error)) => Err(CallFailure {
+                    attempts: {
+                        failed_attempts.push(error.to_string());
+                        failed_attempts.len() as u32
+                    },
+                    error,
+                    failed_attempts,
+                    cancelled: false,
+                }),
+                None => Err(CallFailure {
+                    error: LlmError::Transport("cancelled".into()),
+                    attempts: failed_attempts.len() as u32 + 1,
+                    failed_attempts,
+                    cancelled: true,
+                }),
+            }
+        })
     }
 }

@@ -14,8 +14,8 @@ use crate::api::{
     EngineError, LlmTarget, RunErrorInfo, RunEvent, RunRequest, RunResult, RunStart,
     SupervisorConfig,
 };
-use crate::llm::{ChatBackend, HttpBackend, ScriptedBackend};
-use crate::runtime::gateway::{GatewayHandle, LlmGateway};
+use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
+use crate::runtime::gateway::LlmGateway;
 use crate::runtime::run::{record_panic_failure, CancelRunActor, RunActor};
 use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
 
@@ -52,8 +52,9 @@ pub struct RunSupervisor {
     config: Arc<SupervisorConfig>,
     events: broadcast::Sender<RunEvent>,
     arbiters: Vec<Arbiter>,
+    gateway_arbiters: Vec<Arbiter>,
     next_arbiter: usize,
-    gateways: HashMap<String, GatewayHandle>,
+    gateways: HashMap<String, Addr<LlmGateway>>,
     running: HashMap<String, Addr<RunActor>>,
     queue: VecDeque<Queued>,
 }
@@ -64,6 +65,7 @@ impl RunSupervisor {
             config: Arc::new(config),
             events,
             arbiters: Vec::new(),
+            gateway_arbiters: Vec::new(),
             next_arbiter: 0,
             gateways: HashMap::new(),
             running: HashMap::new(),
@@ -71,7 +73,7 @@ impl RunSupervisor {
         }
     }
 
-    fn gateway_for(&mut self, target: &LlmTarget) -> Result<GatewayHandle, EngineError> {
+    fn gateway_for(&mut self, target: &LlmTarget) -> Result<Addr<LlmGateway>, EngineError> {
         let key = target.gateway_key();
         if let Some(handle) = self.gateways.get(&key) {
             return Ok(handle.clone());
@@ -84,16 +86,18 @@ impl RunSupervisor {
             LlmTarget::Scripted(script) => Arc::new(ScriptedBackend::new(script.clone())),
             LlmTarget::Custom { backend, .. } => backend.clone(),
         };
-        let addr = LlmGateway::new(
-            self.config.llm_max_in_flight,
-            self.config.llm_requests_per_minute,
-        )
-        .start();
-        let handle = GatewayHandle {
-            addr,
+        let gate = LlmGate::new(
             backend,
-            policy: self.config.retry,
-        };
+            GateConfig {
+                max_in_flight: self.config.llm_max_in_flight,
+                requests_per_minute: self.config.llm_requests_per_minute,
+                retry: self.config.retry,
+            },
+        );
+        // Its own arbiter: model traffic for every run of the endpoint flows through it.
+        let arbiter = Arbiter::new();
+        let handle = LlmGateway::start_in_arbiter(&arbiter.handle(), move |_| LlmGateway::new(gate));
+        self.gateway_arbiters.push(arbiter);
         self.gateways.insert(key, handle.clone());
         Ok(handle)
     }
@@ -197,7 +201,7 @@ impl Actor for RunSupervisor {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        for arbiter in &self.arbiters {
+        for arbiter in self.arbiters.iter().chain(&self.gateway_arbiters) {
             arbiter.stop();
         }
     }

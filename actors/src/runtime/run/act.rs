@@ -17,7 +17,7 @@ use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::journal::{ActionStatus, Event, ToolCallRecord};
 use crate::llm::{ChatRequest, RequestMeta};
 use crate::protocol::{RunStatus, TokenUsage};
-use crate::runtime::gateway::{call_with_retry, CallFailure, CallOutcome};
+use crate::runtime::gateway::{CallFailure, CallOutcome, Complete};
 use crate::runtime::tool::{Execute, ToolActor, ToolExecution, ToolJob};
 use crate::tool::compile::{ask_human_schema, CompiledTool, EngineVars};
 use crate::tool::process::build_child_env;
@@ -187,26 +187,37 @@ impl RunActor {
                 presence_penalty: llm.presence_penalty,
                 tools: (*tools).clone(),
                 tool_choice: Some("auto".to_string()),
+                extra: Default::default(),
             };
             let meta = RequestMeta {
                 agent_name: agent.name.clone(),
                 run_id: run_id.clone(),
             };
-            let outcome = call_with_retry(
-                &gateway,
-                request.clone(),
-                meta,
-                &cancel,
-                |attempt, error, delay| {
-                    let _ = events_tx.send(RunEvent::ModelRetry {
-                        run_id: run_id.clone(),
-                        attempt,
-                        error: error.to_string(),
-                        delay_ms: delay.as_millis() as u64,
-                    });
-                },
-            )
-            .await;
+            let retry_run_id = run_id.clone();
+            let on_retry = Box::new(move |attempt: u32, error: &crate::llm::LlmError, delay: std::time::Duration| {
+                let _ = events_tx.send(RunEvent::ModelRetry {
+                    run_id: retry_run_id.clone(),
+                    attempt,
+                    error: error.to_string(),
+                    delay_ms: delay.as_millis() as u64,
+                });
+            });
+            let outcome = gateway
+                .send(Complete {
+                    request: request.clone(),
+                    meta,
+                    cancel: cancel.clone(),
+                    on_retry: Some(on_retry),
+                })
+                .await
+                .unwrap_or_else(|_| {
+                    Err(CallFailure {
+                        error: crate::llm::LlmError::Transport("the model gateway has stopped".into()),
+                        attempts: 0,
+                        failed_attempts: Vec::new(),
+                        cancelled: cancel.is_cancelled(),
+                    })
+                });
             Ok((request, outcome))
         };
         let handle = ctx.spawn(fut.into_actor(self).map(|step: ModelStep, act, ctx| {

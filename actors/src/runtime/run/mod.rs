@@ -31,7 +31,7 @@ use crate::api::{
 use crate::journal::{Event, Journal, JournalEvent};
 use crate::metadata::{write_metadata, RunLock, RunMetadata};
 use crate::protocol::{RunStatus, TokenUsage};
-use crate::runtime::gateway::GatewayHandle;
+use crate::runtime::gateway::LlmGateway;
 use crate::workspace::{now_rfc3339, RunPaths};
 
 use act::Acting;
@@ -58,7 +58,7 @@ pub struct RunActor {
     run_id: String,
     request: RunRequest,
     config: Arc<SupervisorConfig>,
-    gateway: GatewayHandle,
+    gateway: Addr<LlmGateway>,
     events_tx: broadcast::Sender<RunEvent>,
     result_tx: Option<oneshot::Sender<RunResult>>,
     paths: RunPaths,
@@ -91,7 +91,7 @@ impl RunActor {
         run_id: String,
         request: RunRequest,
         config: Arc<SupervisorConfig>,
-        gateway: GatewayHandle,
+        gateway: Addr<LlmGateway>,
         events_tx: broadcast::Sender<RunEvent>,
         result_tx: oneshot::Sender<RunResult>,
     ) -> Self {
