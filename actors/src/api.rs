@@ -196,6 +196,15 @@ pub struct UsageReport {
 pub struct RunMetrics {
     pub iterations: u32,
     pub duration_ms: u64,
+    /// Time the model spent answering (calls minus queueing and backoff), this driving only.
+    #[serde(default)]
+    pub model_time_ms: u64,
+    /// Time waiting for the endpoint's limits and in retry backoff.
+    #[serde(default)]
+    pub queue_time_ms: u64,
+    /// Wall time of the tool phases (parallel calls count once).
+    #[serde(default)]
+    pub tool_time_ms: u64,
     pub start_time: String,
     pub end_time: String,
     pub usage: UsageReport,

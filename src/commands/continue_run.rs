@@ -13,7 +13,9 @@ use delta_actors::metadata::read_metadata;
 use delta_actors::workspace::{open_run_dir, validate_run_id};
 use delta_actors::RunStatus;
 
-use crate::commands::engine::{drive_single, llm_target, process_env, supervisor_config, with_model_override};
+use crate::commands::engine::{
+    drive_single, llm_target, process_env, supervisor_config, with_model_override,
+};
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
 use crate::output::{progress::Verbosity, run_result, Format};
@@ -63,7 +65,8 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         .work_dir
         .canonicalize()
         .map_err(|e| CliError::Config(format!("work dir {}: {e}", args.work_dir.display())))?;
-    let paths = open_run_dir(&work_dir, &args.run_id).map_err(|e| CliError::Config(e.to_string()))?;
+    let paths =
+        open_run_dir(&work_dir, &args.run_id).map_err(|e| CliError::Config(e.to_string()))?;
     if let Some(action) = check_run(&work_dir, &args.run_id, args.force) {
         match action {
             JanitorAction::Interrupted { reason, .. } => {
@@ -104,7 +107,8 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         }
         _ => {}
     }
-    let agent = load_agent(std::path::Path::new(&meta.agent_home)).map_err(|e| CliError::Config(e.to_string()))?;
+    let agent = load_agent(std::path::Path::new(&meta.agent_home))
+        .map_err(|e| CliError::Config(e.to_string()))?;
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use delta_actors::agent::ResolvedAgent;
-use delta_actors::api::{LlmTarget, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig};
+use delta_actors::api::{
+    LlmTarget, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig,
+};
 use delta_actors::llm::{Endpoint, Script};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
@@ -29,14 +31,20 @@ pub fn llm_target(
     env: &BTreeMap<String, String>,
     script: Option<&Path>,
 ) -> Result<LlmTarget, CliError> {
-    let script = script
-        .map(Path::to_path_buf)
-        .or_else(|| env.get("DELTA_LLM_SCRIPT").filter(|s| !s.is_empty()).map(PathBuf::from));
+    let script = script.map(Path::to_path_buf).or_else(|| {
+        env.get("DELTA_LLM_SCRIPT")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    });
     if let Some(path) = script {
         let script = Script::load(&path).map_err(|e| CliError::Config(e.to_string()))?;
         return Ok(LlmTarget::Scripted(Arc::new(script)));
     }
-    let key_var = agent.llm.api_key_env.clone().unwrap_or_else(|| "DELTA_API_KEY".to_string());
+    let key_var = agent
+        .llm
+        .api_key_env
+        .clone()
+        .unwrap_or_else(|| "DELTA_API_KEY".to_string());
     let key = env.get(&key_var).filter(|k| !k.is_empty()).cloned();
     let base_url = agent
         .llm
@@ -105,8 +113,10 @@ pub fn drive_single(
             .submit(request)
             .await
             .map_err(|e| CliError::Config(e.to_string()))?;
-        let mut sigint = signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?;
-        let mut sigterm = signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let mut sigint =
+            signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let mut sigterm =
+            signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
         let wait = handle.wait();
         tokio::pin!(wait);
         let result = loop {

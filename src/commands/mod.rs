@@ -18,13 +18,19 @@ use crate::output::progress::Verbosity;
 
 /// Runs the chosen command and returns its exit code.
 pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
-    let verbosity = if verbose > 0 { Verbosity::Verbose } else { Verbosity::Normal };
+    let verbosity = if verbose > 0 {
+        Verbosity::Verbose
+    } else {
+        Verbosity::Normal
+    };
     match command {
         Command::Run(args) => run::run(args, verbosity),
         Command::Continue(args) => continue_run::run(args, verbosity),
         Command::ListRuns(args) => list_runs::run(args),
         Command::MockLlm(args) => mock_llm::run(args),
         Command::Init(args) => init::run(args),
-        Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => tool_expand::run(args),
+        Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => {
+            tool_expand::run(args)
+        }
     }
 }

@@ -9,10 +9,13 @@ use clap::Args;
 use delta_actors::agent::{load_agent, load_env_cascade};
 use delta_actors::api::{RunRequest, RunStart, Supervisor};
 use delta_actors::workspace::{
-    create_workspace, last_used_workspace, list_workspaces, next_workspace_name, validate_run_id, RunPaths,
+    create_workspace, last_used_workspace, list_workspaces, next_workspace_name, validate_run_id,
+    RunPaths,
 };
 
-use crate::commands::engine::{drive_single, llm_target, process_env, supervisor_config, with_model_override};
+use crate::commands::engine::{
+    drive_single, llm_target, process_env, supervisor_config, with_model_override,
+};
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
 use crate::output::{progress::Verbosity, run_result, Format};
@@ -61,7 +64,8 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }
-    let (work_dir, workspace_id) = choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
+    let (work_dir, workspace_id) =
+        choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
     if let Some(id) = &args.run_id {
         validate_run_id(id).map_err(|e| CliError::Config(e.to_string()))?;
         if RunPaths::new(&work_dir, id).run_dir.exists() {
@@ -113,11 +117,12 @@ fn choose_workspace(
     yes: bool,
 ) -> Result<(PathBuf, Option<String>), CliError> {
     if let Some(dir) = explicit {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| CliError::Config(format!("cannot create work dir {}: {e}", dir.display())))?;
-        let dir = dir
-            .canonicalize()
-            .map_err(|e| CliError::Config(format!("cannot resolve work dir {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::Config(format!("cannot create work dir {}: {e}", dir.display()))
+        })?;
+        let dir = dir.canonicalize().map_err(|e| {
+            CliError::Config(format!("cannot resolve work dir {}: {e}", dir.display()))
+        })?;
         return Ok((dir, None));
     }
     let config = |e: delta_actors::workspace::WorkspaceError| CliError::Config(e.to_string());
@@ -139,11 +144,18 @@ fn menu(agent_home: &Path, existing: &[String]) -> Result<String, CliError> {
     let next = next_workspace_name(agent_home).map_err(|e| CliError::Config(e.to_string()))?;
     eprintln!("Workspaces in {}/workspaces:", agent_home.display());
     for (i, name) in existing.iter().enumerate() {
-        let mark = if Some(name) == last.as_ref() { "  (last used)" } else { "" };
+        let mark = if Some(name) == last.as_ref() {
+            "  (last used)"
+        } else {
+            ""
+        };
         eprintln!("  {}. {name}{mark}", i + 1);
     }
     eprintln!("  n. new workspace ({next})");
-    let default = last.clone().filter(|l| existing.contains(l)).unwrap_or_else(|| next.clone());
+    let default = last
+        .clone()
+        .filter(|l| existing.contains(l))
+        .unwrap_or_else(|| next.clone());
     loop {
         eprint!("Choose a workspace [Enter = {default}]: ");
         let _ = std::io::stderr().flush();
@@ -167,6 +179,9 @@ fn menu(agent_home: &Path, existing: &[String]) -> Result<String, CliError> {
                 return Ok(existing[k - 1].clone());
             }
         }
-        eprintln!("Please answer with a number from 1 to {}, 'n', or Enter.", existing.len());
+        eprintln!(
+            "Please answer with a number from 1 to {}, 'n', or Enter.",
+            existing.len()
+        );
     }
 }

@@ -3,8 +3,8 @@
 #![allow(clippy::print_stdout)]
 
 pub mod progress;
-pub mod runs;
 pub mod run_result;
+pub mod runs;
 
 use std::io::Write;
 

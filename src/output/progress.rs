@@ -38,7 +38,11 @@ pub fn print_event(event: &RunEvent, verbosity: Verbosity, prefix_run_id: bool) 
             ..
         } => format!("[iteration {iteration}/{max_iterations}]"),
         RunEvent::Thought { text, .. } => {
-            let limit = if verbosity == Verbosity::Verbose { 2000 } else { 300 };
+            let limit = if verbosity == Verbosity::Verbose {
+                2000
+            } else {
+                300
+            };
             format!("💭 {}", shorten(text, limit))
         }
         RunEvent::ToolStarted {
@@ -59,7 +63,9 @@ pub fn print_event(event: &RunEvent, verbosity: Verbosity, prefix_run_id: bool) 
             ..
         } => {
             let mark = if *success { "✓" } else { "✗" };
-            let code = exit_code.map(|c| format!("exit {c}")).unwrap_or_else(|| "no exit code".into());
+            let code = exit_code
+                .map(|c| format!("exit {c}"))
+                .unwrap_or_else(|| "no exit code".into());
             format!(
                 "  {mark} {tool_name} ({code}, {duration_ms} ms): {}",
                 shorten(&preview.replace('\n', " "), 100)
@@ -70,7 +76,9 @@ pub fn print_event(event: &RunEvent, verbosity: Verbosity, prefix_run_id: bool) 
             error,
             delay_ms,
             ..
-        } => format!("  ↻ model call attempt {attempt} failed ({error}); retrying in {delay_ms} ms"),
+        } => {
+            format!("  ↻ model call attempt {attempt} failed ({error}); retrying in {delay_ms} ms")
+        }
         RunEvent::RunFinished {
             status,
             duration_ms,

@@ -6,7 +6,8 @@ use delta_actors::RunStatus;
 
 use super::{emit, emit_json, Format};
 
-const RULE: &str = "────────────────────────────────────────────────────────────────────────────────";
+const RULE: &str =
+    "────────────────────────────────────────────────────────────────────────────────";
 
 pub fn print(result: &RunResult, format: Format) {
     match format {
@@ -27,7 +28,10 @@ pub fn render_text(r: &RunResult) -> String {
     s.push_str(&format!("Run ID:     {}\n", r.run_id));
     s.push_str(&format!("Status:     {}\n", r.status));
     s.push_str(&format!("Iterations: {}\n", r.metrics.iterations));
-    s.push_str(&format!("Duration:   {:.2}s\n", r.metrics.duration_ms as f64 / 1000.0));
+    s.push_str(&format!(
+        "Duration:   {:.2}s\n",
+        r.metrics.duration_ms as f64 / 1000.0
+    ));
     s.push_str(&format!("Workspace:  {}\n", r.metadata.workspace_path));
     if r.metrics.usage.input_tokens + r.metrics.usage.output_tokens > 0 {
         s.push_str(&format!(
@@ -50,7 +54,10 @@ pub fn render_text(r: &RunResult) -> String {
         }
         RunStatus::WaitingForInput => {
             if let Some(i) = &r.interaction {
-                s.push_str(&format!("The agent asks ({}): {}\n", i.input_type, i.prompt));
+                s.push_str(&format!(
+                    "The agent asks ({}): {}\n",
+                    i.input_type, i.prompt
+                ));
             }
             s.push_str(&format!("Answer with:  {resume} -m \"<answer>\"\n"));
         }
@@ -64,8 +71,13 @@ pub fn render_text(r: &RunResult) -> String {
             if let Some(e) = &r.error {
                 s.push_str(&format!("Error ({}): {}\n", e.kind, e.message));
             }
-            s.push_str(&format!("Journal:      {}/journal.jsonl\n", r.metadata.run_dir));
-            s.push_str(&format!("Retry with:   {resume} -m \"<what to do differently>\"\n"));
+            s.push_str(&format!(
+                "Journal:      {}/journal.jsonl\n",
+                r.metadata.run_dir
+            ));
+            s.push_str(&format!(
+                "Retry with:   {resume} -m \"<what to do differently>\"\n"
+            ));
         }
     }
     s.push_str(RULE);
@@ -74,7 +86,9 @@ pub fn render_text(r: &RunResult) -> String {
 }
 
 fn shell_quote(s: &str) -> String {
-    if s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)) {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))

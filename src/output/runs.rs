@@ -36,7 +36,12 @@ pub fn print(runs: &[RunSummary], format: Format) {
                 return;
             }
             let id_w = runs.iter().map(|r| r.run_id.len()).max().unwrap_or(6);
-            let task_w = runs.iter().map(|r| r.task_summary.chars().count() + 2).max().unwrap_or(4).min(64);
+            let task_w = runs
+                .iter()
+                .map(|r| r.task_summary.chars().count() + 2)
+                .max()
+                .unwrap_or(4)
+                .min(64);
             let now = chrono::Utc::now();
             let mut out = String::new();
             for r in runs {

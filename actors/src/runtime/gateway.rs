@@ -49,7 +49,9 @@ pub struct LlmGateway {
 
 impl LlmGateway {
     pub fn new(gate: LlmGate) -> Self {
-        LlmGateway { gate: Arc::new(gate) }
+        LlmGateway {
+            gate: Arc::new(gate),
+        }
     }
 }
 
@@ -80,7 +82,8 @@ impl Handler<Complete> for LlmGateway {
                 r = gate.complete(msg.request, msg.meta, notice) => Some(r),
                 _ = msg.cancel.cancelled() => None,
             };
-            let mut failed_attempts = std::mem::take(&mut *failed.lock().unwrap_or_else(PoisonError::into_inner));
+            let mut failed_attempts =
+                std::mem::take(&mut *failed.lock().unwrap_or_else(PoisonError::into_inner));
             match result {
                 Some(Ok(outcome)) => Ok(CallOutcome {
                     completion: outcome.completion,

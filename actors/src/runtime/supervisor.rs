@@ -96,7 +96,8 @@ impl RunSupervisor {
         );
         // Its own arbiter: model traffic for every run of the endpoint flows through it.
         let arbiter = Arbiter::new();
-        let handle = LlmGateway::start_in_arbiter(&arbiter.handle(), move |_| LlmGateway::new(gate));
+        let handle =
+            LlmGateway::start_in_arbiter(&arbiter.handle(), move |_| LlmGateway::new(gate));
         self.gateway_arbiters.push(arbiter);
         self.gateways.insert(key, handle.clone());
         Ok(handle)
@@ -180,6 +181,9 @@ pub(crate) fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -
         metrics: crate::api::RunMetrics {
             iterations: 0,
             duration_ms: 0,
+            model_time_ms: 0,
+            queue_time_ms: 0,
+            tool_time_ms: 0,
             start_time: now.clone(),
             end_time: now,
             usage: Default::default(),

@@ -65,6 +65,7 @@ struct CallInfo {
 /// The calls of the reply being acted on.
 pub(super) struct Acting {
     iteration: u32,
+    started: std::time::Instant,
     calls: Vec<CallInfo>,
     planned: Vec<Planned>,
     slots: Vec<Slot>,
@@ -194,14 +195,16 @@ impl RunActor {
                 run_id: run_id.clone(),
             };
             let retry_run_id = run_id.clone();
-            let on_retry = Box::new(move |attempt: u32, error: &crate::llm::LlmError, delay: std::time::Duration| {
-                let _ = events_tx.send(RunEvent::ModelRetry {
-                    run_id: retry_run_id.clone(),
-                    attempt,
-                    error: error.to_string(),
-                    delay_ms: delay.as_millis() as u64,
-                });
-            });
+            let on_retry = Box::new(
+                move |attempt: u32, error: &crate::llm::LlmError, delay: std::time::Duration| {
+                    let _ = events_tx.send(RunEvent::ModelRetry {
+                        run_id: retry_run_id.clone(),
+                        attempt,
+                        error: error.to_string(),
+                        delay_ms: delay.as_millis() as u64,
+                    });
+                },
+            );
             let outcome = gateway
                 .send(Complete {
                     request: request.clone(),
@@ -212,7 +215,9 @@ impl RunActor {
                 .await
                 .unwrap_or_else(|_| {
                     Err(CallFailure {
-                        error: crate::llm::LlmError::Transport("the model gateway has stopped".into()),
+                        error: crate::llm::LlmError::Transport(
+                            "the model gateway has stopped".into(),
+                        ),
                         attempts: 0,
                         failed_attempts: Vec::new(),
                         cancelled: cancel.is_cancelled(),
@@ -298,6 +303,8 @@ impl RunActor {
             }
             Ok(outcome) => outcome,
         };
+        self.timings.model += outcome.duration.saturating_sub(outcome.waited);
+        self.timings.queue += outcome.waited;
         let completion = outcome.completion;
         let _ = write_json_file(
             &record_path,
@@ -507,6 +514,7 @@ impl RunActor {
         let n = planned.len();
         self.acting = Some(Acting {
             iteration: self.iteration,
+            started: std::time::Instant::now(),
             calls: infos,
             planned,
             slots: (0..n).map(|_| Slot::Pending).collect(),

@@ -49,6 +49,14 @@ pub struct CancelRunActor {
     pub timeout: bool,
 }
 
+/// Where this driving's wall time went (for RunMetrics and benchmarks).
+#[derive(Default)]
+struct Timings {
+    model: std::time::Duration,
+    queue: std::time::Duration,
+    tools: std::time::Duration,
+}
+
 struct StopRequest {
     reason: String,
     timeout: bool,
@@ -80,6 +88,7 @@ pub struct RunActor {
     model_usage: BTreeMap<String, TokenUsage>,
     model_call: Option<SpawnHandle>,
     acting: Option<Acting>,
+    timings: Timings,
     child_env: Arc<Vec<(String, String)>>,
     generator_env: Arc<BTreeMap<String, String>>,
     secrets: Arc<HashMap<String, String>>,
@@ -127,6 +136,7 @@ impl RunActor {
             model_usage: BTreeMap::new(),
             model_call: None,
             acting: None,
+            timings: Timings::default(),
             child_env: Arc::new(child_env),
             generator_env: Arc::new(generator_env),
             secrets: Arc::new(HashMap::new()),
@@ -240,6 +250,9 @@ impl RunActor {
             metrics: RunMetrics {
                 iterations: self.iteration,
                 duration_ms,
+                model_time_ms: self.timings.model.as_millis() as u64,
+                queue_time_ms: self.timings.queue.as_millis() as u64,
+                tool_time_ms: self.timings.tools.as_millis() as u64,
                 start_time: self.start_time.clone(),
                 end_time,
                 usage: UsageReport {
