@@ -789,6 +789,7 @@ impl RunActor {
         let Some(acting) = self.acting.take() else {
             return;
         };
+        self.timings.tools += acting.started.elapsed();
         self.save_metadata();
         if self.stop.is_some() {
             self.interrupt_now(ctx);
