@@ -1,1 +1,4 @@
 //! CLI-level integration tests against the built binaries (one binary).
+
+mod harness;
+mod run;
