@@ -69,7 +69,13 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
     if let Some(id) = &args.run_id {
         validate_run_id(id).map_err(|e| CliError::Config(e.to_string()))?;
-        if RunPaths::new(&work_dir, id).run_dir.exists() {
+        // A folder without metadata.json is a run killed while being created: the engine
+        // reclaims it, so only a started run blocks the id.
+        if RunPaths::new(&work_dir, id)
+            .run_dir
+            .join("metadata.json")
+            .exists()
+        {
             return Err(CliError::Config(format!(
                 "run id '{id}' already exists in {}; choose another id, or see the runs with `delta list-runs -w {}`",
                 work_dir.display(),
