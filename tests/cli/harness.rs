@@ -175,7 +175,10 @@ impl Case {
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
-            ("HOME".into(), self.path().join("home").display().to_string()),
+            (
+                "HOME".into(),
+                self.path().join("home").display().to_string(),
+            ),
             ("DELTA_BASE_URL".into(), self.mock.base_url.clone()),
             ("DELTA_API_KEY".into(), "sk-cli-test".into()),
             ("DELTA_RETRY_BASE_MS".into(), "5".into()),

@@ -56,7 +56,10 @@ fn five_tool_run_leaves_complete_files_and_a_json_run_result() {
     assert_eq!(result["status"], "COMPLETED");
     assert_eq!(result["run_id"], "r-json");
     let answer = result["result"].as_str().unwrap();
-    assert!(answer.starts_with("All done.") && answer.contains("QUIET WORDS"), "{answer}");
+    assert!(
+        answer.starts_with("All done.") && answer.contains("QUIET WORDS"),
+        "{answer}"
+    );
 
     // The tools really ran in the workspace.
     assert_eq!(
@@ -104,7 +107,10 @@ fn five_tool_run_leaves_complete_files_and_a_json_run_result() {
     assert_eq!(invocations.len(), 6, "{invocations:?}");
     for file in &invocations {
         let text = std::fs::read_to_string(file).unwrap();
-        assert!(!text.contains("sk-cli-test"), "API key leaked into {file:?}");
+        assert!(
+            !text.contains("sk-cli-test"),
+            "API key leaked into {file:?}"
+        );
     }
     let executions: Vec<_> = files_under(&run_dir.join("io/tool_executions"))
         .into_iter()
@@ -118,7 +124,10 @@ fn text_and_raw_formats() {
     let case = Case::new("five", FIVE_TOOLS, &five_tool_script());
     let text = case.delta(
         &[
-            case.run_args("r-text", "t").iter().map(String::as_str).collect::<Vec<_>>(),
+            case.run_args("r-text", "t")
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
             vec!["--format", "text"],
         ]
         .concat(),
@@ -133,7 +142,10 @@ fn text_and_raw_formats() {
 
     let raw = case.delta(
         &[
-            case.run_args("r-raw", "t").iter().map(String::as_str).collect::<Vec<_>>(),
+            case.run_args("r-raw", "t")
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
             vec!["--format", "raw"],
         ]
         .concat(),
@@ -186,12 +198,20 @@ fn hostile_parameter_values_arrive_literally_in_exec_and_shell_mode() {
     for (i, value) in HOSTILE.iter().enumerate() {
         let expected = format!("=== STDOUT ===\n{value}:END");
         for o in &obs[2 * i..2 * i + 2] {
-            assert!(o.contains(&expected), "value {value:?} not literal in:\n{o}");
+            assert!(
+                o.contains(&expected),
+                "value {value:?} not literal in:\n{o}"
+            );
         }
     }
     let planted: Vec<_> = files_under(case.path())
         .into_iter()
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("pwned"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("pwned")
+        })
         .collect();
     assert!(planted.is_empty(), "injection created {planted:?}");
 }
@@ -275,9 +295,15 @@ fn timed_out_tool_leaves_no_process_behind() {
     let out = case.run("r1", "hang", &[]);
     out.assert_code(0);
     let result = out.json()["result"].as_str().unwrap().to_lowercase();
-    assert!(result.contains("timed out") || result.contains("timeout"), "{result}");
+    assert!(
+        result.contains("timed out") || result.contains("timeout"),
+        "{result}"
+    );
     assert!(result.contains("started"), "partial output kept: {result}");
-    let pid = wait_for_pid_file(&case.work_dir().join("grandchild.pid"), Duration::from_secs(5));
+    let pid = wait_for_pid_file(
+        &case.work_dir().join("grandchild.pid"),
+        Duration::from_secs(5),
+    );
     let gone = wait_until(Duration::from_secs(5), || !process_alive(pid));
     if !gone {
         kill_group(pid);
@@ -315,9 +341,16 @@ fn server_errors_until_retries_run_out_fail_the_run() {
     let result = out.json();
     assert_eq!(result["status"], "FAILED");
     let error = result["error"].to_string();
-    assert!(error.contains("upstream exploded") || error.contains("500"), "{error}");
+    assert!(
+        error.contains("upstream exploded") || error.contains("500"),
+        "{error}"
+    );
     assert_eq!(case.metadata("r1")["status"], "FAILED");
-    assert_eq!(case.mock.stats()["failures"], 5, "default retry budget is 5 attempts");
+    assert_eq!(
+        case.mock.stats()["failures"],
+        5,
+        "default retry budget is 5 attempts"
+    );
     let journal = case.journal("r1");
     assert_eq!(journal.last().unwrap()["type"], "ENGINE_END");
     assert_eq!(journal.last().unwrap()["status"], "FAILED");
@@ -333,7 +366,10 @@ fn iteration_cap_fails_the_run() {
     out.assert_code(1);
     let result = out.json();
     assert_eq!(result["status"], "FAILED");
-    assert!(result["error"].to_string().contains("max_iterations"), "{result}");
+    assert!(
+        result["error"].to_string().contains("max_iterations"),
+        "{result}"
+    );
     let meta = case.metadata("r1");
     assert_eq!(meta["status"], "FAILED");
     assert_eq!(meta["iterations"], 2);
@@ -379,7 +415,11 @@ fn duplicate_and_invalid_run_ids_are_configuration_errors() {
     case.run("job-7", "first", &[]).assert_code(0);
     let dup = case.run("job-7", "second", &[]);
     dup.assert_code(126);
-    assert!(dup.stderr.contains("job-7") && dup.stderr.contains("list-runs"), "{}", dup.stderr);
+    assert!(
+        dup.stderr.contains("job-7") && dup.stderr.contains("list-runs"),
+        "{}",
+        dup.stderr
+    );
     assert!(dup.stdout.is_empty(), "{}", dup.stdout);
     for bad in ["../escape", "has space", "a/b", ".hidden"] {
         let out = case.run(bad, "x", &[]);
@@ -387,6 +427,23 @@ fn duplicate_and_invalid_run_ids_are_configuration_errors() {
         assert!(out.stderr.contains(bad), "{bad}: {}", out.stderr);
     }
     assert!(!case.path().join("escape").exists());
+}
+
+#[test]
+fn run_folder_left_by_a_kill_during_creation_does_not_block_its_id() {
+    let case = Case::new(
+        "reuse",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "ok"}]}),
+    );
+    // What a SIGKILL between creating the folder and writing metadata.json leaves.
+    let abandoned = case.run_dir("job-1");
+    std::fs::create_dir_all(abandoned.join("io/invocations")).unwrap();
+    std::fs::write(abandoned.join("journal.jsonl"), "").unwrap();
+    let out = case.run("job-1", "again", &[]);
+    out.assert_code(0);
+    assert_eq!(case.metadata("job-1")["initial_message"], "again");
+    assert_eq!(types(&case.journal("job-1"))[0], "ENGINE_START");
 }
 
 #[test]
@@ -421,10 +478,20 @@ fn torn_journal_tail_is_repaired_on_continue() {
 fn journals_of_the_original_engine_are_listed() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("actors/tests/engine/fixtures/original-engine/work");
-    let case = Case::new("legacy", "tools: []\n", &json!({"steps": [{"answer": "ok"}]}));
+    let case = Case::new(
+        "legacy",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "ok"}]}),
+    );
     let copy = case.path().join("legacy-ws");
     copy_dir(&fixture, &copy);
-    let out = case.delta(&["list-runs", "-w", copy.to_str().unwrap(), "--format", "json"]);
+    let out = case.delta(&[
+        "list-runs",
+        "-w",
+        copy.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
     out.assert_code(0);
     let runs: Value = serde_json::from_str(&out.stdout).unwrap();
     let ids: Vec<&str> = runs
@@ -436,7 +503,10 @@ fn journals_of_the_original_engine_are_listed() {
     assert!(ids.contains(&"20261122_014234_915ade"), "{ids:?}");
     assert!(ids.contains(&"20261122_015010_0c4b1e"), "{ids:?}");
     for run in runs.as_array().unwrap() {
-        assert!(run["status"].is_string() && run["task_summary"].is_string(), "{run}");
+        assert!(
+            run["status"].is_string() && run["task_summary"].is_string(),
+            "{run}"
+        );
     }
 }
 
@@ -457,20 +527,40 @@ pub fn copy_dir(from: &Path, to: &Path) {
 fn hello_world_example_script_runs_offline() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = manifest.join("examples/agents/hello-world/llm-script.yaml");
-    let case = Case::new("unused", "tools: []\n", &json!({"steps": [{"answer": "x"}]}));
+    let case = Case::new(
+        "unused",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "x"}]}),
+    );
     case.delta(&["init", "hello-world", "-t", "hello-world"])
         .assert_code(0);
     let mut cmd = case.cmd();
     cmd.env_remove("DELTA_API_KEY").env_remove("DELTA_BASE_URL");
     let out = cmd
-        .args(["run", "--agent", "hello-world", "-m", "Say hello", "-y", "--format", "json"])
+        .args([
+            "run",
+            "--agent",
+            "hello-world",
+            "-m",
+            "Say hello",
+            "-y",
+            "--format",
+            "json",
+        ])
         .arg("--llm-script")
         .arg(&script)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["status"], "COMPLETED");
     let hello = case.path().join("hello-world/workspaces/W001/hello.txt");
-    assert!(std::fs::read_to_string(hello).unwrap().contains("Say hello"));
+    assert!(std::fs::read_to_string(hello)
+        .unwrap()
+        .contains("Say hello"));
 }
