@@ -11,7 +11,7 @@ use crate::api::{RunRequest, RunStart};
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
-    current_process_identity, read_metadata, write_metadata, RunLock, RunMetadata,
+    current_process_identity, read_metadata, write_metadata, RunLock, RunMetadata, LOCK_FILE,
 };
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::workspace::{create_run_dir, ensure_control_dir, now_rfc3339, open_run_dir, RunPaths};
@@ -80,7 +80,10 @@ pub fn take_run(
             let lock = RunLock::try_acquire(&paths.run_dir)
                 .map_err(io)?
                 .ok_or_else(|| {
-                    SetupError::Refused(format!("run '{run_id}' is locked by another process"))
+                    SetupError::Refused(format!(
+                        "run '{run_id}' is locked by another process (lock file {})",
+                        paths.run_dir.join(LOCK_FILE).display()
+                    ))
                 })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
             let now = now_rfc3339();
@@ -148,8 +151,10 @@ pub fn take_run(
                 Some(lock) => lock,
                 None => {
                     return Err(SetupError::Refused(format!(
-                        "run '{run_id}' is being driven by another process (pid {} on host '{}'); wait for it to finish or stop it first",
-                        meta.pid, meta.hostname
+                        "run '{run_id}' is being driven by another process: its lock {} is held (pid {} on host '{}'); wait for it to finish or stop it first",
+                        paths.run_dir.join(LOCK_FILE).display(),
+                        meta.pid,
+                        meta.hostname
                     )))
                 }
             };
