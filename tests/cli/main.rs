@@ -1,5 +1,6 @@
 //! CLI-level integration tests against the built binaries (one binary).
 
+mod continue_run;
 mod crash;
 mod harness;
 mod run;
