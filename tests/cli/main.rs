@@ -4,3 +4,4 @@ mod continue_run;
 mod crash;
 mod harness;
 mod run;
+mod list_runs;
