@@ -183,7 +183,6 @@ pub fn take_run(
                 );
                 status = RunStatus::Interrupted;
             }
-            let secrets = load_secrets(&paths.secrets_dir);
             let pending_question = pending_ask_human(&events);
             match status {
                 RunStatus::WaitingForInput => {
@@ -244,6 +243,8 @@ pub fn take_run(
                     );
                 }
             }
+            // After the answer above is recorded: a sensitive answer given now must reach the model.
+            let secrets = load_secrets(&paths.secrets_dir);
             let identity = current_process_identity();
             meta.status = RunStatus::Running;
             meta.updated_at = now_rfc3339();
