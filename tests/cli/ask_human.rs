@@ -86,7 +86,10 @@ fn async_mode_runs_the_other_calls_first_waits_with_exit_101_then_continues() {
         .find(|r| r["tool_name"] == "ask_human")
         .unwrap();
     assert!(
-        answer["observation_content"].as_str().unwrap().contains("yes, go"),
+        answer["observation_content"]
+            .as_str()
+            .unwrap()
+            .contains("yes, go"),
         "{answer}"
     );
     // ask_human is answered exactly once, the sibling call exactly once.
