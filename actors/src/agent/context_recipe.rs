@@ -201,7 +201,7 @@ fn parse_source(
             let command = generator.string_list("command")?.unwrap_or_default();
             if command
                 .first()
-                .map_or(true, |program| program.trim().is_empty())
+                .is_none_or(|program| program.trim().is_empty())
             {
                 return Err(AgentError::invalid(
                     file,

@@ -159,7 +159,7 @@ pub(crate) fn parse_hooks(
         };
         if command
             .first()
-            .map_or(true, |program| program.trim().is_empty())
+            .is_none_or(|program| program.trim().is_empty())
         {
             return Err(AgentError::invalid(
                 file,

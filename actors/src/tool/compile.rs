@@ -300,7 +300,7 @@ pub fn compile_tool(
         let command = fields.string_list("command")?.unwrap_or_default();
         if command
             .first()
-            .map_or(true, |program| program.trim().is_empty())
+            .is_none_or(|program| program.trim().is_empty())
         {
             return Err(ctx.error(
                 "`command` must be a non-empty list whose first element is the program",
