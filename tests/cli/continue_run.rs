@@ -244,25 +244,22 @@ fn two_processes_racing_to_continue_one_run_exactly_one_wins() {
     let first = spawn();
     let second = spawn();
     let outputs = [
-        first.wait_with_output().unwrap(),
-        second.wait_with_output().unwrap(),
+        wait_output(first, COMMAND_TIMEOUT),
+        wait_output(second, COMMAND_TIMEOUT),
     ];
-    let codes: Vec<Option<i32>> = outputs.iter().map(|o| o.status.code()).collect();
-    let winners = codes.iter().filter(|c| **c == Some(0)).count();
-    let losers: Vec<_> = outputs
-        .iter()
-        .filter(|o| o.status.code() == Some(126))
-        .collect();
+    let codes: Vec<i32> = outputs.iter().map(|o| o.code).collect();
+    let winners = codes.iter().filter(|c| **c == 0).count();
+    let losers: Vec<_> = outputs.iter().filter(|o| o.code == 126).collect();
     assert_eq!(
         (winners, losers.len()),
         (1, 1),
         "exit codes {codes:?}: {:?}",
         outputs
             .iter()
-            .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
+            .map(|o| o.stderr.as_str())
             .collect::<Vec<_>>()
     );
-    let message = String::from_utf8_lossy(&losers[0].stderr).to_string();
+    let message = &losers[0].stderr;
     assert!(
         message.contains("lock"),
         "the loser names the lock: {message}"

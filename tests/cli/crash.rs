@@ -81,6 +81,11 @@ fn status_of(work_dir: &Path) -> Option<String> {
     meta["status"].as_str().map(str::to_string)
 }
 
+struct CommandResult {
+    code: Option<i32>,
+    stderr: String,
+}
+
 /// What one trial ended with: the final journal and how many commands it took after the kill.
 struct TrialOutcome {
     journal: Vec<Value>,
@@ -121,30 +126,39 @@ fn trial(case: &Case, work_dir: &Path, point: KillPoint) -> Result<TrialOutcome,
         }
         let run_dir = work_dir.join(".delta").join(RUN_ID);
         let output = if run_dir.join("metadata.json").exists() {
-            case.cmd()
+            let out = case
+                .cmd()
                 .args(["continue", "--run-id", RUN_ID, "-w"])
                 .arg(work_dir)
                 .args(["--format", "json"])
                 .output()
-                .unwrap()
+                .unwrap();
+            CommandResult {
+                code: out.status.code(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
         } else {
             // Killed before metadata.json (written last at creation): the run never started,
             // and `delta run` with the same id reclaims the folder.
             let mut cmd = run_command(case, work_dir);
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-            let child = cmd.spawn().unwrap();
-            child.wait_with_output().unwrap()
+            let out = wait_output(cmd.spawn().unwrap(), COMMAND_TIMEOUT);
+            CommandResult {
+                code: Some(out.code),
+                stderr: out.stderr,
+            }
         };
         log.push(format!(
             "exit {:?}: {}",
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr)
+            output.code,
+            output
+                .stderr
                 .lines()
                 .filter(|l| l.contains("error") || l.contains("janitor"))
                 .collect::<Vec<_>>()
                 .join(" | ")
         ));
-        match output.status.code() {
+        match output.code {
             Some(0) | Some(130) => {}
             _ => return Err(format!("{point:?}: {}", log.join("\n  "))),
         }
@@ -204,7 +218,8 @@ fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
     let baseline_dir = case.path().join("baseline");
     std::fs::create_dir_all(&baseline_dir).unwrap();
     let t0 = Instant::now();
-    let status = run_command(&case, &baseline_dir).status().unwrap();
+    let mut baseline_run = run_command(&case, &baseline_dir).spawn().unwrap();
+    let status = wait_child(&mut baseline_run, COMMAND_TIMEOUT);
     let total = t0.elapsed();
     assert_eq!(status.code(), Some(0));
     let baseline = read_journal(
@@ -229,6 +244,7 @@ fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
         .collect();
     let mut failures = Vec::new();
     let mut recovered_trials = 0;
+    let mut killed_during_a_tool = 0;
     for (batch_points, batch_dirs) in points
         .chunks(TRIALS_IN_PARALLEL)
         .zip(trial_dirs.chunks(TRIALS_IN_PARALLEL))
@@ -249,7 +265,14 @@ fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
         });
         for outcome in outcomes {
             match outcome {
-                Ok(outcome) => recovered_trials += usize::from(outcome.recoveries > 0),
+                Ok(outcome) => {
+                    recovered_trials += usize::from(outcome.recoveries > 0);
+                    killed_during_a_tool += usize::from(
+                        observations(&outcome.journal)
+                            .iter()
+                            .any(|o| o.contains("interrupted before a result was recorded")),
+                    );
+                }
                 Err(e) => failures.push(e),
             }
         }
@@ -268,6 +291,16 @@ fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
     assert!(points.len() >= 30);
     // At least 30 kills must land inside the run (the others prove that kills before the
     // run folder exists or after the end are harmless).
+    eprintln!(
+        "crash harness: {} kill points, {recovered_trials} interrupted the run, \
+         {killed_during_a_tool} during a tool; {:?}",
+        points.len(),
+        started.elapsed()
+    );
+    assert!(
+        killed_during_a_tool >= 5,
+        "only {killed_during_a_tool} kills landed during a tool"
+    );
     assert!(
         recovered_trials >= 30,
         "only {recovered_trials} of {} kills interrupted the run",
