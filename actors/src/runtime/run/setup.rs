@@ -327,6 +327,31 @@ pub fn unanswered_calls(events: &[JournalEvent]) -> Vec<(u32, String, String)> {
     out
 }
 
+/// The final answer a resumed run already has: the last conversation event is a THOUGHT
+/// without tool calls (the process died after journaling it, before ENGINE_END). Asking the
+/// model again would add a turn the original run never had, so the run completes with it.
+pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
+    let last = events.iter().rev().find(|e| {
+        matches!(
+            e.event,
+            Event::UserMessage { .. }
+                | Event::Thought { .. }
+                | Event::ActionRequest { .. }
+                | Event::ActionResult { .. }
+                | Event::HumanInputRequest { .. }
+                | Event::HumanInputReceived { .. }
+        )
+    })?;
+    match &last.event {
+        Event::Thought {
+            content,
+            tool_calls,
+            ..
+        } if tool_calls.is_empty() => Some(content.clone().unwrap_or_default()),
+        _ => None,
+    }
+}
+
 fn load_secrets(dir: &Path) -> HashMap<String, String> {
     let mut secrets = HashMap::new();
     if let Ok(entries) = std::fs::read_dir(dir) {
