@@ -270,3 +270,45 @@ fn two_processes_racing_to_continue_one_run_exactly_one_wins() {
     assert_eq!(count(&journal, "ENGINE_END"), 2, "{:?}", types(&journal));
     assert_eq!(case.metadata("r1")["status"], "COMPLETED");
 }
+
+#[test]
+fn killed_after_the_final_answer_was_journaled_completes_without_asking_again() {
+    let script = json!({"steps": [
+        {"tool": "nap", "args": {"seconds": "0"}},
+        {"answer": "the one true answer"}
+    ]});
+    let case = Case::new("late", HANG_TOOLS, &script);
+    case.run("r1", "work", &[]).assert_code(0);
+    // What a SIGKILL between the final THOUGHT and ENGINE_END leaves: no ENGINE_END, RUNNING.
+    let journal_path = case.run_dir("r1").join("journal.jsonl");
+    let text = std::fs::read_to_string(&journal_path).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"ENGINE_END\""))
+        .collect();
+    std::fs::write(&journal_path, format!("{}\n", kept.join("\n"))).unwrap();
+    let meta_path = case.run_dir("r1").join("metadata.json");
+    let mut meta = case.metadata("r1");
+    meta["status"] = json!("RUNNING");
+    meta["result"] = Value::Null;
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    let calls_before = case.mock.stats()["requests_total"].clone();
+
+    let out = case.continue_run("r1", &[]);
+    out.assert_code(0);
+    assert_eq!(out.json()["result"], "the one true answer");
+    assert_eq!(
+        case.mock.stats()["requests_total"],
+        calls_before,
+        "model asked again"
+    );
+    let journal = case.journal("r1");
+    assert_eq!(
+        events_of(&journal, "THOUGHT").len(),
+        2,
+        "{:?}",
+        types(&journal)
+    );
+    assert_eq!(journal.last().unwrap()["result"], "the one true answer");
+    assert_eq!(case.metadata("r1")["result"], "the one true answer");
+}
