@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use delta_actors::metadata::{lock_is_held, LOCK_FILE};
 use serde_json::{json, Value};
 
 use crate::harness::*;
@@ -68,6 +69,31 @@ fn run_command(case: &Case, work_dir: &Path) -> std::process::Command {
     cmd
 }
 
+/// `pid: command line` of every process with `lock` open (scan of /proc/*/fd).
+fn lock_holders(lock: &Path) -> Vec<String> {
+    let mut holders = Vec::new();
+    for proc_entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = proc_entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let fds = std::fs::read_dir(proc_entry.path().join("fd"));
+        let holds = fds
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == lock));
+        if holds {
+            let cmdline = std::fs::read(proc_entry.path().join("cmdline")).unwrap_or_default();
+            holders.push(format!(
+                "{pid}: {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            ));
+        }
+    }
+    holders
+}
+
 fn journal_lines(path: &Path) -> usize {
     std::fs::read(path)
         .map(|bytes| bytes.iter().filter(|b| **b == b'\n').count())
@@ -112,6 +138,23 @@ fn trial(case: &Case, work_dir: &Path, point: KillPoint) -> Result<TrialOutcome,
     }
     let _ = child.kill();
     let _ = child.wait();
+
+    // The engine is dead and reaped, so its lock must be free. A child caught between fork
+    // and exec can still hold the descriptor for a moment (seen once in hundreds of
+    // trials on a loaded machine): name the holder and wait for it, bounded.
+    let run_dir = work_dir.join(".delta").join(RUN_ID);
+    if lock_is_held(&run_dir).unwrap_or(false) {
+        let holders = lock_holders(&run_dir.join(LOCK_FILE));
+        let released = wait_until(Duration::from_secs(3), || {
+            !lock_is_held(&run_dir).unwrap_or(true)
+        });
+        eprintln!("{point:?}: lock held after the engine was killed, by {holders:?}; released: {released}");
+        if !released {
+            return Err(format!(
+                "{point:?}: lock never released; holders {holders:?}"
+            ));
+        }
+    }
 
     let mut log = Vec::new();
     for recoveries in 0..6 {
