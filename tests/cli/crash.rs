@@ -17,6 +17,9 @@ use crate::harness::*;
 
 const RUN_ID: &str = "crash";
 const FINAL_ANSWER: &str = "finished after the crash";
+/// Tool call ids of an uninterrupted run (`call_<step>_<k>`): a resumed run must end with
+/// exactly these, no turn lost or played twice.
+const EXPECTED_CALLS: [&str; 5] = ["call_0_0", "call_1_0", "call_1_1", "call_2_0", "call_3_0"];
 const TRIALS_IN_PARALLEL: usize = 4;
 const TIME_KILLS: u32 = 32;
 const LINE_KILLS: usize = 16;
@@ -237,6 +240,11 @@ fn check_journal(point: KillPoint, journal: &[Value]) -> Result<(), String> {
                 types(journal)
             ));
         }
+    }
+    if calls != EXPECTED_CALLS {
+        return Err(format!(
+            "{point:?}: the model's turns differ from an uninterrupted run: {calls:?}"
+        ));
     }
     if results.len() != calls.len() {
         return Err(format!(
