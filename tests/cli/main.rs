@@ -6,3 +6,4 @@ mod crash;
 mod harness;
 mod list_runs;
 mod run;
+mod run_env;
