@@ -184,3 +184,27 @@ tools:
     let waited = results[0]["observation_content"].as_str().unwrap();
     assert!(waited.contains("saw-signal"), "{waited}");
 }
+
+#[test]
+fn ctrl_c_during_a_slow_model_call_interrupts_at_once() {
+    let script = json!({"steps": [{"answer": "too late", "latency": "20s"}]});
+    let case = Case::new("slowmodel", "tools: []\n", &script);
+    let mut child = case
+        .spawn_cmd()
+        .args(case.run_args("r1", "task"))
+        .args(["--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let in_flight = wait_until(Duration::from_secs(20), || {
+        case.mock.stats()["in_flight"] == 1
+    });
+    assert!(in_flight, "the model call never started");
+    send_signal(child.id(), nix::sys::signal::Signal::SIGINT);
+    let out = wait_output(child, Duration::from_secs(5));
+    assert_eq!(out.code, 130, "{}", out.stdout);
+    assert_eq!(out.json()["status"], "INTERRUPTED");
+    // Nothing answered the call, so nothing of it was journaled.
+    assert!(events_of(&case.journal("r1"), "THOUGHT").is_empty());
+}
