@@ -259,10 +259,18 @@ fn check_journal(point: KillPoint, journal: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
+/// How a series of kill trials went.
+struct HarnessSummary {
+    kill_points: usize,
+    recovered_trials: usize,
+    killed_during_a_tool: usize,
+}
+
+/// Runs the baseline, then `time_kills` + `line_kills` kill trials in parallel batches;
+/// panics on any trial that does not end COMPLETED with a sound journal.
+fn kill_and_recover(agent_body: &str, time_kills: u32, line_kills: usize) -> HarnessSummary {
     let started = Instant::now();
-    let case = Case::new("crashy", TOOLS, &script());
+    let case = Case::new("crashy", agent_body, &script());
 
     // Baseline: an uninterrupted run tells how long the kill window is and how many
     // journal lines there are to kill after.
@@ -282,12 +290,12 @@ fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
     check_journal(KillPoint::After(total), &baseline).unwrap();
     let lines = baseline.len();
 
-    let mut points: Vec<KillPoint> = (0..TIME_KILLS)
-        .map(|i| KillPoint::After(total * i / TIME_KILLS))
+    let mut points: Vec<KillPoint> = (0..time_kills)
+        .map(|i| KillPoint::After(total * i / time_kills))
         .collect();
     points.extend(
-        (1..=LINE_KILLS)
-            .map(|k| KillPoint::JournalLines(1 + (k - 1) * lines.saturating_sub(1) / LINE_KILLS)),
+        (1..=line_kills)
+            .map(|k| KillPoint::JournalLines(1 + (k - 1) * lines.saturating_sub(1) / line_kills)),
     );
 
     let trial_dirs: Vec<PathBuf> = (0..points.len())
@@ -339,27 +347,53 @@ fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
         stats["rejected_invalid"], 0,
         "the model saw an invalid history: {stats}"
     );
-    assert!(points.len() >= 30);
-    // At least 30 kills must land inside the run (the others prove that kills before the
-    // run folder exists or after the end are harmless).
     eprintln!(
         "crash harness: {} kill points, {recovered_trials} interrupted the run, \
          {killed_during_a_tool} during a tool; {:?}",
         points.len(),
         started.elapsed()
     );
+    HarnessSummary {
+        kill_points: points.len(),
+        recovered_trials,
+        killed_during_a_tool,
+    }
+}
+
+#[test]
+fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
+    let started = Instant::now();
+    let summary = kill_and_recover(TOOLS, TIME_KILLS, LINE_KILLS);
+    assert!(summary.kill_points >= 30);
+    // At least 30 kills must land inside the run (the others prove that kills before the
+    // run folder exists or after the end are harmless).
     assert!(
-        killed_during_a_tool >= 5,
-        "only {killed_during_a_tool} kills landed during a tool"
+        summary.recovered_trials >= 30,
+        "only {} of {} kills interrupted the run",
+        summary.recovered_trials,
+        summary.kill_points
     );
     assert!(
-        recovered_trials >= 30,
-        "only {recovered_trials} of {} kills interrupted the run",
-        points.len()
+        summary.killed_during_a_tool >= 5,
+        "only {} kills landed during a tool",
+        summary.killed_during_a_tool
     );
     assert!(
         started.elapsed() < Duration::from_secs(120),
         "crash harness took {:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn sigkill_with_parallel_tool_calls_then_continue_completes_cleanly() {
+    let agent_body = format!("parallel_tool_calls: true\n{TOOLS}");
+    let summary = kill_and_recover(&agent_body, 12, 8);
+    assert!(
+        summary.recovered_trials >= 12,
+        "only {} of {} kills interrupted the run",
+        summary.recovered_trials,
+        summary.kill_points
+    );
+    assert!(summary.killed_during_a_tool >= 2);
 }
