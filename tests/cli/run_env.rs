@@ -189,7 +189,7 @@ tools:
 fn ctrl_c_during_a_slow_model_call_interrupts_at_once() {
     let script = json!({"steps": [{"answer": "too late", "latency": "20s"}]});
     let case = Case::new("slowmodel", "tools: []\n", &script);
-    let mut child = case
+    let child = case
         .spawn_cmd()
         .args(case.run_args("r1", "task"))
         .args(["--format", "json"])
