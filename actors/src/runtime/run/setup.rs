@@ -280,7 +280,7 @@ pub struct PendingQuestion {
 
 fn pending_ask_human(events: &[JournalEvent]) -> Option<PendingQuestion> {
     let answered = answered_ids(events);
-    events.iter().rev().find_map(|e| match &e.event {
+    let journaled = events.iter().rev().find_map(|e| match &e.event {
         Event::HumanInputRequest {
             iteration,
             action_id,
@@ -292,6 +292,35 @@ fn pending_ask_human(events: &[JournalEvent]) -> Option<PendingQuestion> {
             action_id: action_id.clone(),
             sensitive: *sensitive || input_type == "password",
         }),
+        _ => None,
+    });
+    journaled.or_else(|| unanswered_ask_human_call(events, &answered))
+}
+
+/// The original engine journals no HUMAN_INPUT_REQUEST when it pauses: the question is the
+/// last unanswered `ask_human` call, and its sensitivity is read from the call's arguments.
+fn unanswered_ask_human_call(
+    events: &[JournalEvent],
+    answered: &std::collections::HashSet<&str>,
+) -> Option<PendingQuestion> {
+    events.iter().rev().find_map(|e| match &e.event {
+        Event::Thought {
+            iteration,
+            tool_calls,
+            ..
+        } => tool_calls
+            .iter()
+            .rev()
+            .find(|c| c.name == "ask_human" && !answered.contains(c.id.as_str()))
+            .map(|call| {
+                let args: serde_json::Value =
+                    serde_json::from_str(&call.arguments).unwrap_or_default();
+                PendingQuestion {
+                    iteration: *iteration,
+                    action_id: call.id.clone(),
+                    sensitive: args["sensitive"] == true || args["input_type"] == "password",
+                }
+            }),
         _ => None,
     })
 }
