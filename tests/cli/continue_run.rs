@@ -312,3 +312,74 @@ fn killed_after_the_final_answer_was_journaled_completes_without_asking_again() 
     assert_eq!(journal.last().unwrap()["result"], "the one true answer");
     assert_eq!(case.metadata("r1")["result"], "the one true answer");
 }
+
+/// A copy of the original engine's workspace fixture whose runs point at `agent_dir`.
+fn original_engine_workspace(case: &Case) -> std::path::PathBuf {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("actors/tests/engine/fixtures/original-engine/work");
+    let copy = case.path().join("legacy-ws");
+    crate::run::copy_dir(&fixture, &copy);
+    for run in std::fs::read_dir(copy.join(".delta")).unwrap() {
+        let meta_path = run.unwrap().path().join("metadata.json");
+        if meta_path.is_file() {
+            let mut meta = read_json(&meta_path);
+            meta["agent_ref"] = json!(case.agent_dir().display().to_string());
+            std::fs::write(&meta_path, serde_json::to_vec_pretty(&meta).unwrap()).unwrap();
+        }
+    }
+    copy
+}
+
+#[test]
+fn runs_of_the_original_engine_can_be_continued() {
+    let script = json!({"rules": [
+        {"task_contains": "List the files", "steps": [
+            {"answer": "unused"}, {"answer": "unused"},
+            {"answer": "continued: {{ last_user }}"}
+        ]},
+        {"task_contains": "Delete", "steps": [
+            {"answer": "unused"}, {"answer": "unused"},
+            {"answer": "answered: {{ last_observation }}"}
+        ]}
+    ]});
+    let case = Case::new("file-helper", "tools: []\n", &script);
+    let ws = original_engine_workspace(&case);
+    let ws_arg = ws.display().to_string();
+    let cont = |run_id: &str, message: &str| {
+        case.delta(&[
+            "continue", "--run-id", run_id, "-w", &ws_arg, "-m", message, "--format", "json",
+        ])
+    };
+
+    let completed = cont("20261122_014234_915ade", "now count them");
+    completed.assert_code(0);
+    assert_eq!(completed.json()["result"], "continued: now count them");
+    let waiting = cont("20261122_015010_0c4b1e", "yes");
+    waiting.assert_code(0);
+    assert!(
+        waiting.json()["result"].as_str().unwrap().contains("yes"),
+        "{}",
+        waiting.stdout
+    );
+    assert_eq!(case.mock.stats()["rejected_invalid"], 0);
+    let waiting_dir = ws.join(".delta/20261122_015010_0c4b1e");
+    assert!(!waiting_dir.join("interaction/request.json").exists());
+    let journal = read_journal(&waiting_dir.join("journal.jsonl"));
+    assert_eq!(events_of(&journal, "HUMAN_INPUT_RECEIVED").len(), 1);
+
+    for run_id in ["20261122_014234_915ade", "20261122_015010_0c4b1e"] {
+        let journal = read_journal(&ws.join(".delta").join(run_id).join("journal.jsonl"));
+        assert_seq_strictly_increasing(&journal);
+        assert_eq!(journal.last().unwrap()["status"], "COMPLETED", "{run_id}");
+    }
+    let listed = case.delta(&["list-runs", "-w", &ws_arg, "--format", "json"]);
+    listed.assert_code(0);
+    let rows: Value = serde_json::from_str(&listed.stdout).unwrap();
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == "COMPLETED"),
+        "{rows}"
+    );
+}
