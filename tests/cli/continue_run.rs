@@ -383,3 +383,32 @@ fn runs_of_the_original_engine_can_be_continued() {
         "{rows}"
     );
 }
+
+#[test]
+fn two_runs_racing_for_one_run_id_exactly_one_wins() {
+    let script = json!({"steps": [{"tool": "nap", "args": {"seconds": "0.3"}}, {"answer": "ok"}]});
+    let case = Case::new("idrace", HANG_TOOLS, &script);
+    let spawn = || {
+        case.spawn_cmd()
+            .args(case.run_args("same-id", "race"))
+            .args(["--format", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (first, second) = (spawn(), spawn());
+    let outputs = [
+        wait_output(first, COMMAND_TIMEOUT),
+        wait_output(second, COMMAND_TIMEOUT),
+    ];
+    let mut codes: Vec<i32> = outputs.iter().map(|o| o.code).collect();
+    codes.sort_unstable();
+    assert_eq!(codes, [0, 126], "{outputs:?}");
+    let loser = outputs.iter().find(|o| o.code == 126).unwrap();
+    assert!(loser.stderr.contains("same-id"), "{}", loser.stderr);
+    assert!(loser.stdout.is_empty());
+    let journal = case.journal("same-id");
+    assert_eq!(events_of(&journal, "ENGINE_START").len(), 1);
+    assert_eq!(case.metadata("same-id")["status"], "COMPLETED");
+}
