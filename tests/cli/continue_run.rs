@@ -412,3 +412,35 @@ fn two_runs_racing_for_one_run_id_exactly_one_wins() {
     assert_eq!(events_of(&journal, "ENGINE_START").len(), 1);
     assert_eq!(case.metadata("same-id")["status"], "COMPLETED");
 }
+
+#[test]
+fn corrupted_journals_are_refused_with_fatal_and_left_untouched() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journals");
+    let script = json!({"steps": [{"answer": "one"}, {"answer": "two"}]});
+    let case = Case::new("corrupt", "tools: []\n", &script);
+    for (run_id, kind, file) in [
+        ("pretty", "pretty-printed", "journal.jsonl"),
+        ("array", "json-array", "journal.jsonl"),
+        ("renamed", "wrong-name", "journal.json"),
+    ] {
+        case.run(run_id, "hi", &[]).assert_code(0);
+        let run_dir = case.run_dir(run_id);
+        std::fs::remove_file(run_dir.join("journal.jsonl")).unwrap();
+        let bad = run_dir.join(file);
+        std::fs::copy(fixtures.join(kind).join(file), &bad).unwrap();
+        let before = std::fs::read(&bad).unwrap();
+        let out = case.continue_run(run_id, &["-m", "more"]);
+        out.assert_code(126);
+        assert!(
+            out.stderr.contains("FATAL") && out.stderr.contains(&bad.display().to_string()),
+            "{kind}: {}",
+            out.stderr
+        );
+        assert_eq!(
+            std::fs::read(&bad).unwrap(),
+            before,
+            "{kind} journal modified"
+        );
+        assert!(!run_dir.join("journal.jsonl").exists() || file == "journal.jsonl");
+    }
+}
