@@ -208,3 +208,72 @@ fn ctrl_c_during_a_slow_model_call_interrupts_at_once() {
     // Nothing answered the call, so nothing of it was journaled.
     assert!(events_of(&case.journal("r1"), "THOUGHT").is_empty());
 }
+
+fn write_context(case: &Case, generator: &str) {
+    let context = format!(
+        "sources:\n  - type: file\n    id: system_prompt\n    path: '${{AGENT_HOME}}/system_prompt.md'\n  - type: computed_file\n    id: notes\n    generator:\n      command: [\"sh\", \"-c\", '{generator}']\n    output_path: '${{CWD}}/notes.md'\n    on_missing: skip\n  - type: journal\n    id: conversation_history\n"
+    );
+    std::fs::write(case.agent_dir().join("context.yaml"), context).unwrap();
+}
+
+#[test]
+fn computed_context_reaches_the_model_in_order_with_block_headers() {
+    let case = Case::new("ctx", "tools: []\n", &json!({"steps": [{"answer": "ok"}]}));
+    write_context(&case, "echo generated for $DELTA_RUN_ID > notes.md");
+    case.run("r1", "task", &[]).assert_code(0);
+    let invocation = files_under(&case.run_dir("r1").join("io/invocations")).remove(0);
+    let messages = read_json(&invocation)["request"]["messages"].clone();
+    let system: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    let all = system.join("\n");
+    let prompt_at = all.find("# Context Block: system_prompt").expect(&all);
+    let notes_at = all.find("# Context Block: notes").expect(&all);
+    assert!(prompt_at < notes_at, "{all}");
+    assert!(all.contains("generated for r1"), "{all}");
+}
+
+#[test]
+fn a_failing_generator_fails_the_run_naming_the_source_even_with_on_missing_skip() {
+    let case = Case::new("ctx", "tools: []\n", &json!({"steps": [{"answer": "ok"}]}));
+    write_context(&case, "echo broken >&2; exit 3");
+    let out = case.run("r1", "task", &[]);
+    out.assert_code(1);
+    let result = out.json();
+    assert_eq!(result["status"], "FAILED");
+    assert!(result["error"].to_string().contains("notes"), "{result}");
+    assert_eq!(
+        case.mock.stats()["requests_total"],
+        0,
+        "the model was called"
+    );
+}
+
+#[test]
+fn without_work_dir_each_run_gets_the_next_agent_workspace() {
+    let case = Case::new(
+        "wsagent",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "ok"}]}),
+    );
+    let agent = case.agent_dir().display().to_string();
+    // `-y`, then no flag at all: without a terminal delta never asks either.
+    for extra in [vec!["-y"], vec![]] {
+        let out = case.delta(&[&["run", "--agent", &agent, "-m", "task"][..], &extra].concat());
+        out.assert_code(0);
+    }
+    let workspaces = case.agent_dir().join("workspaces");
+    for name in ["W001", "W002"] {
+        let runs = std::fs::read_dir(workspaces.join(name).join(".delta"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().is_dir())
+            .count();
+        assert_eq!(runs, 1, "{name}");
+    }
+    let last_used = std::fs::read_to_string(workspaces.join("LAST_USED")).unwrap();
+    assert_eq!(last_used.trim(), "W002");
+}
