@@ -318,7 +318,7 @@ fn original_engine_workspace(case: &Case) -> std::path::PathBuf {
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("actors/tests/engine/fixtures/original-engine/work");
     let copy = case.path().join("legacy-ws");
-    crate::run::copy_dir(&fixture, &copy);
+    copy_dir(&fixture, &copy);
     for run in std::fs::read_dir(copy.join(".delta")).unwrap() {
         let meta_path = run.unwrap().path().join("metadata.json");
         if meta_path.is_file() {

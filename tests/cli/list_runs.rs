@@ -1,8 +1,9 @@
 //! Acceptance tests of `delta list-runs` (issue 4): every filter and format, newest-first
 //! order by time (not by name), the janitor turning a dead RUNNING run into INTERRUPTED,
-//! and the error for a folder that is not a workspace.
+//! the error for a folder that is not a workspace, and runs written by the original engine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -137,4 +138,40 @@ fn an_unknown_status_filter_is_a_usage_error() {
     let out = list(&case, &["--status", "DONE"]);
     out.assert_code(2);
     assert!(out.stderr.contains("DONE"), "{}", out.stderr);
+}
+
+#[test]
+fn journals_of_the_original_engine_are_listed() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("actors/tests/engine/fixtures/original-engine/work");
+    let case = Case::new(
+        "legacy",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "ok"}]}),
+    );
+    let copy = case.path().join("legacy-ws");
+    copy_dir(&fixture, &copy);
+    let out = case.delta(&[
+        "list-runs",
+        "-w",
+        copy.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    out.assert_code(0);
+    let runs: Value = serde_json::from_str(&out.stdout).unwrap();
+    let ids: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"20261122_014234_915ade"), "{ids:?}");
+    assert!(ids.contains(&"20261122_015010_0c4b1e"), "{ids:?}");
+    for run in runs.as_array().unwrap() {
+        assert!(
+            run["status"].is_string() && run["task_summary"].is_string(),
+            "{run}"
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! Acceptance tests of `delta run` (issue 3) through the real HTTP client against
 //! `delta mock-llm`: files, events, metadata and RunResult formats, hostile parameters,
-//! big stdin, error observations, tool timeouts, retries, the iteration cap, Ctrl-C, run
-//! ids, torn journals and journals of the original engine.
+//! big stdin, error observations, tool timeouts, retries, the iteration cap, Ctrl-C and
+//! SIGTERM, run ids, and torn journals.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -482,95 +482,4 @@ fn torn_journal_tail_is_repaired_on_continue() {
         "repair not journaled: {:?}",
         types(&journal)
     );
-}
-
-#[test]
-fn journals_of_the_original_engine_are_listed() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("actors/tests/engine/fixtures/original-engine/work");
-    let case = Case::new(
-        "legacy",
-        "tools: []\n",
-        &json!({"steps": [{"answer": "ok"}]}),
-    );
-    let copy = case.path().join("legacy-ws");
-    copy_dir(&fixture, &copy);
-    let out = case.delta(&[
-        "list-runs",
-        "-w",
-        copy.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    out.assert_code(0);
-    let runs: Value = serde_json::from_str(&out.stdout).unwrap();
-    let ids: Vec<&str> = runs
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["run_id"].as_str().unwrap())
-        .collect();
-    assert!(ids.contains(&"20261122_014234_915ade"), "{ids:?}");
-    assert!(ids.contains(&"20261122_015010_0c4b1e"), "{ids:?}");
-    for run in runs.as_array().unwrap() {
-        assert!(
-            run["status"].is_string() && run["task_summary"].is_string(),
-            "{run}"
-        );
-    }
-}
-
-pub fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
-#[test]
-fn hello_world_example_script_runs_offline() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = manifest.join("examples/agents/hello-world/llm-script.yaml");
-    let case = Case::new(
-        "unused",
-        "tools: []\n",
-        &json!({"steps": [{"answer": "x"}]}),
-    );
-    case.delta(&["init", "hello-world", "-t", "hello-world"])
-        .assert_code(0);
-    let mut cmd = case.cmd();
-    cmd.env_remove("DELTA_API_KEY").env_remove("DELTA_BASE_URL");
-    let out = cmd
-        .args([
-            "run",
-            "--agent",
-            "hello-world",
-            "-m",
-            "Say hello",
-            "-y",
-            "--format",
-            "json",
-        ])
-        .arg("--llm-script")
-        .arg(&script)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(result["status"], "COMPLETED");
-    let hello = case.path().join("hello-world/workspaces/W001/hello.txt");
-    assert!(std::fs::read_to_string(hello)
-        .unwrap()
-        .contains("Say hello"));
 }

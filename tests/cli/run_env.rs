@@ -1,12 +1,14 @@
 //! Acceptance tests of `delta run` (issue 3) about what surrounds the loop: where the model
 //! key comes from (.env, a clear error without one), what a tool process gets (environment,
-//! stdin), how big outputs are cut for the model, and parallel tool calls.
+//! stdin), how big outputs are cut for the model, parallel tool calls, the context recipe,
+//! agent workspaces, and the offline hello-world example.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::harness::*;
 
@@ -276,4 +278,46 @@ fn without_work_dir_each_run_gets_the_next_agent_workspace() {
     }
     let last_used = std::fs::read_to_string(workspaces.join("LAST_USED")).unwrap();
     assert_eq!(last_used.trim(), "W002");
+}
+
+#[test]
+fn hello_world_example_script_runs_offline() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = manifest.join("examples/agents/hello-world/llm-script.yaml");
+    let case = Case::new(
+        "unused",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "x"}]}),
+    );
+    case.delta(&["init", "hello-world", "-t", "hello-world"])
+        .assert_code(0);
+    let mut cmd = case.cmd();
+    cmd.env_remove("DELTA_API_KEY").env_remove("DELTA_BASE_URL");
+    let out = cmd
+        .args([
+            "run",
+            "--agent",
+            "hello-world",
+            "-m",
+            "Say hello",
+            "-y",
+            "--format",
+            "json",
+        ])
+        .arg("--llm-script")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["status"], "COMPLETED");
+    let hello = case.path().join("hello-world/workspaces/W001/hello.txt");
+    assert!(std::fs::read_to_string(hello)
+        .unwrap()
+        .contains("Say hello"));
 }
