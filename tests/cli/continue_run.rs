@@ -444,3 +444,25 @@ fn corrupted_journals_are_refused_with_fatal_and_left_untouched() {
         assert!(!run_dir.join("journal.jsonl").exists() || file == "journal.jsonl");
     }
 }
+
+#[test]
+fn the_iteration_cap_applies_to_each_continuation() {
+    let nap = json!({"tool": "nap", "args": {"seconds": "0"}});
+    let script = json!({"steps": [nap, nap, nap, {"answer": "done"}]});
+    let case = Case::new("capped", HANG_TOOLS, &script);
+    for run_id in ["enough", "short"] {
+        case.run(run_id, "work", &["--max-iterations", "2"])
+            .assert_code(1);
+        assert_eq!(case.metadata(run_id)["iterations"], 2);
+    }
+    // Two more iterations are enough to finish (turns 3 and 4)...
+    let out = case.continue_run("enough", &["-m", "go on", "--max-iterations", "2"]);
+    out.assert_code(0);
+    assert_eq!(out.json()["result"], "done");
+    assert_eq!(case.metadata("enough")["iterations"], 4);
+    // ...one more is not.
+    let out = case.continue_run("short", &["-m", "go on", "--max-iterations", "1"]);
+    out.assert_code(1);
+    assert!(out.json()["error"].to_string().contains("max_iterations"));
+    assert_eq!(case.metadata("short")["iterations"], 3);
+}
