@@ -278,7 +278,7 @@ fn timed_out_tool_leaves_no_process_behind() {
   - name: spawn_and_hang
     description: fork a grandchild that ignores SIGTERM, then hang
     exec: "${AGENT_HOME}/spawn.sh"
-    timeout_ms: 400
+    timeout_ms: 1000
 "#,
         &json!({"steps": [
             {"tool": "spawn_and_hang"},
@@ -288,7 +288,9 @@ fn timed_out_tool_leaves_no_process_behind() {
     let spawn = case.agent_dir().join("spawn.sh");
     std::fs::write(
         &spawn,
-        "#!/bin/sh\nsh -c 'trap \"\" TERM; echo $$ > grandchild.pid.tmp; mv grandchild.pid.tmp grandchild.pid; exec sleep 60' &\necho started\nsleep 60\n",
+        "#!/bin/sh\nsh -c 'trap \"\" TERM; echo $$ > grandchild.pid.tmp; mv grandchild.pid.tmp grandchild.pid; exec sleep 60' &\n\
+         for i in $(seq 1 100); do [ -f grandchild.pid ] && break; sleep 0.01; done\n\
+         echo started\nsleep 60\n",
     )
     .unwrap();
     make_executable(&spawn);
