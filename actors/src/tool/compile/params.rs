@@ -192,7 +192,11 @@ pub(crate) fn merge_inferred(
             if entry.inject_as == Some(InjectAs::Stdin) {
                 hint.push_str(&format!("; to pipe a parameter to stdin write `stdin: {}` on the tool", entry.name));
             }
-            return Err(ctx.error(format!("Parameter '{}' declared but not found in template", entry.name), hint));
+            let suggestion = closest(&entry.name, &available).map(|n| format!(" (did you mean `{n}`?)")).unwrap_or_default();
+            return Err(ctx.error(
+                format!("Parameter '{}' declared but not found in template{suggestion}", entry.name),
+                hint,
+            ));
         };
         let param = &mut merged[index];
         if let Some(explicit_inject) = entry.inject_as {
