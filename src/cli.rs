@@ -61,7 +61,10 @@ mod tests {
 
     #[test]
     fn both_expand_spellings_parse() {
-        for argv in [["delta", "tool", "expand", "x"].as_slice(), ["delta", "tool:expand", "x"].as_slice()] {
+        for argv in [
+            ["delta", "tool", "expand", "x"].as_slice(),
+            ["delta", "tool:expand", "x"].as_slice(),
+        ] {
             let cli = Cli::try_parse_from(argv);
             assert!(cli.is_ok(), "{argv:?}: {cli:?}");
         }

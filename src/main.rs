@@ -19,7 +19,10 @@ fn install_logging(verbose: u8) {
     };
     let filter = EnvFilter::try_from_env("DELTA_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     // A second installation (impossible here) would only be ignored.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn main() {

@@ -115,9 +115,12 @@ pub struct InitArgs {
 /// The agent name written into agent.yaml: the folder's name, quoted when YAML needs it.
 fn yaml_name(folder_name: &str) -> String {
     let plain = !folder_name.is_empty()
-        && folder_name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && folder_name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && folder_name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && !["true", "false", "null", "yes", "no", "on", "off"].contains(&folder_name.to_ascii_lowercase().as_str());
+        && !["true", "false", "null", "yes", "no", "on", "off"]
+            .contains(&folder_name.to_ascii_lowercase().as_str());
     if plain {
         folder_name.to_string()
     } else {
@@ -136,7 +139,8 @@ fn check_target(target: &Path) -> Result<(), CliError> {
             target.display()
         )));
     }
-    let entries = std::fs::read_dir(target).map_err(|e| CliError::Runtime(format!("cannot read `{}`: {e}", target.display())))?;
+    let entries = std::fs::read_dir(target)
+        .map_err(|e| CliError::Runtime(format!("cannot read `{}`: {e}", target.display())))?;
     let visible: Vec<String> = entries
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -165,7 +169,10 @@ fn choose_interactively() -> Result<Template, CliError> {
         let _ = write!(stderr, "Template (1-{}) [1]: ", Template::ALL.len());
         let _ = stderr.flush();
         let mut line = String::new();
-        let read = stdin.lock().read_line(&mut line).map_err(|e| CliError::Runtime(format!("cannot read the answer: {e}")))?;
+        let read = stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| CliError::Runtime(format!("cannot read the answer: {e}")))?;
         if read == 0 {
             break;
         }
@@ -173,18 +180,28 @@ fn choose_interactively() -> Result<Template, CliError> {
         if answer.is_empty() {
             return Ok(Template::Minimal);
         }
-        let by_number = answer.parse::<usize>().ok().and_then(|n| n.checked_sub(1)).and_then(|i| Template::ALL.get(i));
+        let by_number = answer
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| Template::ALL.get(i));
         let by_name = Template::ALL.iter().find(|t| t.name() == answer);
         if let Some(t) = by_number.or(by_name) {
             return Ok(*t);
         }
-        let _ = writeln!(stderr, "`{answer}` is not one of the templates; type a number or a name.");
+        let _ = writeln!(
+            stderr,
+            "`{answer}` is not one of the templates; type a number or a name."
+        );
     }
-    Err(CliError::Usage("no template chosen\n  hint: pass -t <template> (or -y for minimal)".to_string()))
+    Err(CliError::Usage(
+        "no template chosen\n  hint: pass -t <template> (or -y for minimal)".to_string(),
+    ))
 }
 
 pub fn run(args: &InitArgs) -> Result<i32, CliError> {
-    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(format!("cannot read the current folder: {e}")))?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::Runtime(format!("cannot read the current folder: {e}")))?;
     let target = match &args.name {
         Some(name) => cwd.join(name),
         None => cwd.clone(),
@@ -195,7 +212,9 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
         (None, true) => Template::Minimal,
         (None, false) if std::io::stdin().is_terminal() => choose_interactively()?,
         (None, false) => {
-            eprintln!("note: no terminal to ask on; using the minimal template (choose one with -t)");
+            eprintln!(
+                "note: no terminal to ask on; using the minimal template (choose one with -t)"
+            );
             Template::Minimal
         }
     };
@@ -205,18 +224,29 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
         .unwrap_or_else(|| "agent".to_string());
     let (agent_yaml, system_prompt, readme) = template.files();
     let files = [
-        ("agent.yaml", agent_yaml.replace("__AGENT_NAME__", &yaml_name(&folder_name))),
+        (
+            "agent.yaml",
+            agent_yaml.replace("__AGENT_NAME__", &yaml_name(&folder_name)),
+        ),
         ("system_prompt.md", system_prompt.to_string()),
         ("context.yaml", default_context_yaml().to_string()),
         ("README.md", readme.replace("__AGENT_NAME__", &folder_name)),
     ];
-    std::fs::create_dir_all(&target).map_err(|e| CliError::Runtime(format!("cannot create `{}`: {e}", target.display())))?;
+    std::fs::create_dir_all(&target)
+        .map_err(|e| CliError::Runtime(format!("cannot create `{}`: {e}", target.display())))?;
     for (name, content) in &files {
         let path = target.join(name);
-        std::fs::write(&path, content).map_err(|e| CliError::Runtime(format!("cannot write `{}`: {e}", path.display())))?;
+        std::fs::write(&path, content)
+            .map_err(|e| CliError::Runtime(format!("cannot write `{}`: {e}", path.display())))?;
     }
-    let shown = args.name.as_ref().map_or_else(|| ".".to_string(), |n| n.display().to_string());
-    println!("Created agent `{folder_name}` from template {} in {shown}", template.name());
+    let shown = args
+        .name
+        .as_ref()
+        .map_or_else(|| ".".to_string(), |n| n.display().to_string());
+    println!(
+        "Created agent `{folder_name}` from template {} in {shown}",
+        template.name()
+    );
     for (name, _) in &files {
         println!("  {shown}/{name}");
     }

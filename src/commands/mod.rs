@@ -13,6 +13,8 @@ use crate::error::CliError;
 pub fn dispatch(command: &Command) -> Result<i32, CliError> {
     match command {
         Command::Init(args) => init::run(args),
-        Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => tool_expand::run(args),
+        Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => {
+            tool_expand::run(args)
+        }
     }
 }

@@ -83,7 +83,10 @@ struct ExpandedParameter {
 }
 
 fn relative(path: &Path, base: &Path) -> String {
-    path.strip_prefix(base).unwrap_or(path).display().to_string()
+    path.strip_prefix(base)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 fn expand_tool(tool: &CompiledTool, base: &Path) -> ExpandedTool {
@@ -131,16 +134,28 @@ pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
         let document = ExpandedDocument {
             agent: Some(agent.name.clone()),
             source: relative(&agent.config_file, &agent.home),
-            tools: agent.tools.iter().map(|t| expand_tool(t, &agent.home)).collect(),
+            tools: agent
+                .tools
+                .iter()
+                .map(|t| expand_tool(t, &agent.home))
+                .collect(),
         };
         (document, agent.tools, agent.warnings, agent.config_file)
     } else {
         let library = load_tool_library(&args.path)?;
-        let base = library.file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let base = library
+            .file
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let document = ExpandedDocument {
             agent: None,
             source: relative(&library.file, &base),
-            tools: library.tools.iter().map(|t| expand_tool(t, &base)).collect(),
+            tools: library
+                .tools
+                .iter()
+                .map(|t| expand_tool(t, &base))
+                .collect(),
         };
         (document, library.tools, library.warnings, library.file)
     };
@@ -148,9 +163,11 @@ pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
         eprintln!("warning: {warning}");
     }
     let rendered = match args.format {
-        ExpandFormat::Yaml => serde_yaml::to_string(&document).map_err(|e| CliError::Runtime(format!("cannot render YAML: {e}")))?,
+        ExpandFormat::Yaml => serde_yaml::to_string(&document)
+            .map_err(|e| CliError::Runtime(format!("cannot render YAML: {e}")))?,
         ExpandFormat::Json => {
-            let mut text = serde_json::to_string_pretty(&document).map_err(|e| CliError::Runtime(format!("cannot render JSON: {e}")))?;
+            let mut text = serde_json::to_string_pretty(&document)
+                .map_err(|e| CliError::Runtime(format!("cannot render JSON: {e}")))?;
             text.push('\n');
             text
         }

@@ -70,7 +70,11 @@ fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-pub(crate) fn parse_agent_config(file: &Path, doc: &Value, warnings: &mut Vec<String>) -> Result<AgentConfig, AgentError> {
+pub(crate) fn parse_agent_config(
+    file: &Path,
+    doc: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<AgentConfig, AgentError> {
     if doc.is_null() {
         return Err(AgentError::invalid(
             file,
@@ -88,7 +92,11 @@ pub(crate) fn parse_agent_config(file: &Path, doc: &Value, warnings: &mut Vec<St
     }
     let name = root.required_string("name", "add `name: my-agent` at the top of the file")?;
     let llm_value = root.get("llm").ok_or_else(|| {
-        AgentError::invalid(file, "`llm` is required", "add an `llm:` section, e.g.\nllm:\n  model: gpt-4o-mini")
+        AgentError::invalid(
+            file,
+            "`llm` is required",
+            "add an `llm:` section, e.g.\nllm:\n  model: gpt-4o-mini",
+        )
     })?;
     let llm = Fields::new(file, "llm", llm_value)?;
     llm.warn_unknown(&LLM_KEYS, warnings);
@@ -124,7 +132,9 @@ pub(crate) fn parse_agent_config(file: &Path, doc: &Value, warnings: &mut Vec<St
     };
     Ok(AgentConfig {
         name,
-        version: root.string("version")?.unwrap_or_else(|| "1.0.0".to_string()),
+        version: root
+            .string("version")?
+            .unwrap_or_else(|| "1.0.0".to_string()),
         description: root.string("description")?,
         llm: settings,
         system_prompt: root.string("system_prompt")?,
@@ -141,7 +151,10 @@ mod tests {
     fn parse(text: &str) -> (Result<AgentConfig, AgentError>, Vec<String>) {
         let doc: Value = serde_yaml::from_str(text).unwrap();
         let mut warnings = Vec::new();
-        (parse_agent_config(Path::new("/a/agent.yaml"), &doc, &mut warnings), warnings)
+        (
+            parse_agent_config(Path::new("/a/agent.yaml"), &doc, &mut warnings),
+            warnings,
+        )
     }
 
     #[test]
@@ -171,10 +184,21 @@ mod tests {
 
     #[test]
     fn typos_warn_with_suggestions() {
-        let (config, warnings) = parse("name: a\nllm:\n  model: m\n  temprature: 1\nhook:\n  x: 1\n");
+        let (config, warnings) =
+            parse("name: a\nllm:\n  model: m\n  temprature: 1\nhook:\n  x: 1\n");
         assert!(config.is_ok());
-        assert!(warnings.iter().any(|w| w.contains("unknown key `llm.temprature` (did you mean `temperature`?)")), "{warnings:?}");
-        assert!(warnings.iter().any(|w| w.contains("unknown key `hook` (did you mean `lifecycle_hooks`?)")), "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("unknown key `llm.temprature` (did you mean `temperature`?)")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("unknown key `hook` (did you mean `lifecycle_hooks`?)")),
+            "{warnings:?}"
+        );
     }
 
     #[test]
@@ -182,14 +206,35 @@ mod tests {
         for (text, phrase) in [
             ("llm: {model: m}\n", "`name` is required"),
             ("name: a\n", "`llm` is required"),
-            ("name: a\nllm: {temperature: 1}\n", "`llm.model` is required"),
-            ("name: a\nllm: {model: m, temperature: 2.5}\n", "`llm.temperature` is 2.5, outside 0..2"),
+            (
+                "name: a\nllm: {temperature: 1}\n",
+                "`llm.model` is required",
+            ),
+            (
+                "name: a\nllm: {model: m, temperature: 2.5}\n",
+                "`llm.temperature` is 2.5, outside 0..2",
+            ),
             ("name: a\nllm: {model: m, top_p: 1.5}\n", "`llm.top_p`"),
-            ("name: a\nllm: {model: m, max_tokens: 0}\n", "`llm.max_tokens`"),
-            ("name: a\nllm: {model: m, api_key_env: sk-123}\n", "not an environment variable name"),
-            ("name: a\nllm: {model: m, base_url: localhost}\n", "not an http(s) URL"),
-            ("name: a\nllm: {model: m}\nmax_iterations: -3\n", "`max_iterations`"),
-            ("name: a\nllm: {model: m}\nparallel_tool_calls: maybe\n", "`parallel_tool_calls` must be true or false"),
+            (
+                "name: a\nllm: {model: m, max_tokens: 0}\n",
+                "`llm.max_tokens`",
+            ),
+            (
+                "name: a\nllm: {model: m, api_key_env: sk-123}\n",
+                "not an environment variable name",
+            ),
+            (
+                "name: a\nllm: {model: m, base_url: localhost}\n",
+                "not an http(s) URL",
+            ),
+            (
+                "name: a\nllm: {model: m}\nmax_iterations: -3\n",
+                "`max_iterations`",
+            ),
+            (
+                "name: a\nllm: {model: m}\nparallel_tool_calls: maybe\n",
+                "`parallel_tool_calls` must be true or false",
+            ),
             ("", "the file is empty"),
         ] {
             let err = parse(text).0.unwrap_err().to_string();

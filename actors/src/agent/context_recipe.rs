@@ -83,7 +83,9 @@ pub enum ContextSource {
 impl ContextSource {
     pub fn id(&self) -> &str {
         match self {
-            ContextSource::File { id, .. } | ContextSource::ComputedFile { id, .. } | ContextSource::Journal { id, .. } => id,
+            ContextSource::File { id, .. }
+            | ContextSource::ComputedFile { id, .. }
+            | ContextSource::Journal { id, .. } => id,
         }
     }
 }
@@ -104,7 +106,10 @@ pub fn expand_path_vars(template: &str, agent_home: &Path, cwd: &Path) -> String
 const SOURCE_TYPES: [&str; 3] = ["file", "computed_file", "journal"];
 
 /// Loads `<agent_home>/context.yaml`; a missing file is an error carrying the default recipe.
-pub(crate) fn load_context_recipe(agent_home: &Path, warnings: &mut Vec<String>) -> Result<ContextRecipe, AgentError> {
+pub(crate) fn load_context_recipe(
+    agent_home: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<ContextRecipe, AgentError> {
     let file = agent_home.join("context.yaml");
     if !file.is_file() {
         return Err(AgentError::MissingContext {
@@ -116,7 +121,11 @@ pub(crate) fn load_context_recipe(agent_home: &Path, warnings: &mut Vec<String>)
     parse_context_recipe(&file, &doc, warnings)
 }
 
-pub(crate) fn parse_context_recipe(file: &Path, doc: &Value, warnings: &mut Vec<String>) -> Result<ContextRecipe, AgentError> {
+pub(crate) fn parse_context_recipe(
+    file: &Path,
+    doc: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<ContextRecipe, AgentError> {
     if doc.is_null() {
         return Err(AgentError::invalid(
             file,
@@ -154,7 +163,12 @@ fn parse_on_missing(fields: &Fields<'_>) -> Result<OnMissing, AgentError> {
     }
 }
 
-fn parse_source(file: &Path, index: usize, item: &Value, warnings: &mut Vec<String>) -> Result<ContextSource, AgentError> {
+fn parse_source(
+    file: &Path,
+    index: usize,
+    item: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<ContextSource, AgentError> {
     let fields = Fields::new(file, &format!("sources[{index}]"), item)?;
     let kind = fields.required_string("type", "use one of: file, computed_file, journal")?;
     let id = fields.string("id")?.unwrap_or_else(|| kind.clone());
@@ -162,24 +176,36 @@ fn parse_source(file: &Path, index: usize, item: &Value, warnings: &mut Vec<Stri
         "file" => {
             fields.warn_unknown(&["type", "id", "path", "on_missing"], warnings);
             ContextSource::File {
-                path: fields.required_string("path", "e.g. path: '${AGENT_HOME}/system_prompt.md'")?,
+                path: fields
+                    .required_string("path", "e.g. path: '${AGENT_HOME}/system_prompt.md'")?,
                 on_missing: parse_on_missing(&fields)?,
                 id,
             }
         }
         "computed_file" => {
-            fields.warn_unknown(&["type", "id", "generator", "output_path", "on_missing"], warnings);
-            let hint = "e.g. generator: {command: [\"python3\", \"${AGENT_HOME}/tools/summarize.py\"]}";
+            fields.warn_unknown(
+                &["type", "id", "generator", "output_path", "on_missing"],
+                warnings,
+            );
+            let hint =
+                "e.g. generator: {command: [\"python3\", \"${AGENT_HOME}/tools/summarize.py\"]}";
             let generator_value = fields.get("generator").ok_or_else(|| {
-                AgentError::invalid(file, format!("`{}` is required", fields.key_path("generator")), hint)
+                AgentError::invalid(
+                    file,
+                    format!("`{}` is required", fields.key_path("generator")),
+                    hint,
+                )
             })?;
             let generator = Fields::new(file, &fields.key_path("generator"), generator_value)?;
             generator.warn_unknown(&["command", "timeout_ms"], warnings);
             let command = generator.string_list("command")?.unwrap_or_default();
-            if command.first().map_or(true, |program| program.trim().is_empty()) {
+            if !matches!(command.first(), Some(program) if !program.trim().is_empty()) {
                 return Err(AgentError::invalid(
                     file,
-                    format!("`{}` must be a non-empty list (program first)", generator.key_path("command")),
+                    format!(
+                        "`{}` must be a non-empty list (program first)",
+                        generator.key_path("command")
+                    ),
                     hint,
                 ));
             }
@@ -202,7 +228,9 @@ fn parse_source(file: &Path, index: usize, item: &Value, warnings: &mut Vec<Stri
             }
         }
         other => {
-            let suggestion = closest(other, &SOURCE_TYPES).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+            let suggestion = closest(other, &SOURCE_TYPES)
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
             return Err(AgentError::invalid(
                 file,
                 format!("`{}` is `{other}`{suggestion}", fields.key_path("type")),
@@ -286,7 +314,11 @@ mod tests {
 
     #[test]
     fn expand_path_vars_replaces_both_variables() {
-        let out = expand_path_vars("${AGENT_HOME}/a:${CWD}/b:${OTHER}", Path::new("/h"), Path::new("/w"));
+        let out = expand_path_vars(
+            "${AGENT_HOME}/a:${CWD}/b:${OTHER}",
+            Path::new("/h"),
+            Path::new("/w"),
+        );
         assert_eq!(out, "/h/a:/w/b:${OTHER}");
     }
 }

@@ -19,7 +19,10 @@ pub struct EnvCascade {
 
 /// Nearest ancestor of `start` (itself included) that contains `.git`.
 fn project_root(start: &Path) -> Option<PathBuf> {
-    start.ancestors().find(|dir| dir.join(".git").exists()).map(Path::to_path_buf)
+    start
+        .ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .map(Path::to_path_buf)
 }
 
 /// Loads `<work_dir>/.env`, `<agent_home>/.env` and `<project root>/.env` (the nearest
@@ -48,8 +51,13 @@ pub fn load_env_cascade(
             continue;
         }
         seen.push(identity);
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| AgentError::io(&file, e, "make the .env file readable UTF-8 text, or remove it"))?;
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            AgentError::io(
+                &file,
+                e,
+                "make the .env file readable UTF-8 text, or remove it",
+            )
+        })?;
         layers.push(parse_dotenv(&file, &text)?);
         files_loaded.push(file);
     }
@@ -61,7 +69,12 @@ pub fn load_env_cascade(
     Ok(EnvCascade { vars, files_loaded })
 }
 
-fn env_error(file: &Path, line: usize, message: impl Into<String>, hint: impl Into<String>) -> AgentError {
+fn env_error(
+    file: &Path,
+    line: usize,
+    message: impl Into<String>,
+    hint: impl Into<String>,
+) -> AgentError {
     AgentError::EnvFile {
         file: file.to_path_buf(),
         line,
@@ -85,9 +98,17 @@ pub fn parse_dotenv(file: &Path, text: &str) -> Result<Vec<(String, String)>, Ag
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let line = line.strip_prefix("export ").map(str::trim_start).unwrap_or(line);
+        let line = line
+            .strip_prefix("export ")
+            .map(str::trim_start)
+            .unwrap_or(line);
         let Some((key, rest)) = line.split_once('=') else {
-            return Err(env_error(file, line_no, format!("`{line}` is not KEY=VALUE"), "write one KEY=VALUE per line; comments start with #"));
+            return Err(env_error(
+                file,
+                line_no,
+                format!("`{line}` is not KEY=VALUE"),
+                "write one KEY=VALUE per line; comments start with #",
+            ));
         };
         let key = key.trim();
         if !valid_key(key) {
@@ -99,7 +120,12 @@ pub fn parse_dotenv(file: &Path, text: &str) -> Result<Vec<(String, String)>, Ag
             ));
         }
         let value = parse_value(rest.trim_start()).map_err(|message| {
-            env_error(file, line_no, message, "close the quote on the same line; escape \" inside double quotes as \\\"")
+            env_error(
+                file,
+                line_no,
+                message,
+                "close the quote on the same line; escape \" inside double quotes as \\\"",
+            )
         })?;
         pairs.push((key.to_string(), value));
     }
@@ -178,7 +204,9 @@ mod tests {
             ("\n\nA=\"open\n", 3, "unterminated double quote"),
             ("A=\"x\" y\n", 1, "after the closing quote"),
         ] {
-            let err = parse_dotenv(Path::new("/w/.env"), text).unwrap_err().to_string();
+            let err = parse_dotenv(Path::new("/w/.env"), text)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(&format!("`/w/.env` line {line}")), "{err}");
             assert!(err.contains(phrase), "{err}");
         }
@@ -191,17 +219,34 @@ mod tests {
         let agent = root.path().join("agent");
         let work = agent.join("workspaces/W001");
         std::fs::create_dir_all(&work).unwrap();
-        std::fs::write(root.path().join(".env"), "KEY=root\nROOT_ONLY=r\nSHARED=root\n").unwrap();
+        std::fs::write(
+            root.path().join(".env"),
+            "KEY=root\nROOT_ONLY=r\nSHARED=root\n",
+        )
+        .unwrap();
         std::fs::write(agent.join(".env"), "KEY=agent\nSHARED=agent\n").unwrap();
         std::fs::write(work.join(".env"), "KEY=work\n").unwrap();
-        let process: BTreeMap<String, String> =
-            [("KEY", "process"), ("PATH", "/bin"), ("ROOT_ONLY", "process")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        let process: BTreeMap<String, String> = [
+            ("KEY", "process"),
+            ("PATH", "/bin"),
+            ("ROOT_ONLY", "process"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
         let cascade = load_env_cascade(Some(&work), &agent, &work, &process).unwrap();
         assert_eq!(cascade.vars["KEY"], "work");
         assert_eq!(cascade.vars["SHARED"], "agent");
         assert_eq!(cascade.vars["ROOT_ONLY"], "r");
         assert_eq!(cascade.vars["PATH"], "/bin");
-        assert_eq!(cascade.files_loaded, vec![work.join(".env"), agent.join(".env"), root.path().join(".env")]);
+        assert_eq!(
+            cascade.files_loaded,
+            vec![
+                work.join(".env"),
+                agent.join(".env"),
+                root.path().join(".env")
+            ]
+        );
     }
 
     #[test]

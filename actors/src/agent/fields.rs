@@ -90,7 +90,10 @@ impl<'a> Fields<'a> {
                 };
                 Err(AgentError::invalid(
                     file,
-                    format!("{what} must be a mapping of `key: value` lines, found {}", kind_of(other)),
+                    format!(
+                        "{what} must be a mapping of `key: value` lines, found {}",
+                        kind_of(other)
+                    ),
                     "see `delta init` for a complete example",
                 ))
             }
@@ -122,7 +125,11 @@ impl<'a> Fields<'a> {
     fn type_error(&self, key: &str, expected: &str, found: &Value, hint: &str) -> AgentError {
         AgentError::invalid(
             self.file,
-            format!("`{}` must be {expected}, found {}", self.key_path(key), kind_of(found)),
+            format!(
+                "`{}` must be {expected}, found {}",
+                self.key_path(key),
+                kind_of(found)
+            ),
             hint,
         )
     }
@@ -150,7 +157,12 @@ impl<'a> Fields<'a> {
     }
 
     /// A number within `min..=max`.
-    pub(crate) fn number_in(&self, key: &str, min: f64, max: f64) -> Result<Option<f64>, AgentError> {
+    pub(crate) fn number_in(
+        &self,
+        key: &str,
+        min: f64,
+        max: f64,
+    ) -> Result<Option<f64>, AgentError> {
         let hint = format!("use a number between {min} and {max}");
         match self.get(key) {
             None => Ok(None),
@@ -174,11 +186,19 @@ impl<'a> Fields<'a> {
                 Some(x) if x > 0 => Ok(Some(x)),
                 _ => Err(AgentError::invalid(
                     self.file,
-                    format!("`{}` is {n}, but must be a whole number greater than 0", self.key_path(key)),
+                    format!(
+                        "`{}` is {n}, but must be a whole number greater than 0",
+                        self.key_path(key)
+                    ),
                     "use a positive integer such as 30",
                 )),
             },
-            Some(other) => Err(self.type_error(key, "a whole number", other, "use a positive integer such as 30")),
+            Some(other) => Err(self.type_error(
+                key,
+                "a whole number",
+                other,
+                "use a positive integer such as 30",
+            )),
         }
     }
 
@@ -200,7 +220,12 @@ impl<'a> Fields<'a> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(self.type_error(key, "true or false", other, "write true or false without quotes")),
+            Some(other) => Err(self.type_error(
+                key,
+                "true or false",
+                other,
+                "write true or false without quotes",
+            )),
         }
     }
 
@@ -208,7 +233,12 @@ impl<'a> Fields<'a> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Sequence(items)) => Ok(Some(items.as_slice())),
-            Some(other) => Err(self.type_error(key, "a list (lines starting with `- `)", other, "write one `- item` per line")),
+            Some(other) => Err(self.type_error(
+                key,
+                "a list (lines starting with `- `)",
+                other,
+                "write one `- item` per line",
+            )),
         }
     }
 
@@ -226,7 +256,11 @@ impl<'a> Fields<'a> {
                 Value::Bool(b) => Ok(b.to_string()),
                 other => Err(AgentError::invalid(
                     self.file,
-                    format!("`{}[{i}]` must be text, found {}", self.key_path(key), kind_of(other)),
+                    format!(
+                        "`{}[{i}]` must be text, found {}",
+                        self.key_path(key),
+                        kind_of(other)
+                    ),
                     "quote the element",
                 )),
             })
@@ -239,7 +273,10 @@ impl<'a> Fields<'a> {
         for key in self.map.keys() {
             let name = match key {
                 Value::String(s) => s.clone(),
-                other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
+                other => serde_yaml::to_string(other)
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string(),
             };
             if known.contains(&name.as_str()) {
                 continue;
@@ -268,8 +305,14 @@ mod tests {
         assert_eq!(closest("temprature", &known), Some("temperature"));
         assert_eq!(closest("max_token", &known), Some("max_tokens"));
         assert_eq!(closest("zzz", &known), None);
-        assert_eq!(closest("hook", &["tools", "lifecycle_hooks"]), Some("lifecycle_hooks"));
-        assert_eq!(closest("hooks", &["tools", "lifecycle_hooks"]), Some("lifecycle_hooks"));
+        assert_eq!(
+            closest("hook", &["tools", "lifecycle_hooks"]),
+            Some("lifecycle_hooks")
+        );
+        assert_eq!(
+            closest("hooks", &["tools", "lifecycle_hooks"]),
+            Some("lifecycle_hooks")
+        );
     }
 
     #[test]
@@ -280,16 +323,26 @@ mod tests {
         fields.warn_unknown(&["model", "temperature"], &mut warnings);
         assert_eq!(
             warnings,
-            vec!["/a/agent.yaml: unknown key `llm.temprature` (did you mean `temperature`?)".to_string()]
+            vec![
+                "/a/agent.yaml: unknown key `llm.temprature` (did you mean `temperature`?)"
+                    .to_string()
+            ]
         );
     }
 
     #[test]
     fn getters_name_the_key_path() {
-        let doc: Value = serde_yaml::from_str("temperature: 3\nmax: -1\nflag: yes please\n").unwrap();
+        let doc: Value =
+            serde_yaml::from_str("temperature: 3\nmax: -1\nflag: yes please\n").unwrap();
         let fields = Fields::new(Path::new("f.yaml"), "llm", &doc).unwrap();
-        let err = fields.number_in("temperature", 0.0, 2.0).unwrap_err().to_string();
-        assert!(err.contains("`llm.temperature` is 3, outside 0..2"), "{err}");
+        let err = fields
+            .number_in("temperature", 0.0, 2.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`llm.temperature` is 3, outside 0..2"),
+            "{err}"
+        );
         let err = fields.positive_integer("max").unwrap_err().to_string();
         assert!(err.contains("`llm.max`"), "{err}");
         let err = fields.boolean("flag").unwrap_err().to_string();
@@ -300,7 +353,10 @@ mod tests {
     #[test]
     fn non_mapping_document_is_an_error() {
         let doc: Value = serde_yaml::from_str("- a\n- b\n").unwrap();
-        let err = Fields::new(Path::new("x.yaml"), "", &doc).err().unwrap().to_string();
+        let err = Fields::new(Path::new("x.yaml"), "", &doc)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("the document must be a mapping"), "{err}");
     }
 }

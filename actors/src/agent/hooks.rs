@@ -98,7 +98,12 @@ impl Hooks {
 
 /// Parses a hooks mapping (`hooks.yaml` root, or agent.yaml's `lifecycle_hooks`).
 /// `prefix` is the key path of the mapping (`""` or `lifecycle_hooks`).
-pub(crate) fn parse_hooks(file: &Path, prefix: &str, doc: &Value, warnings: &mut Vec<String>) -> Result<Hooks, AgentError> {
+pub(crate) fn parse_hooks(
+    file: &Path,
+    prefix: &str,
+    doc: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<Hooks, AgentError> {
     if doc.is_null() {
         return Ok(Hooks::default());
     }
@@ -118,8 +123,13 @@ pub(crate) fn parse_hooks(file: &Path, prefix: &str, doc: &Value, warnings: &mut
         let key = key.as_str().unwrap_or_default().to_string();
         let path = fields.key_path(&key);
         let Some((name, legacy)) = HookName::parse(&key) else {
-            let suggestion = closest(&key, &known).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
-            warnings.push(format!("{}: unknown hook `{path}`{suggestion}; it will never run", file.display()));
+            let suggestion = closest(&key, &known)
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
+            warnings.push(format!(
+                "{}: unknown hook `{path}`{suggestion}; it will never run",
+                file.display()
+            ));
             continue;
         };
         if legacy {
@@ -139,12 +149,15 @@ pub(crate) fn parse_hooks(file: &Path, prefix: &str, doc: &Value, warnings: &mut
                 return Err(AgentError::invalid(
                     file,
                     format!("`{path}.command` must be a list (argv), not a string"),
-                    format!("write it as a list, e.g. command: [\"sh\", \"{}/hook.sh\"]", "${AGENT_HOME}"),
+                    format!(
+                        "write it as a list, e.g. command: [\"sh\", \"{}/hook.sh\"]",
+                        "${AGENT_HOME}"
+                    ),
                 ))
             }
             _ => hook.string_list("command")?.unwrap_or_default(),
         };
-        if command.first().map_or(true, |program| program.trim().is_empty()) {
+        if !matches!(command.first(), Some(program) if !program.trim().is_empty()) {
             return Err(AgentError::invalid(
                 file,
                 format!("`{path}.command` must be a non-empty list (program first)"),
@@ -175,21 +188,33 @@ mod tests {
     fn parse(text: &str) -> (Result<Hooks, AgentError>, Vec<String>) {
         let doc: Value = serde_yaml::from_str(text).unwrap();
         let mut warnings = Vec::new();
-        (parse_hooks(Path::new("/a/hooks.yaml"), "", &doc, &mut warnings), warnings)
+        (
+            parse_hooks(Path::new("/a/hooks.yaml"), "", &doc, &mut warnings),
+            warnings,
+        )
     }
 
     #[test]
     fn all_eight_hooks_parse() {
         let text: String = HookName::ALL
             .iter()
-            .map(|h| format!("{}:\n  command: [echo, {}]\n  timeout_ms: 500\n", h.as_str(), h.as_str()))
+            .map(|h| {
+                format!(
+                    "{}:\n  command: [echo, {}]\n  timeout_ms: 500\n",
+                    h.as_str(),
+                    h.as_str()
+                )
+            })
             .collect();
         let (hooks, warnings) = parse(&text);
         let hooks = hooks.unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
         for name in HookName::ALL {
             let spec = hooks.get(name).unwrap();
-            assert_eq!(spec.command, vec!["echo".to_string(), name.as_str().to_string()]);
+            assert_eq!(
+                spec.command,
+                vec!["echo".to_string(), name.as_str().to_string()]
+            );
             assert_eq!(spec.timeout_ms, Some(500));
         }
     }
@@ -197,23 +222,38 @@ mod tests {
     #[test]
     fn wrapped_and_legacy_names_are_accepted_with_warnings() {
         let (hooks, warnings) = parse("lifecycle_hooks:\n  pre_llm_req:\n    command: [x]\n");
-        assert_eq!(hooks.unwrap().get(HookName::PreLlmRequest).unwrap().command, vec!["x"]);
-        assert!(warnings[0].contains("rename it to `pre_llm_request`"), "{warnings:?}");
+        assert_eq!(
+            hooks.unwrap().get(HookName::PreLlmRequest).unwrap().command,
+            vec!["x"]
+        );
+        assert!(
+            warnings[0].contains("rename it to `pre_llm_request`"),
+            "{warnings:?}"
+        );
     }
 
     #[test]
     fn unknown_hook_warns_with_suggestion() {
         let (hooks, warnings) = parse("on_run_ends:\n  command: [x]\n");
         assert!(hooks.unwrap().is_empty());
-        assert!(warnings[0].contains("unknown hook `on_run_ends` (did you mean `on_run_end`?)"), "{warnings:?}");
+        assert!(
+            warnings[0].contains("unknown hook `on_run_ends` (did you mean `on_run_end`?)"),
+            "{warnings:?}"
+        );
     }
 
     #[test]
     fn bad_commands_are_errors() {
         for (text, phrase) in [
-            ("on_error:\n  command: notify.sh\n", "must be a list (argv), not a string"),
+            (
+                "on_error:\n  command: notify.sh\n",
+                "must be a list (argv), not a string",
+            ),
             ("on_error:\n  command: []\n", "non-empty list"),
-            ("on_error:\n  command: [x]\n  timeout_ms: 0\n", "greater than 0"),
+            (
+                "on_error:\n  command: [x]\n  timeout_ms: 0\n",
+                "greater than 0",
+            ),
         ] {
             let err = parse(text).0.unwrap_err().to_string();
             assert!(err.contains(phrase), "{text}: {err}");

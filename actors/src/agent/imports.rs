@@ -48,7 +48,10 @@ pub(crate) fn collect_tools(
 }
 
 fn display_relative(path: &Path, home: &Path) -> String {
-    path.strip_prefix(home).unwrap_or(path).display().to_string()
+    path.strip_prefix(home)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 impl Walk<'_> {
@@ -57,7 +60,12 @@ impl Walk<'_> {
             return Ok(());
         }
         let fields = Fields::new(file, "", doc)?;
-        for (index, import) in fields.sequence("imports")?.unwrap_or_default().iter().enumerate() {
+        for (index, import) in fields
+            .sequence("imports")?
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
             let Value::String(import) = import else {
                 return Err(AgentError::invalid(
                     file,
@@ -67,7 +75,11 @@ impl Walk<'_> {
             };
             let target = self.resolve(file, import)?;
             if self.chain.contains(&target) {
-                let mut cycle: Vec<String> = self.chain.iter().map(|p| display_relative(p, self.home)).collect();
+                let mut cycle: Vec<String> = self
+                    .chain
+                    .iter()
+                    .map(|p| display_relative(p, self.home))
+                    .collect();
                 cycle.push(display_relative(&target, self.home));
                 return Err(AgentError::invalid(
                     file,
@@ -89,7 +101,11 @@ impl Walk<'_> {
             self.visit(&target, &imported)?;
             self.chain.pop();
         }
-        let local = compile_tools(fields.sequence("tools")?.unwrap_or_default(), file, self.warnings)?;
+        let local = compile_tools(
+            fields.sequence("tools")?.unwrap_or_default(),
+            file,
+            self.warnings,
+        )?;
         let mut names_in_file: HashSet<String> = HashSet::new();
         for tool in local {
             if !names_in_file.insert(tool.name.clone()) {
@@ -109,20 +125,30 @@ impl Walk<'_> {
     fn resolve(&self, file: &Path, import: &str) -> Result<PathBuf, AgentError> {
         let hint_inside = "imports are relative to the file that imports them and must stay inside the agent folder";
         if import.trim().is_empty() {
-            return Err(AgentError::invalid(file, "an import path is empty", hint_inside));
+            return Err(AgentError::invalid(
+                file,
+                "an import path is empty",
+                hint_inside,
+            ));
         }
         if Path::new(import).is_absolute() {
             return Err(AgentError::invalid(
                 file,
                 format!("import `{import}` is an absolute path"),
-                format!("{hint_inside}; write it relative to `{}`", file.parent().unwrap_or(file).display()),
+                format!(
+                    "{hint_inside}; write it relative to `{}`",
+                    file.parent().unwrap_or(file).display()
+                ),
             ));
         }
         let joined = file.parent().unwrap_or(self.home).join(import);
         let resolved = std::fs::canonicalize(&joined).map_err(|_| {
             AgentError::invalid(
                 file,
-                format!("import `{import}` not found (resolved to `{}`)", joined.display()),
+                format!(
+                    "import `{import}` not found (resolved to `{}`)",
+                    joined.display()
+                ),
                 "check the path; it is relative to the file that imports it",
             )
         })?;
@@ -134,13 +160,18 @@ impl Walk<'_> {
                     resolved.display(),
                     self.home.display()
                 ),
-                format!("{hint_inside} (symlinks are followed); copy the file into the agent folder"),
+                format!(
+                    "{hint_inside} (symlinks are followed); copy the file into the agent folder"
+                ),
             ));
         }
         if !resolved.is_file() {
             return Err(AgentError::invalid(
                 file,
-                format!("import `{import}` is not a file (resolved to `{}`)", resolved.display()),
+                format!(
+                    "import `{import}` is not a file (resolved to `{}`)",
+                    resolved.display()
+                ),
                 "import a YAML file that holds a `tools:` list",
             ));
         }

@@ -24,7 +24,10 @@ mod imports;
 use std::path::{Path, PathBuf};
 
 pub use config::LlmSettings;
-pub use context_recipe::{default_context_yaml, expand_path_vars, ContextRecipe, ContextSource, OnMissing, DEFAULT_GENERATOR_TIMEOUT_MS};
+pub use context_recipe::{
+    default_context_yaml, expand_path_vars, ContextRecipe, ContextSource, OnMissing,
+    DEFAULT_GENERATOR_TIMEOUT_MS,
+};
 pub use dotenv::{load_env_cascade, parse_dotenv, EnvCascade};
 pub use error::AgentError;
 pub use hooks::{HookName, HookSpec, Hooks};
@@ -74,13 +77,16 @@ pub struct ToolLibrary {
 const CONFIG_NAMES: [&str; 2] = ["agent.yaml", "config.yaml"];
 
 fn canonical(path: &Path) -> Result<PathBuf, AgentError> {
-    std::fs::canonicalize(path).map_err(|e| AgentError::io(path, e, "check that the path exists and is accessible"))
+    std::fs::canonicalize(path)
+        .map_err(|e| AgentError::io(path, e, "check that the path exists and is accessible"))
 }
 
 /// Finds the main file for `path` (a folder, or the main file itself) → (home, file).
 fn locate(path: &Path, warnings: &mut Vec<String>) -> Result<(PathBuf, PathBuf), AgentError> {
     if !path.exists() {
-        return Err(AgentError::NotFound { path: path.to_path_buf() });
+        return Err(AgentError::NotFound {
+            path: path.to_path_buf(),
+        });
     }
     if path.is_file() {
         let file = canonical(path)?;
@@ -117,7 +123,11 @@ fn locate(path: &Path, warnings: &mut Vec<String>) -> Result<(PathBuf, PathBuf),
 
 /// Resolves and checks the system prompt: `system_prompt:` from agent.yaml, else
 /// `system_prompt.md` (or the original engine's `system_prompt.txt`).
-fn resolve_system_prompt(home: &Path, config_file: &Path, configured: Option<&str>) -> Result<PathBuf, AgentError> {
+fn resolve_system_prompt(
+    home: &Path,
+    config_file: &Path,
+    configured: Option<&str>,
+) -> Result<PathBuf, AgentError> {
     let path = match configured {
         Some(p) => home.join(p),
         None => {
@@ -137,7 +147,8 @@ fn resolve_system_prompt(home: &Path, config_file: &Path, configured: Option<&st
             "create system_prompt.md beside agent.yaml with the agent's instructions, or point `system_prompt:` at the file",
         ));
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| AgentError::io(&path, e, "the system prompt must be readable UTF-8 text"))?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| AgentError::io(&path, e, "the system prompt must be readable UTF-8 text"))?;
     if text.trim().is_empty() {
         return Err(AgentError::invalid(
             &path,
@@ -149,7 +160,12 @@ fn resolve_system_prompt(home: &Path, config_file: &Path, configured: Option<&st
 }
 
 /// Loads `hooks.yaml`, or (deprecated) `lifecycle_hooks` from agent.yaml when it is absent.
-fn load_hooks(home: &Path, config_file: &Path, doc: &serde_yaml::Value, warnings: &mut Vec<String>) -> Result<Hooks, AgentError> {
+fn load_hooks(
+    home: &Path,
+    config_file: &Path,
+    doc: &serde_yaml::Value,
+    warnings: &mut Vec<String>,
+) -> Result<Hooks, AgentError> {
     let hooks_file = home.join("hooks.yaml");
     let root = Fields::new(config_file, "", doc)?;
     let inline = root.get("lifecycle_hooks");
@@ -168,7 +184,10 @@ fn load_hooks(home: &Path, config_file: &Path, doc: &serde_yaml::Value, warnings
             warnings.push(format!(
                 "{}: `lifecycle_hooks` in {} is deprecated; move the hooks into hooks.yaml",
                 config_file.display(),
-                config_file.file_name().unwrap_or_default().to_string_lossy()
+                config_file
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
             ));
             hooks::parse_hooks(config_file, "lifecycle_hooks", value, warnings)
         }
@@ -184,7 +203,8 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
     let doc = read_yaml(&config_file)?;
     let config = config::parse_agent_config(&config_file, &doc, &mut warnings)?;
     let tools = imports::collect_tools(&home, &config_file, &doc, &mut warnings)?;
-    let system_prompt_path = resolve_system_prompt(&home, &config_file, config.system_prompt.as_deref())?;
+    let system_prompt_path =
+        resolve_system_prompt(&home, &config_file, config.system_prompt.as_deref())?;
     let context = context_recipe::load_context_recipe(&home, &mut warnings)?;
     let hooks = load_hooks(&home, &config_file, &doc, &mut warnings)?;
     Ok(ResolvedAgent {
@@ -207,21 +227,33 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
 /// Loads a standalone tools file and its imports (confined to the file's folder).
 pub fn load_tool_library(path: &Path) -> Result<ToolLibrary, AgentError> {
     if !path.is_file() {
-        return Err(AgentError::NotFound { path: path.to_path_buf() });
+        return Err(AgentError::NotFound {
+            path: path.to_path_buf(),
+        });
     }
     let file = canonical(path)?;
     let home = file.parent().map(Path::to_path_buf).unwrap_or_default();
     let doc = read_yaml(&file)?;
     let mut warnings = Vec::new();
     if !doc.is_null() {
-        Fields::new(&file, "", &doc)?.warn_unknown(&["tools", "imports", "name", "description", "version"], &mut warnings);
+        Fields::new(&file, "", &doc)?.warn_unknown(
+            &["tools", "imports", "name", "description", "version"],
+            &mut warnings,
+        );
     }
     let tools = imports::collect_tools(&home, &file, &doc, &mut warnings)?;
-    Ok(ToolLibrary { file, tools, warnings })
+    Ok(ToolLibrary {
+        file,
+        tools,
+        warnings,
+    })
 }
 
 /// True when `path` names an agent (a folder, or a file called agent.yaml/config.yaml)
 /// rather than a standalone tools file.
 pub fn is_agent_path(path: &Path) -> bool {
-    path.is_dir() || path.file_name().is_some_and(|n| CONFIG_NAMES.iter().any(|c| n == *c))
+    path.is_dir()
+        || path
+            .file_name()
+            .is_some_and(|n| CONFIG_NAMES.iter().any(|c| n == *c))
 }

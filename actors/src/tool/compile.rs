@@ -145,9 +145,17 @@ impl CompiledTool {
             }
             properties.insert(p.name.clone(), Json::Object(property));
         }
-        let required: Vec<&str> = self.parameters.iter().filter(|p| p.required).map(|p| p.name.as_str()).collect();
+        let required: Vec<&str> = self
+            .parameters
+            .iter()
+            .filter(|p| p.required)
+            .map(|p| p.name.as_str())
+            .collect();
         let description = self.description.clone().unwrap_or_else(|| {
-            let shown = self.template.clone().unwrap_or_else(|| self.command.join(" "));
+            let shown = self
+                .template
+                .clone()
+                .unwrap_or_else(|| self.command.join(" "));
             format!("Runs: {shown}")
         });
         json!({
@@ -195,12 +203,19 @@ pub fn ask_human_schema() -> Json {
 }
 
 fn valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Compiles the `tools:` list of one file. Every tool is validated (even one a later
 /// definition will replace); unknown keys become warnings.
-pub fn compile_tools(raw: &[Value], file: &Path, warnings: &mut Vec<String>) -> Result<Vec<CompiledTool>, AgentError> {
+pub fn compile_tools(
+    raw: &[Value],
+    file: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<CompiledTool>, AgentError> {
     raw.iter()
         .enumerate()
         .map(|(index, value)| compile_tool(value, index, file, warnings))
@@ -208,10 +223,18 @@ pub fn compile_tools(raw: &[Value], file: &Path, warnings: &mut Vec<String>) -> 
 }
 
 /// Compiles one tool definition (`index` is its place in the file's `tools:` list).
-pub fn compile_tool(value: &Value, index: usize, file: &Path, warnings: &mut Vec<String>) -> Result<CompiledTool, AgentError> {
+pub fn compile_tool(
+    value: &Value,
+    index: usize,
+    file: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<CompiledTool, AgentError> {
     let prefix = format!("tools[{index}]");
     let fields = Fields::new(file, &prefix, value)?;
-    let name = fields.required_string("name", "give every tool a `name:` (letters, digits, _ or -)")?;
+    let name = fields.required_string(
+        "name",
+        "give every tool a `name:` (letters, digits, _ or -)",
+    )?;
     let ctx = ToolContext { file, tool: &name };
     if !valid_tool_name(&name) {
         return Err(ctx.error(
@@ -226,9 +249,16 @@ pub fn compile_tool(value: &Value, index: usize, file: &Path, warnings: &mut Vec
         ));
     }
     fields.warn_unknown(&TOOL_KEYS, warnings);
-    let forms: Vec<&str> = ["exec", "shell", "command"].into_iter().filter(|k| fields.has(k)).collect();
+    let forms: Vec<&str> = ["exec", "shell", "command"]
+        .into_iter()
+        .filter(|k| fields.has(k))
+        .collect();
     if forms.len() != 1 {
-        let found = if forms.is_empty() { "none".to_string() } else { forms.join(" and ") };
+        let found = if forms.is_empty() {
+            "none".to_string()
+        } else {
+            forms.join(" and ")
+        };
         return Err(ctx.error(
             format!("must have exactly one of exec:, shell:, or command: (found {found})"),
             "use exec: for a plain command, shell: when you need pipes or redirects, command: + parameters: for the legacy form",
@@ -245,7 +275,12 @@ pub fn compile_tool(value: &Value, index: usize, file: &Path, warnings: &mut Vec
 
     let (syntax, template_text, command, parameters) = if let Some(text) = fields.string("exec")? {
         let compiled = template::compile_exec(&text).map_err(template_error)?;
-        let inferred = inferred_parameters(&ctx, compiled.parameters.iter().map(|n| (n.clone(), false)), 0, stdin)?;
+        let inferred = inferred_parameters(
+            &ctx,
+            compiled.parameters.iter().map(|n| (n.clone(), false)),
+            0,
+            stdin,
+        )?;
         let parameters = merge_inferred(&ctx, inferred, explicit)?;
         (ToolSyntax::Exec, Some(text), compiled.tokens, parameters)
     } else if let Some(text) = fields.string("shell")? {
@@ -253,12 +288,17 @@ pub fn compile_tool(value: &Value, index: usize, file: &Path, warnings: &mut Vec
         let offset = compiled.engine_slots.len();
         let inferred = inferred_parameters(&ctx, compiled.parameters.into_iter(), offset, stdin)?;
         let parameters = merge_inferred(&ctx, inferred, explicit)?;
-        let mut command = vec!["sh".to_string(), "-c".to_string(), compiled.script, "--".to_string()];
+        let mut command = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            compiled.script,
+            "--".to_string(),
+        ];
         command.extend(compiled.engine_slots);
         (ToolSyntax::Shell, Some(text), command, parameters)
     } else {
         let command = fields.string_list("command")?.unwrap_or_default();
-        if command.first().map_or(true, |program| program.trim().is_empty()) {
+        if !matches!(command.first(), Some(program) if !program.trim().is_empty()) {
             return Err(ctx.error(
                 "`command` must be a non-empty list whose first element is the program",
                 "e.g. command: [\"ls\", \"-la\"]",
@@ -307,7 +347,11 @@ fn inferred_parameters(
         })
         .collect();
     if let Some(stdin_name) = stdin {
-        if !stdin_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || stdin_name.is_empty() {
+        if !stdin_name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || stdin_name.is_empty()
+        {
             return Err(ctx.error(
                 format!("`stdin: {stdin_name}` must be a parameter name"),
                 "write the bare name, e.g. stdin: content",

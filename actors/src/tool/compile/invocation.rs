@@ -52,7 +52,11 @@ pub(crate) fn stringify(param_type: ParamType, value: &Json) -> Result<String, &
         (ParamType::String, Json::Bool(b)) => Ok(b.to_string()),
         (ParamType::String, _) => Err("text"),
         (ParamType::Integer, Json::Number(n)) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-        (ParamType::Integer, Json::String(s)) => s.trim().parse::<i64>().map(|i| i.to_string()).map_err(|_| "an integer"),
+        (ParamType::Integer, Json::String(s)) => s
+            .trim()
+            .parse::<i64>()
+            .map(|i| i.to_string())
+            .map_err(|_| "an integer"),
         (ParamType::Integer, _) => Err("an integer"),
         (ParamType::Number, Json::Number(n)) => Ok(n.to_string()),
         (ParamType::Number, Json::String(s)) => match s.trim().parse::<f64>() {
@@ -70,10 +74,18 @@ impl CompiledTool {
     /// Builds argv/stdin from the model's arguments object. Engine variables are filled from
     /// `vars`; defaults apply to absent (or null) arguments; every value is stringified by
     /// its declared type. Unknown or missing arguments and wrong types are errors.
-    pub fn build_invocation(&self, args: &Map<String, Json>, vars: &EngineVars) -> Result<Invocation, ArgumentError> {
+    pub fn build_invocation(
+        &self,
+        args: &Map<String, Json>,
+        vars: &EngineVars,
+    ) -> Result<Invocation, ArgumentError> {
         let known: Vec<&str> = self.parameters.iter().map(|p| p.name.as_str()).collect();
         if let Some(unknown) = args.keys().find(|k| !known.contains(&k.as_str())) {
-            let listed = if known.is_empty() { "(none)".to_string() } else { known.join(", ") };
+            let listed = if known.is_empty() {
+                "(none)".to_string()
+            } else {
+                known.join(", ")
+            };
             return Err(ArgumentError(format!(
                 "unknown argument `{unknown}` for tool `{}`; known parameters: {listed}",
                 self.name
@@ -90,7 +102,11 @@ impl CompiledTool {
                     ))
                 })?),
                 None if p.required => {
-                    let about = p.description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+                    let about = p
+                        .description
+                        .as_deref()
+                        .map(|d| format!(" ({d})"))
+                        .unwrap_or_default();
                     return Err(ArgumentError(format!(
                         "missing required argument `{}`{about} for tool `{}`",
                         p.name, self.name
@@ -98,7 +114,8 @@ impl CompiledTool {
                 }
                 None => None,
             };
-            if p.inject_as != InjectAs::Stdin && value.as_deref().is_some_and(|v| v.contains('\0')) {
+            if p.inject_as != InjectAs::Stdin && value.as_deref().is_some_and(|v| v.contains('\0'))
+            {
                 return Err(ArgumentError(format!(
                     "argument `{}` of tool `{}` contains a NUL character, which cannot be passed on a command line",
                     p.name, self.name
@@ -144,20 +161,40 @@ impl CompiledTool {
             .command
             .iter()
             .enumerate()
-            .map(|(i, part)| if i >= 4 { substitute(part, |n| vars.value_of(n)) } else { part.clone() })
+            .map(|(i, part)| {
+                if i >= 4 {
+                    substitute(part, |n| vars.value_of(n))
+                } else {
+                    part.clone()
+                }
+            })
             .collect();
-        let mut positional: Vec<_> = self.parameters.iter().filter(|p| p.position.is_some()).collect();
+        let mut positional: Vec<_> = self
+            .parameters
+            .iter()
+            .filter(|p| p.position.is_some())
+            .collect();
         positional.sort_by_key(|p| p.position);
-        argv.extend(
-            positional
-                .into_iter()
-                .map(|p| values.get(p.name.as_str()).cloned().flatten().unwrap_or_default()),
-        );
+        argv.extend(positional.into_iter().map(|p| {
+            values
+                .get(p.name.as_str())
+                .cloned()
+                .flatten()
+                .unwrap_or_default()
+        }));
         argv
     }
 
-    fn legacy_argv(&self, values: &HashMap<&str, Option<String>>, vars: &EngineVars) -> Vec<String> {
-        let mut argv: Vec<String> = self.command.iter().map(|part| substitute(part, |n| vars.value_of(n))).collect();
+    fn legacy_argv(
+        &self,
+        values: &HashMap<&str, Option<String>>,
+        vars: &EngineVars,
+    ) -> Vec<String> {
+        let mut argv: Vec<String> = self
+            .command
+            .iter()
+            .map(|part| substitute(part, |n| vars.value_of(n)))
+            .collect();
         for p in &self.parameters {
             let Some(Some(value)) = values.get(p.name.as_str()) else {
                 continue;
@@ -177,7 +214,9 @@ impl CompiledTool {
     /// One-line, shell-quoted rendering of an invocation (for the journal's
     /// `resolved_command`); newlines are shown as `\n` and stdin as its size.
     pub fn render_command(inv: &Invocation) -> String {
-        let mut line = shell_words::join(&inv.argv).replace('\n', "\\n").replace('\r', "\\r");
+        let mut line = shell_words::join(&inv.argv)
+            .replace('\n', "\\n")
+            .replace('\r', "\\r");
         if let Some(stdin) = &inv.stdin {
             line.push_str(&format!(" < [stdin: {} bytes]", stdin.len()));
         }

@@ -46,7 +46,11 @@ pub(crate) struct ToolContext<'a> {
 
 impl ToolContext<'_> {
     pub(crate) fn error(&self, message: impl AsRef<str>, hint: impl Into<String>) -> AgentError {
-        AgentError::invalid(self.file, format!("tool `{}`: {}", self.tool, message.as_ref()), hint)
+        AgentError::invalid(
+            self.file,
+            format!("tool `{}`: {}", self.tool, message.as_ref()),
+            hint,
+        )
     }
 }
 
@@ -60,14 +64,20 @@ fn parse_enum<T: Copy>(
         return Ok(*v);
     }
     let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
-    let suggestion = closest(value, &names).map(|n| format!(" (did you mean `{n}`?)")).unwrap_or_default();
+    let suggestion = closest(value, &names)
+        .map(|n| format!(" (did you mean `{n}`?)"))
+        .unwrap_or_default();
     Err(ctx.error(
         format!("`{key_path}` is `{value}`{suggestion}"),
         format!("use one of: {}", names.join(", ")),
     ))
 }
 
-pub(crate) fn parse_param_type(ctx: &ToolContext<'_>, key_path: &str, value: &str) -> Result<ParamType, AgentError> {
+pub(crate) fn parse_param_type(
+    ctx: &ToolContext<'_>,
+    key_path: &str,
+    value: &str,
+) -> Result<ParamType, AgentError> {
     parse_enum(
         ctx,
         key_path,
@@ -81,7 +91,11 @@ pub(crate) fn parse_param_type(ctx: &ToolContext<'_>, key_path: &str, value: &st
     )
 }
 
-fn parse_inject_as(ctx: &ToolContext<'_>, key_path: &str, value: &str) -> Result<InjectAs, AgentError> {
+fn parse_inject_as(
+    ctx: &ToolContext<'_>,
+    key_path: &str,
+    value: &str,
+) -> Result<InjectAs, AgentError> {
     parse_enum(
         ctx,
         key_path,
@@ -132,17 +146,25 @@ pub(crate) fn parse_explicit(
             Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().map(|p| p as usize),
             Some(other) => {
                 return Err(ctx.error(
-                    format!("`{path}.position` must be a whole number, found {}", kind_of(other)),
+                    format!(
+                        "`{path}.position` must be a whole number, found {}",
+                        kind_of(other)
+                    ),
                     "positions are inferred from the template; you can usually drop this key",
                 ))
             }
         };
         let default = match fields.get("default") {
             None => None,
-            Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => serde_json::to_value(v).ok(),
+            Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => {
+                serde_json::to_value(v).ok()
+            }
             Some(other) => {
                 return Err(ctx.error(
-                    format!("`{path}.default` must be text, a number or a boolean, found {}", kind_of(other)),
+                    format!(
+                        "`{path}.default` must be text, a number or a boolean, found {}",
+                        kind_of(other)
+                    ),
                     "use a single scalar value",
                 ))
             }
@@ -161,12 +183,22 @@ pub(crate) fn parse_explicit(
     Ok(parsed)
 }
 
-fn finish(ctx: &ToolContext<'_>, mut param: ToolParameter, required: Option<bool>) -> Result<ToolParameter, AgentError> {
+fn finish(
+    ctx: &ToolContext<'_>,
+    mut param: ToolParameter,
+    required: Option<bool>,
+) -> Result<ToolParameter, AgentError> {
     if let Some(default) = &param.default {
         stringify(param.param_type, default).map_err(|expected| {
             ctx.error(
-                format!("the default of parameter `{}` must be {expected}, found {default}", param.name),
-                format!("change the default or the parameter's type ({})", param.param_type.as_str()),
+                format!(
+                    "the default of parameter `{}` must be {expected}, found {default}",
+                    param.name
+                ),
+                format!(
+                    "change the default or the parameter's type ({})",
+                    param.param_type.as_str()
+                ),
             )
         })?;
     }
@@ -187,14 +219,26 @@ pub(crate) fn merge_inferred(
             let available: Vec<&str> = merged.iter().map(|p| p.name.as_str()).collect();
             let mut hint = format!(
                 "Available parameters in template: {}",
-                if available.is_empty() { "(none)".to_string() } else { available.join(", ") }
+                if available.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    available.join(", ")
+                }
             );
             if entry.inject_as == Some(InjectAs::Stdin) {
-                hint.push_str(&format!("; to pipe a parameter to stdin write `stdin: {}` on the tool", entry.name));
+                hint.push_str(&format!(
+                    "; to pipe a parameter to stdin write `stdin: {}` on the tool",
+                    entry.name
+                ));
             }
-            let suggestion = closest(&entry.name, &available).map(|n| format!(" (did you mean `{n}`?)")).unwrap_or_default();
+            let suggestion = closest(&entry.name, &available)
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
             return Err(ctx.error(
-                format!("Parameter '{}' declared but not found in template{suggestion}", entry.name),
+                format!(
+                    "Parameter '{}' declared but not found in template{suggestion}",
+                    entry.name
+                ),
                 hint,
             ));
         };
@@ -226,7 +270,10 @@ pub(crate) fn merge_inferred(
         }
         if entry.option_name.is_some() {
             return Err(ctx.error(
-                format!("parameter `{}` sets option_name, which only applies to inject_as: option", entry.name),
+                format!(
+                    "parameter `{}` sets option_name, which only applies to inject_as: option",
+                    entry.name
+                ),
                 "write the option into the template instead, e.g. exec: \"tool --port ${port}\"",
             ));
         }
@@ -282,7 +329,10 @@ pub(crate) fn legacy_parameters(
         if inject_as == InjectAs::Stdin {
             if let Some(first) = &stdin_seen {
                 return Err(ctx.error(
-                    format!("At most one parameter can have inject_as: stdin (`{first}` and `{}`)", entry.name),
+                    format!(
+                        "At most one parameter can have inject_as: stdin (`{first}` and `{}`)",
+                        entry.name
+                    ),
                     "a process has one stdin: pass the other value as an argument or option",
                 ));
             }
@@ -300,7 +350,11 @@ pub(crate) fn legacy_parameters(
             name: entry.name,
             param_type: entry.param_type.unwrap_or(ParamType::String),
             inject_as,
-            option_name: if inject_as == InjectAs::Option { entry.option_name } else { None },
+            option_name: if inject_as == InjectAs::Option {
+                entry.option_name
+            } else {
+                None
+            },
             position: None,
             raw: false,
             description: entry.description,

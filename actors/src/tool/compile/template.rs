@@ -165,7 +165,10 @@ pub(crate) fn compile_exec(template: &str) -> Result<ExecTemplate, TemplateError
             "write the program and its arguments, e.g. exec: \"ls -la ${directory}\"",
         ));
     };
-    if placeholders(program).iter().any(|p| !is_engine_var(&p.name)) {
+    if placeholders(program)
+        .iter()
+        .any(|p| !is_engine_var(&p.name))
+    {
         return Err(template_error(
             format!("the program `{program}` cannot come from a parameter"),
             "start the template with a fixed program name (engine variables such as ${AGENT_HOME}/tools/x.sh are fine)",
@@ -202,7 +205,11 @@ enum Context {
 
 enum Segment {
     Text(String),
-    Slot { name: String, raw: bool, quoting: Quoting },
+    Slot {
+        name: String,
+        raw: bool,
+        quoting: Quoting,
+    },
 }
 
 /// Splits a shell script into literal text and placeholders, tracking quote context.
@@ -300,7 +307,9 @@ pub(crate) fn compile_shell(template: &str) -> Result<ShellTemplate, TemplateErr
         } else if let Some((_, seen_raw)) = parameters.iter().find(|(n, _)| n == name) {
             if seen_raw != raw {
                 return Err(template_error(
-                    format!("parameter `{name}` is used both as ${{{name}}} and as ${{{name}:raw}}"),
+                    format!(
+                        "parameter `{name}` is used both as ${{{name}}} and as ${{{name}:raw}}"
+                    ),
                     "use one form for every occurrence of the parameter",
                 ));
             }
@@ -355,8 +364,21 @@ mod tests {
     #[test]
     fn exec_quoted_static_arguments_and_mixed_tokens() {
         let t = compile_exec(r#"grep "fixed pattern" --name=${x} ${AGENT_HOME}/a ${x}"#).unwrap();
-        assert_eq!(t.tokens, vec!["grep", "fixed pattern", "--name=${x}", "${AGENT_HOME}/a", "${x}"]);
-        assert_eq!(t.parameters, vec!["x"], "engine variables are not parameters; x counted once");
+        assert_eq!(
+            t.tokens,
+            vec![
+                "grep",
+                "fixed pattern",
+                "--name=${x}",
+                "${AGENT_HOME}/a",
+                "${x}"
+            ]
+        );
+        assert_eq!(
+            t.parameters,
+            vec!["x"],
+            "engine variables are not parameters; x counted once"
+        );
     }
 
     #[test]
@@ -384,11 +406,26 @@ mod tests {
 
     #[test]
     fn exec_refuses_raw_malformed_and_parameter_programs() {
-        assert!(compile_exec("ls ${d:raw}").unwrap_err().message.contains(":raw modifier not allowed"));
-        assert!(compile_exec("ls ${d:-x}").unwrap_err().message.contains("not a valid placeholder"));
-        assert!(compile_exec("ls ${d").unwrap_err().message.contains("not a valid placeholder"));
-        assert!(compile_exec("${cmd} x").unwrap_err().message.contains("cannot come from a parameter"));
-        assert!(compile_exec("echo 'open").unwrap_err().message.contains("unterminated quote"));
+        assert!(compile_exec("ls ${d:raw}")
+            .unwrap_err()
+            .message
+            .contains(":raw modifier not allowed"));
+        assert!(compile_exec("ls ${d:-x}")
+            .unwrap_err()
+            .message
+            .contains("not a valid placeholder"));
+        assert!(compile_exec("ls ${d")
+            .unwrap_err()
+            .message
+            .contains("not a valid placeholder"));
+        assert!(compile_exec("${cmd} x")
+            .unwrap_err()
+            .message
+            .contains("cannot come from a parameter"));
+        assert!(compile_exec("echo 'open")
+            .unwrap_err()
+            .message
+            .contains("unterminated quote"));
         assert!(compile_exec("   ").unwrap_err().message.contains("empty"));
         assert!(compile_exec("${AGENT_HOME}/run.sh ${x}").is_ok());
     }
@@ -397,7 +434,10 @@ mod tests {
     fn shell_spec_example_and_reused_placeholder() {
         let t = compile_shell("grep ${pattern} ${file} | wc -l; echo ${pattern}").unwrap();
         assert_eq!(t.script, r#"grep "$1" "$2" | wc -l; echo "$1""#);
-        assert_eq!(t.parameters, vec![("pattern".to_string(), false), ("file".to_string(), false)]);
+        assert_eq!(
+            t.parameters,
+            vec![("pattern".to_string(), false), ("file".to_string(), false)]
+        );
     }
 
     #[test]
@@ -425,7 +465,11 @@ mod tests {
     fn shell_slots_from_ten_are_braced() {
         let names: Vec<String> = (0..11).map(|i| format!("${{p{i}}}")).collect();
         let t = compile_shell(&format!("echo {}", names.join(" "))).unwrap();
-        assert!(t.script.ends_with(r#""$9" "${10}" "${11}""#), "{}", t.script);
+        assert!(
+            t.script.ends_with(r#""$9" "${10}" "${11}""#),
+            "{}",
+            t.script
+        );
     }
 
     #[test]
@@ -436,7 +480,9 @@ mod tests {
 
     #[test]
     fn substitute_never_rescans_values() {
-        let out = substitute("a=${a} b=${b}", |n| Some(if n == "a" { "${b}".into() } else { "B".into() }));
+        let out = substitute("a=${a} b=${b}", |n| {
+            Some(if n == "a" { "${b}".into() } else { "B".into() })
+        });
         assert_eq!(out, "a=${b} b=B");
     }
 }

@@ -43,7 +43,10 @@ fn exec_placeholder_keeps_its_argv_position() {
 fn exec_mixed_token_is_one_element() {
     let tool = compile_ok("name: t\nexec: tool --name=${x} --home=${AGENT_HOME}\n");
     let inv = invoke(&tool, json!({"x": "v; rm -rf /"})).unwrap();
-    assert_eq!(inv.argv, vec!["tool", "--name=v; rm -rf /", "--home=/home/agent dir"]);
+    assert_eq!(
+        inv.argv,
+        vec!["tool", "--name=v; rm -rf /", "--home=/home/agent dir"]
+    );
 }
 
 #[test]
@@ -51,7 +54,10 @@ fn engine_variables_are_never_parameters() {
     let tool = compile_ok("name: t\nexec: ${AGENT_HOME}/run.sh ${CWD} ${RUN_ID} ${x}\n");
     assert_eq!(tool.parameters.len(), 1);
     let inv = invoke(&tool, json!({"x": "1"})).unwrap();
-    assert_eq!(inv.argv, vec!["/home/agent dir/run.sh", "/work/W001", "run-1", "1"]);
+    assert_eq!(
+        inv.argv,
+        vec!["/home/agent dir/run.sh", "/work/W001", "run-1", "1"]
+    );
     let err = invoke(&tool, json!({"x": "1", "AGENT_HOME": "/evil"})).unwrap_err();
     assert!(err.0.contains("unknown argument `AGENT_HOME`"), "{err}");
 }
@@ -59,10 +65,17 @@ fn engine_variables_are_never_parameters() {
 #[test]
 fn shell_spec_expansion_and_argv() {
     let tool = compile_ok("name: count\nshell: grep ${pattern} ${file} | wc -l\n");
-    assert_eq!(tool.command, vec!["sh", "-c", "grep \"$1\" \"$2\" | wc -l", "--"]);
+    assert_eq!(
+        tool.command,
+        vec!["sh", "-c", "grep \"$1\" \"$2\" | wc -l", "--"]
+    );
     assert_eq!(tool.parameters[0].position, Some(0));
     assert_eq!(tool.parameters[1].position, Some(1));
-    let inv = invoke(&tool, json!({"file": "data.txt", "pattern": "\" ; rm -rf / ; \""})).unwrap();
+    let inv = invoke(
+        &tool,
+        json!({"file": "data.txt", "pattern": "\" ; rm -rf / ; \""}),
+    )
+    .unwrap();
     assert_eq!(inv.argv[4..], ["\" ; rm -rf / ; \"", "data.txt"]);
 }
 
@@ -72,7 +85,10 @@ fn shell_placeholder_used_twice_reuses_its_slot() {
     assert_eq!(tool.command[2], "echo \"$1\" \"$2\" \"$1\"");
     assert_eq!(tool.parameters.len(), 2);
     let schema = tool.openai_schema();
-    assert_eq!(schema["function"]["parameters"]["required"], json!(["a", "b"]));
+    assert_eq!(
+        schema["function"]["parameters"]["required"],
+        json!(["a", "b"])
+    );
 }
 
 #[test]
@@ -80,7 +96,11 @@ fn shell_raw_is_unquoted_and_stdin_takes_no_slot() {
     let tool = compile_ok("name: t\nshell: ls ${flags:raw} ${dir} | tee ${out}\nstdin: content\n");
     assert_eq!(tool.command[2], "ls $1 \"$2\" | tee \"$3\"");
     assert!(tool.parameters[0].raw);
-    let inv = invoke(&tool, json!({"flags": "-l -a", "dir": "/tmp", "out": "o", "content": "text"})).unwrap();
+    let inv = invoke(
+        &tool,
+        json!({"flags": "-l -a", "dir": "/tmp", "out": "o", "content": "text"}),
+    )
+    .unwrap();
     assert_eq!(inv.argv[4..], ["-l -a", "/tmp", "o"]);
     assert_eq!(inv.stdin.as_deref(), Some("text"));
 }
@@ -88,7 +108,10 @@ fn shell_raw_is_unquoted_and_stdin_takes_no_slot() {
 #[test]
 fn shell_engine_variables_fill_their_slots() {
     let tool = compile_ok("name: t\nshell: cat ${AGENT_HOME}/notes ${f}\n");
-    assert_eq!(tool.command, vec!["sh", "-c", "cat \"$1\"/notes \"$2\"", "--", "${AGENT_HOME}"]);
+    assert_eq!(
+        tool.command,
+        vec!["sh", "-c", "cat \"$1\"/notes \"$2\"", "--", "${AGENT_HOME}"]
+    );
     assert_eq!(tool.parameters[0].position, Some(1));
     let inv = invoke(&tool, json!({"f": "x"})).unwrap();
     assert_eq!(inv.argv[4..], ["/home/agent dir", "x"]);
@@ -110,13 +133,21 @@ fn stdin_shorthand_and_explicit_metadata_merge() {
 
 #[test]
 fn defaults_make_parameters_optional_and_apply() {
-    let tool = compile_ok(
-        "name: ls\nexec: ls -la ${dir}\nparameters:\n  - name: dir\n    default: .\n",
-    );
+    let tool =
+        compile_ok("name: ls\nexec: ls -la ${dir}\nparameters:\n  - name: dir\n    default: .\n");
     assert!(!tool.parameters[0].required);
-    assert_eq!(tool.openai_schema()["function"]["parameters"]["required"], json!([]));
-    assert_eq!(invoke(&tool, json!({})).unwrap().argv, vec!["ls", "-la", "."]);
-    assert_eq!(invoke(&tool, json!({"dir": null})).unwrap().argv, vec!["ls", "-la", "."]);
+    assert_eq!(
+        tool.openai_schema()["function"]["parameters"]["required"],
+        json!([])
+    );
+    assert_eq!(
+        invoke(&tool, json!({})).unwrap().argv,
+        vec!["ls", "-la", "."]
+    );
+    assert_eq!(
+        invoke(&tool, json!({"dir": null})).unwrap().argv,
+        vec!["ls", "-la", "."]
+    );
 }
 
 #[test]
@@ -134,24 +165,47 @@ fn typed_parameters_are_stringified_and_checked() {
     );
     let inv = invoke(&tool, json!({"n": 42, "x": 1.5, "b": true})).unwrap();
     assert_eq!(inv.argv, vec!["t", "42", "1.5", "true"]);
-    assert_eq!(invoke(&tool, json!({"n": "7", "x": "2"})).unwrap().argv, vec!["t", "7", "2", "false"]);
+    assert_eq!(
+        invoke(&tool, json!({"n": "7", "x": "2"})).unwrap().argv,
+        vec!["t", "7", "2", "false"]
+    );
     let err = invoke(&tool, json!({"n": "seven", "x": 1})).unwrap_err();
-    assert_eq!(err.0, "argument `n` of tool `t` must be an integer, got \"seven\"");
+    assert_eq!(
+        err.0,
+        "argument `n` of tool `t` must be an integer, got \"seven\""
+    );
     let err = invoke(&tool, json!({"n": 1, "x": 1, "b": "yes"})).unwrap_err();
     assert!(err.0.contains("must be a boolean"), "{err}");
     let schema = tool.openai_schema();
-    assert_eq!(schema["function"]["parameters"]["properties"]["n"]["type"], "integer");
-    assert_eq!(schema["function"]["parameters"]["properties"]["x"]["type"], "number");
-    assert_eq!(schema["function"]["parameters"]["properties"]["b"]["type"], "boolean");
+    assert_eq!(
+        schema["function"]["parameters"]["properties"]["n"]["type"],
+        "integer"
+    );
+    assert_eq!(
+        schema["function"]["parameters"]["properties"]["x"]["type"],
+        "number"
+    );
+    assert_eq!(
+        schema["function"]["parameters"]["properties"]["b"]["type"],
+        "boolean"
+    );
 }
 
 #[test]
 fn missing_and_unknown_arguments_are_errors() {
-    let tool = compile_ok("name: t\nexec: echo ${msg}\nparameters:\n  - name: msg\n    description: What to say\n");
+    let tool = compile_ok(
+        "name: t\nexec: echo ${msg}\nparameters:\n  - name: msg\n    description: What to say\n",
+    );
     let err = invoke(&tool, json!({})).unwrap_err();
-    assert_eq!(err.0, "missing required argument `msg` (What to say) for tool `t`");
+    assert_eq!(
+        err.0,
+        "missing required argument `msg` (What to say) for tool `t`"
+    );
     let err = invoke(&tool, json!({"msg": "x", "extra": 1})).unwrap_err();
-    assert_eq!(err.0, "unknown argument `extra` for tool `t`; known parameters: msg");
+    assert_eq!(
+        err.0,
+        "unknown argument `extra` for tool `t`; known parameters: msg"
+    );
     let err = invoke(&tool, json!({"msg": "a\0b"})).unwrap_err();
     assert!(err.0.contains("NUL"), "{err}");
     let err = invoke(&tool, json!({"msg": ["list"]})).unwrap_err();
@@ -165,7 +219,18 @@ fn legacy_parameters_append_in_declaration_order() {
     );
     assert_eq!(tool.syntax, ToolSyntax::Legacy);
     let inv = invoke(&tool, json!({"url": "http://x", "data": "{}", "body": "b"})).unwrap();
-    assert_eq!(inv.argv, vec!["curl", "-X", "POST", "/home/agent dir/x", "http://x", "-d", "{}"]);
+    assert_eq!(
+        inv.argv,
+        vec![
+            "curl",
+            "-X",
+            "POST",
+            "/home/agent dir/x",
+            "http://x",
+            "-d",
+            "{}"
+        ]
+    );
     assert_eq!(inv.stdin.as_deref(), Some("b"));
 }
 
@@ -180,19 +245,28 @@ fn openai_schema_carries_descriptions() {
             "type": "object", "properties": {"who": {"type": "string", "description": "Person to greet"}}, "required": ["who"]}}})
     );
     let bare = compile_ok("name: d\nexec: date\n");
-    assert_eq!(bare.openai_schema()["function"]["description"], "Runs: date");
+    assert_eq!(
+        bare.openai_schema()["function"]["description"],
+        "Runs: date"
+    );
 }
 
 #[test]
 fn ask_human_schema_has_the_reference_shape() {
     let schema = ask_human_schema();
     assert_eq!(schema["function"]["name"], "ask_human");
-    assert_eq!(schema["function"]["parameters"]["required"], json!(["prompt"]));
+    assert_eq!(
+        schema["function"]["parameters"]["required"],
+        json!(["prompt"])
+    );
     assert_eq!(
         schema["function"]["parameters"]["properties"]["input_type"]["enum"],
         json!(["text", "password", "confirmation"])
     );
-    assert_eq!(schema["function"]["parameters"]["properties"]["sensitive"]["type"], "boolean");
+    assert_eq!(
+        schema["function"]["parameters"]["properties"]["sensitive"]["type"],
+        "boolean"
+    );
 }
 
 #[test]
@@ -201,7 +275,10 @@ fn render_command_is_one_shell_quoted_line() {
         argv: vec!["echo".into(), "a b".into(), "it's\nx".into()],
         stdin: Some("12345".into()),
     };
-    assert_eq!(CompiledTool::render_command(&inv), "echo 'a b' 'it'\\''s\\nx' < [stdin: 5 bytes]");
+    assert_eq!(
+        CompiledTool::render_command(&inv),
+        "echo 'a b' 'it'\\''s\\nx' < [stdin: 5 bytes]"
+    );
 }
 
 #[test]
@@ -237,10 +314,14 @@ fn definition_errors_name_tool_file_and_hint() {
 
 #[test]
 fn unknown_tool_keys_warn() {
-    let value: Value = serde_yaml::from_str("name: t\nexec: date\ndescriptoin: x\nparameters: []\n").unwrap();
+    let value: Value =
+        serde_yaml::from_str("name: t\nexec: date\ndescriptoin: x\nparameters: []\n").unwrap();
     let mut warnings = Vec::new();
     compile_tool(&value, 0, Path::new("a.yaml"), &mut warnings).unwrap();
-    assert_eq!(warnings, vec!["a.yaml: unknown key `tools[0].descriptoin` (did you mean `description`?)"]);
+    assert_eq!(
+        warnings,
+        vec!["a.yaml: unknown key `tools[0].descriptoin` (did you mean `description`?)"]
+    );
 }
 
 /// Strings without NUL: quotes, `;`, `$(...)`, newlines, backslashes and any unicode.
@@ -269,7 +350,10 @@ fn hostile_string() -> impl Strategy<Value = String> {
 }
 
 fn run(argv: &[String]) -> String {
-    let output = std::process::Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    let output = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap();
     assert!(output.status.success(), "{argv:?}: {:?}", output);
     String::from_utf8(output.stdout).unwrap()
 }
