@@ -87,7 +87,7 @@ fn tool_syntax_expansion_snapshot() {
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(!out.stderr.contains("warning"), "{}", out.stderr);
-    assert!(out.stderr.contains("expanded 11 tool(s)"), "{}", out.stderr);
+    assert!(out.stderr.contains("expanded 12 tool(s)"), "{}", out.stderr);
     insta::assert_snapshot!("tool_syntax_expand_yaml", out.stdout);
 }
 
@@ -130,6 +130,7 @@ fn colon_spelling_and_json_format_agree() {
             "count_matches",
             "list_matching",
             "word_count",
+            "count_matching_lines",
             "http_post",
             "greet"
         ]

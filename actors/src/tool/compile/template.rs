@@ -124,7 +124,12 @@ pub(crate) struct ExecTemplate {
     pub parameters: Vec<String>,
 }
 
-pub(crate) fn compile_exec(template: &str) -> Result<ExecTemplate, TemplateError> {
+/// `stdin` names the parameter piped to the process: a token that is exactly its
+/// placeholder is removed (the program then reads stdin), and it never becomes an argument.
+pub(crate) fn compile_exec(
+    template: &str,
+    stdin: Option<&str>,
+) -> Result<ExecTemplate, TemplateError> {
     for (meta, what) in EXEC_METACHARACTERS {
         if template.contains(meta) {
             return Err(template_error(
@@ -153,12 +158,25 @@ pub(crate) fn compile_exec(template: &str) -> Result<ExecTemplate, TemplateError
             None => index = start + 2,
         }
     }
-    let tokens = shell_words::split(template).map_err(|_| {
+    let mut tokens = shell_words::split(template).map_err(|_| {
         template_error(
             "exec: template has an unterminated quote",
             "close every ' and \" (or escape it with a backslash)",
         )
     })?;
+    if let Some(stdin) = stdin {
+        let whole = format!("${{{stdin}}}");
+        tokens.retain(|token| *token != whole);
+        if tokens
+            .iter()
+            .any(|t| placeholders(t).iter().any(|p| p.name == stdin))
+        {
+            return Err(template_error(
+                format!("the stdin parameter `{stdin}` is part of a larger word"),
+                format!("a stdin parameter is piped, not placed on the command line: remove ${{{stdin}}} from the template"),
+            ));
+        }
+    }
     let Some(program) = tokens.first() else {
         return Err(template_error(
             "exec: template is empty",
@@ -286,14 +304,23 @@ pub(crate) struct ShellTemplate {
     pub parameters: Vec<(String, bool)>,
 }
 
-pub(crate) fn compile_shell(template: &str) -> Result<ShellTemplate, TemplateError> {
+/// `stdin` names the parameter piped to the process: its placeholders are removed from the
+/// script and it takes no `$N` (so `cat ${a} | grep ${b}` with `stdin: a` runs
+/// `cat | grep "$1"`).
+pub(crate) fn compile_shell(
+    template: &str,
+    stdin: Option<&str>,
+) -> Result<ShellTemplate, TemplateError> {
     if template.trim().is_empty() {
         return Err(template_error(
             "shell: template is empty",
             "write a shell command line, e.g. shell: \"cat ${file} | wc -l\"",
         ));
     }
-    let segments = segment_shell(template);
+    let mut segments = segment_shell(template);
+    segments.retain(
+        |segment| !matches!(segment, Segment::Slot { name, .. } if Some(name.as_str()) == stdin),
+    );
     let mut engine_slots: Vec<String> = Vec::new();
     let mut parameters: Vec<(String, bool)> = Vec::new();
     for segment in &segments {
@@ -354,16 +381,41 @@ pub(crate) fn compile_shell(template: &str) -> Result<ShellTemplate, TemplateErr
 mod tests {
     use super::*;
 
+    fn compile_exec_plain(template: &str) -> Result<ExecTemplate, TemplateError> {
+        compile_exec(template, None)
+    }
+
+    fn compile_shell_plain(template: &str) -> Result<ShellTemplate, TemplateError> {
+        compile_shell(template, None)
+    }
+
+    #[test]
+    fn stdin_placeholders_are_removed_and_take_no_slot() {
+        let t = compile_shell("cat ${a} | grep ${b} && echo '${a}'", Some("a")).unwrap();
+        assert_eq!(t.script, r#"cat  | grep "$1" && echo ''"#);
+        assert_eq!(t.parameters, vec![("b".to_string(), false)]);
+        let t = compile_exec("tee ${file} ${content}", Some("content")).unwrap();
+        assert_eq!(t.tokens, vec!["tee", "${file}"]);
+        assert_eq!(t.parameters, vec!["file"]);
+        let err = compile_exec("tool --input=${content}", Some("content")).unwrap_err();
+        assert!(
+            err.message.contains("part of a larger word"),
+            "{}",
+            err.message
+        );
+    }
+
     #[test]
     fn exec_keeps_placeholder_positions() {
-        let t = compile_exec("grep ${pattern} -r .").unwrap();
+        let t = compile_exec_plain("grep ${pattern} -r .").unwrap();
         assert_eq!(t.tokens, vec!["grep", "${pattern}", "-r", "."]);
         assert_eq!(t.parameters, vec!["pattern"]);
     }
 
     #[test]
     fn exec_quoted_static_arguments_and_mixed_tokens() {
-        let t = compile_exec(r#"grep "fixed pattern" --name=${x} ${AGENT_HOME}/a ${x}"#).unwrap();
+        let t =
+            compile_exec_plain(r#"grep "fixed pattern" --name=${x} ${AGENT_HOME}/a ${x}"#).unwrap();
         assert_eq!(
             t.tokens,
             vec![
@@ -394,7 +446,7 @@ mod tests {
             ("true && false", "&&", "logical AND"),
             ("true || false", "||", "logical OR"),
         ] {
-            let err = compile_exec(template).unwrap_err();
+            let err = compile_exec_plain(template).unwrap_err();
             assert_eq!(
                 err.message,
                 format!("Shell metacharacter '{meta}' ({what}) not allowed in exec: mode"),
@@ -406,33 +458,36 @@ mod tests {
 
     #[test]
     fn exec_refuses_raw_malformed_and_parameter_programs() {
-        assert!(compile_exec("ls ${d:raw}")
+        assert!(compile_exec_plain("ls ${d:raw}")
             .unwrap_err()
             .message
             .contains(":raw modifier not allowed"));
-        assert!(compile_exec("ls ${d:-x}")
+        assert!(compile_exec_plain("ls ${d:-x}")
             .unwrap_err()
             .message
             .contains("not a valid placeholder"));
-        assert!(compile_exec("ls ${d")
+        assert!(compile_exec_plain("ls ${d")
             .unwrap_err()
             .message
             .contains("not a valid placeholder"));
-        assert!(compile_exec("${cmd} x")
+        assert!(compile_exec_plain("${cmd} x")
             .unwrap_err()
             .message
             .contains("cannot come from a parameter"));
-        assert!(compile_exec("echo 'open")
+        assert!(compile_exec_plain("echo 'open")
             .unwrap_err()
             .message
             .contains("unterminated quote"));
-        assert!(compile_exec("   ").unwrap_err().message.contains("empty"));
-        assert!(compile_exec("${AGENT_HOME}/run.sh ${x}").is_ok());
+        assert!(compile_exec_plain("   ")
+            .unwrap_err()
+            .message
+            .contains("empty"));
+        assert!(compile_exec_plain("${AGENT_HOME}/run.sh ${x}").is_ok());
     }
 
     #[test]
     fn shell_spec_example_and_reused_placeholder() {
-        let t = compile_shell("grep ${pattern} ${file} | wc -l; echo ${pattern}").unwrap();
+        let t = compile_shell_plain("grep ${pattern} ${file} | wc -l; echo ${pattern}").unwrap();
         assert_eq!(t.script, r#"grep "$1" "$2" | wc -l; echo "$1""#);
         assert_eq!(
             t.parameters,
@@ -442,13 +497,13 @@ mod tests {
 
     #[test]
     fn shell_quotes_by_context() {
-        let t = compile_shell(r#"echo "dir: ${d}" '${d}' ${r:raw} '${r:raw}'"#).unwrap();
+        let t = compile_shell_plain(r#"echo "dir: ${d}" '${d}' ${r:raw} '${r:raw}'"#).unwrap();
         assert_eq!(t.script, r#"echo "dir: $1" ''"$1"'' $2 ''$2''"#);
     }
 
     #[test]
     fn shell_engine_variables_take_the_first_slots() {
-        let t = compile_shell("${AGENT_HOME}/x.sh ${a} > ${CWD}/out").unwrap();
+        let t = compile_shell_plain("${AGENT_HOME}/x.sh ${a} > ${CWD}/out").unwrap();
         assert_eq!(t.engine_slots, vec!["${AGENT_HOME}", "${CWD}"]);
         assert_eq!(t.script, r#""$1"/x.sh "$3" > "$2"/out"#);
         assert_eq!(t.parameters, vec![("a".to_string(), false)]);
@@ -456,7 +511,7 @@ mod tests {
 
     #[test]
     fn shell_leaves_escapes_and_shell_expansions_alone() {
-        let t = compile_shell(r#"echo \${notparam} ${x:-default} "$(cat "${f}")""#).unwrap();
+        let t = compile_shell_plain(r#"echo \${notparam} ${x:-default} "$(cat "${f}")""#).unwrap();
         assert_eq!(t.script, r#"echo \${notparam} ${x:-default} "$(cat "$1")""#);
         assert_eq!(t.parameters, vec![("f".to_string(), false)]);
     }
@@ -464,7 +519,7 @@ mod tests {
     #[test]
     fn shell_slots_from_ten_are_braced() {
         let names: Vec<String> = (0..11).map(|i| format!("${{p{i}}}")).collect();
-        let t = compile_shell(&format!("echo {}", names.join(" "))).unwrap();
+        let t = compile_shell_plain(&format!("echo {}", names.join(" "))).unwrap();
         assert!(
             t.script.ends_with(r#""$9" "${10}" "${11}""#),
             "{}",
@@ -474,7 +529,7 @@ mod tests {
 
     #[test]
     fn shell_refuses_mixed_raw_use() {
-        let err = compile_shell("echo ${a} ${a:raw}").unwrap_err();
+        let err = compile_shell_plain("echo ${a} ${a:raw}").unwrap_err();
         assert!(err.message.contains("both as"), "{}", err.message);
     }
 
