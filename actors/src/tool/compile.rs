@@ -283,6 +283,12 @@ pub fn compile_tool(
             stdin,
         )?;
         let parameters = merge_inferred(&ctx, inferred, explicit)?;
+        if let Some(variable) = template::bare_shell_variable(&text) {
+            warnings.push(format!(
+                "{}: tool `{name}`: `{variable}` is passed literally because exec: runs no shell; use ${{AGENT_HOME}}, ${{CWD}} or ${{RUN_ID}}, or shell: mode",
+                file.display()
+            ));
+        }
         (ToolSyntax::Exec, Some(text), compiled.tokens, parameters)
     } else if let Some(text) = fields.string("shell")? {
         let compiled = template::compile_shell(&text, stdin_name).map_err(template_error)?;

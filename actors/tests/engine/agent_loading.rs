@@ -516,3 +516,26 @@ fn the_ask_human_name_is_reserved_even_in_imports() {
     assert!(err.contains("lib.yaml"), "{err}");
     assert!(err.contains("`ask_human` is a built-in tool"), "{err}");
 }
+
+#[test]
+fn openai_tools_lists_every_tool_then_ask_human() {
+    let agent = load_agent(&example("hello-world")).unwrap();
+    let tools = agent.openai_tools();
+    let names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "print_message",
+            "create_file",
+            "write_to_file",
+            "list_files",
+            "show_date",
+            "ask_human"
+        ]
+    );
+    assert_eq!(tools[0]["function"]["description"], "Print a message");
+    assert_eq!(tools[3]["function"]["parameters"]["required"], json!([]));
+}

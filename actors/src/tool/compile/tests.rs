@@ -399,3 +399,15 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn exec_warns_about_unexpanded_shell_variables() {
+    let value: Value = serde_yaml::from_str("name: t\nexec: ls $HOME\n").unwrap();
+    let mut warnings = Vec::new();
+    compile_tool(&value, 0, Path::new("a.yaml"), &mut warnings).unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0].contains("`$HOME` is passed literally because exec: runs no shell"),
+        "{warnings:?}"
+    );
+}
