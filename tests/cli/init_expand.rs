@@ -353,3 +353,54 @@ fn help_teaches_with_examples() {
     let out = run_in(&repo_root(), &["tool", "expand", "--help"]);
     assert!(out.stdout.contains("Examples:"), "{}", out.stdout);
 }
+
+/// Runs `delta init <name>` with stdin on a pseudo-terminal, typing `typed` into it.
+fn init_on_a_terminal(dir: &Path, name: &str, typed: &str) -> Outcome {
+    use std::io::Write;
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("delta"))
+        .current_dir(dir)
+        .args(["init", name])
+        .stdin(std::process::Stdio::from(pty.slave))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut master = std::fs::File::from(pty.master);
+    master.write_all(typed.as_bytes()).unwrap();
+    // Bounded wait: the line discipline already holds the typed answer.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("delta init kept waiting on the terminal");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    drop(master);
+    Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn init_on_a_terminal_offers_the_menu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = init_on_a_terminal(dir.path(), "picked", "2\n");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("Choose a template:"), "{}", out.stderr);
+    assert!(out.stderr.contains("5. bash-session"), "{}", out.stderr);
+    assert!(out.stdout.contains("from template hello-world"), "{}", out.stdout);
+}
+
+#[test]
+fn the_menu_asks_again_after_a_wrong_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = init_on_a_terminal(dir.path(), "picked", "9\napi-tester\n");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("`9` is not one of the templates"), "{}", out.stderr);
+    assert!(out.stdout.contains("from template api-tester"), "{}", out.stdout);
+}
