@@ -393,7 +393,11 @@ fn init_on_a_terminal_offers_the_menu() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stderr.contains("Choose a template:"), "{}", out.stderr);
     assert!(out.stderr.contains("5. bash-session"), "{}", out.stderr);
-    assert!(out.stdout.contains("from template hello-world"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("from template hello-world"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -401,6 +405,14 @@ fn the_menu_asks_again_after_a_wrong_answer() {
     let dir = tempfile::tempdir().unwrap();
     let out = init_on_a_terminal(dir.path(), "picked", "9\napi-tester\n");
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(out.stderr.contains("`9` is not one of the templates"), "{}", out.stderr);
-    assert!(out.stdout.contains("from template api-tester"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("`9` is not one of the templates"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout.contains("from template api-tester"),
+        "{}",
+        out.stdout
+    );
 }
