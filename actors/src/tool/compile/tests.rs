@@ -411,3 +411,22 @@ fn exec_warns_about_unexpanded_shell_variables() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn shell_optional_parameter_without_value_keeps_its_slot_empty() {
+    let tool = compile_ok(
+        "name: t\nshell: echo ${a} ${b}\nparameters:\n  - name: a\n    required: false\n",
+    );
+    let inv = invoke(&tool, json!({"b": "B"})).unwrap();
+    assert_eq!(inv.argv[4..], ["", "B"], "$2 must still be b");
+}
+
+#[test]
+fn a_stdin_default_is_piped_when_the_model_omits_it() {
+    let tool = compile_ok(
+        "name: t\nexec: cat\nstdin: text\nparameters:\n  - name: text\n    default: hello\n",
+    );
+    let inv = invoke(&tool, json!({})).unwrap();
+    assert_eq!(inv.argv, ["cat"]);
+    assert_eq!(inv.stdin.as_deref(), Some("hello"));
+}
