@@ -5,3 +5,4 @@ mod plan;
 mod process;
 mod run;
 mod store;
+mod agent_loading;
