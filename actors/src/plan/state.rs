@@ -131,12 +131,39 @@ impl OrchestrationSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SchedulingEvent {
-    OrchestrationStarted { plan: String, workspace: String, resumed: bool },
-    StageStarted { stage: String, runs: usize },
-    RunSubmitted { stage: String, index: usize, run_id: String, attempt: u32, resume: bool },
-    RunFinished { stage: String, index: usize, run_id: String, status: RunStatus, attempt: u32, error: Option<String> },
-    StageFinished { stage: String, status: StageStatus, completed: usize, failed: usize },
-    OrchestrationFinished { status: OrchestrationStatus },
+    OrchestrationStarted {
+        plan: String,
+        workspace: String,
+        resumed: bool,
+    },
+    StageStarted {
+        stage: String,
+        runs: usize,
+    },
+    RunSubmitted {
+        stage: String,
+        index: usize,
+        run_id: String,
+        attempt: u32,
+        resume: bool,
+    },
+    RunFinished {
+        stage: String,
+        index: usize,
+        run_id: String,
+        status: RunStatus,
+        attempt: u32,
+        error: Option<String>,
+    },
+    StageFinished {
+        stage: String,
+        status: StageStatus,
+        completed: usize,
+        failed: usize,
+    },
+    OrchestrationFinished {
+        status: OrchestrationStatus,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -253,7 +280,10 @@ impl OrchestrationState {
         if let Ok(text) = std::fs::read_to_string(dir.join("journal.jsonl")) {
             for line in text.lines() {
                 if let Ok(SchedulingRecord {
-                    event: SchedulingEvent::RunSubmitted { run_id, attempt, .. },
+                    event:
+                        SchedulingEvent::RunSubmitted {
+                            run_id, attempt, ..
+                        },
                     ..
                 }) = serde_json::from_str::<SchedulingRecord>(line)
                 {
@@ -341,10 +371,26 @@ mod tests {
                 })
                 .unwrap();
         }
-        assert_eq!(OrchestrationState::attempts_so_far(&state.dir)["o-1-s-0"], 2);
+        assert_eq!(
+            OrchestrationState::attempts_so_far(&state.dir)["o-1-s-0"],
+            2
+        );
         assert_eq!(find_workspace(plan_dir.path(), "o-1").unwrap(), ws);
         assert_eq!(OrchestrationState::saved_vars(&state.dir).unwrap()["a"], 1);
-        assert!(OrchestrationState::open(&ws, "missing", Path::new("x"), &serde_json::json!({}), true).is_err());
-        assert_eq!(next_plan_workspace(plan_dir.path()).unwrap().file_name().unwrap(), "W002");
+        assert!(OrchestrationState::open(
+            &ws,
+            "missing",
+            Path::new("x"),
+            &serde_json::json!({}),
+            true
+        )
+        .is_err());
+        assert_eq!(
+            next_plan_workspace(plan_dir.path())
+                .unwrap()
+                .file_name()
+                .unwrap(),
+            "W002"
+        );
     }
 }

@@ -11,11 +11,13 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::api::{
-    EngineError, LlmTarget, RunErrorInfo, RunEvent, RunRequest, RunResult, RunStart,
-    SupervisorConfig,
+    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunErrorInfo, RunEvent,
+    RunRequest, RunResult, RunStart, SupervisorConfig,
 };
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
+use crate::plan::state::OrchestrationSummary;
 use crate::runtime::gateway::LlmGateway;
+use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{record_panic_failure, CancelRunActor, RunActor};
 use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
 
@@ -25,6 +27,15 @@ use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
 pub struct SubmitRun {
     pub request: RunRequest,
     pub reply: oneshot::Sender<RunResult>,
+}
+
+/// Start a plan's state machine; its summary arrives on `reply`.
+#[derive(Message)]
+#[rtype(result = "Result<(), EngineError>")]
+pub struct StartOrchestration {
+    pub request: OrchestrationRequest,
+    pub events: broadcast::Sender<OrchestrationEvent>,
+    pub reply: oneshot::Sender<OrchestrationSummary>,
 }
 
 /// Interrupt one run.
@@ -57,6 +68,7 @@ pub struct RunSupervisor {
     gateways: HashMap<String, Addr<LlmGateway>>,
     running: HashMap<String, Addr<RunActor>>,
     queue: VecDeque<Queued>,
+    orchestrations: HashMap<String, Addr<OrchestrationActor>>,
 }
 
 impl RunSupervisor {
@@ -70,6 +82,7 @@ impl RunSupervisor {
             gateways: HashMap::new(),
             running: HashMap::new(),
             queue: VecDeque::new(),
+            orchestrations: HashMap::new(),
         }
     }
 
@@ -240,6 +253,23 @@ impl Handler<SubmitRun> for RunSupervisor {
     }
 }
 
+impl Handler<StartOrchestration> for RunSupervisor {
+    type Result = Result<(), EngineError>;
+
+    fn handle(&mut self, msg: StartOrchestration, ctx: &mut Self::Context) -> Self::Result {
+        let id = msg.request.orchestration_id.clone();
+        if self.orchestrations.get(&id).is_some_and(|a| a.connected()) {
+            return Err(EngineError::Rejected(format!(
+                "orchestration '{id}' is already running in this process"
+            )));
+        }
+        let addr =
+            OrchestrationActor::new(msg.request, ctx.address(), msg.events, msg.reply).start();
+        self.orchestrations.insert(id, addr);
+        Ok(())
+    }
+}
+
 impl Handler<CancelRun> for RunSupervisor {
     type Result = ();
 
@@ -263,6 +293,12 @@ impl Handler<CancelAll> for RunSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: CancelAll, _ctx: &mut Self::Context) {
+        // Orchestrations first, so they stop submitting before their runs are interrupted.
+        for addr in self.orchestrations.values() {
+            addr.do_send(CancelOrchestration {
+                reason: msg.reason.clone(),
+            });
+        }
         for q in self.queue.drain(..) {
             let mut result = setup_failure(&q.request, &q.run_id, &msg.reason);
             result.status = crate::protocol::RunStatus::Interrupted;

@@ -1,8 +1,8 @@
 //! Engine-level integration tests (one binary).
+mod agent_loading;
 mod harness;
 mod llm;
 mod plan;
 mod process;
 mod run;
 mod store;
-mod agent_loading;
