@@ -28,6 +28,7 @@ use crate::plan::{
     expand_stage, parse_json_output, ready_stages, OutputKind, PlannedRun, RunRecord, StageContext,
 };
 use crate::protocol::{RunStatus, TokenUsage};
+use crate::runtime::janitor::{JanitorActor, StopJanitor};
 use crate::runtime::supervisor::{CancelRun, RunSupervisor, SubmitRun};
 use crate::workspace::{now_rfc3339, RunPaths};
 
@@ -75,6 +76,7 @@ pub struct OrchestrationActor {
     started_at: Instant,
     started_at_text: String,
     setup_error: Option<String>,
+    janitor: Option<Addr<JanitorActor>>,
 }
 
 impl OrchestrationActor {
@@ -102,6 +104,7 @@ impl OrchestrationActor {
             started_at: Instant::now(),
             started_at_text: now_rfc3339(),
             setup_error: None,
+            janitor: None,
         }
     }
 
@@ -557,6 +560,9 @@ impl OrchestrationActor {
         let Some(reply) = self.reply.take() else {
             return;
         };
+        if let Some(janitor) = self.janitor.take() {
+            janitor.do_send(StopJanitor);
+        }
         let mut stages = Vec::new();
         let mut totals = Totals::default();
         for spec in &self.request.plan.stages {
@@ -673,6 +679,14 @@ impl Actor for OrchestrationActor {
                 return;
             }
         }
+        // Runs of this workspace orphaned by other processes are noticed while we work.
+        self.janitor = Some(
+            JanitorActor::new(
+                vec![self.request.workspace.clone()],
+                Some(std::time::Duration::from_secs(60)),
+            )
+            .start(),
+        );
         self.record(SchedulingEvent::OrchestrationStarted {
             plan: self.request.plan.file.to_string_lossy().into_owned(),
             workspace: self.request.workspace.to_string_lossy().into_owned(),

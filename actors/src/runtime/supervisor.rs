@@ -68,6 +68,7 @@ pub struct RunSupervisor {
     gateways: HashMap<String, Addr<LlmGateway>>,
     running: HashMap<String, Addr<RunActor>>,
     queue: VecDeque<Queued>,
+    queued_ids: std::collections::HashSet<String>,
     orchestrations: HashMap<String, Addr<OrchestrationActor>>,
 }
 
@@ -82,6 +83,7 @@ impl RunSupervisor {
             gateways: HashMap::new(),
             running: HashMap::new(),
             queue: VecDeque::new(),
+            queued_ids: std::collections::HashSet::new(),
             orchestrations: HashMap::new(),
         }
     }
@@ -169,7 +171,10 @@ impl RunSupervisor {
     fn admit(&mut self, ctx: &mut Context<Self>) {
         while self.running.len() < self.config.max_parallel.max(1) {
             match self.queue.pop_front() {
-                Some(q) => self.launch(q, ctx),
+                Some(q) => {
+                    self.queued_ids.remove(&q.run_id);
+                    self.launch(q, ctx)
+                }
                 None => break,
             }
         }
@@ -238,11 +243,12 @@ impl Handler<SubmitRun> for RunSupervisor {
                 )),
             };
         validate_run_id(&run_id).map_err(|e| EngineError::Rejected(e.to_string()))?;
-        if self.running.contains_key(&run_id) || self.queue.iter().any(|q| q.run_id == run_id) {
+        if self.running.contains_key(&run_id) || self.queued_ids.contains(&run_id) {
             return Err(EngineError::Rejected(format!(
                 "run '{run_id}' is already being driven by this process"
             )));
         }
+        self.queued_ids.insert(run_id.clone());
         self.queue.push_back(Queued {
             run_id: run_id.clone(),
             request: msg.request,
@@ -281,6 +287,7 @@ impl Handler<CancelRun> for RunSupervisor {
             });
         } else if let Some(pos) = self.queue.iter().position(|q| q.run_id == msg.run_id) {
             if let Some(q) = self.queue.remove(pos) {
+                self.queued_ids.remove(&q.run_id);
                 let _ = q
                     .reply
                     .send(setup_failure(&q.request, &q.run_id, &msg.reason));
@@ -299,6 +306,7 @@ impl Handler<CancelAll> for RunSupervisor {
                 reason: msg.reason.clone(),
             });
         }
+        self.queued_ids.clear();
         for q in self.queue.drain(..) {
             let mut result = setup_failure(&q.request, &q.run_id, &msg.reason);
             result.status = crate::protocol::RunStatus::Interrupted;

@@ -82,6 +82,13 @@ impl Acting {
     }
 }
 
+/// The tools offered to the model: the agent's, then the built-in ask_human.
+pub(super) fn tool_schemas(request: &RunRequest) -> Arc<Vec<Value>> {
+    let mut schemas: Vec<Value> = request.agent.tools.iter().map(CompiledTool::openai_schema).collect();
+    schemas.push(ask_human_schema());
+    Arc::new(schemas)
+}
+
 /// Environment for tools (complete, secrets removed) and for context generators.
 pub(super) fn child_environments(
     run_id: &str,
@@ -233,15 +240,7 @@ impl RunActor {
     }
 
     fn tool_schemas(&self) -> Arc<Vec<Value>> {
-        let mut schemas: Vec<Value> = self
-            .request
-            .agent
-            .tools
-            .iter()
-            .map(CompiledTool::openai_schema)
-            .collect();
-        schemas.push(ask_human_schema());
-        Arc::new(schemas)
+        self.tool_schemas.clone()
     }
 
     fn on_model_reply(&mut self, step: ModelStep, ctx: &mut Context<Self>) {

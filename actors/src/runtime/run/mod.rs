@@ -92,6 +92,7 @@ pub struct RunActor {
     child_env: Arc<Vec<(String, String)>>,
     generator_env: Arc<BTreeMap<String, String>>,
     secrets: Arc<HashMap<String, String>>,
+    tool_schemas: Arc<Vec<serde_json::Value>>,
     finished: bool,
 }
 
@@ -140,6 +141,7 @@ impl RunActor {
             child_env: Arc::new(child_env),
             generator_env: Arc::new(generator_env),
             secrets: Arc::new(HashMap::new()),
+            tool_schemas,
             finished: false,
         }
     }
