@@ -113,6 +113,7 @@ impl RunActor {
             .max(1);
         let (child_env, generator_env) =
             act::child_environments(&run_id, &request, &config, &paths);
+        let tool_schemas = act::tool_schemas(&request);
         RunActor {
             log: EngineLog::new(paths.engine_log.clone()),
             run_id,
