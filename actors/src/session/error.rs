@@ -53,6 +53,9 @@ pub enum SessionError {
     #[error("session {id}: holder protocol error: {reason}")]
     Protocol { id: String, reason: String },
 
+    #[error("session {id}: the session runtime stopped ({reason}); create a new SessionManager")]
+    RuntimeGone { id: String, reason: String },
+
     #[error("session {id} could not start `{command}`: {reason}")]
     StartFailed {
         id: String,

@@ -1,1 +1,2 @@
 //! Engine-level integration tests (one binary).
+mod session;
