@@ -18,7 +18,7 @@ pub enum SessionError {
     #[error("no command provided for session {id}: pass it as an argument or on stdin")]
     EmptyCommand { id: String },
 
-    #[error("`{command}` is not a shell this tool can keep state for (bash, sh, dash, ksh, zsh); for REPLs such as python3 use `delta-sessions-pty start {command}`")]
+    #[error("`{command}` is not a shell this tool can keep state for (bash, or sh/dash/ash); for REPLs such as python3 use `delta-sessions-pty start {command}`")]
     NotAShell { command: String },
 
     #[error("shell `{command}` was not found on PATH; give an absolute path or install it")]
