@@ -25,7 +25,12 @@ use serde_json::{json, Value};
 )]
 struct Cli {
     /// Folder holding PTY sessions [default: <cwd>/.sessions-pty]
-    #[arg(long, global = true, env = "DELTA_SESSIONS_PTY_DIR", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "DELTA_SESSIONS_PTY_DIR",
+        value_name = "DIR"
+    )]
     sessions_dir: Option<PathBuf>,
 
     #[command(subcommand)]
@@ -101,7 +106,10 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(Output::Json(value)) => {
-            println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            );
             ExitCode::SUCCESS
         }
         Ok(Output::Raw(text)) => {
@@ -144,7 +152,9 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
         source: e,
     })?;
     let config = PtyConfig {
-        sessions_dir: cli.sessions_dir.unwrap_or_else(|| cwd.join(".sessions-pty")),
+        sessions_dir: cli
+            .sessions_dir
+            .unwrap_or_else(|| cwd.join(".sessions-pty")),
         runtime_dir: default_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref()),
         holder_exe,
     };
@@ -153,11 +163,13 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
         Command::Start { command } => Output::Json(to_value(sessions.start(&command, &cwd)?)),
         Command::Write { session_id, raw } => {
             let mut input = Vec::new();
-            std::io::stdin().read_to_end(&mut input).map_err(|e| SessionError::Io {
-                action: "cannot read input from",
-                path: PathBuf::from("<stdin>"),
-                source: e,
-            })?;
+            std::io::stdin()
+                .read_to_end(&mut input)
+                .map_err(|e| SessionError::Io {
+                    action: "cannot read input from",
+                    path: PathBuf::from("<stdin>"),
+                    source: e,
+                })?;
             let data = if raw {
                 input
             } else {

@@ -69,13 +69,19 @@ fn main() -> ExitCode {
         }
         Err(e) => return fail(&e.to_string()),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
     };
     match runtime.block_on(run(cli)) {
         Ok(value) => {
-            println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e.to_string()),
@@ -151,11 +157,13 @@ fn read_stdin(session_id: &str) -> Result<String, SessionError> {
         return Err(empty());
     }
     let mut command = String::new();
-    stdin.read_to_string(&mut command).map_err(|e| SessionError::Io {
-        action: "cannot read the command from",
-        path: PathBuf::from("<stdin>"),
-        source: e,
-    })?;
+    stdin
+        .read_to_string(&mut command)
+        .map_err(|e| SessionError::Io {
+            action: "cannot read the command from",
+            path: PathBuf::from("<stdin>"),
+            source: e,
+        })?;
     if command.trim().is_empty() {
         return Err(empty());
     }

@@ -34,7 +34,11 @@ fn start(dir: &Path) -> String {
 }
 
 fn exec(dir: &Path, id: &str, command: &str) -> Value {
-    let output = cli(dir).args(["exec", id]).write_stdin(command).output().unwrap();
+    let output = cli(dir)
+        .args(["exec", id])
+        .write_stdin(command)
+        .output()
+        .unwrap();
     assert!(output.status.success(), "{output:?}");
     json_of(&output)
 }
@@ -44,13 +48,22 @@ fn cwd_variables_functions_and_aliases_survive_separate_invocations() {
     let tmp = tempfile::tempdir().unwrap();
     let id = start(tmp.path());
     let out = cli(tmp.path())
-        .args(["exec", &id, "cd /tmp; export A=1; B=2; f() { echo fn-$1; }; alias hi='echo alias-hi'"])
+        .args([
+            "exec",
+            &id,
+            "cd /tmp; export A=1; B=2; f() { echo fn-$1; }; alias hi='echo alias-hi'",
+        ])
         .output()
         .unwrap();
     assert_eq!(json_of(&out)["exit_code"], 0);
     let out = exec(tmp.path(), &id, "pwd; echo $A $B; f x; hi\n");
     assert_eq!(out["stdout"], "/tmp\n1 2\nfn-x\nalias-hi\n");
-    assert!(tmp.path().join(".sessions").join(&id).join("history.log").is_file());
+    assert!(tmp
+        .path()
+        .join(".sessions")
+        .join(&id)
+        .join("history.log")
+        .is_file());
 }
 
 #[test]
@@ -79,7 +92,10 @@ fn a_hostile_command_cannot_escape_into_the_wrapper() {
     for attempt in attempts {
         let out = exec(tmp.path(), &id, attempt);
         let all = format!("{}{}", out["stdout"], out["stderr"]);
-        assert!(!all.contains("ESCAPED\\n") && !all.contains("ESCAPED\n"), "{attempt}: {all}");
+        assert!(
+            !all.contains("ESCAPED\\n") && !all.contains("ESCAPED\n"),
+            "{attempt}: {all}"
+        );
     }
     let out = exec(tmp.path(), &id, "exit 7; echo ESCAPED");
     assert_eq!(out["exit_code"], 7);
@@ -154,7 +170,11 @@ fn twenty_sessions_run_in_parallel() {
     for (i, handle) in handles.into_iter().enumerate() {
         assert_eq!(handle.join().unwrap()["stdout"], format!("{i}\n"));
     }
-    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -181,22 +201,40 @@ fn cleanup_leaves_running_and_active_sessions_alone() {
     assert_eq!(report["remaining"].as_array().unwrap().len(), 2);
     running.join().unwrap();
     let list = json_of(&cli(tmp.path()).arg("list").output().unwrap());
-    let ids: Vec<&str> = list.as_array().unwrap().iter().map(|s| s["session_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
     assert!(ids.contains(&active.as_str()) && ids.contains(&busy.as_str()) && ids.len() == 2);
 }
 
 #[test]
 fn errors_are_json_on_stdout_with_exit_1_and_a_hint() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = cli(tmp.path()).args(["exec", "sess_0123abcd", "true"]).output().unwrap();
+    let out = cli(tmp.path())
+        .args(["exec", "sess_0123abcd", "true"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(json_of(&out)["error"].as_str().unwrap().contains("not found"));
+    assert!(json_of(&out)["error"]
+        .as_str()
+        .unwrap()
+        .contains("not found"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("sess_0123abcd"));
     let out = cli(tmp.path()).args(["start", "python3"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(json_of(&out)["error"].as_str().unwrap().contains("delta-sessions-pty"));
+    assert!(json_of(&out)["error"]
+        .as_str()
+        .unwrap()
+        .contains("delta-sessions-pty"));
     let id = start(tmp.path());
-    let out = cli(tmp.path()).args(["exec", &id]).write_stdin("  \n").output().unwrap();
+    let out = cli(tmp.path())
+        .args(["exec", &id])
+        .write_stdin("  \n")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let out = exec(tmp.path(), &id, "echo failing >&2; false");
     assert_eq!(out["exit_code"], 1);
@@ -218,7 +256,13 @@ fn the_sessions_dir_comes_from_the_flag_or_the_environment_and_keys_stay_out() {
     let session_dir = elsewhere.join(&id);
     assert!(session_dir.is_dir());
     let out = cli(tmp.path())
-        .args(["--sessions-dir", elsewhere.to_str().unwrap(), "exec", &id, "echo ${DELTA_API_KEY-none} ${AGENT_KEY-none}"])
+        .args([
+            "--sessions-dir",
+            elsewhere.to_str().unwrap(),
+            "exec",
+            &id,
+            "echo ${DELTA_API_KEY-none} ${AGENT_KEY-none}",
+        ])
         .output()
         .unwrap();
     assert_eq!(json_of(&out)["stdout"], "none none\n");

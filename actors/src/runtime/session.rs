@@ -107,9 +107,7 @@ impl SessionManager {
                 let _ = runner.run();
             })
             .map_err(|e| runtime_gone("-", e.to_string()))?;
-        let (system, arbiter) = rx
-            .recv()
-            .map_err(|e| runtime_gone("-", e.to_string()))?;
+        let (system, arbiter) = rx.recv().map_err(|e| runtime_gone("-", e.to_string()))?;
         Ok(SessionManager {
             sessions: ShellSessions::new(config),
             arbiter,

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 /// What went wrong with a session command.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("session id `{id}` is malformed; ids look like `sess_` followed by hex digits (see `list`)")]
+    #[error(
+        "session id `{id}` is malformed; ids look like `sess_` followed by hex digits (see `list`)"
+    )]
     InvalidId { id: String },
 
     #[error("session {id} not found in {dir}; run `list` to see the sessions of this folder (or pass --sessions-dir)")]
@@ -32,7 +34,9 @@ pub enum SessionError {
         source: std::io::Error,
     },
 
-    #[error("metadata file {path} is unreadable ({reason}); remove the session folder if it is stale")]
+    #[error(
+        "metadata file {path} is unreadable ({reason}); remove the session folder if it is stale"
+    )]
     CorruptMetadata { path: PathBuf, reason: String },
 
     #[error("could not lock {path}: {reason}")]
@@ -65,7 +69,11 @@ pub enum SessionError {
 }
 
 impl SessionError {
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
         SessionError::Io {
             action,
             path: path.into(),

@@ -102,7 +102,15 @@ mod tests {
 
     #[test]
     fn ids_that_could_escape_a_folder_are_rejected() {
-        for bad in ["", "sess_", "../sess_ab", "sess_ab/..", "sess_zz", "abc", "sess_ab cd"] {
+        for bad in [
+            "",
+            "sess_",
+            "../sess_ab",
+            "sess_ab/..",
+            "sess_zz",
+            "abc",
+            "sess_ab cd",
+        ] {
             assert!(!is_valid_session_id(bad), "{bad}");
         }
     }

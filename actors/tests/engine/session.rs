@@ -21,7 +21,10 @@ async fn twenty_parallel_execs_on_one_session_never_interleave() {
     let manager = SessionManager::new(ShellConfig::new(tmp.path().join(".sessions"))).unwrap();
     let session = manager.start_session(&start_options(tmp.path())).unwrap();
     let id = session.session_id.as_str();
-    manager.exec(id, "N=0", ExecOptions::default()).await.unwrap();
+    manager
+        .exec(id, "N=0", ExecOptions::default())
+        .await
+        .unwrap();
     let execs = (0..20).map(|i| {
         let manager = &manager;
         async move {
@@ -46,7 +49,10 @@ async fn twenty_parallel_execs_on_one_session_never_interleave() {
         let started = pair[0].strip_prefix("start ").unwrap();
         assert_eq!(pair[1], format!("end {started}"), "interleaved: {trace}");
     }
-    let count = manager.exec(id, "echo $N", ExecOptions::default()).await.unwrap();
+    let count = manager
+        .exec(id, "echo $N", ExecOptions::default())
+        .await
+        .unwrap();
     assert_eq!(count.stdout, "20\n");
     manager.end(id).await.unwrap();
 }
@@ -56,7 +62,12 @@ async fn sessions_run_in_parallel_with_each_its_own_state() {
     let tmp = tempfile::tempdir().unwrap();
     let manager = SessionManager::new(ShellConfig::new(tmp.path().join(".sessions"))).unwrap();
     let ids: Vec<String> = (0..20)
-        .map(|_| manager.start_session(&start_options(tmp.path())).unwrap().session_id)
+        .map(|_| {
+            manager
+                .start_session(&start_options(tmp.path()))
+                .unwrap()
+                .session_id
+        })
         .collect();
     let started = Instant::now();
     let execs = ids.iter().enumerate().map(|(i, id)| {
@@ -66,14 +77,21 @@ async fn sessions_run_in_parallel_with_each_its_own_state() {
                 .exec(id, &format!("sleep 0.5; MINE={i}"), ExecOptions::default())
                 .await
                 .unwrap();
-            manager.exec(id, "echo $MINE", ExecOptions::default()).await.unwrap()
+            manager
+                .exec(id, "echo $MINE", ExecOptions::default())
+                .await
+                .unwrap()
         }
     });
     let outcomes = tokio::time::timeout(Duration::from_secs(60), futures_join_all(execs))
         .await
         .unwrap();
     // Serialised, 20 half-second sleeps would take 10 s.
-    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
     for (i, outcome) in outcomes.iter().enumerate() {
         assert_eq!(outcome.stdout, format!("{i}\n"));
     }
@@ -84,7 +102,9 @@ async fn sessions_run_in_parallel_with_each_its_own_state() {
 }
 
 /// Joins futures concurrently without an extra dependency.
-async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
     let mut set = Vec::new();
     for future in futures {
         set.push(Box::pin(future));

@@ -16,7 +16,9 @@ use super::protocol::{read_frame, write_frame, Request, Response};
 use super::socket_dir::{ensure_private_dir, socket_path, verify_private_dir};
 use super::{read_pty_metadata, PtyConfig, PtyMetadata, PtyStatus, START_ERROR_FILE};
 use crate::session::error::SessionError;
-use crate::session::files::{check_session_id, create_private_dir, is_valid_session_id, new_session_id};
+use crate::session::files::{
+    check_session_id, create_private_dir, is_valid_session_id, new_session_id,
+};
 use crate::session::shell::CleanupReport;
 
 /// How long `start` waits for a new holder to answer.
@@ -66,7 +68,11 @@ impl PtySessions {
     }
 
     /// Starts `command` (argv, passed verbatim) in a PTY under a new detached holder.
-    pub fn start(&self, command: &[String], work_dir: &Path) -> Result<PtySessionInfo, SessionError> {
+    pub fn start(
+        &self,
+        command: &[String],
+        work_dir: &Path,
+    ) -> Result<PtySessionInfo, SessionError> {
         let id = new_session_id();
         let start_failed = |reason: String| SessionError::StartFailed {
             id: id.clone(),
@@ -74,7 +80,9 @@ impl PtySessions {
             reason,
         };
         if command.is_empty() {
-            return Err(start_failed("no command given; e.g. `start bash -i`".into()));
+            return Err(start_failed(
+                "no command given; e.g. `start bash -i`".into(),
+            ));
         }
         create_private_dir(&self.config.sessions_dir)?;
         ensure_private_dir(&self.config.runtime_dir)?;
@@ -94,7 +102,12 @@ impl PtySessions {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| start_failed(format!("cannot run {}: {e}", self.config.holder_exe.display())))?;
+            .map_err(|e| {
+                start_failed(format!(
+                    "cannot run {}: {e}",
+                    self.config.holder_exe.display()
+                ))
+            })?;
 
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -121,7 +134,9 @@ impl PtySessions {
 
     /// Sends raw bytes (already escape-parsed) to the program. Returns the byte count.
     pub fn write(&self, id: &str, data: &[u8]) -> Result<usize, SessionError> {
-        let request = Request::Write { data: data.to_vec() };
+        let request = Request::Write {
+            data: data.to_vec(),
+        };
         match self.request(id, &request, Some(REPLY_MARGIN))? {
             Response::Written { bytes } => Ok(bytes),
             other => Err(unexpected(id, other)),
@@ -130,7 +145,9 @@ impl PtySessions {
 
     /// Sends the bytes of a named key.
     pub fn write_key(&self, id: &str, key: &str) -> Result<usize, SessionError> {
-        let bytes = key_bytes(key).ok_or_else(|| SessionError::InvalidKey { key: key.to_string() })?;
+        let bytes = key_bytes(key).ok_or_else(|| SessionError::InvalidKey {
+            key: key.to_string(),
+        })?;
         self.write(id, &bytes)
     }
 
@@ -184,12 +201,15 @@ impl PtySessions {
     pub fn status(&self, id: &str) -> Result<PtySessionInfo, SessionError> {
         let dir = self.session_dir(id)?;
         let metadata = read_pty_metadata(&dir)?;
-        let pong = self
-            .connect(id)
-            .ok()
-            .and_then(|(_, mut stream)| send(&mut stream, &Request::Ping, Some(PING_TIMEOUT)).ok());
+        let pong = match self.connect(id) {
+            Ok((_, mut stream)) => send(&mut stream, &Request::Ping, Some(PING_TIMEOUT)).ok(),
+            Err(unsafe_dir @ SessionError::UnsafeSocketDir { .. }) => return Err(unsafe_dir),
+            Err(_) => None,
+        };
         let (alive, exit_code) = match pong {
-            Some(Response::Pong { alive, exit_code, .. }) => (alive, exit_code.or(metadata.exit_code)),
+            Some(Response::Pong {
+                alive, exit_code, ..
+            }) => (alive, exit_code.or(metadata.exit_code)),
             _ => (false, metadata.exit_code),
         };
         Ok(info(metadata, alive, exit_code))
@@ -259,11 +279,17 @@ impl PtySessions {
         if let Some(socket_dir) = metadata.socket.parent() {
             verify_private_dir(socket_dir)?;
         }
-        let stream = UnixStream::connect(&metadata.socket).map_err(|_| SessionError::Dead { id: id.to_string() })?;
+        let stream = UnixStream::connect(&metadata.socket)
+            .map_err(|_| SessionError::Dead { id: id.to_string() })?;
         Ok((metadata, stream))
     }
 
-    fn request(&self, id: &str, request: &Request, limit: Option<Duration>) -> Result<Response, SessionError> {
+    fn request(
+        &self,
+        id: &str,
+        request: &Request,
+        limit: Option<Duration>,
+    ) -> Result<Response, SessionError> {
         let (_, mut stream) = self.connect(id)?;
         match send(&mut stream, request, limit).map_err(|e| protocol(id, e))? {
             Response::Dead => Err(SessionError::Dead { id: id.to_string() }),
@@ -276,12 +302,19 @@ impl PtySessions {
     }
 }
 
-fn send(stream: &mut UnixStream, request: &Request, limit: Option<Duration>) -> std::io::Result<Response> {
+fn send(
+    stream: &mut UnixStream,
+    request: &Request,
+    limit: Option<Duration>,
+) -> std::io::Result<Response> {
     stream.set_read_timeout(limit)?;
     write_frame(stream, request)?;
     let mut input = BufReader::new(stream);
     read_frame::<Response>(&mut input)?.ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the holder closed the connection")
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the holder closed the connection",
+        )
     })
 }
 
@@ -291,7 +324,11 @@ fn info(metadata: PtyMetadata, alive: bool, exit_code: Option<i32>) -> PtySessio
         .unwrap_or(0);
     PtySessionInfo {
         session_id: metadata.session_id,
-        status: if alive { PtyStatus::Running } else { PtyStatus::Dead },
+        status: if alive {
+            PtyStatus::Running
+        } else {
+            PtyStatus::Dead
+        },
         alive,
         pid: metadata.pid,
         holder_pid: metadata.holder_pid,

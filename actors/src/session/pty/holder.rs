@@ -48,6 +48,8 @@ struct State {
     reader_done: bool,
     exited: bool,
     exit_code: Option<i32>,
+    /// Requests being answered; the holder never exits in the middle of a reply.
+    in_flight: usize,
 }
 
 struct Shared {
@@ -61,7 +63,9 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -72,7 +76,10 @@ pub fn run_holder(args: HolderArgs) -> Result<(), SessionError> {
     match start(&args) {
         Ok(()) => Ok(()),
         Err(e) => {
-            let _ = write_private(&args.session_dir.join(START_ERROR_FILE), e.to_string().as_bytes());
+            let _ = write_private(
+                &args.session_dir.join(START_ERROR_FILE),
+                e.to_string().as_bytes(),
+            );
             let _ = std::fs::remove_file(&args.socket_path);
             Err(e)
         }
@@ -82,7 +89,12 @@ pub fn run_holder(args: HolderArgs) -> Result<(), SessionError> {
 fn start(args: &HolderArgs) -> Result<(), SessionError> {
     let start_failed = |reason: String| SessionError::StartFailed {
         id: args.session_id.clone(),
-        command: args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
         reason,
     };
     let _ = std::fs::remove_file(&args.socket_path);
@@ -122,7 +134,11 @@ fn start(args: &HolderArgs) -> Result<(), SessionError> {
     let now = now_rfc3339();
     let metadata = PtyMetadata {
         session_id: args.session_id.clone(),
-        command: args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
         pid,
         holder_pid: std::process::id(),
         created_at: now.clone(),
@@ -142,6 +158,7 @@ fn start(args: &HolderArgs) -> Result<(), SessionError> {
             reader_done: false,
             exited: false,
             exit_code: None,
+            in_flight: 0,
         }),
         changed: Condvar::new(),
         writer: Mutex::new(writer),
@@ -191,7 +208,9 @@ fn record_exit(shared: &Shared, mut metadata: PtyMetadata, code: Option<i32>) {
     let deadline = Instant::now() + DRAIN_AFTER_EXIT;
     let mut state = shared.lock();
     while !state.reader_done {
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
         state = wait_for(shared, state, Some(left));
     }
     state.exited = true;
@@ -205,15 +224,21 @@ fn record_exit(shared: &Shared, mut metadata: PtyMetadata, code: Option<i32>) {
 
     let deadline = Instant::now() + GRACE_AFTER_EXIT;
     let mut state = shared.lock();
-    while !state.ring.is_empty() {
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
+    while !state.ring.is_empty() || state.in_flight > 0 {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
         state = wait_for(shared, state, Some(left));
     }
     drop(state);
     finish(shared);
 }
 
-fn wait_for<'a>(shared: &'a Shared, state: MutexGuard<'a, State>, limit: Option<Duration>) -> MutexGuard<'a, State> {
+fn wait_for<'a>(
+    shared: &'a Shared,
+    state: MutexGuard<'a, State>,
+    limit: Option<Duration>,
+) -> MutexGuard<'a, State> {
     match limit {
         Some(limit) => {
             shared
@@ -235,32 +260,43 @@ fn finish(shared: &Shared) -> ! {
 }
 
 fn serve(shared: &Shared, stream: UnixStream) {
-    let Ok(read_half) = stream.try_clone() else { return };
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
     let mut input = BufReader::new(read_half);
     let mut output = stream;
     while let Ok(Some(request)) = read_frame::<Request>(&mut input) {
-        let response = match request {
-            Request::Ping => pong(shared),
-            Request::Write { data } => write_input(shared, &data),
-            Request::Read {
-                timeout_ms,
-                wait,
-                lines,
-            } => read_output(shared, timeout_ms, wait, lines),
-            Request::Follow => {
-                follow(shared, &mut output);
-                return;
-            }
-            Request::Shutdown => {
-                terminate_program(shared);
-                let _ = write_frame(&mut output, &Response::Ok);
-                finish(shared);
-            }
-        };
-        if write_frame(&mut output, &response).is_err() {
+        shared.lock().in_flight += 1;
+        let answered = answer(shared, request, &mut output);
+        shared.lock().in_flight -= 1;
+        shared.changed.notify_all();
+        if !answered {
             return;
         }
     }
+}
+
+/// Handles one request; `false` when the connection is done.
+fn answer(shared: &Shared, request: Request, output: &mut UnixStream) -> bool {
+    let response = match request {
+        Request::Ping => pong(shared),
+        Request::Write { data } => write_input(shared, &data),
+        Request::Read {
+            timeout_ms,
+            wait,
+            lines,
+        } => read_output(shared, timeout_ms, wait, lines),
+        Request::Follow => {
+            follow(shared, output);
+            return false;
+        }
+        Request::Shutdown => {
+            terminate_program(shared);
+            let _ = write_frame(output, &Response::Ok);
+            finish(shared);
+        }
+    };
+    write_frame(output, &response).is_ok()
 }
 
 fn pong(shared: &Shared) -> Response {
@@ -286,13 +322,23 @@ fn write_input(shared: &Shared, data: &[u8]) -> Response {
             message: format!("cannot write to the PTY: {e}"),
         };
     }
-    if let Some(log) = shared.input_log.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+    if let Some(log) = shared
+        .input_log
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+    {
         let _ = log.write_all(data);
     }
     Response::Written { bytes: data.len() }
 }
 
-fn read_output(shared: &Shared, timeout_ms: Option<u64>, wait: bool, lines: Option<usize>) -> Response {
+fn read_output(
+    shared: &Shared,
+    timeout_ms: Option<u64>,
+    wait: bool,
+    lines: Option<usize>,
+) -> Response {
     let mut state = shared.lock();
     let start = state.ring.total();
     let deadline = timeout_ms
@@ -356,7 +402,9 @@ fn terminate_program(shared: &Shared) {
     let deadline = Instant::now() + TERM_GRACE;
     let mut state = shared.lock();
     while !state.exited {
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
         state = wait_for(shared, state, Some(left));
     }
     if !state.exited {

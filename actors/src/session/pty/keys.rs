@@ -54,8 +54,21 @@ mod tests {
     #[test]
     fn the_full_table_is_present() {
         let mut names: Vec<String> = [
-            "arrow_up", "arrow_down", "arrow_left", "arrow_right", "enter", "tab", "escape",
-            "space", "backspace", "home", "end", "page_up", "page_down", "delete", "insert",
+            "arrow_up",
+            "arrow_down",
+            "arrow_left",
+            "arrow_right",
+            "enter",
+            "tab",
+            "escape",
+            "space",
+            "backspace",
+            "home",
+            "end",
+            "page_up",
+            "page_down",
+            "delete",
+            "insert",
         ]
         .iter()
         .map(|s| s.to_string())

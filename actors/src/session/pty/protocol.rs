@@ -43,14 +43,20 @@ pub enum Response {
         #[serde(default)]
         exit_code: Option<i32>,
     },
-    Written { bytes: usize },
-    Output { data: String },
+    Written {
+        bytes: usize,
+    },
+    Output {
+        data: String,
+    },
     /// End of a `follow` stream.
     End,
     Ok,
     /// The program exited and nothing is left to read.
     Dead,
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// Writes one frame and flushes.
@@ -62,7 +68,9 @@ pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> std::io::
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of stream.
-pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl BufRead) -> std::io::Result<Option<T>> {
+pub fn read_frame<T: for<'de> Deserialize<'de>>(
+    input: &mut impl BufRead,
+) -> std::io::Result<Option<T>> {
     let mut line = Vec::new();
     let read = std::io::Read::take(input.by_ref(), MAX_FRAME).read_until(b'\n', &mut line)?;
     if read == 0 {
@@ -88,12 +96,23 @@ mod tests {
     fn frames_round_trip_even_with_newlines_and_large_payloads() {
         let big = "line\n".repeat(200_000);
         let mut wire = Vec::new();
-        write_frame(&mut wire, &Request::Write { data: b"a\nb".to_vec() }).unwrap();
+        write_frame(
+            &mut wire,
+            &Request::Write {
+                data: b"a\nb".to_vec(),
+            },
+        )
+        .unwrap();
         write_frame(&mut wire, &Response::Output { data: big.clone() }).unwrap();
         assert_eq!(wire.iter().filter(|b| **b == b'\n').count(), 2);
         let mut input = std::io::Cursor::new(wire);
         let first: Request = read_frame(&mut input).unwrap().unwrap();
-        assert_eq!(first, Request::Write { data: b"a\nb".to_vec() });
+        assert_eq!(
+            first,
+            Request::Write {
+                data: b"a\nb".to_vec()
+            }
+        );
         let second: Response = read_frame(&mut input).unwrap().unwrap();
         assert_eq!(second, Response::Output { data: big });
         assert!(read_frame::<Request>(&mut input).unwrap().is_none());

@@ -47,7 +47,10 @@ pub fn verify_private_dir(dir: &Path) -> Result<(), SessionError> {
     }
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
-        return Err(unsafe_dir(format!("it is owned by uid {}, not {me}", meta.uid())));
+        return Err(unsafe_dir(format!(
+            "it is owned by uid {}, not {me}",
+            meta.uid()
+        )));
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
@@ -83,7 +86,10 @@ mod tests {
         let dir = default_runtime_dir(Some(tmp.path().as_os_str()));
         assert_eq!(dir, tmp.path().join("delta"));
         ensure_private_dir(&dir).unwrap();
-        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         let err = ensure_private_dir(&dir).unwrap_err().to_string();
         assert!(err.contains("755"), "{err}");
@@ -103,13 +109,18 @@ mod tests {
     fn without_xdg_the_folder_is_per_user_in_tmp() {
         let dir = default_runtime_dir(None);
         assert!(dir.starts_with("/tmp"));
-        assert!(dir.to_string_lossy().contains(&nix::unistd::geteuid().to_string()));
+        assert!(dir
+            .to_string_lossy()
+            .contains(&nix::unistd::geteuid().to_string()));
     }
 
     #[test]
     fn socket_paths_are_short_and_checked() {
         let path = socket_path(Path::new("/run/user/1000/delta"), "sess_0123456789ab").unwrap();
-        assert_eq!(path, PathBuf::from("/run/user/1000/delta/0123456789ab.sock"));
+        assert_eq!(
+            path,
+            PathBuf::from("/run/user/1000/delta/0123456789ab.sock")
+        );
         let long = PathBuf::from(format!("/{}", "x".repeat(120)));
         assert!(socket_path(&long, "sess_ab").is_err());
     }

@@ -280,6 +280,9 @@ mod tests {
         fs::write(dir.join("cwd.next"), "/tmp\n").unwrap();
         commit_state(dir).unwrap();
         assert_eq!(fs::read_to_string(dir.join(STATE_FILE)).unwrap(), "new");
-        assert_eq!(cwd_from_bytes(&fs::read(dir.join(CWD_FILE)).unwrap()), "/tmp");
+        assert_eq!(
+            cwd_from_bytes(&fs::read(dir.join(CWD_FILE)).unwrap()),
+            "/tmp"
+        );
     }
 }

@@ -95,13 +95,20 @@ impl ShellFlavor {
 }
 
 /// Resolves `command` to an executable path: paths are taken as given, names via `PATH`.
-pub(crate) fn resolve_shell(command: &str, path_var: Option<&OsStr>) -> Result<PathBuf, SessionError> {
+pub(crate) fn resolve_shell(
+    command: &str,
+    path_var: Option<&OsStr>,
+) -> Result<PathBuf, SessionError> {
     let not_found = || SessionError::ShellNotFound {
         command: command.to_string(),
     };
     if command.contains('/') {
         let path = PathBuf::from(command);
-        return if path.is_file() { Ok(path) } else { Err(not_found()) };
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(not_found())
+        };
     }
     let default_path = OsString::from("/usr/local/bin:/usr/bin:/bin");
     let search = path_var.unwrap_or(&default_path);
@@ -142,7 +149,10 @@ mod tests {
     #[test]
     fn shells_are_classified_and_repls_refused_with_a_pty_hint() {
         assert_eq!(ShellFlavor::of("bash").unwrap(), ShellFlavor::Bash);
-        assert_eq!(ShellFlavor::of("/usr/local/bin/bash").unwrap(), ShellFlavor::Bash);
+        assert_eq!(
+            ShellFlavor::of("/usr/local/bin/bash").unwrap(),
+            ShellFlavor::Bash
+        );
         assert_eq!(ShellFlavor::of("sh").unwrap(), ShellFlavor::Posix);
         let err = ShellFlavor::of("python3").unwrap_err().to_string();
         assert!(err.contains("delta-sessions-pty start python3"), "{err}");

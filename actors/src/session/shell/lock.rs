@@ -23,9 +23,10 @@ impl SessionLock {
     pub(crate) async fn acquire(dir: &Path) -> Result<SessionLock, SessionError> {
         let path = dir.join(LOCK_FILE);
         let file = open(&path)?;
-        let locked = tokio::task::spawn_blocking(move || Flock::lock(file, FlockArg::LockExclusive))
-            .await
-            .map_err(|e| lock_error(&path, e.to_string()))?;
+        let locked =
+            tokio::task::spawn_blocking(move || Flock::lock(file, FlockArg::LockExclusive))
+                .await
+                .map_err(|e| lock_error(&path, e.to_string()))?;
         locked
             .map(|flock| SessionLock { _flock: flock })
             .map_err(|(_, errno)| lock_error(&path, errno.to_string()))

@@ -25,7 +25,9 @@ pub use exec::{ExecOutcome, TIMEOUT_EXIT_CODE};
 pub use flavor::ShellFlavor;
 
 use super::error::SessionError;
-use super::files::{check_session_id, create_private_dir, now_rfc3339, replace_private, write_private};
+use super::files::{
+    check_session_id, create_private_dir, now_rfc3339, replace_private, write_private,
+};
 use lock::SessionLock;
 
 /// The variable that carries the engine's API key; never saved into a session.
@@ -164,7 +166,10 @@ impl ShellSessions {
         let id = super::files::new_session_id();
         let dir = self.config.sessions_dir.join(&id);
         create_private_dir(&dir)?;
-        let env = options.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str()));
+        let env = options
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_os_str(), v.as_os_str()));
         write_private(
             &dir.join(exec::STATE_FILE),
             &flavor.initial_state(env, &self.config.secret_vars),
@@ -231,9 +236,16 @@ impl ShellSessions {
         for (id, dir) in self.session_dirs()? {
             let terminated = matches!(
                 read_metadata(&dir),
-                Ok(ShellMetadata { status: ShellStatus::Terminated, .. })
+                Ok(ShellMetadata {
+                    status: ShellStatus::Terminated,
+                    ..
+                })
             );
-            let lock = if terminated { SessionLock::try_acquire(&dir)? } else { None };
+            let lock = if terminated {
+                SessionLock::try_acquire(&dir)?
+            } else {
+                None
+            };
             match lock {
                 Some(_held) => {
                     fs::remove_dir_all(&dir)
@@ -288,7 +300,11 @@ impl ShellSession {
     }
 
     /// Runs `command` in the session; see [`exec`](self::exec) for the mechanics.
-    pub async fn exec(&self, command: &str, options: ExecOptions) -> Result<ExecOutcome, SessionError> {
+    pub async fn exec(
+        &self,
+        command: &str,
+        options: ExecOptions,
+    ) -> Result<ExecOutcome, SessionError> {
         exec::exec(self, command, options).await
     }
 

@@ -8,7 +8,9 @@ use std::time::Duration;
 use super::*;
 
 fn sessions(tmp: &tempfile::TempDir) -> ShellSessions {
-    ShellSessions::new(ShellConfig::new(tmp.path().join(".sessions")).with_secret_vars(["AGENT_KEY".to_string()]))
+    ShellSessions::new(
+        ShellConfig::new(tmp.path().join(".sessions")).with_secret_vars(["AGENT_KEY".to_string()]),
+    )
 }
 
 fn start(store: &ShellSessions, shell: &str, work_dir: &Path) -> ShellSession {
@@ -48,7 +50,10 @@ async fn bash_state_persists_between_execs() {
         "pwd; echo \"$A $B ${M[k]} $KEEP_ME\"; greet you; ll; [[ -o pipefail ]] && echo pf; shopt -q nullglob && echo ng; env | grep -c '^A=1$'",
     )
     .await;
-    assert_eq!(second.stdout, "/tmp\n1 2 v kept\nhi you\naliased\npf\nng\n1\n", "{second:?}");
+    assert_eq!(
+        second.stdout, "/tmp\n1 2 v kept\nhi you\naliased\npf\nng\n1\n",
+        "{second:?}"
+    );
     assert_eq!(session.metadata().unwrap().work_dir, PathBuf::from("/tmp"));
     assert_eq!(session.metadata().unwrap().execution_count, 2);
 }
@@ -73,7 +78,8 @@ async fn heredocs_and_hostile_text_run_verbatim() {
     let tmp = tempfile::tempdir().unwrap();
     let store = sessions(&tmp);
     let session = start(&store, "bash", tmp.path());
-    let hostile = "EOF\nDELTA_CMD_EOF\n'\"; echo escaped; \"'\n$(echo subst) `echo tick`\n__delta_save";
+    let hostile =
+        "EOF\nDELTA_CMD_EOF\n'\"; echo escaped; \"'\n$(echo subst) `echo tick`\n__delta_save";
     let command = format!("cat <<'EOF2'\n{hostile}\nEOF2\nfor i in 1 2; do\n  echo \"n$i\"\ndone");
     let out = run(&session, &command).await;
     assert_eq!(out.stdout, format!("{hostile}\nn1\nn2\n"));
@@ -85,7 +91,11 @@ async fn secrets_are_never_written_into_state() {
     let tmp = tempfile::tempdir().unwrap();
     let store = sessions(&tmp);
     let session = start(&store, "bash", tmp.path());
-    let out = run(&session, "export DELTA_API_KEY=sk-set-inside; AGENT_KEY=x; echo ${DELTA_API_KEY-unset}").await;
+    let out = run(
+        &session,
+        "export DELTA_API_KEY=sk-set-inside; AGENT_KEY=x; echo ${DELTA_API_KEY-unset}",
+    )
+    .await;
     assert_eq!(out.stdout, "sk-set-inside\n");
     let out = run(&session, "echo ${DELTA_API_KEY-unset} ${AGENT_KEY-unset}").await;
     assert_eq!(out.stdout, "unset unset\n");
@@ -96,7 +106,11 @@ async fn secrets_are_never_written_into_state() {
         if path.file_name().unwrap() != "history.log" && path.file_name().unwrap() != "command.sh" {
             let text = fs::read_to_string(&path).unwrap();
             assert!(!text.contains("sk-"), "{} leaks a key", path.display());
-            assert!(!text.contains("ak-do-not-store"), "{} leaks a key", path.display());
+            assert!(
+                !text.contains("ak-do-not-store"),
+                "{} leaks a key",
+                path.display()
+            );
         }
     }
     let mode = fs::metadata(session.dir()).unwrap().permissions().mode() & 0o777;
@@ -147,7 +161,11 @@ async fn posix_sh_sessions_keep_cwd_and_variables() {
     let store = sessions(&tmp);
     let session = start(&store, "sh", tmp.path());
     run(&session, "cd /tmp; export A=1; B='two\nlines'; set -u").await;
-    let out = run(&session, "pwd; echo \"$A $B\"; env | grep -c '^A=1$'; case $- in *u*) echo nounset;; esac").await;
+    let out = run(
+        &session,
+        "pwd; echo \"$A $B\"; env | grep -c '^A=1$'; case $- in *u*) echo nounset;; esac",
+    )
+    .await;
     assert_eq!(out.stdout, "/tmp\n1 two\nlines\n1\nnounset\n", "{out:?}");
 }
 
@@ -158,7 +176,10 @@ async fn terminated_sessions_refuse_execs_and_cleanup_removes_only_them() {
     let ended = start(&store, "bash", tmp.path());
     let active = start(&store, "bash", tmp.path());
     ended.end().await.unwrap();
-    let err = ended.exec("true", ExecOptions::default()).await.unwrap_err();
+    let err = ended
+        .exec("true", ExecOptions::default())
+        .await
+        .unwrap_err();
     assert!(matches!(err, SessionError::Terminated { .. }), "{err}");
     fs::create_dir_all(tmp.path().join(".sessions/sess_0000aaaa")).unwrap();
     let report = store.cleanup().unwrap();
