@@ -109,6 +109,22 @@ impl Drop for Pty {
     fn drop(&mut self) {
         for id in &self.started {
             let _ = self.cmd().args(["end", id]).output();
+            // If `end` failed, stop what this test started by its recorded pids.
+            let metadata = self
+                .tmp
+                .path()
+                .join(".sessions-pty")
+                .join(id)
+                .join("metadata.json");
+            if let Ok(text) = std::fs::read_to_string(metadata) {
+                let value: Value = serde_json::from_str(&text).unwrap_or_default();
+                for key in ["pid", "holder_pid"] {
+                    if let Some(pid) = value[key].as_i64() {
+                        let pid = nix::unistd::Pid::from_raw(pid as i32);
+                        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                    }
+                }
+            }
         }
     }
 }
@@ -251,15 +267,16 @@ fn the_socket_folder_is_private_and_an_open_one_is_refused() {
         & 0o777;
     assert_eq!(mode, 0o700);
     std::fs::set_permissions(pty.socket_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = pty.cmd().args(["status", &id]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let out = pty.cmd().args(["start", "sleep", "1"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("unsafe"),
-        "{out:?}"
-    );
+    let status = pty.cmd().args(["status", &id]).output().unwrap();
+    let start = pty.cmd().args(["start", "sleep", "1"]).output().unwrap();
+    // Restore before asserting so the guard can end the session.
     std::fs::set_permissions(pty.socket_dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(status.status.code(), Some(1));
+    assert_eq!(start.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&start.stderr).contains("unsafe"),
+        "{start:?}"
+    );
 }
 
 #[test]
