@@ -15,7 +15,7 @@ use delta_actors::session::pty::holder::{run_holder, HolderArgs};
 use delta_actors::session::pty::socket_dir::default_runtime_dir;
 use delta_actors::session::pty::{PtyConfig, PtySessions, ReadOptions};
 use delta_actors::session::SessionError;
-use serde_json::{json, Value};
+use serde_json::json;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -90,7 +90,7 @@ enum Command {
 
 /// What a successful command prints.
 enum Output {
-    Json(Value),
+    Json(String),
     Raw(String),
     Nothing,
 }
@@ -105,11 +105,8 @@ fn main() -> ExitCode {
         Err(e) => return fail(&e.to_string()),
     };
     match run(cli) {
-        Ok(Output::Json(value)) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&value).unwrap_or_default()
-            );
+        Ok(Output::Json(json)) => {
+            println!("{json}");
             ExitCode::SUCCESS
         }
         Ok(Output::Raw(text)) => {
@@ -160,7 +157,7 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
     };
     let sessions = PtySessions::new(config);
     let output = match cli.command {
-        Command::Start { command } => Output::Json(to_value(sessions.start(&command, &cwd)?)),
+        Command::Start { command } => Output::Json(pretty(&sessions.start(&command, &cwd)?)),
         Command::Write { session_id, raw } => {
             let mut input = Vec::new();
             std::io::stdin()
@@ -176,11 +173,15 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
                 parse_escapes(&String::from_utf8_lossy(&input))
             };
             let bytes = sessions.write(&session_id, &data)?;
-            Output::Json(json!({"status": "sent", "bytes": bytes, "session_id": session_id}))
+            Output::Json(pretty(
+                &json!({"status": "sent", "bytes": bytes, "session_id": session_id}),
+            ))
         }
         Command::WriteKey { session_id, key } => {
             sessions.write_key(&session_id, &key)?;
-            Output::Json(json!({"status": "sent", "key": key, "session_id": session_id}))
+            Output::Json(pretty(
+                &json!({"status": "sent", "key": key, "session_id": session_id}),
+            ))
         }
         Command::Read {
             session_id,
@@ -207,18 +208,21 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
         }
         Command::End { session_id } => {
             sessions.end(&session_id)?;
-            Output::Json(json!({"status": "terminated", "session_id": session_id}))
+            Output::Json(pretty(
+                &json!({"status": "terminated", "session_id": session_id}),
+            ))
         }
-        Command::List => Output::Json(to_value(sessions.list()?)),
-        Command::Status { session_id } => Output::Json(to_value(sessions.status(&session_id)?)),
-        Command::Cleanup => Output::Json(to_value(sessions.cleanup()?)),
+        Command::List => Output::Json(pretty(&sessions.list()?)),
+        Command::Status { session_id } => Output::Json(pretty(&sessions.status(&session_id)?)),
+        Command::Cleanup => Output::Json(pretty(&sessions.cleanup()?)),
         Command::Holder { .. } => Output::Nothing,
     };
     Ok(output)
 }
 
-fn to_value(value: impl serde::Serialize) -> Value {
-    serde_json::to_value(value).unwrap_or(Value::Null)
+fn pretty(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value)
+        .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string())
 }
 
 fn fail(message: &str) -> ExitCode {

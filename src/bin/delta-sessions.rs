@@ -11,9 +11,12 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use delta_actors::runtime::session::SessionManager;
-use delta_actors::session::shell::{ExecOptions, ShellConfig, StartOptions, DEFAULT_OUTPUT_CAP};
+use delta_actors::session::shell::{
+    ExecOptions, ShellConfig, ShellMetadata, ShellStatus, StartOptions, DEFAULT_OUTPUT_CAP,
+};
 use delta_actors::session::SessionError;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,7 +47,7 @@ enum Command {
         session_id: String,
         command: Option<String>,
         /// Kill the command's process group after this many milliseconds
-        #[arg(long, default_value_t = 120_000, value_name = "MS")]
+        #[arg(long, default_value_t = 120_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
         timeout: u64,
         /// Bytes of stdout and of stderr returned (the full text stays in the session folder)
         #[arg(long, default_value_t = DEFAULT_OUTPUT_CAP, value_name = "BYTES")]
@@ -77,18 +80,15 @@ fn main() -> ExitCode {
         Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
     };
     match runtime.block_on(run(cli)) {
-        Ok(value) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&value).unwrap_or_default()
-            );
+        Ok(json) => {
+            println!("{json}");
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e.to_string()),
     }
 }
 
-async fn run(cli: Cli) -> Result<Value, SessionError> {
+async fn run(cli: Cli) -> Result<String, SessionError> {
     let sessions_dir = match cli.sessions_dir {
         Some(dir) => dir,
         None => std::env::current_dir()
@@ -106,14 +106,14 @@ async fn run(cli: Cli) -> Result<Value, SessionError> {
         .chain(env_secrets.split(',').map(|s| s.trim().to_string()));
     let config = ShellConfig::new(sessions_dir).with_secret_vars(secrets);
     let manager = SessionManager::new(config)?;
-    let value = match cli.command {
+    let json = match cli.command {
         Command::Start { shell } => {
             let meta = manager.start_session(&StartOptions::from_current_process(shell)?)?;
-            json!({
-                "session_id": meta.session_id,
-                "command": meta.command,
-                "work_dir": meta.work_dir,
-                "status": meta.status,
+            pretty(&StartReply {
+                session_id: meta.session_id,
+                command: meta.command,
+                work_dir: meta.work_dir,
+                status: meta.status,
             })
         }
         Command::Exec {
@@ -130,22 +130,20 @@ async fn run(cli: Cli) -> Result<Value, SessionError> {
                 timeout: Duration::from_millis(timeout),
                 output_cap: max_output,
             };
-            to_value(manager.exec(&session_id, &command, options).await?)
+            pretty(&manager.exec(&session_id, &command, options).await?)
         }
         Command::End { session_id } => {
             let meta = manager.end(&session_id).await?;
-            json!({"status": meta.status, "session_id": meta.session_id})
+            pretty(&json!({"status": meta.status, "session_id": meta.session_id}))
         }
-        Command::List => to_value(manager.list()?),
+        Command::List => pretty(&manager.list()?),
         Command::Status { session_id } => {
-            let (meta, busy) = manager.status(&session_id)?;
-            let mut value = to_value(meta);
-            value["busy"] = Value::Bool(busy);
-            value
+            let (metadata, busy) = manager.status(&session_id)?;
+            pretty(&StatusReply { metadata, busy })
         }
-        Command::Cleanup => to_value(manager.cleanup()?),
+        Command::Cleanup => pretty(&manager.cleanup()?),
     };
-    Ok(value)
+    Ok(json)
 }
 
 fn read_stdin(session_id: &str) -> Result<String, SessionError> {
@@ -170,8 +168,25 @@ fn read_stdin(session_id: &str) -> Result<String, SessionError> {
     Ok(command)
 }
 
-fn to_value(value: impl serde::Serialize) -> Value {
-    serde_json::to_value(value).unwrap_or(Value::Null)
+#[derive(Serialize)]
+struct StartReply {
+    session_id: String,
+    command: String,
+    work_dir: PathBuf,
+    status: ShellStatus,
+}
+
+#[derive(Serialize)]
+struct StatusReply {
+    #[serde(flatten)]
+    metadata: ShellMetadata,
+    /// An exec is running in the session right now.
+    busy: bool,
+}
+
+fn pretty(value: &impl Serialize) -> String {
+    serde_json::to_string_pretty(value)
+        .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string())
 }
 
 fn fail(message: &str) -> ExitCode {

@@ -185,8 +185,10 @@ done
 fn ctrl_c_interrupts_a_long_sleep() {
     let mut pty = Pty::new();
     let id = pty.start(&["bash", "--norc", "--noprofile", "-i"]);
-    pty.write(&id, "sleep 100\\n");
-    pty.read_until(&id, "sleep 100");
+    // The marker comes from the process that becomes `sleep`, so it is in the foreground
+    // process group by the time ctrl+c is sent.
+    pty.write(&id, "sh -c 'echo sleeping-$((2+3)); exec sleep 100'\\n");
+    pty.read_until(&id, "sleeping-5");
     pty.key(&id, "ctrl+c");
     pty.write(&id, "echo done-$((1+1))\\n");
     pty.read_until(&id, "done-2");

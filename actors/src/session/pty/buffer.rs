@@ -1,5 +1,5 @@
-//! The holder's output ring buffer: keeps the newest 1 MiB, counts every byte ever pushed (so
-//! a reader can wait for *new* output), and hands out text cut at UTF-8 boundaries.
+//! The holder's output ring buffer: keeps the newest 1 MiB and hands out text cut at UTF-8
+//! boundaries.
 //! No locking or I/O here; the holder wraps it in a mutex.
 
 use std::collections::VecDeque;
@@ -10,7 +10,6 @@ pub const RING_CAPACITY: usize = 1024 * 1024;
 pub struct OutputRing {
     bytes: VecDeque<u8>,
     capacity: usize,
-    total: u64,
 }
 
 impl OutputRing {
@@ -18,20 +17,13 @@ impl OutputRing {
         OutputRing {
             bytes: VecDeque::new(),
             capacity,
-            total: 0,
         }
     }
 
     pub fn push(&mut self, chunk: &[u8]) {
-        self.total += chunk.len() as u64;
         self.bytes.extend(chunk);
         let excess = self.bytes.len().saturating_sub(self.capacity);
         self.bytes.drain(..excess);
-    }
-
-    /// Bytes pushed since creation.
-    pub fn total(&self) -> u64 {
-        self.total
     }
 
     pub fn is_empty(&self) -> bool {
@@ -96,11 +88,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_ring_keeps_the_newest_bytes_and_counts_all() {
+    fn the_ring_keeps_the_newest_bytes() {
         let mut ring = OutputRing::new(4);
         ring.push(b"abc");
         ring.push(b"def");
-        assert_eq!(ring.total(), 6);
         assert_eq!(ring.take(false), "cdef");
         assert!(ring.is_empty());
     }

@@ -3,7 +3,7 @@
 //! "the holder answers on its socket", never a PID guess. Owns no PTY and never prints.
 
 use std::fs;
-use std::io::BufReader;
+use std::io::{BufReader, ErrorKind};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -112,6 +112,13 @@ impl PtySessions {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(Some(_)) = holder.try_wait() {
+                // A program that finished at once (and left nothing to read) is a started
+                // session that is already dead, not a failed start.
+                let started = !dir.join(START_ERROR_FILE).exists();
+                if let (true, Ok(metadata)) = (started, read_pty_metadata(&dir)) {
+                    let exit_code = metadata.exit_code;
+                    return Ok(info(metadata, false, exit_code));
+                }
                 let reason = fs::read_to_string(dir.join(START_ERROR_FILE))
                     .unwrap_or_else(|_| "the holder exited before it was ready".into());
                 let _ = fs::remove_dir_all(&dir);
@@ -291,7 +298,14 @@ impl PtySessions {
         limit: Option<Duration>,
     ) -> Result<Response, SessionError> {
         let (_, mut stream) = self.connect(id)?;
-        match send(&mut stream, request, limit).map_err(|e| protocol(id, e))? {
+        let response = send(&mut stream, request, limit).map_err(|e| match e.kind() {
+            // The holder exited between connect and reply: its program is gone.
+            ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof => {
+                SessionError::Dead { id: id.to_string() }
+            }
+            _ => protocol(id, e),
+        })?;
+        match response {
             Response::Dead => Err(SessionError::Dead { id: id.to_string() }),
             Response::Error { message } => Err(SessionError::Protocol {
                 id: id.to_string(),

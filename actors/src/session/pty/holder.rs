@@ -340,12 +340,13 @@ fn read_output(
     lines: Option<usize>,
 ) -> Response {
     let mut state = shared.lock();
-    let start = state.ring.total();
     let deadline = timeout_ms
         .filter(|ms| *ms > 0)
         .map(|ms| Instant::now() + Duration::from_millis(ms));
     if wait || deadline.is_some() {
-        while state.ring.total() == start && !state.exited {
+        // Output that arrived before this read counts: waiting only while nothing is
+        // buffered means a fast echo is returned at once instead of after the timeout.
+        while state.ring.is_empty() && !state.exited {
             let limit = match deadline {
                 Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
                     Some(left) => Some(left),

@@ -17,8 +17,8 @@ pub enum Request {
     Ping,
     /// Bytes for the program's terminal input.
     Write { data: Vec<u8> },
-    /// Take the buffered output. With `timeout_ms`, wait up to that long for new output;
-    /// with `wait`, wait without limit. `lines` keeps only the last N lines.
+    /// Take the buffered output. With `timeout_ms`, wait up to that long while nothing is
+    /// buffered; with `wait`, wait without limit. `lines` keeps only the last N lines.
     Read {
         #[serde(default)]
         timeout_ms: Option<u64>,

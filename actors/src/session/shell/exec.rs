@@ -81,6 +81,11 @@ pub(crate) async fn exec(
 
     let stdout_path = dir.join(STDOUT_FILE);
     let stderr_path = dir.join(STDERR_FILE);
+    // Fresh files, not truncated ones: a background job of an earlier exec may still hold
+    // the old file open, and its writes must not land (after a hole) in this exec's output.
+    for path in [&stdout_path, &stderr_path] {
+        let _ = fs::remove_file(path);
+    }
     let mut shell = tokio::process::Command::new(&metadata.shell_path);
     shell
         .args(metadata.flavor.startup_flags())

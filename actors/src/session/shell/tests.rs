@@ -220,3 +220,18 @@ async fn a_vanished_working_directory_falls_back_with_a_note() {
     assert_eq!(out.stdout, "/\n");
     assert!(out.stderr.contains("no longer exists"), "{out:?}");
 }
+
+#[tokio::test]
+async fn a_background_job_of_an_earlier_exec_cannot_corrupt_later_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = sessions(&tmp);
+    let session = start(&store, "bash", tmp.path());
+    run(
+        &session,
+        "(while :; do echo bg; sleep 0.02; done) & echo $! > bg.pid; printf '%0100d' 0",
+    )
+    .await;
+    let out = run(&session, "sleep 0.1; echo mine").await;
+    run(&session, "kill $(cat bg.pid)").await;
+    assert_eq!(out.stdout, "mine\n");
+}
