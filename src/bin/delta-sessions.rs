@@ -42,10 +42,12 @@ struct Cli {
 enum Command {
     /// Create a session (bash by default; sh; or a path to one of them)
     Start { shell: Option<String> },
-    /// Run a command (argument, or all of stdin) in a session
+    /// Run a command (argument, or all of stdin) in a session; options go before the command
     Exec {
         session_id: String,
-        command: Option<String>,
+        /// The command text; several words are joined with spaces. Omit it to read stdin.
+        #[arg(num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
         /// Kill the command's process group after this many milliseconds
         #[arg(long, default_value_t = 120_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
         timeout: u64,
@@ -122,9 +124,10 @@ async fn run(cli: Cli) -> Result<String, SessionError> {
             timeout,
             max_output,
         } => {
-            let command = match command {
-                Some(command) => command,
-                None => read_stdin(&session_id)?,
+            let command = if command.is_empty() {
+                read_stdin(&session_id)?
+            } else {
+                command.join(" ")
             };
             let options = ExecOptions {
                 timeout: Duration::from_millis(timeout),

@@ -236,6 +236,11 @@ fn errors_are_json_on_stdout_with_exit_1_and_a_hint() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    let out = cli(tmp.path())
+        .args(["exec", &id, "echo", "-n", "several", "words"])
+        .output()
+        .unwrap();
+    assert_eq!(json_of(&out)["stdout"], "several words");
     let out = exec(tmp.path(), &id, "echo failing >&2; false");
     assert_eq!(out["exit_code"], 1);
     assert_eq!(out["stderr"], "failing\n");

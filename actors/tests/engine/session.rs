@@ -129,3 +129,26 @@ async fn futures_join_all<F: std::future::Future>(
     .await;
     outputs.into_iter().map(Option::unwrap).collect()
 }
+
+#[tokio::test]
+async fn unknown_and_ended_sessions_are_typed_errors() {
+    use delta_actors::session::SessionError;
+    let tmp = tempfile::tempdir().unwrap();
+    let manager = SessionManager::new(ShellConfig::new(tmp.path().join(".sessions"))).unwrap();
+    let err = manager
+        .exec("sess_00ff00ff", "true", ExecOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SessionError::NotFound { .. }), "{err}");
+    let id = manager
+        .start_session(&start_options(tmp.path()))
+        .unwrap()
+        .session_id;
+    manager.end(&id).await.unwrap();
+    let err = manager
+        .exec(&id, "true", ExecOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SessionError::Terminated { .. }), "{err}");
+    assert_eq!(manager.list().unwrap().len(), 1);
+}

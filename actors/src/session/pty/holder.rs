@@ -59,6 +59,8 @@ struct Shared {
     changed: Condvar,
     writer: Mutex<Box<dyn Write + Send>>,
     input_log: Mutex<Option<File>>,
+    /// What `metadata.json` says, and when it was last rewritten for `last_accessed_at`.
+    metadata: Mutex<(PtyMetadata, Instant)>,
 }
 
 impl Shared {
@@ -163,6 +165,7 @@ fn start(args: &HolderArgs) -> Result<(), SessionError> {
         changed: Condvar::new(),
         writer: Mutex::new(writer),
         input_log: Mutex::new(append_private_file(&args.session_dir.join("input.log")).ok()),
+        metadata: Mutex::new((metadata, Instant::now())),
     });
     let output_log = append_private_file(&args.session_dir.join("output.log"))?;
 
@@ -172,7 +175,7 @@ fn start(args: &HolderArgs) -> Result<(), SessionError> {
     std::thread::spawn(move || {
         let status = child.wait();
         let code = status.map(|s| s.exit_code() as i32).ok();
-        record_exit(&waiting, metadata, code);
+        record_exit(&waiting, code);
     });
 
     // The master must stay open for the life of the holder; the loop below never returns
@@ -204,7 +207,7 @@ fn pump_output(shared: &Shared, mut reader: Box<dyn Read + Send>, mut log: File)
     shared.changed.notify_all();
 }
 
-fn record_exit(shared: &Shared, mut metadata: PtyMetadata, code: Option<i32>) {
+fn record_exit(shared: &Shared, code: Option<i32>) {
     let deadline = Instant::now() + DRAIN_AFTER_EXIT;
     let mut state = shared.lock();
     while !state.reader_done {
@@ -217,10 +220,13 @@ fn record_exit(shared: &Shared, mut metadata: PtyMetadata, code: Option<i32>) {
     state.exit_code = code;
     drop(state);
     shared.changed.notify_all();
-    metadata.status = PtyStatus::Dead;
-    metadata.exit_code = code;
-    metadata.last_accessed_at = now_rfc3339();
-    let _ = write_pty_metadata(&shared.args.session_dir, &metadata);
+    {
+        let mut guard = shared.metadata.lock().unwrap_or_else(|p| p.into_inner());
+        let metadata = &mut guard.0;
+        metadata.status = PtyStatus::Dead;
+        metadata.exit_code = code;
+        let _ = write_pty_metadata(&shared.args.session_dir, metadata);
+    }
 
     let deadline = Instant::now() + GRACE_AFTER_EXIT;
     let mut state = shared.lock();
@@ -278,6 +284,9 @@ fn serve(shared: &Shared, stream: UnixStream) {
 
 /// Handles one request; `false` when the connection is done.
 fn answer(shared: &Shared, request: Request, output: &mut UnixStream) -> bool {
+    if !matches!(request, Request::Ping) {
+        touch(shared);
+    }
     let response = match request {
         Request::Ping => pong(shared),
         Request::Write { data } => write_input(shared, &data),
@@ -297,6 +306,17 @@ fn answer(shared: &Shared, request: Request, output: &mut UnixStream) -> bool {
         }
     };
     write_frame(output, &response).is_ok()
+}
+
+/// Refreshes `last_accessed_at` in `metadata.json`, at most once a second.
+fn touch(shared: &Shared) {
+    let mut guard = shared.metadata.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.1.elapsed() < Duration::from_secs(1) {
+        return;
+    }
+    guard.1 = Instant::now();
+    guard.0.last_accessed_at = now_rfc3339();
+    let _ = write_pty_metadata(&shared.args.session_dir, &guard.0);
 }
 
 fn pong(shared: &Shared) -> Response {

@@ -118,7 +118,7 @@ pub(crate) fn resolve_shell(
         .ok_or_else(not_found)
 }
 
-fn is_identifier(name: &str) -> bool {
+pub(crate) fn is_identifier(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes
         .next()

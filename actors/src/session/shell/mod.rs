@@ -55,10 +55,11 @@ impl ShellConfig {
         }
     }
 
-    /// Adds secret variable names (e.g. the agent's key variable); duplicates are ignored.
+    /// Adds secret variable names (e.g. the agent's key variable); duplicates and names that
+    /// cannot be shell variables are ignored.
     pub fn with_secret_vars(mut self, names: impl IntoIterator<Item = String>) -> Self {
         for name in names {
-            if !name.is_empty() && !self.secret_vars.contains(&name) {
+            if flavor::is_identifier(&name) && !self.secret_vars.contains(&name) {
                 self.secret_vars.push(name);
             }
         }
