@@ -349,3 +349,31 @@ fn bad_keys_and_unknown_sessions_are_errors_with_hints() {
     assert_eq!(out.status.code(), Some(1));
     assert!(pty.json(&["list"]).as_array().unwrap().len() == 1);
 }
+
+#[test]
+fn escapes_are_parsed_and_lines_trims_a_read() {
+    let mut pty = Pty::new();
+    let id = pty.start(&["cat"]);
+    pty.write(&id, "\\x41\\u0042\\\\n\\n");
+    // cat's terminal echoes the line and cat prints it again.
+    let seen = pty.read_until(&id, "AB\\n\r\nAB\\n\r\n");
+    assert!(seen.starts_with("AB\\n"), "{seen:?}");
+    let id = pty.start(&[
+        "python3",
+        "-c",
+        "import sys, time; sys.stdout.write('l1\\nl2\\nl3\\n'); sys.stdout.flush(); time.sleep(100)",
+    ]);
+    let out = pty
+        .cmd()
+        .args(["read", &id, "--wait", "--lines", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "l2\r\nl3\r\n");
+    let out = pty.cmd().args(["read", &id]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "a read consumes the buffer"
+    );
+}
