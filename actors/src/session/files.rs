@@ -65,10 +65,22 @@ pub(crate) fn append_private_file(path: &Path) -> Result<File, SessionError> {
         .map_err(|e| SessionError::io("cannot append to", path, e))
 }
 
+/// Writes `bytes` to a fresh file (0600) at `path`, replacing any old one by unlinking it
+/// first: truncating an existing file costs milliseconds on ext4 (auto_da_alloc flushes it
+/// on close), unlink + create costs microseconds. Not atomic; see [`replace_private`].
 pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), SessionError> {
+    remove_if_present(path)?;
     create_private_file(path)?
         .write_all(bytes)
         .map_err(|e| SessionError::io("cannot write", path, e))
+}
+
+pub(crate) fn remove_if_present(path: &Path) -> Result<(), SessionError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(SessionError::io("cannot remove", path, e)),
+    }
 }
 
 /// Replaces `path` atomically (temp file in the same folder, then rename), mode 0600.

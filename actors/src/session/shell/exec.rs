@@ -15,9 +15,11 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 use super::lock::SessionLock;
-use super::{read_metadata, write_metadata, ExecOptions, ShellSession, ShellStatus};
+use super::{read_metadata, ExecOptions, ShellSession, ShellStatus};
 use crate::session::error::SessionError;
-use crate::session::files::{append_private_file, create_private_file, now_rfc3339, write_private};
+use crate::session::files::{
+    append_private_file, create_private_file, now_rfc3339, remove_if_present, write_private,
+};
 
 pub(crate) const STATE_FILE: &str = "state.sh";
 pub(crate) const OPTIONS_FILE: &str = "options.sh";
@@ -25,11 +27,12 @@ pub(crate) const CWD_FILE: &str = "cwd";
 const COMMAND_FILE: &str = "command.sh";
 const STDOUT_FILE: &str = "stdout.log";
 const STDERR_FILE: &str = "stderr.log";
-const HISTORY_FILE: &str = "history.log";
-const NAMES_SCRATCH: &str = "names.tmp";
+pub(crate) const HISTORY_FILE: &str = "history.log";
+/// Scratch files the bash wrapper lists variable and function names into.
+const SCRATCH_FILES: [&str; 2] = ["names.vars", "names.fns"];
 /// Written by the wrapper, committed in this order. They are created empty (0600) before the
-/// shell starts so the shell's umask never widens them; `cwd.next` is written last, so a
-/// non-empty `cwd.next` means the other two are complete.
+/// shell starts (so its umask never widens them, and it only appends: no slow truncation);
+/// `cwd.next` is written last, so a non-empty `cwd.next` means the other two are complete.
 const NEXT_FILES: [(&str, &str); 3] = [
     ("state.next", STATE_FILE),
     ("options.next", OPTIONS_FILE),
@@ -66,16 +69,20 @@ pub(crate) async fn exec(
     }
     let dir = session.dir.as_path();
     let _lock = SessionLock::acquire(dir).await?;
-    let mut metadata = read_metadata(dir)?;
+    let metadata = read_metadata(dir)?;
     if metadata.status == ShellStatus::Terminated {
         return Err(SessionError::Terminated {
             id: session.id.clone(),
         });
     }
+    // A complete state left by an exec that died before committing it is rolled forward.
+    commit_state(dir)?;
     for (next, _) in NEXT_FILES {
         write_private(&dir.join(next), b"")?;
     }
-    write_private(&dir.join(NAMES_SCRATCH), b"")?;
+    for scratch in SCRATCH_FILES {
+        write_private(&dir.join(scratch), b"")?;
+    }
     write_private(&dir.join(COMMAND_FILE), command.as_bytes())?;
     let (cwd, cwd_warning) = working_dir(dir, &metadata.work_dir);
 
@@ -84,7 +91,7 @@ pub(crate) async fn exec(
     // Fresh files, not truncated ones: a background job of an earlier exec may still hold
     // the old file open, and its writes must not land (after a hole) in this exec's output.
     for path in [&stdout_path, &stderr_path] {
-        let _ = fs::remove_file(path);
+        remove_if_present(path)?;
     }
     let mut shell = tokio::process::Command::new(&metadata.shell_path);
     shell
@@ -130,7 +137,9 @@ pub(crate) async fn exec(
     if !timed_out {
         commit_state(dir)?;
     }
-    let _ = fs::remove_file(dir.join(NAMES_SCRATCH));
+    for scratch in SCRATCH_FILES {
+        remove_if_present(&dir.join(scratch))?;
+    }
 
     let (stdout, stdout_cut) = read_capped(&stdout_path, options.output_cap)?;
     let (mut stderr, stderr_cut) = read_capped(&stderr_path, options.output_cap)?;
@@ -145,12 +154,8 @@ pub(crate) async fn exec(
         ));
     }
 
-    metadata.execution_count += 1;
-    metadata.last_executed_at = Some(now_rfc3339());
-    if let Ok(new_cwd) = fs::read(dir.join(CWD_FILE)) {
-        metadata.work_dir = PathBuf::from(cwd_from_bytes(&new_cwd));
-    }
-    write_metadata(dir, &metadata)?;
+    // `metadata.json` is not rewritten per exec: the count, the last time and the cwd are
+    // read back from `history.log` and `cwd` (see `describe`).
     append_history(dir, command, exit_code, execution_time_ms, timed_out)?;
 
     let truncated = stdout_cut || stderr_cut;
@@ -182,7 +187,7 @@ fn working_dir(dir: &Path, start_dir: &Path) -> (PathBuf, Option<String>) {
     (fallback, Some(warning))
 }
 
-fn cwd_from_bytes(bytes: &[u8]) -> String {
+pub(crate) fn cwd_from_bytes(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     text.strip_suffix('\n').unwrap_or(&text).to_string()
 }
@@ -203,9 +208,17 @@ fn commit_state(dir: &Path) -> Result<(), SessionError> {
     if !complete {
         return Ok(());
     }
+    // Unlink, then rename: renaming over an existing file costs milliseconds on ext4
+    // (auto_da_alloc). A crash in between is repaired by the roll-forward at the next exec,
+    // because `cwd.next` is committed last.
     for (next, current) in NEXT_FILES {
         let from = dir.join(next);
-        fs::rename(&from, dir.join(current))
+        if !from.exists() {
+            continue;
+        }
+        let to = dir.join(current);
+        remove_if_present(&to)?;
+        fs::rename(&from, &to)
             .map_err(|e| SessionError::io("cannot commit session state", &from, e))?;
     }
     Ok(())
@@ -268,6 +281,28 @@ mod tests {
         let (text, cut) = read_capped(&path, 1000).unwrap();
         assert!(!cut);
         assert_eq!(text, "aé".repeat(10));
+    }
+
+    #[test]
+    fn a_commit_cut_short_by_a_crash_is_rolled_forward() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        // The crash hit after state.sh was committed and options.sh unlinked.
+        fs::write(dir.join(STATE_FILE), "new state").unwrap();
+        fs::write(dir.join("options.next"), "new options").unwrap();
+        fs::write(dir.join("cwd.next"), "/new\n").unwrap();
+        fs::write(dir.join(CWD_FILE), "/old\n").unwrap();
+        commit_state(dir).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.join(STATE_FILE)).unwrap(),
+            "new state"
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join(OPTIONS_FILE)).unwrap(),
+            "new options"
+        );
+        assert_eq!(fs::read_to_string(dir.join(CWD_FILE)).unwrap(), "/new\n");
+        assert!(!dir.join("cwd.next").exists());
     }
 
     #[test]

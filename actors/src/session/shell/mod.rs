@@ -113,7 +113,9 @@ pub enum ShellStatus {
     Terminated,
 }
 
-/// `metadata.json` of a shell session.
+/// A shell session as reported by `list`/`status`: `metadata.json` (written at `start` and
+/// `end`) with `work_dir`, `execution_count` and `last_executed_at` brought up to date from
+/// the `cwd` file and `history.log`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShellMetadata {
     pub session_id: String,
@@ -217,7 +219,7 @@ impl ShellSessions {
         let mut sessions: Vec<ShellMetadata> = self
             .session_dirs()?
             .into_iter()
-            .filter_map(|(_, dir)| read_metadata(&dir).ok())
+            .filter_map(|(_, dir)| describe(&dir).ok())
             .collect();
         sessions.sort_by(|a, b| a.created_at.cmp(&b.created_at));
         Ok(sessions)
@@ -227,7 +229,7 @@ impl ShellSessions {
     pub fn status(&self, id: &str) -> Result<(ShellMetadata, bool), SessionError> {
         let session = self.open(id)?;
         let busy = SessionLock::try_acquire(&session.dir)?.is_none();
-        Ok((session.metadata()?, busy))
+        Ok((describe(&session.dir)?, busy))
     }
 
     /// Removes terminated sessions. Active sessions, sessions in use and folders this tool
@@ -296,8 +298,9 @@ impl ShellSession {
         &self.dir
     }
 
+    /// Current metadata (see [`ShellMetadata`]).
     pub fn metadata(&self) -> Result<ShellMetadata, SessionError> {
-        read_metadata(&self.dir)
+        describe(&self.dir)
     }
 
     /// Runs `command` in the session; see [`exec`](self::exec) for the mechanics.
@@ -312,10 +315,10 @@ impl ShellSession {
     /// Marks the session terminated (after any running exec finished); `cleanup` removes it.
     pub async fn end(&self) -> Result<ShellMetadata, SessionError> {
         let _lock = SessionLock::acquire(&self.dir).await?;
-        let mut metadata = self.metadata()?;
+        let mut metadata = read_metadata(&self.dir)?;
         metadata.status = ShellStatus::Terminated;
         write_metadata(&self.dir, &metadata)?;
-        Ok(metadata)
+        describe(&self.dir)
     }
 }
 
@@ -326,6 +329,23 @@ pub(crate) fn read_metadata(dir: &Path) -> Result<ShellMetadata, SessionError> {
         path,
         reason: e.to_string(),
     })
+}
+
+/// `metadata.json` plus the live fields derived from `cwd` and `history.log`.
+fn describe(dir: &Path) -> Result<ShellMetadata, SessionError> {
+    let mut metadata = read_metadata(dir)?;
+    if let Ok(cwd) = fs::read(dir.join(exec::CWD_FILE)) {
+        metadata.work_dir = PathBuf::from(exec::cwd_from_bytes(&cwd));
+    }
+    if let Ok(history) = fs::read_to_string(dir.join(exec::HISTORY_FILE)) {
+        metadata.execution_count = history.lines().count() as u64;
+        metadata.last_executed_at = history
+            .lines()
+            .last()
+            .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .and_then(|entry| entry["timestamp"].as_str().map(str::to_string));
+    }
+    Ok(metadata)
 }
 
 pub(crate) fn write_metadata(dir: &Path, metadata: &ShellMetadata) -> Result<(), SessionError> {

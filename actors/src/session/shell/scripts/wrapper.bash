@@ -1,6 +1,8 @@
 # delta-sessions exec wrapper for bash (static text, never spliced): $1 = session folder,
 # $2 = space-separated secret variable names never saved. Restores state.sh, options.sh,
 # runs command.sh, then writes state.next, options.next and cwd.next for Rust to commit.
+# Every file it writes is created empty (0600) by Rust beforehand and only appended to:
+# truncating a file costs milliseconds on ext4 (auto_da_alloc flushes it on close).
 __delta_dir=$1 __delta_secrets=" $2 "
 builtin set --
 builtin source -- "$__delta_dir/state.sh"
@@ -9,8 +11,8 @@ __delta_save() {
   __delta_flags=$-
   builtin set +euvx
   builtin trap - EXIT
-  builtin compgen -v >| "$__delta_dir/names.tmp"
-  builtin mapfile -t __delta_names < "$__delta_dir/names.tmp"
+  builtin compgen -v >> "$__delta_dir/names.vars"
+  builtin mapfile -t __delta_names < "$__delta_dir/names.vars"
   __delta_keep=()
   for __delta_n in "${__delta_names[@]}"; do
     case $__delta_n in
@@ -18,8 +20,8 @@ __delta_save() {
       *) [[ $__delta_secrets == *" $__delta_n "* ]] || __delta_keep+=("$__delta_n") ;;
     esac
   done
-  builtin compgen -A function >| "$__delta_dir/names.tmp"
-  builtin mapfile -t __delta_names < "$__delta_dir/names.tmp"
+  builtin compgen -A function >> "$__delta_dir/names.fns"
+  builtin mapfile -t __delta_names < "$__delta_dir/names.fns"
   __delta_fns=()
   for __delta_n in "${__delta_names[@]}"; do
     [[ $__delta_n == __delta_* ]] || __delta_fns+=("$__delta_n")
@@ -28,7 +30,7 @@ __delta_save() {
     (( ${#__delta_keep[@]} == 0 )) || builtin declare -p -- "${__delta_keep[@]}"
     (( ${#__delta_fns[@]} == 0 )) || builtin declare -f -- "${__delta_fns[@]}"
     builtin alias -p
-  } >| "$__delta_dir/state.next"
+  } >> "$__delta_dir/state.next"
   {
     builtin set +o
     [[ $__delta_flags != *e* ]] || builtin echo 'set -o errexit'
@@ -36,8 +38,8 @@ __delta_save() {
     [[ $__delta_flags != *v* ]] || builtin echo 'set -o verbose'
     [[ $__delta_flags != *x* ]] || builtin echo 'set -o xtrace'
     builtin shopt -p
-  } >| "$__delta_dir/options.next"
-  builtin pwd >| "$__delta_dir/cwd.next"
+  } >> "$__delta_dir/options.next"
+  builtin pwd >> "$__delta_dir/cwd.next"
   builtin exit "$__delta_rc"
 }
 builtin trap __delta_save EXIT

@@ -12,14 +12,14 @@ __delta_save() {
   IFS=' '
   for __delta_n in $__delta_secrets; do unset "$__delta_n"; done
   IFS=$__delta_ifs
-  { set; export -p; } >| "$__delta_dir/state.next"
+  { set; export -p; } >> "$__delta_dir/state.next"
   {
     set +o
     case $__delta_flags in *e*) echo 'set -o errexit';; esac
     case $__delta_flags in *u*) echo 'set -o nounset';; esac
     case $__delta_flags in *x*) echo 'set -o xtrace';; esac
-  } >| "$__delta_dir/options.next"
-  pwd >| "$__delta_dir/cwd.next"
+  } >> "$__delta_dir/options.next"
+  pwd >> "$__delta_dir/cwd.next"
   exit "$__delta_rc"
 }
 trap __delta_save EXIT
