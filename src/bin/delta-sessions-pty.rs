@@ -149,9 +149,11 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
         source: e,
     })?;
     let config = PtyConfig {
-        sessions_dir: cli
-            .sessions_dir
-            .unwrap_or_else(|| cwd.join(".sessions-pty")),
+        // Absolute, because the holder runs with the started program's folder as its cwd.
+        sessions_dir: cwd.join(
+            cli.sessions_dir
+                .unwrap_or_else(|| PathBuf::from(".sessions-pty")),
+        ),
         runtime_dir: default_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref()),
         holder_exe,
     };

@@ -91,16 +91,16 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<String, SessionError> {
-    let sessions_dir = match cli.sessions_dir {
-        Some(dir) => dir,
-        None => std::env::current_dir()
-            .map_err(|e| SessionError::Io {
-                action: "cannot read the current folder",
-                path: PathBuf::from("."),
-                source: e,
-            })?
-            .join(".sessions"),
-    };
+    let cwd = std::env::current_dir().map_err(|e| SessionError::Io {
+        action: "cannot read the current folder",
+        path: PathBuf::from("."),
+        source: e,
+    })?;
+    // Absolute, so paths reported in the JSON stay valid from any folder.
+    let sessions_dir = cwd.join(
+        cli.sessions_dir
+            .unwrap_or_else(|| PathBuf::from(".sessions")),
+    );
     let env_secrets = std::env::var("DELTA_SESSIONS_SECRET_VARS").unwrap_or_default();
     let secrets = cli
         .secret_vars
