@@ -235,3 +235,22 @@ async fn a_background_job_of_an_earlier_exec_cannot_corrupt_later_output() {
     run(&session, "kill $(cat bg.pid)").await;
     assert_eq!(out.stdout, "mine\n");
 }
+
+#[tokio::test]
+async fn odd_user_options_do_not_break_the_state_dump() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = sessions(&tmp);
+    let session = start(&store, "bash", tmp.path());
+    let out = run(
+        &session,
+        "shopt -s nocasematch; set -u; set -o noclobber; IFS=,; bash_like=kept; uid=mine",
+    )
+    .await;
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let out = run(
+        &session,
+        "echo \"$bash_like $uid\"; shopt -q nocasematch && echo ncm; [[ -o nounset ]] && echo nu",
+    )
+    .await;
+    assert_eq!(out.stdout, "kept mine\nncm\nnu\n", "{out:?}");
+}

@@ -11,6 +11,16 @@ __delta_save() {
   __delta_flags=$-
   builtin set +euvx
   builtin trap - EXIT
+  {
+    builtin set +o
+    [[ $__delta_flags != *e* ]] || builtin echo 'set -o errexit'
+    [[ $__delta_flags != *u* ]] || builtin echo 'set -o nounset'
+    [[ $__delta_flags != *v* ]] || builtin echo 'set -o verbose'
+    [[ $__delta_flags != *x* ]] || builtin echo 'set -o xtrace'
+    builtin shopt -p
+  } >> "$__delta_dir/options.next"
+  # Options are saved; now make the matching below independent of them.
+  builtin shopt -u nocasematch extglob
   builtin compgen -v >> "$__delta_dir/names.vars"
   builtin mapfile -t __delta_names < "$__delta_dir/names.vars"
   __delta_keep=()
@@ -31,14 +41,6 @@ __delta_save() {
     (( ${#__delta_fns[@]} == 0 )) || builtin declare -f -- "${__delta_fns[@]}"
     builtin alias -p
   } >> "$__delta_dir/state.next"
-  {
-    builtin set +o
-    [[ $__delta_flags != *e* ]] || builtin echo 'set -o errexit'
-    [[ $__delta_flags != *u* ]] || builtin echo 'set -o nounset'
-    [[ $__delta_flags != *v* ]] || builtin echo 'set -o verbose'
-    [[ $__delta_flags != *x* ]] || builtin echo 'set -o xtrace'
-    builtin shopt -p
-  } >> "$__delta_dir/options.next"
   builtin pwd >> "$__delta_dir/cwd.next"
   builtin exit "$__delta_rc"
 }
