@@ -377,3 +377,22 @@ fn escapes_are_parsed_and_lines_trims_a_read() {
         "a read consumes the buffer"
     );
 }
+
+#[test]
+fn large_writes_cross_the_socket_intact() {
+    let mut pty = Pty::new();
+    let id = pty.start(&["bash", "--norc", "-c", "stty -echo; echo READY; wc -c"]);
+    pty.read_until(&id, "READY");
+    let line = format!("{}\n", "x".repeat(99));
+    let payload = line.repeat(3_000);
+    let out = pty
+        .cmd()
+        .args(["write", &id, "--raw"])
+        .write_stdin(payload)
+        .output()
+        .unwrap();
+    let sent: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sent["bytes"], 300_000);
+    pty.key(&id, "ctrl+d");
+    pty.read_until(&id, "300000");
+}
