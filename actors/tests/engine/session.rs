@@ -74,7 +74,7 @@ async fn sessions_run_in_parallel_with_each_its_own_state() {
         let manager = &manager;
         async move {
             manager
-                .exec(id, &format!("sleep 0.5; MINE={i}"), ExecOptions::default())
+                .exec(id, &format!("sleep 1; MINE={i}"), ExecOptions::default())
                 .await
                 .unwrap();
             manager
@@ -86,9 +86,9 @@ async fn sessions_run_in_parallel_with_each_its_own_state() {
     let outcomes = tokio::time::timeout(Duration::from_secs(60), futures_join_all(execs))
         .await
         .unwrap();
-    // Serialised, 20 half-second sleeps would take 10 s.
+    // Serialised, twenty one-second sleeps would take 20 s.
     assert!(
-        started.elapsed() < Duration::from_secs(6),
+        started.elapsed() < Duration::from_secs(12),
         "{:?}",
         started.elapsed()
     );
