@@ -396,3 +396,23 @@ fn large_writes_cross_the_socket_intact() {
     pty.key(&id, "ctrl+d");
     pty.read_until(&id, "300000");
 }
+
+#[test]
+fn the_holder_does_not_keep_pipes_its_starter_leaked() {
+    use nix::poll::{poll, PollFd, PollFlags};
+    use std::os::fd::AsFd;
+    let mut pty = Pty::new();
+    // pipe() (not pipe2) leaves both ends inheritable, like a careless tool runner would.
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    let out = pty.cmd().args(["start", "sleep", "100"]).output().unwrap();
+    drop(write_end);
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pty.started.push(id);
+    let mut fds = [PollFd::new(read_end.as_fd(), PollFlags::POLLIN)];
+    let ready = poll(&mut fds, 10_000u16).unwrap();
+    assert_eq!(ready, 1, "the write end is still held open by the holder");
+    assert!(fds[0].revents().unwrap().contains(PollFlags::POLLHUP));
+}
