@@ -416,3 +416,56 @@ fn the_holder_does_not_keep_pipes_its_starter_leaked() {
     assert_eq!(ready, 1, "the write end is still held open by the holder");
     assert!(fds[0].revents().unwrap().contains(PollFlags::POLLHUP));
 }
+
+#[test]
+fn even_in_one_shared_folder_neither_cleanup_deletes_the_others_sessions() {
+    let mut pty = Pty::new();
+    let shared = pty.tmp.path().join("shared");
+    let shared_arg = shared.to_str().unwrap().to_string();
+    let shell = |args: &[&str]| {
+        let out = Command::cargo_bin("delta-sessions")
+            .unwrap()
+            .current_dir(pty.tmp.path())
+            .arg("--sessions-dir")
+            .arg(&shared_arg)
+            .args(args)
+            .timeout(LIMIT)
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let shell_id = shell(&["start"])["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    shell(&["end", &shell_id]);
+    let dead_pty = pty.json(&["--sessions-dir", &shared_arg, "start", "true"])["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pty.started.push(dead_pty.clone());
+    let dead = (0..40).any(|_| {
+        let out = pty
+            .cmd()
+            .args(["--sessions-dir", &shared_arg, "read", &dead_pty, "--wait"])
+            .output()
+            .unwrap();
+        !out.status.success()
+    });
+    assert!(dead, "`true` never finished");
+    // The shell tool cleans its terminated session and leaves the (dead) PTY session alone.
+    assert_eq!(
+        shell(&["cleanup"])["cleaned"],
+        serde_json::json!([shell_id])
+    );
+    assert!(shared.join(&dead_pty).exists());
+    let other_shell = shell(&["start"])["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    shell(&["end", &other_shell]);
+    // The PTY tool cleans its dead session and leaves the shell session alone.
+    let report = pty.json(&["--sessions-dir", &shared_arg, "cleanup"]);
+    assert_eq!(report["cleaned"], serde_json::json!([dead_pty]));
+    assert!(shared.join(&other_shell).exists());
+}
