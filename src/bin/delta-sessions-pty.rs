@@ -96,6 +96,7 @@ enum Output {
 }
 
 fn main() -> ExitCode {
+    delta_actors::session::close_inherited_fds();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

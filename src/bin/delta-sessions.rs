@@ -66,6 +66,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    delta_actors::session::close_inherited_fds();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

@@ -278,3 +278,24 @@ fn the_sessions_dir_comes_from_the_flag_or_the_environment_and_keys_stay_out() {
         assert!(!text.contains("never-stored"));
     }
 }
+
+#[test]
+fn a_background_job_does_not_keep_pipes_the_caller_leaked() {
+    use nix::poll::{poll, PollFd, PollFlags};
+    use std::os::fd::AsFd;
+    let tmp = tempfile::tempdir().unwrap();
+    let id = start(tmp.path());
+    // pipe() (not pipe2) leaves both ends inheritable, like a careless tool runner would.
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    let out = cli(tmp.path())
+        .args(["exec", &id, "sleep 30 & echo $! > bg.pid"])
+        .output()
+        .unwrap();
+    drop(write_end);
+    assert!(out.status.success());
+    let mut fds = [PollFd::new(read_end.as_fd(), PollFlags::POLLIN)];
+    let ready = poll(&mut fds, 10_000u16).unwrap();
+    exec(tmp.path(), &id, "kill $(cat bg.pid)");
+    assert_eq!(ready, 1, "the background job holds the caller's pipe");
+    assert!(fds[0].revents().unwrap().contains(PollFlags::POLLHUP));
+}

@@ -99,6 +99,24 @@ fn temp_sibling(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Closes every file descriptor above stderr. Session processes outlive the command that
+/// started them (a holder, a shell's background job), so they must not keep open the pipes a
+/// careless caller leaked to us: a tool runner waiting for their EOF would hang. Call it
+/// first thing in `main`, before anything else opens files.
+pub fn close_inherited_fds() {
+    let Ok(entries) = fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        let _ = nix::unistd::close(fd);
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

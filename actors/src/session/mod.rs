@@ -34,4 +34,4 @@ pub mod pty;
 pub mod shell;
 
 pub use error::SessionError;
-pub use files::{is_valid_session_id, new_session_id};
+pub use files::{close_inherited_fds, is_valid_session_id, new_session_id};

@@ -75,7 +75,7 @@ impl Shared {
 /// the reason is also written to `<session_dir>/start_error` for the waiting CLI.
 pub fn run_holder(args: HolderArgs) -> Result<(), SessionError> {
     let _ = nix::unistd::setsid();
-    close_inherited_fds();
+    crate::session::close_inherited_fds();
     match start(&args) {
         Ok(()) => Ok(()),
         Err(e) => {
@@ -86,22 +86,6 @@ pub fn run_holder(args: HolderArgs) -> Result<(), SessionError> {
             let _ = std::fs::remove_file(&args.socket_path);
             Err(e)
         }
-    }
-}
-
-/// A long-lived holder must not keep open whatever pipes its starter leaked to it (a tool
-/// runner waiting for EOF would hang), so everything above stderr is closed.
-fn close_inherited_fds() {
-    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<i32> = entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
-        .filter(|fd| *fd > 2)
-        .collect();
-    for fd in fds {
-        let _ = nix::unistd::close(fd);
     }
 }
 
