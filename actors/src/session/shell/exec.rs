@@ -21,9 +21,9 @@ use crate::session::files::{
     append_private_file, create_private_file, now_rfc3339, remove_if_present, write_private,
 };
 
-pub(crate) const STATE_FILE: &str = "state.sh";
+pub(crate) const STATE_FILE: &str = "env.sh";
 pub(crate) const OPTIONS_FILE: &str = "options.sh";
-pub(crate) const CWD_FILE: &str = "cwd";
+pub(crate) const CWD_FILE: &str = "work_dir.txt";
 const COMMAND_FILE: &str = "command.sh";
 const STDOUT_FILE: &str = "stdout.log";
 const STDERR_FILE: &str = "stderr.log";
@@ -31,12 +31,12 @@ pub(crate) const HISTORY_FILE: &str = "history.log";
 /// Scratch files the bash wrapper lists variable and function names into.
 const SCRATCH_FILES: [&str; 2] = ["names.vars", "names.fns"];
 /// Written by the wrapper, committed in this order. They are created empty (0600) before the
-/// shell starts (so its umask never widens them, and it only appends: no slow truncation);
-/// `cwd.next` is written last, so a non-empty `cwd.next` means the other two are complete.
+/// shell starts (so its umask never widens them, and it only appends: no slow truncation).
+/// `work_dir.next` is written last: when it is non-empty, the other two are complete.
 const NEXT_FILES: [(&str, &str); 3] = [
-    ("state.next", STATE_FILE),
+    ("env.next", STATE_FILE),
     ("options.next", OPTIONS_FILE),
-    ("cwd.next", CWD_FILE),
+    ("work_dir.next", CWD_FILE),
 ];
 /// Exit code reported for a timed-out command (GNU `timeout` convention).
 pub const TIMEOUT_EXIT_CODE: i32 = 124;
@@ -155,7 +155,7 @@ pub(crate) async fn exec(
     }
 
     // `metadata.json` is not rewritten per exec: the count, the last time and the cwd are
-    // read back from `history.log` and `cwd` (see `describe`).
+    // read back from `history.log` and `work_dir.txt` (see `describe`).
     append_history(dir, command, exit_code, execution_time_ms, timed_out)?;
 
     let truncated = stdout_cut || stderr_cut;
@@ -204,13 +204,13 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
 /// Commits `*.next` only when the wrapper finished writing all of them; otherwise (the
 /// command `exec`'d away, replaced the EXIT trap, or was killed) the old state stays.
 fn commit_state(dir: &Path) -> Result<(), SessionError> {
-    let complete = fs::metadata(dir.join("cwd.next")).is_ok_and(|m| m.len() > 0);
+    let complete = fs::metadata(dir.join("work_dir.next")).is_ok_and(|m| m.len() > 0);
     if !complete {
         return Ok(());
     }
     // Unlink, then rename: renaming over an existing file costs milliseconds on ext4
     // (auto_da_alloc). A crash in between is repaired by the roll-forward at the next exec,
-    // because `cwd.next` is committed last.
+    // because `work_dir.next` is committed last.
     for (next, current) in NEXT_FILES {
         let from = dir.join(next);
         if !from.exists() {
@@ -287,10 +287,10 @@ mod tests {
     fn a_commit_cut_short_by_a_crash_is_rolled_forward() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        // The crash hit after state.sh was committed and options.sh unlinked.
+        // The crash hit after env.sh was committed and options.sh unlinked.
         fs::write(dir.join(STATE_FILE), "new state").unwrap();
         fs::write(dir.join("options.next"), "new options").unwrap();
-        fs::write(dir.join("cwd.next"), "/new\n").unwrap();
+        fs::write(dir.join("work_dir.next"), "/new\n").unwrap();
         fs::write(dir.join(CWD_FILE), "/old\n").unwrap();
         commit_state(dir).unwrap();
         assert_eq!(
@@ -302,7 +302,7 @@ mod tests {
             "new options"
         );
         assert_eq!(fs::read_to_string(dir.join(CWD_FILE)).unwrap(), "/new\n");
-        assert!(!dir.join("cwd.next").exists());
+        assert!(!dir.join("work_dir.next").exists());
     }
 
     #[test]
@@ -310,14 +310,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         fs::write(dir.join(STATE_FILE), "old").unwrap();
-        fs::write(dir.join("state.next"), "new").unwrap();
+        fs::write(dir.join("env.next"), "new").unwrap();
         commit_state(dir).unwrap();
         assert_eq!(fs::read_to_string(dir.join(STATE_FILE)).unwrap(), "old");
         fs::write(dir.join("options.next"), "o").unwrap();
-        fs::write(dir.join("cwd.next"), "").unwrap();
+        fs::write(dir.join("work_dir.next"), "").unwrap();
         commit_state(dir).unwrap();
         assert_eq!(fs::read_to_string(dir.join(STATE_FILE)).unwrap(), "old");
-        fs::write(dir.join("cwd.next"), "/tmp\n").unwrap();
+        fs::write(dir.join("work_dir.next"), "/tmp\n").unwrap();
         commit_state(dir).unwrap();
         assert_eq!(fs::read_to_string(dir.join(STATE_FILE)).unwrap(), "new");
         assert_eq!(

@@ -57,7 +57,7 @@ impl ShellFlavor {
         }
     }
 
-    /// `state.sh` for a new session: the caller's environment minus secrets, as exports.
+    /// `env.sh` for a new session: the caller's environment minus secrets, as exports.
     pub(crate) fn initial_state<'a>(
         self,
         env: impl Iterator<Item = (&'a OsStr, &'a OsStr)>,

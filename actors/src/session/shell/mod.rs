@@ -1,6 +1,7 @@
 //! File-backed shell sessions (`delta-sessions`, spec v1.5). A session is a folder
-//! `<sessions_dir>/<id>/` (0700) holding `metadata.json`, the saved shell state (`state.sh`,
-//! `options.sh`, `cwd`, all 0600), the last exec's full `stdout.log`/`stderr.log`,
+//! `<sessions_dir>/<id>/` (0700) laid out as the spec says, plus a few files: `metadata.json`,
+//! the saved shell state (`env.sh`: variables, functions, aliases; `options.sh`;
+//! `work_dir.txt`; all files 0600), the last exec's full `stdout.log`/`stderr.log`,
 //! `history.log` and a `lock` file. There is no long-lived process: each exec is a fresh shell
 //! (see [`exec`]), so state survives separate invocations and crashes.
 //!
@@ -115,7 +116,7 @@ pub enum ShellStatus {
 
 /// A shell session as reported by `list`/`status`: `metadata.json` (written at `start` and
 /// `end`) with `work_dir`, `execution_count` and `last_executed_at` brought up to date from
-/// the `cwd` file and `history.log`.
+/// `work_dir.txt` and `history.log`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShellMetadata {
     pub session_id: String,
@@ -331,7 +332,7 @@ pub(crate) fn read_metadata(dir: &Path) -> Result<ShellMetadata, SessionError> {
     })
 }
 
-/// `metadata.json` plus the live fields derived from `cwd` and `history.log`.
+/// `metadata.json` plus the live fields derived from `work_dir.txt` and `history.log`.
 fn describe(dir: &Path) -> Result<ShellMetadata, SessionError> {
     let mut metadata = read_metadata(dir)?;
     if let Ok(cwd) = fs::read(dir.join(exec::CWD_FILE)) {

@@ -1,11 +1,11 @@
 # delta-sessions exec wrapper for bash (static text, never spliced): $1 = session folder,
-# $2 = space-separated secret variable names never saved. Restores state.sh, options.sh,
-# runs command.sh, then writes state.next, options.next and cwd.next for Rust to commit.
+# $2 = space-separated secret variable names never saved. Restores env.sh, options.sh,
+# runs command.sh, then writes env.next, options.next and work_dir.next for Rust to commit.
 # Every file it writes is created empty (0600) by Rust beforehand and only appended to:
 # truncating a file costs milliseconds on ext4 (auto_da_alloc flushes it on close).
 __delta_dir=$1 __delta_secrets=" $2 "
 builtin set --
-builtin source -- "$__delta_dir/state.sh"
+builtin source -- "$__delta_dir/env.sh"
 __delta_save() {
   __delta_rc=$?
   __delta_flags=$-
@@ -40,8 +40,8 @@ __delta_save() {
     (( ${#__delta_keep[@]} == 0 )) || builtin declare -p -- "${__delta_keep[@]}"
     (( ${#__delta_fns[@]} == 0 )) || builtin declare -f -- "${__delta_fns[@]}"
     builtin alias -p
-  } >> "$__delta_dir/state.next"
-  builtin pwd >> "$__delta_dir/cwd.next"
+  } >> "$__delta_dir/env.next"
+  builtin pwd >> "$__delta_dir/work_dir.next"
   builtin exit "$__delta_rc"
 }
 builtin trap __delta_save EXIT

@@ -1,6 +1,6 @@
 # delta-sessions exec wrapper for POSIX sh (static text, never spliced): $1 = session folder,
 # $2 = secret variable names. Persists cwd, variables, exports and set -o options.
-. "$1/state.sh"
+. "$1/env.sh"
 __delta_dir=$1 __delta_secrets=$2
 set --
 __delta_save() {
@@ -19,8 +19,8 @@ __delta_save() {
   for __delta_n in $__delta_secrets; do unset "$__delta_n"; done
   IFS=$__delta_ifs
   unset __delta_flags __delta_ifs __delta_n
-  { set; export -p; } >> "$__delta_dir/state.next"
-  pwd >> "$__delta_dir/cwd.next"
+  { set; export -p; } >> "$__delta_dir/env.next"
+  pwd >> "$__delta_dir/work_dir.next"
   exit "$__delta_rc"
 }
 trap __delta_save EXIT
