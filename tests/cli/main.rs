@@ -4,3 +4,5 @@ mod init_expand;
 mod crash;
 mod harness;
 mod run;
+mod sessions;
+mod sessions_pty;

@@ -37,5 +37,6 @@ pub mod gateway;
 pub mod janitor;
 pub mod orchestrator;
 pub mod run;
+pub mod session;
 pub mod supervisor;
 pub mod tool;

@@ -6,3 +6,4 @@ mod plan;
 mod process;
 mod run;
 mod store;
+mod session;
