@@ -9,7 +9,7 @@ use clap::Args;
 use delta_actors::agent::{load_agent, load_env_cascade};
 use delta_actors::api::{RunRequest, RunStart, Supervisor};
 use delta_actors::janitor::{check_run, JanitorAction};
-use delta_actors::metadata::read_metadata;
+use delta_actors::metadata::{read_metadata, LOCK_FILE};
 use delta_actors::workspace::{open_run_dir, validate_run_id};
 use delta_actors::RunStatus;
 
@@ -102,8 +102,11 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         }
         RunStatus::Running => {
             return Err(CliError::Config(format!(
-                "run '{}' is still active (pid {} on host '{}'); wait for it to finish or interrupt it first",
-                args.run_id, meta.pid, meta.hostname
+                "run '{}' is still active: its lock {} is held (pid {} on host '{}'); wait for it to finish or interrupt it first",
+                args.run_id,
+                paths.run_dir.join(LOCK_FILE).display(),
+                meta.pid,
+                meta.hostname
             )))
         }
         _ => {}

@@ -161,8 +161,23 @@ pub fn drive_single(
         while let Ok(ev) = events.try_recv() {
             print_event(&ev, verbosity, false);
         }
-        result.map_err(|e| CliError::Runtime(e.to_string()))
+        let result = result.map_err(|e| CliError::Runtime(e.to_string()))?;
+        refusal_as_error(result)
     })
+}
+
+/// The error kind the engine gives a run it refused to take (already exists, locked by
+/// another process, not found...). Nothing of the run changed, so printing a FAILED
+/// RunResult would misreport it: the CLI says why on stderr and exits 126.
+const SETUP_ERROR_KIND: &str = "setup_error";
+
+fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
+    match &result.error {
+        Some(error) if error.kind == SETUP_ERROR_KIND => {
+            Err(CliError::Config(error.message.clone()))
+        }
+        _ => Ok(result),
+    }
 }
 
 #[cfg(test)]

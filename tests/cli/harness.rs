@@ -382,6 +382,33 @@ pub fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatu
     status.unwrap()
 }
 
+/// Waits (bounded) for a child whose stdout/stderr are piped, then collects them. The
+/// outputs must fit in the pipe buffers (a RunResult and progress lines do).
+pub fn wait_output(mut child: Child, limit: Duration) -> Outcome {
+    let status = wait_child(&mut child, limit);
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut stdout).unwrap();
+    }
+    if let Some(mut err) = child.stderr.take() {
+        err.read_to_string(&mut stderr).unwrap();
+    }
+    Outcome {
+        code: status.code().unwrap_or(-1),
+        stdout,
+        stderr,
+    }
+}
+
+/// Kills one process (cleanup of a test's own leftovers).
+pub fn kill_pid(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
 /// Kills a whole process group (a tool left behind on purpose by a SIGKILLed engine).
 pub fn kill_group(pgid: i32) {
     let _ = nix::sys::signal::killpg(

@@ -1,8 +1,12 @@
 //! CLI-level integration tests against the built binaries (one binary).
 mod init_expand;
 
+mod ask_human;
+mod continue_run;
 mod crash;
 mod harness;
+mod list_runs;
 mod run;
 mod sessions;
 mod sessions_pty;
+mod run_env;

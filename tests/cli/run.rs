@@ -306,7 +306,7 @@ fn timed_out_tool_leaves_no_process_behind() {
     );
     let gone = wait_until(Duration::from_secs(5), || !process_alive(pid));
     if !gone {
-        kill_group(pid);
+        kill_pid(pid);
     }
     assert!(gone, "grandchild {pid} survived the tool timeout");
 }
@@ -377,10 +377,19 @@ fn iteration_cap_fails_the_run() {
 
 #[test]
 fn ctrl_c_interrupts_kills_the_tool_group_and_prints_the_result() {
+    interrupt_while_a_tool_runs(Signal::SIGINT);
+}
+
+#[test]
+fn sigterm_interrupts_like_ctrl_c() {
+    interrupt_while_a_tool_runs(Signal::SIGTERM);
+}
+
+fn interrupt_while_a_tool_runs(signal: Signal) {
     let tools = r#"tools:
   - name: hang
     description: sleep for a long time
-    shell: "echo $$ > tool.pid.tmp; mv tool.pid.tmp tool.pid; sleep 60"
+    shell: "sleep 60 & echo $! > tool.pid.tmp; mv tool.pid.tmp tool.pid; wait"
 "#;
     let script = json!({"steps": [{"tool": "hang"}, {"answer": "resumed"}]});
     let case = Case::new("sleeper", tools, &script);
@@ -393,18 +402,19 @@ fn ctrl_c_interrupts_kills_the_tool_group_and_prints_the_result() {
         .spawn()
         .unwrap();
     let tool_pid = wait_for_pid_file(&case.work_dir().join("tool.pid"), Duration::from_secs(20));
-    send_signal(child.id(), Signal::SIGINT);
+    send_signal(child.id(), signal);
     let status = wait_child(&mut child, Duration::from_secs(15));
+    // tool_pid is the shell's child: only a kill of the whole group reaches it.
     let gone = wait_until(Duration::from_secs(5), || !process_alive(tool_pid));
     if !gone {
-        kill_group(tool_pid);
+        kill_pid(tool_pid);
     }
     assert_eq!(status.code(), Some(130));
     let mut stdout = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
     let result: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(result["status"], "INTERRUPTED");
-    assert!(gone, "tool {tool_pid} still alive after Ctrl-C");
+    assert!(gone, "tool {tool_pid} still alive after {signal}");
     assert_eq!(case.metadata("r1")["status"], "INTERRUPTED");
     assert_seq_strictly_increasing(&case.journal("r1"));
 }

@@ -23,7 +23,7 @@ use crate::tool::compile::{ask_human_schema, CompiledTool, EngineVars};
 use crate::tool::process::build_child_env;
 use crate::workspace::{invocation_record_path, tool_record_path, write_json_file, RunPaths};
 
-use super::human::{record_answer, write_request};
+use super::human::{record_answer, redact_secrets, write_request};
 use super::setup::PendingQuestion;
 use super::{error_info, RunActor};
 
@@ -272,16 +272,15 @@ impl RunActor {
             .map(|n| format!("io/invocations/{}", n.to_string_lossy()));
         let outcome = match outcome {
             Err(failure) => {
-                let _ = write_json_file(
-                    &record_path,
-                    &json!({
-                        "iteration": self.iteration,
-                        "request": request,
-                        "error": failure.error.to_string(),
-                        "attempts": failure.attempts,
-                        "failed_attempts": failure.failed_attempts,
-                    }),
-                );
+                let mut record = json!({
+                    "iteration": self.iteration,
+                    "request": request,
+                    "error": failure.error.to_string(),
+                    "attempts": failure.attempts,
+                    "failed_attempts": failure.failed_attempts,
+                });
+                redact_secrets(&mut record, &self.secrets);
+                let _ = write_json_file(&record_path, &record);
                 if failure.cancelled {
                     self.interrupt_now(ctx);
                 } else {
@@ -305,18 +304,18 @@ impl RunActor {
         self.timings.model += outcome.duration.saturating_sub(outcome.waited);
         self.timings.queue += outcome.waited;
         let completion = outcome.completion;
-        let _ = write_json_file(
-            &record_path,
-            &json!({
-                "iteration": self.iteration,
-                "request": request,
-                "response": completion.raw,
-                "duration_ms": outcome.duration.as_millis() as u64,
-                "waited_ms": outcome.waited.as_millis() as u64,
-                "attempts": outcome.attempts,
-                "failed_attempts": outcome.failed_attempts,
-            }),
-        );
+        let mut record = json!({
+            "iteration": self.iteration,
+            "request": request,
+            "response": completion.raw,
+            "duration_ms": outcome.duration.as_millis() as u64,
+            "waited_ms": outcome.waited.as_millis() as u64,
+            "attempts": outcome.attempts,
+            "failed_attempts": outcome.failed_attempts,
+        });
+        // The request carries sensitive answers substituted in; its audit copy must not.
+        redact_secrets(&mut record, &self.secrets);
+        let _ = write_json_file(&record_path, &record);
         if let Some(usage) = &completion.usage {
             let used = TokenUsage {
                 input_tokens: usage.prompt_tokens,

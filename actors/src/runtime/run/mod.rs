@@ -384,6 +384,15 @@ impl Actor for RunActor {
                 );
             });
         }
+        if taken.resumed {
+            if let Some(answer) = setup::recorded_final_answer(&self.events) {
+                self.log.line(
+                    "the final answer was already journaled; completing without a model call",
+                );
+                self.finish(RunStatus::Completed, Some(answer), None, None, ctx);
+                return;
+            }
+        }
         self.think(ctx);
     }
 }

@@ -11,7 +11,7 @@ use crate::api::{RunRequest, RunStart};
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
-    current_process_identity, read_metadata, write_metadata, RunLock, RunMetadata,
+    current_process_identity, read_metadata, write_metadata, RunLock, RunMetadata, LOCK_FILE,
 };
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::workspace::{create_run_dir, ensure_control_dir, now_rfc3339, open_run_dir, RunPaths};
@@ -80,7 +80,10 @@ pub fn take_run(
             let lock = RunLock::try_acquire(&paths.run_dir)
                 .map_err(io)?
                 .ok_or_else(|| {
-                    SetupError::Refused(format!("run '{run_id}' is locked by another process"))
+                    SetupError::Refused(format!(
+                        "run '{run_id}' is locked by another process (lock file {})",
+                        paths.run_dir.join(LOCK_FILE).display()
+                    ))
                 })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
             let now = now_rfc3339();
@@ -148,8 +151,10 @@ pub fn take_run(
                 Some(lock) => lock,
                 None => {
                     return Err(SetupError::Refused(format!(
-                        "run '{run_id}' is being driven by another process (pid {} on host '{}'); wait for it to finish or stop it first",
-                        meta.pid, meta.hostname
+                        "run '{run_id}' is being driven by another process: its lock {} is held (pid {} on host '{}'); wait for it to finish or stop it first",
+                        paths.run_dir.join(LOCK_FILE).display(),
+                        meta.pid,
+                        meta.hostname
                     )))
                 }
             };
@@ -178,7 +183,6 @@ pub fn take_run(
                 );
                 status = RunStatus::Interrupted;
             }
-            let secrets = load_secrets(&paths.secrets_dir);
             let pending_question = pending_ask_human(&events);
             match status {
                 RunStatus::WaitingForInput => {
@@ -239,6 +243,8 @@ pub fn take_run(
                     );
                 }
             }
+            // After the answer above is recorded: a sensitive answer given now must reach the model.
+            let secrets = load_secrets(&paths.secrets_dir);
             let identity = current_process_identity();
             meta.status = RunStatus::Running;
             meta.updated_at = now_rfc3339();
@@ -319,6 +325,31 @@ pub fn unanswered_calls(events: &[JournalEvent]) -> Vec<(u32, String, String)> {
         }
     }
     out
+}
+
+/// The final answer a resumed run already has: the last conversation event is a THOUGHT
+/// without tool calls (the process died after journaling it, before ENGINE_END). Asking the
+/// model again would add a turn the original run never had, so the run completes with it.
+pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
+    let last = events.iter().rev().find(|e| {
+        matches!(
+            e.event,
+            Event::UserMessage { .. }
+                | Event::Thought { .. }
+                | Event::ActionRequest { .. }
+                | Event::ActionResult { .. }
+                | Event::HumanInputRequest { .. }
+                | Event::HumanInputReceived { .. }
+        )
+    })?;
+    match &last.event {
+        Event::Thought {
+            content,
+            tool_calls,
+            ..
+        } if tool_calls.is_empty() => Some(content.clone().unwrap_or_default()),
+        _ => None,
+    }
 }
 
 fn load_secrets(dir: &Path) -> HashMap<String, String> {
