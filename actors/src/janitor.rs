@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::journal::{Event, Journal, JournalOptions};
 use crate::metadata::{
-    assess_liveness, current_process_identity, read_metadata, write_metadata, Liveness, RunLock,
+    current_process_identity, read_metadata, try_take_over, write_metadata, Takeover,
 };
 use crate::protocol::RunStatus;
 use crate::workspace::{now_rfc3339, RunPaths};
@@ -53,15 +53,16 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
         return None;
     }
     let host = current_process_identity().hostname;
-    match assess_liveness(&paths.run_dir, &meta, &host, force).ok()? {
-        Liveness::Alive { .. } => None,
-        Liveness::OtherHost { hostname } => Some(JanitorAction::SkippedOtherHost {
+    // Taking the lock ourselves (instead of probing, then acting) means no process can start
+    // driving the run while we mark it; never-locked runs of the original engine fall back to
+    // its pid + process-name rule inside `try_take_over`.
+    match try_take_over(&paths.run_dir, &meta, &host, force).ok()? {
+        Takeover::Alive { .. } => None,
+        Takeover::OtherHost { hostname } => Some(JanitorAction::SkippedOtherHost {
             run_id: run_id.to_string(),
             hostname,
         }),
-        Liveness::Orphaned { reason } => {
-            // Take the lock so no process starts driving the run while we mark it.
-            let _lock = RunLock::try_acquire(&paths.run_dir).ok()??;
+        Takeover::Acquired { lock: _lock, reason } => {
             let mut meta = read_metadata(&paths.run_dir).ok()?;
             if meta.status != RunStatus::Running {
                 return None;
