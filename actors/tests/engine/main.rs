@@ -1,5 +1,6 @@
 //! Engine-level integration tests (one binary).
 mod harness;
+mod hooks;
 mod llm;
 mod plan;
 mod process;
