@@ -62,7 +62,10 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
             run_id: run_id.to_string(),
             hostname,
         }),
-        Takeover::Acquired { lock: _lock, reason } => {
+        Takeover::Acquired {
+            lock: _lock,
+            reason,
+        } => {
             let mut meta = read_metadata(&paths.run_dir).ok()?;
             if meta.status != RunStatus::Running {
                 return None;

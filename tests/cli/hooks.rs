@@ -66,11 +66,17 @@ fn hooks_yaml_skip_failure_and_run_end_through_delta_run() {
     )
     .unwrap();
 
-    let output = delta_run(agent.path(), ws.path()).success().get_output().clone();
+    let output = delta_run(agent.path(), ws.path())
+        .success()
+        .get_output()
+        .clone();
     let result: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(result["status"], "COMPLETED", "{result}");
     assert_eq!(result["result"], "all done");
-    assert!(!ws.path().join("forbidden").exists(), "the skipped tool ran");
+    assert!(
+        !ws.path().join("forbidden").exists(),
+        "the skipped tool ran"
+    );
 
     let end: Value =
         serde_json::from_str(&std::fs::read_to_string(ws.path().join("end.json")).unwrap())
@@ -84,10 +90,7 @@ fn hooks_yaml_skip_failure_and_run_end_through_delta_run() {
 
     let run_dir = Path::new(result["metadata"]["run_dir"].as_str().unwrap()).to_path_buf();
     let lines = journal_lines(&run_dir);
-    let skipped = lines
-        .iter()
-        .find(|l| l["type"] == "ACTION_RESULT")
-        .unwrap();
+    let skipped = lines.iter().find(|l| l["type"] == "ACTION_RESULT").unwrap();
     assert_eq!(skipped["status"], "SUCCESS");
     assert_eq!(skipped["observation_content"], "blocked by policy");
     let failed: Vec<&Value> = lines
@@ -96,7 +99,10 @@ fn hooks_yaml_skip_failure_and_run_end_through_delta_run() {
         .collect();
     assert_eq!(failed.len(), 2);
     assert_eq!(failed[0]["status"], "FAILED");
-    assert_eq!(failed[0]["reason"], "exited with code 3: cannot reach webhook");
+    assert_eq!(
+        failed[0]["reason"],
+        "exited with code 3: cannot reach webhook"
+    );
     let record = run_dir.join(failed[0]["io_path_ref"].as_str().unwrap());
     let record: Value = serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
     assert_eq!(record["exit_code"], 3);
@@ -112,12 +118,18 @@ fn legacy_lifecycle_hooks_in_agent_yaml_still_run() {
         agent.path(),
         "lifecycle_hooks:\n  pre_tool_exec:\n    command: [sh, -c, \"echo $TOOL_NAME > pre-tool.txt\"]\n",
     );
-    let output = delta_run(agent.path(), ws.path()).success().get_output().clone();
+    let output = delta_run(agent.path(), ws.path())
+        .success()
+        .get_output()
+        .clone();
     let result: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(result["status"], "COMPLETED", "{result}");
     assert_eq!(
         std::fs::read_to_string(ws.path().join("pre-tool.txt")).unwrap(),
         "touch\n"
     );
-    assert!(ws.path().join("forbidden").exists(), "nothing skipped the tool");
+    assert!(
+        ws.path().join("forbidden").exists(),
+        "nothing skipped the tool"
+    );
 }

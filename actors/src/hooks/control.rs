@@ -248,7 +248,10 @@ mod tests {
             ("not json", "not valid JSON"),
             ("[1]", "one JSON object, got an array"),
             (r#"{"action":"explode"}"#, "`action` must be"),
-            (r#"{"action":"skip","observation":3}"#, "`observation` must be a string"),
+            (
+                r#"{"action":"skip","observation":3}"#,
+                "`observation` must be a string",
+            ),
         ] {
             let err = parse_tool_control(text).unwrap_err();
             assert!(err.contains(phrase), "{text}: {err}");
@@ -270,7 +273,10 @@ mod tests {
         assert_eq!(r.messages[0].role, Role::User);
         let mut changed = report.changed.clone();
         changed.sort_unstable();
-        assert_eq!(changed, vec!["max_tokens", "messages", "model", "temperature"]);
+        assert_eq!(
+            changed,
+            vec!["max_tokens", "messages", "model", "temperature"]
+        );
         assert_eq!(report.ignored_keys, vec!["tools".to_string()]);
     }
 
@@ -290,20 +296,26 @@ mod tests {
             (r#"{"temperature":"hot"}"#, "`temperature` must be a number"),
             (r#"{"temperature":7}"#, "from 0 to 2"),
             (r#"{"model":""}"#, "`model` must be a non-empty string"),
-            (r#"{"max_tokens":0}"#, "`max_tokens` must be a positive integer"),
+            (
+                r#"{"max_tokens":0}"#,
+                "`max_tokens` must be a positive integer",
+            ),
             (r#"{"max_tokens":1.5}"#, "positive integer"),
             (r#"{"messages":"hi"}"#, "must be an array"),
-            (r#"{"messages":[{"role":"wizard","content":"x"}]}"#, "\"wizard\""),
+            (
+                r#"{"messages":[{"role":"wizard","content":"x"}]}"#,
+                "\"wizard\"",
+            ),
             (r#"{"messages":[{"content":"x"}]}"#, "role` is missing"),
-            (r#"{"messages":[{"role":"user","content":5}]}"#, "string or null"),
+            (
+                r#"{"messages":[{"role":"user","content":5}]}"#,
+                "string or null",
+            ),
             (
                 r#"{"messages":[{"role":"assistant","content":"x"}]}"#,
                 "not a valid history",
             ),
-            (
-                r#"{"model":"fine","messages":[]}"#,
-                "not a valid history",
-            ),
+            (r#"{"model":"fine","messages":[]}"#, "not a valid history"),
             ("{oops", "not valid JSON"),
         ] {
             let mut r = request();

@@ -13,8 +13,14 @@ fn fixture() -> Fixture {
     let work = tempfile::tempdir().unwrap();
     let paths = create_run_dir(work.path(), "r1").unwrap();
     let env = vec![
-        ("PATH".to_string(), std::env::var("PATH").unwrap_or_default()),
-        ("RUN_DIR".to_string(), "stale-value-from-the-user".to_string()),
+        (
+            "PATH".to_string(),
+            std::env::var("PATH").unwrap_or_default(),
+        ),
+        (
+            "RUN_DIR".to_string(),
+            "stale-value-from-the-user".to_string(),
+        ),
     ];
     let ctx = HookContext::new(
         paths,
@@ -67,13 +73,18 @@ async fn env_stdin_and_record() {
         std::fs::canonicalize(&f.ctx.work_dir).unwrap(),
         "cwd is the workspace"
     );
-    assert!(outcome.io_path_ref.starts_with("io/hooks/post_tool_execution_"));
+    assert!(outcome
+        .io_path_ref
+        .starts_with("io/hooks/post_tool_execution_"));
     let rec = record(&f.ctx, &outcome);
     assert_eq!(rec["status"], "SUCCESS");
     assert_eq!(rec["exit_code"], 0);
     assert_eq!(rec["timeout_ms"], 30_000);
     assert_eq!(rec["command"][0], "sh");
-    assert!(rec["stdout"].as_str().unwrap().contains("post_tool_execution"));
+    assert!(rec["stdout"]
+        .as_str()
+        .unwrap()
+        .contains("post_tool_execution"));
     assert!(rec["duration_ms"].is_u64());
 }
 
@@ -103,7 +114,10 @@ async fn failure_reason_names_exit_code_and_first_stderr_line() {
     let f = fixture();
     let outcome = run_hook(
         HookName::OnError,
-        &spec("echo '' >&2; echo 'disk is full' >&2; echo more >&2; exit 3", None),
+        &spec(
+            "echo '' >&2; echo 'disk is full' >&2; echo more >&2; exit 3",
+            None,
+        ),
         &json!({}),
         &f.ctx,
         CancellationToken::new(),
@@ -212,7 +226,10 @@ async fn sensitive_values_never_reach_the_record() {
         CancellationToken::new(),
     )
     .await;
-    assert!(outcome.stdout.contains("hunter2"), "the hook itself sees it");
+    assert!(
+        outcome.stdout.contains("hunter2"),
+        "the hook itself sees it"
+    );
     let text = std::fs::read_to_string(f.ctx.paths.run_dir.join(&outcome.io_path_ref)).unwrap();
     assert!(!text.contains("hunter2"), "{text}");
     assert!(text.contains("[REDACTED]"));

@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-const ECHO_TOOL: &str = "  - name: echo\n    exec: \"echo ${text}\"\n  - name: touch\n    exec: \"touch ${file}\"\n";
+const ECHO_TOOL: &str =
+    "  - name: echo\n    exec: \"echo ${text}\"\n  - name: touch\n    exec: \"touch ${file}\"\n";
 
 /// Dumps each invocation's env, stdin and TOOL_RESULT file to `<workspace>/dumps/<hook>/<n>.*`.
 const DUMP_SCRIPT: &str = r#"d="dumps/$DELTA_HOOK"
@@ -75,8 +76,14 @@ fn dump(ws: &Path, hook: &str, n: usize) -> (String, Value) {
 fn dump_count(ws: &Path, hook: &str) -> usize {
     std::fs::read_dir(ws.join("dumps").join(hook))
         .map(|d| {
-            d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
-                .count()
+            d.filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "json")
+            })
+            .count()
         })
         .unwrap_or(0)
 }
@@ -190,7 +197,10 @@ fn all_eight_hooks_fire_with_env_and_payload() {
 
     let (env, payload) = dump(w, "on_error", 0);
     assert_eq!(payload["error_type"], "llm_error");
-    assert!(payload["message"].as_str().unwrap().contains("bad request here"));
+    assert!(payload["message"]
+        .as_str()
+        .unwrap()
+        .contains("bad request here"));
     assert!(env_var(&env, "ERROR_MESSAGE")
         .unwrap()
         .contains("bad request here"));
@@ -203,7 +213,10 @@ fn all_eight_hooks_fire_with_env_and_payload() {
     assert_seq_increasing(&events);
     let hooks = hook_events(&events);
     assert_eq!(hooks.len(), 10, "{hooks:?}");
-    assert!(hooks.iter().all(|h| h.1 == "SUCCESS" && h.2.is_none()), "{hooks:?}");
+    assert!(
+        hooks.iter().all(|h| h.1 == "SUCCESS" && h.2.is_none()),
+        "{hooks:?}"
+    );
     for (_, _, _, io_ref) in &hooks {
         let record: Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join(io_ref)).unwrap()).unwrap();
@@ -246,7 +259,10 @@ fn on_run_end_fires_for_completed_and_waiting_runs() {
     assert_eq!(paused.status, RunStatus::WaitingForInput);
     let done = drive(&sup, continue_run(&request, &paused.run_id, Some("Ada")));
     assert_eq!(done.status, RunStatus::Completed);
-    assert_eq!(dump(ws.path(), "on_run_end", 0).1["status"], "WAITING_FOR_INPUT");
+    assert_eq!(
+        dump(ws.path(), "on_run_end", 0).1["status"],
+        "WAITING_FOR_INPUT"
+    );
     let (_, end) = dump(ws.path(), "on_run_end", 1);
     assert_eq!(end["status"], "COMPLETED");
     assert_eq!(end["result"], "bye t");
@@ -280,13 +296,20 @@ fn on_run_end_fires_for_an_interrupted_run_and_cancel_stops_a_running_hook() {
         cancelled_at.elapsed() < Duration::from_secs(10),
         "the hook's group was killed"
     );
-    assert!(!ws.path().join("tool-ran").exists(), "the tool never started");
+    assert!(
+        !ws.path().join("tool-ran").exists(),
+        "the tool never started"
+    );
     let events = journal(&result);
     let hooks = hook_events(&events);
     assert_eq!(hooks[0].0, "pre_tool_execution");
     assert_eq!(hooks[0].1, "CANCELLED", "{hooks:?}");
     assert!(hooks[0].2.as_deref().unwrap().contains("stopped"));
-    assert_eq!(observations(&events).len(), 1, "the call still has a result");
+    assert_eq!(
+        observations(&events).len(),
+        1,
+        "the call still has a result"
+    );
     assert_eq!(dump(ws.path(), "on_run_end", 0).1["status"], "INTERRUPTED");
 }
 
@@ -304,7 +327,10 @@ fn pre_tool_hook_can_skip_a_call() {
     let sup = Supervisor::start(fast_config()).unwrap();
     let result = drive(&sup, new_run(agent.load(), ws.path(), s, "t"));
     assert_eq!(result.status, RunStatus::Completed, "{result:?}");
-    assert!(!ws.path().join("forbidden").exists(), "the skipped tool ran");
+    assert!(
+        !ws.path().join("forbidden").exists(),
+        "the skipped tool ran"
+    );
     let events = journal(&result);
     let results: Vec<(ActionStatus, String)> = events
         .iter()
@@ -317,7 +343,10 @@ fn pre_tool_hook_can_skip_a_call() {
             _ => None,
         })
         .collect();
-    assert_eq!(results[0], (ActionStatus::Success, "policy: no files".to_string()));
+    assert_eq!(
+        results[0],
+        (ActionStatus::Success, "policy: no files".to_string())
+    );
     assert!(results[1].1.contains("allowed"), "{results:?}");
     // The model saw the observation.
     let second_request = &invocation_requests(&result)[1];
@@ -325,7 +354,10 @@ fn pre_tool_hook_can_skip_a_call() {
     assert_eq!(messages.last().unwrap()["content"], "policy: no files");
     // post_tool_execution runs for executed calls only.
     assert_eq!(dump_count(ws.path(), "post_tool_execution"), 1);
-    assert_eq!(dump(ws.path(), "post_tool_execution", 0).1["tool_name"], "echo");
+    assert_eq!(
+        dump(ws.path(), "post_tool_execution", 0).1["tool_name"],
+        "echo"
+    );
 }
 
 #[test]
@@ -346,7 +378,10 @@ fn pre_llm_hook_can_override_the_request() {
     assert_eq!(request["max_tokens"], 99);
     assert_eq!(request["messages"].as_array().unwrap().len(), 2);
     assert_eq!(request["messages"][1]["content"], "rewritten task");
-    assert!(request["tools"].is_array(), "tools are not the hook's to change");
+    assert!(
+        request["tools"].is_array(),
+        "tools are not the hook's to change"
+    );
     assert!(warnings(&journal(&result)).is_empty());
 }
 
@@ -389,13 +424,16 @@ fn a_hanging_hook_times_out_and_the_run_goes_on() {
     assert_eq!(hooks.len(), 1);
     assert_eq!(hooks[0].1, "TIMED_OUT");
     assert!(
-        hooks[0].2.as_deref().unwrap().contains("timed out after 200 ms"),
+        hooks[0]
+            .2
+            .as_deref()
+            .unwrap()
+            .contains("timed out after 200 ms"),
         "{hooks:?}"
     );
-    let record: Value = serde_json::from_str(
-        &std::fs::read_to_string(run_dir(&result).join(&hooks[0].3)).unwrap(),
-    )
-    .unwrap();
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir(&result).join(&hooks[0].3)).unwrap())
+            .unwrap();
     assert_eq!(record["status"], "TIMED_OUT");
 }
 
@@ -424,7 +462,9 @@ fn a_failing_hook_records_why_and_never_stops_the_run() {
         end.2.as_deref().unwrap().contains("could not start"),
         "{end:?}"
     );
-    assert!(!hooks.iter().any(|h| h.2.as_deref() == Some("Unknown error")));
+    assert!(!hooks
+        .iter()
+        .any(|h| h.2.as_deref() == Some("Unknown error")));
 }
 
 /// `continue` on a RUNNING run written by the original engine (no lock file) whose recorded
@@ -434,7 +474,12 @@ fn continue_leaves_a_live_never_locked_run_alone() {
     let agent = TestAgent::new("legacy-live", "", ECHO_TOOL);
     let ws = tempfile::tempdir().unwrap();
     let sup = Supervisor::start(fast_config()).unwrap();
-    let request = new_run(agent.load(), ws.path(), script("steps:\n  - answer: ok\n"), "t");
+    let request = new_run(
+        agent.load(),
+        ws.path(),
+        script("steps:\n  - answer: ok\n"),
+        "t",
+    );
     let done = drive(&sup, request.clone());
     let dir = run_dir(&done);
     let mut child = std::process::Command::new("sleep")

@@ -125,7 +125,6 @@ impl RunActor {
         self.pump(ctx);
     }
 
-
     pub(super) fn pause_for_human(
         &mut self,
         question: PendingQuestion,
@@ -165,4 +164,3 @@ impl RunActor {
         self.finish(RunStatus::WaitingForInput, None, None, Some(info), ctx);
     }
 }
-

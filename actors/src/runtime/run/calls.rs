@@ -18,7 +18,6 @@ use crate::workspace::tool_record_path;
 use super::setup::PendingQuestion;
 use super::RunActor;
 
-
 /// One planned call of the current reply.
 pub(super) enum Planned {
     Process(Box<ToolJob>),
@@ -75,7 +74,6 @@ impl Acting {
         self.processes_in_flight > 0
     }
 }
-
 
 impl RunActor {
     pub(super) fn plan(&mut self, calls: Vec<ToolCallRecord>, ctx: &mut Context<Self>) {

@@ -13,8 +13,7 @@ use serde_json::json;
 
 use crate::agent::HookName;
 use crate::api::{
-    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunResult, RunResultMetadata,
-    UsageReport,
+    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunResult, RunResultMetadata, UsageReport,
 };
 use crate::journal::Event;
 use crate::protocol::RunStatus;

@@ -297,7 +297,6 @@ pub(crate) fn child_environments(
     (tools, generators)
 }
 
-
 /// The ask_human call still waiting for its answer, if any.
 pub struct PendingQuestion {
     pub iteration: u32,

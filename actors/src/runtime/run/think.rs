@@ -116,7 +116,11 @@ impl RunActor {
         self.model_call = Some(handle);
     }
 
-    fn on_request_built(&mut self, built: Result<ChatRequest, ContextError>, ctx: &mut Context<Self>) {
+    fn on_request_built(
+        &mut self,
+        built: Result<ChatRequest, ContextError>,
+        ctx: &mut Context<Self>,
+    ) {
         if self.finished {
             return;
         }
