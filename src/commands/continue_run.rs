@@ -15,6 +15,7 @@ use delta_actors::RunStatus;
 
 use crate::commands::engine::{
     drive_single, llm_target, process_env, supervisor_config, with_model_override,
+    with_retry_override,
 };
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
@@ -133,8 +134,8 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         workspace_id: meta.workspace_id.clone(),
         orchestration_id: meta.orchestration_id.clone(),
     };
-    let supervisor =
-        Supervisor::start(supervisor_config(1, 1)).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let config = with_retry_override(supervisor_config(1, 1), &request.env)?;
+    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let result = drive_single(&supervisor, request, verbosity)?;
     supervisor.shutdown();
     run_result::print(&result, args.format);

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use delta_actors::agent::ResolvedAgent;
 use delta_actors::api::{
@@ -96,6 +97,32 @@ pub fn supervisor_config(arbiters: usize, max_parallel: usize) -> SupervisorConf
     }
 }
 
+/// The environment variable that shortens the model-call retry backoff (milliseconds of the
+/// first wait; doubles per attempt). For tests and CI against a local scripted endpoint,
+/// where waiting 1 s, 2 s, 4 s... for scripted 429/500 answers only slows the suite down.
+pub const RETRY_BASE_MS_VAR: &str = "DELTA_RETRY_BASE_MS";
+
+/// Applies `DELTA_RETRY_BASE_MS` (if set) to the supervisor's retry policy; the cap on a
+/// single wait becomes 64 times the base so the number of attempts is unchanged.
+pub fn with_retry_override(
+    config: SupervisorConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<SupervisorConfig, CliError> {
+    let Some(raw) = env.get(RETRY_BASE_MS_VAR).filter(|v| !v.trim().is_empty()) else {
+        return Ok(config);
+    };
+    let base_ms: u64 = raw.trim().parse().map_err(|_| {
+        CliError::Config(format!(
+            "{RETRY_BASE_MS_VAR}='{raw}' is not a whole number of milliseconds; \
+             unset it or give e.g. {RETRY_BASE_MS_VAR}=10"
+        ))
+    })?;
+    let mut config = config;
+    config.retry.base_delay = Duration::from_millis(base_ms);
+    config.retry.max_delay = Duration::from_millis(base_ms.saturating_mul(64));
+    Ok(config)
+}
+
 /// Submits one run and drives it to its result, printing progress on stderr. The first
 /// SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED journaled).
 pub fn drive_single(
@@ -136,4 +163,57 @@ pub fn drive_single(
         }
         result.map_err(|e| CliError::Runtime(e.to_string()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn retry_base_override_shortens_backoff() {
+        let config = with_retry_override(
+            SupervisorConfig::default(),
+            &env(&[(RETRY_BASE_MS_VAR, "7")]),
+        );
+        let config = config.map_err(|e| e.to_string());
+        assert_eq!(
+            config.as_ref().map(|c| c.retry.base_delay),
+            Ok(Duration::from_millis(7))
+        );
+        assert_eq!(
+            config.map(|c| c.retry.max_delay),
+            Ok(Duration::from_millis(7 * 64))
+        );
+    }
+
+    #[test]
+    fn retry_base_override_absent_keeps_default() {
+        let default = SupervisorConfig::default().retry.base_delay;
+        let config = with_retry_override(SupervisorConfig::default(), &env(&[]));
+        assert_eq!(config.map(|c| c.retry.base_delay), Ok(default));
+    }
+
+    #[test]
+    fn retry_base_override_rejects_garbage_naming_the_variable() {
+        let err = with_retry_override(
+            SupervisorConfig::default(),
+            &env(&[(RETRY_BASE_MS_VAR, "fast")]),
+        );
+        match err {
+            Err(CliError::Config(message)) => {
+                assert!(
+                    message.contains(RETRY_BASE_MS_VAR) && message.contains("fast"),
+                    "{message}"
+                )
+            }
+            other => panic!("expected a config error, got {:?}", other.map(|_| ())),
+        }
+    }
 }

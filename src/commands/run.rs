@@ -15,6 +15,7 @@ use delta_actors::workspace::{
 
 use crate::commands::engine::{
     drive_single, llm_target, process_env, supervisor_config, with_model_override,
+    with_retry_override,
 };
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
@@ -68,7 +69,13 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
     if let Some(id) = &args.run_id {
         validate_run_id(id).map_err(|e| CliError::Config(e.to_string()))?;
-        if RunPaths::new(&work_dir, id).run_dir.exists() {
+        // A folder without metadata.json is a run killed while being created: the engine
+        // reclaims it, so only a started run blocks the id.
+        if RunPaths::new(&work_dir, id)
+            .run_dir
+            .join("metadata.json")
+            .exists()
+        {
             return Err(CliError::Config(format!(
                 "run id '{id}' already exists in {}; choose another id, or see the runs with `delta list-runs -w {}`",
                 work_dir.display(),
@@ -101,8 +108,8 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         workspace_id,
         orchestration_id: None,
     };
-    let supervisor =
-        Supervisor::start(supervisor_config(1, 1)).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let config = with_retry_override(supervisor_config(1, 1), &request.env)?;
+    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let result = drive_single(&supervisor, request, verbosity)?;
     supervisor.shutdown();
     run_result::print(&result, args.format);

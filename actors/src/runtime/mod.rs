@@ -35,6 +35,7 @@
 
 pub mod gateway;
 pub mod janitor;
+pub mod orchestrator;
 pub mod run;
 pub mod supervisor;
 pub mod tool;

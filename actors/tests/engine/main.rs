@@ -1,4 +1,5 @@
 //! Engine-level integration tests (one binary).
+mod agent_loading;
 mod harness;
 mod hooks;
 mod llm;

@@ -94,6 +94,7 @@ pub struct RunActor {
     child_env: Arc<Vec<(String, String)>>,
     generator_env: Arc<BTreeMap<String, String>>,
     secrets: Arc<HashMap<String, String>>,
+    tool_schemas: Arc<Vec<serde_json::Value>>,
     finished: bool,
     /// Hooks whose process is running (a stop waits for them: their group is killed).
     hooks_running: usize,
@@ -118,6 +119,7 @@ impl RunActor {
             .max(1);
         let (child_env, generator_env) =
             setup::child_environments(&run_id, &request, &config, &paths);
+        let tool_schemas = think::tool_schemas(&request);
         RunActor {
             log: EngineLog::new(paths.engine_log.clone()),
             run_id,
@@ -146,6 +148,7 @@ impl RunActor {
             child_env: Arc::new(child_env),
             generator_env: Arc::new(generator_env),
             secrets: Arc::new(HashMap::new()),
+            tool_schemas,
             finished: false,
             hooks_running: 0,
             end_hooks_cancel: CancellationToken::new(),

@@ -43,6 +43,24 @@ fn io<E: std::fmt::Display>(e: E) -> SetupError {
     SetupError::Io(e.to_string())
 }
 
+/// A run folder without metadata.json is what a process killed while creating the run
+/// leaves behind (the metadata is written last). Nothing can continue it, so a new run may
+/// reuse the id: the folder is removed when its lock is free. Returns whether it was.
+fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) -> bool {
+    let paths = RunPaths::new(work_dir, run_id);
+    if !paths.run_dir.is_dir() || paths.run_dir.join("metadata.json").exists() {
+        return false;
+    }
+    match RunLock::try_acquire(&paths.run_dir) {
+        Ok(Some(lock)) => {
+            let removed = std::fs::remove_dir_all(&paths.run_dir).is_ok();
+            drop(lock);
+            removed
+        }
+        _ => false,
+    }
+}
+
 pub fn take_run(
     run_id: &str,
     request: &RunRequest,
@@ -53,8 +71,14 @@ pub fn take_run(
     match &request.start {
         RunStart::New { task } => {
             ensure_control_dir(&request.work_dir).map_err(io)?;
-            let paths = create_run_dir(&request.work_dir, run_id)
-                .map_err(|e| SetupError::Refused(e.to_string()))?;
+            let paths = match create_run_dir(&request.work_dir, run_id) {
+                Ok(paths) => paths,
+                Err(e) if reclaim_unstarted_run_dir(&request.work_dir, run_id) => {
+                    create_run_dir(&request.work_dir, run_id)
+                        .map_err(|_| SetupError::Refused(e.to_string()))?
+                }
+                Err(e) => return Err(SetupError::Refused(e.to_string())),
+            };
             let lock = RunLock::try_acquire(&paths.run_dir)
                 .map_err(io)?
                 .ok_or_else(|| {
@@ -85,7 +109,6 @@ pub fn take_run(
                 usage: TokenUsage::default(),
                 orchestration_id: request.orchestration_id.clone(),
             };
-            write_metadata(&paths.run_dir, &meta).map_err(io)?;
             let mut events = Vec::with_capacity(16);
             events.push(
                 journal
@@ -105,6 +128,9 @@ pub fn take_run(
                     })
                     .map_err(io)?,
             );
+            // Metadata last: a run folder with metadata.json always has a journal holding
+            // the task, and one without it never started (see reclaim_unstarted_run_dir).
+            write_metadata(&paths.run_dir, &meta).map_err(io)?;
             Ok(TakenRun {
                 paths,
                 journal,

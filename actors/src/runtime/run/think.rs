@@ -13,7 +13,7 @@ use actix::prelude::*;
 use serde_json::{json, Value};
 
 use crate::agent::HookName;
-use crate::api::RunEvent;
+use crate::api::{RunEvent, RunRequest};
 use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, HookOutcome};
 use crate::journal::{Event, ToolCallRecord};
@@ -81,7 +81,7 @@ impl RunActor {
         let work_dir = self.request.work_dir.clone();
         let run_dir = self.paths.run_dir.clone();
         let journal_path = self.paths.journal.clone();
-        let tools = self.tool_schemas();
+        let tools = self.tool_schemas.clone();
         let fut = async move {
             let inputs = ContextInputs {
                 agent_home: &agent.home,
@@ -260,18 +260,6 @@ impl RunActor {
             act.on_model_reply(request, outcome, ctx);
         }));
         self.model_call = Some(handle);
-    }
-
-    fn tool_schemas(&self) -> Arc<Vec<Value>> {
-        let mut schemas: Vec<Value> = self
-            .request
-            .agent
-            .tools
-            .iter()
-            .map(CompiledTool::openai_schema)
-            .collect();
-        schemas.push(ask_human_schema());
-        Arc::new(schemas)
     }
 
     fn on_model_reply(
@@ -477,6 +465,19 @@ impl RunActor {
         }
         out
     }
+}
+
+/// The tools offered to the model: the agent's, then the built-in ask_human (built once per
+/// run).
+pub(super) fn tool_schemas(request: &RunRequest) -> Arc<Vec<Value>> {
+    let mut schemas: Vec<Value> = request
+        .agent
+        .tools
+        .iter()
+        .map(CompiledTool::openai_schema)
+        .collect();
+    schemas.push(ask_human_schema());
+    Arc::new(schemas)
 }
 
 /// `post_llm_response` payload: the provider's response body (synthesised in its shape when
