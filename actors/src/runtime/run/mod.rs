@@ -1,12 +1,19 @@
 //! `RunActor`: one actor per run_id drives the Think-Act-Observe loop.
 //!
-//! Each iteration is a chain of continuations on the actor: `think` builds the messages from
-//! the journal (through the context builder) and calls the model through the endpoint's
-//! gateway; `on_model_reply` journals the THOUGHT and plans the calls; `act` runs them (each
-//! in its own `ToolActor`, one at a time or all at once with `parallel_tool_calls`) and
-//! `flush_results` journals results strictly in reply order; `end_iteration` loops.
-//! Cancellation (Ctrl-C, timeouts) cancels the run's token, which kills running tool groups
-//! and aborts the model call; the run then finishes INTERRUPTED at that safe point.
+//! Each iteration is a chain of continuations on the actor, never a blocking call:
+//! - `think.rs`: `on_iteration_start`, the context builder, `pre_llm_request`, the model call
+//!   through the endpoint's gateway, `post_llm_response`, the THOUGHT;
+//! - `calls.rs`: the reply's calls planned and their ACTION_REQUESTs journaled;
+//! - `act.rs`: each call run in its own `ToolActor` (one at a time, or all at once with
+//!   `parallel_tool_calls`) between `pre_tool_execution` and `post_tool_execution`, results
+//!   journaled strictly in reply order, `on_iteration_end`, loop;
+//! - `asking.rs`: ask_human (terminal prompt, or pause WAITING_FOR_INPUT);
+//! - `finish.rs`: ERROR, `on_error`, ENGINE_END and metadata, `on_run_end`, the RunResult;
+//! - `hooks.rs`: firing hooks as futures on the actor and journaling HOOK_EXECUTED.
+//!
+//! Cancellation (Ctrl-C, timeouts) cancels the run's token, which kills running tool and hook
+//! groups and aborts the context build or model call; the run then finishes INTERRUPTED at
+//! that safe point.
 //!
 //! The journal is the truth: `events` is a cache of its prefix, appended only after the
 //! journal write succeeded.
