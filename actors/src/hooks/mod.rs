@@ -338,6 +338,27 @@ pub fn redact(text: &str, secrets: &[String]) -> String {
     out
 }
 
+/// [`redact`] applied to every string inside a JSON value (for audit records of requests
+/// that carry sensitive answers).
+pub fn redact_json(value: &mut Value, secrets: &[String]) {
+    if secrets.iter().all(String::is_empty) {
+        return;
+    }
+    match value {
+        Value::String(text) => {
+            if secrets
+                .iter()
+                .any(|s| !s.is_empty() && text.contains(s.as_str()))
+            {
+                *text = redact(text, secrets);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_json(v, secrets)),
+        Value::Object(fields) => fields.values_mut().for_each(|v| redact_json(v, secrets)),
+        _ => {}
+    }
+}
+
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;

@@ -234,3 +234,13 @@ async fn sensitive_values_never_reach_the_record() {
     assert!(!text.contains("hunter2"), "{text}");
     assert!(text.contains("[REDACTED]"));
 }
+
+#[test]
+fn redact_json_reaches_every_string() {
+    let mut value = json!({"messages": [{"content": "pin is s3cret!"}], "n": 1, "k": ["s3cret"]});
+    redact_json(&mut value, &["s3cret".to_string(), String::new()]);
+    assert_eq!(
+        value,
+        json!({"messages": [{"content": "pin is [REDACTED]!"}], "n": 1, "k": ["[REDACTED]"]})
+    );
+}

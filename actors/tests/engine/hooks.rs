@@ -507,3 +507,47 @@ fn continue_leaves_a_live_never_locked_run_alone() {
     });
     assert!(interrupted);
 }
+
+/// A sensitive ask_human answer given on `continue` reaches the model (and a pre_llm_request
+/// hook's stdin), but no record: not io/invocations, not io/hooks, not the journal.
+#[test]
+fn sensitive_answer_reaches_the_model_and_no_record() {
+    let agent = agent_with_hooks(
+        "secret-hooks",
+        "pre_llm_request:\n  command: [sh, \"${AGENT_HOME}/hook.sh\"]\n",
+        "cat > /dev/null\necho \"$DELTA_RUN_ID\" >&2\n",
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let s = script(
+        "steps:\n  - tool: ask_human\n    args: { prompt: \"PIN?\", input_type: password }\n  - answer: \"observed {{ last_observation | length }} chars\"\n",
+    );
+    let sup = Supervisor::start(fast_config()).unwrap();
+    let request = new_run(agent.load(), ws.path(), s, "t");
+    let paused = drive(&sup, request.clone());
+    assert_eq!(paused.status, RunStatus::WaitingForInput);
+    let secret = "pin-4711-very-secret";
+    let done = drive(&sup, continue_run(&request, &paused.run_id, Some(secret)));
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    assert_eq!(
+        done.result.as_deref(),
+        Some(format!("observed {} chars", secret.len()).as_str()),
+        "the model saw the answer itself, not the redaction marker"
+    );
+    let dir = run_dir(&done);
+    let mut holders = Vec::new();
+    let mut stack = vec![dir.clone()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains(secret)
+        {
+            holders.push(path);
+        }
+    }
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert!(holders[0].starts_with(dir.join("secrets")));
+    let hooks = hook_events(&journal(&done));
+    assert_eq!(hooks.len(), 2, "one pre_llm_request per model call");
+}

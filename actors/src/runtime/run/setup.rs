@@ -168,7 +168,6 @@ pub fn take_run(
                 );
                 status = RunStatus::Interrupted;
             }
-            let secrets = load_secrets(&paths.secrets_dir);
             let pending_question = pending_ask_human(&events);
             match status {
                 RunStatus::WaitingForInput => {
@@ -204,6 +203,8 @@ pub fn take_run(
                 }
                 RunStatus::Running => {}
             }
+            // After the answer above: a sensitive one was just stored and must reach the model.
+            let secrets = load_secrets(&paths.secrets_dir);
             // Every call a crash left without a result gets one, so the history stays valid.
             for (iteration, action_id, tool_name) in unanswered_calls(&events) {
                 events.push(

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::agent::HookName;
 use crate::api::{RunEvent, RunRequest};
 use crate::context::{build_messages, ContextError, ContextInputs};
-use crate::hooks::{apply_request_override, HookOutcome};
+use crate::hooks::{apply_request_override, redact_json, HookOutcome};
 use crate::journal::{Event, ToolCallRecord};
 use crate::llm::{ChatCompletion, ChatRequest, RequestMeta};
 use crate::protocol::{RunStatus, TokenUsage};
@@ -277,9 +277,9 @@ impl RunActor {
             .map(|n| format!("io/invocations/{}", n.to_string_lossy()));
         let outcome = match outcome {
             Err(failure) => {
-                let _ = write_json_file(
+                let _ = self.write_invocation_record(
                     &record_path,
-                    &json!({
+                    json!({
                         "iteration": self.iteration,
                         "request": request,
                         "error": failure.error.to_string(),
@@ -310,9 +310,9 @@ impl RunActor {
         self.timings.model += outcome.duration.saturating_sub(outcome.waited);
         self.timings.queue += outcome.waited;
         let completion = outcome.completion;
-        let _ = write_json_file(
+        let _ = self.write_invocation_record(
             &record_path,
-            &json!({
+            json!({
                 "iteration": self.iteration,
                 "request": request,
                 "response": completion.raw,
@@ -351,6 +351,20 @@ impl RunActor {
                 }
             },
         );
+    }
+
+    /// io/invocations keeps the request as sent, except sensitive answers (kept only in the
+    /// run's 0600 secrets files).
+    fn write_invocation_record(
+        &self,
+        path: &std::path::Path,
+        mut record: Value,
+    ) -> Result<(), crate::workspace::WorkspaceError> {
+        if !self.secrets.is_empty() {
+            let secrets: Vec<String> = self.secrets.values().cloned().collect();
+            redact_json(&mut record, &secrets);
+        }
+        write_json_file(path, &record)
     }
 
     fn record_thought(
