@@ -345,14 +345,7 @@ pub fn redact_json(value: &mut Value, secrets: &[String]) {
         return;
     }
     match value {
-        Value::String(text) => {
-            if secrets
-                .iter()
-                .any(|s| !s.is_empty() && text.contains(s.as_str()))
-            {
-                *text = redact(text, secrets);
-            }
-        }
+        Value::String(text) => *text = redact(text, secrets),
         Value::Array(items) => items.iter_mut().for_each(|v| redact_json(v, secrets)),
         Value::Object(fields) => fields.values_mut().for_each(|v| redact_json(v, secrets)),
         _ => {}
