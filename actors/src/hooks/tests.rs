@@ -198,11 +198,18 @@ async fn cancellation_kills_and_an_already_cancelled_run_skips() {
     let f = fixture();
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
-    let hook = spec("echo started; sleep 30", None);
+    let hook = spec("touch started; sleep 30", None);
     let payload = json!({});
+    let marker = f.ctx.work_dir.join("started");
     let running = run_hook(HookName::PreToolExecution, &hook, &payload, &f.ctx, cancel);
+    // Cancel once the hook is really running (bounded wait for its marker file).
     let (outcome, ()) = tokio::join!(running, async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        for _ in 0..2000 {
+            if marker.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         trigger.cancel();
     });
     assert_eq!(outcome.status, HookStatus::Cancelled, "{outcome:?}");
