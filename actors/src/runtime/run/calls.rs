@@ -1,10 +1,13 @@
 //! Planning the calls of a model reply: each tool call becomes a process job, an immediate
 //! error observation (unknown tool, bad arguments) or an ask_human question, and gets its
-//! ACTION_REQUEST. Also the per-reply bookkeeping types that `act.rs` drives.
+//! ACTION_REQUEST (call ids made safe and unique first). Also the per-reply bookkeeping types
+//! that `act.rs` drives.
 //!
 //! Invariant: every tool call of a reply is answered by exactly one ACTION_RESULT (unknown
 //! tools, unparsable arguments and skipped calls get error observations).
 //! Must not: start processes (that is `act.rs`) or talk to the model.
+
+use std::collections::HashSet;
 
 use actix::prelude::*;
 use serde_json::{Map, Value};
@@ -76,6 +79,41 @@ impl Acting {
 }
 
 impl RunActor {
+    /// Tool call ids become journal keys and file names: make them safe and unique in the run.
+    pub(super) fn normalize_calls(&self, calls: Vec<crate::llm::ToolCall>) -> Vec<ToolCallRecord> {
+        let used: HashSet<&str> = self
+            .events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Thought { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.as_str())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let mut fresh: Vec<String> = Vec::new();
+        let mut out = Vec::with_capacity(calls.len());
+        for (k, call) in calls.into_iter().enumerate() {
+            let safe = !call.id.is_empty()
+                && call.id.len() <= 128
+                && call
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            let id = if safe && !used.contains(call.id.as_str()) && !fresh.contains(&call.id) {
+                call.id
+            } else {
+                format!("call_{}_{}", self.iteration, k)
+            };
+            fresh.push(id.clone());
+            out.push(ToolCallRecord {
+                id,
+                name: call.function.name,
+                arguments: call.function.arguments,
+            });
+        }
+        out
+    }
+
     pub(super) fn plan(&mut self, calls: Vec<ToolCallRecord>, ctx: &mut Context<Self>) {
         let agent = self.request.agent.clone();
         let vars = EngineVars {

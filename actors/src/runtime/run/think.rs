@@ -4,9 +4,8 @@
 //! `on_model_reply` (io/invocations record, usage) → `post_llm_response` → `record_thought`
 //! (THOUGHT, then the calls, or the final answer).
 //!
-//! Must not: run tools (that is `calls.rs`) or write the journal except through the actor.
+//! Must not: run tools (that is `act.rs`) or write the journal except through the actor.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -16,7 +15,7 @@ use crate::agent::HookName;
 use crate::api::{RunEvent, RunRequest};
 use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, redact_json, HookOutcome};
-use crate::journal::{Event, ToolCallRecord};
+use crate::journal::Event;
 use crate::llm::{ChatCompletion, ChatRequest, RequestMeta};
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::runtime::gateway::{CallFailure, CallOutcome, Complete};
@@ -443,41 +442,6 @@ impl RunActor {
             "final_answer": final_answer,
             "results": results,
         })
-    }
-
-    /// Tool call ids become journal keys and file names: make them safe and unique in the run.
-    fn normalize_calls(&self, calls: Vec<crate::llm::ToolCall>) -> Vec<ToolCallRecord> {
-        let used: HashSet<&str> = self
-            .events
-            .iter()
-            .filter_map(|e| match &e.event {
-                Event::Thought { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.as_str())),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        let mut fresh: Vec<String> = Vec::new();
-        let mut out = Vec::with_capacity(calls.len());
-        for (k, call) in calls.into_iter().enumerate() {
-            let safe = !call.id.is_empty()
-                && call.id.len() <= 128
-                && call
-                    .id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            let id = if safe && !used.contains(call.id.as_str()) && !fresh.contains(&call.id) {
-                call.id
-            } else {
-                format!("call_{}_{}", self.iteration, k)
-            };
-            fresh.push(id.clone());
-            out.push(ToolCallRecord {
-                id,
-                name: call.function.name,
-                arguments: call.function.arguments,
-            });
-        }
-        out
     }
 }
 
