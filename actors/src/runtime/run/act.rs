@@ -126,6 +126,9 @@ impl RunActor {
                 }
             },
         };
+        if self.finished {
+            return;
+        }
         match control {
             ToolControl::Run => self.start_process(i, *job, ctx),
             ToolControl::Skip { observation } => {

@@ -160,7 +160,9 @@ impl RunActor {
                 if let Some(outcome) = outcome {
                     act.apply_override(&mut request, &outcome, ctx);
                 }
-                act.call_model(request, ctx);
+                if !act.finished {
+                    act.call_model(request, ctx);
+                }
             },
         );
     }
