@@ -11,7 +11,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use delta_actors::agent::load_agent;
-use delta_actors::api::{LlmTarget, OrchestrationRequest, RunEvent, RunRequest, RunStart, Supervisor, SupervisorConfig};
+use delta_actors::api::{
+    LlmTarget, OrchestrationRequest, RunEvent, RunRequest, RunStart, Supervisor, SupervisorConfig,
+};
 use delta_actors::llm::Script;
 use delta_actors::plan::{load_plan, orchestration_id};
 
@@ -28,8 +30,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 2. One run of the hello-world agent, with progress events.
     let agent = Arc::new(load_agent(&examples.join("agents/hello-world"))?);
-    let script = Arc::new(Script::load(&examples.join("agents/hello-world/llm-script.yaml"))?);
-    let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k == "PATH" || k == "HOME").collect();
+    let script = Arc::new(Script::load(
+        &examples.join("agents/hello-world/llm-script.yaml"),
+    )?);
+    let env: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| k == "PATH" || k == "HOME")
+        .collect();
     let mut events = supervisor.subscribe();
     let handle = supervisor
         .submit(RunRequest {
@@ -68,7 +74,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(scratch.path().join("hello"))?;
     let result = handle.wait().await?;
     let tools = watcher.await?;
-    println!("single run: {} after {} iteration(s), {tools} tool call(s): {:?}", result.status, result.metrics.iterations, result.result);
+    println!(
+        "single run: {} after {} iteration(s), {tools} tool call(s): {:?}",
+        result.status, result.metrics.iterations, result.result
+    );
     if result.exit_code() != 0 {
         return Err(format!("the single run did not complete: {result:?}").into());
     }
@@ -98,7 +107,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let mut stage_events = 0;
     while let Ok(event) = orchestration.events.try_recv() {
-        stage_events += usize::from(matches!(event, delta_actors::api::OrchestrationEvent::StageStarted { .. }));
+        stage_events += usize::from(matches!(
+            event,
+            delta_actors::api::OrchestrationEvent::StageStarted { .. }
+        ));
     }
     let summary = orchestration.wait().await?;
     println!(

@@ -1,6 +1,7 @@
 //! Engine-level integration tests (one binary).
 mod agent_loading;
 mod harness;
+mod hooks;
 mod llm;
 mod plan;
 mod process;
