@@ -8,6 +8,6 @@ mod crash;
 mod harness;
 mod list_runs;
 mod run;
+mod run_env;
 mod sessions;
 mod sessions_pty;
-mod run_env;

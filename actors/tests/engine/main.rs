@@ -6,5 +6,5 @@ mod llm;
 mod plan;
 mod process;
 mod run;
-mod store;
 mod session;
+mod store;

@@ -82,7 +82,10 @@ pub fn take_run(
             let lock = RunLock::try_acquire(&paths.run_dir)
                 .map_err(io)?
                 .ok_or_else(|| {
-                    SetupError::Refused(format!("run '{run_id}' is locked by another process"))
+                    SetupError::Refused(format!(
+                        "run '{run_id}' is locked by another process (lock file {})",
+                        paths.run_dir.join(LOCK_FILE).display()
+                    ))
                 })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
             let now = now_rfc3339();
@@ -379,6 +382,31 @@ pub fn unanswered_calls(events: &[JournalEvent]) -> Vec<(u32, String, String)> {
         }
     }
     out
+}
+
+/// The final answer a resumed run already has: the last conversation event is a THOUGHT
+/// without tool calls (the process died after journaling it, before ENGINE_END). Asking the
+/// model again would add a turn the original run never had, so the run completes with it.
+pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
+    let last = events.iter().rev().find(|e| {
+        matches!(
+            e.event,
+            Event::UserMessage { .. }
+                | Event::Thought { .. }
+                | Event::ActionRequest { .. }
+                | Event::ActionResult { .. }
+                | Event::HumanInputRequest { .. }
+                | Event::HumanInputReceived { .. }
+        )
+    })?;
+    match &last.event {
+        Event::Thought {
+            content,
+            tool_calls,
+            ..
+        } if tool_calls.is_empty() => Some(content.clone().unwrap_or_default()),
+        _ => None,
+    }
 }
 
 fn load_secrets(dir: &Path) -> HashMap<String, String> {
