@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::journal::{Event, Journal, JournalOptions};
 use crate::metadata::{
-    assess_liveness, current_process_identity, read_metadata, write_metadata, Liveness, RunLock,
+    current_process_identity, read_metadata, try_take_over, write_metadata, Takeover,
 };
 use crate::protocol::RunStatus;
 use crate::workspace::{now_rfc3339, RunPaths};
@@ -53,15 +53,19 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
         return None;
     }
     let host = current_process_identity().hostname;
-    match assess_liveness(&paths.run_dir, &meta, &host, force).ok()? {
-        Liveness::Alive { .. } => None,
-        Liveness::OtherHost { hostname } => Some(JanitorAction::SkippedOtherHost {
+    // Taking the lock ourselves (instead of probing, then acting) means no process can start
+    // driving the run while we mark it; never-locked runs of the original engine fall back to
+    // its pid + process-name rule inside `try_take_over`.
+    match try_take_over(&paths.run_dir, &meta, &host, force).ok()? {
+        Takeover::Alive { .. } => None,
+        Takeover::OtherHost { hostname } => Some(JanitorAction::SkippedOtherHost {
             run_id: run_id.to_string(),
             hostname,
         }),
-        Liveness::Orphaned { reason } => {
-            // Take the lock so no process starts driving the run while we mark it.
-            let _lock = RunLock::try_acquire(&paths.run_dir).ok()??;
+        Takeover::Acquired {
+            lock: _lock,
+            reason,
+        } => {
             let mut meta = read_metadata(&paths.run_dir).ok()?;
             if meta.status != RunStatus::Running {
                 return None;
@@ -81,5 +85,72 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
                 reason,
             })
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::journal::read_journal;
+    use crate::metadata::{RunMetadata, LOCK_FILE};
+    use crate::workspace::create_run_dir;
+
+    /// A RUNNING run as the original engine leaves it: metadata and journal, no lock file.
+    fn never_locked_run(work: &Path, run_id: &str, pid: u32) -> RunPaths {
+        let paths = create_run_dir(work, run_id).unwrap();
+        Journal::create(&paths.run_dir, JournalOptions::default()).unwrap();
+        let mut meta = RunMetadata::new_running(run_id, "a", "t", work, work, 30);
+        meta.pid = pid;
+        write_metadata(&paths.run_dir, &meta).unwrap();
+        paths
+    }
+
+    #[test]
+    fn a_live_never_locked_run_is_left_alone_and_stays_unlocked() {
+        let work = tempfile::tempdir().unwrap();
+        // Our own pid and process name: alive by the original engine's rule.
+        let paths = never_locked_run(work.path(), "live", std::process::id());
+        assert_eq!(check_run(work.path(), "live", false), None);
+        assert!(!paths.run_dir.join(LOCK_FILE).exists());
+        assert_eq!(
+            read_metadata(&paths.run_dir).unwrap().status,
+            RunStatus::Running
+        );
+        // Twice: a first check must not make the second one judge by a lock it left behind.
+        assert_eq!(sweep_workspace(work.path(), false), Vec::new());
+    }
+
+    #[test]
+    fn a_never_locked_run_whose_process_is_gone_is_interrupted() {
+        let work = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let paths = never_locked_run(work.path(), "dead", gone);
+        let Some(JanitorAction::Interrupted { run_id, reason }) =
+            check_run(work.path(), "dead", false)
+        else {
+            panic!("expected Interrupted");
+        };
+        assert_eq!(run_id, "dead");
+        assert!(reason.contains("no lock file"), "{reason}");
+        let meta = read_metadata(&paths.run_dir).unwrap();
+        assert_eq!(meta.status, RunStatus::Interrupted);
+        let events = read_journal(&paths.journal).unwrap();
+        assert!(matches!(
+            &events.last().unwrap().event,
+            Event::Interrupted { reason } if reason.starts_with("janitor: ")
+        ));
+    }
+
+    #[test]
+    fn a_run_whose_lock_is_held_is_alive() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = never_locked_run(work.path(), "held", 0);
+        let _lock = crate::metadata::RunLock::try_acquire(&paths.run_dir)
+            .unwrap()
+            .unwrap();
+        assert_eq!(check_run(work.path(), "held", false), None);
     }
 }

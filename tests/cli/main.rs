@@ -1,4 +1,6 @@
 //! CLI-level integration tests against the built binaries (one binary).
+mod hooks;
+mod init_expand;
 
 mod ask_human;
 mod continue_run;
@@ -7,3 +9,5 @@ mod harness;
 mod list_runs;
 mod run;
 mod run_env;
+mod sessions;
+mod sessions_pty;

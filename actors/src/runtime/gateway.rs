@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::llm::{ChatCompletion, ChatRequest, LlmError, LlmGate, RequestMeta, RetryNotice};
 
-/// Callback told about each retry: attempt number, error, backoff.
+/// Told about each retry: attempt number, the error, the backoff before the next attempt.
 pub type RetryObserver = Box<dyn Fn(u32, &LlmError, Duration) + Send>;
 
 /// Send one chat request through the endpoint's limits, with retries.

@@ -11,11 +11,13 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::api::{
-    EngineError, LlmTarget, RunErrorInfo, RunEvent, RunRequest, RunResult, RunStart,
-    SupervisorConfig,
+    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunErrorInfo, RunEvent,
+    RunRequest, RunResult, RunStart, SupervisorConfig,
 };
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
+use crate::plan::state::OrchestrationSummary;
 use crate::runtime::gateway::LlmGateway;
+use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{record_panic_failure, CancelRunActor, RunActor};
 use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
 
@@ -25,6 +27,15 @@ use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
 pub struct SubmitRun {
     pub request: RunRequest,
     pub reply: oneshot::Sender<RunResult>,
+}
+
+/// Start a plan's state machine; its summary arrives on `reply`.
+#[derive(Message)]
+#[rtype(result = "Result<(), EngineError>")]
+pub struct StartOrchestration {
+    pub request: OrchestrationRequest,
+    pub events: broadcast::Sender<OrchestrationEvent>,
+    pub reply: oneshot::Sender<OrchestrationSummary>,
 }
 
 /// Interrupt one run.
@@ -57,6 +68,8 @@ pub struct RunSupervisor {
     gateways: HashMap<String, Addr<LlmGateway>>,
     running: HashMap<String, Addr<RunActor>>,
     queue: VecDeque<Queued>,
+    queued_ids: std::collections::HashSet<String>,
+    orchestrations: HashMap<String, Addr<OrchestrationActor>>,
 }
 
 impl RunSupervisor {
@@ -70,6 +83,8 @@ impl RunSupervisor {
             gateways: HashMap::new(),
             running: HashMap::new(),
             queue: VecDeque::new(),
+            queued_ids: std::collections::HashSet::new(),
+            orchestrations: HashMap::new(),
         }
     }
 
@@ -156,7 +171,10 @@ impl RunSupervisor {
     fn admit(&mut self, ctx: &mut Context<Self>) {
         while self.running.len() < self.config.max_parallel.max(1) {
             match self.queue.pop_front() {
-                Some(q) => self.launch(q, ctx),
+                Some(q) => {
+                    self.queued_ids.remove(&q.run_id);
+                    self.launch(q, ctx)
+                }
                 None => break,
             }
         }
@@ -225,11 +243,12 @@ impl Handler<SubmitRun> for RunSupervisor {
                 )),
             };
         validate_run_id(&run_id).map_err(|e| EngineError::Rejected(e.to_string()))?;
-        if self.running.contains_key(&run_id) || self.queue.iter().any(|q| q.run_id == run_id) {
+        if self.running.contains_key(&run_id) || self.queued_ids.contains(&run_id) {
             return Err(EngineError::Rejected(format!(
                 "run '{run_id}' is already being driven by this process"
             )));
         }
+        self.queued_ids.insert(run_id.clone());
         self.queue.push_back(Queued {
             run_id: run_id.clone(),
             request: msg.request,
@@ -237,6 +256,23 @@ impl Handler<SubmitRun> for RunSupervisor {
         });
         self.admit(ctx);
         Ok(run_id)
+    }
+}
+
+impl Handler<StartOrchestration> for RunSupervisor {
+    type Result = Result<(), EngineError>;
+
+    fn handle(&mut self, msg: StartOrchestration, ctx: &mut Self::Context) -> Self::Result {
+        let id = msg.request.orchestration_id.clone();
+        if self.orchestrations.get(&id).is_some_and(|a| a.connected()) {
+            return Err(EngineError::Rejected(format!(
+                "orchestration '{id}' is already running in this process"
+            )));
+        }
+        let addr =
+            OrchestrationActor::new(msg.request, ctx.address(), msg.events, msg.reply).start();
+        self.orchestrations.insert(id, addr);
+        Ok(())
     }
 }
 
@@ -251,6 +287,7 @@ impl Handler<CancelRun> for RunSupervisor {
             });
         } else if let Some(pos) = self.queue.iter().position(|q| q.run_id == msg.run_id) {
             if let Some(q) = self.queue.remove(pos) {
+                self.queued_ids.remove(&q.run_id);
                 let _ = q
                     .reply
                     .send(setup_failure(&q.request, &q.run_id, &msg.reason));
@@ -263,6 +300,13 @@ impl Handler<CancelAll> for RunSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: CancelAll, _ctx: &mut Self::Context) {
+        // Orchestrations first, so they stop submitting before their runs are interrupted.
+        for addr in self.orchestrations.values() {
+            addr.do_send(CancelOrchestration {
+                reason: msg.reason.clone(),
+            });
+        }
+        self.queued_ids.clear();
         for q in self.queue.drain(..) {
             let mut result = setup_failure(&q.request, &q.run_id, &msg.reason);
             result.status = crate::protocol::RunStatus::Interrupted;

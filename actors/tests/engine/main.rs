@@ -1,7 +1,10 @@
 //! Engine-level integration tests (one binary).
+mod agent_loading;
 mod harness;
+mod hooks;
 mod llm;
 mod plan;
 mod process;
 mod run;
+mod session;
 mod store;

@@ -4,16 +4,18 @@
 //!
 //! Must not: talk to the model or run tools.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use crate::api::{RunRequest, RunStart};
+use crate::api::{RunRequest, RunStart, SupervisorConfig};
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
-    current_process_identity, read_metadata, write_metadata, RunLock, RunMetadata, LOCK_FILE,
+    current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, RunMetadata,
+    Takeover, LOCK_FILE,
 };
 use crate::protocol::{RunStatus, TokenUsage};
+use crate::tool::process::build_child_env;
 use crate::workspace::{create_run_dir, ensure_control_dir, now_rfc3339, open_run_dir, RunPaths};
 
 /// A run, taken and ready for its first iteration.
@@ -147,33 +149,19 @@ pub fn take_run(
                 .map_err(|e| SetupError::Refused(e.to_string()))?;
             let mut meta =
                 read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let lock = match RunLock::try_acquire(&paths.run_dir).map_err(io)? {
-                Some(lock) => lock,
-                None => {
-                    return Err(SetupError::Refused(format!(
-                        "run '{run_id}' is being driven by another process: its lock {} is held (pid {} on host '{}'); wait for it to finish or stop it first",
-                        paths.run_dir.join(LOCK_FILE).display(),
-                        meta.pid,
-                        meta.hostname
-                    )))
-                }
-            };
+            let (lock, takeover_reason) = take_lock(run_id, &paths, &meta, *force)?;
+            // Re-read under the lock: the previous owner may have finished in between.
+            meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
             let (mut journal, mut events) = Journal::open(&paths.run_dir, opts).map_err(io)?;
             let mut status = meta.status;
             if status == RunStatus::Running {
-                // We hold the lock, so whoever recorded RUNNING no longer drives the run. Across
-                // hosts the lock may not be shared (network file systems): only with --force.
-                let here = current_process_identity().hostname;
-                if meta.hostname != here && !*force {
-                    return Err(SetupError::Refused(format!(
-                        "run '{run_id}' was started on host '{}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force.",
-                        meta.hostname
-                    )));
-                }
-                let reason = format!(
-                    "the run lock was free: process {} on host '{}' no longer drives the run",
-                    meta.pid, meta.hostname
-                );
+                // We hold the lock, so whoever recorded RUNNING no longer drives the run.
+                let reason = takeover_reason.unwrap_or_else(|| {
+                    format!(
+                        "the run lock was free: process {} on host '{}' no longer drives the run",
+                        meta.pid, meta.hostname
+                    )
+                });
                 events.push(
                     journal
                         .append(Event::Interrupted {
@@ -218,6 +206,8 @@ pub fn take_run(
                 }
                 RunStatus::Running => {}
             }
+            // After the answer above: a sensitive one was just stored and must reach the model.
+            let secrets = load_secrets(&paths.secrets_dir);
             // Every call a crash left without a result gets one, so the history stays valid.
             for (iteration, action_id, tool_name) in unanswered_calls(&events) {
                 events.push(
@@ -243,8 +233,6 @@ pub fn take_run(
                     );
                 }
             }
-            // After the answer above is recorded: a sensitive answer given now must reach the model.
-            let secrets = load_secrets(&paths.secrets_dir);
             let identity = current_process_identity();
             meta.status = RunStatus::Running;
             meta.updated_at = now_rfc3339();
@@ -269,6 +257,75 @@ pub fn take_run(
             })
         }
     }
+}
+
+/// Takes the run's lock for `continue`. A RUNNING run goes through the janitor's race-free
+/// rule ([`try_take_over`]): runs of the original engine (never locked) fall back to its
+/// pid + process-name check instead of being treated as orphaned. Returns the lock and, for
+/// a RUNNING run, why it was ownerless.
+fn take_lock(
+    run_id: &str,
+    paths: &RunPaths,
+    meta: &RunMetadata,
+    force: bool,
+) -> Result<(RunLock, Option<String>), SetupError> {
+    let busy = |pid: u32, hostname: &str| {
+        SetupError::Refused(format!(
+            "run '{run_id}' is being driven by another process: its lock {} is held (pid {pid} on host '{hostname}'); wait for it to finish or stop it first",
+            paths.run_dir.join(LOCK_FILE).display()
+        ))
+    };
+    if meta.status != RunStatus::Running {
+        return match RunLock::try_acquire(&paths.run_dir).map_err(io)? {
+            Some(lock) => Ok((lock, None)),
+            None => Err(busy(meta.pid, &meta.hostname)),
+        };
+    }
+    let here = current_process_identity().hostname;
+    match try_take_over(&paths.run_dir, meta, &here, force).map_err(io)? {
+        Takeover::Acquired { lock, reason } => Ok((lock, Some(reason))),
+        Takeover::Alive { pid, hostname } => Err(busy(pid, &hostname)),
+        // Across hosts the lock may not be shared (network file systems): only with --force.
+        Takeover::OtherHost { hostname } => Err(SetupError::Refused(format!(
+            "run '{run_id}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force."
+        ))),
+    }
+}
+
+/// Environment for tools (complete, secrets removed) and for context generators.
+pub(crate) fn child_environments(
+    run_id: &str,
+    request: &RunRequest,
+    config: &SupervisorConfig,
+    paths: &RunPaths,
+) -> (Vec<(String, String)>, BTreeMap<String, String>) {
+    let mut secrets = vec!["DELTA_API_KEY".to_string()];
+    if let Some(name) = &request.agent.llm.api_key_env {
+        secrets.push(name.clone());
+    }
+    let home = request.agent.home.to_string_lossy().into_owned();
+    let cwd = request.work_dir.to_string_lossy().into_owned();
+    let extra = vec![
+        ("DELTA_RUN_ID".to_string(), run_id.to_string()),
+        (
+            "DELTA_RUN_DIR".to_string(),
+            paths.run_dir.to_string_lossy().into_owned(),
+        ),
+        ("DELTA_AGENT_HOME".to_string(), home.clone()),
+        ("DELTA_CWD".to_string(), cwd),
+        ("AGENT_HOME".to_string(), home),
+    ];
+    let tools = build_child_env(
+        &request.env,
+        &secrets,
+        &extra,
+        config.tool_path_dir.as_deref(),
+    );
+    let generators: BTreeMap<String, String> =
+        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref())
+            .into_iter()
+            .collect();
+    (tools, generators)
 }
 
 /// The ask_human call still waiting for its answer, if any.
