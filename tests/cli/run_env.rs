@@ -289,8 +289,10 @@ fn hello_world_example_script_runs_offline() {
         "tools: []\n",
         &json!({"steps": [{"answer": "x"}]}),
     );
-    case.delta(&["init", "hello-world", "-t", "hello-world"])
-        .assert_code(0);
+    // The example itself, copied so its workspaces land in the temporary root.
+    let example = manifest.join("examples/agents/hello-world");
+    copy_dir(&example, &case.path().join("hello-world"));
+    let _ = std::fs::remove_dir_all(case.path().join("hello-world/workspaces"));
     let mut cmd = case.cmd();
     cmd.env_remove("DELTA_API_KEY").env_remove("DELTA_BASE_URL");
     let out = cmd
