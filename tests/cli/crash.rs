@@ -23,6 +23,7 @@ const EXPECTED_CALLS: [&str; 5] = ["call_0_0", "call_1_0", "call_1_1", "call_2_0
 const TRIALS_IN_PARALLEL: usize = 4;
 const TIME_KILLS: u32 = 32;
 const LINE_KILLS: usize = 16;
+const DOUBLE_KILLS: u32 = 8;
 
 const TOOLS: &str = r#"tools:
   - name: step
@@ -51,6 +52,35 @@ fn script() -> Value {
 enum KillPoint {
     After(Duration),
     JournalLines(usize),
+    /// Kill the run after the delay, then kill the first `delta continue` once the journal
+    /// has grown by this many lines: recovery itself must survive a crash.
+    AfterThenContinueGrows(Duration, usize),
+}
+
+/// Waits (bounded) for `trigger`, then SIGKILLs and reaps `child`. Returns whether the
+/// kill interrupted it (it had not exited by itself).
+fn kill_when(child: &mut std::process::Child, journal: &Path, trigger: KillPoint) -> bool {
+    let lines_wanted = match trigger {
+        // The delay is the experiment's parameter (where to kill), not a synchronisation.
+        KillPoint::After(delay) | KillPoint::AfterThenContinueGrows(delay, _) => {
+            std::thread::sleep(delay);
+            None
+        }
+        KillPoint::JournalLines(k) => Some(k),
+    };
+    if let Some(k) = lines_wanted {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while journal_lines(journal) < k
+            && child.try_wait().unwrap().is_none()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    still_running
 }
 
 fn run_command(case: &Case, work_dir: &Path) -> std::process::Command {
@@ -119,6 +149,29 @@ struct CommandResult {
 struct TrialOutcome {
     journal: Vec<Value>,
     recoveries: usize,
+    continue_killed: bool,
+}
+
+/// The engine is dead and reaped, so its lock must be free. A child caught between fork
+/// and exec can still hold the descriptor for a moment (seen in about one trial in a
+/// hundred on a loaded machine): name the holder and wait for it, bounded.
+fn wait_for_lock_release(work_dir: &Path, point: KillPoint) -> Result<(), String> {
+    let run_dir = work_dir.join(".delta").join(RUN_ID);
+    if lock_is_held(&run_dir).unwrap_or(false) {
+        let holders = lock_holders(&run_dir.join(LOCK_FILE));
+        let released = wait_until(Duration::from_secs(3), || {
+            !lock_is_held(&run_dir).unwrap_or(true)
+        });
+        eprintln!(
+            "{point:?}: lock held after the engine was killed, by {holders:?}; released: {released}"
+        );
+        if !released {
+            return Err(format!(
+                "{point:?}: lock never released; holders {holders:?}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One trial: start, SIGKILL at `point`, continue until COMPLETED.
@@ -126,36 +179,26 @@ fn trial(case: &Case, work_dir: &Path, point: KillPoint) -> Result<TrialOutcome,
     std::fs::create_dir_all(work_dir).unwrap();
     let journal_path = work_dir.join(".delta").join(RUN_ID).join("journal.jsonl");
     let mut child = run_command(case, work_dir).spawn().unwrap();
-    match point {
-        // The delay is the experiment's parameter (where to kill), not a synchronisation.
-        KillPoint::After(delay) => std::thread::sleep(delay),
-        KillPoint::JournalLines(k) => {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while journal_lines(&journal_path) < k
-                && child.try_wait().unwrap().is_none()
-                && Instant::now() < deadline
-            {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-
-    // The engine is dead and reaped, so its lock must be free. A child caught between fork
-    // and exec can still hold the descriptor for a moment (seen once in hundreds of
-    // trials on a loaded machine): name the holder and wait for it, bounded.
-    let run_dir = work_dir.join(".delta").join(RUN_ID);
-    if lock_is_held(&run_dir).unwrap_or(false) {
-        let holders = lock_holders(&run_dir.join(LOCK_FILE));
-        let released = wait_until(Duration::from_secs(3), || {
-            !lock_is_held(&run_dir).unwrap_or(true)
-        });
-        eprintln!("{point:?}: lock held after the engine was killed, by {holders:?}; released: {released}");
-        if !released {
-            return Err(format!(
-                "{point:?}: lock never released; holders {holders:?}"
-            ));
+    kill_when(&mut child, &journal_path, point);
+    wait_for_lock_release(work_dir, point)?;
+    let mut continue_killed = false;
+    if let KillPoint::AfterThenContinueGrows(_, growth) = point {
+        if status_of(work_dir).is_some_and(|s| s != "COMPLETED") {
+            let lines = journal_lines(&journal_path);
+            let mut resume = case
+                .spawn_cmd()
+                .args(["continue", "--run-id", RUN_ID, "-w"])
+                .arg(work_dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            continue_killed = kill_when(
+                &mut resume,
+                &journal_path,
+                KillPoint::JournalLines(lines + growth),
+            );
+            wait_for_lock_release(work_dir, point)?;
         }
     }
 
@@ -168,6 +211,7 @@ fn trial(case: &Case, work_dir: &Path, point: KillPoint) -> Result<TrialOutcome,
             return Ok(TrialOutcome {
                 journal,
                 recoveries,
+                continue_killed,
             });
         }
         let run_dir = work_dir.join(".delta").join(RUN_ID);
@@ -262,13 +306,19 @@ fn check_journal(point: KillPoint, journal: &[Value]) -> Result<(), String> {
 /// How a series of kill trials went.
 struct HarnessSummary {
     kill_points: usize,
+    continues_killed: usize,
     recovered_trials: usize,
     killed_during_a_tool: usize,
 }
 
 /// Runs the baseline, then `time_kills` + `line_kills` kill trials in parallel batches;
 /// panics on any trial that does not end COMPLETED with a sound journal.
-fn kill_and_recover(agent_body: &str, time_kills: u32, line_kills: usize) -> HarnessSummary {
+fn kill_and_recover(
+    agent_body: &str,
+    time_kills: u32,
+    line_kills: usize,
+    double_kills: u32,
+) -> HarnessSummary {
     let started = Instant::now();
     let case = Case::new("crashy", agent_body, &script());
 
@@ -297,6 +347,10 @@ fn kill_and_recover(agent_body: &str, time_kills: u32, line_kills: usize) -> Har
         (1..=line_kills)
             .map(|k| KillPoint::JournalLines(1 + (k - 1) * lines.saturating_sub(1) / line_kills)),
     );
+    points.extend((0..double_kills).map(|i| {
+        let first = total * (2 * i + 1) / (2 * double_kills + 2);
+        KillPoint::AfterThenContinueGrows(first, 1 + i as usize % 6)
+    }));
 
     let trial_dirs: Vec<PathBuf> = (0..points.len())
         .map(|i| case.path().join(format!("trial-{i:02}")))
@@ -304,6 +358,7 @@ fn kill_and_recover(agent_body: &str, time_kills: u32, line_kills: usize) -> Har
     let mut failures = Vec::new();
     let mut recovered_trials = 0;
     let mut killed_during_a_tool = 0;
+    let mut continues_killed = 0;
     for (batch_points, batch_dirs) in points
         .chunks(TRIALS_IN_PARALLEL)
         .zip(trial_dirs.chunks(TRIALS_IN_PARALLEL))
@@ -326,6 +381,7 @@ fn kill_and_recover(agent_body: &str, time_kills: u32, line_kills: usize) -> Har
             match outcome {
                 Ok(outcome) => {
                     recovered_trials += usize::from(outcome.recoveries > 0);
+                    continues_killed += usize::from(outcome.continue_killed);
                     killed_during_a_tool += usize::from(
                         observations(&outcome.journal)
                             .iter()
@@ -349,12 +405,13 @@ fn kill_and_recover(agent_body: &str, time_kills: u32, line_kills: usize) -> Har
     );
     eprintln!(
         "crash harness: {} kill points, {recovered_trials} interrupted the run, \
-         {killed_during_a_tool} during a tool; {:?}",
+         {killed_during_a_tool} during a tool, {continues_killed} continues killed; {:?}",
         points.len(),
         started.elapsed()
     );
     HarnessSummary {
         kill_points: points.len(),
+        continues_killed,
         recovered_trials,
         killed_during_a_tool,
     }
@@ -363,7 +420,7 @@ fn kill_and_recover(agent_body: &str, time_kills: u32, line_kills: usize) -> Har
 #[test]
 fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
     let started = Instant::now();
-    let summary = kill_and_recover(TOOLS, TIME_KILLS, LINE_KILLS);
+    let summary = kill_and_recover(TOOLS, TIME_KILLS, LINE_KILLS, DOUBLE_KILLS);
     assert!(summary.kill_points >= 30);
     // At least 30 kills must land inside the run (the others prove that kills before the
     // run folder exists or after the end are harmless).
@@ -372,6 +429,11 @@ fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
         "only {} of {} kills interrupted the run",
         summary.recovered_trials,
         summary.kill_points
+    );
+    assert!(
+        summary.continues_killed >= 4,
+        "only {} kills interrupted a continue",
+        summary.continues_killed
     );
     assert!(
         summary.killed_during_a_tool >= 5,
@@ -388,7 +450,7 @@ fn sigkill_at_many_points_then_continue_always_completes_cleanly() {
 #[test]
 fn sigkill_with_parallel_tool_calls_then_continue_completes_cleanly() {
     let agent_body = format!("parallel_tool_calls: true\n{TOOLS}");
-    let summary = kill_and_recover(&agent_body, 12, 8);
+    let summary = kill_and_recover(&agent_body, 12, 8, 4);
     assert!(
         summary.recovered_trials >= 12,
         "only {} of {} kills interrupted the run",
