@@ -323,3 +323,34 @@ fn hello_world_example_script_runs_offline() {
         .unwrap()
         .contains("Say hello"));
 }
+
+#[test]
+fn ctrl_c_during_a_retry_after_wait_interrupts_at_once() {
+    let script = json!({"steps": [
+        {"fail": 429, "times": 1, "retry_after": 30, "then": {"answer": "too late"}}
+    ]});
+    let case = Case::new("backoff", "tools: []\n", &script);
+    let mut cmd = case.spawn_cmd();
+    // Default retry policy: the provider's Retry-After of 30 s is honoured.
+    cmd.env_remove("DELTA_RETRY_BASE_MS");
+    let child = cmd
+        .args(case.run_args("r1", "task"))
+        .args(["--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rate_limited = wait_until(Duration::from_secs(20), || {
+        case.mock.stats()["failures"] == 1
+    });
+    assert!(rate_limited, "the first attempt never failed");
+    send_signal(child.id(), nix::sys::signal::Signal::SIGINT);
+    let out = wait_output(child, Duration::from_secs(5));
+    assert_eq!(out.code, 130, "{}", out.stdout);
+    assert_eq!(out.json()["status"], "INTERRUPTED");
+    assert_eq!(
+        case.mock.stats()["requests_total"],
+        1,
+        "retried after Ctrl-C"
+    );
+}
