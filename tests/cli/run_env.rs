@@ -354,3 +354,39 @@ fn ctrl_c_during_a_retry_after_wait_interrupts_at_once() {
         "retried after Ctrl-C"
     );
 }
+
+#[test]
+fn a_journal_window_keeps_the_task_and_a_valid_history() {
+    let tools = "tools:\n  - name: say\n    description: print\n    exec: \"echo ${message}\"\n";
+    let say = |m: &str| json!({"tool": "say", "args": {"message": m}});
+    // With a window of one iteration the model sees one assistant turn per request, so
+    // the scripted step stays 1 and the calls keep coming: the iteration cap ends the run.
+    let script = json!({"steps": [say("first"), say("later")]});
+    let case = Case::new("window", tools, &script);
+    std::fs::write(
+        case.agent_dir().join("context.yaml"),
+        "sources:\n  - type: file\n    id: system_prompt\n    path: '${AGENT_HOME}/system_prompt.md'\n  - type: journal\n    id: conversation_history\n    max_iterations: 1\n",
+    )
+    .unwrap();
+    let out = case.run("r1", "the original task", &["--max-iterations", "4"]);
+    out.assert_code(1);
+    assert_eq!(
+        case.mock.stats()["rejected_invalid"],
+        0,
+        "invalid windowed history"
+    );
+    let mut invocations = files_under(&case.run_dir("r1").join("io/invocations"));
+    invocations.sort();
+    let last = read_json(invocations.last().unwrap());
+    let messages = last["request"]["messages"].as_array().unwrap().clone();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool"],
+        "{messages:?}"
+    );
+    assert_eq!(messages[1]["content"], "the original task");
+}
