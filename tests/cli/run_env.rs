@@ -390,3 +390,15 @@ fn a_journal_window_keeps_the_task_and_a_valid_history() {
     );
     assert_eq!(messages[1]["content"], "the original task");
 }
+
+#[test]
+fn rules_match_non_ascii_agent_names_and_tasks_over_http() {
+    let script = json!({"rules": [
+        {"agent": "agent-é", "task_contains": "café", "steps": [{"answer": "matched {{ agent }}"}]},
+        {"steps": [{"answer": "fell through"}]}
+    ]});
+    let case = Case::new("agent-é", "tools: []\n", &script);
+    let out = case.run("r1", "un café ☕", &[]);
+    out.assert_code(0);
+    assert_eq!(out.json()["result"], "matched agent-é");
+}
