@@ -236,6 +236,13 @@ fn one_mebibyte_stdin_parameter_reaches_the_tool() {
     out.assert_code(0);
     let result = out.json()["result"].as_str().unwrap().to_string();
     assert!(result.contains("1048576"), "{result}");
+    let record = files_under(&case.run_dir("r1").join("io/tool_executions"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap();
+    let record = read_json(&record);
+    assert_eq!(record["stdin_bytes"], 1 << 20, "{record}");
+    assert_eq!(record["argv"], json!(["wc", "-c"]));
 }
 
 #[test]
@@ -302,6 +309,13 @@ fn timed_out_tool_leaves_no_process_behind() {
         "{result}"
     );
     assert!(result.contains("started"), "partial output kept: {result}");
+    let record = files_under(&case.run_dir("r1").join("io/tool_executions"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap();
+    let record = read_json(&record);
+    assert_eq!(record["timed_out"], true, "{record}");
+    assert_eq!(record["timeout_ms"], 1000);
     let pid = wait_for_pid_file(
         &case.work_dir().join("grandchild.pid"),
         Duration::from_secs(5),
