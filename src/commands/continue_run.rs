@@ -6,20 +6,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use delta_actors::agent::{load_agent, load_env_cascade};
-use delta_actors::api::{RunRequest, RunStart, Supervisor};
+use delta_actors::agent::load_agent;
+use delta_actors::api::{RunRequest, RunStart};
 use delta_actors::janitor::{check_run, JanitorAction};
 use delta_actors::metadata::{read_metadata, LOCK_FILE};
 use delta_actors::workspace::{open_run_dir, validate_run_id};
 use delta_actors::RunStatus;
 
-use crate::commands::engine::{
-    drive_single, llm_target, process_env, supervisor_config, with_model_override,
-    with_retry_override,
-};
+use crate::commands::engine::{run_inputs, run_one, RunInputs};
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
-use crate::output::{progress::Verbosity, run_result, Format};
+use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Args)]
 #[command(after_help = "What -m means depends on the run's status:
@@ -116,11 +113,8 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }
-    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
-    let env = load_env_cascade(Some(&work_dir), &agent.home, &cwd, &process_env())
-        .map_err(|e| CliError::Config(e.to_string()))?;
-    let agent = with_model_override(agent, &env.vars);
-    let llm = llm_target(&agent, &env.vars, args.llm_script.as_deref())?;
+    let RunInputs { agent, env, llm } =
+        run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
     let request = RunRequest {
         agent: Arc::new(agent),
         work_dir,
@@ -131,16 +125,11 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         },
         max_iterations: args.max_iterations,
         llm,
-        env: Arc::new(env.vars),
+        env: Arc::new(env),
         timeout: None,
         prompter: args.interactive.then(|| Arc::new(TerminalPrompter) as _),
         workspace_id: meta.workspace_id.clone(),
         orchestration_id: meta.orchestration_id.clone(),
     };
-    let config = with_retry_override(supervisor_config(1, 1), &request.env)?;
-    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
-    let result = drive_single(&supervisor, request, verbosity)?;
-    supervisor.shutdown();
-    run_result::print(&result, args.format);
-    Ok(result.exit_code())
+    run_one(request, verbosity, args.format)
 }
