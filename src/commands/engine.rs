@@ -180,6 +180,53 @@ fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
     }
 }
 
+/// What a single run needs besides its start: the agent with `DELTA_MODEL` applied, the
+/// environment after the `.env` cascade, and the model target.
+pub struct RunInputs {
+    pub agent: delta_actors::agent::ResolvedAgent,
+    pub env: BTreeMap<String, String>,
+    pub llm: LlmTarget,
+}
+
+/// Loads the `.env` cascade for `work_dir` and resolves the model target (`run`, `continue`).
+pub fn run_inputs(
+    agent: ResolvedAgent,
+    work_dir: &Path,
+    llm_script: Option<&Path>,
+    verbosity: Verbosity,
+) -> Result<RunInputs, CliError> {
+    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
+    let env =
+        delta_actors::agent::load_env_cascade(Some(work_dir), &agent.home, &cwd, &process_env())
+            .map_err(|e| CliError::Config(e.to_string()))?;
+    if verbosity == Verbosity::Verbose {
+        for file in &env.files_loaded {
+            eprintln!("loaded {}", file.display());
+        }
+    }
+    let agent = with_model_override(agent, &env.vars);
+    let llm = llm_target(&agent, &env.vars, llm_script)?;
+    Ok(RunInputs {
+        agent,
+        env: env.vars,
+        llm,
+    })
+}
+
+/// Drives one request in a one-run engine, prints its RunResult, returns the exit code.
+pub fn run_one(
+    request: RunRequest,
+    verbosity: Verbosity,
+    format: crate::output::Format,
+) -> Result<i32, CliError> {
+    let config = with_retry_override(supervisor_config(1, 1), &request.env)?;
+    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let result = drive_single(&supervisor, request, verbosity)?;
+    supervisor.shutdown();
+    crate::output::run_result::print(&result, format);
+    Ok(result.exit_code())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,51 +278,4 @@ mod tests {
             other => panic!("expected a config error, got {:?}", other.map(|_| ())),
         }
     }
-}
-
-/// What a single run needs besides its start: the agent with `DELTA_MODEL` applied, the
-/// environment after the `.env` cascade, and the model target.
-pub struct RunInputs {
-    pub agent: delta_actors::agent::ResolvedAgent,
-    pub env: BTreeMap<String, String>,
-    pub llm: LlmTarget,
-}
-
-/// Loads the `.env` cascade for `work_dir` and resolves the model target (`run`, `continue`).
-pub fn run_inputs(
-    agent: ResolvedAgent,
-    work_dir: &Path,
-    llm_script: Option<&Path>,
-    verbosity: Verbosity,
-) -> Result<RunInputs, CliError> {
-    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
-    let env =
-        delta_actors::agent::load_env_cascade(Some(work_dir), &agent.home, &cwd, &process_env())
-            .map_err(|e| CliError::Config(e.to_string()))?;
-    if verbosity == Verbosity::Verbose {
-        for file in &env.files_loaded {
-            eprintln!("loaded {}", file.display());
-        }
-    }
-    let agent = with_model_override(agent, &env.vars);
-    let llm = llm_target(&agent, &env.vars, llm_script)?;
-    Ok(RunInputs {
-        agent,
-        env: env.vars,
-        llm,
-    })
-}
-
-/// Drives one request in a one-run engine, prints its RunResult, returns the exit code.
-pub fn run_one(
-    request: RunRequest,
-    verbosity: Verbosity,
-    format: crate::output::Format,
-) -> Result<i32, CliError> {
-    let config = with_retry_override(supervisor_config(1, 1), &request.env)?;
-    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
-    let result = drive_single(&supervisor, request, verbosity)?;
-    supervisor.shutdown();
-    crate::output::run_result::print(&result, format);
-    Ok(result.exit_code())
 }
