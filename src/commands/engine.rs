@@ -144,6 +144,7 @@ pub fn drive_single(
             signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?;
         let mut sigterm =
             signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let mut interrupted = false;
         let wait = handle.wait();
         tokio::pin!(wait);
         let result = loop {
@@ -154,8 +155,8 @@ pub fn drive_single(
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => {}
                 },
-                _ = sigint.recv() => supervisor.cancel_all("interrupted by SIGINT (Ctrl-C)"),
-                _ = sigterm.recv() => supervisor.cancel_all("interrupted by SIGTERM"),
+                _ = sigint.recv() => interrupt(supervisor, &mut interrupted, "SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => interrupt(supervisor, &mut interrupted, "SIGTERM"),
             }
         };
         while let Ok(ev) = events.try_recv() {
@@ -225,6 +226,21 @@ pub fn run_one(
     supervisor.shutdown();
     crate::output::run_result::print(&result, format);
     Ok(result.exit_code())
+}
+
+/// First signal: every run stops at its next safe point (INTERRUPTED, resumable). Second
+/// signal: kill every tool process group now and exit 130 without waiting.
+pub fn interrupt(supervisor: &Supervisor, already: &mut bool, signal_name: &str) {
+    if *already {
+        delta_actors::tool::process::kill_all_live_groups();
+        eprintln!(
+            "interrupted again: exiting now (runs left RUNNING are recovered by `delta continue`)"
+        );
+        std::process::exit(130);
+    }
+    *already = true;
+    eprintln!("interrupted by {signal_name}: stopping runs at their next safe point (again to exit at once)");
+    supervisor.cancel_all(&format!("interrupted by {signal_name}"));
 }
 
 #[cfg(test)]

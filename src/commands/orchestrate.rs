@@ -16,7 +16,9 @@ use delta_actors::plan::state::{
 use delta_actors::plan::{load_plan, orchestration_id, ResolvedPlan};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::commands::engine::{llm_target, process_env, supervisor_config, with_model_override};
+use crate::commands::engine::{
+    interrupt, llm_target, process_env, supervisor_config, with_model_override,
+};
 use crate::error::CliError;
 use crate::output::orchestration::{print_dry_run, print_summary, Progress};
 use crate::output::Format;
@@ -136,6 +138,7 @@ fn drive(
             signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
         let (mut events, receiver) = (handle.events.resubscribe(), handle);
+        let mut interrupted = false;
         let wait = receiver.wait();
         tokio::pin!(wait);
         let summary = loop {
@@ -143,8 +146,8 @@ fn drive(
                 s = &mut wait => break s,
                 ev = events.recv() => if let Ok(ev) = ev { progress.on_event(&ev) },
                 _ = tick.tick() => progress.tick(),
-                _ = sigint.recv() => supervisor.cancel_all("interrupted by SIGINT (Ctrl-C)"),
-                _ = sigterm.recv() => supervisor.cancel_all("interrupted by SIGTERM"),
+                _ = sigint.recv() => interrupt(supervisor, &mut interrupted, "SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => interrupt(supervisor, &mut interrupted, "SIGTERM"),
             }
         };
         while let Ok(ev) = events.try_recv() {
