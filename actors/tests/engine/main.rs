@@ -2,6 +2,7 @@
 mod agent_loading;
 mod harness;
 mod llm;
+mod orchestrate;
 mod plan;
 mod process;
 mod run;
