@@ -19,6 +19,7 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::api::{OrchestrationEvent, OrchestrationRequest, RunRequest, RunResult, RunStart};
+use crate::journal::{read_journal, Event};
 use crate::metadata::read_metadata;
 use crate::plan::state::{
     OrchestrationState, OrchestrationStatus, OrchestrationSummary, RunRow, SchedulingEvent,
@@ -220,6 +221,11 @@ impl OrchestrationActor {
             return (None, Some(Launch::New));
         }
         let Ok(meta) = read_metadata(&paths.run_dir) else {
+            // Killed before the run's metadata was written: nothing ran, start it afresh
+            // (the run setup reclaims the empty directory).
+            if !paths.metadata.exists() {
+                return (None, Some(Launch::New));
+            }
             return (None, Some(Launch::Resume(None)));
         };
         let row = |status: RunStatus, error: Option<String>| RunRow {
@@ -236,7 +242,19 @@ impl OrchestrationActor {
         };
         match meta.status {
             RunStatus::Completed => (Some(row(RunStatus::Completed, None)), None),
-            RunStatus::Interrupted | RunStatus::Running => (None, Some(Launch::Resume(None))),
+            RunStatus::Interrupted | RunStatus::Running => {
+                // A kill between the journal's ENGINE_END and the metadata write leaves a
+                // finished run recorded as RUNNING (then INTERRUPTED by a janitor): the
+                // journal is the truth, and continuing would complete the item twice.
+                match completed_in_journal(&paths.journal) {
+                    Some(result) => {
+                        let mut done = row(RunStatus::Completed, None);
+                        done.result = result;
+                        (Some(done), None)
+                    }
+                    None => (None, Some(Launch::Resume(None))),
+                }
+            }
             RunStatus::WaitingForInput => (
                 Some(row(
                     RunStatus::WaitingForInput,
@@ -638,6 +656,24 @@ impl OrchestrationActor {
         self.emit(OrchestrationEvent::Finished { status });
         let _ = reply.send(summary);
         ctx.stop();
+    }
+}
+
+/// The result of a run whose journal ends with a COMPLETED `ENGINE_END` (only janitor
+/// notes may follow it), whatever its metadata says.
+fn completed_in_journal(journal: &std::path::Path) -> Option<Option<String>> {
+    let events = read_journal(journal).ok()?;
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| !matches!(e.event, Event::Interrupted { .. } | Event::Warning { .. }))?;
+    match &last.event {
+        Event::EngineEnd {
+            status: RunStatus::Completed,
+            result,
+            ..
+        } => Some(result.clone()),
+        _ => None,
     }
 }
 
