@@ -51,6 +51,7 @@ pub fn take_run(
     match &request.start {
         RunStart::New { task } => {
             ensure_control_dir(&request.work_dir).map_err(io)?;
+            reclaim_unstarted_run_dir(&request.work_dir, run_id);
             let paths = create_run_dir(&request.work_dir, run_id)
                 .map_err(|e| SetupError::Refused(e.to_string()))?;
             let lock = RunLock::try_acquire(&paths.run_dir)
@@ -236,6 +237,23 @@ pub fn take_run(
                 secrets,
             })
         }
+    }
+}
+
+/// A process killed between creating a run directory and writing its metadata leaves a
+/// directory without `metadata.json` and with an empty journal: nothing ran (metadata is
+/// written before the first event). Such a directory, when its lock is free, is removed so
+/// the run can start under the same id (a resumed orchestration reuses its run ids).
+fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) {
+    let paths = RunPaths::new(work_dir, run_id);
+    if !paths.run_dir.is_dir() || paths.metadata.exists() {
+        return;
+    }
+    if std::fs::metadata(&paths.journal).is_ok_and(|m| m.len() > 0) {
+        return;
+    }
+    if let Ok(Some(_lock)) = RunLock::try_acquire(&paths.run_dir) {
+        let _ = std::fs::remove_dir_all(&paths.run_dir);
     }
 }
 
