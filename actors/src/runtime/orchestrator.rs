@@ -86,23 +86,49 @@ impl OrchestrationActor {
         reply: oneshot::Sender<OrchestrationSummary>,
     ) -> Self {
         let context = StageContext::new(request.orchestration_id.clone());
+        // Opened here, before `Supervisor::orchestrate` returns the id to the caller: an id
+        // the caller has seen always has its folder and plan path, so `--resume` finds it
+        // however early the process is killed.
+        let vars = serde_json::to_value(&request.plan.vars).unwrap_or_default();
+        let (state, prior_attempts, setup_error) = match OrchestrationState::open(
+            &request.workspace,
+            &request.orchestration_id,
+            &request.plan.file,
+            &vars,
+            request.resume,
+        ) {
+            Ok(mut state) => {
+                let attempts = OrchestrationState::attempts_so_far(&state.dir);
+                let started = SchedulingEvent::OrchestrationStarted {
+                    plan: request.plan.file.to_string_lossy().into_owned(),
+                    workspace: request.workspace.to_string_lossy().into_owned(),
+                    resumed: request.resume,
+                };
+                if let Err(e) = state.record(started) {
+                    tracing::warn!(target: "delta::orchestrate", "{e}");
+                }
+                state.sync();
+                (Some(state), attempts, None)
+            }
+            Err(e) => (None, HashMap::new(), Some(e.to_string())),
+        };
         OrchestrationActor {
             request,
             supervisor,
             events,
             reply: Some(reply),
-            state: None,
+            failed: setup_error.is_some(),
+            state,
             context,
             stages: BTreeMap::new(),
             started_stages: HashSet::new(),
             passable: HashSet::new(),
             stop_reason: None,
-            failed: false,
             in_flight: HashSet::new(),
-            prior_attempts: HashMap::new(),
+            prior_attempts,
             started_at: Instant::now(),
             started_at_text: now_rfc3339(),
-            setup_error: None,
+            setup_error,
         }
     }
 
@@ -690,30 +716,10 @@ impl Actor for OrchestrationActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let vars = serde_json::to_value(&self.request.plan.vars).unwrap_or_default();
-        match OrchestrationState::open(
-            &self.request.workspace,
-            &self.request.orchestration_id,
-            &self.request.plan.file,
-            &vars,
-            self.request.resume,
-        ) {
-            Ok(state) => {
-                self.prior_attempts = OrchestrationState::attempts_so_far(&state.dir);
-                self.state = Some(state);
-            }
-            Err(e) => {
-                self.setup_error = Some(e.to_string());
-                self.failed = true;
-                self.finish(ctx);
-                return;
-            }
+        if self.state.is_none() {
+            self.finish(ctx);
+            return;
         }
-        self.record(SchedulingEvent::OrchestrationStarted {
-            plan: self.request.plan.file.to_string_lossy().into_owned(),
-            workspace: self.request.workspace.to_string_lossy().into_owned(),
-            resumed: self.request.resume,
-        });
         self.advance(ctx);
     }
 }
