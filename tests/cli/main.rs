@@ -1,2 +1,3 @@
 //! CLI-level integration tests against the built binaries (one binary).
 mod init_expand;
+mod orchestrate_crash;
