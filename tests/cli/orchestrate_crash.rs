@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -20,6 +20,8 @@ use delta_actors::plan::state::OrchestrationState;
 use delta_actors::workspace::RunPaths;
 use delta_actors::RunStatus;
 
+use crate::orchestrate::{delta_in, write_agent};
+
 const ITEMS: usize = 50;
 const TRIALS: usize = 10;
 const AT_ONCE: usize = 3;
@@ -28,32 +30,16 @@ const PLAN: &str = "name: crash\nmax_parallel: 8\ndefaults:\n  max_iterations: 6
 
 const SCRIPT: &str = "default_latency: \"20±5\"\nrules:\n  - agent: processor\n    steps:\n      - tool: count\n        args: { path: \"{{ task | replace('Count ', '') }}\" }\n      - answer: \"{{ last_observation | replace('=== STDOUT ===', '') | replace('=== EXIT CODE: 0 ===', '') | trim }}\"\n  - agent: aggregator\n    latency: 300\n    steps:\n      - tool: report\n      - answer: \"{{ task }}\"\n";
 
-fn agent(root: &Path, name: &str, tools: &str) {
-    let dir = root.join("agents").join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("agent.yaml"),
-        format!("name: {name}\nllm:\n  model: scripted\ntools:\n{tools}"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("system_prompt.md"), "You count words.\n").unwrap();
-    std::fs::write(
-        dir.join("context.yaml"),
-        "sources:\n  - type: file\n    id: system_prompt\n    path: '${AGENT_HOME}/system_prompt.md'\n  - type: journal\n    id: conversation_history\n",
-    )
-    .unwrap();
-}
-
 /// A fresh copy of the map-reduce plan with `ITEMS` data files.
 fn fixture() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    agent(
+    write_agent(
         root,
         "processor",
         "  - name: count\n    exec: \"wc -w ${path}\"\n",
     );
-    agent(
+    write_agent(
         root,
         "aggregator",
         "  - name: report\n    exec: \"touch report.md\"\n",
@@ -66,14 +52,6 @@ fn fixture() -> tempfile::TempDir {
     std::fs::write(root.join("plan.yaml"), PLAN).unwrap();
     std::fs::write(root.join("script.yaml"), SCRIPT).unwrap();
     dir
-}
-
-fn delta(root: &Path) -> Command {
-    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("delta"));
-    cmd.current_dir(root)
-        .env_remove("DELTA_LOG")
-        .stdin(Stdio::null());
-    cmd
 }
 
 /// When to pull the plug.
@@ -104,8 +82,14 @@ fn finished_runs(journal: &Path) -> usize {
 
 /// Waits (bounded) until the process reached `moment`, then SIGKILLs it. Returns the id.
 fn start_and_kill(root: &Path, ws: &Path, moment: Moment) -> String {
-    let mut child: Child = delta(root)
-        .args(["orchestrate", "plan.yaml", "--llm-script", "script.yaml", "-w"])
+    let mut child: Child = delta_in(root)
+        .args([
+            "orchestrate",
+            "plan.yaml",
+            "--llm-script",
+            "script.yaml",
+            "-w",
+        ])
         .arg(ws)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -164,7 +148,7 @@ fn start_and_kill(root: &Path, ws: &Path, moment: Moment) -> String {
 /// `--resume` until the orchestration is no longer INTERRUPTED (bounded); the JSON summary.
 fn resume(root: &Path, ws: &Path, id: &str) -> serde_json::Value {
     for _ in 0..4 {
-        let output = delta(root)
+        let output = delta_in(root)
             .args(["orchestrate", "plan.yaml", "--llm-script", "script.yaml"])
             .args(["--format", "json", "--resume", id, "-w"])
             .arg(ws)
@@ -233,7 +217,10 @@ fn check_trial(trial: usize) {
                 )
             })
             .count();
-        assert_eq!(completions, 1, "{context}: {run_id} completed {completions} times");
+        assert_eq!(
+            completions, 1,
+            "{context}: {run_id} completed {completions} times"
+        );
     }
     // No stray runs: the workspace holds exactly the planned ones.
     let mut on_disk: Vec<PathBuf> = std::fs::read_dir(ws.join(".delta"))
