@@ -20,6 +20,7 @@ use delta_actors::api::{
 };
 use delta_actors::journal::{read_journal, Event, JournalEvent};
 use delta_actors::llm::{scripted, Endpoint, Script, ScriptServer};
+use delta_actors::metadata::{read_metadata, write_metadata};
 use delta_actors::plan::state::{
     OrchestrationState, OrchestrationStatus, OrchestrationSummary, StageStatus, StageSummary,
 };
@@ -651,5 +652,90 @@ fn resume_after_cancel_all_reuses_completed_runs_and_finishes_the_rest() {
     assert_eq!(
         results(&second, "combine"),
         ["item 0,item 1,item 2,item 3,item 4,item 5"]
+    );
+}
+
+fn set_status(work_dir: &Path, run_id: &str, status: RunStatus) {
+    let run_dir = RunPaths::new(work_dir, run_id).run_dir;
+    let mut meta = read_metadata(&run_dir).unwrap();
+    meta.status = status;
+    write_metadata(&run_dir, &meta).unwrap();
+}
+
+/// Each state a `kill -9` can leave between two writes, made by hand: a run that finished
+/// but whose metadata still says RUNNING (or INTERRUPTED, after a janitor), a run directory
+/// created without metadata, and a run killed before its task reached the journal.
+#[test]
+fn resume_repairs_what_a_kill_leaves_between_two_writes() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let plan = p.plan(
+        "max_parallel: 4\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b, c, d] }\n    message: \"item {{ item }}\"\n",
+    );
+    let model = script(ECHO_TASK);
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let request = p.request(plan.clone(), "t", LlmTarget::Scripted(model.clone()), false);
+    let (first, _) = orchestrate(&supervisor, request);
+    assert_eq!(first.status, OrchestrationStatus::Completed, "{first:#?}");
+    let ws = p.ws();
+
+    set_status(ws, "t-work-0", RunStatus::Running);
+    set_status(ws, "t-work-1", RunStatus::Interrupted);
+    let finished_journals: Vec<Vec<u8>> = ["t-work-0", "t-work-1"]
+        .iter()
+        .map(|id| std::fs::read(RunPaths::new(ws, id).journal).unwrap())
+        .collect();
+    let unstarted = RunPaths::new(ws, "t-work-2");
+    std::fs::remove_dir_all(&unstarted.run_dir).unwrap();
+    std::fs::create_dir_all(&unstarted.run_dir).unwrap();
+    std::fs::write(&unstarted.journal, "").unwrap();
+    let taskless = RunPaths::new(ws, "t-work-3");
+    let text = std::fs::read_to_string(&taskless.journal).unwrap();
+    let first_line = text.lines().next().unwrap();
+    assert!(first_line.contains("ENGINE_START"), "{first_line}");
+    std::fs::write(&taskless.journal, format!("{first_line}\n")).unwrap();
+    set_status(ws, "t-work-3", RunStatus::Running);
+
+    let request = p.request(plan, "t", LlmTarget::Scripted(model), true);
+    let (second, _) = orchestrate(&supervisor, request);
+    assert_eq!(second.status, OrchestrationStatus::Completed, "{second:#?}");
+    assert_eq!(
+        results(&second, "work"),
+        ["item a", "item b", "item c", "item d"]
+    );
+    let reused: Vec<bool> = stage(&second, "work")
+        .runs
+        .iter()
+        .map(|r| r.reused)
+        .collect();
+    assert_eq!(reused, [true, true, false, false]);
+    for (id, before) in ["t-work-0", "t-work-1"].iter().zip(&finished_journals) {
+        let after = std::fs::read(RunPaths::new(ws, id).journal).unwrap();
+        assert_eq!(&after, before, "{id} was run again");
+    }
+    for id in ["t-work-2", "t-work-3"] {
+        assert_eq!(completed_ends(&run_journal(ws, id)), 1, "{id}");
+    }
+}
+
+#[test]
+fn the_orchestration_folder_exists_once_orchestrate_returns() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let plan =
+        p.plan("defaults: { agent: ./agents/worker }\nstages:\n  - { id: one, message: go }\n");
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let model = script("default_latency: 100\nsteps: [{ answer: done }]\n");
+    let handle = supervisor
+        .orchestrate_blocking(p.request(plan, "t", LlmTarget::Scripted(model), false))
+        .unwrap();
+    // The caller may print the id and be killed now: `--resume` must find the folder.
+    let dir = OrchestrationState::dir_for(p.ws(), "t");
+    let journal = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
+    assert!(journal.contains("ORCHESTRATION_STARTED"), "{journal}");
+    assert!(dir.join("plan.yaml").is_file());
+    assert_eq!(
+        handle.wait_blocking().unwrap().status,
+        OrchestrationStatus::Completed
     );
 }
