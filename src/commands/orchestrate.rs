@@ -12,6 +12,7 @@ use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
 use delta_actors::api::{OrchestrationRequest, Supervisor};
 use delta_actors::plan::state::{
     find_workspace, next_plan_workspace, OrchestrationState, SchedulingEvent, SchedulingRecord,
+    StateError,
 };
 use delta_actors::plan::{load_plan, orchestration_id, ResolvedPlan};
 use tokio::signal::unix::{signal, SignalKind};
@@ -66,7 +67,17 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     }
     let workspace = workspace_for(args, &plan)?;
     let id = match &args.resume {
-        Some(id) => id.clone(),
+        Some(id) => {
+            let dir = OrchestrationState::dir_for(&workspace, id);
+            if !dir.is_dir() {
+                let missing = StateError::NotFound {
+                    id: id.clone(),
+                    path: dir,
+                };
+                return Err(CliError::Config(missing.to_string()));
+            }
+            id.clone()
+        }
         None => orchestration_id(plan.name.as_deref()),
     };
     let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
