@@ -190,9 +190,10 @@ fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
     let journal = OrchestrationState::dir_for(ws, id).join("journal.jsonl");
     let text = std::fs::read_to_string(&journal).map_err(|e| {
         CliError::Config(format!(
-            "orchestration '{id}' not found in {}: cannot read {} ({e})",
+            "orchestration '{id}' not found in {}: cannot read {} ({e}); check the id with `ls {}/.delta/orchestrations` and the workspace given with -w",
             ws.display(),
-            journal.display()
+            journal.display(),
+            ws.display()
         ))
     })?;
     text.lines()
