@@ -344,3 +344,31 @@ fn the_example_plans_run_offline() {
     let report = std::fs::read_to_string(ws.path().join("report.md")).unwrap();
     assert!(report.contains("item-20.txt"), "{report}");
 }
+
+#[test]
+fn an_unknown_resume_id_exits_126_with_a_hint() {
+    let dir = plan_dir(
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: one, message: go }\n",
+        "steps: [{ answer: done }]\n",
+        "",
+    );
+    for with_plan in [true, false] {
+        let mut args = vec!["orchestrate"];
+        if with_plan {
+            args.push("plan.yaml");
+        }
+        args.extend([
+            "--resume",
+            "no-such-id",
+            "-w",
+            "ws",
+            "--llm-script",
+            "script.yaml",
+        ]);
+        let out = run(dir.path(), &args);
+        assert_eq!(out.code, 126, "{}", out.stderr);
+        assert!(out.stderr.contains("no-such-id"), "{}", out.stderr);
+        assert!(out.stderr.contains("-w"), "{}", out.stderr);
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+    }
+}
