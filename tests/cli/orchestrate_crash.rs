@@ -1,6 +1,7 @@
 //! The crash test of `delta orchestrate` (issue 6 acceptance): a 50-item map-reduce is
 //! SIGKILLed at 10 different moments (before any run finished, at several points of the
-//! map stage, between the stages, during the reduce), then finished with `--resume`. Every
+//! map stage, between the stages, during the reduce), then finished with `--resume` (three
+//! trials also kill that first resume a few runs in). Every
 //! trial must end COMPLETED with exactly 50 completed map runs and one reduce run, and no
 //! run may have completed twice (each journal holds exactly one COMPLETED ENGINE_END).
 //!
@@ -81,8 +82,10 @@ fn finished_runs(journal: &Path) -> usize {
 }
 
 /// Waits (bounded) until the process reached `moment`, then SIGKILLs it. Returns the id.
-fn start_and_kill(root: &Path, ws: &Path, moment: Moment) -> String {
-    let mut child: Child = delta_in(root)
+/// `resume`: the id of an orchestration to resume instead of starting one.
+fn start_and_kill(root: &Path, ws: &Path, moment: Moment, resume: Option<&str>) -> String {
+    let mut command = delta_in(root);
+    command
         .args([
             "orchestrate",
             "plan.yaml",
@@ -90,7 +93,11 @@ fn start_and_kill(root: &Path, ws: &Path, moment: Moment) -> String {
             "script.yaml",
             "-w",
         ])
-        .arg(ws)
+        .arg(ws);
+    if let Some(id) = resume {
+        command.args(["--resume", id]);
+    }
+    let mut child: Child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -172,9 +179,16 @@ fn check_trial(trial: usize) {
     std::fs::create_dir_all(&ws).unwrap();
     let ws = ws.canonicalize().unwrap();
     let moment = moment(trial);
-    let id = start_and_kill(root, &ws, moment);
+    let id = start_and_kill(root, &ws, moment, None);
+    // Some trials also kill the first resume, a few runs later.
+    let resume_kill = matches!(trial, 2 | 4 | 5).then(|| {
+        let journal = OrchestrationState::dir_for(&ws, &id).join("journal.jsonl");
+        let at = Moment::AfterFinished(finished_runs(&journal) + 3, Duration::ZERO);
+        start_and_kill(root, &ws, at, Some(&id));
+        at
+    });
     let summary = resume(root, &ws, &id);
-    let context = format!("trial {trial} ({moment:?}), orchestration {id}");
+    let context = format!("trial {trial} ({moment:?}, then {resume_kill:?}), orchestration {id}");
     assert_eq!(summary["status"], "COMPLETED", "{context}: {summary:#}");
     let stage = |name: &str| {
         summary["stages"]
