@@ -49,6 +49,8 @@ struct StageRun {
     planned: PlannedRun,
     work_dir: PathBuf,
     attempts: u32,
+    /// FAILED outcomes so far (retries are granted per failure, not per attempt).
+    failures: u32,
     done: Option<RunRow>,
     pending_launch: Option<Launch>,
 }
@@ -73,6 +75,7 @@ pub struct OrchestrationActor {
     failed: bool,
     in_flight: HashSet<String>,
     prior_attempts: HashMap<String, u32>,
+    prior_failures: HashMap<String, u32>,
     started_at: Instant,
     started_at_text: String,
     setup_error: Option<String>,
@@ -90,7 +93,7 @@ impl OrchestrationActor {
         // the caller has seen always has its folder and plan path, so `--resume` finds it
         // however early the process is killed.
         let vars = serde_json::to_value(&request.plan.vars).unwrap_or_default();
-        let (state, prior_attempts, setup_error) = match OrchestrationState::open(
+        let (state, prior_attempts, prior_failures, setup_error) = match OrchestrationState::open(
             &request.workspace,
             &request.orchestration_id,
             &request.plan.file,
@@ -99,6 +102,7 @@ impl OrchestrationActor {
         ) {
             Ok(mut state) => {
                 let attempts = OrchestrationState::attempts_so_far(&state.dir);
+                let failures = OrchestrationState::failures_so_far(&state.dir);
                 let started = SchedulingEvent::OrchestrationStarted {
                     plan: request.plan.file.to_string_lossy().into_owned(),
                     workspace: request.workspace.to_string_lossy().into_owned(),
@@ -108,9 +112,9 @@ impl OrchestrationActor {
                     tracing::warn!(target: "delta::orchestrate", "{e}");
                 }
                 state.sync();
-                (Some(state), attempts, None)
+                (Some(state), attempts, failures, None)
             }
-            Err(e) => (None, HashMap::new(), Some(e.to_string())),
+            Err(e) => (None, HashMap::new(), HashMap::new(), Some(e.to_string())),
         };
         OrchestrationActor {
             request,
@@ -126,6 +130,7 @@ impl OrchestrationActor {
             stop_reason: None,
             in_flight: HashSet::new(),
             prior_attempts,
+            prior_failures,
             started_at: Instant::now(),
             started_at_text: now_rfc3339(),
             setup_error,
@@ -211,11 +216,14 @@ impl OrchestrationActor {
                 None => self.request.workspace.clone(),
             };
             let attempts = self.prior_attempts.get(&p.run_id).copied().unwrap_or(0);
-            let (done, launch) = self.existing_state(&p, &work_dir, attempts, stage.retries);
+            let failures = self.prior_failures.get(&p.run_id).copied().unwrap_or(0);
+            let (done, launch) =
+                self.existing_state(&p, &work_dir, attempts, failures, stage.retries);
             runs.push(StageRun {
                 planned: p,
                 work_dir,
                 attempts,
+                failures,
                 done,
                 pending_launch: launch,
             });
@@ -240,6 +248,7 @@ impl OrchestrationActor {
         planned: &PlannedRun,
         work_dir: &std::path::Path,
         attempts: u32,
+        failures: u32,
         retries: u32,
     ) -> (Option<RunRow>, Option<Launch>) {
         let paths = RunPaths::new(work_dir, &planned.run_id);
@@ -292,7 +301,8 @@ impl OrchestrationActor {
                 )),
                 None,
             ),
-            RunStatus::Failed if attempts <= retries => (
+            // The failure on disk counts even if the kill came before its RUN_FINISHED.
+            RunStatus::Failed if failures.max(1) <= retries => (
                 None,
                 Some(Launch::Resume(Some(retry_message(meta.error.as_deref())))),
             ),
@@ -493,7 +503,10 @@ impl OrchestrationActor {
             duration_ms: row.duration_ms,
             error: row.error.clone(),
         };
-        if retryable && !stopping && run.attempts <= stage_spec.retries {
+        if retryable {
+            run.failures += 1;
+        }
+        if retryable && !stopping && run.failures <= stage_spec.retries {
             let hint = row.error.clone();
             run.pending_launch = Some(Launch::Resume(Some(retry_message(hint.as_deref()))));
             self.record(event);
