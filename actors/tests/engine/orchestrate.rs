@@ -739,3 +739,40 @@ fn the_orchestration_folder_exists_once_orchestrate_returns() {
         OrchestrationStatus::Completed
     );
 }
+
+/// An interruption (Ctrl-C, kill) is not a failure: continuing the run on resume must not
+/// use up the retries the stage grants for failures.
+#[test]
+fn an_interrupted_attempt_does_not_use_up_the_retries() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let plan = p.plan(
+        "defaults: { agent: ./agents/worker, retries: 1 }\nstages:\n  - { id: solo, message: go }\n",
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let slow = script("steps:\n  - answer: never\n    latency: 5000\n");
+    let handle = supervisor
+        .orchestrate_blocking(p.request(plan.clone(), "t", LlmTarget::Scripted(slow), false))
+        .unwrap();
+    let mut events = handle.events.resubscribe();
+    loop {
+        if let OrchestrationEvent::RunStarted { .. } = events.blocking_recv().unwrap() {
+            break;
+        }
+    }
+    supervisor.cancel_all("test interrupt");
+    let first = handle.wait_blocking().unwrap();
+    assert_eq!(first.status, OrchestrationStatus::Interrupted, "{first:#?}");
+
+    // On resume the continued attempt fails (3 model errors use up the call retries), and
+    // the stage's one retry must still be there.
+    let flaky =
+        script("steps:\n  - fail: 500\n    times: 3\n    then: { answer: \"recovered\" }\n");
+    let (second, _) = orchestrate(
+        &supervisor,
+        p.request(plan, "t", LlmTarget::Scripted(flaky), true),
+    );
+    assert_eq!(second.status, OrchestrationStatus::Completed, "{second:#?}");
+    let row = &stage(&second, "solo").runs[0];
+    assert_eq!(row.result.as_deref(), Some("recovered"));
+}
