@@ -372,3 +372,34 @@ fn an_unknown_resume_id_exits_126_with_a_hint() {
         assert!(out.stdout.is_empty(), "{}", out.stdout);
     }
 }
+
+#[test]
+fn without_w_runs_go_to_the_next_plan_workspace_and_resume_finds_it() {
+    let dir = plan_dir(
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: first, message: go }\n  - { id: second, message: again }\n",
+        "rules:\n  - task_contains: again\n    steps: [{ fail: 400 }]\n  - steps: [{ answer: ok }]\n",
+        "",
+    );
+    let root = dir.path();
+    let args = ["orchestrate", "plan.yaml", "--llm-script", "script.yaml"];
+    let json = ["--format", "json"];
+    let out = run(root, &[&args[..], &json].concat());
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let summary = out.json();
+    let workspace = root.join("workspaces/W001").canonicalize().unwrap();
+    assert_eq!(summary["workspace"], workspace.to_str().unwrap());
+    let id = summary["orchestration_id"].as_str().unwrap().to_string();
+
+    // A second plain start takes the next workspace; --resume finds the first one.
+    let out = run(root, &args);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(root.join("workspaces/W002").is_dir());
+    let out = run(root, &[&args[..], &json, &["--resume", &id]].concat());
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let resumed = out.json();
+    assert_eq!(resumed["orchestration_id"], id.as_str());
+    assert_eq!(resumed["workspace"], workspace.to_str().unwrap());
+    let first = &stage(&resumed, "first")["runs"][0];
+    assert_eq!(first["reused"], true, "{first:#}");
+    assert!(!root.join("workspaces/W003").exists());
+}
