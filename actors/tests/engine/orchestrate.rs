@@ -776,3 +776,33 @@ fn an_interrupted_attempt_does_not_use_up_the_retries() {
     let row = &stage(&second, "solo").runs[0];
     assert_eq!(row.result.as_deref(), Some("recovered"));
 }
+
+/// A 429 with Retry-After seen by one run holds back every run of the endpoint.
+#[test]
+fn retry_after_from_one_run_holds_back_the_others() {
+    let p = PlanDir::new();
+    p.agent("worker", "  - name: echo\n    exec: \"echo ${text}\"\n");
+    let plan = p.plan(
+        "max_parallel: 2\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b] }\n    message: \"item {{ item }}\"\n",
+    );
+    let model = script(
+        "rules:\n  - task_contains: \"item a\"\n    steps:\n      - fail: 429\n        times: 1\n        retry_after: 1\n        then: { answer: \"a done\" }\n  - steps:\n      - tool: echo\n        args: { text: x }\n        latency: 200\n      - answer: \"b done\"\n",
+    );
+    // Retry-After is honoured up to the retry policy's max_delay: make room for 1 s.
+    let mut config = fast_config();
+    config.retry.max_delay = Duration::from_secs(2);
+    let supervisor = Supervisor::start(config).unwrap();
+    let (summary, _) = orchestrate(
+        &supervisor,
+        p.request(plan, "t", LlmTarget::Scripted(model), false),
+    );
+    assert_eq!(
+        summary.status,
+        OrchestrationStatus::Completed,
+        "{summary:#?}"
+    );
+    let rows = &stage(&summary, "work").runs;
+    assert!(rows[0].duration_ms >= 950, "{:?}", rows[0]);
+    // Run b alone needs ~200 ms; its second model call waited for a's Retry-After.
+    assert!(rows[1].duration_ms >= 750, "{:?}", rows[1]);
+}
