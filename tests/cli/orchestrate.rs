@@ -231,6 +231,16 @@ fn wait_for_file(path: &Path, child: &mut std::process::Child) {
     }
 }
 
+/// Live processes running `sleep <duration>` (by their command line).
+fn sleepers(duration: &str) -> usize {
+    let wanted = format!("sleep\0{duration}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .filter(|cmdline| cmdline == wanted.as_bytes())
+        .count()
+}
+
 #[test]
 fn sigint_interrupts_with_130_and_resume_without_the_plan_path_finishes() {
     // The first attempt of each item sleeps; once interrupted, its call is answered with
@@ -238,7 +248,7 @@ fn sigint_interrupts_with_130_and_resume_without_the_plan_path_finishes() {
     let dir = plan_dir(
         "max_parallel: 4\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b] }\n    message: \"item {{ item }}\"\n",
         "steps:\n  - tool: nap\n    args: { name: \"{{ task | replace('item ', '') }}\" }\n  - answer: \"done {{ task }}\"\n",
-        "  - name: nap\n    shell: \"touch started-${name} && sleep 30\"\n",
+        "  - name: nap\n    shell: \"touch started-${name} && sleep 29.517\"\n",
     );
     let root = dir.path();
     let mut child = delta_in(root)
@@ -257,6 +267,14 @@ fn sigint_interrupts_with_130_and_resume_without_the_plan_path_finishes() {
     });
     wait_for_file(&root.join("ws/started-a"), &mut child);
     wait_for_file(&root.join("ws/started-b"), &mut child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sleepers("29.517") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the tools never started sleeping"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let began = Instant::now();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let output = child.wait_with_output().unwrap();
@@ -266,6 +284,11 @@ fn sigint_interrupts_with_130_and_resume_without_the_plan_path_finishes() {
     );
     let stderr = stderr_lines.join().unwrap().join("\n");
     assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert_eq!(
+        sleepers("29.517"),
+        0,
+        "the tools' process groups were left running"
+    );
     let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(summary["status"], "INTERRUPTED");
     let work = stage(&summary, "work");
