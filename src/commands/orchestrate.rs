@@ -146,8 +146,12 @@ fn drive(
         let mut sigterm =
             signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
-        let (mut events, receiver) = (handle.events.resubscribe(), handle);
-        let wait = receiver.wait();
+        // The handle's own receiver holds every event since the start; a resubscribed one
+        // would miss those sent before this line (the first stages' StageStarted).
+        let mut handle = handle;
+        let fresh = handle.events.resubscribe();
+        let mut events = std::mem::replace(&mut handle.events, fresh);
+        let wait = handle.wait();
         tokio::pin!(wait);
         let summary = loop {
             tokio::select! {
