@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, FixedOffset};
 use delta_actors::agent::load_agent;
 use delta_actors::api::{
-    LlmTarget, OrchestrationEvent, OrchestrationRequest, Supervisor, SupervisorConfig,
+    LlmTarget, OrchestrationEvent, OrchestrationHandle, OrchestrationRequest, Supervisor,
+    SupervisorConfig,
 };
 use delta_actors::journal::{read_journal, Event, JournalEvent};
 use delta_actors::llm::{scripted, Endpoint, Script, ScriptServer};
@@ -28,6 +29,7 @@ use delta_actors::plan::{load_plan, ResolvedPlan};
 use delta_actors::workspace::RunPaths;
 use delta_actors::RunStatus;
 use tempfile::TempDir;
+use tokio::sync::broadcast;
 
 use crate::harness::{fast_config, script, test_env, DEFAULT_CONTEXT};
 
@@ -111,13 +113,19 @@ impl PlanDir {
     }
 }
 
+/// Every event since the orchestration started (`resubscribe` alone would miss the first).
+fn take_events(handle: &mut OrchestrationHandle) -> broadcast::Receiver<OrchestrationEvent> {
+    let fresh = handle.events.resubscribe();
+    std::mem::replace(&mut handle.events, fresh)
+}
+
 /// Runs a plan to its summary and returns every event it emitted, in order.
 fn orchestrate(
     supervisor: &Supervisor,
     request: OrchestrationRequest,
 ) -> (OrchestrationSummary, Vec<OrchestrationEvent>) {
-    let handle = supervisor.orchestrate_blocking(request).unwrap();
-    let mut events = handle.events.resubscribe();
+    let mut handle = supervisor.orchestrate_blocking(request).unwrap();
+    let mut events = take_events(&mut handle);
     let summary = handle.wait_blocking().unwrap();
     let mut seen = Vec::new();
     while let Ok(event) = events.try_recv() {
@@ -588,7 +596,7 @@ fn resume_after_cancel_all_reuses_completed_runs_and_finishes_the_rest() {
     );
     let model = script("default_latency: 150\nsteps:\n  - answer: \"{{ task }}\"\n");
     let supervisor = Supervisor::start(fast_config()).unwrap();
-    let handle = supervisor
+    let mut handle = supervisor
         .orchestrate_blocking(p.request(
             plan.clone(),
             "t",
@@ -596,7 +604,7 @@ fn resume_after_cancel_all_reuses_completed_runs_and_finishes_the_rest() {
             false,
         ))
         .unwrap();
-    let mut events = handle.events.resubscribe();
+    let mut events = take_events(&mut handle);
     let mut completed = 0;
     while completed < 2 {
         match events.blocking_recv().unwrap() {
@@ -753,10 +761,10 @@ fn an_interrupted_attempt_does_not_use_up_the_retries() {
     );
     let supervisor = Supervisor::start(fast_config()).unwrap();
     let slow = script("steps:\n  - answer: never\n    latency: 5000\n");
-    let handle = supervisor
+    let mut handle = supervisor
         .orchestrate_blocking(p.request(plan.clone(), "t", LlmTarget::Scripted(slow), false))
         .unwrap();
-    let mut events = handle.events.resubscribe();
+    let mut events = take_events(&mut handle);
     loop {
         if let OrchestrationEvent::RunStarted { .. } = events.blocking_recv().unwrap() {
             break;
