@@ -217,8 +217,14 @@ impl OrchestrationActor {
             };
             let attempts = self.prior_attempts.get(&p.run_id).copied().unwrap_or(0);
             let failures = self.prior_failures.get(&p.run_id).copied().unwrap_or(0);
-            let (done, launch) =
-                self.existing_state(&p, &work_dir, attempts, failures, stage.retries);
+            let (done, launch) = self.existing_state(
+                &p,
+                &work_dir,
+                attempts,
+                failures,
+                stage.retries,
+                stage.output,
+            );
             runs.push(StageRun {
                 planned: p,
                 work_dir,
@@ -250,6 +256,7 @@ impl OrchestrationActor {
         attempts: u32,
         failures: u32,
         retries: u32,
+        output: OutputKind,
     ) -> (Option<RunRow>, Option<Launch>) {
         let paths = RunPaths::new(work_dir, &planned.run_id);
         if !paths.run_dir.exists() {
@@ -275,20 +282,36 @@ impl OrchestrationActor {
             usage: meta.usage,
             reused: true,
         };
-        match meta.status {
-            RunStatus::Completed => (Some(row(RunStatus::Completed, None)), None),
-            RunStatus::Interrupted | RunStatus::Running => {
-                // A kill between the journal's ENGINE_END and the metadata write leaves a
-                // finished run recorded as RUNNING (then INTERRUPTED by a janitor): the
-                // journal is the truth, and continuing would complete the item twice.
-                match completed_in_journal(&paths.journal) {
-                    Some(result) => {
-                        let mut done = row(RunStatus::Completed, None);
-                        done.result = result;
-                        (Some(done), None)
+        let finished_result = match meta.status {
+            RunStatus::Completed => Some(meta.result.clone()),
+            // A kill between the journal's ENGINE_END and the metadata write leaves a
+            // finished run recorded as RUNNING (then INTERRUPTED by a janitor): the journal
+            // is the truth, and continuing would complete the item twice.
+            RunStatus::Interrupted | RunStatus::Running => completed_in_journal(&paths.journal),
+            RunStatus::WaitingForInput | RunStatus::Failed => None,
+        };
+        if let Some(result) = finished_result {
+            let mut done = row(RunStatus::Completed, None);
+            done.result = result;
+            // `output: json` is checked again: the kill may have come before the check.
+            if output == OutputKind::Json {
+                if let Err(e) = parse_json_output(done.result.as_deref().unwrap_or("")) {
+                    let error = format!("the result is not valid JSON ({e})");
+                    if failures.max(1) <= retries {
+                        return (
+                            None,
+                            Some(Launch::Resume(Some(retry_message(Some(&error))))),
+                        );
                     }
-                    None => (None, Some(Launch::Resume(None))),
+                    done.status = RunStatus::Failed;
+                    done.error = Some(error);
                 }
+            }
+            return (Some(done), None);
+        }
+        match meta.status {
+            RunStatus::Completed | RunStatus::Interrupted | RunStatus::Running => {
+                (None, Some(Launch::Resume(None)))
             }
             RunStatus::WaitingForInput => (
                 Some(row(
