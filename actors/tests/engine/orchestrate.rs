@@ -816,3 +816,29 @@ fn retry_after_from_one_run_holds_back_the_others() {
     // Run b alone needs ~200 ms; its second model call waited for a's Retry-After.
     assert!(rows[1].duration_ms >= 750, "{:?}", rows[1]);
 }
+
+/// A run that completed with an answer `output: json` rejects stays failed on resume.
+#[test]
+fn resume_checks_json_output_of_completed_runs_again() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let plan = p.plan(
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: plan, output: json, message: plan }\n  - { id: work, message: \"{{ stages.plan.output }}\" }\n",
+    );
+    let model = script("steps: [{ answer: \"no json here\" }]\n");
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    for resume in [false, true] {
+        let request = p.request(
+            plan.clone(),
+            "t",
+            LlmTarget::Scripted(model.clone()),
+            resume,
+        );
+        let (summary, _) = orchestrate(&supervisor, request);
+        assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
+        let row = &stage(&summary, "plan").runs[0];
+        assert_eq!(row.status, RunStatus::Failed, "resume {resume}: {row:?}");
+        assert!(row.error.as_deref().unwrap().contains("not valid JSON"));
+        assert_eq!(stage(&summary, "work").status, StageStatus::Skipped);
+    }
+}
