@@ -426,3 +426,49 @@ fn without_w_runs_go_to_the_next_plan_workspace_and_resume_finds_it() {
     assert_eq!(first["reused"], true, "{first:#}");
     assert!(!root.join("workspaces/W003").exists());
 }
+
+#[test]
+fn max_parallel_flag_overrides_the_plan() {
+    let dir = plan_dir(
+        "max_parallel: 8\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b, c] }\n    message: \"item {{ item }}\"\n",
+        "default_latency: 100\nsteps: [{ answer: \"{{ task }}\" }]\n",
+        "",
+    );
+    let out = run(
+        dir.path(),
+        &[
+            "orchestrate",
+            "plan.yaml",
+            "-w",
+            "ws",
+            "--llm-script",
+            "script.yaml",
+            "--format",
+            "json",
+            "--max-parallel",
+            "1",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let summary = out.json();
+    let ws = dir.path().join("ws");
+    // (ENGINE_START, ENGINE_END) timestamps per run, in item order.
+    let mut intervals: Vec<(String, String)> = stage(&summary, "work")["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let run_id = r["run_id"].as_str().unwrap();
+            let journal = ws.join(".delta").join(run_id).join("journal.jsonl");
+            let events = delta_actors::journal::read_journal(&journal).unwrap();
+            (
+                events.first().unwrap().timestamp.clone(),
+                events.last().unwrap().timestamp.clone(),
+            )
+        })
+        .collect();
+    intervals.sort();
+    for pair in intervals.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "runs overlapped: {intervals:?}");
+    }
+}
