@@ -9,7 +9,8 @@
 //! continued, FAILED runs get their remaining retries. With deterministic run ids
 //! (`<orchestration>-<stage>-<index>`) and each run's lock, no item runs twice to completion.
 //!
-//! Must not: touch run files itself (RunActors do), or block its arbiter.
+//! Must not: touch run files itself (RunActors do; the janitor settles a run a kill left
+//! finished in its journal but not in its metadata), or block its arbiter.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::api::{OrchestrationEvent, OrchestrationRequest, RunRequest, RunResult, RunStart};
-use crate::journal::{read_journal, Event};
+use crate::janitor::settle_from_journal;
 use crate::metadata::read_metadata;
 use crate::plan::state::{
     OrchestrationState, OrchestrationStatus, OrchestrationSummary, RunRow, SchedulingEvent,
@@ -262,6 +263,10 @@ impl OrchestrationActor {
         if !paths.run_dir.exists() {
             return (None, Some(Launch::New));
         }
+        // A kill between the journal's ENGINE_END and the metadata write leaves a finished
+        // run recorded as RUNNING (then INTERRUPTED by a janitor): the journal is the truth,
+        // and continuing would complete the item twice.
+        settle_from_journal(work_dir, &planned.run_id);
         let Ok(meta) = read_metadata(&paths.run_dir) else {
             // Killed before the run's metadata was written: nothing ran, start it afresh
             // (the run setup reclaims the empty directory).
@@ -282,17 +287,8 @@ impl OrchestrationActor {
             usage: meta.usage,
             reused: true,
         };
-        let finished_result = match meta.status {
-            RunStatus::Completed => Some(meta.result.clone()),
-            // A kill between the journal's ENGINE_END and the metadata write leaves a
-            // finished run recorded as RUNNING (then INTERRUPTED by a janitor): the journal
-            // is the truth, and continuing would complete the item twice.
-            RunStatus::Interrupted | RunStatus::Running => completed_in_journal(&paths.journal),
-            RunStatus::WaitingForInput | RunStatus::Failed => None,
-        };
-        if let Some(result) = finished_result {
+        if meta.status == RunStatus::Completed {
             let mut done = row(RunStatus::Completed, None);
-            done.result = result;
             // `output: json` is checked again: the kill may have come before the check.
             if output == OutputKind::Json {
                 if let Err(e) = parse_json_output(done.result.as_deref().unwrap_or("")) {
@@ -718,24 +714,6 @@ impl OrchestrationActor {
         self.emit(OrchestrationEvent::Finished { status });
         let _ = reply.send(summary);
         ctx.stop();
-    }
-}
-
-/// The result of a run whose journal ends with a COMPLETED `ENGINE_END` (only janitor
-/// notes may follow it), whatever its metadata says.
-fn completed_in_journal(journal: &std::path::Path) -> Option<Option<String>> {
-    let events = read_journal(journal).ok()?;
-    let last = events
-        .iter()
-        .rev()
-        .find(|e| !matches!(e.event, Event::Interrupted { .. } | Event::Warning { .. }))?;
-    match &last.event {
-        Event::EngineEnd {
-            status: RunStatus::Completed,
-            result,
-            ..
-        } => Some(result.clone()),
-        _ => None,
     }
 }
 
