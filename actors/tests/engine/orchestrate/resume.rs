@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use delta_actors::api::{LlmTarget, OrchestrationEvent, Supervisor};
+use delta_actors::janitor;
 use delta_actors::metadata::{read_metadata, write_metadata};
 use delta_actors::plan::state::{OrchestrationState, OrchestrationStatus, StageStatus};
 use delta_actors::workspace::RunPaths;
@@ -152,6 +153,49 @@ fn resume_repairs_what_a_kill_leaves_between_two_writes() {
     for id in ["t-work-2", "t-work-3"] {
         assert_eq!(completed_ends(&run_journal(ws, id)), 1, "{id}");
     }
+    for id in ["t-work-0", "t-work-1", "t-work-2", "t-work-3"] {
+        let meta = read_metadata(&RunPaths::new(ws, id).run_dir).unwrap();
+        assert_eq!(
+            meta.status,
+            RunStatus::Completed,
+            "{id}: the metadata was settled"
+        );
+        assert!(meta.result.is_some(), "{id}");
+    }
+}
+
+/// The janitor (`delta list-runs`, `delta continue`) settles a run that finished in its
+/// journal but not in its metadata instead of calling it INTERRUPTED.
+#[test]
+fn the_janitor_settles_a_run_finished_in_its_journal() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let (summary, _) = run_plan(
+        &p,
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: one, message: go }\n",
+        ECHO_TASK,
+    );
+    assert_eq!(summary.status, OrchestrationStatus::Completed);
+    let ws = p.ws();
+    let run_dir = RunPaths::new(ws, "t-one-0").run_dir;
+    set_status(ws, "t-one-0", RunStatus::Running);
+    assert_eq!(janitor::check_run(ws, "t-one-0", false), None);
+    let meta = read_metadata(&run_dir).unwrap();
+    assert_eq!(meta.status, RunStatus::Completed);
+    assert_eq!(meta.result.as_deref(), Some("go"));
+    assert!(meta.end_time.is_some());
+
+    set_status(ws, "t-one-0", RunStatus::Interrupted);
+    assert_eq!(
+        janitor::settle_from_journal(ws, "t-one-0"),
+        Some(RunStatus::Completed)
+    );
+    assert_eq!(
+        janitor::settle_from_journal(ws, "t-one-0"),
+        None,
+        "already settled"
+    );
+    assert_eq!(completed_ends(&run_journal(ws, "t-one-0")), 1);
 }
 
 #[test]
