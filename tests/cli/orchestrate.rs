@@ -295,6 +295,12 @@ fn sigint_interrupts_with_130_and_resume_without_the_plan_path_finishes() {
     assert_eq!(work["interrupted"], 2, "{work:#}");
     let id = summary["orchestration_id"].as_str().unwrap().to_string();
     assert!(stderr.contains(&format!("orchestration {id}")), "{stderr}");
+    let saved = root
+        .join("ws/.delta/orchestrations")
+        .join(&id)
+        .join("summary.json");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
+    assert_eq!(saved["status"], "INTERRUPTED");
 
     let resumed_from = tempfile::tempdir().unwrap();
     let ws = root.join("ws");
