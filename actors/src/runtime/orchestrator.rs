@@ -287,28 +287,11 @@ impl OrchestrationActor {
             usage: meta.usage,
             reused: true,
         };
-        if meta.status == RunStatus::Completed {
-            let mut done = row(RunStatus::Completed, None);
-            // `output: json` is checked again: the kill may have come before the check.
-            if output == OutputKind::Json {
-                if let Err(e) = parse_json_output(done.result.as_deref().unwrap_or("")) {
-                    let error = format!("the result is not valid JSON ({e})");
-                    if failures.max(1) <= retries {
-                        return (
-                            None,
-                            Some(Launch::Resume(Some(retry_message(Some(&error))))),
-                        );
-                    }
-                    done.status = RunStatus::Failed;
-                    done.error = Some(error);
-                }
-            }
-            return (Some(done), None);
-        }
         match meta.status {
-            RunStatus::Completed | RunStatus::Interrupted | RunStatus::Running => {
-                (None, Some(Launch::Resume(None)))
+            RunStatus::Completed => {
+                reuse_completed(row(RunStatus::Completed, None), output, failures, retries)
             }
+            RunStatus::Interrupted | RunStatus::Running => (None, Some(Launch::Resume(None))),
             RunStatus::WaitingForInput => (
                 Some(row(
                     RunStatus::WaitingForInput,
@@ -715,6 +698,31 @@ impl OrchestrationActor {
         let _ = reply.send(summary);
         ctx.stop();
     }
+}
+
+/// A run found COMPLETED on disk. `output: json` is checked again (the kill may have come
+/// before the check): an answer that does not parse is a failure, retried while the stage
+/// has retries left (the failure on disk counts even if it was never recorded).
+fn reuse_completed(
+    mut done: RunRow,
+    output: OutputKind,
+    failures: u32,
+    retries: u32,
+) -> (Option<RunRow>, Option<Launch>) {
+    if output == OutputKind::Json {
+        if let Err(e) = parse_json_output(done.result.as_deref().unwrap_or("")) {
+            let error = format!("the result is not valid JSON ({e})");
+            if failures.max(1) <= retries {
+                return (
+                    None,
+                    Some(Launch::Resume(Some(retry_message(Some(&error))))),
+                );
+            }
+            done.status = RunStatus::Failed;
+            done.error = Some(error);
+        }
+    }
+    (Some(done), None)
 }
 
 fn retry_message(error: Option<&str>) -> String {
