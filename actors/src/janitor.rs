@@ -91,7 +91,7 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
 /// A run whose journal ends with ENGINE_END has finished, whatever its metadata says: a
 /// kill between the journal's last write and the metadata's leaves it RUNNING (and a
 /// janitor may since have made that INTERRUPTED). Under the run's lock, records the final
-/// status, result and error from the journal. Returns the status when it was restored.
+/// status, result and error from the journal. Returns the status when it changed.
 pub fn settle_from_journal(work_dir: &Path, run_id: &str) -> Option<RunStatus> {
     let paths = RunPaths::new(work_dir, run_id);
     let _lock = RunLock::try_acquire(&paths.run_dir).ok()??;
@@ -126,6 +126,9 @@ fn restore_final_status(paths: &RunPaths, meta: &mut crate::metadata::RunMetadat
     else {
         return false;
     };
+    if *status == meta.status {
+        return false;
+    }
     meta.status = *status;
     meta.iterations = *final_iteration;
     meta.result = result.clone();
