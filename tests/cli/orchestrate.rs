@@ -478,3 +478,22 @@ fn max_parallel_flag_overrides_the_plan() {
         assert!(pair[0].1 <= pair[1].0, "runs overlapped: {intervals:?}");
     }
 }
+
+#[test]
+fn dry_run_loads_every_agent_and_names_a_broken_one() {
+    let dir = plan_dir(
+        "stages:\n  - { id: good, agent: ./agents/worker, message: go }\n  - { id: bad, agent: ./agents/broken, message: go }\n",
+        "steps: [{ answer: done }]\n",
+        "",
+    );
+    write_agent(dir.path(), "broken", "");
+    let broken = dir.path().join("agents/broken/agent.yaml");
+    let text = std::fs::read_to_string(&broken).unwrap();
+    std::fs::write(&broken, format!("{text}max_iterations: lots\n")).unwrap();
+    let out = run(dir.path(), &["orchestrate", "plan.yaml", "--dry-run"]);
+    assert_eq!(out.code, 126, "{}", out.stderr);
+    for needle in ["plan.yaml", "stage `bad`", "agent.yaml", "max_iterations"] {
+        assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
+    }
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+}
