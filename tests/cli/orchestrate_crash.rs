@@ -1,9 +1,9 @@
 //! The crash test of `delta orchestrate` (issue 6 acceptance): a 50-item map-reduce is
 //! SIGKILLed at 10 different moments (before any run finished, at several points of the
 //! map stage, between the stages, during the reduce), then finished with `--resume` (three
-//! trials also kill that first resume a few runs in). Every
-//! trial must end COMPLETED with exactly 50 completed map runs and one reduce run, and no
-//! run may have completed twice (each journal holds exactly one COMPLETED ENGINE_END).
+//! trials also kill that first resume a few runs in). Every trial must end COMPLETED with
+//! exactly 50 completed map runs, each answering for its own item, and one reduce run that
+//! saw all 50; no run may have completed twice (one COMPLETED ENGINE_END per journal).
 //!
 //! Kill moments are defined by progress the process itself reports (its scheduling
 //! journal and its stderr), not by wall-clock guesses.
@@ -29,7 +29,7 @@ const AT_ONCE: usize = 3;
 
 const PLAN: &str = "name: crash\nmax_parallel: 8\ndefaults:\n  max_iterations: 6\n  retries: 1\nstages:\n  - id: map\n    agent: ./agents/processor\n    foreach: { files: \"data/*.txt\" }\n    message: \"Count {{ item }}\"\n  - id: reduce\n    agent: ./agents/aggregator\n    message: \"Combine {{ stages.map.results | length }} results: {{ stages.map.results | join(';') }}\"\n";
 
-const SCRIPT: &str = "default_latency: \"20±5\"\nrules:\n  - agent: processor\n    steps:\n      - tool: count\n        args: { path: \"{{ task | replace('Count ', '') }}\" }\n      - answer: \"{{ last_observation | replace('=== STDOUT ===', '') | replace('=== EXIT CODE: 0 ===', '') | trim }}\"\n  - agent: aggregator\n    latency: 300\n    steps:\n      - tool: report\n      - answer: \"{{ task }}\"\n";
+const SCRIPT: &str = "default_latency: \"20±5\"\nrules:\n  - agent: processor\n    steps:\n      - tool: count\n        args: { path: \"{{ task | replace('Count ', '') }}\" }\n      - answer: \"{{ task }}: {{ last_observation | replace('=== STDOUT ===', '') | replace('=== EXIT CODE: 0 ===', '') | trim }}\"\n  - agent: aggregator\n    latency: 300\n    steps:\n      - tool: report\n      - answer: \"{{ task }}\"\n";
 
 /// A fresh copy of the map-reduce plan with `ITEMS` data files.
 fn fixture() -> tempfile::TempDir {
@@ -210,6 +210,14 @@ fn check_trial(trial: usize) {
         "{context}: {reduce_result}"
     );
 
+    // Each result names its own item (a crash mid-tool may change what was observed, as
+    // the continued run is told its call was interrupted, never which item it works on).
+    for (index, row) in map["runs"].as_array().unwrap().iter().enumerate() {
+        let item = root.join(format!("data/item-{index:02}.txt"));
+        let prefix = format!("Count {}: ", item.display());
+        let result = row["result"].as_str().unwrap();
+        assert!(result.starts_with(&prefix), "{context}: {row:#}");
+    }
     let mut run_ids: Vec<String> = map["runs"]
         .as_array()
         .unwrap()
