@@ -263,6 +263,24 @@ fn a_template_error_at_expansion_names_the_stage_and_expression() {
 }
 
 #[test]
+fn a_foreach_that_is_not_a_list_fails_its_stage_with_the_key() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let (summary, _) = run_plan(
+        &p,
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: planner, output: json, message: plan }\n  - id: work\n    foreach: \"{{ stages.planner.output.steps }}\"\n    message: \"do {{ item }}\"\n  - { id: other, needs: [], message: independent }\n",
+        "rules:\n  - task_contains: plan\n    steps: [{ answer: '{\"steps\": \"not a list\"}' }]\n  - steps: [{ answer: ok }]\n",
+    );
+    assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
+    assert_eq!(stage(&summary, "work").status, StageStatus::Failed);
+    let error = summary.error.as_deref().unwrap();
+    assert!(error.contains("stages.work.foreach"), "{error}");
+    assert!(error.contains("hint"), "{error}");
+    // A stage that does not depend on it still runs to the end.
+    assert_eq!(stage(&summary, "other").status, StageStatus::Completed);
+}
+
+#[test]
 fn json_output_feeds_later_stages_and_non_json_is_retried_then_failed() {
     let p = PlanDir::new();
     p.agent("planner", "").agent("worker", "");
