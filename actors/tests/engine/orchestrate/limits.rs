@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delta_actors::api::{LlmTarget, Supervisor, SupervisorConfig};
+use delta_actors::api::{LlmTarget, Supervisor};
 use delta_actors::llm::{scripted, Endpoint, Script, ScriptServer};
 use delta_actors::plan::state::OrchestrationStatus;
 
@@ -75,12 +75,8 @@ fn requests_per_minute_is_shared_by_every_run_of_the_endpoint() {
     let plan = p.plan(
         "max_parallel: 8\nllm: { requests_per_minute: 120 }\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b, c, d, e] }\n    message: \"item {{ item }}\"\n",
     );
-    // The CLI turns the plan's `llm:` into these engine settings; embedders do the same.
-    let config = SupervisorConfig {
-        llm_requests_per_minute: plan.llm.requests_per_minute,
-        ..fast_config()
-    };
-    let supervisor = Supervisor::start(config).unwrap();
+    // No engine-wide limit: the plan's `llm:` alone applies to its endpoint.
+    let supervisor = Supervisor::start(fast_config()).unwrap();
     let began = Instant::now();
     let (summary, _) = orchestrate(&supervisor, p.request(plan, "t", llm, false));
     let elapsed = began.elapsed();
@@ -126,4 +122,29 @@ fn retry_after_from_one_run_holds_back_the_others() {
     assert!(rows[0].duration_ms >= 950, "{:?}", rows[0]);
     // Run b alone needs ~200 ms; its second model call waited for a's Retry-After.
     assert!(rows[1].duration_ms >= 750, "{:?}", rows[1]);
+}
+
+#[test]
+fn the_plans_llm_max_in_flight_caps_requests_below_max_parallel() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let rt = server_runtime();
+    let (server, llm) = http_model(&rt, "default_latency: 50\nsteps:\n  - answer: done\n");
+    let plan = p.plan(
+        "max_parallel: 8\nllm: { max_in_flight: 2 }\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: \"{{ range(8) | list }}\"\n    message: \"item {{ item }}\"\n",
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let (summary, _) = orchestrate(&supervisor, p.request(plan, "t", llm, false));
+    assert_eq!(
+        summary.status,
+        OrchestrationStatus::Completed,
+        "{summary:#?}"
+    );
+    let stats = server.stats();
+    assert_eq!(stats.requests_total(), 8);
+    assert_eq!(
+        stats.max_in_flight(),
+        2,
+        "eight runs, two requests at a time"
+    );
 }
