@@ -1,5 +1,5 @@
 //! Shared limits counted where they matter, at a scripted HTTP endpoint on 127.0.0.1:0:
-//! `max_parallel`, `llm.requests_per_minute` and Retry-After across the runs of a plan.
+//! `max_parallel`, the plan's `llm:` limits and Retry-After across the runs of a plan.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
