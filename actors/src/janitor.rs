@@ -8,9 +8,9 @@
 
 use std::path::Path;
 
-use crate::journal::{Event, Journal, JournalOptions};
+use crate::journal::{read_journal, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
-    current_process_identity, read_metadata, try_take_over, write_metadata, Takeover,
+    current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, Takeover,
 };
 use crate::protocol::RunStatus;
 use crate::workspace::{now_rfc3339, RunPaths};
@@ -70,6 +70,10 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
             if meta.status != RunStatus::Running {
                 return None;
             }
+            // Finished, only the metadata write was lost: not an interruption.
+            if restore_final_status(&paths, &mut meta) {
+                return None;
+            }
             if let Ok((mut journal, _)) = Journal::open(&paths.run_dir, JournalOptions::default()) {
                 let _ = journal.append(Event::Interrupted {
                     reason: format!("janitor: {reason}"),
@@ -88,11 +92,60 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
     }
 }
 
+/// A run whose journal ends with ENGINE_END has finished, whatever its metadata says: a
+/// kill between the journal's last write and the metadata's leaves it RUNNING (and a
+/// janitor may since have made that INTERRUPTED). Under the run's lock, records the final
+/// status, result and error from the journal. Returns the status when it changed.
+pub fn settle_from_journal(work_dir: &Path, run_id: &str) -> Option<RunStatus> {
+    let paths = RunPaths::new(work_dir, run_id);
+    let _lock = RunLock::try_acquire(&paths.run_dir).ok()??;
+    let mut meta = read_metadata(&paths.run_dir).ok()?;
+    if !matches!(meta.status, RunStatus::Running | RunStatus::Interrupted) {
+        return None;
+    }
+    restore_final_status(&paths, &mut meta).then_some(meta.status)
+}
+
+/// Caller holds the lock. Only janitor notes (INTERRUPTED, WARNING) may follow the end.
+fn restore_final_status(paths: &RunPaths, meta: &mut crate::metadata::RunMetadata) -> bool {
+    let Ok(events) = read_journal(&paths.journal) else {
+        return false;
+    };
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| !matches!(e.event, Event::Interrupted { .. } | Event::Warning { .. }));
+    let Some(JournalEvent {
+        timestamp,
+        event:
+            Event::EngineEnd {
+                status,
+                final_iteration,
+                result,
+                error,
+                ..
+            },
+        ..
+    }) = last
+    else {
+        return false;
+    };
+    if *status == meta.status {
+        return false;
+    }
+    meta.status = *status;
+    meta.iterations = *final_iteration;
+    meta.result = result.clone();
+    meta.error = error.clone();
+    meta.end_time = Some(timestamp.clone());
+    meta.updated_at = now_rfc3339();
+    write_metadata(&paths.run_dir, meta).is_ok()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::journal::read_journal;
     use crate::metadata::{RunMetadata, LOCK_FILE};
     use crate::workspace::create_run_dir;
 

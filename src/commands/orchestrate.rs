@@ -12,6 +12,7 @@ use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
 use delta_actors::api::{OrchestrationRequest, Supervisor};
 use delta_actors::plan::state::{
     find_workspace, next_plan_workspace, OrchestrationState, SchedulingEvent, SchedulingRecord,
+    StateError,
 };
 use delta_actors::plan::{load_plan, orchestration_id, ResolvedPlan};
 use tokio::signal::unix::{signal, SignalKind};
@@ -68,7 +69,17 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     }
     let workspace = workspace_for(args, &plan)?;
     let id = match &args.resume {
-        Some(id) => id.clone(),
+        Some(id) => {
+            let dir = OrchestrationState::dir_for(&workspace, id);
+            if !dir.is_dir() {
+                let missing = StateError::NotFound {
+                    id: id.clone(),
+                    path: dir,
+                };
+                return Err(CliError::Config(missing.to_string()));
+            }
+            id.clone()
+        }
         None => orchestration_id(plan.name.as_deref()),
     };
     let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
@@ -137,9 +148,13 @@ fn drive(
         let mut sigterm =
             signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
-        let (mut events, receiver) = (handle.events.resubscribe(), handle);
+        // The handle's own receiver holds every event since the start; a resubscribed one
+        // would miss those sent before this line (the first stages' StageStarted).
+        let mut handle = handle;
+        let fresh = handle.events.resubscribe();
+        let mut events = std::mem::replace(&mut handle.events, fresh);
         let mut interrupted = false;
-        let wait = receiver.wait();
+        let wait = handle.wait();
         tokio::pin!(wait);
         let summary = loop {
             tokio::select! {
@@ -182,9 +197,10 @@ fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
     let journal = OrchestrationState::dir_for(ws, id).join("journal.jsonl");
     let text = std::fs::read_to_string(&journal).map_err(|e| {
         CliError::Config(format!(
-            "orchestration '{id}' not found in {}: cannot read {} ({e})",
+            "orchestration '{id}' not found in {}: cannot read {} ({e}); check the id with `ls {}/.delta/orchestrations` and the workspace given with -w",
             ws.display(),
-            journal.display()
+            journal.display(),
+            ws.display()
         ))
     })?;
     text.lines()

@@ -7,6 +7,8 @@ mod continue_run;
 mod crash;
 mod harness;
 mod list_runs;
+mod orchestrate;
+mod orchestrate_crash;
 mod run;
 mod run_env;
 mod sessions;

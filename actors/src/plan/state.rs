@@ -295,6 +295,29 @@ impl OrchestrationState {
         attempts
     }
 
+    /// FAILED outcomes recorded so far per run id: retries are granted for failures, not
+    /// for attempts an interruption (Ctrl-C, kill) cut short.
+    pub fn failures_so_far(dir: &Path) -> std::collections::HashMap<String, u32> {
+        let mut failures = std::collections::HashMap::new();
+        if let Ok(text) = std::fs::read_to_string(dir.join("journal.jsonl")) {
+            for line in text.lines() {
+                if let Ok(SchedulingRecord {
+                    event:
+                        SchedulingEvent::RunFinished {
+                            run_id,
+                            status: RunStatus::Failed,
+                            ..
+                        },
+                    ..
+                }) = serde_json::from_str::<SchedulingRecord>(line)
+                {
+                    *failures.entry(run_id).or_insert(0) += 1;
+                }
+            }
+        }
+        failures
+    }
+
     /// Writes `summary.json` atomically.
     pub fn write_summary(&self, summary: &OrchestrationSummary) -> Result<(), StateError> {
         let path = self.dir.join("summary.json");
@@ -373,6 +396,22 @@ mod tests {
         }
         assert_eq!(
             OrchestrationState::attempts_so_far(&state.dir)["o-1-s-0"],
+            2
+        );
+        for status in [RunStatus::Interrupted, RunStatus::Failed, RunStatus::Failed] {
+            state
+                .record(SchedulingEvent::RunFinished {
+                    stage: "s".into(),
+                    index: 0,
+                    run_id: "o-1-s-0".into(),
+                    status,
+                    attempt: 2,
+                    error: None,
+                })
+                .unwrap();
+        }
+        assert_eq!(
+            OrchestrationState::failures_so_far(&state.dir)["o-1-s-0"],
             2
         );
         assert_eq!(find_workspace(plan_dir.path(), "o-1").unwrap(), ws);

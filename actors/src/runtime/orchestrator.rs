@@ -9,7 +9,8 @@
 //! continued, FAILED runs get their remaining retries. With deterministic run ids
 //! (`<orchestration>-<stage>-<index>`) and each run's lock, no item runs twice to completion.
 //!
-//! Must not: touch run files itself (RunActors do), or block its arbiter.
+//! Must not: touch run files itself (RunActors do; the janitor settles a run a kill left
+//! finished in its journal but not in its metadata), or block its arbiter.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::api::{OrchestrationEvent, OrchestrationRequest, RunRequest, RunResult, RunStart};
+use crate::janitor::settle_from_journal;
 use crate::metadata::read_metadata;
 use crate::plan::state::{
     OrchestrationState, OrchestrationStatus, OrchestrationSummary, RunRow, SchedulingEvent,
@@ -49,6 +51,8 @@ struct StageRun {
     planned: PlannedRun,
     work_dir: PathBuf,
     attempts: u32,
+    /// FAILED outcomes so far (retries are granted per failure, not per attempt).
+    failures: u32,
     done: Option<RunRow>,
     pending_launch: Option<Launch>,
 }
@@ -73,6 +77,7 @@ pub struct OrchestrationActor {
     failed: bool,
     in_flight: HashSet<String>,
     prior_attempts: HashMap<String, u32>,
+    prior_failures: HashMap<String, u32>,
     started_at: Instant,
     started_at_text: String,
     setup_error: Option<String>,
@@ -87,23 +92,51 @@ impl OrchestrationActor {
         reply: oneshot::Sender<OrchestrationSummary>,
     ) -> Self {
         let context = StageContext::new(request.orchestration_id.clone());
+        // Opened here, before `Supervisor::orchestrate` returns the id to the caller: an id
+        // the caller has seen always has its folder and plan path, so `--resume` finds it
+        // however early the process is killed.
+        let vars = serde_json::to_value(&request.plan.vars).unwrap_or_default();
+        let (state, prior_attempts, prior_failures, setup_error) = match OrchestrationState::open(
+            &request.workspace,
+            &request.orchestration_id,
+            &request.plan.file,
+            &vars,
+            request.resume,
+        ) {
+            Ok(mut state) => {
+                let attempts = OrchestrationState::attempts_so_far(&state.dir);
+                let failures = OrchestrationState::failures_so_far(&state.dir);
+                let started = SchedulingEvent::OrchestrationStarted {
+                    plan: request.plan.file.to_string_lossy().into_owned(),
+                    workspace: request.workspace.to_string_lossy().into_owned(),
+                    resumed: request.resume,
+                };
+                if let Err(e) = state.record(started) {
+                    tracing::warn!(target: "delta::orchestrate", "{e}");
+                }
+                state.sync();
+                (Some(state), attempts, failures, None)
+            }
+            Err(e) => (None, HashMap::new(), HashMap::new(), Some(e.to_string())),
+        };
         OrchestrationActor {
             request,
             supervisor,
             events,
             reply: Some(reply),
-            state: None,
+            failed: setup_error.is_some(),
+            state,
             context,
             stages: BTreeMap::new(),
             started_stages: HashSet::new(),
             passable: HashSet::new(),
             stop_reason: None,
-            failed: false,
             in_flight: HashSet::new(),
-            prior_attempts: HashMap::new(),
+            prior_attempts,
+            prior_failures,
             started_at: Instant::now(),
             started_at_text: now_rfc3339(),
-            setup_error: None,
+            setup_error,
             janitor: None,
         }
     }
@@ -187,11 +220,20 @@ impl OrchestrationActor {
                 None => self.request.workspace.clone(),
             };
             let attempts = self.prior_attempts.get(&p.run_id).copied().unwrap_or(0);
-            let (done, launch) = self.existing_state(&p, &work_dir, attempts, stage.retries);
+            let failures = self.prior_failures.get(&p.run_id).copied().unwrap_or(0);
+            let (done, launch) = self.existing_state(
+                &p,
+                &work_dir,
+                attempts,
+                failures,
+                stage.retries,
+                stage.output,
+            );
             runs.push(StageRun {
                 planned: p,
                 work_dir,
                 attempts,
+                failures,
                 done,
                 pending_launch: launch,
             });
@@ -216,13 +258,24 @@ impl OrchestrationActor {
         planned: &PlannedRun,
         work_dir: &std::path::Path,
         attempts: u32,
+        failures: u32,
         retries: u32,
+        output: OutputKind,
     ) -> (Option<RunRow>, Option<Launch>) {
         let paths = RunPaths::new(work_dir, &planned.run_id);
         if !paths.run_dir.exists() {
             return (None, Some(Launch::New));
         }
+        // A kill between the journal's ENGINE_END and the metadata write leaves a finished
+        // run recorded as RUNNING (then INTERRUPTED by a janitor): the journal is the truth,
+        // and continuing would complete the item twice.
+        settle_from_journal(work_dir, &planned.run_id);
         let Ok(meta) = read_metadata(&paths.run_dir) else {
+            // Killed before the run's metadata was written: nothing ran, start it afresh
+            // (the run setup reclaims the empty directory).
+            if !paths.metadata.exists() {
+                return (None, Some(Launch::New));
+            }
             return (None, Some(Launch::Resume(None)));
         };
         let row = |status: RunStatus, error: Option<String>| RunRow {
@@ -238,7 +291,9 @@ impl OrchestrationActor {
             reused: true,
         };
         match meta.status {
-            RunStatus::Completed => (Some(row(RunStatus::Completed, None)), None),
+            RunStatus::Completed => {
+                reuse_completed(row(RunStatus::Completed, None), output, failures, retries)
+            }
             RunStatus::Interrupted | RunStatus::Running => (None, Some(Launch::Resume(None))),
             RunStatus::WaitingForInput => (
                 Some(row(
@@ -251,7 +306,8 @@ impl OrchestrationActor {
                 )),
                 None,
             ),
-            RunStatus::Failed if attempts <= retries => (
+            // The failure on disk counts even if the kill came before its RUN_FINISHED.
+            RunStatus::Failed if failures.max(1) <= retries => (
                 None,
                 Some(Launch::Resume(Some(retry_message(meta.error.as_deref())))),
             ),
@@ -452,7 +508,10 @@ impl OrchestrationActor {
             duration_ms: row.duration_ms,
             error: row.error.clone(),
         };
-        if retryable && !stopping && run.attempts <= stage_spec.retries {
+        if retryable {
+            run.failures += 1;
+        }
+        if retryable && !stopping && run.failures <= stage_spec.retries {
             let hint = row.error.clone();
             run.pending_launch = Some(Launch::Resume(Some(retry_message(hint.as_deref()))));
             self.record(event);
@@ -647,6 +706,31 @@ impl OrchestrationActor {
     }
 }
 
+/// A run found COMPLETED on disk. `output: json` is checked again (the kill may have come
+/// before the check): an answer that does not parse is a failure, retried while the stage
+/// has retries left (the failure on disk counts even if it was never recorded).
+fn reuse_completed(
+    mut done: RunRow,
+    output: OutputKind,
+    failures: u32,
+    retries: u32,
+) -> (Option<RunRow>, Option<Launch>) {
+    if output == OutputKind::Json {
+        if let Err(e) = parse_json_output(done.result.as_deref().unwrap_or("")) {
+            let error = format!("the result is not valid JSON ({e})");
+            if failures.max(1) <= retries {
+                return (
+                    None,
+                    Some(Launch::Resume(Some(retry_message(Some(&error))))),
+                );
+            }
+            done.status = RunStatus::Failed;
+            done.error = Some(error);
+        }
+    }
+    (Some(done), None)
+}
+
 fn retry_message(error: Option<&str>) -> String {
     match error {
         Some(e) => format!(
@@ -660,24 +744,9 @@ impl Actor for OrchestrationActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let vars = serde_json::to_value(&self.request.plan.vars).unwrap_or_default();
-        match OrchestrationState::open(
-            &self.request.workspace,
-            &self.request.orchestration_id,
-            &self.request.plan.file,
-            &vars,
-            self.request.resume,
-        ) {
-            Ok(state) => {
-                self.prior_attempts = OrchestrationState::attempts_so_far(&state.dir);
-                self.state = Some(state);
-            }
-            Err(e) => {
-                self.setup_error = Some(e.to_string());
-                self.failed = true;
-                self.finish(ctx);
-                return;
-            }
+        if self.state.is_none() {
+            self.finish(ctx);
+            return;
         }
         // Runs of this workspace orphaned by other processes are noticed while we work.
         self.janitor = Some(
@@ -687,11 +756,6 @@ impl Actor for OrchestrationActor {
             )
             .start(),
         );
-        self.record(SchedulingEvent::OrchestrationStarted {
-            plan: self.request.plan.file.to_string_lossy().into_owned(),
-            workspace: self.request.workspace.to_string_lossy().into_owned(),
-            resumed: self.request.resume,
-        });
         self.advance(ctx);
     }
 }

@@ -16,6 +16,7 @@ use crate::api::{
 };
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
 use crate::plan::state::OrchestrationSummary;
+use crate::plan::LlmLimits;
 use crate::runtime::gateway::LlmGateway;
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{record_panic_failure, CancelRunActor, RunActor};
@@ -89,6 +90,16 @@ impl RunSupervisor {
     }
 
     fn gateway_for(&mut self, target: &LlmTarget) -> Result<Addr<LlmGateway>, EngineError> {
+        self.gateway_with_limits(target, &LlmLimits::default())
+    }
+
+    /// `limits` (a plan's `llm:`) override the engine's for a gateway created now; an
+    /// endpoint already in use keeps its gateway, shared by every run of it.
+    fn gateway_with_limits(
+        &mut self,
+        target: &LlmTarget,
+        limits: &LlmLimits,
+    ) -> Result<Addr<LlmGateway>, EngineError> {
         let key = target.gateway_key();
         if let Some(handle) = self.gateways.get(&key) {
             return Ok(handle.clone());
@@ -104,8 +115,12 @@ impl RunSupervisor {
         let gate = LlmGate::new(
             backend,
             GateConfig {
-                max_in_flight: self.config.llm_max_in_flight,
-                requests_per_minute: self.config.llm_requests_per_minute,
+                max_in_flight: limits
+                    .max_in_flight
+                    .unwrap_or(self.config.llm_max_in_flight),
+                requests_per_minute: limits
+                    .requests_per_minute
+                    .or(self.config.llm_requests_per_minute),
                 retry: self.config.retry,
             },
         );
@@ -268,6 +283,15 @@ impl Handler<StartOrchestration> for RunSupervisor {
             return Err(EngineError::Rejected(format!(
                 "orchestration '{id}' is already running in this process"
             )));
+        }
+        let limits = &msg.request.plan.llm;
+        if limits.max_in_flight.is_some() || limits.requests_per_minute.is_some() {
+            let targets =
+                std::iter::once(&msg.request.llm).chain(msg.request.llm_by_agent.values());
+            for target in targets {
+                // Errors resurface, worded for the run, when a run of the target launches.
+                let _ = self.gateway_with_limits(target, limits);
+            }
         }
         let addr =
             OrchestrationActor::new(msg.request, ctx.address(), msg.events, msg.reply).start();

@@ -3,6 +3,7 @@ mod agent_loading;
 mod harness;
 mod hooks;
 mod llm;
+mod orchestrate;
 mod plan;
 mod process;
 mod run;

@@ -153,6 +153,7 @@ pub fn take_run(
             // Re-read under the lock: the previous owner may have finished in between.
             meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
             let (mut journal, mut events) = Journal::open(&paths.run_dir, opts).map_err(io)?;
+            restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
             let mut status = meta.status;
             if status == RunStatus::Running {
                 // We hold the lock, so whoever recorded RUNNING no longer drives the run.
@@ -326,6 +327,39 @@ pub(crate) fn child_environments(
             .into_iter()
             .collect();
     (tools, generators)
+}
+
+/// A process killed right after writing a new run's metadata leaves a journal without
+/// ENGINE_START and/or the task's USER_MESSAGE; the model would see no task at all. Both
+/// are written again from the metadata.
+fn restore_task(
+    run_id: &str,
+    meta: &RunMetadata,
+    journal: &mut Journal,
+    events: &mut Vec<JournalEvent>,
+) -> Result<(), crate::journal::JournalError> {
+    if events
+        .iter()
+        .any(|e| matches!(e.event, Event::UserMessage { .. }))
+    {
+        return Ok(());
+    }
+    if !events
+        .iter()
+        .any(|e| matches!(e.event, Event::EngineStart { .. }))
+    {
+        events.push(journal.append(Event::EngineStart {
+            run_id: run_id.to_string(),
+            agent_home: meta.agent_home.clone(),
+            work_dir: meta.work_dir.clone(),
+            agent_name: meta.agent_name.clone(),
+            task: meta.initial_message.clone(),
+        })?);
+    }
+    events.push(journal.append(Event::UserMessage {
+        content: meta.initial_message.clone(),
+    })?);
+    Ok(())
 }
 
 /// The ask_human call still waiting for its answer, if any.
