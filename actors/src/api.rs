@@ -235,6 +235,53 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// The RunResult a finished run recorded, rebuilt from its metadata (for a run whose
+    /// process died after its journal's end but before it could answer).
+    pub fn from_metadata(
+        meta: &crate::metadata::RunMetadata,
+        run_dir: &std::path::Path,
+    ) -> RunResult {
+        let error = meta.error.as_ref().map(|e| {
+            let (kind, message) = e.split_once(": ").unwrap_or(("error", e.as_str()));
+            RunErrorInfo {
+                kind: kind.to_string(),
+                message: message.to_string(),
+                details: None,
+            }
+        });
+        RunResult {
+            schema_version: "2.0".into(),
+            run_id: meta.run_id.clone(),
+            status: meta.status,
+            result: meta.result.clone(),
+            error,
+            interaction: None,
+            metrics: RunMetrics {
+                iterations: meta.iterations,
+                duration_ms: 0,
+                model_time_ms: 0,
+                queue_time_ms: 0,
+                tool_time_ms: 0,
+                start_time: meta.created_at.clone(),
+                end_time: meta
+                    .end_time
+                    .clone()
+                    .unwrap_or_else(|| meta.updated_at.clone()),
+                usage: UsageReport {
+                    total_cost_usd: 0.0,
+                    input_tokens: meta.usage.input_tokens,
+                    output_tokens: meta.usage.output_tokens,
+                    model_usage: BTreeMap::new(),
+                },
+            },
+            metadata: RunResultMetadata {
+                agent_name: meta.agent_name.clone(),
+                workspace_path: meta.work_dir.clone(),
+                run_dir: run_dir.to_string_lossy().into_owned(),
+            },
+        }
+    }
+
     /// The documented exit code for this status: 0 COMPLETED, 1 FAILED, 101
     /// WAITING_FOR_INPUT, 130 INTERRUPTED.
     pub fn exit_code(&self) -> i32 {

@@ -22,6 +22,9 @@ pub enum JanitorAction {
     Interrupted { run_id: String, reason: String },
     /// Left alone: recorded on another host (use `--force`).
     SkippedOtherHost { run_id: String, hostname: String },
+    /// RUNNING, but its journal already ends with ENGINE_END (the process died before the
+    /// metadata write): the journal's final status is recorded.
+    Settled { run_id: String, status: RunStatus },
 }
 
 /// Checks every run of a workspace. Runs that are not RUNNING, or are alive, are untouched.
@@ -72,7 +75,10 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
             }
             // Finished, only the metadata write was lost: not an interruption.
             if restore_final_status(&paths, &mut meta) {
-                return None;
+                return Some(JanitorAction::Settled {
+                    run_id: run_id.to_string(),
+                    status: meta.status,
+                });
             }
             if let Ok((mut journal, _)) = Journal::open(&paths.run_dir, JournalOptions::default()) {
                 let _ = journal.append(Event::Interrupted {

@@ -76,6 +76,19 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
                     args.run_id
                 )))
             }
+            JanitorAction::Settled { status, .. } => {
+                eprintln!(
+                    "janitor: run {} had already finished ({status}) before its process died; its record is repaired",
+                    args.run_id
+                );
+                if args.message.is_none() {
+                    // Nothing left to do: report the run's own outcome, as its process would have.
+                    let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;
+                    let result = delta_actors::api::RunResult::from_metadata(&meta, &paths.run_dir);
+                    crate::output::run_result::print(&result, args.format);
+                    return Ok(result.exit_code());
+                }
+            }
         }
     }
     let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;

@@ -313,6 +313,33 @@ fn killed_after_the_final_answer_was_journaled_completes_without_asking_again() 
     assert_eq!(case.metadata("r1")["result"], "the one true answer");
 }
 
+#[test]
+fn killed_after_engine_end_but_before_the_metadata_write_reports_the_finished_run() {
+    let script = json!({"steps": [{"answer": "already done"}]});
+    let case = Case::new("settled", HANG_TOOLS, &script);
+    case.run("r1", "work", &[]).assert_code(0);
+    // What a SIGKILL between ENGINE_END and the metadata write leaves: RUNNING metadata, a
+    // journal that already says COMPLETED.
+    let meta_path = case.run_dir("r1").join("metadata.json");
+    let mut meta = case.metadata("r1");
+    meta["status"] = json!("RUNNING");
+    meta["result"] = Value::Null;
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    let calls_before = case.mock.stats()["requests_total"].clone();
+
+    let out = case.continue_run("r1", &[]);
+    out.assert_code(0);
+    assert_eq!(out.json()["status"], "COMPLETED");
+    assert_eq!(out.json()["result"], "already done");
+    assert_eq!(
+        case.mock.stats()["requests_total"],
+        calls_before,
+        "model asked again"
+    );
+    assert_eq!(case.metadata("r1")["status"], "COMPLETED");
+    assert_eq!(count(&case.journal("r1"), "ENGINE_END"), 1);
+}
+
 /// A copy of the original engine's workspace fixture whose runs point at `agent_dir`.
 fn original_engine_workspace(case: &Case) -> std::path::PathBuf {
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
