@@ -179,7 +179,13 @@ fn the_janitor_settles_a_run_finished_in_its_journal() {
     let ws = p.ws();
     let run_dir = RunPaths::new(ws, "t-one-0").run_dir;
     set_status(ws, "t-one-0", RunStatus::Running);
-    assert_eq!(janitor::check_run(ws, "t-one-0", false), None);
+    assert_eq!(
+        janitor::check_run(ws, "t-one-0", false),
+        Some(janitor::JanitorAction::Settled {
+            run_id: "t-one-0".into(),
+            status: RunStatus::Completed
+        })
+    );
     let meta = read_metadata(&run_dir).unwrap();
     assert_eq!(meta.status, RunStatus::Completed);
     assert_eq!(meta.result.as_deref(), Some("go"));
