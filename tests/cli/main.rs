@@ -1,1 +1,2 @@
 //! CLI-level integration tests against the built binaries (one binary).
+mod bench;
