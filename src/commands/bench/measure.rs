@@ -163,6 +163,21 @@ pub fn current_rss_bytes() -> u64 {
         .unwrap_or(0)
 }
 
+/// `program`'s absolute path when it is a bare name found on PATH; else as given.
+fn resolve_on_path(program: &str) -> String {
+    if program.contains('/') {
+        return program.to_string();
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(program))
+                .find(|candidate| candidate.is_file())
+        })
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| program.to_string())
+}
+
 /// Open descriptors now, from `/proc/self/fd` (0 where unavailable).
 pub fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd")
@@ -176,6 +191,8 @@ pub fn tool_spawn_rate(argv: &[String]) -> Result<f64, String> {
     let Some((program, rest)) = argv.split_first() else {
         return Err("--tool is empty: give a command such as `true`".into());
     };
+    // Like the engine, find the program once rather than letting every exec search PATH.
+    let program = resolve_on_path(program);
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
@@ -255,6 +272,8 @@ mod tests {
     #[test]
     fn spawn_rate_is_positive_and_bad_tools_fail_clearly() {
         assert!(tool_spawn_rate(&["true".to_string()]).unwrap() > 0.0);
+        assert!(resolve_on_path("true").starts_with('/'));
+        assert_eq!(resolve_on_path("./x"), "./x");
         let err = tool_spawn_rate(&["/nonexistent/tool".to_string()]).unwrap_err();
         assert!(err.contains("/nonexistent/tool"));
     }

@@ -107,6 +107,9 @@ pub struct LoadArgs {
     /// Draw throughput and p99 latency against concurrency (needs --sweep) into this SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Arbiter threads hosting run actors (default: the engine's, one per CPU).
+    #[arg(long)]
+    pub arbiters: Option<usize>,
     /// What stdout carries.
     #[arg(long, value_enum, default_value_t = BenchFormat::Text)]
     pub format: BenchFormat,
@@ -243,9 +246,7 @@ async fn measure_point(
         journal_fsync: args.journal_fsync == OnOff::On,
         llm_max_in_flight: runs.max(max_parallel).max(1),
         ..supervisor_config(
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2),
+            args.arbiters.unwrap_or_else(|| SupervisorConfig::default().arbiters),
             max_parallel,
         )
     };
