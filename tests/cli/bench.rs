@@ -144,7 +144,11 @@ fn json_report_validates_against_the_schema() {
         .timeout(std::time::Duration::from_secs(120))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: BenchReport = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report.schema_version, "1");
     assert_eq!(report.workload.calls_per_run, 3);
@@ -162,7 +166,11 @@ fn json_report_validates_against_the_schema() {
     assert!((point.model_calls_per_s / point.runs_per_s - 3.0).abs() < 1e-6);
     assert!((point.tool_executions_per_s / point.runs_per_s - 2.0).abs() < 1e-6);
     // Three model calls of at least 5 ms each.
-    assert!(point.run_latency_ms.p50 >= 15.0, "{:?}", point.run_latency_ms);
+    assert!(
+        point.run_latency_ms.p50 >= 15.0,
+        "{:?}",
+        point.run_latency_ms
+    );
     let l = &point.run_latency_ms;
     assert!(l.p50 <= l.p95 && l.p95 <= l.p99 && l.p99 <= l.max);
     assert!(point.peak_rss_bytes > 0 && point.peak_open_fds > 3);
@@ -175,7 +183,16 @@ fn sweep_writes_out_and_plot_and_baseline_compares() {
     let svg = dir.path().join("plots/sweep.svg");
     let json = dir.path().join("sweep.json");
     let text = delta()
-        .args(["bench", "load", "--sweep", "2,4", "--calls", "2", "--latency-ms", "1"])
+        .args([
+            "bench",
+            "load",
+            "--sweep",
+            "2,4",
+            "--calls",
+            "2",
+            "--latency-ms",
+            "1",
+        ])
         .arg("--plot")
         .arg(&svg)
         .arg("--out")
@@ -183,9 +200,16 @@ fn sweep_writes_out_and_plot_and_baseline_compares() {
         .timeout(std::time::Duration::from_secs(120))
         .output()
         .unwrap();
-    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
     let stdout = String::from_utf8_lossy(&text.stdout);
-    assert!(stdout.contains("2 runs, max parallel 2") && stdout.contains("4 runs, max parallel 4"), "{stdout}");
+    assert!(
+        stdout.contains("2 runs, max parallel 2") && stdout.contains("4 runs, max parallel 4"),
+        "{stdout}"
+    );
     let report: BenchReport =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report.points.len(), 2);
@@ -194,12 +218,32 @@ fn sweep_writes_out_and_plot_and_baseline_compares() {
     assert!(svg.starts_with("<svg") && svg.matches("<circle").count() == 4);
 
     let out = delta()
-        .args(["bench", "load", "--runs", "3", "--max-parallel", "3", "--calls", "2"])
-        .args(["--latency-ms", "1", "--baseline", "process-per-run", "--format", "json"])
+        .args([
+            "bench",
+            "load",
+            "--runs",
+            "3",
+            "--max-parallel",
+            "3",
+            "--calls",
+            "2",
+        ])
+        .args([
+            "--latency-ms",
+            "1",
+            "--baseline",
+            "process-per-run",
+            "--format",
+            "json",
+        ])
         .timeout(std::time::Duration::from_secs(120))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: BenchReport = serde_json::from_slice(&out.stdout).unwrap();
     let baseline = report.baseline.unwrap();
     assert_eq!(baseline.completed_runs, 3, "{:?}", baseline.errors);
@@ -215,13 +259,23 @@ fn impossible_open_files_limit_fails_before_running() {
         .unwrap_or(1 << 20);
     let too_many = (nr_open / 16 + 1000).to_string();
     let out = delta()
-        .args(["bench", "load", "--runs", &too_many, "--max-parallel", &too_many])
+        .args([
+            "bench",
+            "load",
+            "--runs",
+            &too_many,
+            "--max-parallel",
+            &too_many,
+        ])
         .timeout(std::time::Duration::from_secs(60))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(126));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("open-files limit") && stderr.contains("--max-parallel"), "{stderr}");
+    assert!(
+        stderr.contains("open-files limit") && stderr.contains("--max-parallel"),
+        "{stderr}"
+    );
 }
 
 #[test]

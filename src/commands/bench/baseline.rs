@@ -39,7 +39,9 @@ pub async fn process_per_run(
     max_parallel: usize,
 ) -> Result<BaselineResult, CliError> {
     let exe = std::env::current_exe().map_err(|e| {
-        CliError::Runtime(format!("cannot find the delta executable for the baseline: {e}"))
+        CliError::Runtime(format!(
+            "cannot find the delta executable for the baseline: {e}"
+        ))
     })?;
     let dirs = workload.run_dirs("baseline", runs)?;
     let job = Arc::new(Job {
@@ -68,11 +70,7 @@ pub async fn process_per_run(
         runs_per_s: completed_runs as f64 / wall_s,
         run_latency_ms: Percentiles::of(outcomes.iter().map(|o| o.wall_ms).collect()),
         total_peak_rss_bytes: outcomes.iter().map(|o| o.peak_rss_bytes).sum(),
-        max_process_peak_rss_bytes: outcomes
-            .iter()
-            .map(|o| o.peak_rss_bytes)
-            .max()
-            .unwrap_or(0),
+        max_process_peak_rss_bytes: outcomes.iter().map(|o| o.peak_rss_bytes).max().unwrap_or(0),
         cpu_user_s: outcomes.iter().map(|o| o.user_s).sum(),
         cpu_sys_s: outcomes.iter().map(|o| o.sys_s).sum(),
     })
@@ -206,6 +204,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::zombie_processes)] // reaped by wait_with_rusage, which clippy cannot see
     fn wait4_reports_exit_status_and_peak_rss() {
         let child = std::process::Command::new("sh")
             .args(["-c", "exit 3"])

@@ -255,7 +255,10 @@ mod tests {
             return;
         }
         let err = ensure_open_files(hard.max(nr_open) + 1).unwrap_err();
-        assert!(err.contains("open-files limit") && err.contains("--max-parallel"), "{err}");
+        assert!(
+            err.contains("open-files limit") && err.contains("--max-parallel"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -132,8 +132,8 @@ fn load(args: &LoadArgs) -> Result<i32, CliError> {
         args.sweep.iter().map(|&v| (v, v)).collect()
     };
     let widest = points_spec.iter().map(|p| p.1.min(p.0)).max().unwrap_or(1);
-    let fd_limit = measure::ensure_open_files(measure::open_files_needed(widest))
-        .map_err(CliError::Config)?;
+    let fd_limit =
+        measure::ensure_open_files(measure::open_files_needed(widest)).map_err(CliError::Config)?;
     let workload = Workload::create(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -205,8 +205,16 @@ async fn measure_all(
     let mut points = Vec::new();
     for (index, &(runs, max_parallel)) in points_spec.iter().enumerate() {
         let target = LlmTarget::Http(endpoint.clone());
-        let point =
-            measure_point(args, workload, target, index, runs, max_parallel, spawn_rate).await?;
+        let point = measure_point(
+            args,
+            workload,
+            target,
+            index,
+            runs,
+            max_parallel,
+            spawn_rate,
+        )
+        .await?;
         points.push(point);
     }
     let baseline = match (args.baseline, &server) {
@@ -246,7 +254,8 @@ async fn measure_point(
         journal_fsync: args.journal_fsync == OnOff::On,
         llm_max_in_flight: runs.max(max_parallel).max(1),
         ..supervisor_config(
-            args.arbiters.unwrap_or_else(|| SupervisorConfig::default().arbiters),
+            args.arbiters
+                .unwrap_or_else(|| SupervisorConfig::default().arbiters),
             max_parallel,
         )
     };

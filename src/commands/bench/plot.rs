@@ -28,7 +28,10 @@ pub fn write_svg(path: &Path, points: &[LoadPoint]) -> Result<(), CliError> {
     let svg = render_svg(points);
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| {
-            CliError::Runtime(format!("cannot create {} for --plot: {e}", parent.display()))
+            CliError::Runtime(format!(
+                "cannot create {} for --plot: {e}",
+                parent.display()
+            ))
         })?;
     }
     std::fs::write(path, svg)
@@ -63,7 +66,11 @@ pub fn render_svg(points: &[LoadPoint]) -> String {
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
     panel(&mut svg, &throughput, MARGIN_L);
-    panel(&mut svg, &latency, MARGIN_L * 2.0 + PANEL_W + GAP - MARGIN_L);
+    panel(
+        &mut svg,
+        &latency,
+        MARGIN_L * 2.0 + PANEL_W + GAP - MARGIN_L,
+    );
     svg.push_str("</svg>\n");
     svg
 }

@@ -46,10 +46,13 @@ pub struct Machine {
 }
 
 fn proc_field(file: &str, key: &str) -> Option<String> {
-    std::fs::read_to_string(file).ok()?.lines().find_map(|line| {
-        let (k, v) = line.split_once(':')?;
-        (k.trim() == key).then(|| v.trim().to_string())
-    })
+    std::fs::read_to_string(file)
+        .ok()?
+        .lines()
+        .find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            (k.trim() == key).then(|| v.trim().to_string())
+        })
 }
 
 impl Machine {
@@ -270,7 +273,10 @@ impl LoadPoint {
             tool_executions_per_s: tool_executions as f64 / wall_s,
             run_latency_ms: Percentiles::of(samples.iter().map(|s| s.duration_ms as f64).collect()),
             engine_overhead_per_iteration_ms: Percentiles::of(
-                samples.iter().map(RunSample::overhead_per_iteration_ms).collect(),
+                samples
+                    .iter()
+                    .map(RunSample::overhead_per_iteration_ms)
+                    .collect(),
             ),
             peak_rss_bytes: measure::max_rss_bytes(),
             peak_rss_sampled_bytes: peaks.rss_bytes,
@@ -376,16 +382,41 @@ pub fn render_text(report: &BenchReport) -> String {
         render_point(&mut out, p);
     }
     if let Some(b) = &report.baseline {
-        let _ = writeln!(out, "\nbaseline {} ({} runs, at most {} at a time)", b.kind, b.runs, b.max_parallel);
-        let _ = writeln!(out, "  runs            {} completed, {} failed", b.completed_runs, b.failed_runs);
+        let _ = writeln!(
+            out,
+            "\nbaseline {} ({} runs, at most {} at a time)",
+            b.kind, b.runs, b.max_parallel
+        );
+        let _ = writeln!(
+            out,
+            "  runs            {} completed, {} failed",
+            b.completed_runs, b.failed_runs
+        );
         for e in &b.errors {
             let _ = writeln!(out, "    error: {e}");
         }
-        let _ = writeln!(out, "  wall            {:.2} s ({:.1} runs/s)", b.wall_s, b.runs_per_s);
+        let _ = writeln!(
+            out,
+            "  wall            {:.2} s ({:.1} runs/s)",
+            b.wall_s, b.runs_per_s
+        );
         let l = &b.run_latency_ms;
-        let _ = writeln!(out, "  run latency     p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}", l.p50, l.p95, l.p99, l.max);
-        let _ = writeln!(out, "  memory          {:.1} MiB total (sum of peak RSS), {:.1} MiB largest process", mib(b.total_peak_rss_bytes), mib(b.max_process_peak_rss_bytes));
-        let _ = writeln!(out, "  cpu             {:.2} s user, {:.2} s sys", b.cpu_user_s, b.cpu_sys_s);
+        let _ = writeln!(
+            out,
+            "  run latency     p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}",
+            l.p50, l.p95, l.p99, l.max
+        );
+        let _ = writeln!(
+            out,
+            "  memory          {:.1} MiB total (sum of peak RSS), {:.1} MiB largest process",
+            mib(b.total_peak_rss_bytes),
+            mib(b.max_process_peak_rss_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "  cpu             {:.2} s user, {:.2} s sys",
+            b.cpu_user_s, b.cpu_sys_s
+        );
     }
     if let Some(c) = &report.comparison {
         let _ = writeln!(
@@ -399,7 +430,11 @@ pub fn render_text(report: &BenchReport) -> String {
 
 fn render_point(out: &mut String, p: &LoadPoint) {
     let _ = writeln!(out, "\n{} runs, max parallel {}", p.runs, p.max_parallel);
-    let _ = writeln!(out, "  runs            {} completed, {} failed", p.completed_runs, p.failed_runs);
+    let _ = writeln!(
+        out,
+        "  runs            {} completed, {} failed",
+        p.completed_runs, p.failed_runs
+    );
     for e in &p.errors {
         let _ = writeln!(out, "    error: {e}");
     }
@@ -409,13 +444,30 @@ fn render_point(out: &mut String, p: &LoadPoint) {
         p.wall_s, p.runs_per_s, p.model_calls_per_s, p.tool_executions_per_s
     );
     let l = &p.run_latency_ms;
-    let _ = writeln!(out, "  run latency     p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}", l.p50, l.p95, l.p99, l.max);
+    let _ = writeln!(
+        out,
+        "  run latency     p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}",
+        l.p50, l.p95, l.p99, l.max
+    );
     let o = &p.engine_overhead_per_iteration_ms;
-    let _ = writeln!(out, "  engine overhead p50 {:.2} ms, p95 {:.2}, p99 {:.2}, max {:.2} per iteration", o.p50, o.p95, o.p99, o.max);
-    let _ = writeln!(out, "  peak RSS        {:.1} MiB (process), {:.1} MiB sampled during this point", mib(p.peak_rss_bytes), mib(p.peak_rss_sampled_bytes));
+    let _ = writeln!(
+        out,
+        "  engine overhead p50 {:.2} ms, p95 {:.2}, p99 {:.2}, max {:.2} per iteration",
+        o.p50, o.p95, o.p99, o.max
+    );
+    let _ = writeln!(
+        out,
+        "  peak RSS        {:.1} MiB (process), {:.1} MiB sampled during this point",
+        mib(p.peak_rss_bytes),
+        mib(p.peak_rss_sampled_bytes)
+    );
     let _ = writeln!(out, "  peak open fds   {}", p.peak_open_fds);
     let c = &p.cpu;
-    let _ = writeln!(out, "  cpu             {:.2} s user, {:.2} s sys; tools {:.2} s user, {:.2} s sys", c.user_s, c.sys_s, c.children_user_s, c.children_sys_s);
+    let _ = writeln!(
+        out,
+        "  cpu             {:.2} s user, {:.2} s sys; tools {:.2} s user, {:.2} s sys",
+        c.user_s, c.sys_s, c.children_user_s, c.children_sys_s
+    );
     let b = &p.lower_bound;
     let _ = writeln!(
         out,

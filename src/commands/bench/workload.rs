@@ -121,10 +121,16 @@ impl Workload {
             "agent.yaml",
             &agent_yaml(&args.model, &args.tool, args.calls)?,
         )?;
-        write("system_prompt.md", "You are the delta load-benchmark agent.\n")?;
+        write(
+            "system_prompt.md",
+            "You are the delta load-benchmark agent.\n",
+        )?;
         write("context.yaml", CONTEXT_YAML)?;
         let agent = load_agent(&agent_dir).map_err(|e| {
-            CliError::Config(format!("--tool '{}' does not make a valid tool: {e}", args.tool))
+            CliError::Config(format!(
+                "--tool '{}' does not make a valid tool: {e}",
+                args.tool
+            ))
         })?;
         let tool_argv = agent
             .tool(TOOL_NAME)
