@@ -257,7 +257,7 @@ fn impossible_open_files_limit_fails_before_running() {
     let nr_open: usize = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .map(|s| s.trim().parse().unwrap())
         .unwrap_or(1 << 20);
-    let too_many = (nr_open / 16 + 1000).to_string();
+    let too_many = (nr_open / 6 + 1000).to_string();
     let out = delta()
         .args([
             "bench",
