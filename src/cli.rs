@@ -10,6 +10,7 @@ use crate::commands::continue_run::ContinueArgs;
 use crate::commands::init::InitArgs;
 use crate::commands::list_runs::ListRunsArgs;
 use crate::commands::mock_llm::MockLlmArgs;
+use crate::commands::orchestrate::OrchestrateArgs;
 use crate::commands::run::RunArgs;
 use crate::commands::tool_expand::ToolExpandArgs;
 
@@ -37,6 +38,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a plan: many agents' runs, fanned out and gathered, in this one process
+    Orchestrate(OrchestrateArgs),
+
     /// Start a new run of an agent
     Run(RunArgs),
 

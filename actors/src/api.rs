@@ -235,6 +235,53 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// The RunResult a finished run recorded, rebuilt from its metadata (for a run whose
+    /// process died after its journal's end but before it could answer).
+    pub fn from_metadata(
+        meta: &crate::metadata::RunMetadata,
+        run_dir: &std::path::Path,
+    ) -> RunResult {
+        let error = meta.error.as_ref().map(|e| {
+            let (kind, message) = e.split_once(": ").unwrap_or(("error", e.as_str()));
+            RunErrorInfo {
+                kind: kind.to_string(),
+                message: message.to_string(),
+                details: None,
+            }
+        });
+        RunResult {
+            schema_version: "2.0".into(),
+            run_id: meta.run_id.clone(),
+            status: meta.status,
+            result: meta.result.clone(),
+            error,
+            interaction: None,
+            metrics: RunMetrics {
+                iterations: meta.iterations,
+                duration_ms: 0,
+                model_time_ms: 0,
+                queue_time_ms: 0,
+                tool_time_ms: 0,
+                start_time: meta.created_at.clone(),
+                end_time: meta
+                    .end_time
+                    .clone()
+                    .unwrap_or_else(|| meta.updated_at.clone()),
+                usage: UsageReport {
+                    total_cost_usd: 0.0,
+                    input_tokens: meta.usage.input_tokens,
+                    output_tokens: meta.usage.output_tokens,
+                    model_usage: BTreeMap::new(),
+                },
+            },
+            metadata: RunResultMetadata {
+                agent_name: meta.agent_name.clone(),
+                workspace_path: meta.work_dir.clone(),
+                run_dir: run_dir.to_string_lossy().into_owned(),
+            },
+        }
+    }
+
     /// The documented exit code for this status: 0 COMPLETED, 1 FAILED, 101
     /// WAITING_FOR_INPUT, 130 INTERRUPTED.
     pub fn exit_code(&self) -> i32 {
@@ -441,5 +488,123 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A whole plan to run in this engine (`delta orchestrate`).
+#[derive(Clone)]
+pub struct OrchestrationRequest {
+    pub plan: Arc<crate::plan::ResolvedPlan>,
+    pub orchestration_id: String,
+    /// The shared workspace (runs of `isolate: true` stages get `<workspace>/<stage>/<index>`).
+    pub workspace: PathBuf,
+    /// Every agent the plan names, loaded once, by the path the plan resolved.
+    pub agents: std::collections::HashMap<PathBuf, Arc<ResolvedAgent>>,
+    /// Where each agent's model calls go (agents may use different endpoints); runs of
+    /// agents missing here use `llm`.
+    pub llm_by_agent: std::collections::HashMap<PathBuf, LlmTarget>,
+    pub llm: LlmTarget,
+    pub env: Arc<BTreeMap<String, String>>,
+    /// Continue an earlier orchestration with this id: COMPLETED runs are reused,
+    /// INTERRUPTED ones continued, the rest started.
+    pub resume: bool,
+    /// Runs in flight for this plan at most.
+    pub max_parallel: usize,
+}
+
+/// Progress of an orchestration. Lossy for slow subscribers; the summary never is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum OrchestrationEvent {
+    StageStarted {
+        stage: String,
+        runs: usize,
+    },
+    RunStarted {
+        stage: String,
+        index: usize,
+        run_id: String,
+        attempt: u32,
+    },
+    RunFinished {
+        stage: String,
+        index: usize,
+        run_id: String,
+        status: RunStatus,
+        duration_ms: u64,
+        error: Option<String>,
+    },
+    StageFinished {
+        stage: String,
+        status: crate::plan::state::StageStatus,
+        completed: usize,
+        failed: usize,
+    },
+    Progress {
+        /// Runs known so far (stages not yet expanded are not counted).
+        total: usize,
+        done: usize,
+        running: usize,
+        failed: usize,
+    },
+    Finished {
+        status: crate::plan::state::OrchestrationStatus,
+    },
+}
+
+/// Awaits one orchestration's summary and streams its events.
+pub struct OrchestrationHandle {
+    pub orchestration_id: String,
+    pub events: broadcast::Receiver<OrchestrationEvent>,
+    receiver: oneshot::Receiver<crate::plan::state::OrchestrationSummary>,
+}
+
+impl OrchestrationHandle {
+    pub async fn wait(self) -> Result<crate::plan::state::OrchestrationSummary, EngineError> {
+        self.receiver.await.map_err(|_| EngineError::Stopped)
+    }
+
+    pub fn wait_blocking(self) -> Result<crate::plan::state::OrchestrationSummary, EngineError> {
+        self.receiver
+            .blocking_recv()
+            .map_err(|_| EngineError::Stopped)
+    }
+}
+
+impl Supervisor {
+    /// Starts a plan: stages fan out into runs driven by this engine, at most
+    /// `request.max_parallel` at a time.
+    pub async fn orchestrate(
+        &self,
+        request: OrchestrationRequest,
+    ) -> Result<OrchestrationHandle, EngineError> {
+        let (events_tx, events) = broadcast::channel(4096);
+        let (tx, receiver) = oneshot::channel();
+        let orchestration_id = request.orchestration_id.clone();
+        self.addr
+            .send(crate::runtime::supervisor::StartOrchestration {
+                request,
+                events: events_tx,
+                reply: tx,
+            })
+            .await
+            .map_err(|_| EngineError::Stopped)??;
+        Ok(OrchestrationHandle {
+            orchestration_id,
+            events,
+            receiver,
+        })
+    }
+
+    /// Synchronous variant of [`Supervisor::orchestrate`].
+    pub fn orchestrate_blocking(
+        &self,
+        request: OrchestrationRequest,
+    ) -> Result<OrchestrationHandle, EngineError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| EngineError::Start(e.to_string()))?;
+        rt.block_on(self.orchestrate(request))
     }
 }

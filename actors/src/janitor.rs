@@ -8,9 +8,9 @@
 
 use std::path::Path;
 
-use crate::journal::{Event, Journal, JournalOptions};
+use crate::journal::{read_journal, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
-    assess_liveness, current_process_identity, read_metadata, write_metadata, Liveness, RunLock,
+    current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, Takeover,
 };
 use crate::protocol::RunStatus;
 use crate::workspace::{now_rfc3339, RunPaths};
@@ -22,6 +22,9 @@ pub enum JanitorAction {
     Interrupted { run_id: String, reason: String },
     /// Left alone: recorded on another host (use `--force`).
     SkippedOtherHost { run_id: String, hostname: String },
+    /// RUNNING, but its journal already ends with ENGINE_END (the process died before the
+    /// metadata write): the journal's final status is recorded.
+    Settled { run_id: String, status: RunStatus },
 }
 
 /// Checks every run of a workspace. Runs that are not RUNNING, or are alive, are untouched.
@@ -53,18 +56,29 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
         return None;
     }
     let host = current_process_identity().hostname;
-    match assess_liveness(&paths.run_dir, &meta, &host, force).ok()? {
-        Liveness::Alive { .. } => None,
-        Liveness::OtherHost { hostname } => Some(JanitorAction::SkippedOtherHost {
+    // Taking the lock ourselves (instead of probing, then acting) means no process can start
+    // driving the run while we mark it; never-locked runs of the original engine fall back to
+    // its pid + process-name rule inside `try_take_over`.
+    match try_take_over(&paths.run_dir, &meta, &host, force).ok()? {
+        Takeover::Alive { .. } => None,
+        Takeover::OtherHost { hostname } => Some(JanitorAction::SkippedOtherHost {
             run_id: run_id.to_string(),
             hostname,
         }),
-        Liveness::Orphaned { reason } => {
-            // Take the lock so no process starts driving the run while we mark it.
-            let _lock = RunLock::try_acquire(&paths.run_dir).ok()??;
+        Takeover::Acquired {
+            lock: _lock,
+            reason,
+        } => {
             let mut meta = read_metadata(&paths.run_dir).ok()?;
             if meta.status != RunStatus::Running {
                 return None;
+            }
+            // Finished, only the metadata write was lost: not an interruption.
+            if restore_final_status(&paths, &mut meta) {
+                return Some(JanitorAction::Settled {
+                    run_id: run_id.to_string(),
+                    status: meta.status,
+                });
             }
             if let Ok((mut journal, _)) = Journal::open(&paths.run_dir, JournalOptions::default()) {
                 let _ = journal.append(Event::Interrupted {
@@ -81,5 +95,121 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
                 reason,
             })
         }
+    }
+}
+
+/// A run whose journal ends with ENGINE_END has finished, whatever its metadata says: a
+/// kill between the journal's last write and the metadata's leaves it RUNNING (and a
+/// janitor may since have made that INTERRUPTED). Under the run's lock, records the final
+/// status, result and error from the journal. Returns the status when it changed.
+pub fn settle_from_journal(work_dir: &Path, run_id: &str) -> Option<RunStatus> {
+    let paths = RunPaths::new(work_dir, run_id);
+    let _lock = RunLock::try_acquire(&paths.run_dir).ok()??;
+    let mut meta = read_metadata(&paths.run_dir).ok()?;
+    if !matches!(meta.status, RunStatus::Running | RunStatus::Interrupted) {
+        return None;
+    }
+    restore_final_status(&paths, &mut meta).then_some(meta.status)
+}
+
+/// Caller holds the lock. Only janitor notes (INTERRUPTED, WARNING) may follow the end.
+fn restore_final_status(paths: &RunPaths, meta: &mut crate::metadata::RunMetadata) -> bool {
+    let Ok(events) = read_journal(&paths.journal) else {
+        return false;
+    };
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| !matches!(e.event, Event::Interrupted { .. } | Event::Warning { .. }));
+    let Some(JournalEvent {
+        timestamp,
+        event:
+            Event::EngineEnd {
+                status,
+                final_iteration,
+                result,
+                error,
+                ..
+            },
+        ..
+    }) = last
+    else {
+        return false;
+    };
+    if *status == meta.status {
+        return false;
+    }
+    meta.status = *status;
+    meta.iterations = *final_iteration;
+    meta.result = result.clone();
+    meta.error = error.clone();
+    meta.end_time = Some(timestamp.clone());
+    meta.updated_at = now_rfc3339();
+    write_metadata(&paths.run_dir, meta).is_ok()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::metadata::{RunMetadata, LOCK_FILE};
+    use crate::workspace::create_run_dir;
+
+    /// A RUNNING run as the original engine leaves it: metadata and journal, no lock file.
+    fn never_locked_run(work: &Path, run_id: &str, pid: u32) -> RunPaths {
+        let paths = create_run_dir(work, run_id).unwrap();
+        Journal::create(&paths.run_dir, JournalOptions::default()).unwrap();
+        let mut meta = RunMetadata::new_running(run_id, "a", "t", work, work, 30);
+        meta.pid = pid;
+        write_metadata(&paths.run_dir, &meta).unwrap();
+        paths
+    }
+
+    #[test]
+    fn a_live_never_locked_run_is_left_alone_and_stays_unlocked() {
+        let work = tempfile::tempdir().unwrap();
+        // Our own pid and process name: alive by the original engine's rule.
+        let paths = never_locked_run(work.path(), "live", std::process::id());
+        assert_eq!(check_run(work.path(), "live", false), None);
+        assert!(!paths.run_dir.join(LOCK_FILE).exists());
+        assert_eq!(
+            read_metadata(&paths.run_dir).unwrap().status,
+            RunStatus::Running
+        );
+        // Twice: a first check must not make the second one judge by a lock it left behind.
+        assert_eq!(sweep_workspace(work.path(), false), Vec::new());
+    }
+
+    #[test]
+    fn a_never_locked_run_whose_process_is_gone_is_interrupted() {
+        let work = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let paths = never_locked_run(work.path(), "dead", gone);
+        let Some(JanitorAction::Interrupted { run_id, reason }) =
+            check_run(work.path(), "dead", false)
+        else {
+            panic!("expected Interrupted");
+        };
+        assert_eq!(run_id, "dead");
+        assert!(reason.contains("no lock file"), "{reason}");
+        let meta = read_metadata(&paths.run_dir).unwrap();
+        assert_eq!(meta.status, RunStatus::Interrupted);
+        let events = read_journal(&paths.journal).unwrap();
+        assert!(matches!(
+            &events.last().unwrap().event,
+            Event::Interrupted { reason } if reason.starts_with("janitor: ")
+        ));
+    }
+
+    #[test]
+    fn a_run_whose_lock_is_held_is_alive() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = never_locked_run(work.path(), "held", 0);
+        let _lock = crate::metadata::RunLock::try_acquire(&paths.run_dir)
+            .unwrap()
+            .unwrap();
+        assert_eq!(check_run(work.path(), "held", false), None);
     }
 }

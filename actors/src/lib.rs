@@ -19,6 +19,7 @@
 pub mod agent;
 pub mod api;
 pub mod context;
+pub mod hooks;
 pub mod janitor;
 pub mod journal;
 pub mod llm;

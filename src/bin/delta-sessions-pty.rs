@@ -1,7 +1,236 @@
-//! `delta-sessions-pty`: thin entry point (not implemented yet).
-#![allow(clippy::print_stderr)]
+//! `delta-sessions-pty`: experimental PTY sessions (spec v1.4). Thin: clap parsing →
+//! `delta_actors::session::pty::PtySessions` → pretty JSON on stdout (`read` prints raw text).
+//! Errors: message on stderr, `{"error": ...}` on stdout, exit 1. The hidden `__holder`
+//! subcommand is this binary re-executed as a session's detached holder. Owns no PTY logic.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
-fn main() {
-    eprintln!("delta-sessions-pty: not implemented yet");
-    std::process::exit(2);
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use delta_actors::session::pty::escape::parse_escapes;
+use delta_actors::session::pty::holder::{run_holder, HolderArgs};
+use delta_actors::session::pty::socket_dir::default_runtime_dir;
+use delta_actors::session::pty::{PtyConfig, PtySessions, ReadOptions};
+use delta_actors::session::SessionError;
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "delta-sessions-pty",
+    version,
+    about = "[EXPERIMENTAL] Interactive programs (shells, REPLs, menus) in a PTY held by a detached process"
+)]
+struct Cli {
+    /// Folder holding PTY sessions [default: <cwd>/.sessions-pty]
+    #[arg(
+        long,
+        global = true,
+        env = "DELTA_SESSIONS_PTY_DIR",
+        value_name = "DIR"
+    )]
+    sessions_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start a program in a PTY; everything after it (its own --flags too) is passed verbatim
+    Start {
+        #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Send stdin to the program (escapes: \n \r \t \b \f \v \xHH \uHHHH \\)
+    Write {
+        session_id: String,
+        /// Send stdin as is, without escape parsing
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Send a named key (arrow_down, enter, ctrl+c, f1, page_up, ...)
+    WriteKey { session_id: String, key: String },
+    /// Print buffered output (raw text) and clear it
+    Read {
+        session_id: String,
+        /// Wait up to this many milliseconds for new output
+        #[arg(long, value_name = "MS")]
+        timeout: Option<u64>,
+        /// Wait without limit for new output
+        #[arg(long)]
+        wait: bool,
+        /// Stream output until the program exits
+        #[arg(long)]
+        follow: bool,
+        /// Print only the last N lines
+        #[arg(long, value_name = "N")]
+        lines: Option<usize>,
+    },
+    /// Stop the program (SIGTERM, up to 5 s, SIGKILL) and remove the session
+    End { session_id: String },
+    /// List the sessions of the folder
+    List,
+    /// Show whether a session's program is alive, and its uptime
+    Status { session_id: String },
+    /// Remove sessions whose program has exited
+    Cleanup,
+    #[command(name = "__holder", hide = true)]
+    Holder {
+        session_id: String,
+        session_dir: PathBuf,
+        socket: PathBuf,
+        work_dir: PathBuf,
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
+}
+
+/// What a successful command prints.
+enum Output {
+    Json(String),
+    Raw(String),
+    Nothing,
+}
+
+fn main() -> ExitCode {
+    delta_actors::session::close_inherited_fds();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return fail(&e.to_string()),
+    };
+    match run(cli) {
+        Ok(Output::Json(json)) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Raw(text)) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.flush();
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Nothing) => ExitCode::SUCCESS,
+        Err(e) => fail(&e.to_string()),
+    }
+}
+
+fn run(cli: Cli) -> Result<Output, SessionError> {
+    if let Command::Holder {
+        session_id,
+        session_dir,
+        socket,
+        work_dir,
+        command,
+    } = cli.command
+    {
+        run_holder(HolderArgs {
+            session_id,
+            session_dir,
+            socket_path: socket,
+            work_dir,
+            command,
+        })?;
+        return Ok(Output::Nothing);
+    }
+    let cwd = std::env::current_dir().map_err(|e| SessionError::Io {
+        action: "cannot read the current folder",
+        path: PathBuf::from("."),
+        source: e,
+    })?;
+    let holder_exe = std::env::current_exe().map_err(|e| SessionError::Io {
+        action: "cannot locate this program",
+        path: PathBuf::from("delta-sessions-pty"),
+        source: e,
+    })?;
+    let config = PtyConfig {
+        // Absolute, because the holder runs with the started program's folder as its cwd.
+        sessions_dir: cwd.join(
+            cli.sessions_dir
+                .unwrap_or_else(|| PathBuf::from(".sessions-pty")),
+        ),
+        runtime_dir: default_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref()),
+        holder_exe,
+    };
+    let sessions = PtySessions::new(config);
+    let output = match cli.command {
+        Command::Start { command } => Output::Json(pretty(&sessions.start(&command, &cwd)?)),
+        Command::Write { session_id, raw } => {
+            let mut input = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut input)
+                .map_err(|e| SessionError::Io {
+                    action: "cannot read input from",
+                    path: PathBuf::from("<stdin>"),
+                    source: e,
+                })?;
+            let data = if raw {
+                input
+            } else {
+                parse_escapes(&String::from_utf8_lossy(&input))
+            };
+            let bytes = sessions.write(&session_id, &data)?;
+            Output::Json(pretty(
+                &json!({"status": "sent", "bytes": bytes, "session_id": session_id}),
+            ))
+        }
+        Command::WriteKey { session_id, key } => {
+            sessions.write_key(&session_id, &key)?;
+            Output::Json(pretty(
+                &json!({"status": "sent", "key": key, "session_id": session_id}),
+            ))
+        }
+        Command::Read {
+            session_id,
+            timeout,
+            wait,
+            follow,
+            lines,
+        } => {
+            if follow {
+                let mut stdout = std::io::stdout();
+                sessions.follow(&session_id, &mut |chunk| {
+                    stdout.write_all(chunk.as_bytes())?;
+                    stdout.flush()
+                })?;
+                Output::Nothing
+            } else {
+                let options = ReadOptions {
+                    timeout_ms: timeout,
+                    wait,
+                    lines,
+                };
+                Output::Raw(sessions.read(&session_id, options)?)
+            }
+        }
+        Command::End { session_id } => {
+            sessions.end(&session_id)?;
+            Output::Json(pretty(
+                &json!({"status": "terminated", "session_id": session_id}),
+            ))
+        }
+        Command::List => Output::Json(pretty(&sessions.list()?)),
+        Command::Status { session_id } => Output::Json(pretty(&sessions.status(&session_id)?)),
+        Command::Cleanup => Output::Json(pretty(&sessions.cleanup()?)),
+        Command::Holder { .. } => Output::Nothing,
+    };
+    Ok(output)
+}
+
+fn pretty(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value)
+        .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string())
+}
+
+fn fail(message: &str) -> ExitCode {
+    let message = message.trim_end();
+    eprintln!("delta-sessions-pty: {message}");
+    println!("{}", json!({ "error": message }));
+    ExitCode::FAILURE
 }

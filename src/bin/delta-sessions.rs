@@ -1,7 +1,201 @@
-//! `delta-sessions`: thin entry point (not implemented yet).
-#![allow(clippy::print_stderr)]
+//! `delta-sessions`: persistent shell sessions for agents (spec v1.5). Thin: clap parsing →
+//! `delta_actors::runtime::session::SessionManager` → pretty JSON on stdout. Errors: message on
+//! stderr, `{"error": ...}` on stdout, exit 1; a failing command is exit 0 with its
+//! `exit_code` in the JSON. Owns no session logic.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
-fn main() {
-    eprintln!("delta-sessions: not implemented yet");
-    std::process::exit(2);
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use delta_actors::runtime::session::SessionManager;
+use delta_actors::session::shell::{
+    ExecOptions, ShellConfig, ShellMetadata, ShellStatus, StartOptions, DEFAULT_OUTPUT_CAP,
+};
+use delta_actors::session::SessionError;
+use serde::Serialize;
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "delta-sessions",
+    version,
+    about = "Persistent shell sessions: cwd, variables, functions, aliases and options survive between execs"
+)]
+struct Cli {
+    /// Folder holding the sessions [default: <cwd>/.sessions]
+    #[arg(long, global = true, env = "DELTA_SESSIONS_DIR", value_name = "DIR")]
+    sessions_dir: Option<PathBuf>,
+
+    /// Extra variable never saved into session state (repeatable; also
+    /// DELTA_SESSIONS_SECRET_VARS, comma-separated). DELTA_API_KEY is always secret.
+    #[arg(long = "secret-var", global = true, value_name = "NAME")]
+    secret_vars: Vec<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a session (bash by default; sh; or a path to one of them)
+    Start { shell: Option<String> },
+    /// Run a command (argument, or all of stdin) in a session; options go before the command
+    Exec {
+        session_id: String,
+        /// The command text; several words are joined with spaces. Omit it to read stdin.
+        #[arg(num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+        /// Kill the command's process group after this many milliseconds
+        #[arg(long, default_value_t = 120_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        timeout: u64,
+        /// Bytes of stdout and of stderr returned (the full text stays in the session folder)
+        #[arg(long, default_value_t = DEFAULT_OUTPUT_CAP, value_name = "BYTES")]
+        max_output: usize,
+    },
+    /// Terminate a session (its folder stays until `cleanup`)
+    End { session_id: String },
+    /// List the sessions of the folder
+    List,
+    /// Show one session's metadata and whether an exec is running
+    Status { session_id: String },
+    /// Remove terminated sessions
+    Cleanup,
+}
+
+fn main() -> ExitCode {
+    delta_actors::session::close_inherited_fds();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return fail(&e.to_string()),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e.to_string()),
+    }
+}
+
+async fn run(cli: Cli) -> Result<String, SessionError> {
+    let cwd = std::env::current_dir().map_err(|e| SessionError::Io {
+        action: "cannot read the current folder",
+        path: PathBuf::from("."),
+        source: e,
+    })?;
+    // Absolute, so paths reported in the JSON stay valid from any folder.
+    let sessions_dir = cwd.join(
+        cli.sessions_dir
+            .unwrap_or_else(|| PathBuf::from(".sessions")),
+    );
+    let env_secrets = std::env::var("DELTA_SESSIONS_SECRET_VARS").unwrap_or_default();
+    let secrets = cli
+        .secret_vars
+        .into_iter()
+        .chain(env_secrets.split(',').map(|s| s.trim().to_string()));
+    let config = ShellConfig::new(sessions_dir).with_secret_vars(secrets);
+    let manager = SessionManager::new(config)?;
+    let json = match cli.command {
+        Command::Start { shell } => {
+            let meta = manager.start_session(&StartOptions::from_current_process(shell)?)?;
+            pretty(&StartReply {
+                session_id: meta.session_id,
+                command: meta.command,
+                work_dir: meta.work_dir,
+                status: meta.status,
+            })
+        }
+        Command::Exec {
+            session_id,
+            command,
+            timeout,
+            max_output,
+        } => {
+            let command = if command.is_empty() {
+                read_stdin(&session_id)?
+            } else {
+                command.join(" ")
+            };
+            let options = ExecOptions {
+                timeout: Duration::from_millis(timeout),
+                output_cap: max_output,
+            };
+            pretty(&manager.exec(&session_id, &command, options).await?)
+        }
+        Command::End { session_id } => {
+            let meta = manager.end(&session_id).await?;
+            pretty(&json!({"status": meta.status, "session_id": meta.session_id}))
+        }
+        Command::List => pretty(&manager.list()?),
+        Command::Status { session_id } => {
+            let (metadata, busy) = manager.status(&session_id)?;
+            pretty(&StatusReply { metadata, busy })
+        }
+        Command::Cleanup => pretty(&manager.cleanup()?),
+    };
+    Ok(json)
+}
+
+fn read_stdin(session_id: &str) -> Result<String, SessionError> {
+    let empty = || SessionError::EmptyCommand {
+        id: session_id.to_string(),
+    };
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(empty());
+    }
+    let mut command = String::new();
+    stdin
+        .read_to_string(&mut command)
+        .map_err(|e| SessionError::Io {
+            action: "cannot read the command from",
+            path: PathBuf::from("<stdin>"),
+            source: e,
+        })?;
+    if command.trim().is_empty() {
+        return Err(empty());
+    }
+    Ok(command)
+}
+
+#[derive(Serialize)]
+struct StartReply {
+    session_id: String,
+    command: String,
+    work_dir: PathBuf,
+    status: ShellStatus,
+}
+
+#[derive(Serialize)]
+struct StatusReply {
+    #[serde(flatten)]
+    metadata: ShellMetadata,
+    /// An exec is running in the session right now.
+    busy: bool,
+}
+
+fn pretty(value: &impl Serialize) -> String {
+    serde_json::to_string_pretty(value)
+        .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string())
+}
+
+fn fail(message: &str) -> ExitCode {
+    let message = message.trim_end();
+    eprintln!("delta-sessions: {message}");
+    println!("{}", json!({ "error": message }));
+    ExitCode::FAILURE
 }

@@ -6,19 +6,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use delta_actors::agent::{load_agent, load_env_cascade};
-use delta_actors::api::{RunRequest, RunStart, Supervisor};
+use delta_actors::agent::load_agent;
+use delta_actors::api::{RunRequest, RunStart};
 use delta_actors::janitor::{check_run, JanitorAction};
-use delta_actors::metadata::read_metadata;
+use delta_actors::metadata::{read_metadata, LOCK_FILE};
 use delta_actors::workspace::{open_run_dir, validate_run_id};
 use delta_actors::RunStatus;
 
-use crate::commands::engine::{
-    drive_single, llm_target, process_env, supervisor_config, with_model_override,
-};
+use crate::commands::engine::{run_inputs, run_one, RunInputs};
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
-use crate::output::{progress::Verbosity, run_result, Format};
+use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Args)]
 #[command(after_help = "What -m means depends on the run's status:
@@ -78,6 +76,19 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
                     args.run_id
                 )))
             }
+            JanitorAction::Settled { status, .. } => {
+                eprintln!(
+                    "janitor: run {} had already finished ({status}) before its process died; its record is repaired",
+                    args.run_id
+                );
+                if args.message.is_none() {
+                    // Nothing left to do: report the run's own outcome, as its process would have.
+                    let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;
+                    let result = delta_actors::api::RunResult::from_metadata(&meta, &paths.run_dir);
+                    crate::output::run_result::print(&result, args.format);
+                    return Ok(result.exit_code());
+                }
+            }
         }
     }
     let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;
@@ -101,8 +112,11 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         }
         RunStatus::Running => {
             return Err(CliError::Config(format!(
-                "run '{}' is still active (pid {} on host '{}'); wait for it to finish or interrupt it first",
-                args.run_id, meta.pid, meta.hostname
+                "run '{}' is still active: its lock {} is held (pid {} on host '{}'); wait for it to finish or interrupt it first",
+                args.run_id,
+                paths.run_dir.join(LOCK_FILE).display(),
+                meta.pid,
+                meta.hostname
             )))
         }
         _ => {}
@@ -112,11 +126,8 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }
-    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
-    let env = load_env_cascade(Some(&work_dir), &agent.home, &cwd, &process_env())
-        .map_err(|e| CliError::Config(e.to_string()))?;
-    let agent = with_model_override(agent, &env.vars);
-    let llm = llm_target(&agent, &env.vars, args.llm_script.as_deref())?;
+    let RunInputs { agent, env, llm } =
+        run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
     let request = RunRequest {
         agent: Arc::new(agent),
         work_dir,
@@ -127,16 +138,11 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         },
         max_iterations: args.max_iterations,
         llm,
-        env: Arc::new(env.vars),
+        env: Arc::new(env),
         timeout: None,
         prompter: args.interactive.then(|| Arc::new(TerminalPrompter) as _),
         workspace_id: meta.workspace_id.clone(),
         orchestration_id: meta.orchestration_id.clone(),
     };
-    let supervisor =
-        Supervisor::start(supervisor_config(1, 1)).map_err(|e| CliError::Runtime(e.to_string()))?;
-    let result = drive_single(&supervisor, request, verbosity)?;
-    supervisor.shutdown();
-    run_result::print(&result, args.format);
-    Ok(result.exit_code())
+    run_one(request, verbosity, args.format)
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use delta_actors::agent::ResolvedAgent;
 use delta_actors::api::{
@@ -96,6 +97,32 @@ pub fn supervisor_config(arbiters: usize, max_parallel: usize) -> SupervisorConf
     }
 }
 
+/// The environment variable that shortens the model-call retry backoff (milliseconds of the
+/// first wait; doubles per attempt). For tests and CI against a local scripted endpoint,
+/// where waiting 1 s, 2 s, 4 s... for scripted 429/500 answers only slows the suite down.
+pub const RETRY_BASE_MS_VAR: &str = "DELTA_RETRY_BASE_MS";
+
+/// Applies `DELTA_RETRY_BASE_MS` (if set) to the supervisor's retry policy; the cap on a
+/// single wait becomes 64 times the base so the number of attempts is unchanged.
+pub fn with_retry_override(
+    config: SupervisorConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<SupervisorConfig, CliError> {
+    let Some(raw) = env.get(RETRY_BASE_MS_VAR).filter(|v| !v.trim().is_empty()) else {
+        return Ok(config);
+    };
+    let base_ms: u64 = raw.trim().parse().map_err(|_| {
+        CliError::Config(format!(
+            "{RETRY_BASE_MS_VAR}='{raw}' is not a whole number of milliseconds; \
+             unset it or give e.g. {RETRY_BASE_MS_VAR}=10"
+        ))
+    })?;
+    let mut config = config;
+    config.retry.base_delay = Duration::from_millis(base_ms);
+    config.retry.max_delay = Duration::from_millis(base_ms.saturating_mul(64));
+    Ok(config)
+}
+
 /// Submits one run and drives it to its result, printing progress on stderr. The first
 /// SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED journaled).
 pub fn drive_single(
@@ -117,6 +144,7 @@ pub fn drive_single(
             signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?;
         let mut sigterm =
             signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let mut interrupted = false;
         let wait = handle.wait();
         tokio::pin!(wait);
         let result = loop {
@@ -127,13 +155,143 @@ pub fn drive_single(
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => {}
                 },
-                _ = sigint.recv() => supervisor.cancel_all("interrupted by SIGINT (Ctrl-C)"),
-                _ = sigterm.recv() => supervisor.cancel_all("interrupted by SIGTERM"),
+                _ = sigint.recv() => interrupt(supervisor, &mut interrupted, "SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => interrupt(supervisor, &mut interrupted, "SIGTERM"),
             }
         };
         while let Ok(ev) = events.try_recv() {
             print_event(&ev, verbosity, false);
         }
-        result.map_err(|e| CliError::Runtime(e.to_string()))
+        let result = result.map_err(|e| CliError::Runtime(e.to_string()))?;
+        refusal_as_error(result)
     })
+}
+
+/// The error kind the engine gives a run it refused to take (already exists, locked by
+/// another process, not found...). Nothing of the run changed, so printing a FAILED
+/// RunResult would misreport it: the CLI says why on stderr and exits 126.
+const SETUP_ERROR_KIND: &str = "setup_error";
+
+fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
+    match &result.error {
+        Some(error) if error.kind == SETUP_ERROR_KIND => {
+            Err(CliError::Config(error.message.clone()))
+        }
+        _ => Ok(result),
+    }
+}
+
+/// What a single run needs besides its start: the agent with `DELTA_MODEL` applied, the
+/// environment after the `.env` cascade, and the model target.
+pub struct RunInputs {
+    pub agent: delta_actors::agent::ResolvedAgent,
+    pub env: BTreeMap<String, String>,
+    pub llm: LlmTarget,
+}
+
+/// Loads the `.env` cascade for `work_dir` and resolves the model target (`run`, `continue`).
+pub fn run_inputs(
+    agent: ResolvedAgent,
+    work_dir: &Path,
+    llm_script: Option<&Path>,
+    verbosity: Verbosity,
+) -> Result<RunInputs, CliError> {
+    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
+    let env =
+        delta_actors::agent::load_env_cascade(Some(work_dir), &agent.home, &cwd, &process_env())
+            .map_err(|e| CliError::Config(e.to_string()))?;
+    if verbosity == Verbosity::Verbose {
+        for file in &env.files_loaded {
+            eprintln!("loaded {}", file.display());
+        }
+    }
+    let agent = with_model_override(agent, &env.vars);
+    let llm = llm_target(&agent, &env.vars, llm_script)?;
+    Ok(RunInputs {
+        agent,
+        env: env.vars,
+        llm,
+    })
+}
+
+/// Drives one request in a one-run engine, prints its RunResult, returns the exit code.
+pub fn run_one(
+    request: RunRequest,
+    verbosity: Verbosity,
+    format: crate::output::Format,
+) -> Result<i32, CliError> {
+    let config = with_retry_override(supervisor_config(1, 1), &request.env)?;
+    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let result = drive_single(&supervisor, request, verbosity)?;
+    supervisor.shutdown();
+    crate::output::run_result::print(&result, format);
+    Ok(result.exit_code())
+}
+
+/// First signal: every run stops at its next safe point (INTERRUPTED, resumable). Second
+/// signal: kill every tool process group now and exit 130 without waiting.
+pub fn interrupt(supervisor: &Supervisor, already: &mut bool, signal_name: &str) {
+    if *already {
+        delta_actors::tool::process::kill_all_live_groups();
+        eprintln!(
+            "interrupted again: exiting now (runs left RUNNING are recovered by `delta continue`)"
+        );
+        std::process::exit(130);
+    }
+    *already = true;
+    eprintln!("interrupted by {signal_name}: stopping runs at their next safe point (again to exit at once)");
+    supervisor.cancel_all(&format!("interrupted by {signal_name}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn retry_base_override_shortens_backoff() {
+        let config = with_retry_override(
+            SupervisorConfig::default(),
+            &env(&[(RETRY_BASE_MS_VAR, "7")]),
+        );
+        let config = config.map_err(|e| e.to_string());
+        assert_eq!(
+            config.as_ref().map(|c| c.retry.base_delay),
+            Ok(Duration::from_millis(7))
+        );
+        assert_eq!(
+            config.map(|c| c.retry.max_delay),
+            Ok(Duration::from_millis(7 * 64))
+        );
+    }
+
+    #[test]
+    fn retry_base_override_absent_keeps_default() {
+        let default = SupervisorConfig::default().retry.base_delay;
+        let config = with_retry_override(SupervisorConfig::default(), &env(&[]));
+        assert_eq!(config.map(|c| c.retry.base_delay), Ok(default));
+    }
+
+    #[test]
+    fn retry_base_override_rejects_garbage_naming_the_variable() {
+        let err = with_retry_override(
+            SupervisorConfig::default(),
+            &env(&[(RETRY_BASE_MS_VAR, "fast")]),
+        );
+        match err {
+            Err(CliError::Config(message)) => {
+                assert!(
+                    message.contains(RETRY_BASE_MS_VAR) && message.contains("fast"),
+                    "{message}"
+                )
+            }
+            other => panic!("expected a config error, got {:?}", other.map(|_| ())),
+        }
+    }
 }

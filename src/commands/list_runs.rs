@@ -47,8 +47,14 @@ pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
         )));
     }
     for action in sweep_workspace(&args.work_dir, false) {
-        if let JanitorAction::Interrupted { run_id, reason } = action {
-            eprintln!("janitor: run {run_id} was RUNNING but {reason}; marked INTERRUPTED");
+        match action {
+            JanitorAction::Interrupted { run_id, reason } => {
+                eprintln!("janitor: run {run_id} was RUNNING but {reason}; marked INTERRUPTED")
+            }
+            JanitorAction::Settled { run_id, status } => {
+                eprintln!("janitor: run {run_id} had finished ({status}) before its process died; record repaired")
+            }
+            JanitorAction::SkippedOtherHost { .. } => {}
         }
     }
     let runs = list_runs(&args.work_dir).map_err(|e| CliError::Config(e.to_string()))?;

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod init;
 pub mod list_runs;
 pub mod mock_llm;
+pub mod orchestrate;
 pub mod prompt;
 pub mod run;
 pub mod tool_expand;
@@ -25,6 +26,7 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Verbosity::Normal
     };
     match command {
+        Command::Orchestrate(args) => orchestrate::run(args),
         Command::Run(args) => run::run(args, verbosity),
         Command::Continue(args) => continue_run::run(args, verbosity),
         Command::ListRuns(args) => list_runs::run(args),

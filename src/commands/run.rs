@@ -6,19 +6,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use delta_actors::agent::{load_agent, load_env_cascade};
-use delta_actors::api::{RunRequest, RunStart, Supervisor};
+use delta_actors::agent::load_agent;
+use delta_actors::api::{RunRequest, RunStart};
 use delta_actors::workspace::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name, validate_run_id,
     RunPaths,
 };
 
-use crate::commands::engine::{
-    drive_single, llm_target, process_env, supervisor_config, with_model_override,
-};
+use crate::commands::engine::{run_inputs, run_one, RunInputs};
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
-use crate::output::{progress::Verbosity, run_result, Format};
+use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -68,7 +66,13 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
     if let Some(id) = &args.run_id {
         validate_run_id(id).map_err(|e| CliError::Config(e.to_string()))?;
-        if RunPaths::new(&work_dir, id).run_dir.exists() {
+        // A folder without metadata.json is a run killed while being created: the engine
+        // reclaims it, so only a started run blocks the id.
+        if RunPaths::new(&work_dir, id)
+            .run_dir
+            .join("metadata.json")
+            .exists()
+        {
             return Err(CliError::Config(format!(
                 "run id '{id}' already exists in {}; choose another id, or see the runs with `delta list-runs -w {}`",
                 work_dir.display(),
@@ -76,16 +80,8 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
             )));
         }
     }
-    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
-    let env = load_env_cascade(Some(&work_dir), &agent.home, &cwd, &process_env())
-        .map_err(|e| CliError::Config(e.to_string()))?;
-    if verbosity == Verbosity::Verbose {
-        for file in &env.files_loaded {
-            eprintln!("loaded {}", file.display());
-        }
-    }
-    let agent = with_model_override(agent, &env.vars);
-    let llm = llm_target(&agent, &env.vars, args.llm_script.as_deref())?;
+    let RunInputs { agent, env, llm } =
+        run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
     let request = RunRequest {
         agent: Arc::new(agent),
         work_dir,
@@ -95,18 +91,13 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         },
         max_iterations: args.max_iterations,
         llm,
-        env: Arc::new(env.vars),
+        env: Arc::new(env),
         timeout: None,
         prompter: args.interactive.then(|| Arc::new(TerminalPrompter) as _),
         workspace_id,
         orchestration_id: None,
     };
-    let supervisor =
-        Supervisor::start(supervisor_config(1, 1)).map_err(|e| CliError::Runtime(e.to_string()))?;
-    let result = drive_single(&supervisor, request, verbosity)?;
-    supervisor.shutdown();
-    run_result::print(&result, args.format);
-    Ok(result.exit_code())
+    run_one(request, verbosity, args.format)
 }
 
 /// `-w` wins; otherwise the agent's workspaces: a new one with `-y` or without a terminal,

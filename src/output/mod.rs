@@ -2,6 +2,7 @@
 //! here; progress and logs go to stderr (see `progress`).
 #![allow(clippy::print_stdout)]
 
+pub mod orchestration;
 pub mod progress;
 pub mod run_result;
 pub mod runs;

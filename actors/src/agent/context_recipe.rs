@@ -199,10 +199,7 @@ fn parse_source(
             let generator = Fields::new(file, &fields.key_path("generator"), generator_value)?;
             generator.warn_unknown(&["command", "timeout_ms"], warnings);
             let command = generator.string_list("command")?.unwrap_or_default();
-            if command
-                .first()
-                .map_or(true, |program| program.trim().is_empty())
-            {
+            if !matches!(command.first(), Some(program) if !program.trim().is_empty()) {
                 return Err(AgentError::invalid(
                     file,
                     format!(

@@ -19,6 +19,8 @@ pub struct EnvCascade {
 
 /// Nearest ancestor of `start` (itself included) that contains `.git`.
 fn project_root(start: &Path) -> Option<PathBuf> {
+    // A relative start such as "." has no ancestors worth searching until made absolute.
+    let start = std::fs::canonicalize(start).unwrap_or_else(|_| start.to_path_buf());
     start
         .ancestors()
         .find(|dir| dir.join(".git").exists())

@@ -157,10 +157,7 @@ pub(crate) fn parse_hooks(
             }
             _ => hook.string_list("command")?.unwrap_or_default(),
         };
-        if command
-            .first()
-            .map_or(true, |program| program.trim().is_empty())
-        {
+        if !matches!(command.first(), Some(program) if !program.trim().is_empty()) {
             return Err(AgentError::invalid(
                 file,
                 format!("`{path}.command` must be a non-empty list (program first)"),

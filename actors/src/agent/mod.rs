@@ -32,7 +32,7 @@ pub use dotenv::{load_env_cascade, parse_dotenv, EnvCascade};
 pub use error::AgentError;
 pub use hooks::{HookName, HookSpec, Hooks};
 
-use crate::tool::compile::CompiledTool;
+use crate::tool::compile::{ask_human_schema, CompiledTool};
 use fields::{read_yaml, Fields};
 
 /// A fully validated agent folder. Immutable; share it behind an `Arc`.
@@ -63,6 +63,15 @@ impl ResolvedAgent {
     /// Looks a tool up by name.
     pub fn tool(&self, name: &str) -> Option<&CompiledTool> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Every tool as an OpenAI function definition, the built-in `ask_human` last.
+    pub fn openai_tools(&self) -> Vec<serde_json::Value> {
+        self.tools
+            .iter()
+            .map(CompiledTool::openai_schema)
+            .chain(std::iter::once(ask_human_schema()))
+            .collect()
     }
 }
 

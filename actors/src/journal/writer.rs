@@ -67,7 +67,16 @@ impl Journal {
     ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
         let path = run_dir.join(JOURNAL_FILE);
         check_file_name(&path)?;
-        let bytes = std::fs::read(&path).map_err(|e| JournalError::io(&path, e))?;
+        let bytes = std::fs::read(&path).map_err(|e| {
+            // A journal renamed by an editor (journal.json) is the known corruption: say so.
+            let renamed = run_dir.join("journal.json");
+            if e.kind() == std::io::ErrorKind::NotFound && renamed.is_file() {
+                if let Err(fatal) = check_file_name(&renamed) {
+                    return fatal;
+                }
+            }
+            JournalError::io(&path, e)
+        })?;
         let parsed = parse_journal(&path, &bytes)?;
         let file = OpenOptions::new()
             .append(true)
@@ -200,6 +209,20 @@ mod tests {
         let err = Journal::create(tmp.path(), JournalOptions::default()).unwrap_err();
         let message = err.to_string();
         assert!(message.contains("already exists") && message.contains("journal.jsonl"));
+    }
+
+    #[test]
+    fn open_with_only_a_renamed_journal_is_fatal_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("journal.json"), "{}\n").unwrap();
+        let message = Journal::open(tmp.path(), JournalOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(message.starts_with("FATAL"), "{message}");
+        assert!(
+            message.contains(&tmp.path().join("journal.json").display().to_string()),
+            "{message}"
+        );
     }
 
     #[test]

@@ -135,13 +135,18 @@ pub fn try_take_over(
             hostname: meta.hostname.clone(),
         });
     };
-    Ok(
-        match judge_unlocked(run_dir, meta, this_host, force, never_locked) {
-            Liveness::Orphaned { reason } => Takeover::Acquired { lock, reason },
-            Liveness::Alive { pid, hostname } => Takeover::Alive { pid, hostname },
-            Liveness::OtherHost { hostname } => Takeover::OtherHost { hostname },
-        },
-    )
+    let verdict = judge_unlocked(run_dir, meta, this_host, force, never_locked);
+    if never_locked && !matches!(verdict, Liveness::Orphaned { .. }) {
+        // Leave a never-locked run as we found it: a lock file left behind would make the
+        // next check judge it by the lock alone and call the live owner orphaned. Removed
+        // while we still hold the lock, so nobody else can be holding this file.
+        let _ = std::fs::remove_file(run_dir.join(LOCK_FILE));
+    }
+    Ok(match verdict {
+        Liveness::Orphaned { reason } => Takeover::Acquired { lock, reason },
+        Liveness::Alive { pid, hostname } => Takeover::Alive { pid, hostname },
+        Liveness::OtherHost { hostname } => Takeover::OtherHost { hostname },
+    })
 }
 
 /// What `kill(pid, 0)` (and `/proc/<pid>/comm`) say about a recorded pid.
@@ -369,8 +374,8 @@ mod tests {
         let alive = assess_liveness(tmp.path(), &meta, &me.hostname, false).unwrap();
         let take_over = try_take_over(tmp.path(), &meta, &me.hostname, false).unwrap();
         let lock_kept = lock_is_held(tmp.path()).unwrap();
+        let lock_file_left = tmp.path().join(LOCK_FILE).exists();
         meta.process_name = "postgres".into();
-        std::fs::remove_file(tmp.path().join(LOCK_FILE)).unwrap();
         let other_program = assess_liveness(tmp.path(), &meta, &me.hostname, false).unwrap();
         drop(stdin);
         child.wait().unwrap();
@@ -378,6 +383,7 @@ mod tests {
         assert!(matches!(alive, Liveness::Alive { .. }), "{alive:?}");
         assert!(matches!(take_over, Takeover::Alive { .. }), "{take_over:?}");
         assert!(!lock_kept);
+        assert!(!lock_file_left, "a never-locked run stays never-locked");
         let Liveness::Orphaned { reason } = other_program else {
             panic!("a different program on the pid is not the owner: {other_program:?}");
         };

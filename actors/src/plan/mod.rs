@@ -21,6 +21,7 @@ pub mod graph;
 pub mod keys;
 pub mod model;
 mod stage_checks;
+pub mod state;
 pub mod templates;
 pub mod validate;
 

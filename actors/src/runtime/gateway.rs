@@ -12,6 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::llm::{ChatCompletion, ChatRequest, LlmError, LlmGate, RequestMeta, RetryNotice};
 
+/// Told about each retry: attempt number, the error, the backoff before the next attempt.
+pub type RetryObserver = Box<dyn Fn(u32, &LlmError, Duration) + Send>;
+
 /// Send one chat request through the endpoint's limits, with retries.
 #[derive(Message)]
 #[rtype(result = "Result<CallOutcome, CallFailure>")]
@@ -20,7 +23,7 @@ pub struct Complete {
     pub meta: RequestMeta,
     pub cancel: CancellationToken,
     /// Told about each retry (attempt number, error, backoff), e.g. to emit progress events.
-    pub on_retry: Option<Box<dyn Fn(u32, &LlmError, Duration) + Send>>,
+    pub on_retry: Option<RetryObserver>,
 }
 
 /// A successful model call and how it went.

@@ -14,6 +14,11 @@ use crate::janitor::{sweep_workspace, JanitorAction};
 #[rtype(result = "Vec<JanitorAction>")]
 pub struct Sweep;
 
+/// Stop sweeping (the owner is done with the workspaces).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopJanitor;
+
 pub struct JanitorActor {
     workspaces: Vec<PathBuf>,
     every: Option<Duration>,
@@ -62,4 +67,12 @@ fn sweep_all(workspaces: &[PathBuf]) -> Vec<JanitorAction> {
         }
     }
     all
+}
+
+impl Handler<StopJanitor> for JanitorActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopJanitor, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
 }

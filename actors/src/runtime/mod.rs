@@ -3,10 +3,12 @@
 //! # Topology
 //! ```text
 //! Supervisor (handle, api.rs) ──> RunSupervisor ──spawns──> RunActor (one per run_id, on an arbiter of the pool)
-//!                                      │                      │ ask ──> LlmGateway (one per endpoint: admission)
-//!                                      │                      │ ask ──> ToolActor (one per tool call)
-//!                                      │                      └ appends ──> journal.jsonl, metadata.json, io/
-//!                                      └──> JanitorActor (orphaned runs)
+//!                                   │    │                    │ ask ──> LlmGateway (one per endpoint, own arbiter)
+//!                                   │    │                    │ ask ──> ToolActor (one per tool call)
+//!                                   │    │                    │ runs ─> lifecycle hooks (futures on the actor)
+//!                                   │    │                    └ appends ──> journal.jsonl, metadata.json, io/
+//!                                   │    └──> OrchestrationActor (one per plan) ──SubmitRun──> RunSupervisor
+//!                                   └──> JanitorActor (orphaned runs; periodic inside orchestrations)
 //! SessionActor (one per session) — used by the sessions CLIs and by embedders
 //! ```
 //!
@@ -16,8 +18,11 @@
 //! | `SubmitRun` | RunSupervisor | `Result<run_id>` | queue a run; its RunResult arrives on the oneshot inside |
 //! | `CancelRun` / `CancelAll` | RunSupervisor | `()` | interrupt one / every run (queued runs finish INTERRUPTED unstarted) |
 //! | `CancelRunActor` | RunActor | `()` | stop at the next safe point |
-//! | `Admit` | LlmGateway | `Admission` | wait for the endpoint's rate limit and in-flight cap |
-//! | `Defer` | LlmGateway | `()` | a `Retry-After` was seen: hold every caller until then |
+//! | `StartOrchestration` | RunSupervisor | `Result<()>` | start a plan's state machine; its summary arrives on the oneshot inside |
+//! | `CancelOrchestration` | OrchestrationActor | `()` | stop submitting, interrupt the plan's runs, finish INTERRUPTED |
+//! | `Complete` | LlmGateway | `Result<CallOutcome, CallFailure>` | one model call through the endpoint's in-flight cap, rate limit, Retry-After barrier and retries |
+//! | `Sweep` / `StopJanitor` | JanitorActor | actions / `()` | mark orphaned RUNNING runs INTERRUPTED now / stop sweeping |
+//! | `ExecCommand` / `EndSession` | SessionActor | outcome | one shell exec (serialized by the mailbox) / end the session |
 //! | `Execute` | ToolActor | `ToolExecution` | run one tool call; the actor stops after answering |
 //!
 //! # Guarantees
@@ -30,11 +35,18 @@
 //! - Shutdown (Ctrl-C): `CancelAll` → every RunActor cancels its token, which kills its
 //!   running tool process groups and aborts its model call; each run journals INTERRUPTED and
 //!   answers. The CLI waits for every answer, then exits 130.
+//! - Hooks never stop a run: a failing or timed-out hook is recorded (HOOK_EXECUTED with its
+//!   reason) and the loop goes on; `on_run_end` runs after ENGINE_END with a bounded timeout.
+//! - Orchestrations: at most `max_parallel` of a plan's runs are in flight; a stage starts
+//!   only when its needs finished; run ids are deterministic, so a resumed plan reuses
+//!   COMPLETED runs and continues the others instead of running an item twice.
 //! - Handlers never block: processes go through `tokio::process`, blocking prompts through
 //!   `spawn_blocking`; journal appends are short synchronous writes.
 
 pub mod gateway;
 pub mod janitor;
+pub mod orchestrator;
 pub mod run;
+pub mod session;
 pub mod supervisor;
 pub mod tool;

@@ -11,11 +11,14 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::api::{
-    EngineError, LlmTarget, RunErrorInfo, RunEvent, RunRequest, RunResult, RunStart,
-    SupervisorConfig,
+    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunErrorInfo, RunEvent,
+    RunRequest, RunResult, RunStart, SupervisorConfig,
 };
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
+use crate::plan::state::OrchestrationSummary;
+use crate::plan::LlmLimits;
 use crate::runtime::gateway::LlmGateway;
+use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{record_panic_failure, CancelRunActor, RunActor};
 use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
 
@@ -25,6 +28,15 @@ use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
 pub struct SubmitRun {
     pub request: RunRequest,
     pub reply: oneshot::Sender<RunResult>,
+}
+
+/// Start a plan's state machine; its summary arrives on `reply`.
+#[derive(Message)]
+#[rtype(result = "Result<(), EngineError>")]
+pub struct StartOrchestration {
+    pub request: OrchestrationRequest,
+    pub events: broadcast::Sender<OrchestrationEvent>,
+    pub reply: oneshot::Sender<OrchestrationSummary>,
 }
 
 /// Interrupt one run.
@@ -57,6 +69,8 @@ pub struct RunSupervisor {
     gateways: HashMap<String, Addr<LlmGateway>>,
     running: HashMap<String, Addr<RunActor>>,
     queue: VecDeque<Queued>,
+    queued_ids: std::collections::HashSet<String>,
+    orchestrations: HashMap<String, Addr<OrchestrationActor>>,
 }
 
 impl RunSupervisor {
@@ -70,10 +84,22 @@ impl RunSupervisor {
             gateways: HashMap::new(),
             running: HashMap::new(),
             queue: VecDeque::new(),
+            queued_ids: std::collections::HashSet::new(),
+            orchestrations: HashMap::new(),
         }
     }
 
     fn gateway_for(&mut self, target: &LlmTarget) -> Result<Addr<LlmGateway>, EngineError> {
+        self.gateway_with_limits(target, &LlmLimits::default())
+    }
+
+    /// `limits` (a plan's `llm:`) override the engine's for a gateway created now; an
+    /// endpoint already in use keeps its gateway, shared by every run of it.
+    fn gateway_with_limits(
+        &mut self,
+        target: &LlmTarget,
+        limits: &LlmLimits,
+    ) -> Result<Addr<LlmGateway>, EngineError> {
         let key = target.gateway_key();
         if let Some(handle) = self.gateways.get(&key) {
             return Ok(handle.clone());
@@ -89,8 +115,12 @@ impl RunSupervisor {
         let gate = LlmGate::new(
             backend,
             GateConfig {
-                max_in_flight: self.config.llm_max_in_flight,
-                requests_per_minute: self.config.llm_requests_per_minute,
+                max_in_flight: limits
+                    .max_in_flight
+                    .unwrap_or(self.config.llm_max_in_flight),
+                requests_per_minute: limits
+                    .requests_per_minute
+                    .or(self.config.llm_requests_per_minute),
                 retry: self.config.retry,
             },
         );
@@ -156,7 +186,10 @@ impl RunSupervisor {
     fn admit(&mut self, ctx: &mut Context<Self>) {
         while self.running.len() < self.config.max_parallel.max(1) {
             match self.queue.pop_front() {
-                Some(q) => self.launch(q, ctx),
+                Some(q) => {
+                    self.queued_ids.remove(&q.run_id);
+                    self.launch(q, ctx)
+                }
                 None => break,
             }
         }
@@ -225,11 +258,12 @@ impl Handler<SubmitRun> for RunSupervisor {
                 )),
             };
         validate_run_id(&run_id).map_err(|e| EngineError::Rejected(e.to_string()))?;
-        if self.running.contains_key(&run_id) || self.queue.iter().any(|q| q.run_id == run_id) {
+        if self.running.contains_key(&run_id) || self.queued_ids.contains(&run_id) {
             return Err(EngineError::Rejected(format!(
                 "run '{run_id}' is already being driven by this process"
             )));
         }
+        self.queued_ids.insert(run_id.clone());
         self.queue.push_back(Queued {
             run_id: run_id.clone(),
             request: msg.request,
@@ -237,6 +271,32 @@ impl Handler<SubmitRun> for RunSupervisor {
         });
         self.admit(ctx);
         Ok(run_id)
+    }
+}
+
+impl Handler<StartOrchestration> for RunSupervisor {
+    type Result = Result<(), EngineError>;
+
+    fn handle(&mut self, msg: StartOrchestration, ctx: &mut Self::Context) -> Self::Result {
+        let id = msg.request.orchestration_id.clone();
+        if self.orchestrations.get(&id).is_some_and(|a| a.connected()) {
+            return Err(EngineError::Rejected(format!(
+                "orchestration '{id}' is already running in this process"
+            )));
+        }
+        let limits = &msg.request.plan.llm;
+        if limits.max_in_flight.is_some() || limits.requests_per_minute.is_some() {
+            let targets =
+                std::iter::once(&msg.request.llm).chain(msg.request.llm_by_agent.values());
+            for target in targets {
+                // Errors resurface, worded for the run, when a run of the target launches.
+                let _ = self.gateway_with_limits(target, limits);
+            }
+        }
+        let addr =
+            OrchestrationActor::new(msg.request, ctx.address(), msg.events, msg.reply).start();
+        self.orchestrations.insert(id, addr);
+        Ok(())
     }
 }
 
@@ -251,6 +311,7 @@ impl Handler<CancelRun> for RunSupervisor {
             });
         } else if let Some(pos) = self.queue.iter().position(|q| q.run_id == msg.run_id) {
             if let Some(q) = self.queue.remove(pos) {
+                self.queued_ids.remove(&q.run_id);
                 let _ = q
                     .reply
                     .send(setup_failure(&q.request, &q.run_id, &msg.reason));
@@ -263,6 +324,13 @@ impl Handler<CancelAll> for RunSupervisor {
     type Result = ();
 
     fn handle(&mut self, msg: CancelAll, _ctx: &mut Self::Context) {
+        // Orchestrations first, so they stop submitting before their runs are interrupted.
+        for addr in self.orchestrations.values() {
+            addr.do_send(CancelOrchestration {
+                reason: msg.reason.clone(),
+            });
+        }
+        self.queued_ids.clear();
         for q in self.queue.drain(..) {
             let mut result = setup_failure(&q.request, &q.run_id, &msg.reason);
             result.status = crate::protocol::RunStatus::Interrupted;

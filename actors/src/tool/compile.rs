@@ -273,8 +273,9 @@ pub fn compile_tool(
     };
     let template_error = |e: template::TemplateError| ctx.error(e.message, e.hint);
 
+    let stdin_name = stdin.as_deref();
     let (syntax, template_text, command, parameters) = if let Some(text) = fields.string("exec")? {
-        let compiled = template::compile_exec(&text).map_err(template_error)?;
+        let compiled = template::compile_exec(&text, stdin_name).map_err(template_error)?;
         let inferred = inferred_parameters(
             &ctx,
             compiled.parameters.iter().map(|n| (n.clone(), false)),
@@ -282,9 +283,15 @@ pub fn compile_tool(
             stdin,
         )?;
         let parameters = merge_inferred(&ctx, inferred, explicit)?;
+        if let Some(variable) = template::bare_shell_variable(&text) {
+            warnings.push(format!(
+                "{}: tool `{name}`: `{variable}` is passed literally because exec: runs no shell; use ${{AGENT_HOME}}, ${{CWD}} or ${{RUN_ID}}, or shell: mode",
+                file.display()
+            ));
+        }
         (ToolSyntax::Exec, Some(text), compiled.tokens, parameters)
     } else if let Some(text) = fields.string("shell")? {
-        let compiled = template::compile_shell(&text).map_err(template_error)?;
+        let compiled = template::compile_shell(&text, stdin_name).map_err(template_error)?;
         let offset = compiled.engine_slots.len();
         let inferred = inferred_parameters(&ctx, compiled.parameters.into_iter(), offset, stdin)?;
         let parameters = merge_inferred(&ctx, inferred, explicit)?;
@@ -298,10 +305,7 @@ pub fn compile_tool(
         (ToolSyntax::Shell, Some(text), command, parameters)
     } else {
         let command = fields.string_list("command")?.unwrap_or_default();
-        if command
-            .first()
-            .map_or(true, |program| program.trim().is_empty())
-        {
+        if !matches!(command.first(), Some(program) if !program.trim().is_empty()) {
             return Err(ctx.error(
                 "`command` must be a non-empty list whose first element is the program",
                 "e.g. command: [\"ls\", \"-la\"]",
@@ -364,12 +368,6 @@ fn inferred_parameters(
             return Err(ctx.error(
                 format!("`stdin: {stdin_name}` names an engine variable"),
                 "choose another parameter name for stdin",
-            ));
-        }
-        if inferred.iter().any(|p| p.name == stdin_name) {
-            return Err(ctx.error(
-                format!("parameter `{stdin_name}` is both the stdin parameter and a ${{{stdin_name}}} placeholder"),
-                format!("a stdin parameter is piped, not placed on the command line: remove ${{{stdin_name}}} from the template"),
             ));
         }
         inferred.push(ToolParameter {

@@ -1,7 +1,11 @@
 //! Engine-level integration tests (one binary).
+mod agent_loading;
 mod harness;
+mod hooks;
 mod llm;
+mod orchestrate;
 mod plan;
 mod process;
 mod run;
+mod session;
 mod store;

@@ -266,10 +266,11 @@ mod tests {
     #[test]
     fn sampler_sees_descriptors_opened_while_it_runs() {
         let sampler = Sampler::start();
-        let baseline = open_fds();
         let files: Vec<_> = (0..40).map(|_| tempfile::tempfile().unwrap()).collect();
         let peaks = sampler.stop();
-        assert!(peaks.open_fds >= baseline + 40, "{peaks:?} vs {baseline}");
+        // Other tests open and close descriptors concurrently, so only a floor is certain:
+        // our 40 files and the three standard streams were open at the last sample.
+        assert!(peaks.open_fds >= 43, "{peaks:?}");
         assert!(peaks.rss_bytes > 0);
         drop(files);
     }

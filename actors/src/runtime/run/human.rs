@@ -5,6 +5,7 @@
 //!
 //! Must not: prompt anyone (the CLI's prompter does that) or decide run status.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 
@@ -18,6 +19,25 @@ use super::setup::PendingQuestion;
 /// What the journal shows instead of a sensitive answer.
 pub fn redaction_marker(action_id: &str) -> String {
     format!("[REDACTED: sensitive answer kept in secrets/{action_id}]")
+}
+
+/// Replaces every sensitive answer found in the strings of `value` by its redaction marker:
+/// the audit copy of a model request (io/invocations) must not hold what the context
+/// builder substituted into it.
+pub fn redact_secrets(value: &mut serde_json::Value, secrets: &HashMap<String, String>) {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => {
+            for (action_id, secret) in secrets {
+                if !secret.is_empty() && text.contains(secret.as_str()) {
+                    *text = text.replace(secret.as_str(), &redaction_marker(action_id));
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_secrets(v, secrets)),
+        Value::Object(map) => map.values_mut().for_each(|v| redact_secrets(v, secrets)),
+        _ => {}
+    }
 }
 
 /// Writes `interaction/request.json` (spec §2.5.3).
@@ -101,4 +121,28 @@ fn store_secret(paths: &RunPaths, action_id: &str, answer: &str) -> std::io::Res
         .open(paths.secrets_dir.join(name))?;
     file.write_all(answer.as_bytes())?;
     file.sync_all()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_secrets_replaces_every_occurrence_in_nested_strings() {
+        let secrets = HashMap::from([("call_1".to_string(), "s3cret".to_string())]);
+        let mut value = json!({
+            "request": {"messages": [{"role": "tool", "content": "pw is s3cret, again s3cret"}]},
+            "other": ["s3cret", 7, null],
+        });
+        redact_secrets(&mut value, &secrets);
+        let text = value.to_string();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert_eq!(
+            text.matches(&redaction_marker("call_1")).count(),
+            3,
+            "{text}"
+        );
+        assert_eq!(value["other"][1], 7);
+    }
 }

@@ -1,20 +1,32 @@
 //! `RunActor`: one actor per run_id drives the Think-Act-Observe loop.
 //!
-//! Each iteration is a chain of continuations on the actor: `think` builds the messages from
-//! the journal (through the context builder) and calls the model through the endpoint's
-//! gateway; `on_model_reply` journals the THOUGHT and plans the calls; `act` runs them (each
-//! in its own `ToolActor`, one at a time or all at once with `parallel_tool_calls`) and
-//! `flush_results` journals results strictly in reply order; `end_iteration` loops.
-//! Cancellation (Ctrl-C, timeouts) cancels the run's token, which kills running tool groups
-//! and aborts the model call; the run then finishes INTERRUPTED at that safe point.
+//! Each iteration is a chain of continuations on the actor, never a blocking call:
+//! - `think.rs`: `on_iteration_start`, the context builder, `pre_llm_request`, the model call
+//!   through the endpoint's gateway, `post_llm_response`, the THOUGHT;
+//! - `calls.rs`: the reply's calls planned and their ACTION_REQUESTs journaled;
+//! - `act.rs`: each call run in its own `ToolActor` (one at a time, or all at once with
+//!   `parallel_tool_calls`) between `pre_tool_execution` and `post_tool_execution`, results
+//!   journaled strictly in reply order, `on_iteration_end`, loop;
+//! - `asking.rs`: ask_human (terminal prompt, or pause WAITING_FOR_INPUT);
+//! - `finish.rs`: ERROR, `on_error`, ENGINE_END and metadata, `on_run_end`, the RunResult;
+//! - `hooks.rs`: firing hooks as futures on the actor and journaling HOOK_EXECUTED.
+//!
+//! Cancellation (Ctrl-C, timeouts) cancels the run's token, which kills running tool and hook
+//! groups and aborts the context build or model call; the run then finishes INTERRUPTED at
+//! that safe point.
 //!
 //! The journal is the truth: `events` is a cache of its prefix, appended only after the
 //! journal write succeeded.
 
 mod act;
+mod asking;
+mod calls;
+mod finish;
+mod hooks;
 pub mod human;
 mod log;
 pub mod setup;
+mod think;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -24,17 +36,14 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{
-    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunRequest, RunResult, RunResultMetadata,
-    SupervisorConfig, UsageReport,
-};
+use crate::api::{RunErrorInfo, RunEvent, RunRequest, RunResult, SupervisorConfig};
 use crate::journal::{Event, Journal, JournalEvent};
 use crate::metadata::{write_metadata, write_metadata_with, RunLock, RunMetadata};
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::runtime::gateway::LlmGateway;
 use crate::workspace::{now_rfc3339, RunPaths};
 
-use act::Acting;
+use calls::Acting;
 use log::EngineLog;
 
 /// Default iteration cap when neither the request nor the agent sets one.
@@ -92,7 +101,12 @@ pub struct RunActor {
     child_env: Arc<Vec<(String, String)>>,
     generator_env: Arc<BTreeMap<String, String>>,
     secrets: Arc<HashMap<String, String>>,
+    tool_schemas: Arc<Vec<serde_json::Value>>,
     finished: bool,
+    /// Hooks whose process is running (a stop waits for them: their group is killed).
+    hooks_running: usize,
+    /// Cancels the end hooks (`on_error`, `on_run_end`), which outlive the run's own token.
+    end_hooks_cancel: CancellationToken,
 }
 
 impl RunActor {
@@ -111,7 +125,8 @@ impl RunActor {
             .unwrap_or(DEFAULT_MAX_ITERATIONS)
             .max(1);
         let (child_env, generator_env) =
-            act::child_environments(&run_id, &request, &config, &paths);
+            setup::child_environments(&run_id, &request, &config, &paths);
+        let tool_schemas = think::tool_schemas(&request);
         RunActor {
             log: EngineLog::new(paths.engine_log.clone()),
             run_id,
@@ -140,7 +155,10 @@ impl RunActor {
             child_env: Arc::new(child_env),
             generator_env: Arc::new(generator_env),
             secrets: Arc::new(HashMap::new()),
+            tool_schemas,
             finished: false,
+            hooks_running: 0,
+            end_hooks_cancel: CancellationToken::new(),
         }
     }
 
@@ -186,122 +204,6 @@ impl RunActor {
                     .line(&format!("warning: cannot write metadata.json: {e}"));
             }
         }
-    }
-
-    /// Ends the run: journal end event, metadata, lock released, result sent, actor stopped.
-    fn finish(
-        &mut self,
-        status: RunStatus,
-        result: Option<String>,
-        error: Option<RunErrorInfo>,
-        interaction: Option<InteractionInfo>,
-        ctx: &mut Context<Self>,
-    ) {
-        if self.finished {
-            return;
-        }
-        self.finished = true;
-        self.cancel.cancel();
-        if let Some(handle) = self.model_call.take() {
-            ctx.cancel_future(handle);
-        }
-        if let Some(journal) = self.journal.as_mut() {
-            if let Some(e) = &error {
-                let _ = journal.append(Event::Error {
-                    error_type: e.kind.clone(),
-                    error_message: e.message.clone(),
-                    error_details: e.details.clone().map(serde_json::Value::String),
-                });
-            }
-            let _ = journal.append(Event::EngineEnd {
-                run_id: self.run_id.clone(),
-                status,
-                final_iteration: self.iteration,
-                result: result.clone(),
-                error: error.as_ref().map(|e| e.message.clone()),
-            });
-            if self.config.journal_fsync {
-                let _ = journal.sync();
-            }
-        }
-        let end_time = now_rfc3339();
-        if let Some(meta) = self.meta.as_mut() {
-            meta.status = status;
-            meta.end_time = Some(end_time.clone());
-            meta.error = error.as_ref().map(|e| format!("{}: {}", e.kind, e.message));
-            meta.result = result.clone();
-        }
-        self.save_metadata(self.config.journal_fsync);
-        self.log.line(&format!(
-            "run finished: {status} after {} iteration(s){}",
-            self.iteration,
-            error
-                .as_ref()
-                .map(|e| format!(" ({}: {})", e.kind, e.message))
-                .unwrap_or_default()
-        ));
-        self.lock = None;
-        let duration_ms = self.started_at.elapsed().as_millis() as u64;
-        let run_result = RunResult {
-            schema_version: "2.0".into(),
-            run_id: self.run_id.clone(),
-            status,
-            result,
-            error: error.clone(),
-            interaction,
-            metrics: RunMetrics {
-                iterations: self.iteration,
-                duration_ms,
-                model_time_ms: self.timings.model.as_millis() as u64,
-                queue_time_ms: self.timings.queue.as_millis() as u64,
-                tool_time_ms: self.timings.tools.as_millis() as u64,
-                start_time: self.start_time.clone(),
-                end_time,
-                usage: UsageReport {
-                    total_cost_usd: 0.0,
-                    input_tokens: self.usage.input_tokens,
-                    output_tokens: self.usage.output_tokens,
-                    model_usage: self.model_usage.clone(),
-                },
-            },
-            metadata: RunResultMetadata {
-                agent_name: self.request.agent.name.clone(),
-                workspace_path: self.request.work_dir.to_string_lossy().into_owned(),
-                run_dir: self.paths.run_dir.to_string_lossy().into_owned(),
-            },
-        };
-        self.emit(RunEvent::RunFinished {
-            run_id: self.run_id.clone(),
-            status,
-            duration_ms,
-            error: error.map(|e| e.message),
-        });
-        if let Some(tx) = self.result_tx.take() {
-            let _ = tx.send(run_result);
-        }
-        ctx.stop();
-    }
-
-    fn interrupt_now(&mut self, ctx: &mut Context<Self>) {
-        let (reason, timeout) = self
-            .stop
-            .as_ref()
-            .map(|s| (s.reason.clone(), s.timeout))
-            .unwrap_or_else(|| ("interrupted".into(), false));
-        let _ = self.append(
-            Event::Interrupted {
-                reason: reason.clone(),
-            },
-            ctx,
-        );
-        let kind = if timeout { "timeout" } else { "interrupted" };
-        self.finish(
-            RunStatus::Interrupted,
-            None,
-            Some(error_info(kind, reason)),
-            None,
-            ctx,
-        );
     }
 }
 
@@ -383,6 +285,15 @@ impl Actor for RunActor {
                 );
             });
         }
+        if taken.resumed {
+            if let Some(answer) = setup::recorded_final_answer(&self.events) {
+                self.log.line(
+                    "the final answer was already journaled; completing without a model call",
+                );
+                self.finish(RunStatus::Completed, Some(answer), None, None, ctx);
+                return;
+            }
+        }
         self.think(ctx);
     }
 }
@@ -391,7 +302,12 @@ impl Handler<CancelRunActor> for RunActor {
     type Result = ();
 
     fn handle(&mut self, msg: CancelRunActor, ctx: &mut Self::Context) {
-        if self.finished || self.stop.is_some() {
+        if self.finished {
+            // Only the end hooks may still be running: stop them too.
+            self.end_hooks_cancel.cancel();
+            return;
+        }
+        if self.stop.is_some() {
             return;
         }
         self.log.line(&format!("stop requested: {}", msg.reason));
@@ -405,14 +321,16 @@ impl Handler<CancelRunActor> for RunActor {
             self.interrupt_now(ctx);
             return;
         }
-        let waiting_for_tools = self
-            .acting
-            .as_ref()
-            .is_some_and(|a| a.has_processes_in_flight());
-        if !waiting_for_tools {
+        let waiting_for_processes = self.hooks_running > 0
+            || self
+                .acting
+                .as_ref()
+                .is_some_and(|a| a.has_processes_in_flight());
+        if !waiting_for_processes {
             self.interrupt_now(ctx);
         }
-        // Otherwise the killed tools report back and `end_iteration` finishes INTERRUPTED.
+        // Otherwise the killed tools and hooks report back, and their continuation finishes
+        // INTERRUPTED (`end_iteration` or `halted`).
     }
 }
 

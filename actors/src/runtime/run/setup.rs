@@ -4,16 +4,18 @@
 //!
 //! Must not: talk to the model or run tools.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use crate::api::{RunRequest, RunStart};
+use crate::api::{RunRequest, RunStart, SupervisorConfig};
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
-    current_process_identity, read_metadata, write_metadata, RunLock, RunMetadata,
+    current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, RunMetadata,
+    Takeover, LOCK_FILE,
 };
 use crate::protocol::{RunStatus, TokenUsage};
+use crate::tool::process::build_child_env;
 use crate::workspace::{create_run_dir, ensure_control_dir, now_rfc3339, open_run_dir, RunPaths};
 
 /// A run, taken and ready for its first iteration.
@@ -41,6 +43,24 @@ fn io<E: std::fmt::Display>(e: E) -> SetupError {
     SetupError::Io(e.to_string())
 }
 
+/// A run folder without metadata.json is what a process killed while creating the run
+/// leaves behind (the metadata is written last). Nothing can continue it, so a new run may
+/// reuse the id: the folder is removed when its lock is free. Returns whether it was.
+fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) -> bool {
+    let paths = RunPaths::new(work_dir, run_id);
+    if !paths.run_dir.is_dir() || paths.run_dir.join("metadata.json").exists() {
+        return false;
+    }
+    match RunLock::try_acquire(&paths.run_dir) {
+        Ok(Some(lock)) => {
+            let removed = std::fs::remove_dir_all(&paths.run_dir).is_ok();
+            drop(lock);
+            removed
+        }
+        _ => false,
+    }
+}
+
 pub fn take_run(
     run_id: &str,
     request: &RunRequest,
@@ -51,12 +71,21 @@ pub fn take_run(
     match &request.start {
         RunStart::New { task } => {
             ensure_control_dir(&request.work_dir).map_err(io)?;
-            let paths = create_run_dir(&request.work_dir, run_id)
-                .map_err(|e| SetupError::Refused(e.to_string()))?;
+            let paths = match create_run_dir(&request.work_dir, run_id) {
+                Ok(paths) => paths,
+                Err(e) if reclaim_unstarted_run_dir(&request.work_dir, run_id) => {
+                    create_run_dir(&request.work_dir, run_id)
+                        .map_err(|_| SetupError::Refused(e.to_string()))?
+                }
+                Err(e) => return Err(SetupError::Refused(e.to_string())),
+            };
             let lock = RunLock::try_acquire(&paths.run_dir)
                 .map_err(io)?
                 .ok_or_else(|| {
-                    SetupError::Refused(format!("run '{run_id}' is locked by another process"))
+                    SetupError::Refused(format!(
+                        "run '{run_id}' is locked by another process (lock file {})",
+                        paths.run_dir.join(LOCK_FILE).display()
+                    ))
                 })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
             let now = now_rfc3339();
@@ -83,7 +112,6 @@ pub fn take_run(
                 usage: TokenUsage::default(),
                 orchestration_id: request.orchestration_id.clone(),
             };
-            write_metadata(&paths.run_dir, &meta).map_err(io)?;
             let mut events = Vec::with_capacity(16);
             events.push(
                 journal
@@ -103,6 +131,9 @@ pub fn take_run(
                     })
                     .map_err(io)?,
             );
+            // Metadata last: a run folder with metadata.json always has a journal holding
+            // the task, and one without it never started (see reclaim_unstarted_run_dir).
+            write_metadata(&paths.run_dir, &meta).map_err(io)?;
             Ok(TakenRun {
                 paths,
                 journal,
@@ -118,31 +149,20 @@ pub fn take_run(
                 .map_err(|e| SetupError::Refused(e.to_string()))?;
             let mut meta =
                 read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let lock = match RunLock::try_acquire(&paths.run_dir).map_err(io)? {
-                Some(lock) => lock,
-                None => {
-                    return Err(SetupError::Refused(format!(
-                        "run '{run_id}' is being driven by another process (pid {} on host '{}'); wait for it to finish or stop it first",
-                        meta.pid, meta.hostname
-                    )))
-                }
-            };
+            let (lock, takeover_reason) = take_lock(run_id, &paths, &meta, *force)?;
+            // Re-read under the lock: the previous owner may have finished in between.
+            meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
             let (mut journal, mut events) = Journal::open(&paths.run_dir, opts).map_err(io)?;
+            restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
             let mut status = meta.status;
             if status == RunStatus::Running {
-                // We hold the lock, so whoever recorded RUNNING no longer drives the run. Across
-                // hosts the lock may not be shared (network file systems): only with --force.
-                let here = current_process_identity().hostname;
-                if meta.hostname != here && !*force {
-                    return Err(SetupError::Refused(format!(
-                        "run '{run_id}' was started on host '{}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force.",
-                        meta.hostname
-                    )));
-                }
-                let reason = format!(
-                    "the run lock was free: process {} on host '{}' no longer drives the run",
-                    meta.pid, meta.hostname
-                );
+                // We hold the lock, so whoever recorded RUNNING no longer drives the run.
+                let reason = takeover_reason.unwrap_or_else(|| {
+                    format!(
+                        "the run lock was free: process {} on host '{}' no longer drives the run",
+                        meta.pid, meta.hostname
+                    )
+                });
                 events.push(
                     journal
                         .append(Event::Interrupted {
@@ -152,7 +172,6 @@ pub fn take_run(
                 );
                 status = RunStatus::Interrupted;
             }
-            let secrets = load_secrets(&paths.secrets_dir);
             let pending_question = pending_ask_human(&events);
             match status {
                 RunStatus::WaitingForInput => {
@@ -188,6 +207,8 @@ pub fn take_run(
                 }
                 RunStatus::Running => {}
             }
+            // After the answer above: a sensitive one was just stored and must reach the model.
+            let secrets = load_secrets(&paths.secrets_dir);
             // Every call a crash left without a result gets one, so the history stays valid.
             for (iteration, action_id, tool_name) in unanswered_calls(&events) {
                 events.push(
@@ -239,6 +260,108 @@ pub fn take_run(
     }
 }
 
+/// Takes the run's lock for `continue`. A RUNNING run goes through the janitor's race-free
+/// rule ([`try_take_over`]): runs of the original engine (never locked) fall back to its
+/// pid + process-name check instead of being treated as orphaned. Returns the lock and, for
+/// a RUNNING run, why it was ownerless.
+fn take_lock(
+    run_id: &str,
+    paths: &RunPaths,
+    meta: &RunMetadata,
+    force: bool,
+) -> Result<(RunLock, Option<String>), SetupError> {
+    let busy = |pid: u32, hostname: &str| {
+        SetupError::Refused(format!(
+            "run '{run_id}' is being driven by another process: its lock {} is held (pid {pid} on host '{hostname}'); wait for it to finish or stop it first",
+            paths.run_dir.join(LOCK_FILE).display()
+        ))
+    };
+    if meta.status != RunStatus::Running {
+        return match RunLock::try_acquire(&paths.run_dir).map_err(io)? {
+            Some(lock) => Ok((lock, None)),
+            None => Err(busy(meta.pid, &meta.hostname)),
+        };
+    }
+    let here = current_process_identity().hostname;
+    match try_take_over(&paths.run_dir, meta, &here, force).map_err(io)? {
+        Takeover::Acquired { lock, reason } => Ok((lock, Some(reason))),
+        Takeover::Alive { pid, hostname } => Err(busy(pid, &hostname)),
+        // Across hosts the lock may not be shared (network file systems): only with --force.
+        Takeover::OtherHost { hostname } => Err(SetupError::Refused(format!(
+            "run '{run_id}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force."
+        ))),
+    }
+}
+
+/// Environment for tools (complete, secrets removed) and for context generators.
+pub(crate) fn child_environments(
+    run_id: &str,
+    request: &RunRequest,
+    config: &SupervisorConfig,
+    paths: &RunPaths,
+) -> (Vec<(String, String)>, BTreeMap<String, String>) {
+    let mut secrets = vec!["DELTA_API_KEY".to_string()];
+    if let Some(name) = &request.agent.llm.api_key_env {
+        secrets.push(name.clone());
+    }
+    let home = request.agent.home.to_string_lossy().into_owned();
+    let cwd = request.work_dir.to_string_lossy().into_owned();
+    let extra = vec![
+        ("DELTA_RUN_ID".to_string(), run_id.to_string()),
+        (
+            "DELTA_RUN_DIR".to_string(),
+            paths.run_dir.to_string_lossy().into_owned(),
+        ),
+        ("DELTA_AGENT_HOME".to_string(), home.clone()),
+        ("DELTA_CWD".to_string(), cwd),
+        ("AGENT_HOME".to_string(), home),
+    ];
+    let tools = build_child_env(
+        &request.env,
+        &secrets,
+        &extra,
+        config.tool_path_dir.as_deref(),
+    );
+    let generators: BTreeMap<String, String> =
+        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref())
+            .into_iter()
+            .collect();
+    (tools, generators)
+}
+
+/// A process killed right after writing a new run's metadata leaves a journal without
+/// ENGINE_START and/or the task's USER_MESSAGE; the model would see no task at all. Both
+/// are written again from the metadata.
+fn restore_task(
+    run_id: &str,
+    meta: &RunMetadata,
+    journal: &mut Journal,
+    events: &mut Vec<JournalEvent>,
+) -> Result<(), crate::journal::JournalError> {
+    if events
+        .iter()
+        .any(|e| matches!(e.event, Event::UserMessage { .. }))
+    {
+        return Ok(());
+    }
+    if !events
+        .iter()
+        .any(|e| matches!(e.event, Event::EngineStart { .. }))
+    {
+        events.push(journal.append(Event::EngineStart {
+            run_id: run_id.to_string(),
+            agent_home: meta.agent_home.clone(),
+            work_dir: meta.work_dir.clone(),
+            agent_name: meta.agent_name.clone(),
+            task: meta.initial_message.clone(),
+        })?);
+    }
+    events.push(journal.append(Event::UserMessage {
+        content: meta.initial_message.clone(),
+    })?);
+    Ok(())
+}
+
 /// The ask_human call still waiting for its answer, if any.
 pub struct PendingQuestion {
     pub iteration: u32,
@@ -248,7 +371,7 @@ pub struct PendingQuestion {
 
 fn pending_ask_human(events: &[JournalEvent]) -> Option<PendingQuestion> {
     let answered = answered_ids(events);
-    events.iter().rev().find_map(|e| match &e.event {
+    let journaled = events.iter().rev().find_map(|e| match &e.event {
         Event::HumanInputRequest {
             iteration,
             action_id,
@@ -260,6 +383,35 @@ fn pending_ask_human(events: &[JournalEvent]) -> Option<PendingQuestion> {
             action_id: action_id.clone(),
             sensitive: *sensitive || input_type == "password",
         }),
+        _ => None,
+    });
+    journaled.or_else(|| unanswered_ask_human_call(events, &answered))
+}
+
+/// The original engine journals no HUMAN_INPUT_REQUEST when it pauses: the question is the
+/// last unanswered `ask_human` call, and its sensitivity is read from the call's arguments.
+fn unanswered_ask_human_call(
+    events: &[JournalEvent],
+    answered: &std::collections::HashSet<&str>,
+) -> Option<PendingQuestion> {
+    events.iter().rev().find_map(|e| match &e.event {
+        Event::Thought {
+            iteration,
+            tool_calls,
+            ..
+        } => tool_calls
+            .iter()
+            .rev()
+            .find(|c| c.name == "ask_human" && !answered.contains(c.id.as_str()))
+            .map(|call| {
+                let args: serde_json::Value =
+                    serde_json::from_str(&call.arguments).unwrap_or_default();
+                PendingQuestion {
+                    iteration: *iteration,
+                    action_id: call.id.clone(),
+                    sensitive: args["sensitive"] == true || args["input_type"] == "password",
+                }
+            }),
         _ => None,
     })
 }
@@ -293,6 +445,31 @@ pub fn unanswered_calls(events: &[JournalEvent]) -> Vec<(u32, String, String)> {
         }
     }
     out
+}
+
+/// The final answer a resumed run already has: the last conversation event is a THOUGHT
+/// without tool calls (the process died after journaling it, before ENGINE_END). Asking the
+/// model again would add a turn the original run never had, so the run completes with it.
+pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
+    let last = events.iter().rev().find(|e| {
+        matches!(
+            e.event,
+            Event::UserMessage { .. }
+                | Event::Thought { .. }
+                | Event::ActionRequest { .. }
+                | Event::ActionResult { .. }
+                | Event::HumanInputRequest { .. }
+                | Event::HumanInputReceived { .. }
+        )
+    })?;
+    match &last.event {
+        Event::Thought {
+            content,
+            tool_calls,
+            ..
+        } if tool_calls.is_empty() => Some(content.clone().unwrap_or_default()),
+        _ => None,
+    }
 }
 
 fn load_secrets(dir: &Path) -> HashMap<String, String> {

@@ -231,9 +231,12 @@ pub(crate) fn merge_inferred(
                     entry.name
                 ));
             }
+            let suggestion = closest(&entry.name, &available)
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
             return Err(ctx.error(
                 format!(
-                    "Parameter '{}' declared but not found in template",
+                    "Parameter '{}' declared but not found in template{suggestion}",
                     entry.name
                 ),
                 hint,

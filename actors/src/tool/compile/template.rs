@@ -102,6 +102,19 @@ pub(crate) fn substitute(text: &str, mut value_of: impl FnMut(&str) -> Option<St
     out
 }
 
+/// The first `$NAME` (a shell variable written without braces) in `text`, if any: in an
+/// `exec:` template it reaches the program literally, which is rarely what was meant.
+pub(crate) fn bare_shell_variable(text: &str) -> Option<String> {
+    text.match_indices('$').find_map(|(i, _)| {
+        let name: String = text[i + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            .then(|| format!("${name}"))
+    })
+}
+
 /// Metacharacters refused in `exec:` templates, two-character ones first so `&&` is not
 /// reported as `&`.
 const EXEC_METACHARACTERS: [(&str, &str); 9] = [
@@ -124,7 +137,12 @@ pub(crate) struct ExecTemplate {
     pub parameters: Vec<String>,
 }
 
-pub(crate) fn compile_exec(template: &str) -> Result<ExecTemplate, TemplateError> {
+/// `stdin` names the parameter piped to the process: a token that is exactly its
+/// placeholder is removed (the program then reads stdin), and it never becomes an argument.
+pub(crate) fn compile_exec(
+    template: &str,
+    stdin: Option<&str>,
+) -> Result<ExecTemplate, TemplateError> {
     for (meta, what) in EXEC_METACHARACTERS {
         if template.contains(meta) {
             return Err(template_error(
@@ -153,12 +171,25 @@ pub(crate) fn compile_exec(template: &str) -> Result<ExecTemplate, TemplateError
             None => index = start + 2,
         }
     }
-    let tokens = shell_words::split(template).map_err(|_| {
+    let mut tokens = shell_words::split(template).map_err(|_| {
         template_error(
             "exec: template has an unterminated quote",
             "close every ' and \" (or escape it with a backslash)",
         )
     })?;
+    if let Some(stdin) = stdin {
+        let whole = format!("${{{stdin}}}");
+        tokens.retain(|token| *token != whole);
+        if tokens
+            .iter()
+            .any(|t| placeholders(t).iter().any(|p| p.name == stdin))
+        {
+            return Err(template_error(
+                format!("the stdin parameter `{stdin}` is part of a larger word"),
+                format!("a stdin parameter is piped, not placed on the command line: remove ${{{stdin}}} from the template"),
+            ));
+        }
+    }
     let Some(program) = tokens.first() else {
         return Err(template_error(
             "exec: template is empty",
@@ -286,14 +317,23 @@ pub(crate) struct ShellTemplate {
     pub parameters: Vec<(String, bool)>,
 }
 
-pub(crate) fn compile_shell(template: &str) -> Result<ShellTemplate, TemplateError> {
+/// `stdin` names the parameter piped to the process: its placeholders are removed from the
+/// script and it takes no `$N` (so `cat ${a} | grep ${b}` with `stdin: a` runs
+/// `cat | grep "$1"`).
+pub(crate) fn compile_shell(
+    template: &str,
+    stdin: Option<&str>,
+) -> Result<ShellTemplate, TemplateError> {
     if template.trim().is_empty() {
         return Err(template_error(
             "shell: template is empty",
             "write a shell command line, e.g. shell: \"cat ${file} | wc -l\"",
         ));
     }
-    let segments = segment_shell(template);
+    let mut segments = segment_shell(template);
+    segments.retain(
+        |segment| !matches!(segment, Segment::Slot { name, .. } if Some(name.as_str()) == stdin),
+    );
     let mut engine_slots: Vec<String> = Vec::new();
     let mut parameters: Vec<(String, bool)> = Vec::new();
     for segment in &segments {
@@ -350,139 +390,5 @@ pub(crate) fn compile_shell(template: &str) -> Result<ShellTemplate, TemplateErr
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exec_keeps_placeholder_positions() {
-        let t = compile_exec("grep ${pattern} -r .").unwrap();
-        assert_eq!(t.tokens, vec!["grep", "${pattern}", "-r", "."]);
-        assert_eq!(t.parameters, vec!["pattern"]);
-    }
-
-    #[test]
-    fn exec_quoted_static_arguments_and_mixed_tokens() {
-        let t = compile_exec(r#"grep "fixed pattern" --name=${x} ${AGENT_HOME}/a ${x}"#).unwrap();
-        assert_eq!(
-            t.tokens,
-            vec![
-                "grep",
-                "fixed pattern",
-                "--name=${x}",
-                "${AGENT_HOME}/a",
-                "${x}"
-            ]
-        );
-        assert_eq!(
-            t.parameters,
-            vec!["x"],
-            "engine variables are not parameters; x counted once"
-        );
-    }
-
-    #[test]
-    fn exec_refuses_every_metacharacter_with_its_name() {
-        for (template, meta, what) in [
-            ("cat ${f} | wc", "|", "pipe"),
-            ("echo a > b", ">", "output redirection"),
-            ("sort < a", "<", "input redirection"),
-            ("sleep 1 &", "&", "background execution"),
-            ("a; b", ";", "command separator"),
-            ("echo `id`", "`", "command substitution"),
-            ("echo $(id)", "$(", "command substitution"),
-            ("true && false", "&&", "logical AND"),
-            ("true || false", "||", "logical OR"),
-        ] {
-            let err = compile_exec(template).unwrap_err();
-            assert_eq!(
-                err.message,
-                format!("Shell metacharacter '{meta}' ({what}) not allowed in exec: mode"),
-                "{template}"
-            );
-            assert!(err.hint.starts_with("Use shell: mode"), "{}", err.hint);
-        }
-    }
-
-    #[test]
-    fn exec_refuses_raw_malformed_and_parameter_programs() {
-        assert!(compile_exec("ls ${d:raw}")
-            .unwrap_err()
-            .message
-            .contains(":raw modifier not allowed"));
-        assert!(compile_exec("ls ${d:-x}")
-            .unwrap_err()
-            .message
-            .contains("not a valid placeholder"));
-        assert!(compile_exec("ls ${d")
-            .unwrap_err()
-            .message
-            .contains("not a valid placeholder"));
-        assert!(compile_exec("${cmd} x")
-            .unwrap_err()
-            .message
-            .contains("cannot come from a parameter"));
-        assert!(compile_exec("echo 'open")
-            .unwrap_err()
-            .message
-            .contains("unterminated quote"));
-        assert!(compile_exec("   ").unwrap_err().message.contains("empty"));
-        assert!(compile_exec("${AGENT_HOME}/run.sh ${x}").is_ok());
-    }
-
-    #[test]
-    fn shell_spec_example_and_reused_placeholder() {
-        let t = compile_shell("grep ${pattern} ${file} | wc -l; echo ${pattern}").unwrap();
-        assert_eq!(t.script, r#"grep "$1" "$2" | wc -l; echo "$1""#);
-        assert_eq!(
-            t.parameters,
-            vec![("pattern".to_string(), false), ("file".to_string(), false)]
-        );
-    }
-
-    #[test]
-    fn shell_quotes_by_context() {
-        let t = compile_shell(r#"echo "dir: ${d}" '${d}' ${r:raw} '${r:raw}'"#).unwrap();
-        assert_eq!(t.script, r#"echo "dir: $1" ''"$1"'' $2 ''$2''"#);
-    }
-
-    #[test]
-    fn shell_engine_variables_take_the_first_slots() {
-        let t = compile_shell("${AGENT_HOME}/x.sh ${a} > ${CWD}/out").unwrap();
-        assert_eq!(t.engine_slots, vec!["${AGENT_HOME}", "${CWD}"]);
-        assert_eq!(t.script, r#""$1"/x.sh "$3" > "$2"/out"#);
-        assert_eq!(t.parameters, vec![("a".to_string(), false)]);
-    }
-
-    #[test]
-    fn shell_leaves_escapes_and_shell_expansions_alone() {
-        let t = compile_shell(r#"echo \${notparam} ${x:-default} "$(cat "${f}")""#).unwrap();
-        assert_eq!(t.script, r#"echo \${notparam} ${x:-default} "$(cat "$1")""#);
-        assert_eq!(t.parameters, vec![("f".to_string(), false)]);
-    }
-
-    #[test]
-    fn shell_slots_from_ten_are_braced() {
-        let names: Vec<String> = (0..11).map(|i| format!("${{p{i}}}")).collect();
-        let t = compile_shell(&format!("echo {}", names.join(" "))).unwrap();
-        assert!(
-            t.script.ends_with(r#""$9" "${10}" "${11}""#),
-            "{}",
-            t.script
-        );
-    }
-
-    #[test]
-    fn shell_refuses_mixed_raw_use() {
-        let err = compile_shell("echo ${a} ${a:raw}").unwrap_err();
-        assert!(err.message.contains("both as"), "{}", err.message);
-    }
-
-    #[test]
-    fn substitute_never_rescans_values() {
-        let out = substitute("a=${a} b=${b}", |n| {
-            Some(if n == "a" { "${b}".into() } else { "B".into() })
-        });
-        assert_eq!(out, "a=${b} b=B");
-    }
-}
+#[path = "template_tests.rs"]
+mod tests;

@@ -106,6 +106,18 @@ fn shell_raw_is_unquoted_and_stdin_takes_no_slot() {
 }
 
 #[test]
+fn a_stdin_placeholder_is_piped_and_never_takes_a_slot() {
+    let tool = compile_ok("name: t\nshell: cat ${a} | grep ${b}\nstdin: a\n");
+    assert_eq!(tool.command, vec!["sh", "-c", "cat  | grep \"$1\"", "--"]);
+    assert_eq!(tool.parameter("b").unwrap().position, Some(0));
+    let inv = invoke(&tool, json!({"a": "one\ntwo\n", "b": "two"})).unwrap();
+    assert_eq!(inv.argv[4..], ["two"]);
+    assert_eq!(inv.stdin.as_deref(), Some("one\ntwo\n"));
+    let exec = compile_ok("name: t\nexec: tee ${file} ${content}\nstdin: content\n");
+    assert_eq!(exec.command, vec!["tee", "${file}"]);
+}
+
+#[test]
 fn shell_engine_variables_fill_their_slots() {
     let tool = compile_ok("name: t\nshell: cat ${AGENT_HOME}/notes ${f}\n");
     assert_eq!(
@@ -295,7 +307,7 @@ fn definition_errors_name_tool_file_and_hint() {
         ("name: t\nshell: cat ${f} | wc -l\nparameters:\n  - name: f\n    inject_as: stdin\n", "Cannot override inject_as for parameter 'f' (inferred: argument, explicit: stdin)"),
         ("name: t\nexec: cat ${f}\nparameters:\n  - name: f\n    position: 3\n", "Cannot override position"),
         ("name: t\nexec: cat ${f}\nparameters:\n  - name: f\n    raw: true\n", "cannot be set in parameters"),
-        ("name: t\nexec: tee ${f}\nstdin: f\n", "both the stdin parameter and a ${f} placeholder"),
+        ("name: t\nexec: tool --in=${f}\nstdin: f\n", "the stdin parameter `f` is part of a larger word"),
         ("name: t\ncommand: [x]\nparameters:\n  - name: a\n    inject_as: stdin\n  - name: b\n    inject_as: stdin\n", "At most one parameter can have inject_as: stdin"),
         ("name: t\ncommand: [x]\nparameters:\n  - name: p\n    inject_as: option\n", "inject_as: option but no option_name"),
         ("name: t\ncommand: []\n", "non-empty list"),
@@ -386,4 +398,35 @@ proptest! {
             prop_assert_eq!(printed, expected, "template {}", template);
         }
     }
+}
+
+#[test]
+fn exec_warns_about_unexpanded_shell_variables() {
+    let value: Value = serde_yaml::from_str("name: t\nexec: ls $HOME\n").unwrap();
+    let mut warnings = Vec::new();
+    compile_tool(&value, 0, Path::new("a.yaml"), &mut warnings).unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0].contains("`$HOME` is passed literally because exec: runs no shell"),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn shell_optional_parameter_without_value_keeps_its_slot_empty() {
+    let tool = compile_ok(
+        "name: t\nshell: echo ${a} ${b}\nparameters:\n  - name: a\n    required: false\n",
+    );
+    let inv = invoke(&tool, json!({"b": "B"})).unwrap();
+    assert_eq!(inv.argv[4..], ["", "B"], "$2 must still be b");
+}
+
+#[test]
+fn a_stdin_default_is_piped_when_the_model_omits_it() {
+    let tool = compile_ok(
+        "name: t\nexec: cat\nstdin: text\nparameters:\n  - name: text\n    default: hello\n",
+    );
+    let inv = invoke(&tool, json!({})).unwrap();
+    assert_eq!(inv.argv, ["cat"]);
+    assert_eq!(inv.stdin.as_deref(), Some("hello"));
 }

@@ -1,0 +1,786 @@
+//! `OrchestrationActor`: one plan's state machine. Stages form a DAG; a stage starts when
+//! its needs have finished, expands into runs (`plan::expand_stage`), and its runs are
+//! submitted to the `RunSupervisor` with at most `max_parallel` of the plan's runs in flight.
+//! Failed runs are continued with a retry message per the stage's `retries`; `output: json`
+//! results that do not parse are retried the same way, then count as failed.
+//!
+//! Resume: a planned run whose files exist is not started again. COMPLETED runs are reused
+//! (their recorded result feeds later stages), INTERRUPTED and orphaned RUNNING runs are
+//! continued, FAILED runs get their remaining retries. With deterministic run ids
+//! (`<orchestration>-<stage>-<index>`) and each run's lock, no item runs twice to completion.
+//!
+//! Must not: touch run files itself (RunActors do; the janitor settles a run a kill left
+//! finished in its journal but not in its metadata), or block its arbiter.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use actix::prelude::*;
+use tokio::sync::{broadcast, oneshot};
+
+use crate::api::{OrchestrationEvent, OrchestrationRequest, RunRequest, RunResult, RunStart};
+use crate::janitor::settle_from_journal;
+use crate::metadata::read_metadata;
+use crate::plan::state::{
+    OrchestrationState, OrchestrationStatus, OrchestrationSummary, RunRow, SchedulingEvent,
+    StageStatus, StageSummary, Totals,
+};
+use crate::plan::{
+    expand_stage, parse_json_output, ready_stages, OutputKind, PlannedRun, RunRecord, StageContext,
+};
+use crate::protocol::{RunStatus, TokenUsage};
+use crate::runtime::janitor::{JanitorActor, StopJanitor};
+use crate::runtime::supervisor::{CancelRun, RunSupervisor, SubmitRun};
+use crate::workspace::{now_rfc3339, RunPaths};
+
+/// Stop submitting, interrupt the plan's runs, finish INTERRUPTED.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelOrchestration {
+    pub reason: String,
+}
+
+/// How a planned run is (re)started.
+enum Launch {
+    New,
+    Resume(Option<String>),
+}
+
+struct StageRun {
+    planned: PlannedRun,
+    work_dir: PathBuf,
+    attempts: u32,
+    /// FAILED outcomes so far (retries are granted per failure, not per attempt).
+    failures: u32,
+    done: Option<RunRow>,
+    pending_launch: Option<Launch>,
+}
+
+struct StageState {
+    runs: Vec<StageRun>,
+    outstanding: usize,
+    status: StageStatus,
+}
+
+pub struct OrchestrationActor {
+    request: OrchestrationRequest,
+    supervisor: Addr<RunSupervisor>,
+    events: broadcast::Sender<OrchestrationEvent>,
+    reply: Option<oneshot::Sender<OrchestrationSummary>>,
+    state: Option<OrchestrationState>,
+    context: StageContext,
+    stages: BTreeMap<String, StageState>,
+    started_stages: HashSet<String>,
+    passable: HashSet<String>,
+    stop_reason: Option<String>,
+    failed: bool,
+    in_flight: HashSet<String>,
+    prior_attempts: HashMap<String, u32>,
+    prior_failures: HashMap<String, u32>,
+    started_at: Instant,
+    started_at_text: String,
+    setup_error: Option<String>,
+    janitor: Option<Addr<JanitorActor>>,
+}
+
+impl OrchestrationActor {
+    pub fn new(
+        request: OrchestrationRequest,
+        supervisor: Addr<RunSupervisor>,
+        events: broadcast::Sender<OrchestrationEvent>,
+        reply: oneshot::Sender<OrchestrationSummary>,
+    ) -> Self {
+        let context = StageContext::new(request.orchestration_id.clone());
+        // Opened here, before `Supervisor::orchestrate` returns the id to the caller: an id
+        // the caller has seen always has its folder and plan path, so `--resume` finds it
+        // however early the process is killed.
+        let vars = serde_json::to_value(&request.plan.vars).unwrap_or_default();
+        let (state, prior_attempts, prior_failures, setup_error) = match OrchestrationState::open(
+            &request.workspace,
+            &request.orchestration_id,
+            &request.plan.file,
+            &vars,
+            request.resume,
+        ) {
+            Ok(mut state) => {
+                let attempts = OrchestrationState::attempts_so_far(&state.dir);
+                let failures = OrchestrationState::failures_so_far(&state.dir);
+                let started = SchedulingEvent::OrchestrationStarted {
+                    plan: request.plan.file.to_string_lossy().into_owned(),
+                    workspace: request.workspace.to_string_lossy().into_owned(),
+                    resumed: request.resume,
+                };
+                if let Err(e) = state.record(started) {
+                    tracing::warn!(target: "delta::orchestrate", "{e}");
+                }
+                state.sync();
+                (Some(state), attempts, failures, None)
+            }
+            Err(e) => (None, HashMap::new(), HashMap::new(), Some(e.to_string())),
+        };
+        OrchestrationActor {
+            request,
+            supervisor,
+            events,
+            reply: Some(reply),
+            failed: setup_error.is_some(),
+            state,
+            context,
+            stages: BTreeMap::new(),
+            started_stages: HashSet::new(),
+            passable: HashSet::new(),
+            stop_reason: None,
+            in_flight: HashSet::new(),
+            prior_attempts,
+            prior_failures,
+            started_at: Instant::now(),
+            started_at_text: now_rfc3339(),
+            setup_error,
+            janitor: None,
+        }
+    }
+
+    fn record(&mut self, event: SchedulingEvent) {
+        if let Some(state) = self.state.as_mut() {
+            if let Err(e) = state.record(event) {
+                tracing::warn!(target: "delta::orchestrate", "{e}");
+            }
+        }
+    }
+
+    fn emit(&self, event: OrchestrationEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// Starts ready stages, submits runs up to the limit, and finishes when nothing is left.
+    fn advance(&mut self, ctx: &mut Context<Self>) {
+        if self.stop_reason.is_none() && !self.failed {
+            loop {
+                let ready = ready_stages(&self.request.plan, &self.passable, &self.started_stages);
+                if ready.is_empty() {
+                    break;
+                }
+                for stage in ready {
+                    self.start_stage(&stage);
+                }
+            }
+        }
+        self.submit_more(ctx);
+        let running = self
+            .stages
+            .values()
+            .any(|s| s.status == StageStatus::Running);
+        if self.in_flight.is_empty() && (!running || self.stop_reason.is_some()) {
+            self.finish(ctx);
+        }
+    }
+
+    fn start_stage(&mut self, id: &str) {
+        self.started_stages.insert(id.to_string());
+        let Some(stage) = self.request.plan.stage(id).cloned() else {
+            return;
+        };
+        let planned = match expand_stage(&self.request.plan, id, &self.context) {
+            Ok(p) => p,
+            Err(e) => {
+                let message = e.to_string();
+                tracing::error!(target: "delta::orchestrate", "{message}");
+                self.setup_error.get_or_insert(message);
+                self.stages.insert(
+                    id.to_string(),
+                    StageState {
+                        runs: Vec::new(),
+                        outstanding: 0,
+                        status: StageStatus::Failed,
+                    },
+                );
+                self.failed = true;
+                self.record(SchedulingEvent::StageFinished {
+                    stage: id.to_string(),
+                    status: StageStatus::Failed,
+                    completed: 0,
+                    failed: 0,
+                });
+                return;
+            }
+        };
+        self.record(SchedulingEvent::StageStarted {
+            stage: id.to_string(),
+            runs: planned.len(),
+        });
+        self.emit(OrchestrationEvent::StageStarted {
+            stage: id.to_string(),
+            runs: planned.len(),
+        });
+        let mut runs = Vec::with_capacity(planned.len());
+        for p in planned {
+            let work_dir = match &p.work_dir_suffix {
+                Some(suffix) => self.request.workspace.join(suffix),
+                None => self.request.workspace.clone(),
+            };
+            let attempts = self.prior_attempts.get(&p.run_id).copied().unwrap_or(0);
+            let failures = self.prior_failures.get(&p.run_id).copied().unwrap_or(0);
+            let (done, launch) = self.existing_state(
+                &p,
+                &work_dir,
+                attempts,
+                failures,
+                stage.retries,
+                stage.output,
+            );
+            runs.push(StageRun {
+                planned: p,
+                work_dir,
+                attempts,
+                failures,
+                done,
+                pending_launch: launch,
+            });
+        }
+        let outstanding = runs.iter().filter(|r| r.done.is_none()).count();
+        self.stages.insert(
+            id.to_string(),
+            StageState {
+                runs,
+                outstanding,
+                status: StageStatus::Running,
+            },
+        );
+        if outstanding == 0 {
+            self.finish_stage(id);
+        }
+    }
+
+    /// What to do with a planned run given what is on disk (resume, or reruns of an id).
+    fn existing_state(
+        &self,
+        planned: &PlannedRun,
+        work_dir: &std::path::Path,
+        attempts: u32,
+        failures: u32,
+        retries: u32,
+        output: OutputKind,
+    ) -> (Option<RunRow>, Option<Launch>) {
+        let paths = RunPaths::new(work_dir, &planned.run_id);
+        if !paths.run_dir.exists() {
+            return (None, Some(Launch::New));
+        }
+        // A kill between the journal's ENGINE_END and the metadata write leaves a finished
+        // run recorded as RUNNING (then INTERRUPTED by a janitor): the journal is the truth,
+        // and continuing would complete the item twice.
+        settle_from_journal(work_dir, &planned.run_id);
+        let Ok(meta) = read_metadata(&paths.run_dir) else {
+            // Killed before the run's metadata was written: nothing ran, start it afresh
+            // (the run setup reclaims the empty directory).
+            if !paths.metadata.exists() {
+                return (None, Some(Launch::New));
+            }
+            return (None, Some(Launch::Resume(None)));
+        };
+        let row = |status: RunStatus, error: Option<String>| RunRow {
+            run_id: planned.run_id.clone(),
+            index: planned.index,
+            status,
+            result: meta.result.clone(),
+            error,
+            duration_ms: 0,
+            iterations: meta.iterations,
+            attempts: attempts.max(1),
+            usage: meta.usage,
+            reused: true,
+        };
+        match meta.status {
+            RunStatus::Completed => {
+                reuse_completed(row(RunStatus::Completed, None), output, failures, retries)
+            }
+            RunStatus::Interrupted | RunStatus::Running => (None, Some(Launch::Resume(None))),
+            RunStatus::WaitingForInput => (
+                Some(row(
+                    RunStatus::WaitingForInput,
+                    Some(format!(
+                        "waiting for human input: answer with `delta continue --run-id {} -w {} -m ...`, then resume the orchestration",
+                        planned.run_id,
+                        work_dir.display()
+                    )),
+                )),
+                None,
+            ),
+            // The failure on disk counts even if the kill came before its RUN_FINISHED.
+            RunStatus::Failed if failures.max(1) <= retries => (
+                None,
+                Some(Launch::Resume(Some(retry_message(meta.error.as_deref())))),
+            ),
+            RunStatus::Failed => (Some(row(RunStatus::Failed, meta.error.clone())), None),
+        }
+    }
+
+    fn submit_more(&mut self, ctx: &mut Context<Self>) {
+        if self.stop_reason.is_some() {
+            return;
+        }
+        let limit = self.request.max_parallel.max(1);
+        let ids: Vec<String> = self.stages.keys().cloned().collect();
+        for id in ids {
+            loop {
+                if self.in_flight.len() >= limit {
+                    return;
+                }
+                let Some(stage) = self.stages.get_mut(&id) else {
+                    break;
+                };
+                let Some(k) = stage.runs.iter().position(|r| r.pending_launch.is_some()) else {
+                    break;
+                };
+                let launch = stage.runs[k].pending_launch.take();
+                if let Some(launch) = launch {
+                    self.submit(&id, k, launch, ctx);
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self, stage_id: &str, k: usize, launch: Launch, ctx: &mut Context<Self>) {
+        let Some(run) = self
+            .stages
+            .get_mut(stage_id)
+            .and_then(|s| s.runs.get_mut(k))
+        else {
+            return;
+        };
+        run.attempts += 1;
+        let attempt = run.attempts;
+        let planned = run.planned.clone();
+        let work_dir = run.work_dir.clone();
+        let Some(agent) = self.request.agents.get(&planned.agent).cloned() else {
+            let message = format!(
+                "agent {} was not loaded before the orchestration started",
+                planned.agent.display()
+            );
+            self.on_run_done(stage_id, k, Err(message), ctx);
+            return;
+        };
+        if let Err(e) = std::fs::create_dir_all(&work_dir) {
+            let message = format!(
+                "cannot create the run's workspace {}: {e}",
+                work_dir.display()
+            );
+            self.on_run_done(stage_id, k, Err(message), ctx);
+            return;
+        }
+        let (start, resume) = match launch {
+            Launch::New => (
+                RunStart::New {
+                    task: planned.message.clone(),
+                },
+                false,
+            ),
+            Launch::Resume(message) => (
+                RunStart::Continue {
+                    message,
+                    force: false,
+                },
+                true,
+            ),
+        };
+        let request = RunRequest {
+            agent,
+            work_dir,
+            run_id: Some(planned.run_id.clone()),
+            start,
+            max_iterations: planned.max_iterations,
+            llm: self
+                .request
+                .llm_by_agent
+                .get(&planned.agent)
+                .unwrap_or(&self.request.llm)
+                .clone(),
+            env: self.request.env.clone(),
+            timeout: planned.timeout,
+            prompter: None,
+            workspace_id: None,
+            orchestration_id: Some(self.request.orchestration_id.clone()),
+        };
+        self.in_flight.insert(planned.run_id.clone());
+        self.record(SchedulingEvent::RunSubmitted {
+            stage: stage_id.to_string(),
+            index: planned.index,
+            run_id: planned.run_id.clone(),
+            attempt,
+            resume,
+        });
+        self.emit(OrchestrationEvent::RunStarted {
+            stage: stage_id.to_string(),
+            index: planned.index,
+            run_id: planned.run_id.clone(),
+            attempt,
+        });
+        let (tx, rx) = oneshot::channel();
+        let stage = stage_id.to_string();
+        let submitted = self.supervisor.send(SubmitRun { request, reply: tx });
+        async move {
+            match submitted.await {
+                Ok(Ok(_)) => rx
+                    .await
+                    .map_err(|_| "the engine stopped before the run finished".to_string()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("the engine stopped".to_string()),
+            }
+        }
+        .into_actor(self)
+        .map(move |result, act, ctx| act.on_run_done(&stage, k, result, ctx))
+        .spawn(ctx);
+    }
+
+    fn on_run_done(
+        &mut self,
+        stage_id: &str,
+        k: usize,
+        result: Result<RunResult, String>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(stage_spec) = self.request.plan.stage(stage_id).cloned() else {
+            return;
+        };
+        let stopping = self.stop_reason.is_some();
+        let Some(run) = self
+            .stages
+            .get_mut(stage_id)
+            .and_then(|s| s.runs.get_mut(k))
+        else {
+            return;
+        };
+        self.in_flight.remove(&run.planned.run_id);
+        let mut row = match &result {
+            Ok(r) => RunRow {
+                run_id: r.run_id.clone(),
+                index: run.planned.index,
+                status: r.status,
+                result: r.result.clone(),
+                error: r
+                    .error
+                    .as_ref()
+                    .map(|e| format!("{}: {}", e.kind, e.message)),
+                duration_ms: r.metrics.duration_ms,
+                iterations: r.metrics.iterations,
+                attempts: run.attempts,
+                usage: TokenUsage {
+                    input_tokens: r.metrics.usage.input_tokens,
+                    output_tokens: r.metrics.usage.output_tokens,
+                    total_tokens: r.metrics.usage.input_tokens + r.metrics.usage.output_tokens,
+                },
+                reused: false,
+            },
+            Err(message) => RunRow {
+                run_id: run.planned.run_id.clone(),
+                index: run.planned.index,
+                status: RunStatus::Failed,
+                result: None,
+                error: Some(message.clone()),
+                duration_ms: 0,
+                iterations: 0,
+                attempts: run.attempts,
+                usage: TokenUsage::default(),
+                reused: false,
+            },
+        };
+        // `output: json`: an answer that does not parse is a failure (and may be retried).
+        if stage_spec.output == OutputKind::Json && row.status == RunStatus::Completed {
+            if let Err(e) = parse_json_output(row.result.as_deref().unwrap_or("")) {
+                row.status = RunStatus::Failed;
+                row.error = Some(format!("the result is not valid JSON ({e})"));
+            }
+        }
+        let retryable = row.status == RunStatus::Failed && result.is_ok();
+        let event = SchedulingEvent::RunFinished {
+            stage: stage_id.to_string(),
+            index: row.index,
+            run_id: row.run_id.clone(),
+            status: row.status,
+            attempt: row.attempts,
+            error: row.error.clone(),
+        };
+        let finished = OrchestrationEvent::RunFinished {
+            stage: stage_id.to_string(),
+            index: row.index,
+            run_id: row.run_id.clone(),
+            status: row.status,
+            duration_ms: row.duration_ms,
+            error: row.error.clone(),
+        };
+        if retryable {
+            run.failures += 1;
+        }
+        if retryable && !stopping && run.failures <= stage_spec.retries {
+            let hint = row.error.clone();
+            run.pending_launch = Some(Launch::Resume(Some(retry_message(hint.as_deref()))));
+            self.record(event);
+            self.emit(finished);
+            self.advance(ctx);
+            return;
+        }
+        run.done = Some(row);
+        self.record(event);
+        self.emit(finished);
+        if let Some(stage) = self.stages.get_mut(stage_id) {
+            stage.outstanding = stage.outstanding.saturating_sub(1);
+            if stage.outstanding == 0 {
+                self.finish_stage(stage_id);
+            }
+        }
+        self.emit_progress();
+        self.advance(ctx);
+    }
+
+    fn finish_stage(&mut self, stage_id: &str) {
+        let Some(spec) = self.request.plan.stage(stage_id).cloned() else {
+            return;
+        };
+        let Some(stage) = self.stages.get_mut(stage_id) else {
+            return;
+        };
+        let rows: Vec<&RunRow> = stage.runs.iter().filter_map(|r| r.done.as_ref()).collect();
+        let completed = rows
+            .iter()
+            .filter(|r| r.status == RunStatus::Completed)
+            .count();
+        let interrupted = rows
+            .iter()
+            .filter(|r| r.status == RunStatus::Interrupted)
+            .count();
+        let failed = rows.len() - completed;
+        let status = if self.stop_reason.is_some() && interrupted > 0 {
+            StageStatus::Interrupted
+        } else if failed == 0 {
+            StageStatus::Completed
+        } else if spec.on_failure == crate::plan::OnFailure::Continue {
+            StageStatus::CompletedWithFailures
+        } else {
+            StageStatus::Failed
+        };
+        stage.status = status;
+        let records: Vec<RunRecord> = stage
+            .runs
+            .iter()
+            .filter_map(|r| r.done.as_ref())
+            .map(|r| RunRecord {
+                run_id: r.run_id.clone(),
+                status: r.status,
+                result: r.result.clone(),
+                error: r.error.clone(),
+            })
+            .collect();
+        self.context.record_stage(&spec, &records);
+        match status {
+            StageStatus::Completed | StageStatus::CompletedWithFailures => {
+                self.passable.insert(stage_id.to_string());
+            }
+            _ => self.failed = true,
+        }
+        self.record(SchedulingEvent::StageFinished {
+            stage: stage_id.to_string(),
+            status,
+            completed,
+            failed,
+        });
+        if let Some(state) = &self.state {
+            state.sync();
+        }
+        self.emit(OrchestrationEvent::StageFinished {
+            stage: stage_id.to_string(),
+            status,
+            completed,
+            failed,
+        });
+    }
+
+    fn emit_progress(&self) {
+        let mut total = 0;
+        let mut done = 0;
+        let mut failed = 0;
+        for stage in self.stages.values() {
+            total += stage.runs.len();
+            for r in stage.runs.iter().filter_map(|r| r.done.as_ref()) {
+                done += 1;
+                if r.status != RunStatus::Completed {
+                    failed += 1;
+                }
+            }
+        }
+        self.emit(OrchestrationEvent::Progress {
+            total,
+            done,
+            running: self.in_flight.len(),
+            failed,
+        });
+    }
+
+    fn finish(&mut self, ctx: &mut Context<Self>) {
+        let Some(reply) = self.reply.take() else {
+            return;
+        };
+        if let Some(janitor) = self.janitor.take() {
+            janitor.do_send(StopJanitor);
+        }
+        let mut stages = Vec::new();
+        let mut totals = Totals::default();
+        for spec in &self.request.plan.stages {
+            let (status, runs) = match self.stages.get(&spec.id) {
+                Some(s) => {
+                    let status = if s.status == StageStatus::Running {
+                        StageStatus::Interrupted
+                    } else {
+                        s.status
+                    };
+                    (
+                        status,
+                        s.runs
+                            .iter()
+                            .filter_map(|r| r.done.clone())
+                            .collect::<Vec<_>>(),
+                    )
+                }
+                None if self.stop_reason.is_some() => (StageStatus::Interrupted, Vec::new()),
+                None => (StageStatus::Skipped, Vec::new()),
+            };
+            let total = self.stages.get(&spec.id).map(|s| s.runs.len()).unwrap_or(0);
+            let completed = runs
+                .iter()
+                .filter(|r| r.status == RunStatus::Completed)
+                .count();
+            let interrupted = runs
+                .iter()
+                .filter(|r| r.status == RunStatus::Interrupted)
+                .count();
+            let failed = runs.len() - completed - interrupted;
+            totals.runs += total;
+            totals.completed += completed;
+            totals.failed += failed;
+            totals.interrupted += interrupted + (total - runs.len());
+            for r in &runs {
+                totals.input_tokens += r.usage.input_tokens;
+                totals.output_tokens += r.usage.output_tokens;
+            }
+            stages.push(StageSummary {
+                id: spec.id.clone(),
+                status,
+                total,
+                completed,
+                failed,
+                interrupted,
+                runs,
+            });
+        }
+        let status = if self.stop_reason.is_some() {
+            OrchestrationStatus::Interrupted
+        } else if self.failed || totals.failed > 0 || totals.completed < totals.runs {
+            OrchestrationStatus::Failed
+        } else {
+            OrchestrationStatus::Completed
+        };
+        let summary = OrchestrationSummary {
+            orchestration_id: self.request.orchestration_id.clone(),
+            status,
+            plan: self.request.plan.file.to_string_lossy().into_owned(),
+            workspace: self.request.workspace.to_string_lossy().into_owned(),
+            started_at: self.started_at_text.clone(),
+            ended_at: now_rfc3339(),
+            duration_ms: self.started_at.elapsed().as_millis() as u64,
+            stages,
+            totals,
+            error: self
+                .setup_error
+                .clone()
+                .or_else(|| self.stop_reason.clone()),
+        };
+        self.record(SchedulingEvent::OrchestrationFinished { status });
+        if let Some(state) = &self.state {
+            if let Err(e) = state.write_summary(&summary) {
+                tracing::warn!(target: "delta::orchestrate", "{e}");
+            }
+            state.sync();
+        }
+        self.emit(OrchestrationEvent::Finished { status });
+        let _ = reply.send(summary);
+        ctx.stop();
+    }
+}
+
+/// A run found COMPLETED on disk. `output: json` is checked again (the kill may have come
+/// before the check): an answer that does not parse is a failure, retried while the stage
+/// has retries left (the failure on disk counts even if it was never recorded).
+fn reuse_completed(
+    mut done: RunRow,
+    output: OutputKind,
+    failures: u32,
+    retries: u32,
+) -> (Option<RunRow>, Option<Launch>) {
+    if output == OutputKind::Json {
+        if let Err(e) = parse_json_output(done.result.as_deref().unwrap_or("")) {
+            let error = format!("the result is not valid JSON ({e})");
+            if failures.max(1) <= retries {
+                return (
+                    None,
+                    Some(Launch::Resume(Some(retry_message(Some(&error))))),
+                );
+            }
+            done.status = RunStatus::Failed;
+            done.error = Some(error);
+        }
+    }
+    (Some(done), None)
+}
+
+fn retry_message(error: Option<&str>) -> String {
+    match error {
+        Some(e) => format!(
+            "The previous attempt failed: {e}\nTry again, taking this into account, and finish with a final answer."
+        ),
+        None => "The previous attempt failed. Try again and finish with a final answer.".to_string(),
+    }
+}
+
+impl Actor for OrchestrationActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if self.state.is_none() {
+            self.finish(ctx);
+            return;
+        }
+        // Runs of this workspace orphaned by other processes are noticed while we work.
+        self.janitor = Some(
+            JanitorActor::new(
+                vec![self.request.workspace.clone()],
+                Some(std::time::Duration::from_secs(60)),
+            )
+            .start(),
+        );
+        self.advance(ctx);
+    }
+}
+
+impl Handler<CancelOrchestration> for OrchestrationActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CancelOrchestration, ctx: &mut Self::Context) {
+        if self.stop_reason.is_some() {
+            return;
+        }
+        self.stop_reason = Some(msg.reason.clone());
+        for run_id in &self.in_flight {
+            self.supervisor.do_send(CancelRun {
+                run_id: run_id.clone(),
+                reason: msg.reason.clone(),
+            });
+        }
+        for stage in self.stages.values_mut() {
+            for run in &mut stage.runs {
+                run.pending_launch = None;
+            }
+        }
+        if self.in_flight.is_empty() {
+            self.finish(ctx);
+        }
+    }
+}

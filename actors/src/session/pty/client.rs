@@ -1,0 +1,369 @@
+//! The client side of PTY sessions, used by the `delta-sessions-pty` CLI and embedders:
+//! start a holder and wait until it answers, then send it protocol requests. Liveness is
+//! "the holder answers on its socket", never a PID guess. Owns no PTY and never prints.
+
+use std::fs;
+use std::io::{BufReader, ErrorKind};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::key_bytes;
+use super::protocol::{read_frame, write_frame, Request, Response};
+use super::socket_dir::{ensure_private_dir, socket_path, verify_private_dir};
+use super::{read_pty_metadata, PtyConfig, PtyMetadata, PtyStatus, START_ERROR_FILE};
+use crate::session::error::SessionError;
+use crate::session::files::{
+    check_session_id, create_private_dir, is_valid_session_id, new_session_id,
+};
+use crate::session::shell::CleanupReport;
+
+/// How long `start` waits for a new holder to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(5);
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// Margin added to a read's own timeout before the client gives up on the holder.
+const REPLY_MARGIN: Duration = Duration::from_secs(5);
+/// `end` waits for SIGTERM (5 s) plus this.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Options of `read`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadOptions {
+    /// Wait up to this long for new output (0 or `None`: return what is buffered now).
+    pub timeout_ms: Option<u64>,
+    /// Wait without limit for new output.
+    pub wait: bool,
+    /// Return only the last N lines (the whole buffer is consumed).
+    pub lines: Option<usize>,
+}
+
+/// What `start`, `status` and `list` report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PtySessionInfo {
+    pub session_id: String,
+    pub status: PtyStatus,
+    pub alive: bool,
+    pub pid: Option<u32>,
+    pub holder_pid: u32,
+    pub command: Vec<String>,
+    pub created_at: String,
+    pub last_accessed_at: String,
+    pub uptime_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// The PTY sessions of one folder.
+#[derive(Debug, Clone)]
+pub struct PtySessions {
+    config: PtyConfig,
+}
+
+impl PtySessions {
+    pub fn new(config: PtyConfig) -> Self {
+        PtySessions { config }
+    }
+
+    /// Starts `command` (argv, passed verbatim) in a PTY under a new detached holder.
+    pub fn start(
+        &self,
+        command: &[String],
+        work_dir: &Path,
+    ) -> Result<PtySessionInfo, SessionError> {
+        let id = new_session_id();
+        let start_failed = |reason: String| SessionError::StartFailed {
+            id: id.clone(),
+            command: command.join(" "),
+            reason,
+        };
+        if command.is_empty() {
+            return Err(start_failed(
+                "no command given; e.g. `start bash -i`".into(),
+            ));
+        }
+        create_private_dir(&self.config.sessions_dir)?;
+        ensure_private_dir(&self.config.runtime_dir)?;
+        let dir = self.config.sessions_dir.join(&id);
+        create_private_dir(&dir)?;
+        let socket = socket_path(&self.config.runtime_dir, &id)?;
+        let mut holder = Command::new(&self.config.holder_exe)
+            .arg("__holder")
+            .arg(&id)
+            .arg(&dir)
+            .arg(&socket)
+            .arg(work_dir)
+            .arg("--")
+            .args(command)
+            .current_dir(work_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                start_failed(format!(
+                    "cannot run {}: {e}",
+                    self.config.holder_exe.display()
+                ))
+            })?;
+
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(_)) = holder.try_wait() {
+                // A program that finished at once (and left nothing to read) is a started
+                // session that is already dead, not a failed start.
+                let started = !dir.join(START_ERROR_FILE).exists();
+                if let (true, Ok(metadata)) = (started, read_pty_metadata(&dir)) {
+                    let exit_code = metadata.exit_code;
+                    return Ok(info(metadata, false, exit_code));
+                }
+                let reason = fs::read_to_string(dir.join(START_ERROR_FILE))
+                    .unwrap_or_else(|_| "the holder exited before it was ready".into());
+                let _ = fs::remove_dir_all(&dir);
+                return Err(start_failed(reason));
+            }
+            if let Ok(info) = self.status(&id) {
+                // Reap the holder if this process outlives it (embedders); the CLI just exits.
+                std::thread::spawn(move || holder.wait());
+                return Ok(info);
+            }
+            if Instant::now() >= deadline {
+                let _ = holder.kill();
+                let _ = holder.wait();
+                let _ = fs::remove_dir_all(&dir);
+                return Err(start_failed("the holder did not answer within 5 s".into()));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Sends raw bytes (already escape-parsed) to the program. Returns the byte count.
+    pub fn write(&self, id: &str, data: &[u8]) -> Result<usize, SessionError> {
+        let request = Request::Write {
+            data: data.to_vec(),
+        };
+        match self.request(id, &request, Some(REPLY_MARGIN))? {
+            Response::Written { bytes } => Ok(bytes),
+            other => Err(unexpected(id, other)),
+        }
+    }
+
+    /// Sends the bytes of a named key.
+    pub fn write_key(&self, id: &str, key: &str) -> Result<usize, SessionError> {
+        let bytes = key_bytes(key).ok_or_else(|| SessionError::InvalidKey {
+            key: key.to_string(),
+        })?;
+        self.write(id, &bytes)
+    }
+
+    /// Takes the buffered output (see [`ReadOptions`]).
+    pub fn read(&self, id: &str, options: ReadOptions) -> Result<String, SessionError> {
+        let request = Request::Read {
+            timeout_ms: options.timeout_ms,
+            wait: options.wait,
+            lines: options.lines,
+        };
+        let limit = if options.wait {
+            None
+        } else {
+            Some(Duration::from_millis(options.timeout_ms.unwrap_or(0)) + REPLY_MARGIN)
+        };
+        match self.request(id, &request, limit)? {
+            Response::Output { data } => Ok(data),
+            other => Err(unexpected(id, other)),
+        }
+    }
+
+    /// Streams output to `on_chunk` until the program exits and its output is drained.
+    pub fn follow(
+        &self,
+        id: &str,
+        on_chunk: &mut dyn FnMut(&str) -> std::io::Result<()>,
+    ) -> Result<(), SessionError> {
+        let (_, mut stream) = self.connect(id)?;
+        write_frame(&mut stream, &Request::Follow).map_err(|e| protocol(id, e))?;
+        let mut input = BufReader::new(stream);
+        loop {
+            match read_frame::<Response>(&mut input).map_err(|e| protocol(id, e))? {
+                Some(Response::Output { data }) => on_chunk(&data).map_err(|e| protocol(id, e))?,
+                Some(Response::End) | None => return Ok(()),
+                Some(other) => return Err(unexpected(id, other)),
+            }
+        }
+    }
+
+    /// Stops the program (SIGTERM, up to 5 s, SIGKILL) and its holder, removes the folder.
+    pub fn end(&self, id: &str) -> Result<(), SessionError> {
+        let dir = self.session_dir(id)?;
+        if let Ok((metadata, mut stream)) = self.connect(id) {
+            let _ = send(&mut stream, &Request::Shutdown, Some(SHUTDOWN_TIMEOUT));
+            let _ = fs::remove_file(&metadata.socket);
+        }
+        fs::remove_dir_all(&dir).map_err(|e| SessionError::io("cannot remove", &dir, e))
+    }
+
+    /// Metadata reconciled with what the holder says right now.
+    pub fn status(&self, id: &str) -> Result<PtySessionInfo, SessionError> {
+        let dir = self.session_dir(id)?;
+        let metadata = read_pty_metadata(&dir)?;
+        let pong = match self.connect(id) {
+            Ok((_, mut stream)) => send(&mut stream, &Request::Ping, Some(PING_TIMEOUT)).ok(),
+            Err(unsafe_dir @ SessionError::UnsafeSocketDir { .. }) => return Err(unsafe_dir),
+            Err(_) => None,
+        };
+        let (alive, exit_code) = match pong {
+            Some(Response::Pong {
+                alive, exit_code, ..
+            }) => (alive, exit_code.or(metadata.exit_code)),
+            _ => (false, metadata.exit_code),
+        };
+        Ok(info(metadata, alive, exit_code))
+    }
+
+    /// Every session of the folder with readable metadata, oldest first.
+    pub fn list(&self) -> Result<Vec<PtySessionInfo>, SessionError> {
+        let mut sessions: Vec<PtySessionInfo> = self
+            .session_ids()?
+            .iter()
+            .filter_map(|id| self.status(id).ok())
+            .collect();
+        sessions.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        Ok(sessions)
+    }
+
+    /// Removes sessions whose program is dead; running ones are left alone.
+    pub fn cleanup(&self) -> Result<CleanupReport, SessionError> {
+        let mut report = CleanupReport::default();
+        for id in self.session_ids()? {
+            let dead = match self.status(&id) {
+                Ok(info) => !info.alive,
+                // Unreadable metadata while a holder starts up: not ours to judge yet.
+                Err(_) => false,
+            };
+            if dead {
+                self.end(&id)?;
+                report.cleaned.push(id);
+            } else {
+                report.remaining.push(id);
+            }
+        }
+        Ok(report)
+    }
+
+    fn session_dir(&self, id: &str) -> Result<PathBuf, SessionError> {
+        check_session_id(id)?;
+        let dir = self.config.sessions_dir.join(id);
+        if !dir.is_dir() {
+            return Err(SessionError::NotFound {
+                id: id.to_string(),
+                dir: self.config.sessions_dir.clone(),
+            });
+        }
+        Ok(dir)
+    }
+
+    fn session_ids(&self) -> Result<Vec<String>, SessionError> {
+        let root = &self.config.sessions_dir;
+        let entries = match fs::read_dir(root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(SessionError::io("cannot list", root, e)),
+        };
+        let mut ids: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .filter(|id| is_valid_session_id(id))
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    fn connect(&self, id: &str) -> Result<(PtyMetadata, UnixStream), SessionError> {
+        let dir = self.session_dir(id)?;
+        let metadata = read_pty_metadata(&dir)?;
+        if let Some(socket_dir) = metadata.socket.parent() {
+            verify_private_dir(socket_dir)?;
+        }
+        let stream = UnixStream::connect(&metadata.socket)
+            .map_err(|_| SessionError::Dead { id: id.to_string() })?;
+        Ok((metadata, stream))
+    }
+
+    fn request(
+        &self,
+        id: &str,
+        request: &Request,
+        limit: Option<Duration>,
+    ) -> Result<Response, SessionError> {
+        let (_, mut stream) = self.connect(id)?;
+        let response = send(&mut stream, request, limit).map_err(|e| match e.kind() {
+            // The holder exited between connect and reply: its program is gone.
+            ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof => {
+                SessionError::Dead { id: id.to_string() }
+            }
+            _ => protocol(id, e),
+        })?;
+        match response {
+            Response::Dead => Err(SessionError::Dead { id: id.to_string() }),
+            Response::Error { message } => Err(SessionError::Protocol {
+                id: id.to_string(),
+                reason: message,
+            }),
+            response => Ok(response),
+        }
+    }
+}
+
+fn send(
+    stream: &mut UnixStream,
+    request: &Request,
+    limit: Option<Duration>,
+) -> std::io::Result<Response> {
+    stream.set_read_timeout(limit)?;
+    write_frame(stream, request)?;
+    let mut input = BufReader::new(stream);
+    read_frame::<Response>(&mut input)?.ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the holder closed the connection",
+        )
+    })
+}
+
+fn info(metadata: PtyMetadata, alive: bool, exit_code: Option<i32>) -> PtySessionInfo {
+    let uptime_seconds = chrono::DateTime::parse_from_rfc3339(&metadata.created_at)
+        .map(|created| (chrono::Utc::now() - created.to_utc()).num_seconds().max(0) as u64)
+        .unwrap_or(0);
+    PtySessionInfo {
+        session_id: metadata.session_id,
+        status: if alive {
+            PtyStatus::Running
+        } else {
+            PtyStatus::Dead
+        },
+        alive,
+        pid: metadata.pid,
+        holder_pid: metadata.holder_pid,
+        command: metadata.command,
+        created_at: metadata.created_at,
+        last_accessed_at: metadata.last_accessed_at,
+        uptime_seconds,
+        exit_code,
+    }
+}
+
+fn protocol(id: &str, error: std::io::Error) -> SessionError {
+    SessionError::Protocol {
+        id: id.to_string(),
+        reason: error.to_string(),
+    }
+}
+
+fn unexpected(id: &str, response: Response) -> SessionError {
+    SessionError::Protocol {
+        id: id.to_string(),
+        reason: format!("unexpected reply {response:?}"),
+    }
+}

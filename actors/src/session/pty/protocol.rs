@@ -1,0 +1,126 @@
+//! The holder protocol: one compact JSON object per line in each direction (JSON escapes
+//! newlines, so a line is a frame and large writes/reads are safe). A connection may carry
+//! several requests; `follow` answers with a stream of `output` frames ended by `end`.
+//! Owns the message types and framing only, not the socket lifecycle.
+
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// Largest frame accepted (a 1 MiB buffer is at most ~6 MiB of escaped JSON).
+pub const MAX_FRAME: u64 = 64 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// Liveness and status.
+    Ping,
+    /// Bytes for the program's terminal input.
+    Write { data: Vec<u8> },
+    /// Take the buffered output. With `timeout_ms`, wait up to that long while nothing is
+    /// buffered; with `wait`, wait without limit. `lines` keeps only the last N lines.
+    Read {
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        #[serde(default)]
+        wait: bool,
+        #[serde(default)]
+        lines: Option<usize>,
+    },
+    /// Stream output as it arrives until the program exits and the buffer is drained.
+    Follow,
+    /// Stop the program (SIGTERM, up to 5 s, SIGKILL) and the holder.
+    Shutdown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    Pong {
+        session_id: String,
+        alive: bool,
+        pid: Option<u32>,
+        #[serde(default)]
+        exit_code: Option<i32>,
+    },
+    Written {
+        bytes: usize,
+    },
+    Output {
+        data: String,
+    },
+    /// End of a `follow` stream.
+    End,
+    Ok,
+    /// The program exited and nothing is left to read.
+    Dead,
+    Error {
+        message: String,
+    },
+}
+
+/// Writes one frame and flushes.
+pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    out.write_all(&line)?;
+    out.flush()
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(
+    input: &mut impl BufRead,
+) -> std::io::Result<Option<T>> {
+    let mut line = Vec::new();
+    let read = std::io::Read::take(input.by_ref(), MAX_FRAME).read_until(b'\n', &mut line)?;
+    if read == 0 {
+        return Ok(None);
+    }
+    if line.last() != Some(&b'\n') {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "frame truncated or larger than the limit",
+        ));
+    }
+    serde_json::from_slice(&line)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_even_with_newlines_and_large_payloads() {
+        let big = "line\n".repeat(200_000);
+        let mut wire = Vec::new();
+        write_frame(
+            &mut wire,
+            &Request::Write {
+                data: b"a\nb".to_vec(),
+            },
+        )
+        .unwrap();
+        write_frame(&mut wire, &Response::Output { data: big.clone() }).unwrap();
+        assert_eq!(wire.iter().filter(|b| **b == b'\n').count(), 2);
+        let mut input = std::io::Cursor::new(wire);
+        let first: Request = read_frame(&mut input).unwrap().unwrap();
+        assert_eq!(
+            first,
+            Request::Write {
+                data: b"a\nb".to_vec()
+            }
+        );
+        let second: Response = read_frame(&mut input).unwrap().unwrap();
+        assert_eq!(second, Response::Output { data: big });
+        assert!(read_frame::<Request>(&mut input).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_truncated_frame_is_an_error() {
+        let mut input = std::io::Cursor::new(b"{\"type\":\"ping\"".to_vec());
+        assert!(read_frame::<Request>(&mut input).is_err());
+    }
+}

@@ -1,0 +1,261 @@
+//! `delta orchestrate plan.yaml`: validate a plan, load every agent once, and drive the
+//! whole batch in this process through one Supervisor; progress on stderr, the summary on
+//! stdout. `--dry-run` validates and prints the stage graph; `--resume ID` finishes an
+//! interrupted orchestration.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
+use delta_actors::api::{OrchestrationRequest, Supervisor};
+use delta_actors::plan::state::{
+    find_workspace, next_plan_workspace, OrchestrationState, SchedulingEvent, SchedulingRecord,
+    StateError,
+};
+use delta_actors::plan::{load_plan, orchestration_id, ResolvedPlan};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::commands::engine::{
+    interrupt, llm_target, process_env, supervisor_config, with_model_override,
+};
+use crate::error::CliError;
+use crate::output::orchestration::{print_dry_run, print_summary, Progress};
+use crate::output::Format;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  delta orchestrate examples/plans/map-reduce/plan.yaml --llm-script examples/plans/map-reduce/llm-script.yaml
+  delta orchestrate plan.yaml --dry-run                  # validate, load every agent, print the stage graph
+  delta orchestrate plan.yaml --var repo=acme/api --max-parallel 32 --format json
+  delta orchestrate plan.yaml --resume nightly-20261122-101500-ab12   # after a crash or Ctrl-C
+
+Exit codes: 0 every run completed, 1 a stage or run failed, 126 invalid plan or agent,
+130 interrupted (resume with --resume <id>).")]
+pub struct OrchestrateArgs {
+    /// The plan (YAML). Optional with --resume and -w: the plan recorded by the orchestration is used.
+    pub plan: Option<PathBuf>,
+    /// Shared workspace (default: the plan's `workspace:`, else <plan dir>/workspaces/W00N).
+    #[arg(short = 'w', long = "work-dir")]
+    pub work_dir: Option<PathBuf>,
+    /// Runs in flight at once across the plan (overrides the plan's max_parallel).
+    #[arg(long)]
+    pub max_parallel: Option<usize>,
+    /// Template variable, repeatable: --var repo=acme/api
+    #[arg(long = "var", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Finish the orchestration with this id: completed runs are kept, interrupted ones continued.
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
+    /// Validate the plan and every agent, print the stage graph, run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Use the built-in scripted model with this script for every agent (offline).
+    #[arg(long, value_name = "FILE")]
+    pub llm_script: Option<PathBuf>,
+}
+
+pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
+    let overrides = parse_vars(&args.vars)?;
+    let plan_path = plan_path(args)?;
+    let plan = load_plan(&plan_path, &overrides).map_err(|e| CliError::Config(e.to_string()))?;
+    let agents = load_agents(&plan)?;
+    if args.dry_run {
+        print_dry_run(&plan, &agents, args.format);
+        return Ok(0);
+    }
+    let workspace = workspace_for(args, &plan)?;
+    let id = match &args.resume {
+        Some(id) => {
+            let dir = OrchestrationState::dir_for(&workspace, id);
+            if !dir.is_dir() {
+                let missing = StateError::NotFound {
+                    id: id.clone(),
+                    path: dir,
+                };
+                return Err(CliError::Config(missing.to_string()));
+            }
+            id.clone()
+        }
+        None => orchestration_id(plan.name.as_deref()),
+    };
+    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
+    let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())
+        .map_err(|e| CliError::Config(e.to_string()))?;
+    let mut llm_by_agent = HashMap::new();
+    let mut loaded = HashMap::new();
+    for (path, agent) in agents {
+        let agent = with_model_override(agent, &env.vars);
+        llm_by_agent.insert(
+            path.clone(),
+            llm_target(&agent, &env.vars, args.llm_script.as_deref())?,
+        );
+        loaded.insert(path, Arc::new(agent));
+    }
+    let Some(default_llm) = llm_by_agent.values().next().cloned() else {
+        return Err(CliError::Config(format!(
+            "{}: the plan has no stages",
+            plan.file.display()
+        )));
+    };
+    let max_parallel = args.max_parallel.unwrap_or(plan.max_parallel).max(1);
+    let mut config = supervisor_config(
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2),
+        max_parallel,
+    );
+    config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel).max(1);
+    config.llm_requests_per_minute = plan.llm.requests_per_minute;
+    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let request = OrchestrationRequest {
+        plan: Arc::new(plan),
+        orchestration_id: id,
+        workspace,
+        agents: loaded,
+        llm_by_agent,
+        llm: default_llm,
+        env: Arc::new(env.vars),
+        resume: args.resume.is_some(),
+        max_parallel,
+    };
+    let summary = drive(&supervisor, request)?;
+    supervisor.shutdown();
+    print_summary(&summary, args.format);
+    Ok(summary.exit_code())
+}
+
+fn drive(
+    supervisor: &Supervisor,
+    request: OrchestrationRequest,
+) -> Result<delta_actors::plan::state::OrchestrationSummary, CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(e.to_string()))?;
+    rt.block_on(async {
+        let handle = supervisor
+            .orchestrate(request)
+            .await
+            .map_err(|e| CliError::Config(e.to_string()))?;
+        eprintln!("orchestration {}", handle.orchestration_id);
+        let mut progress = Progress::new();
+        let mut sigint =
+            signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let mut sigterm =
+            signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+        // The handle's own receiver holds every event since the start; a resubscribed one
+        // would miss those sent before this line (the first stages' StageStarted).
+        let mut handle = handle;
+        let fresh = handle.events.resubscribe();
+        let mut events = std::mem::replace(&mut handle.events, fresh);
+        let mut interrupted = false;
+        let wait = handle.wait();
+        tokio::pin!(wait);
+        let summary = loop {
+            tokio::select! {
+                s = &mut wait => break s,
+                ev = events.recv() => if let Ok(ev) = ev { progress.on_event(&ev) },
+                _ = tick.tick() => progress.tick(),
+                _ = sigint.recv() => interrupt(supervisor, &mut interrupted, "SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => interrupt(supervisor, &mut interrupted, "SIGTERM"),
+            }
+        };
+        while let Ok(ev) = events.try_recv() {
+            progress.on_event(&ev);
+        }
+        progress.done();
+        summary.map_err(|e| CliError::Runtime(e.to_string()))
+    })
+}
+
+fn parse_vars(vars: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    vars.iter()
+        .map(|v| match v.split_once('=') {
+            Some((k, val)) if !k.trim().is_empty() => Ok((k.trim().to_string(), val.to_string())),
+            _ => Err(CliError::Usage(format!(
+                "--var {v:?}: expected KEY=VALUE, e.g. --var repo=acme/api"
+            ))),
+        })
+        .collect()
+}
+
+/// The plan file: as given, or (resume with -w and no plan) the one the orchestration recorded.
+fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
+    if let Some(p) = &args.plan {
+        return Ok(p.clone());
+    }
+    let (Some(id), Some(ws)) = (&args.resume, &args.work_dir) else {
+        return Err(CliError::Usage(
+            "give the plan file (delta orchestrate plan.yaml), or --resume <id> with -w <workspace>".into(),
+        ));
+    };
+    let journal = OrchestrationState::dir_for(ws, id).join("journal.jsonl");
+    let text = std::fs::read_to_string(&journal).map_err(|e| {
+        CliError::Config(format!(
+            "orchestration '{id}' not found in {}: cannot read {} ({e}); check the id with `ls {}/.delta/orchestrations` and the workspace given with -w",
+            ws.display(),
+            journal.display(),
+            ws.display()
+        ))
+    })?;
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<SchedulingRecord>(l).ok())
+        .find_map(|r| match r.event {
+            SchedulingEvent::OrchestrationStarted { plan, .. } => Some(PathBuf::from(plan)),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            CliError::Config(format!(
+                "{}: no plan recorded; pass the plan file",
+                journal.display()
+            ))
+        })
+}
+
+fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, CliError> {
+    let mut agents = BTreeMap::new();
+    for stage in &plan.stages {
+        if agents.contains_key(&stage.agent) {
+            continue;
+        }
+        let agent = load_agent(&stage.agent).map_err(|e| {
+            CliError::Config(format!(
+                "{}: stage `{}`: {e}",
+                plan.file.display(),
+                stage.id
+            ))
+        })?;
+        for warning in &agent.warnings {
+            eprintln!("warning: {warning}");
+        }
+        agents.insert(stage.agent.clone(), agent);
+    }
+    Ok(agents)
+}
+
+fn workspace_for(args: &OrchestrateArgs, plan: &ResolvedPlan) -> Result<PathBuf, CliError> {
+    let chosen = match (&args.work_dir, &plan.workspace, &args.resume) {
+        (Some(w), _, _) => w.clone(),
+        (None, Some(w), _) => w.clone(),
+        (None, None, Some(id)) => find_workspace(&plan.dir, id).ok_or_else(|| {
+            CliError::Config(format!(
+                "orchestration '{id}' not found under {}/workspaces; pass its workspace with -w",
+                plan.dir.display()
+            ))
+        })?,
+        (None, None, None) => {
+            next_plan_workspace(&plan.dir).map_err(|e| CliError::Config(e.to_string()))?
+        }
+    };
+    std::fs::create_dir_all(&chosen).map_err(|e| {
+        CliError::Config(format!("cannot create workspace {}: {e}", chosen.display()))
+    })?;
+    chosen
+        .canonicalize()
+        .map_err(|e| CliError::Config(format!("workspace {}: {e}", chosen.display())))
+}

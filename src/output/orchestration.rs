@@ -1,0 +1,287 @@
+//! `delta orchestrate` output: the summary (text or JSON) on stdout, the dry-run stage graph,
+//! and the live progress on stderr (one indicatif bar per stage on a terminal, plain lines
+//! every few seconds otherwise).
+#![allow(clippy::print_stderr)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use delta_actors::agent::ResolvedAgent;
+use delta_actors::api::OrchestrationEvent;
+use delta_actors::plan::state::{OrchestrationSummary, StageStatus};
+use delta_actors::plan::{topo_order, ResolvedForeach, ResolvedPlan};
+use delta_actors::RunStatus;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::{emit, emit_json, Format};
+
+pub fn print_summary(summary: &OrchestrationSummary, format: Format) {
+    match format {
+        Format::Json => emit_json(summary),
+        Format::Raw => {
+            let mut out = String::new();
+            for stage in &summary.stages {
+                for run in &stage.runs {
+                    out.push_str(&format!("{}\t{}\n", run.run_id, run.status));
+                }
+            }
+            emit(&out);
+        }
+        Format::Text => emit(&render_summary(summary)),
+    }
+}
+
+fn render_summary(s: &OrchestrationSummary) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Orchestration {}  {}\n",
+        s.orchestration_id, s.status
+    ));
+    out.push_str(&format!("Plan:      {}\n", s.plan));
+    out.push_str(&format!("Workspace: {}\n", s.workspace));
+    out.push_str(&format!(
+        "Runs:      {} completed, {} failed, {} interrupted of {} in {:.1}s; tokens {} in / {} out\n",
+        s.totals.completed,
+        s.totals.failed,
+        s.totals.interrupted,
+        s.totals.runs,
+        s.duration_ms as f64 / 1000.0,
+        s.totals.input_tokens,
+        s.totals.output_tokens
+    ));
+    if let Some(e) = &s.error {
+        out.push_str(&format!("Note:      {e}\n"));
+    }
+    for stage in &s.stages {
+        out.push_str(&format!(
+            "\nstage {}  {:?}  ({} completed, {} failed, {} interrupted of {})\n",
+            stage.id, stage.status, stage.completed, stage.failed, stage.interrupted, stage.total
+        ));
+        for run in &stage.runs {
+            let detail = match run.status {
+                RunStatus::Completed => one_line(run.result.as_deref().unwrap_or(""), 70),
+                _ => one_line(run.error.as_deref().unwrap_or(""), 70),
+            };
+            out.push_str(&format!(
+                "  {:<40} {:<17} {:>6.1}s {:>3} it{} {}\n",
+                run.run_id,
+                run.status.as_str(),
+                run.duration_ms as f64 / 1000.0,
+                run.iterations,
+                if run.attempts > 1 {
+                    format!(" ×{}", run.attempts)
+                } else {
+                    String::new()
+                },
+                detail
+            ));
+        }
+    }
+    if s.status.as_str() == "INTERRUPTED" {
+        out.push_str(&format!(
+            "\nResume with: delta orchestrate {} --resume {} -w {}\n",
+            s.plan, s.orchestration_id, s.workspace
+        ));
+    }
+    out
+}
+
+fn one_line(text: &str, limit: usize) -> String {
+    let flat = text.replace('\n', " ");
+    if flat.chars().count() > limit {
+        let cut: String = flat.chars().take(limit).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}
+
+pub fn print_dry_run(
+    plan: &ResolvedPlan,
+    agents: &BTreeMap<PathBuf, ResolvedAgent>,
+    format: Format,
+) {
+    let layers = topo_order(plan);
+    let stages: Vec<serde_json::Value> = plan
+        .stages
+        .iter()
+        .map(|s| {
+            let fanout = match &s.foreach {
+                None => "one run".to_string(),
+                Some(ResolvedForeach::Items(items)) => format!("{} runs (items)", items.len()),
+                Some(ResolvedForeach::Files { pattern }) => {
+                    format!("one run per file matching {pattern}")
+                }
+                Some(ResolvedForeach::Lines(path)) => {
+                    format!("one run per line of {}", path.display())
+                }
+                Some(ResolvedForeach::Template(t)) => format!("one run per item of {t}"),
+            };
+            serde_json::json!({
+                "id": s.id,
+                "agent": agents.get(&s.agent).map(|a| a.name.clone()).unwrap_or_default(),
+                "agent_path": s.agent,
+                "needs": s.needs,
+                "fan_out": fanout,
+                "on_failure": format!("{:?}", s.on_failure).to_lowercase(),
+                "isolate": s.isolate,
+                "retries": s.retries,
+                "timeout_ms": s.timeout.map(|t| t.as_millis() as u64),
+                "message": s.message,
+            })
+        })
+        .collect();
+    match format {
+        Format::Json | Format::Raw => emit_json(&serde_json::json!({
+            "plan": plan.file,
+            "valid": true,
+            "max_parallel": plan.max_parallel,
+            "layers": layers,
+            "stages": stages,
+        })),
+        Format::Text => {
+            let mut out = format!("Plan {} is valid.\n", plan.file.display());
+            out.push_str(&format!("max_parallel: {}\n", plan.max_parallel));
+            for (i, layer) in layers.iter().enumerate() {
+                out.push_str(&format!(
+                    "\nlayer {} (runs in parallel): {}\n",
+                    i + 1,
+                    layer.join(", ")
+                ));
+                for id in layer {
+                    if let Some(s) = stages.iter().find(|s| s["id"] == id.as_str()) {
+                        out.push_str(&format!(
+                            "  {id}: agent {} — {}; needs [{}]\n",
+                            s["agent"].as_str().unwrap_or(""),
+                            s["fan_out"].as_str().unwrap_or(""),
+                            s["needs"]
+                                .as_array()
+                                .map(|n| n
+                                    .iter()
+                                    .filter_map(|v| v.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", "))
+                                .unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+            emit(&out);
+        }
+    }
+}
+
+/// Live progress on stderr.
+pub struct Progress {
+    bars: Option<(MultiProgress, HashMap<String, ProgressBar>)>,
+    counts: BTreeMap<String, (usize, usize, usize, usize)>,
+}
+
+impl Progress {
+    pub fn new() -> Progress {
+        let bars = std::io::stderr().is_terminal().then(|| {
+            (
+                MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+                HashMap::new(),
+            )
+        });
+        Progress {
+            bars,
+            counts: BTreeMap::new(),
+        }
+    }
+
+    pub fn on_event(&mut self, event: &OrchestrationEvent) {
+        match event {
+            OrchestrationEvent::StageStarted { stage, runs } => {
+                self.counts.insert(stage.clone(), (*runs, 0, 0, 0));
+                match &mut self.bars {
+                    Some((multi, bars)) => {
+                        let bar = multi.add(ProgressBar::new(*runs as u64));
+                        let style = ProgressStyle::with_template(
+                            "{prefix:>12} [{bar:30}] {pos}/{len} {msg} eta {eta}",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .progress_chars("=> ");
+                        bar.set_style(style);
+                        bar.set_prefix(stage.clone());
+                        bars.insert(stage.clone(), bar);
+                    }
+                    None => eprintln!("stage {stage}: {runs} run(s)"),
+                }
+            }
+            OrchestrationEvent::RunStarted { stage, .. } => {
+                if let Some(c) = self.counts.get_mut(stage) {
+                    c.2 += 1;
+                }
+                self.refresh(stage);
+            }
+            OrchestrationEvent::RunFinished { stage, status, .. } => {
+                if let Some(c) = self.counts.get_mut(stage) {
+                    c.2 = c.2.saturating_sub(1);
+                    c.1 += 1;
+                    if *status != RunStatus::Completed {
+                        c.3 += 1;
+                    }
+                }
+                self.refresh(stage);
+            }
+            OrchestrationEvent::StageFinished {
+                stage,
+                status,
+                completed,
+                failed,
+            } => {
+                match &self.bars {
+                    Some((_, bars)) => {
+                        if let Some(bar) = bars.get(stage) {
+                            bar.finish_with_message(format!(
+                                "{status:?}: {completed} completed, {failed} failed"
+                            ));
+                        }
+                    }
+                    None => eprintln!(
+                        "stage {stage}: {status:?} ({completed} completed, {failed} failed)"
+                    ),
+                }
+                if *status == StageStatus::Failed {
+                    eprintln!("stage {stage} failed: dependants will not start");
+                }
+            }
+            OrchestrationEvent::Progress { .. } | OrchestrationEvent::Finished { .. } => {}
+        }
+    }
+
+    fn refresh(&self, stage: &str) {
+        if let (Some((_, bars)), Some((_, done, running, failed))) =
+            (&self.bars, self.counts.get(stage))
+        {
+            if let Some(bar) = bars.get(stage) {
+                bar.set_position(*done as u64);
+                bar.set_message(format!("running {running}, failed {failed}"));
+            }
+        }
+    }
+
+    /// Periodic plain line when stderr is not a terminal.
+    pub fn tick(&self) {
+        if self.bars.is_some() || self.counts.is_empty() {
+            return;
+        }
+        let parts: Vec<String> = self
+            .counts
+            .iter()
+            .map(|(stage, (total, done, running, failed))| {
+                format!("{stage} {done}/{total} (running {running}, failed {failed})")
+            })
+            .collect();
+        eprintln!("progress: {}", parts.join("; "));
+    }
+
+    pub fn done(&self) {
+        if let Some((multi, _)) = &self.bars {
+            let _ = multi.clear();
+        }
+    }
+}
