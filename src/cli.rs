@@ -62,6 +62,10 @@ pub enum Command {
     #[command(name = "mock-llm")]
     MockLlm(MockLlmArgs),
 
+    /// Measure the engine under load (`delta bench load --help`)
+    #[command(subcommand)]
+    Bench(crate::commands::bench::BenchCommand),
+
     /// Same as `delta tool expand` (the original engine's spelling)
     #[command(name = "tool:expand", hide = true)]
     ToolExpandLegacy(ToolExpandArgs),

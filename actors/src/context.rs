@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
+pub use tokio_util::sync::CancellationToken;
 
 use crate::agent::{expand_path_vars, ContextRecipe, ContextSource, OnMissing};
 use crate::journal::{Event, JournalEvent};

@@ -3,6 +3,7 @@
 //! `dispatch` is the only place that maps a `Command` to its handler. Commands print their
 //! own results (stdout) and diagnostics (stderr); the library below them never prints.
 
+pub mod bench;
 pub mod continue_run;
 pub mod engine;
 pub mod init;
@@ -31,6 +32,7 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Command::ListRuns(args) => list_runs::run(args),
         Command::MockLlm(args) => mock_llm::run(args),
         Command::Init(args) => init::run(args),
+        Command::Bench(command) => bench::run(command),
         Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => {
             tool_expand::run(args)
         }

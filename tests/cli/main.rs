@@ -1,4 +1,5 @@
 //! CLI-level integration tests against the built binaries (one binary).
+mod bench;
 mod hooks;
 mod init_expand;
 

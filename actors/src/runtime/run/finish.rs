@@ -114,7 +114,7 @@ impl RunActor {
             meta.error = error.as_ref().map(|e| format!("{}: {}", e.kind, e.message));
             meta.result = result.clone();
         }
-        self.save_metadata();
+        self.save_metadata(self.config.journal_fsync);
         self.log.line(&format!(
             "run finished: {status} after {} iteration(s){}",
             self.iteration,

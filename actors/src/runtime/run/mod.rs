@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{RunErrorInfo, RunEvent, RunRequest, RunResult, SupervisorConfig};
 use crate::journal::{Event, Journal, JournalEvent};
-use crate::metadata::{write_metadata, RunLock, RunMetadata};
+use crate::metadata::{write_metadata, write_metadata_with, RunLock, RunMetadata};
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::runtime::gateway::LlmGateway;
 use crate::workspace::{now_rfc3339, RunPaths};
@@ -192,12 +192,14 @@ impl RunActor {
         }
     }
 
-    fn save_metadata(&mut self) {
+    /// `durable` at status changes (when `journal_fsync`); progress updates between them are
+    /// atomic but not fsynced, so a crash loses at most the last iteration count.
+    fn save_metadata(&mut self, durable: bool) {
         if let Some(meta) = self.meta.as_mut() {
             meta.updated_at = now_rfc3339();
             meta.iterations = self.iteration;
             meta.usage = self.usage;
-            if let Err(e) = write_metadata(&self.paths.run_dir, meta) {
+            if let Err(e) = write_metadata_with(&self.paths.run_dir, meta, durable) {
                 self.log
                     .line(&format!("warning: cannot write metadata.json: {e}"));
             }

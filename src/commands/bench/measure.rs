@@ -1,0 +1,286 @@
+//! Measuring the bench process: percentiles, CPU time and peak RSS from getrusage, peak RSS
+//! and open descriptors sampled from /proc/self, the open-files limit (raised with setrlimit
+//! before a run, or a clear error), and the tool-spawn rate that bounds any workload.
+//! It must not drive runs or format reports.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::resource::{getrlimit, getrusage, setrlimit, Resource, UsageWho};
+use serde::{Deserialize, Serialize};
+
+/// Descriptors one concurrent run holds: measured 5 while it waits for the model (its
+/// lock, journal and engine.log, and the model connection on both ends, since the scripted
+/// server lives in this process), briefly more while a tool's pipes are open.
+const FDS_PER_CONCURRENT_RUN: u64 = 6;
+/// Descriptors the process needs besides the runs (runtime, listeners, std streams).
+const FDS_BASE: u64 = 512;
+/// Listing /proc/self/fd costs kernel time proportional to the open descriptors (8% of the
+/// samples at 1,000 runs when sampled every 25 ms), so sample sparingly.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+const SPAWN_CALIBRATION_PER_THREAD: usize = 100;
+
+/// Open files needed to drive `concurrency` runs at once.
+pub fn open_files_needed(concurrency: usize) -> u64 {
+    FDS_BASE + FDS_PER_CONCURRENT_RUN * concurrency as u64
+}
+
+/// Makes sure `RLIMIT_NOFILE` allows `needed` descriptors, raising the soft (and, when
+/// permitted, the hard) limit. Returns the soft limit in force.
+pub fn ensure_open_files(needed: u64) -> Result<u64, String> {
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)
+        .map_err(|e| format!("cannot read the open-files limit (RLIMIT_NOFILE): {e}"))?;
+    if soft >= needed {
+        return Ok(soft);
+    }
+    let new_hard = hard.max(needed);
+    match setrlimit(Resource::RLIMIT_NOFILE, needed, new_hard) {
+        Ok(()) => Ok(needed),
+        Err(e) => Err(format!(
+            "this bench needs about {needed} open files for its concurrency, but the open-files \
+             limit is {soft} (hard limit {hard}) and raising it failed: {e}.\n\
+             Hint: raise the hard limit (`ulimit -Hn {needed}` as root, or `nofile` in \
+             /etc/security/limits.conf) or lower --max-parallel / the --sweep values"
+        )),
+    }
+}
+
+/// Nearest-rank percentile of `sorted` (ascending); 0 for an empty slice.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// CPU seconds of this process and of its reaped children.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuUsage {
+    pub user_s: f64,
+    pub sys_s: f64,
+    pub children_user_s: f64,
+    pub children_sys_s: f64,
+}
+
+fn seconds(tv: nix::sys::time::TimeVal) -> f64 {
+    tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6
+}
+
+impl CpuUsage {
+    pub fn now() -> CpuUsage {
+        let mut usage = CpuUsage::default();
+        if let Ok(me) = getrusage(UsageWho::RUSAGE_SELF) {
+            usage.user_s = seconds(me.user_time());
+            usage.sys_s = seconds(me.system_time());
+        }
+        if let Ok(children) = getrusage(UsageWho::RUSAGE_CHILDREN) {
+            usage.children_user_s = seconds(children.user_time());
+            usage.children_sys_s = seconds(children.system_time());
+        }
+        usage
+    }
+
+    pub fn since(&self, earlier: &CpuUsage) -> CpuUsage {
+        CpuUsage {
+            user_s: self.user_s - earlier.user_s,
+            sys_s: self.sys_s - earlier.sys_s,
+            children_user_s: self.children_user_s - earlier.children_user_s,
+            children_sys_s: self.children_sys_s - earlier.children_sys_s,
+        }
+    }
+}
+
+/// This process's lifetime high-water mark of resident memory (getrusage `ru_maxrss`).
+pub fn max_rss_bytes() -> u64 {
+    getrusage(UsageWho::RUSAGE_SELF)
+        .map(|u| u.max_rss().max(0) as u64 * 1024)
+        .unwrap_or(0)
+}
+
+/// Peaks seen by the [`Sampler`] while it ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Peaks {
+    pub rss_bytes: u64,
+    pub open_fds: u64,
+}
+
+/// Samples resident memory and open descriptors of this process on a background thread.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Peaks>>,
+}
+
+impl Sampler {
+    pub fn start() -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("bench-sampler".into())
+            .spawn(move || {
+                let mut peaks = sample_once(Peaks::default());
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(SAMPLE_EVERY);
+                    peaks = sample_once(peaks);
+                }
+                peaks
+            })
+            .ok();
+        Sampler { stop, thread }
+    }
+
+    /// Stops sampling and returns the peaks (including one last sample).
+    pub fn stop(mut self) -> Peaks {
+        self.stop.store(true, Ordering::Relaxed);
+        let peaks = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        sample_once(peaks)
+    }
+}
+
+fn sample_once(peaks: Peaks) -> Peaks {
+    Peaks {
+        rss_bytes: peaks.rss_bytes.max(current_rss_bytes()),
+        open_fds: peaks.open_fds.max(open_fds()),
+    }
+}
+
+/// Resident memory now, from `/proc/self/statm` (0 where unavailable).
+pub fn current_rss_bytes() -> u64 {
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096)
+        .max(0) as u64;
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map(|pages| pages * page)
+        .unwrap_or(0)
+}
+
+/// `program`'s absolute path when it is a bare name found on PATH; else as given.
+fn resolve_on_path(program: &str) -> String {
+    if program.contains('/') {
+        return program.to_string();
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(program))
+                .find(|candidate| candidate.is_file())
+        })
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| program.to_string())
+}
+
+/// Open descriptors now, from `/proc/self/fd` (0 where unavailable).
+pub fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|dir| dir.count() as u64)
+        .unwrap_or(0)
+}
+
+/// How many tool processes per second this machine can start and reap: one spawner per CPU,
+/// each starting the tool with piped output (as the engine does) and waiting for it.
+pub fn tool_spawn_rate(argv: &[String]) -> Result<f64, String> {
+    let Some((program, rest)) = argv.split_first() else {
+        return Err("--tool is empty: give a command such as `true`".into());
+    };
+    // Like the engine, find the program once rather than letting every exec search PATH.
+    let program = resolve_on_path(program);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let started = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let program = program.clone();
+            let rest = rest.to_vec();
+            std::thread::spawn(move || -> Result<(), String> {
+                for _ in 0..SPAWN_CALIBRATION_PER_THREAD {
+                    std::process::Command::new(&program)
+                        .args(&rest)
+                        .stdin(std::process::Stdio::null())
+                        .output()
+                        .map_err(|e| {
+                            format!("--tool: cannot start '{program}': {e} (hint: is it on PATH?)")
+                        })?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker
+            .join()
+            .map_err(|_| "the spawn-rate calibration thread panicked".to_string())??;
+    }
+    Ok((threads * SPAWN_CALIBRATION_PER_THREAD) as f64 / super::secs(started.elapsed()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn open_files_limit_already_sufficient_is_kept() {
+        let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        assert_eq!(ensure_open_files(soft.min(64)).unwrap(), soft);
+    }
+
+    #[test]
+    fn impossible_open_files_limit_is_a_clear_error() {
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        // Not even root may go beyond the kernel's per-process ceiling.
+        let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .map(|s| s.trim().parse().unwrap())
+            .unwrap_or(1 << 20);
+        if hard == u64::MAX {
+            return;
+        }
+        let err = ensure_open_files(hard.max(nr_open) + 1).unwrap_err();
+        assert!(
+            err.contains("open-files limit") && err.contains("--max-parallel"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn sampler_sees_descriptors_opened_while_it_runs() {
+        let sampler = Sampler::start();
+        let files: Vec<_> = (0..40).map(|_| tempfile::tempfile().unwrap()).collect();
+        let peaks = sampler.stop();
+        // Other tests open and close descriptors concurrently, so only a floor is certain:
+        // our 40 files and the three standard streams were open at the last sample.
+        assert!(peaks.open_fds >= 43, "{peaks:?}");
+        assert!(peaks.rss_bytes > 0);
+        drop(files);
+    }
+
+    #[test]
+    fn spawn_rate_is_positive_and_bad_tools_fail_clearly() {
+        assert!(tool_spawn_rate(&["true".to_string()]).unwrap() > 0.0);
+        assert!(resolve_on_path("true").starts_with('/'));
+        assert_eq!(resolve_on_path("./x"), "./x");
+        let err = tool_spawn_rate(&["/nonexistent/tool".to_string()]).unwrap_err();
+        assert!(err.contains("/nonexistent/tool"));
+    }
+}

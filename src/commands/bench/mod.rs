@@ -1,0 +1,328 @@
+//! `delta bench load`: drives the real engine (Supervisor, run and tool actors, LLM gateway,
+//! journal on disk) with many concurrent runs against the scripted model served over HTTP on
+//! 127.0.0.1 inside this process (or an external `--endpoint`), and reports throughput,
+//! latency percentiles, engine overhead, peak memory and descriptors, optionally beside a
+//! process-per-run baseline and as a concurrency sweep with an SVG plot.
+//!
+//! Owns the clap arguments and the orchestration of one measurement; the workload files,
+//! measuring, baseline, report and plot live in submodules. It must not change engine
+//! behaviour: it only configures a `SupervisorConfig` and submits ordinary `RunRequest`s.
+
+pub mod baseline;
+pub mod measure;
+pub mod plot;
+pub mod report;
+pub mod workload;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, Subcommand, ValueEnum};
+use delta_actors::api::{LlmTarget, Supervisor, SupervisorConfig};
+use delta_actors::llm::{Endpoint, Script};
+use delta_actors::RunStatus;
+
+use crate::commands::engine::supervisor_config;
+use crate::error::CliError;
+use report::{BenchReport, Comparison, LoadPoint, RunSample};
+use workload::{LatencySpec, Workload};
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Many concurrent runs through the engine against a scripted (or external) model
+    Load(LoadArgs),
+}
+
+/// `--journal-fsync on|off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// `--format text|json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchFormat {
+    Text,
+    Json,
+}
+
+/// `--baseline process-per-run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BaselineKind {
+    /// One `delta run` process per run, at most --max-parallel at a time.
+    ProcessPerRun,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  delta bench load --runs 1000 --max-parallel 1000 --calls 6 --latency-ms 200
+  delta bench load --runs 50 --max-parallel 50 --calls 6 --latency-ms 200 --baseline process-per-run
+  delta bench load --sweep 10,100,1000 --calls 6 --latency-ms 200 --plot docs/bench/sweep.svg
+  delta bench load --runs 100 --endpoint http://127.0.0.1:8000/v1 --model my-model
+
+Every run is a real delta run (agent, journal, metadata, tool processes) in its own work
+directory under --work-dir. Each of the first calls-1 model replies calls the tool once;
+the last reply is the final answer.")]
+pub struct LoadArgs {
+    /// Number of runs.
+    #[arg(long, default_value_t = 100)]
+    pub runs: usize,
+    /// Runs driven at once (the Supervisor's max_parallel).
+    #[arg(long, default_value_t = 100)]
+    pub max_parallel: usize,
+    /// Model calls per run (the last one is the final answer; the others each call the tool).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub calls: u32,
+    /// The command each tool call runs (split like a shell word list, no shell).
+    #[arg(long, default_value = "true")]
+    pub tool: String,
+    /// Model latency per call in milliseconds: `200` or `200±50` (also `200+-50`).
+    #[arg(long, default_value = "0", value_parser = LatencySpec::parse)]
+    pub latency_ms: LatencySpec,
+    /// fsync journal and metadata at status changes.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub journal_fsync: OnOff,
+    /// Where run work directories go (default: a new temporary directory).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Keep the work directory (a temporary one is removed otherwise).
+    #[arg(long)]
+    pub keep: bool,
+    /// An external OpenAI-compatible base URL (including /v1) instead of the built-in
+    /// scripted model; the key is read from DELTA_API_KEY.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// Model name sent to the endpoint.
+    #[arg(long, default_value = "delta-scripted")]
+    pub model: String,
+    /// Also run the workload as one `delta run` process per run and compare.
+    #[arg(long, value_enum)]
+    pub baseline: Option<BaselineKind>,
+    /// Concurrency sweep: for each value V, V runs at --max-parallel V (overrides --runs and
+    /// --max-parallel).
+    #[arg(long, value_delimiter = ',', value_name = "A,B,C")]
+    pub sweep: Vec<usize>,
+    /// Draw throughput and p99 latency against concurrency (needs --sweep) into this SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Arbiter threads hosting run actors (default: the engine's, one per CPU).
+    #[arg(long)]
+    pub arbiters: Option<usize>,
+    /// What stdout carries.
+    #[arg(long, value_enum, default_value_t = BenchFormat::Text)]
+    pub format: BenchFormat,
+    /// Also write the JSON report to this file.
+    #[arg(long, value_name = "FILE.json")]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(command: &BenchCommand) -> Result<i32, CliError> {
+    match command {
+        BenchCommand::Load(args) => load(args),
+    }
+}
+
+fn load(args: &LoadArgs) -> Result<i32, CliError> {
+    validate(args)?;
+    let points_spec: Vec<(usize, usize)> = if args.sweep.is_empty() {
+        vec![(args.runs, args.max_parallel)]
+    } else {
+        args.sweep.iter().map(|&v| (v, v)).collect()
+    };
+    let widest = points_spec.iter().map(|p| p.1.min(p.0)).max().unwrap_or(1);
+    let fd_limit =
+        measure::ensure_open_files(measure::open_files_needed(widest)).map_err(CliError::Config)?;
+    let workload = Workload::create(args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
+    let outcome = rt.block_on(async { measure_all(args, &workload, &points_spec, fd_limit).await });
+    let cleanup = workload.finish(args.keep);
+    let report = outcome?;
+    cleanup?;
+    report::emit(&report, args)?;
+    if let Some(path) = &args.plot {
+        plot::write_svg(path, &report.points)?;
+    }
+    let failed = report.points.iter().any(|p| p.failed_runs > 0)
+        || report.baseline.as_ref().is_some_and(|b| b.failed_runs > 0);
+    Ok(if failed { 1 } else { 0 })
+}
+
+fn validate(args: &LoadArgs) -> Result<(), CliError> {
+    if args.sweep.is_empty() && (args.runs == 0 || args.max_parallel == 0) {
+        return Err(CliError::Usage(
+            "--runs and --max-parallel must be at least 1".into(),
+        ));
+    }
+    if args.sweep.contains(&0) {
+        return Err(CliError::Usage(
+            "--sweep values must be at least 1, e.g. --sweep 10,100,1000".into(),
+        ));
+    }
+    if args.plot.is_some() && args.sweep.len() < 2 {
+        return Err(CliError::Usage(
+            "--plot needs a sweep of at least two values, e.g. --sweep 10,100,1000 --plot sweep.svg"
+                .into(),
+        ));
+    }
+    if args.baseline.is_some() && !args.sweep.is_empty() {
+        return Err(CliError::Usage(
+            "--baseline compares one point: use it with --runs/--max-parallel, not --sweep".into(),
+        ));
+    }
+    if args.baseline.is_some() && args.endpoint.is_some() {
+        return Err(CliError::Usage(
+            "--baseline drives the built-in scripted model; drop --endpoint".into(),
+        ));
+    }
+    Ok(())
+}
+
+async fn measure_all(
+    args: &LoadArgs,
+    workload: &Workload,
+    points_spec: &[(usize, usize)],
+    fd_limit: u64,
+) -> Result<BenchReport, CliError> {
+    let server = match &args.endpoint {
+        Some(_) => None,
+        None => Some(workload.serve_script().await?),
+    };
+    let endpoint = Endpoint {
+        base_url: match (&args.endpoint, &server) {
+            (Some(url), _) => url.clone(),
+            (None, Some(s)) => s.base_url(),
+            (None, None) => String::new(),
+        },
+        api_key: Some(std::env::var("DELTA_API_KEY").unwrap_or_else(|_| "bench".into())),
+    };
+    let spawn_rate = measure::tool_spawn_rate(&workload.tool_argv).map_err(CliError::Config)?;
+    let mut points = Vec::new();
+    for (index, &(runs, max_parallel)) in points_spec.iter().enumerate() {
+        let target = LlmTarget::Http(endpoint.clone());
+        let point = measure_point(
+            args,
+            workload,
+            target,
+            index,
+            runs,
+            max_parallel,
+            spawn_rate,
+        )
+        .await?;
+        points.push(point);
+    }
+    let baseline = match (args.baseline, &server) {
+        (Some(BaselineKind::ProcessPerRun), Some(server)) => {
+            let (runs, max_parallel) = points_spec[0];
+            Some(baseline::process_per_run(workload, &server.base_url(), runs, max_parallel).await?)
+        }
+        _ => None,
+    };
+    let comparison = baseline.as_ref().map(|b| Comparison::new(&points[0], b));
+    if let Some(server) = server {
+        server.shutdown().await;
+    }
+    Ok(BenchReport {
+        schema_version: report::SCHEMA_VERSION.to_string(),
+        machine: report::Machine::detect(fd_limit),
+        workload: report::WorkloadInfo::from_args(args, workload),
+        tool_spawn_rate_per_s: spawn_rate,
+        points,
+        baseline,
+        comparison,
+    })
+}
+
+async fn measure_point(
+    args: &LoadArgs,
+    workload: &Workload,
+    target: LlmTarget,
+    index: usize,
+    runs: usize,
+    max_parallel: usize,
+    spawn_rate: f64,
+) -> Result<LoadPoint, CliError> {
+    let requests = workload.requests(index, runs, &target)?;
+    let config = SupervisorConfig {
+        max_parallel,
+        journal_fsync: args.journal_fsync == OnOff::On,
+        llm_max_in_flight: runs.max(max_parallel).max(1),
+        ..supervisor_config(
+            args.arbiters
+                .unwrap_or_else(|| SupervisorConfig::default().arbiters),
+            max_parallel,
+        )
+    };
+    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let sampler = measure::Sampler::start();
+    let usage_before = measure::CpuUsage::now();
+    let started = Instant::now();
+    let mut waiters = tokio::task::JoinSet::new();
+    for request in requests {
+        let handle = supervisor
+            .submit(request)
+            .await
+            .map_err(|e| CliError::Runtime(format!("the engine refused a bench run: {e}")))?;
+        waiters.spawn(async move { handle.wait().await });
+    }
+    let mut samples = Vec::with_capacity(runs);
+    let mut failures: Vec<String> = Vec::new();
+    while let Some(joined) = waiters.join_next().await {
+        match joined {
+            Ok(Ok(result)) => {
+                if result.status != RunStatus::Completed {
+                    failures.push(
+                        result
+                            .error
+                            .as_ref()
+                            .map(|e| format!("{}: {}", e.kind, e.message))
+                            .unwrap_or_else(|| format!("{:?}", result.status)),
+                    );
+                }
+                samples.push(RunSample::from_result(&result));
+            }
+            Ok(Err(e)) => failures.push(e.to_string()),
+            Err(e) => failures.push(format!("waiter task failed: {e}")),
+        }
+    }
+    let wall = started.elapsed();
+    let cpu = measure::CpuUsage::now().since(&usage_before);
+    let peaks = sampler.stop();
+    supervisor.shutdown();
+    let lower = report::LowerBound::for_workload(
+        runs,
+        max_parallel,
+        args.calls,
+        args.latency_ms.mean_ms(),
+        spawn_rate,
+    );
+    Ok(LoadPoint::summarise(
+        runs,
+        max_parallel,
+        args.calls,
+        wall,
+        &samples,
+        failures,
+        cpu,
+        peaks,
+        lower,
+    ))
+}
+
+/// Elapsed seconds as a float, for rates.
+pub(crate) fn secs(d: std::time::Duration) -> f64 {
+    d.as_secs_f64().max(1e-9)
+}
+
+/// The scripted model the bench serves (shared by the engine and the baseline processes).
+pub(crate) fn script_arc(yaml: &str) -> Result<Arc<Script>, CliError> {
+    Script::from_yaml_str(yaml, "bench-script.yaml")
+        .map(Arc::new)
+        .map_err(|e| CliError::Runtime(format!("the generated bench script is invalid: {e}")))
+}

@@ -1,0 +1,146 @@
+//! Text rendering of a [`BenchReport`](super::BenchReport): one block per point, then the
+//! baseline and the ratios. It must not compute figures; the report already holds them.
+
+use std::fmt::Write as _;
+
+use super::{BenchReport, LoadPoint};
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The human-readable report.
+pub fn render_text(report: &BenchReport) -> String {
+    let mut out = String::new();
+    let m = &report.machine;
+    let w = &report.workload;
+    let _ = writeln!(
+        out,
+        "machine: {} CPUs ({}), {:.1} GiB RAM, {} {}, open files {}, delta {} ({} build)",
+        m.cpus,
+        m.cpu_model,
+        mib(m.memory_total_bytes) / 1024.0,
+        m.os,
+        m.kernel,
+        m.open_files_limit,
+        m.delta_version,
+        m.build
+    );
+    let jitter = if w.latency_jitter_ms > 0 {
+        format!("±{}", w.latency_jitter_ms)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "workload: {} model calls per run ({} x `{}`), latency {}{} ms, journal fsync {}, model: {}",
+        w.calls_per_run,
+        w.calls_per_run.saturating_sub(1),
+        w.tool,
+        w.latency_ms,
+        jitter,
+        if w.journal_fsync { "on" } else { "off" },
+        w.endpoint
+    );
+    let _ = writeln!(
+        out,
+        "tool spawn rate: {:.0}/s",
+        report.tool_spawn_rate_per_s
+    );
+    for p in &report.points {
+        render_point(&mut out, p);
+    }
+    if let Some(b) = &report.baseline {
+        let _ = writeln!(
+            out,
+            "\nbaseline {} ({} runs, at most {} at a time)",
+            b.kind, b.runs, b.max_parallel
+        );
+        let _ = writeln!(
+            out,
+            "  runs            {} completed, {} failed",
+            b.completed_runs, b.failed_runs
+        );
+        for e in &b.errors {
+            let _ = writeln!(out, "    error: {e}");
+        }
+        let _ = writeln!(
+            out,
+            "  wall            {:.2} s ({:.1} runs/s)",
+            b.wall_s, b.runs_per_s
+        );
+        let l = &b.run_latency_ms;
+        let _ = writeln!(
+            out,
+            "  run latency     p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}",
+            l.p50, l.p95, l.p99, l.max
+        );
+        let _ = writeln!(
+            out,
+            "  memory          {:.1} MiB total (sum of peak RSS), {:.1} MiB largest process",
+            mib(b.total_peak_rss_bytes),
+            mib(b.max_process_peak_rss_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "  cpu             {:.2} s user, {:.2} s sys",
+            b.cpu_user_s, b.cpu_sys_s
+        );
+    }
+    if let Some(c) = &report.comparison {
+        let _ = writeln!(
+            out,
+            "\none process with actors vs process-per-run: {:.1}x less wall, {:.1}x less memory, {:.1}x less CPU",
+            c.wall_ratio, c.memory_ratio, c.cpu_ratio
+        );
+    }
+    out
+}
+
+fn render_point(out: &mut String, p: &LoadPoint) {
+    let _ = writeln!(out, "\n{} runs, max parallel {}", p.runs, p.max_parallel);
+    let _ = writeln!(
+        out,
+        "  runs            {} completed, {} failed",
+        p.completed_runs, p.failed_runs
+    );
+    for e in &p.errors {
+        let _ = writeln!(out, "    error: {e}");
+    }
+    let _ = writeln!(
+        out,
+        "  wall            {:.2} s  ({:.1} runs/s, {:.1} model calls/s, {:.1} tool executions/s)",
+        p.wall_s, p.runs_per_s, p.model_calls_per_s, p.tool_executions_per_s
+    );
+    let l = &p.run_latency_ms;
+    let _ = writeln!(
+        out,
+        "  run latency     p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}",
+        l.p50, l.p95, l.p99, l.max
+    );
+    let o = &p.engine_overhead_per_iteration_ms;
+    let _ = writeln!(
+        out,
+        "  engine overhead p50 {:.2} ms, p95 {:.2}, p99 {:.2}, max {:.2} per iteration",
+        o.p50, o.p95, o.p99, o.max
+    );
+    let _ = writeln!(
+        out,
+        "  peak RSS        {:.1} MiB (process), {:.1} MiB sampled during this point",
+        mib(p.peak_rss_bytes),
+        mib(p.peak_rss_sampled_bytes)
+    );
+    let _ = writeln!(out, "  peak open fds   {}", p.peak_open_fds);
+    let c = &p.cpu;
+    let _ = writeln!(
+        out,
+        "  cpu             {:.2} s user, {:.2} s sys; tools {:.2} s user, {:.2} s sys",
+        c.user_s, c.sys_s, c.children_user_s, c.children_sys_s
+    );
+    let b = &p.lower_bound;
+    let _ = writeln!(
+        out,
+        "  lower bound     {:.2} s (latency chain {:.2} s, tool spawning {:.2} s): achieved {:.2}x the ideal",
+        b.ideal_s, b.latency_chain_s, b.tool_spawn_s, b.achieved_ratio
+    );
+}

@@ -1,0 +1,295 @@
+//! `delta bench load` end to end: the JSON report validates against its documented schema
+//! (the structs below: every field required, unknown fields rejected), `--out` and
+//! `--plot` write their files, and impossible settings fail before any run starts.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use assert_cmd::Command;
+use serde::Deserialize;
+
+/// Schema version 1 of the `delta bench load --format json` report (see BENCHMARKS.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BenchReport {
+    schema_version: String,
+    machine: Machine,
+    workload: Workload,
+    tool_spawn_rate_per_s: f64,
+    points: Vec<LoadPoint>,
+    baseline: Option<Baseline>,
+    comparison: Option<Comparison>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Machine {
+    cpus: usize,
+    cpu_model: String,
+    memory_total_bytes: u64,
+    os: String,
+    kernel: String,
+    open_files_limit: u64,
+    delta_version: String,
+    build: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Workload {
+    runs: usize,
+    max_parallel: usize,
+    calls_per_run: u32,
+    tool: String,
+    latency_ms: u64,
+    latency_jitter_ms: u64,
+    journal_fsync: bool,
+    endpoint: String,
+    sweep: Vec<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Percentiles {
+    p50: f64,
+    p95: f64,
+    p99: f64,
+    max: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cpu {
+    user_s: f64,
+    sys_s: f64,
+    children_user_s: f64,
+    children_sys_s: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LowerBound {
+    latency_chain_s: f64,
+    tool_spawn_s: f64,
+    ideal_s: f64,
+    achieved_ratio: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadPoint {
+    runs: usize,
+    max_parallel: usize,
+    completed_runs: usize,
+    failed_runs: usize,
+    errors: Vec<String>,
+    wall_s: f64,
+    runs_per_s: f64,
+    model_calls_per_s: f64,
+    tool_executions_per_s: f64,
+    run_latency_ms: Percentiles,
+    engine_overhead_per_iteration_ms: Percentiles,
+    peak_rss_bytes: u64,
+    peak_rss_sampled_bytes: u64,
+    peak_open_fds: u64,
+    cpu: Cpu,
+    lower_bound: LowerBound,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Baseline {
+    kind: String,
+    runs: usize,
+    max_parallel: usize,
+    completed_runs: usize,
+    failed_runs: usize,
+    errors: Vec<String>,
+    wall_s: f64,
+    runs_per_s: f64,
+    run_latency_ms: Percentiles,
+    total_peak_rss_bytes: u64,
+    max_process_peak_rss_bytes: u64,
+    cpu_user_s: f64,
+    cpu_sys_s: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Comparison {
+    wall_ratio: f64,
+    memory_ratio: f64,
+    cpu_ratio: f64,
+}
+
+fn delta() -> Command {
+    Command::cargo_bin("delta").unwrap()
+}
+
+#[test]
+fn json_report_validates_against_the_schema() {
+    let out = delta()
+        .args([
+            "bench",
+            "load",
+            "--runs",
+            "20",
+            "--max-parallel",
+            "10",
+            "--calls",
+            "3",
+            "--latency-ms",
+            "5",
+            "--format",
+            "json",
+        ])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: BenchReport = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report.schema_version, "1");
+    assert_eq!(report.workload.calls_per_run, 3);
+    assert_eq!(report.workload.latency_ms, 5);
+    assert!(report.tool_spawn_rate_per_s > 0.0);
+    assert!(report.baseline.is_none() && report.comparison.is_none());
+    let [point] = report.points.as_slice() else {
+        panic!("one point expected: {:?}", report.points)
+    };
+    assert_eq!((point.runs, point.max_parallel), (20, 10));
+    assert_eq!(point.completed_runs, 20, "{:?}", point.errors);
+    assert_eq!(point.failed_runs, 0);
+    assert!(point.wall_s > 0.0 && point.runs_per_s > 0.0);
+    // 3 model calls and 2 tool executions per run.
+    assert!((point.model_calls_per_s / point.runs_per_s - 3.0).abs() < 1e-6);
+    assert!((point.tool_executions_per_s / point.runs_per_s - 2.0).abs() < 1e-6);
+    // Three model calls of at least 5 ms each.
+    assert!(
+        point.run_latency_ms.p50 >= 15.0,
+        "{:?}",
+        point.run_latency_ms
+    );
+    let l = &point.run_latency_ms;
+    assert!(l.p50 <= l.p95 && l.p95 <= l.p99 && l.p99 <= l.max);
+    assert!(point.peak_rss_bytes > 0 && point.peak_open_fds > 3);
+    assert!(point.lower_bound.ideal_s > 0.0 && point.lower_bound.achieved_ratio > 0.0);
+}
+
+#[test]
+fn sweep_writes_out_and_plot_and_baseline_compares() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("plots/sweep.svg");
+    let json = dir.path().join("sweep.json");
+    let text = delta()
+        .args([
+            "bench",
+            "load",
+            "--sweep",
+            "2,4",
+            "--calls",
+            "2",
+            "--latency-ms",
+            "1",
+        ])
+        .arg("--plot")
+        .arg(&svg)
+        .arg("--out")
+        .arg(&json)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("2 runs, max parallel 2") && stdout.contains("4 runs, max parallel 4"),
+        "{stdout}"
+    );
+    let report: BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report.points.len(), 2);
+    assert_eq!(report.workload.sweep, vec![2, 4]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.matches("<circle").count() == 4);
+
+    let out = delta()
+        .args([
+            "bench",
+            "load",
+            "--runs",
+            "3",
+            "--max-parallel",
+            "3",
+            "--calls",
+            "2",
+        ])
+        .args([
+            "--latency-ms",
+            "1",
+            "--baseline",
+            "process-per-run",
+            "--format",
+            "json",
+        ])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: BenchReport = serde_json::from_slice(&out.stdout).unwrap();
+    let baseline = report.baseline.unwrap();
+    assert_eq!(baseline.completed_runs, 3, "{:?}", baseline.errors);
+    assert!(baseline.total_peak_rss_bytes >= baseline.max_process_peak_rss_bytes);
+    assert!(baseline.max_process_peak_rss_bytes > 0);
+    assert!(report.comparison.unwrap().memory_ratio > 0.0);
+}
+
+#[test]
+fn impossible_open_files_limit_fails_before_running() {
+    let nr_open: usize = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .map(|s| s.trim().parse().unwrap())
+        .unwrap_or(1 << 20);
+    let too_many = (nr_open / 6 + 1000).to_string();
+    let out = delta()
+        .args([
+            "bench",
+            "load",
+            "--runs",
+            &too_many,
+            "--max-parallel",
+            &too_many,
+        ])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(126));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("open-files limit") && stderr.contains("--max-parallel"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn usage_errors_name_the_flag() {
+    let out = delta()
+        .args(["bench", "load", "--runs", "2", "--plot", "x.svg"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--plot needs a sweep"));
+    let out = delta()
+        .args(["bench", "load", "--latency-ms", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("200±50"));
+}
