@@ -301,7 +301,7 @@ impl RunActor {
             return;
         };
         self.timings.tools += acting.started.elapsed();
-        self.save_metadata(false);
+        self.save_progress();
         if self.stop.is_some() {
             self.interrupt_now(ctx);
             return;

@@ -46,6 +46,9 @@ use crate::workspace::{now_rfc3339, RunPaths};
 use calls::Acting;
 use log::EngineLog;
 
+/// How often a live run's metadata.json shows its progress.
+const PROGRESS_WRITE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Default iteration cap when neither the request nor the agent sets one.
 pub const DEFAULT_MAX_ITERATIONS: u32 = 30;
 
@@ -98,6 +101,7 @@ pub struct RunActor {
     model_call: Option<SpawnHandle>,
     acting: Option<Acting>,
     timings: Timings,
+    last_progress_write: Option<Instant>,
     child_env: Arc<Vec<(String, String)>>,
     generator_env: Arc<BTreeMap<String, String>>,
     secrets: Arc<HashMap<String, String>>,
@@ -152,6 +156,7 @@ impl RunActor {
             model_call: None,
             acting: None,
             timings: Timings::default(),
+            last_progress_write: Some(Instant::now()),
             child_env: Arc::new(child_env),
             generator_env: Arc::new(generator_env),
             secrets: Arc::new(HashMap::new()),
@@ -194,6 +199,19 @@ impl RunActor {
 
     /// `durable` at status changes (when `journal_fsync`); progress updates between them are
     /// atomic but not fsynced, so a crash loses at most the last iteration count.
+    /// Progress (iterations, usage) for people watching a live run: written at most every
+    /// [`PROGRESS_WRITE_INTERVAL`], since each write creates and renames a file. Status
+    /// changes always write at once (`save_metadata`), so nothing a resume needs waits here.
+    fn save_progress(&mut self) {
+        let due = self
+            .last_progress_write
+            .is_none_or(|t| t.elapsed() >= PROGRESS_WRITE_INTERVAL);
+        if due {
+            self.last_progress_write = Some(Instant::now());
+            self.save_metadata(false);
+        }
+    }
+
     fn save_metadata(&mut self, durable: bool) {
         if let Some(meta) = self.meta.as_mut() {
             meta.updated_at = now_rfc3339();
