@@ -540,14 +540,7 @@ impl OrchestrationActor {
             return;
         };
         let rows: Vec<&RunRow> = stage.runs.iter().filter_map(|r| r.done.as_ref()).collect();
-        let completed = rows
-            .iter()
-            .filter(|r| r.status == RunStatus::Completed)
-            .count();
-        let interrupted = rows
-            .iter()
-            .filter(|r| r.status == RunStatus::Interrupted)
-            .count();
+        let (completed, interrupted) = tally(rows.iter().copied());
         let failed = rows.len() - completed;
         let status = if self.stop_reason.is_some() && interrupted > 0 {
             StageStatus::Interrupted
@@ -644,14 +637,7 @@ impl OrchestrationActor {
                 None => (StageStatus::Skipped, Vec::new()),
             };
             let total = self.stages.get(&spec.id).map(|s| s.runs.len()).unwrap_or(0);
-            let completed = runs
-                .iter()
-                .filter(|r| r.status == RunStatus::Completed)
-                .count();
-            let interrupted = runs
-                .iter()
-                .filter(|r| r.status == RunStatus::Interrupted)
-                .count();
+            let (completed, interrupted) = tally(runs.iter());
             let failed = runs.len() - completed - interrupted;
             totals.runs += total;
             totals.completed += completed;
@@ -729,6 +715,15 @@ fn reuse_completed(
         }
     }
     (Some(done), None)
+}
+
+/// (completed, interrupted) among finished rows.
+fn tally<'a>(rows: impl Iterator<Item = &'a RunRow>) -> (usize, usize) {
+    rows.fold((0, 0), |(completed, interrupted), r| match r.status {
+        RunStatus::Completed => (completed + 1, interrupted),
+        RunStatus::Interrupted => (completed, interrupted + 1),
+        _ => (completed, interrupted),
+    })
 }
 
 fn retry_message(error: Option<&str>) -> String {

@@ -14,9 +14,9 @@ use crate::metadata::{
     current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, RunMetadata,
     Takeover, LOCK_FILE,
 };
-use crate::protocol::{RunStatus, TokenUsage};
+use crate::protocol::RunStatus;
 use crate::tool::process::build_child_env;
-use crate::workspace::{create_run_dir, ensure_control_dir, now_rfc3339, open_run_dir, RunPaths};
+use crate::workspace::{create_run_dir, ensure_control_dir, open_run_dir, RunPaths};
 
 /// A run, taken and ready for its first iteration.
 pub struct TakenRun {
@@ -88,30 +88,16 @@ pub fn take_run(
                     ))
                 })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
-            let now = now_rfc3339();
-            let identity = current_process_identity();
-            let meta = RunMetadata {
-                run_id: run_id.to_string(),
-                workspace_id: request.workspace_id.clone(),
-                agent_name: request.agent.name.clone(),
-                status: RunStatus::Running,
-                created_at: now.clone(),
-                updated_at: now,
-                end_time: None,
-                initial_message: task.clone(),
-                iterations: 0,
+            let mut meta = RunMetadata::new_running(
+                run_id,
+                &request.agent.name,
+                task,
+                &request.agent.home,
+                &request.work_dir,
                 max_iterations,
-                error: None,
-                agent_home: request.agent.home.to_string_lossy().into_owned(),
-                work_dir: request.work_dir.to_string_lossy().into_owned(),
-                pid: identity.pid,
-                hostname: identity.hostname,
-                start_time_unix: identity.start_time_unix,
-                process_name: identity.process_name,
-                result: None,
-                usage: TokenUsage::default(),
-                orchestration_id: request.orchestration_id.clone(),
-            };
+            );
+            meta.workspace_id = request.workspace_id.clone();
+            meta.orchestration_id = request.orchestration_id.clone();
             let mut events = Vec::with_capacity(16);
             events.push(
                 journal
@@ -234,17 +220,12 @@ pub fn take_run(
                     );
                 }
             }
-            let identity = current_process_identity();
+            meta.claim(&current_process_identity());
             meta.status = RunStatus::Running;
-            meta.updated_at = now_rfc3339();
             meta.end_time = None;
             meta.error = None;
             meta.result = None;
             meta.max_iterations = max_iterations;
-            meta.pid = identity.pid;
-            meta.hostname = identity.hostname;
-            meta.process_name = identity.process_name;
-            meta.start_time_unix = identity.start_time_unix;
             meta.agent_home = request.agent.home.to_string_lossy().into_owned();
             write_metadata(&paths.run_dir, &meta).map_err(io)?;
             Ok(TakenRun {
