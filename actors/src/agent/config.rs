@@ -116,7 +116,7 @@ pub(crate) fn parse_agent_config(
             return Err(AgentError::invalid(
                 file,
                 format!("`llm.base_url` is `{url}`, which is not an http(s) URL"),
-                "use the provider's OpenAI-compatible base, e.g. https://api.openai.com/v1",
+                "use the provider's OpenAI-compatible base, e.g. https://llm.example.com/v1",
             ));
         }
     }

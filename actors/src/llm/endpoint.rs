@@ -17,7 +17,7 @@ pub const HEADER_AGENT: &str = "x-delta-agent";
 pub const HEADER_RUN_ID: &str = "x-delta-run-id";
 
 /// An OpenAI-compatible endpoint. `base_url` includes the version prefix, e.g.
-/// `https://api.openai.com/v1`; requests go to `{base_url}/chat/completions`.
+/// `https://llm.example.com/v1`; requests go to `{base_url}/chat/completions`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {
     pub base_url: String,
