@@ -400,6 +400,38 @@ async fn scripted_backend_maps_failures_to_http_errors() {
             .unwrap();
     assert_eq!(done.message.content.as_deref(), Some("ok"));
     assert_eq!(retries, 1);
+    let stats = backend.stats().snapshot();
+    assert_eq!(
+        (stats.requests_total, stats.failures, stats.completions),
+        (3, 2, 1)
+    );
+    assert_eq!(stats.in_flight, 0);
+}
+
+#[tokio::test]
+async fn scripted_backend_counts_in_flight_and_rejections() {
+    let backend = ScriptedBackend::new(Arc::new(script(
+        "default_latency_ms: 50\nsteps: [{answer: a}]",
+    )));
+    let pending: Vec<_> = (0..5)
+        .map(|i| {
+            backend.complete(
+                req(vec![ChatMessage::user(format!("t{i}"))]),
+                meta("a", "r"),
+            )
+        })
+        .collect();
+    // Requests count as in flight from the call until their future completes or drops.
+    assert_eq!(backend.stats().in_flight(), 5);
+    for p in pending {
+        p.await.unwrap();
+    }
+    assert_eq!(backend.stats().max_in_flight(), 5);
+    assert_eq!(backend.stats().in_flight(), 0);
+    let bad = req(vec![ChatMessage::assistant(Some("x".into()), vec![])]);
+    let err = backend.complete(bad, meta("a", "r")).await.unwrap_err();
+    assert_eq!(err.status(), Some(400));
+    assert_eq!(backend.stats().rejected_invalid(), 1);
 }
 
 #[test]
