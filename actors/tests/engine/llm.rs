@@ -404,3 +404,57 @@ async fn shared_gate_holds_requests_per_minute_across_runs() {
     assert_eq!(stats.max_requests_in_window(Duration::from_millis(150)), 1);
     assert_eq!(stats.max_requests_in_window(Duration::from_secs(60)), 4);
 }
+
+#[test]
+fn blocking_entry_point_serves_until_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.yaml");
+    std::fs::write(&path, "steps: [{answer: \"blocking ok\"}]").unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server_thread = std::thread::spawn(move || {
+        scripted::run_server_until(
+            &path,
+            0,
+            move |addr| addr_tx.send(addr).unwrap(),
+            async move {
+                let _ = stop_rx.await;
+            },
+        )
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(addr.ip().is_loopback());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let reply = runtime.block_on(async {
+        let backend = HttpBackend::new(
+            Endpoint::new(format!("http://{addr}/v1"), None),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        backend
+            .complete(request("t"), RequestMeta::default())
+            .await
+            .unwrap()
+    });
+    assert_eq!(reply.message.content.as_deref(), Some("blocking ok"));
+    stop_tx.send(()).unwrap();
+    server_thread.join().unwrap().unwrap();
+}
+
+#[test]
+fn blocking_entry_point_reports_a_bad_script_path() {
+    let err = scripted::run_server_until(
+        std::path::Path::new("/nonexistent/script.yaml"),
+        0,
+        |_| panic!("must not start"),
+        async {},
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("/nonexistent/script.yaml"),
+        "{err}"
+    );
+}

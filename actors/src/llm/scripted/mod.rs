@@ -28,7 +28,7 @@ use std::time::Duration;
 pub use load::parse_latency;
 pub use respond::{ScriptedReply, TEMPLATE_VARIABLES};
 pub use script::{Latency, Script, ScriptError, DEFAULT_MODEL, EXHAUSTED_ANSWER};
-pub use server::{run_server_blocking, serve, ScriptServer, ServeError};
+pub use server::{run_server_blocking, run_server_until, serve, ScriptServer, ServeError};
 pub use stats::{ServerStats, StatsSnapshot};
 pub use validate::validate_history;
 

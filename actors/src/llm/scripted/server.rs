@@ -6,6 +6,7 @@
 //! given (callers pass 127.0.0.1). Reply content comes from `respond.rs`.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -329,23 +330,48 @@ pub fn run_server_blocking(
     port: u16,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
+    run_on_own_runtime(script_path, port, ready, || {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Installed before `ready` so a supervisor that signals right after the address is
+        // announced cannot kill the process with the default action.
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        })
+    })
+}
+
+/// Like [`run_server_blocking`] but runs until `stop` completes instead of waiting for a
+/// signal (for embedders and tests).
+pub fn run_server_until(
+    script_path: &Path,
+    port: u16,
+    ready: impl FnOnce(SocketAddr),
+    stop: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    run_on_own_runtime(script_path, port, ready, || Ok(stop))
+}
+
+fn run_on_own_runtime<F: Future<Output = ()>>(
+    script_path: &Path,
+    port: u16,
+    ready: impl FnOnce(SocketAddr),
+    stop: impl FnOnce() -> std::io::Result<F>,
+) -> Result<(), ServeError> {
     let script = Arc::new(Script::load(script_path)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
     runtime.block_on(async move {
-        use tokio::signal::unix::{signal, SignalKind};
-        // Handlers go in before `ready` so a supervisor that signals right after the
-        // address is announced cannot kill the process with the default action.
-        let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Runtime)?;
-        let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Runtime)?;
+        let stopped = stop().map_err(ServeError::Runtime)?;
         let server = serve(script, SocketAddr::from(([127, 0, 0, 1], port))).await?;
         ready(server.addr);
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
+        stopped.await;
         server.shutdown().await;
         Ok(())
     })
