@@ -18,9 +18,19 @@ use super::script::{
 
 /// Parses and validates `text`; `origin` names it in error messages.
 pub(super) fn parse(text: &str, origin: &str) -> Result<Script, ScriptError> {
-    let raw: RawScript = serde_yaml::from_str(text).map_err(|e| ScriptError::Parse {
-        origin: origin.to_owned(),
-        message: e.to_string(),
+    let raw: RawScript = serde_yaml::from_str(text).map_err(|e| {
+        let top_level = serde_yaml::from_str::<serde_yaml::Value>(text).ok();
+        if top_level.is_some_and(|v| !v.is_mapping()) {
+            return ScriptError::Invalid {
+                origin: origin.to_owned(),
+                key: "(top level)".to_owned(),
+                message: "the script must be a mapping with `rules:` or `steps:`".to_owned(),
+            };
+        }
+        ScriptError::Parse {
+            origin: origin.to_owned(),
+            message: e.to_string(),
+        }
     })?;
     Loader::new(origin).script(raw)
 }

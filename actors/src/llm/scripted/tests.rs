@@ -344,6 +344,8 @@ fn load_errors_name_the_file_and_key() {
             "not another",
         ),
         ("model: x", "rules", "no `rules`"),
+        ("", "rules", "no `rules`"),
+        ("- a\n- b", "(top level)", "a mapping"),
     ];
     for (yaml, key, fragment) in cases {
         let err = load_err(yaml);
