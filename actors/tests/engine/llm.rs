@@ -122,6 +122,26 @@ async fn rate_limited_reply_carries_retry_after() {
 }
 
 #[tokio::test]
+async fn fractional_retry_after_is_rounded_up_and_exact_in_ms() {
+    let server = start("steps: [{fail: 503, retry_after: 1.5}]").await;
+    let raw = reqwest::Client::new()
+        .post(format!("{}/chat/completions", server.base_url()))
+        .json(&request("t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 503);
+    assert_eq!(raw.headers()["retry-after"], "2");
+    assert_eq!(raw.headers()["retry-after-ms"], "1500");
+    assert_eq!(
+        parse_retry_after(raw.headers()),
+        Some(Duration::from_millis(1500))
+    );
+    let body: Value = raw.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "server_error");
+}
+
+#[tokio::test]
 async fn invalid_history_is_rejected_with_400() {
     let server = start("steps: [{answer: a}, {answer: b}]").await;
     let mut bad = request("t");
@@ -280,6 +300,27 @@ async fn models_stats_and_unknown_routes() {
         .unwrap();
     assert_eq!(stats["requests_total"], 1);
     assert_eq!(stats["completions"], 1);
+    // The fields docs/llm-script.md promises.
+    let mut keys: Vec<&str> = stats
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "completions",
+            "failures",
+            "in_flight",
+            "max_in_flight",
+            "max_requests_per_minute",
+            "rejected_invalid",
+            "requests_total",
+            "uptime_ms"
+        ]
+    );
 
     let missing = http.get(format!("{base}/nope")).send().await.unwrap();
     assert_eq!(missing.status(), 404);

@@ -2,8 +2,8 @@
 //! POST `/v1/chat/completions`, GET `/v1/models`, GET `/v1/stats`; anything else is a JSON 404.
 //!
 //! Owns the listener, per-connection tasks and OpenAI-shaped error bodies (429 always carries
-//! Retry-After); counts into [`ServerStats`]. Binds only the address it is
-//! given (callers pass 127.0.0.1). Reply content comes from `respond.rs`.
+//! Retry-After); counts into [`ServerStats`]. Binds only the address it is given (callers
+//! pass 127.0.0.1). Reply content comes from `respond.rs`.
 
 use std::convert::Infallible;
 use std::future::Future;
