@@ -52,8 +52,9 @@ struct RawScript {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRule {
-    #[allow(dead_code)]
-    name: Option<String>,
+    /// A label for readers of the script; accepted and otherwise ignored.
+    #[serde(rename = "name")]
+    _name: Option<String>,
     agent: Option<String>,
     task_contains: Option<String>,
     model: Option<String>,
@@ -141,9 +142,15 @@ impl Loader {
                     "top-level `steps` is shorthand for one catch-all rule; use it or `rules`, not both",
                 ))
             }
+            (Some(rules), None) if rules.is_empty() => {
+                return Err(self.invalid(
+                    "rules",
+                    "`rules` is empty, so no request could be answered (hint: add `- steps: [{answer: \"hi\"}]`)",
+                ))
+            }
             (Some(rules), None) => rules,
             (None, Some(steps)) => vec![RawRule {
-                name: None,
+                _name: None,
                 agent: None,
                 task_contains: None,
                 model: None,

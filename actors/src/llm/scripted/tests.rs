@@ -57,7 +57,8 @@ fn advance(history: &mut Vec<ChatMessage>, reply: ChatMessage, observation: &str
 
 const HELLO: &str = r#"
 rules:
-  - agent: hello-world
+  - name: greeter
+    agent: hello-world
     task_contains: greet
     steps:
       - tool: print_message
@@ -345,6 +346,7 @@ fn load_errors_name_the_file_and_key() {
         ),
         ("model: x", "rules", "no `rules`"),
         ("", "rules", "no `rules`"),
+        ("rules: []", "rules", "is empty"),
         ("- a\n- b", "(top level)", "a mapping"),
     ];
     for (yaml, key, fragment) in cases {
