@@ -414,7 +414,7 @@ async fn run_concurrently(gate: &Arc<LlmGate>, calls: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gate_caps_requests_in_flight_at_the_endpoint() {
-    let server = start("default_latency_ms: 150\nsteps: [{answer: done}]").await;
+    let server = start("default_latency_ms: 300\nsteps: [{answer: done}]").await;
     let gate = gate_over_http(
         &server,
         GateConfig {
@@ -431,11 +431,11 @@ async fn gate_caps_requests_in_flight_at_the_endpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_gate_holds_requests_per_minute_across_runs() {
     let server = start("steps: [{answer: done}]").await;
-    // 300 per minute = one request every 200 ms, whichever run sends it.
+    // 200 per minute = one request every 300 ms, whichever run sends it.
     let gate = gate_over_http(
         &server,
         GateConfig {
-            requests_per_minute: Some(300),
+            requests_per_minute: Some(200),
             ..GateConfig::default()
         },
     );
