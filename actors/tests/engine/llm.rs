@@ -499,3 +499,27 @@ fn blocking_entry_point_reports_a_bad_script_path() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn required_api_key_is_checked_over_http() {
+    let server = start("require_api_key: sk-test\nsteps: [{answer: authorised}]").await;
+    let reply = client(&server)
+        .complete(request("t"), RequestMeta::default())
+        .await
+        .unwrap();
+    assert_eq!(reply.message.content.as_deref(), Some("authorised"));
+    for key in [None, Some("sk-wrong".to_owned())] {
+        let backend = HttpBackend::new(
+            Endpoint::new(server.base_url(), key),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let err = backend
+            .complete(request("t"), RequestMeta::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.status(), Some(401));
+        assert!(err.to_string().contains("DELTA_API_KEY"), "{err}");
+        assert!(!err.to_string().contains("sk-test"));
+    }
+}

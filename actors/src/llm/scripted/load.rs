@@ -42,6 +42,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Script, ScriptError> {
 struct RawScript {
     model: Option<String>,
     strict: Option<bool>,
+    require_api_key: Option<String>,
     default_latency_ms: Option<u64>,
     default_latency: Option<RawLatency>,
     when_exhausted: Option<String>,
@@ -172,6 +173,7 @@ impl Loader {
             origin: self.origin,
             model: raw.model.unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
             strict: raw.strict.unwrap_or(true),
+            require_api_key: raw.require_api_key,
             exhausted_answer: raw
                 .when_exhausted
                 .unwrap_or_else(|| EXHAUSTED_ANSWER.to_owned()),

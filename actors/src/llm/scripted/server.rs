@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
@@ -201,6 +201,21 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
     let stats = &shared.stats;
     let _in_flight = stats.arrive();
     let meta = meta_from_headers(req.headers());
+    if let Some(expected) = shared.script.required_api_key() {
+        let sent = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if sent != Some(expected) {
+            stats.record_failure();
+            let message = match sent {
+                None => "no API key sent (expected `Authorization: Bearer <key>`)",
+                Some(_) => "incorrect API key provided",
+            };
+            return error_reply(StatusCode::UNAUTHORIZED, message, "invalid_api_key", None);
+        }
+    }
     let reply = match read_request(req).await {
         Ok(chat_req) => {
             if shared.script.strict() {
