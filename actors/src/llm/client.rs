@@ -102,7 +102,7 @@ impl HttpBackend {
             .client
             .post(&inner.url)
             .header(CONTENT_TYPE, "application/json")
-            .json(req);
+            .json(&*req.for_wire());
         if !meta.agent_name.is_empty() {
             builder = builder.header(HEADER_AGENT, encode_header_value(&meta.agent_name));
         }

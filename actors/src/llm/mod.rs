@@ -6,6 +6,8 @@
 //!   [`parse_completion`].
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
 //!   [`LlmError`] and the one-attempt [`ChatBackend`] trait.
+//! - [`history`]: [`repair_history`], the safety net that makes any history valid for the
+//!   OpenAI API (synthesised results for unanswered calls, deferred interlopers).
 //! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest.
 //! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`] and
 //!   [`complete_with_retry`] for callers without a gateway.
@@ -21,6 +23,7 @@
 pub mod client;
 pub mod endpoint;
 pub mod gate;
+pub mod history;
 pub mod rate;
 pub mod retry;
 pub mod scripted;
@@ -29,6 +32,7 @@ pub mod types;
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
 pub use gate::{GateConfig, GateOutcome, LlmGate};
+pub use history::repair_history;
 pub use rate::RateLimiter;
 pub use retry::{backoff_delay, complete_with_retry, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{

@@ -250,4 +250,28 @@ mod tests {
         let d = parse_retry_after(&headers(&[("retry-after", &future)])).unwrap();
         assert!(d > S(25) && d <= S(30), "{d:?}");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn backoff_stays_within_bounds(
+            attempt in 0u32..100,
+            retry_after_ms in proptest::option::of(0u64..200_000),
+            base_ms in 1u64..5_000,
+            max_ms in 1u64..120_000,
+        ) {
+            let p = RetryPolicy {
+                max_attempts: 5,
+                base_delay: Duration::from_millis(base_ms),
+                max_delay: Duration::from_millis(max_ms),
+            };
+            let retry_after = retry_after_ms.map(Duration::from_millis);
+            let d = backoff_delay(&p, attempt, retry_after);
+            proptest::prop_assert!(d <= p.max_delay);
+            if let Some(ra) = retry_after {
+                proptest::prop_assert!(d >= ra.min(p.max_delay));
+            }
+            let full = p.base_delay.saturating_mul(1 << attempt.saturating_sub(1).min(31)).min(p.max_delay);
+            proptest::prop_assert!(d >= full / 2);
+        }
+    }
 }

@@ -198,6 +198,21 @@ pub struct ChatRequest {
     pub extra: serde_json::Map<String, Value>,
 }
 
+impl ChatRequest {
+    /// The request as it should go on the wire: OpenAI rejects `tool_choice` when no
+    /// `tools` are sent, so it is dropped in that case.
+    pub fn for_wire(&self) -> std::borrow::Cow<'_, ChatRequest> {
+        if self.tools.is_empty() && self.tool_choice.is_some() {
+            std::borrow::Cow::Owned(ChatRequest {
+                tool_choice: None,
+                ..self.clone()
+            })
+        } else {
+            std::borrow::Cow::Borrowed(self)
+        }
+    }
+}
+
 fn deserialize_tool_choice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     let value = Option::<Value>::deserialize(d)?;
     Ok(match value {
@@ -377,6 +392,22 @@ mod tests {
         assert_eq!(v["presence_penalty"], 0.1);
         assert_eq!(v["tool_choice"], "auto");
         assert_eq!(v["tools"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn tool_choice_is_not_sent_without_tools() {
+        let req = ChatRequest {
+            model: "m".into(),
+            messages: vec![ChatMessage::user("hi")],
+            tool_choice: Some("auto".into()),
+            ..Default::default()
+        };
+        assert_eq!(req.for_wire().tool_choice, None);
+        let with_tools = ChatRequest {
+            tools: vec![json!({"type": "function"})],
+            ..req
+        };
+        assert_eq!(with_tools.for_wire().tool_choice.as_deref(), Some("auto"));
     }
 
     #[test]

@@ -122,6 +122,26 @@ async fn rate_limited_reply_carries_retry_after() {
 }
 
 #[tokio::test]
+async fn fractional_retry_after_is_rounded_up_and_exact_in_ms() {
+    let server = start("steps: [{fail: 503, retry_after: 1.5}]").await;
+    let raw = reqwest::Client::new()
+        .post(format!("{}/chat/completions", server.base_url()))
+        .json(&request("t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 503);
+    assert_eq!(raw.headers()["retry-after"], "2");
+    assert_eq!(raw.headers()["retry-after-ms"], "1500");
+    assert_eq!(
+        parse_retry_after(raw.headers()),
+        Some(Duration::from_millis(1500))
+    );
+    let body: Value = raw.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "server_error");
+}
+
+#[tokio::test]
 async fn invalid_history_is_rejected_with_400() {
     let server = start("steps: [{answer: a}, {answer: b}]").await;
     let mut bad = request("t");
@@ -280,6 +300,27 @@ async fn models_stats_and_unknown_routes() {
         .unwrap();
     assert_eq!(stats["requests_total"], 1);
     assert_eq!(stats["completions"], 1);
+    // The fields docs/llm-script.md promises.
+    let mut keys: Vec<&str> = stats
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "completions",
+            "failures",
+            "in_flight",
+            "max_in_flight",
+            "max_requests_per_minute",
+            "rejected_invalid",
+            "requests_total",
+            "uptime_ms"
+        ]
+    );
 
     let missing = http.get(format!("{base}/nope")).send().await.unwrap();
     assert_eq!(missing.status(), 404);
@@ -373,7 +414,7 @@ async fn run_concurrently(gate: &Arc<LlmGate>, calls: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gate_caps_requests_in_flight_at_the_endpoint() {
-    let server = start("default_latency_ms: 150\nsteps: [{answer: done}]").await;
+    let server = start("default_latency_ms: 300\nsteps: [{answer: done}]").await;
     let gate = gate_over_http(
         &server,
         GateConfig {
@@ -390,11 +431,11 @@ async fn gate_caps_requests_in_flight_at_the_endpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_gate_holds_requests_per_minute_across_runs() {
     let server = start("steps: [{answer: done}]").await;
-    // 300 per minute = one request every 200 ms, whichever run sends it.
+    // 200 per minute = one request every 300 ms, whichever run sends it.
     let gate = gate_over_http(
         &server,
         GateConfig {
-            requests_per_minute: Some(300),
+            requests_per_minute: Some(200),
             ..GateConfig::default()
         },
     );
@@ -403,4 +444,82 @@ async fn shared_gate_holds_requests_per_minute_across_runs() {
     assert_eq!(stats.requests_total(), 4);
     assert_eq!(stats.max_requests_in_window(Duration::from_millis(150)), 1);
     assert_eq!(stats.max_requests_in_window(Duration::from_secs(60)), 4);
+}
+
+#[test]
+fn blocking_entry_point_serves_until_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.yaml");
+    std::fs::write(&path, "steps: [{answer: \"blocking ok\"}]").unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server_thread = std::thread::spawn(move || {
+        scripted::run_server_until(
+            &path,
+            0,
+            move |addr| addr_tx.send(addr).unwrap(),
+            async move {
+                let _ = stop_rx.await;
+            },
+        )
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(addr.ip().is_loopback());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let reply = runtime.block_on(async {
+        let backend = HttpBackend::new(
+            Endpoint::new(format!("http://{addr}/v1"), None),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        backend
+            .complete(request("t"), RequestMeta::default())
+            .await
+            .unwrap()
+    });
+    assert_eq!(reply.message.content.as_deref(), Some("blocking ok"));
+    stop_tx.send(()).unwrap();
+    server_thread.join().unwrap().unwrap();
+}
+
+#[test]
+fn blocking_entry_point_reports_a_bad_script_path() {
+    let err = scripted::run_server_until(
+        std::path::Path::new("/nonexistent/script.yaml"),
+        0,
+        |_| panic!("must not start"),
+        async {},
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("/nonexistent/script.yaml"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn required_api_key_is_checked_over_http() {
+    let server = start("require_api_key: sk-test\nsteps: [{answer: authorised}]").await;
+    let reply = client(&server)
+        .complete(request("t"), RequestMeta::default())
+        .await
+        .unwrap();
+    assert_eq!(reply.message.content.as_deref(), Some("authorised"));
+    for key in [None, Some("sk-wrong".to_owned())] {
+        let backend = HttpBackend::new(
+            Endpoint::new(server.base_url(), key),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let err = backend
+            .complete(request("t"), RequestMeta::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.status(), Some(401));
+        assert!(err.to_string().contains("DELTA_API_KEY"), "{err}");
+        assert!(!err.to_string().contains("sk-test"));
+    }
 }

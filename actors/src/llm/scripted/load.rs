@@ -18,9 +18,19 @@ use super::script::{
 
 /// Parses and validates `text`; `origin` names it in error messages.
 pub(super) fn parse(text: &str, origin: &str) -> Result<Script, ScriptError> {
-    let raw: RawScript = serde_yaml::from_str(text).map_err(|e| ScriptError::Parse {
-        origin: origin.to_owned(),
-        message: e.to_string(),
+    let raw: RawScript = serde_yaml::from_str(text).map_err(|e| {
+        let top_level = serde_yaml::from_str::<serde_yaml::Value>(text).ok();
+        if top_level.is_some_and(|v| !v.is_mapping()) {
+            return ScriptError::Invalid {
+                origin: origin.to_owned(),
+                key: "(top level)".to_owned(),
+                message: "the script must be a mapping with `rules:` or `steps:`".to_owned(),
+            };
+        }
+        ScriptError::Parse {
+            origin: origin.to_owned(),
+            message: e.to_string(),
+        }
     })?;
     Loader::new(origin).script(raw)
 }
@@ -32,6 +42,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Script, ScriptError> {
 struct RawScript {
     model: Option<String>,
     strict: Option<bool>,
+    require_api_key: Option<String>,
     default_latency_ms: Option<u64>,
     default_latency: Option<RawLatency>,
     when_exhausted: Option<String>,
@@ -42,8 +53,9 @@ struct RawScript {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRule {
-    #[allow(dead_code)]
-    name: Option<String>,
+    /// A label for readers of the script; accepted and otherwise ignored.
+    #[serde(rename = "name")]
+    _name: Option<String>,
     agent: Option<String>,
     task_contains: Option<String>,
     model: Option<String>,
@@ -131,9 +143,15 @@ impl Loader {
                     "top-level `steps` is shorthand for one catch-all rule; use it or `rules`, not both",
                 ))
             }
+            (Some(rules), None) if rules.is_empty() => {
+                return Err(self.invalid(
+                    "rules",
+                    "`rules` is empty, so no request could be answered (hint: add `- steps: [{answer: \"hi\"}]`)",
+                ))
+            }
             (Some(rules), None) => rules,
             (None, Some(steps)) => vec![RawRule {
-                name: None,
+                _name: None,
                 agent: None,
                 task_contains: None,
                 model: None,
@@ -155,6 +173,7 @@ impl Loader {
             origin: self.origin,
             model: raw.model.unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
             strict: raw.strict.unwrap_or(true),
+            require_api_key: raw.require_api_key,
             exhausted_answer: raw
                 .when_exhausted
                 .unwrap_or_else(|| EXHAUSTED_ANSWER.to_owned()),

@@ -7,6 +7,7 @@
 //! - `respond.rs`: rule matching, step selection, templating ([`ScriptedReply`]).
 //! - `validate.rs`: strict history validation ([`validate_history`]).
 //! - `server.rs`: the OpenAI-compatible HTTP endpoint ([`serve`], [`run_server_blocking`]).
+//! - `stats.rs`: [`ServerStats`], counters shared by the server and [`ScriptedBackend`].
 //!
 //! [`ScriptedBackend`] plays a script in-process behind the same [`ChatBackend`] trait as
 //! the HTTP client. Nothing here imports actix.
@@ -15,61 +16,95 @@ mod load;
 mod respond;
 mod script;
 mod server;
+mod stats;
 mod validate;
 
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use load::parse_latency;
 pub use respond::{ScriptedReply, TEMPLATE_VARIABLES};
 pub use script::{Latency, Script, ScriptError, DEFAULT_MODEL, EXHAUSTED_ANSWER};
-pub use server::{
-    run_server_blocking, serve, ScriptServer, ServeError, ServerStats, StatsSnapshot,
-};
+pub use server::{run_server_blocking, run_server_until, serve, ScriptServer, ServeError};
+pub use stats::{ServerStats, StatsSnapshot};
 pub use validate::validate_history;
 
 use super::endpoint::{ChatBackend, CompletionFuture, LlmError, RequestMeta};
 use super::types::ChatRequest;
 
 /// Plays a script in-process: sleeps the scripted latency, then returns the scripted
-/// completion, or the scripted HTTP failure as [`LlmError::Http`].
+/// completion, or the scripted HTTP failure as [`LlmError::Http`]. Counts into the same
+/// [`ServerStats`] as the HTTP server, so benchmarks can read in-flight maxima either way.
 #[derive(Debug, Clone)]
 pub struct ScriptedBackend {
     script: Arc<Script>,
+    stats: Arc<ServerStats>,
 }
 
 impl ScriptedBackend {
     pub fn new(script: Arc<Script>) -> Self {
-        ScriptedBackend { script }
+        ScriptedBackend {
+            script,
+            stats: Arc::new(ServerStats::new()),
+        }
     }
 
     pub fn script(&self) -> &Arc<Script> {
         &self.script
     }
+
+    pub fn stats(&self) -> &Arc<ServerStats> {
+        &self.stats
+    }
 }
 
 impl ChatBackend for ScriptedBackend {
     fn complete(&self, req: ChatRequest, meta: RequestMeta) -> CompletionFuture {
-        let reply = self.script.respond(&req, &meta);
+        let in_flight = self.stats.arrive();
+        let reply = match self
+            .script
+            .strict()
+            .then(|| validate_history(&req.messages))
+        {
+            Some(Err(problem)) => {
+                self.stats.record_rejected();
+                ScriptedReply::Failure {
+                    status: 400,
+                    message: format!("invalid chat history: {problem}"),
+                    retry_after: None,
+                    latency: Duration::ZERO,
+                }
+            }
+            _ => self.script.respond_unchecked(&req, &meta),
+        };
+        let stats = Arc::clone(&self.stats);
         Box::pin(async move {
+            let _in_flight = in_flight;
             let latency = reply.latency();
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
             }
             match reply {
-                ScriptedReply::Completion { completion, .. } => Ok(completion),
+                ScriptedReply::Completion { completion, .. } => {
+                    stats.record_completion();
+                    Ok(completion)
+                }
                 ScriptedReply::Failure {
                     status,
                     message,
                     retry_after,
                     ..
-                } => Err(LlmError::Http {
-                    status,
-                    message,
-                    retry_after,
-                }),
+                } => {
+                    stats.record_failure();
+                    Err(LlmError::Http {
+                        status,
+                        message,
+                        retry_after,
+                    })
+                }
             }
         })
     }

@@ -42,6 +42,8 @@ pub struct Script {
     pub(super) origin: String,
     pub(super) model: String,
     pub(super) strict: bool,
+    /// HTTP only: the bearer token every request must carry.
+    pub(super) require_api_key: Option<String>,
     pub(super) exhausted_answer: String,
     pub(super) default_latency: Latency,
     pub(super) rules: Vec<Rule>,
@@ -141,6 +143,11 @@ impl Script {
     /// Parses a script; `origin` names it in error messages (usually the file path).
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<Script, ScriptError> {
         super::load::parse(text, origin)
+    }
+
+    /// The API key the HTTP endpoint demands (`require_api_key:`), if any.
+    pub fn required_api_key(&self) -> Option<&str> {
+        self.require_api_key.as_deref()
     }
 
     /// Whether invalid histories are rejected with HTTP 400 (`strict:`, default true).

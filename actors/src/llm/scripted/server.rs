@@ -1,32 +1,32 @@
 //! The scripted model as an OpenAI-compatible HTTP endpoint (hyper 1, HTTP/1.1 keep-alive):
 //! POST `/v1/chat/completions`, GET `/v1/models`, GET `/v1/stats`; anything else is a JSON 404.
 //!
-//! Owns the listener, per-connection tasks, OpenAI-shaped error bodies (429 always carries
-//! Retry-After) and the [`ServerStats`] counters tests read. Binds only the address it is
-//! given (callers pass 127.0.0.1). Reply content comes from `respond.rs`.
+//! Owns the listener, per-connection tasks and OpenAI-shaped error bodies (429 always carries
+//! Retry-After); counts into [`ServerStats`]. Binds only the address it is given (callers
+//! pass 127.0.0.1). Reply content comes from `respond.rs`.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio_util::sync::CancellationToken;
 
 use super::respond::ScriptedReply;
 use super::script::{Script, ScriptError};
+use super::stats::ServerStats;
 use super::validate::validate_history;
 use crate::llm::endpoint::{decode_header_value, RequestMeta, HEADER_AGENT, HEADER_RUN_ID};
 use crate::llm::types::ChatRequest;
@@ -51,129 +51,6 @@ pub enum ServeError {
     },
     #[error("cannot start the scripted model's runtime: {0}")]
     Runtime(#[source] std::io::Error),
-}
-
-/// Counters of the chat endpoint, shared with whoever started the server.
-#[derive(Debug)]
-pub struct ServerStats {
-    started: Instant,
-    requests_total: AtomicU64,
-    in_flight: AtomicU64,
-    max_in_flight: AtomicU64,
-    rejected_invalid: AtomicU64,
-    completions: AtomicU64,
-    failures: AtomicU64,
-    /// Arrival time of every chat request, in ms since `started`, in arrival order.
-    arrivals_ms: Mutex<Vec<u64>>,
-}
-
-/// A point-in-time copy of [`ServerStats`], served as JSON by GET `/v1/stats`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatsSnapshot {
-    pub requests_total: u64,
-    pub in_flight: u64,
-    pub max_in_flight: u64,
-    pub rejected_invalid: u64,
-    pub completions: u64,
-    pub failures: u64,
-    /// Most chat requests that arrived within any 60 s window.
-    pub max_requests_per_minute: u64,
-    pub uptime_ms: u64,
-}
-
-impl ServerStats {
-    fn new() -> Self {
-        ServerStats {
-            started: Instant::now(),
-            requests_total: AtomicU64::new(0),
-            in_flight: AtomicU64::new(0),
-            max_in_flight: AtomicU64::new(0),
-            rejected_invalid: AtomicU64::new(0),
-            completions: AtomicU64::new(0),
-            failures: AtomicU64::new(0),
-            arrivals_ms: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Chat requests received (valid or not).
-    pub fn requests_total(&self) -> u64 {
-        self.requests_total.load(Ordering::SeqCst)
-    }
-    /// Chat requests being handled right now.
-    pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::SeqCst)
-    }
-    /// The most chat requests ever handled at the same time.
-    pub fn max_in_flight(&self) -> u64 {
-        self.max_in_flight.load(Ordering::SeqCst)
-    }
-    /// Requests refused with 400 because their history was invalid (strict mode).
-    pub fn rejected_invalid(&self) -> u64 {
-        self.rejected_invalid.load(Ordering::SeqCst)
-    }
-    /// Successful completions served.
-    pub fn completions(&self) -> u64 {
-        self.completions.load(Ordering::SeqCst)
-    }
-    /// Error responses served (scripted failures, invalid requests, unmatched rules).
-    pub fn failures(&self) -> u64 {
-        self.failures.load(Ordering::SeqCst)
-    }
-
-    /// The most chat requests that arrived within any window of length `window`.
-    pub fn max_requests_in_window(&self, window: Duration) -> u64 {
-        let arrivals = self
-            .arrivals_ms
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let window_ms = window.as_millis() as u64;
-        let mut best = 0;
-        let mut start = 0;
-        for end in 0..arrivals.len() {
-            while arrivals[end] - arrivals[start] >= window_ms.max(1) {
-                start += 1;
-            }
-            best = best.max(end - start + 1);
-        }
-        best as u64
-    }
-
-    pub fn snapshot(&self) -> StatsSnapshot {
-        StatsSnapshot {
-            requests_total: self.requests_total(),
-            in_flight: self.in_flight(),
-            max_in_flight: self.max_in_flight(),
-            rejected_invalid: self.rejected_invalid(),
-            completions: self.completions(),
-            failures: self.failures(),
-            max_requests_per_minute: self.max_requests_in_window(Duration::from_secs(60)),
-            uptime_ms: self.started.elapsed().as_millis() as u64,
-        }
-    }
-
-    fn arrive(self: &Arc<Self>) -> InFlight {
-        self.requests_total.fetch_add(1, Ordering::SeqCst);
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        let at = self.started.elapsed().as_millis() as u64;
-        let mut arrivals = self
-            .arrivals_ms
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Keep the list sorted even if two threads race between `elapsed` and `lock`.
-        let pos = arrivals.partition_point(|t| *t <= at);
-        arrivals.insert(pos, at);
-        InFlight(Arc::clone(self))
-    }
-}
-
-/// Decrements `in_flight` when a request ends, even if the client hung up mid-latency.
-struct InFlight(Arc<ServerStats>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// A running scripted-model server. Dropping it stops accepting connections.
@@ -324,12 +201,26 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
     let stats = &shared.stats;
     let _in_flight = stats.arrive();
     let meta = meta_from_headers(req.headers());
+    if let Some(expected) = shared.script.required_api_key() {
+        let sent = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if sent != Some(expected) {
+            stats.record_failure();
+            let message = match sent {
+                None => "no API key sent (expected `Authorization: Bearer <key>`)",
+                Some(_) => "incorrect API key provided",
+            };
+            return error_reply(StatusCode::UNAUTHORIZED, message, "invalid_api_key", None);
+        }
+    }
     let reply = match read_request(req).await {
         Ok(chat_req) => {
             if shared.script.strict() {
                 if let Err(problem) = validate_history(&chat_req.messages) {
-                    stats.rejected_invalid.fetch_add(1, Ordering::SeqCst);
-                    stats.failures.fetch_add(1, Ordering::SeqCst);
+                    stats.record_rejected();
                     return error_reply(
                         StatusCode::BAD_REQUEST,
                         &format!("invalid chat history: {problem}"),
@@ -341,7 +232,7 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
             shared.script.respond_unchecked(&chat_req, &meta)
         }
         Err(reply) => {
-            stats.failures.fetch_add(1, Ordering::SeqCst);
+            stats.record_failure();
             return reply;
         }
     };
@@ -351,7 +242,7 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
     }
     match reply {
         ScriptedReply::Completion { completion, .. } => {
-            stats.completions.fetch_add(1, Ordering::SeqCst);
+            stats.record_completion();
             json_reply(StatusCode::OK, &completion.raw)
         }
         ScriptedReply::Failure {
@@ -360,7 +251,7 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
             retry_after,
             ..
         } => {
-            stats.failures.fetch_add(1, Ordering::SeqCst);
+            stats.record_failure();
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             error_reply(status, &message, "scripted_failure", retry_after)
         }
@@ -454,23 +345,48 @@ pub fn run_server_blocking(
     port: u16,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
+    run_on_own_runtime(script_path, port, ready, || {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Installed before `ready` so a supervisor that signals right after the address is
+        // announced cannot kill the process with the default action.
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        })
+    })
+}
+
+/// Like [`run_server_blocking`] but runs until `stop` completes instead of waiting for a
+/// signal (for embedders and tests).
+pub fn run_server_until(
+    script_path: &Path,
+    port: u16,
+    ready: impl FnOnce(SocketAddr),
+    stop: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    run_on_own_runtime(script_path, port, ready, || Ok(stop))
+}
+
+fn run_on_own_runtime<F: Future<Output = ()>>(
+    script_path: &Path,
+    port: u16,
+    ready: impl FnOnce(SocketAddr),
+    stop: impl FnOnce() -> std::io::Result<F>,
+) -> Result<(), ServeError> {
     let script = Arc::new(Script::load(script_path)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
     runtime.block_on(async move {
-        use tokio::signal::unix::{signal, SignalKind};
-        // Handlers go in before `ready` so a supervisor that signals right after the
-        // address is announced cannot kill the process with the default action.
-        let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Runtime)?;
-        let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Runtime)?;
+        let stopped = stop().map_err(ServeError::Runtime)?;
         let server = serve(script, SocketAddr::from(([127, 0, 0, 1], port))).await?;
         ready(server.addr);
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
+        stopped.await;
         server.shutdown().await;
         Ok(())
     })

@@ -57,7 +57,8 @@ fn advance(history: &mut Vec<ChatMessage>, reply: ChatMessage, observation: &str
 
 const HELLO: &str = r#"
 rules:
-  - agent: hello-world
+  - name: greeter
+    agent: hello-world
     task_contains: greet
     steps:
       - tool: print_message
@@ -344,6 +345,9 @@ fn load_errors_name_the_file_and_key() {
             "not another",
         ),
         ("model: x", "rules", "no `rules`"),
+        ("", "rules", "no `rules`"),
+        ("rules: []", "rules", "is empty"),
+        ("- a\n- b", "(top level)", "a mapping"),
     ];
     for (yaml, key, fragment) in cases {
         let err = load_err(yaml);
@@ -400,6 +404,38 @@ async fn scripted_backend_maps_failures_to_http_errors() {
             .unwrap();
     assert_eq!(done.message.content.as_deref(), Some("ok"));
     assert_eq!(retries, 1);
+    let stats = backend.stats().snapshot();
+    assert_eq!(
+        (stats.requests_total, stats.failures, stats.completions),
+        (3, 2, 1)
+    );
+    assert_eq!(stats.in_flight, 0);
+}
+
+#[tokio::test]
+async fn scripted_backend_counts_in_flight_and_rejections() {
+    let backend = ScriptedBackend::new(Arc::new(script(
+        "default_latency_ms: 50\nsteps: [{answer: a}]",
+    )));
+    let pending: Vec<_> = (0..5)
+        .map(|i| {
+            backend.complete(
+                req(vec![ChatMessage::user(format!("t{i}"))]),
+                meta("a", "r"),
+            )
+        })
+        .collect();
+    // Requests count as in flight from the call until their future completes or drops.
+    assert_eq!(backend.stats().in_flight(), 5);
+    for p in pending {
+        p.await.unwrap();
+    }
+    assert_eq!(backend.stats().max_in_flight(), 5);
+    assert_eq!(backend.stats().in_flight(), 0);
+    let bad = req(vec![ChatMessage::assistant(Some("x".into()), vec![])]);
+    let err = backend.complete(bad, meta("a", "r")).await.unwrap_err();
+    assert_eq!(err.status(), Some(400));
+    assert_eq!(backend.stats().rejected_invalid(), 1);
 }
 
 #[test]

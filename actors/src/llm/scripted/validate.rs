@@ -235,4 +235,51 @@ mod tests {
             }
         }
     }
+
+    /// Builds a valid history from a shape: each entry is one assistant turn with that many
+    /// tool calls (0 = a text answer followed by a new user message), results in a rotated order.
+    fn history_from(shape: &[(usize, usize)]) -> Vec<ChatMessage> {
+        let mut messages = vec![ChatMessage::system("s"), ChatMessage::user("task")];
+        for (turn, (n_calls, rotation)) in shape.iter().enumerate() {
+            if *n_calls == 0 {
+                messages.push(ChatMessage::assistant(Some("text".into()), vec![]));
+                messages.push(ChatMessage::user("more"));
+                continue;
+            }
+            let ids: Vec<String> = (0..*n_calls).map(|k| format!("call_{turn}_{k}")).collect();
+            messages.push(ChatMessage::assistant(
+                None,
+                ids.iter().map(|i| call(i)).collect(),
+            ));
+            for k in 0..*n_calls {
+                let id = &ids[(k + rotation) % n_calls];
+                messages.push(ChatMessage::tool(id.clone(), "out"));
+            }
+        }
+        messages
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn generated_valid_histories_pass(shape in proptest::collection::vec((0usize..4, 0usize..4), 0..8)) {
+            let messages = history_from(&shape);
+            proptest::prop_assert!(validate_history(&messages).is_ok(), "{:?}", validate_history(&messages));
+        }
+
+        #[test]
+        fn dropping_any_tool_result_is_caught(
+            shape in proptest::collection::vec((1usize..4, 0usize..4), 1..6),
+            pick in 0usize..100,
+        ) {
+            let mut messages = history_from(&shape);
+            let tool_positions: Vec<usize> = messages
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.role == Role::Tool)
+                .map(|(i, _)| i)
+                .collect();
+            messages.remove(tool_positions[pick % tool_positions.len()]);
+            proptest::prop_assert!(validate_history(&messages).is_err());
+        }
+    }
 }
