@@ -436,6 +436,52 @@ fn interrupt_while_a_tool_runs(signal: Signal) {
 }
 
 #[test]
+fn a_second_ctrl_c_kills_the_tools_and_exits_at_once_leaving_a_resumable_run() {
+    // The tool ignores SIGTERM, so the first Ctrl-C alone would wait for the kill grace.
+    let tools = r#"tools:
+  - name: stubborn
+    description: ignores SIGTERM and sleeps
+    shell: "trap '' TERM; sleep 60 & echo $! > tool.pid.tmp; mv tool.pid.tmp tool.pid; wait"
+"#;
+    let script = json!({"steps": [{"tool": "stubborn"}, {"answer": "resumed"}]});
+    let case = Case::new("stubborn", tools, &script);
+    let stderr_path = case.work_dir().join("..").join("stubborn-stderr.txt");
+    let mut child = case
+        .spawn_cmd()
+        .args(case.run_args("r1", "wait"))
+        .args(["--format", "json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    let tool_pid = wait_for_pid_file(&case.work_dir().join("tool.pid"), Duration::from_secs(20));
+    send_signal(child.id(), Signal::SIGINT);
+    let first_seen = wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&stderr_path).is_ok_and(|t| t.contains("again to exit at once"))
+    });
+    assert!(first_seen, "the first Ctrl-C was not acknowledged");
+    send_signal(child.id(), Signal::SIGINT);
+    let status = wait_child(&mut child, Duration::from_secs(15));
+    let gone = wait_until(Duration::from_secs(5), || !process_alive(tool_pid));
+    if !gone {
+        kill_pid(tool_pid);
+    }
+    assert_eq!(status.code(), Some(130));
+    assert!(gone, "tool {tool_pid} survived the second Ctrl-C");
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(
+        stdout.is_empty(),
+        "no RunResult on an immediate exit: {stdout}"
+    );
+    // Exited before the run could finish: still RUNNING, recovered by continue.
+    assert_eq!(case.metadata("r1")["status"], "RUNNING");
+    let resumed = case.continue_run("r1", &[]);
+    resumed.assert_code(0);
+    assert_eq!(resumed.json()["result"], "resumed");
+}
+
+#[test]
 fn duplicate_and_invalid_run_ids_are_configuration_errors() {
     let case = Case::new("ids", "tools: []\n", &json!({"steps": [{"answer": "ok"}]}));
     case.run("job-7", "first", &[]).assert_code(0);
