@@ -85,6 +85,10 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub journal_fsync: OnOff,
     /// Where run work directories go (default: a new temporary directory).
+    ///
+    /// For repeatable figures give a new directory with --keep: on ext4 without a journal the
+    /// kernel makes file creation slow for minutes after many deletions, so a bench that
+    /// removes its files slows the next one (BENCHMARKS.md, "Filesystem").
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
     /// Keep the work directory (a temporary one is removed otherwise).
