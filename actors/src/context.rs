@@ -11,7 +11,9 @@
 //! - [`build_messages`] runs the recipe: `file` and `computed_file` sources become one system
 //!   message each (`# Context Block: <id>`), generators run with their timeout in the
 //!   workspace. A failing source fails the run with an error naming the source id;
-//!   `on_missing: skip` skips only a missing file, never a failing generator.
+//!   `on_missing: skip` skips only a missing file, never a failing generator. Source files are
+//!   read only from inside the agent folder or the workspace (after symlinks; relative paths
+//!   are taken from the workspace), since their text is sent to the model provider.
 //!
 //! Must not: write the journal, or read the process environment (callers pass it).
 
@@ -66,6 +68,14 @@ pub enum ContextError {
         command: Vec<String>,
         path: String,
     },
+    #[error("context source '{id}': {path} resolves to {resolved}, outside the agent folder {agent_home} and the workspace {work_dir} (hint: keep context files in one of them; symlinks are followed)")]
+    OutsideAllowedFolders {
+        id: String,
+        path: String,
+        resolved: String,
+        agent_home: String,
+        work_dir: String,
+    },
     #[error("context build cancelled")]
     Cancelled,
 }
@@ -77,7 +87,8 @@ impl ContextError {
             ContextError::FileMissing { id, .. }
             | ContextError::FileUnreadable { id, .. }
             | ContextError::GeneratorFailed { id, .. }
-            | ContextError::GeneratorOutputMissing { id, .. } => Some(id),
+            | ContextError::GeneratorOutputMissing { id, .. }
+            | ContextError::OutsideAllowedFolders { id, .. } => Some(id),
             ContextError::Cancelled => None,
         }
     }
@@ -100,7 +111,7 @@ pub async fn build_messages(
                 on_missing,
             } => {
                 let path = expand_path_vars(path, inputs.agent_home, inputs.work_dir);
-                if let Some(text) = read_source_file(id, &path, *on_missing)? {
+                if let Some(text) = read_source_file(id, &path, *on_missing, inputs)? {
                     push_block(&mut messages, id, &text);
                 }
             }
@@ -149,8 +160,9 @@ fn read_source_file(
     id: &str,
     path: &str,
     on_missing: OnMissing,
+    inputs: &ContextInputs<'_>,
 ) -> Result<Option<String>, ContextError> {
-    match std::fs::read_to_string(path) {
+    match read_confined(id, path, inputs)? {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
             OnMissing::Skip => Ok(None),
@@ -227,7 +239,7 @@ async fn run_generator(
             reason,
         });
     }
-    match std::fs::read_to_string(&output_path) {
+    match read_confined(id, &output_path, inputs)? {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
             OnMissing::Skip => Ok(None),
@@ -243,6 +255,37 @@ async fn run_generator(
             message: e.to_string(),
         }),
     }
+}
+
+/// Reads a source file that must lie inside the agent folder or the workspace once symlinks
+/// are resolved; a relative path is taken from the workspace. The outer error is the
+/// confinement refusal, the inner one the ordinary read failure (missing, unreadable), which
+/// the caller maps according to `on_missing`.
+fn read_confined(
+    id: &str,
+    written: &str,
+    inputs: &ContextInputs<'_>,
+) -> Result<std::io::Result<String>, ContextError> {
+    let resolved = match std::fs::canonicalize(inputs.work_dir.join(written)) {
+        Ok(resolved) => resolved,
+        Err(e) => return Ok(Err(e)),
+    };
+    let inside = |root: &Path| {
+        std::fs::canonicalize(root).map_or_else(
+            |_| resolved.starts_with(root),
+            |root| resolved.starts_with(root),
+        )
+    };
+    if !inside(inputs.agent_home) && !inside(inputs.work_dir) {
+        return Err(ContextError::OutsideAllowedFolders {
+            id: id.to_string(),
+            path: written.to_string(),
+            resolved: path_str(&resolved),
+            agent_home: path_str(inputs.agent_home),
+            work_dir: path_str(inputs.work_dir),
+        });
+    }
+    Ok(std::fs::read_to_string(&resolved))
 }
 
 fn path_str(p: &Path) -> String {
@@ -408,6 +451,108 @@ pub fn source_paths(recipe: &ContextRecipe, agent_home: &Path, work_dir: &Path) 
 mod tests {
     use super::*;
     use crate::journal::{ActionStatus, ToolCallRecord};
+
+    /// Builds the system blocks of a recipe of `file` sources in an agent folder and a
+    /// workspace under one temp dir (`<tmp>/agent`, `<tmp>/ws`).
+    async fn build_files(
+        tmp: &Path,
+        sources: &[(&str, OnMissing)],
+    ) -> Result<Vec<ChatMessage>, ContextError> {
+        let recipe = ContextRecipe {
+            sources: sources
+                .iter()
+                .enumerate()
+                .map(|(i, (path, on_missing))| ContextSource::File {
+                    id: format!("s{i}"),
+                    path: (*path).to_string(),
+                    on_missing: *on_missing,
+                })
+                .collect(),
+        };
+        let (home, work) = (tmp.join("agent"), tmp.join("ws"));
+        let env = BTreeMap::new();
+        let inputs = ContextInputs {
+            agent_home: &home,
+            work_dir: &work,
+            run_id: "r1",
+            run_dir: &work,
+            journal_path: &work,
+            child_env: &env,
+        };
+        build_messages(
+            &recipe,
+            &inputs,
+            &[],
+            &HashMap::new(),
+            &CancellationToken::new(),
+        )
+        .await
+    }
+
+    fn confinement_fixture() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        for dir in ["agent", "ws", "outside"] {
+            std::fs::create_dir(tmp.path().join(dir)).unwrap();
+        }
+        std::fs::write(tmp.path().join("agent/prompt.md"), "in agent").unwrap();
+        std::fs::write(tmp.path().join("ws/DELTA.md"), "in workspace").unwrap();
+        std::fs::write(tmp.path().join("outside/secret.txt"), "secret").unwrap();
+        tmp
+    }
+
+    #[tokio::test]
+    async fn file_sources_inside_the_agent_folder_or_workspace_are_read() {
+        let tmp = confinement_fixture();
+        let messages = build_files(
+            tmp.path(),
+            &[
+                ("${AGENT_HOME}/prompt.md", OnMissing::Error),
+                ("DELTA.md", OnMissing::Error),
+                ("${CWD}/missing.md", OnMissing::Skip),
+            ],
+        )
+        .await
+        .unwrap();
+        let texts: Vec<String> = messages
+            .iter()
+            .map(|m| m.content.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert!(texts[0].ends_with("in agent"), "{texts:?}");
+        assert!(
+            texts[1].ends_with("in workspace"),
+            "relative = workspace: {texts:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn file_sources_escaping_both_folders_are_refused_naming_the_source() {
+        let tmp = confinement_fixture();
+        std::os::unix::fs::symlink(
+            tmp.path().join("outside/secret.txt"),
+            tmp.path().join("ws/link.md"),
+        )
+        .unwrap();
+        let absolute = tmp.path().join("outside/secret.txt");
+        for path in [
+            "${AGENT_HOME}/../outside/secret.txt",
+            "../outside/secret.txt",
+            &absolute.to_string_lossy(),
+            "${CWD}/link.md",
+        ] {
+            let err = build_files(tmp.path(), &[(path, OnMissing::Skip)])
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, ContextError::OutsideAllowedFolders { .. }),
+                "{path}: {err}"
+            );
+            let text = err.to_string();
+            assert!(text.contains("context source 's0'"), "{text}");
+            assert!(text.contains("outside the agent folder"), "{text}");
+            assert!(text.contains("hint:"), "{text}");
+        }
+    }
 
     fn ev(seq: u64, event: Event) -> JournalEvent {
         JournalEvent {

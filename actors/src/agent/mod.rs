@@ -156,7 +156,23 @@ fn resolve_system_prompt(
             "create system_prompt.md beside agent.yaml with the agent's instructions, or point `system_prompt:` at the file",
         ));
     }
-    let text = std::fs::read_to_string(&path)
+    let resolved = canonical(&path)?;
+    let home_resolved = canonical(home)?;
+    if !resolved.starts_with(&home_resolved) {
+        // The prompt is sent to the provider: a path leaving the agent folder (`..`, an
+        // absolute path, a symlink) would ship whatever file it names.
+        return Err(AgentError::invalid(
+            config_file,
+            format!(
+                "system prompt `{}` resolves to `{}`, outside the agent folder `{}`",
+                path.display(),
+                resolved.display(),
+                home_resolved.display()
+            ),
+            "keep the system prompt inside the agent folder (symlinks are followed); copy the file there",
+        ));
+    }
+    let text = std::fs::read_to_string(&resolved)
         .map_err(|e| AgentError::io(&path, e, "the system prompt must be readable UTF-8 text"))?;
     if text.trim().is_empty() {
         return Err(AgentError::invalid(
@@ -165,7 +181,7 @@ fn resolve_system_prompt(
             "write the agent's role, rules and goals into it",
         ));
     }
-    canonical(&path)
+    Ok(resolved)
 }
 
 /// Loads `hooks.yaml`, or (deprecated) `lifecycle_hooks` from agent.yaml when it is absent.
