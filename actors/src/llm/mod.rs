@@ -6,11 +6,8 @@
 //!   [`parse_completion`].
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
 //!   [`LlmError`] and the one-attempt [`ChatBackend`] trait.
-//! - [`history`]: [`repair_history`], the safety net that makes any history valid for the
-//!   OpenAI API (synthesised results for unanswered calls, deferred interlopers).
 //! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest.
-//! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`] and
-//!   [`complete_with_retry`] for callers without a gateway.
+//! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`].
 //! - [`rate`]: [`RateLimiter`], requests-per-minute spacing plus a Retry-After barrier.
 //! - [`gate`]: [`LlmGate`], one per endpoint: in-flight cap + rate limiter + Retry-After
 //!   barrier + retries, as plain tokio code for the `LlmGateway` actor to own.
@@ -23,7 +20,6 @@
 pub mod client;
 pub mod endpoint;
 pub mod gate;
-pub mod history;
 pub mod rate;
 pub mod retry;
 pub mod scripted;
@@ -32,9 +28,8 @@ pub mod types;
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
 pub use gate::{GateConfig, GateOutcome, LlmGate};
-pub use history::repair_history;
 pub use rate::RateLimiter;
-pub use retry::{backoff_delay, complete_with_retry, parse_retry_after, RetryNotice, RetryPolicy};
+pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,
     ServerStats,

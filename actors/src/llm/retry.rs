@@ -1,16 +1,15 @@
 //! Retry policy: how many attempts, how long to wait between them (jittered exponential
 //! backoff that never undercuts the provider's Retry-After), and how to read Retry-After.
 //!
-//! Pure functions plus [`complete_with_retry`] for callers that have no gateway (the gateway
-//! actor sleeps on its own timers and shares a rate limiter). Never retries non-retryable
+//! Pure functions; the loop that applies them is [`super::LlmGate::complete`], which also
+//! shares the endpoint's rate limiter and Retry-After barrier. Never retries non-retryable
 //! errors (see [`LlmError::is_retryable`]).
 
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 
-use super::endpoint::{ChatBackend, LlmError, RequestMeta};
-use super::types::{ChatCompletion, ChatRequest};
+use super::endpoint::LlmError;
 
 /// Attempts and delays. Defaults: 5 attempts, 1 s doubling up to 60 s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,35 +109,6 @@ pub struct RetryNotice {
     pub failed_attempt: u32,
     pub error: LlmError,
     pub wait: Duration,
-}
-
-/// Calls `backend` until it succeeds, a non-retryable error occurs, or the policy's attempts
-/// are used up (the last error is returned). `on_retry` is told before every wait.
-pub async fn complete_with_retry(
-    backend: &dyn ChatBackend,
-    req: ChatRequest,
-    meta: RequestMeta,
-    policy: &RetryPolicy,
-    mut on_retry: impl FnMut(&RetryNotice) + Send,
-) -> Result<ChatCompletion, LlmError> {
-    let mut failures = 0;
-    loop {
-        match backend.complete(req.clone(), meta.clone()).await {
-            Ok(done) => return Ok(done),
-            Err(error) => {
-                failures += 1;
-                let Some(wait) = policy.next_delay(failures, &error) else {
-                    return Err(error);
-                };
-                on_retry(&RetryNotice {
-                    failed_attempt: failures,
-                    error,
-                    wait,
-                });
-                tokio::time::sleep(wait).await;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delta_actors::llm::{
-    complete_with_retry, parse_retry_after, scripted, ChatBackend, ChatMessage, ChatRequest,
-    Endpoint, GateConfig, HttpBackend, LlmError, LlmGate, RequestMeta, RetryPolicy, Script,
-    ScriptServer, ToolCall,
+    parse_retry_after, scripted, ChatBackend, ChatMessage, ChatRequest, Endpoint, GateConfig,
+    HttpBackend, LlmError, LlmGate, RequestMeta, RetryPolicy, Script, ScriptServer, ToolCall,
 };
 use serde_json::Value;
 
@@ -188,46 +187,48 @@ rules:
 "#,
     )
     .await;
-    let backend = client(&server);
+    let gate = |server: &ScriptServer, attempts| {
+        gate_over_http(
+            server,
+            GateConfig {
+                retry: fast_retries(attempts),
+                ..GateConfig::default()
+            },
+        )
+    };
+    let flaky_gate = gate(&server, 5);
     let mut notices = Vec::new();
-    let done = complete_with_retry(
-        &backend,
-        request("flaky"),
-        RequestMeta::new("a", "r1"),
-        &fast_retries(5),
-        |n| notices.push(n.clone()),
-    )
-    .await
-    .unwrap();
-    assert_eq!(done.message.content.as_deref(), Some("recovered"));
+    let done = flaky_gate
+        .complete(request("flaky"), RequestMeta::new("a", "r1"), |n| {
+            notices.push(n.clone())
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        done.completion.message.content.as_deref(),
+        Some("recovered")
+    );
+    assert_eq!(done.attempts, 3);
     assert_eq!(notices.len(), 2);
     assert_eq!(notices[1].failed_attempt, 2);
     assert_eq!(notices[0].error.status(), Some(503));
     assert_eq!(server.stats().requests_total(), 3);
 
-    let err = complete_with_retry(
-        &backend,
-        request("broken"),
-        RequestMeta::new("a", "r2"),
-        &fast_retries(5),
-        |_| panic!("a 400 must not be retried"),
-    )
-    .await
-    .unwrap_err();
+    let err = flaky_gate
+        .complete(request("broken"), RequestMeta::new("a", "r2"), |_| {
+            panic!("a 400 must not be retried")
+        })
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("bad parameter"), "{err}");
     assert_eq!(server.stats().requests_total(), 4);
 
     // Attempts are bounded: a permanent 503 gives up after max_attempts.
     let permanent = start("steps: [{fail: 503}]").await;
-    let err = complete_with_retry(
-        &client(&permanent),
-        request("t"),
-        RequestMeta::default(),
-        &fast_retries(3),
-        |_| {},
-    )
-    .await
-    .unwrap_err();
+    let err = gate(&permanent, 3)
+        .complete(request("t"), RequestMeta::default(), |_| {})
+        .await
+        .unwrap_err();
     assert_eq!(err.status(), Some(503));
     assert_eq!(permanent.stats().requests_total(), 3);
 }

@@ -392,18 +392,11 @@ async fn scripted_backend_maps_failures_to_http_errors() {
     assert_eq!(err.status(), Some(429));
     assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
     assert!(err.is_retryable());
-    let policy = crate::llm::RetryPolicy {
-        max_attempts: 3,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(2),
-    };
-    let mut retries = 0;
-    let done =
-        crate::llm::complete_with_retry(&backend, r, meta("a", "r"), &policy, |_| retries += 1)
-            .await
-            .unwrap();
+    // The script fails twice, then answers: the retry loop itself lives in `LlmGate`.
+    let again = backend.complete(r.clone(), meta("a", "r")).await;
+    assert_eq!(again.unwrap_err().status(), Some(429));
+    let done = backend.complete(r, meta("a", "r")).await.unwrap();
     assert_eq!(done.message.content.as_deref(), Some("ok"));
-    assert_eq!(retries, 1);
     let stats = backend.stats().snapshot();
     assert_eq!(
         (stats.requests_total, stats.failures, stats.completions),
