@@ -17,6 +17,12 @@ use delta_actors::session::pty::{PtyConfig, PtySessions, ReadOptions};
 use delta_actors::session::SessionError;
 use serde_json::json;
 
+#[path = "../session_cli.rs"]
+mod session_cli;
+use session_cli::{current_dir, pretty};
+
+const PROGRAM: &str = "delta-sessions-pty";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "delta-sessions-pty",
@@ -96,20 +102,12 @@ enum Output {
 }
 
 fn main() -> ExitCode {
-    delta_actors::session::close_inherited_fds();
-    let cli = match Cli::try_parse() {
+    let cli = match session_cli::start::<Cli>(PROGRAM) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => return fail(&e.to_string()),
+        Err(code) => return code,
     };
     match run(cli) {
-        Ok(Output::Json(json)) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
+        Ok(Output::Json(json)) => session_cli::succeed(&json),
         Ok(Output::Raw(text)) => {
             let mut stdout = std::io::stdout().lock();
             let _ = stdout.write_all(text.as_bytes());
@@ -117,7 +115,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(Output::Nothing) => ExitCode::SUCCESS,
-        Err(e) => fail(&e.to_string()),
+        Err(e) => session_cli::fail(PROGRAM, &e.to_string()),
     }
 }
 
@@ -139,11 +137,7 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
         })?;
         return Ok(Output::Nothing);
     }
-    let cwd = std::env::current_dir().map_err(|e| SessionError::Io {
-        action: "cannot read the current folder",
-        path: PathBuf::from("."),
-        source: e,
-    })?;
+    let cwd = current_dir()?;
     let holder_exe = std::env::current_exe().map_err(|e| SessionError::Io {
         action: "cannot locate this program",
         path: PathBuf::from("delta-sessions-pty"),
@@ -221,16 +215,4 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
         Command::Holder { .. } => Output::Nothing,
     };
     Ok(output)
-}
-
-fn pretty(value: &impl serde::Serialize) -> String {
-    serde_json::to_string_pretty(value)
-        .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string())
-}
-
-fn fail(message: &str) -> ExitCode {
-    let message = message.trim_end();
-    eprintln!("delta-sessions-pty: {message}");
-    println!("{}", json!({ "error": message }));
-    ExitCode::FAILURE
 }

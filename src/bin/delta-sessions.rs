@@ -18,6 +18,12 @@ use delta_actors::session::SessionError;
 use serde::Serialize;
 use serde_json::json;
 
+#[path = "../session_cli.rs"]
+mod session_cli;
+use session_cli::{current_dir, pretty};
+
+const PROGRAM: &str = "delta-sessions";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "delta-sessions",
@@ -66,37 +72,27 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    delta_actors::session::close_inherited_fds();
-    let cli = match Cli::try_parse() {
+    let cli = match session_cli::start::<Cli>(PROGRAM) {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => return fail(&e.to_string()),
+        Err(code) => return code,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+        Err(e) => {
+            return session_cli::fail(PROGRAM, &format!("cannot start the async runtime: {e}"))
+        }
     };
     match runtime.block_on(run(cli)) {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(&e.to_string()),
+        Ok(json) => session_cli::succeed(&json),
+        Err(e) => session_cli::fail(PROGRAM, &e.to_string()),
     }
 }
 
 async fn run(cli: Cli) -> Result<String, SessionError> {
-    let cwd = std::env::current_dir().map_err(|e| SessionError::Io {
-        action: "cannot read the current folder",
-        path: PathBuf::from("."),
-        source: e,
-    })?;
+    let cwd = current_dir()?;
     // Absolute, so paths reported in the JSON stay valid from any folder.
     let sessions_dir = cwd.join(
         cli.sessions_dir
@@ -186,16 +182,4 @@ struct StatusReply {
     metadata: ShellMetadata,
     /// An exec is running in the session right now.
     busy: bool,
-}
-
-fn pretty(value: &impl Serialize) -> String {
-    serde_json::to_string_pretty(value)
-        .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string())
-}
-
-fn fail(message: &str) -> ExitCode {
-    let message = message.trim_end();
-    eprintln!("delta-sessions: {message}");
-    println!("{}", json!({ "error": message }));
-    ExitCode::FAILURE
 }

@@ -1,0 +1,56 @@
+//! The shell shared by the two session binaries (`delta-sessions`, `delta-sessions-pty`):
+//! startup (inherited descriptors closed, clap parsing with `--help`/`--version` on stdout)
+//! and the output contract (pretty JSON on stdout; on error the message on stderr,
+//! `{"error": ...}` on stdout, exit 1). Each binary includes it with `#[path]`; it owns no
+//! session logic.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use delta_actors::session::SessionError;
+use serde_json::json;
+
+/// Closes descriptors leaked by the caller (an agent's tool runner may hand us its pipes)
+/// and parses the command line; `Err` carries the exit code to return at once.
+pub fn start<C: Parser>(program: &str) -> Result<C, ExitCode> {
+    delta_actors::session::close_inherited_fds();
+    match C::try_parse() {
+        Ok(cli) => Ok(cli),
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) => Err(fail(program, &e.to_string())),
+    }
+}
+
+/// The current folder, as a session error naming it.
+pub fn current_dir() -> Result<PathBuf, SessionError> {
+    std::env::current_dir().map_err(|e| SessionError::Io {
+        action: "cannot read the current folder",
+        path: PathBuf::from("."),
+        source: e,
+    })
+}
+
+/// Two-space pretty JSON; never fails (a serialisation error becomes an error object).
+pub fn pretty(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value)
+        .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string())
+}
+
+/// Prints a successful command's JSON and exits 0.
+pub fn succeed(json: &str) -> ExitCode {
+    println!("{json}");
+    ExitCode::SUCCESS
+}
+
+/// Reports `message` on stderr and as `{"error": ...}` on stdout; exit 1.
+pub fn fail(program: &str, message: &str) -> ExitCode {
+    let message = message.trim_end();
+    eprintln!("{program}: {message}");
+    println!("{}", json!({ "error": message }));
+    ExitCode::FAILURE
+}
