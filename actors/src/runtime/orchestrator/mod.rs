@@ -9,6 +9,9 @@
 //! continued, FAILED runs get their remaining retries. With deterministic run ids
 //! (`<orchestration>-<stage>-<index>`) and each run's lock, no item runs twice to completion.
 //!
+//! Files: `mod.rs` the actor and its scheduling, `resume.rs` what to do with runs already on
+//! disk, `summary.rs` progress events and the final summary.
+//!
 //! Must not: touch run files itself (RunActors do; the janitor settles a run a kill left
 //! finished in its journal but not in its metadata), or block its arbiter.
 
@@ -19,20 +22,22 @@ use std::time::Instant;
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
+mod resume;
+mod summary;
+
+use summary::tally;
+
 use crate::api::{OrchestrationEvent, OrchestrationRequest, RunRequest, RunResult, RunStart};
-use crate::janitor::settle_from_journal;
-use crate::metadata::read_metadata;
 use crate::plan::state::{
-    OrchestrationState, OrchestrationStatus, OrchestrationSummary, RunRow, SchedulingEvent,
-    StageStatus, StageSummary, Totals,
+    OrchestrationState, OrchestrationSummary, RunRow, SchedulingEvent, StageStatus,
 };
 use crate::plan::{
     expand_stage, parse_json_output, ready_stages, OutputKind, PlannedRun, RunRecord, StageContext,
 };
 use crate::protocol::{RunStatus, TokenUsage};
-use crate::runtime::janitor::{JanitorActor, StopJanitor};
+use crate::runtime::janitor::JanitorActor;
 use crate::runtime::supervisor::{CancelRun, RunSupervisor, SubmitRun};
-use crate::workspace::{now_rfc3339, RunPaths};
+use crate::workspace::now_rfc3339;
 
 /// Stop submitting, interrupt the plan's runs, finish INTERRUPTED.
 #[derive(Message)]
@@ -249,69 +254,6 @@ impl OrchestrationActor {
         );
         if outstanding == 0 {
             self.finish_stage(id);
-        }
-    }
-
-    /// What to do with a planned run given what is on disk (resume, or reruns of an id).
-    fn existing_state(
-        &self,
-        planned: &PlannedRun,
-        work_dir: &std::path::Path,
-        attempts: u32,
-        failures: u32,
-        retries: u32,
-        output: OutputKind,
-    ) -> (Option<RunRow>, Option<Launch>) {
-        let paths = RunPaths::new(work_dir, &planned.run_id);
-        if !paths.run_dir.exists() {
-            return (None, Some(Launch::New));
-        }
-        // A kill between the journal's ENGINE_END and the metadata write leaves a finished
-        // run recorded as RUNNING (then INTERRUPTED by a janitor): the journal is the truth,
-        // and continuing would complete the item twice.
-        settle_from_journal(work_dir, &planned.run_id);
-        let Ok(meta) = read_metadata(&paths.run_dir) else {
-            // Killed before the run's metadata was written: nothing ran, start it afresh
-            // (the run setup reclaims the empty directory).
-            if !paths.metadata.exists() {
-                return (None, Some(Launch::New));
-            }
-            return (None, Some(Launch::Resume(None)));
-        };
-        let row = |status: RunStatus, error: Option<String>| RunRow {
-            run_id: planned.run_id.clone(),
-            index: planned.index,
-            status,
-            result: meta.result.clone(),
-            error,
-            duration_ms: 0,
-            iterations: meta.iterations,
-            attempts: attempts.max(1),
-            usage: meta.usage,
-            reused: true,
-        };
-        match meta.status {
-            RunStatus::Completed => {
-                reuse_completed(row(RunStatus::Completed, None), output, failures, retries)
-            }
-            RunStatus::Interrupted | RunStatus::Running => (None, Some(Launch::Resume(None))),
-            RunStatus::WaitingForInput => (
-                Some(row(
-                    RunStatus::WaitingForInput,
-                    Some(format!(
-                        "waiting for human input: answer with `delta continue --run-id {} -w {} -m ...`, then resume the orchestration",
-                        planned.run_id,
-                        work_dir.display()
-                    )),
-                )),
-                None,
-            ),
-            // The failure on disk counts even if the kill came before its RUN_FINISHED.
-            RunStatus::Failed if failures.max(1) <= retries => (
-                None,
-                Some(Launch::Resume(Some(retry_message(meta.error.as_deref())))),
-            ),
-            RunStatus::Failed => (Some(row(RunStatus::Failed, meta.error.clone())), None),
         }
     }
 
@@ -586,144 +528,6 @@ impl OrchestrationActor {
             failed,
         });
     }
-
-    fn emit_progress(&self) {
-        let mut total = 0;
-        let mut done = 0;
-        let mut failed = 0;
-        for stage in self.stages.values() {
-            total += stage.runs.len();
-            for r in stage.runs.iter().filter_map(|r| r.done.as_ref()) {
-                done += 1;
-                if r.status != RunStatus::Completed {
-                    failed += 1;
-                }
-            }
-        }
-        self.emit(OrchestrationEvent::Progress {
-            total,
-            done,
-            running: self.in_flight.len(),
-            failed,
-        });
-    }
-
-    fn finish(&mut self, ctx: &mut Context<Self>) {
-        let Some(reply) = self.reply.take() else {
-            return;
-        };
-        if let Some(janitor) = self.janitor.take() {
-            janitor.do_send(StopJanitor);
-        }
-        let mut stages = Vec::new();
-        let mut totals = Totals::default();
-        for spec in &self.request.plan.stages {
-            let (status, runs) = match self.stages.get(&spec.id) {
-                Some(s) => {
-                    let status = if s.status == StageStatus::Running {
-                        StageStatus::Interrupted
-                    } else {
-                        s.status
-                    };
-                    (
-                        status,
-                        s.runs
-                            .iter()
-                            .filter_map(|r| r.done.clone())
-                            .collect::<Vec<_>>(),
-                    )
-                }
-                None if self.stop_reason.is_some() => (StageStatus::Interrupted, Vec::new()),
-                None => (StageStatus::Skipped, Vec::new()),
-            };
-            let total = self.stages.get(&spec.id).map(|s| s.runs.len()).unwrap_or(0);
-            let (completed, interrupted) = tally(runs.iter());
-            let failed = runs.len() - completed - interrupted;
-            totals.runs += total;
-            totals.completed += completed;
-            totals.failed += failed;
-            totals.interrupted += interrupted + (total - runs.len());
-            for r in &runs {
-                totals.input_tokens += r.usage.input_tokens;
-                totals.output_tokens += r.usage.output_tokens;
-            }
-            stages.push(StageSummary {
-                id: spec.id.clone(),
-                status,
-                total,
-                completed,
-                failed,
-                interrupted,
-                runs,
-            });
-        }
-        let status = if self.stop_reason.is_some() {
-            OrchestrationStatus::Interrupted
-        } else if self.failed || totals.failed > 0 || totals.completed < totals.runs {
-            OrchestrationStatus::Failed
-        } else {
-            OrchestrationStatus::Completed
-        };
-        let summary = OrchestrationSummary {
-            orchestration_id: self.request.orchestration_id.clone(),
-            status,
-            plan: self.request.plan.file.to_string_lossy().into_owned(),
-            workspace: self.request.workspace.to_string_lossy().into_owned(),
-            started_at: self.started_at_text.clone(),
-            ended_at: now_rfc3339(),
-            duration_ms: self.started_at.elapsed().as_millis() as u64,
-            stages,
-            totals,
-            error: self
-                .setup_error
-                .clone()
-                .or_else(|| self.stop_reason.clone()),
-        };
-        self.record(SchedulingEvent::OrchestrationFinished { status });
-        if let Some(state) = &self.state {
-            if let Err(e) = state.write_summary(&summary) {
-                tracing::warn!(target: "delta::orchestrate", "{e}");
-            }
-            state.sync();
-        }
-        self.emit(OrchestrationEvent::Finished { status });
-        let _ = reply.send(summary);
-        ctx.stop();
-    }
-}
-
-/// A run found COMPLETED on disk. `output: json` is checked again (the kill may have come
-/// before the check): an answer that does not parse is a failure, retried while the stage
-/// has retries left (the failure on disk counts even if it was never recorded).
-fn reuse_completed(
-    mut done: RunRow,
-    output: OutputKind,
-    failures: u32,
-    retries: u32,
-) -> (Option<RunRow>, Option<Launch>) {
-    if output == OutputKind::Json {
-        if let Err(e) = parse_json_output(done.result.as_deref().unwrap_or("")) {
-            let error = format!("the result is not valid JSON ({e})");
-            if failures.max(1) <= retries {
-                return (
-                    None,
-                    Some(Launch::Resume(Some(retry_message(Some(&error))))),
-                );
-            }
-            done.status = RunStatus::Failed;
-            done.error = Some(error);
-        }
-    }
-    (Some(done), None)
-}
-
-/// (completed, interrupted) among finished rows.
-fn tally<'a>(rows: impl Iterator<Item = &'a RunRow>) -> (usize, usize) {
-    rows.fold((0, 0), |(completed, interrupted), r| match r.status {
-        RunStatus::Completed => (completed + 1, interrupted),
-        RunStatus::Interrupted => (completed, interrupted + 1),
-        _ => (completed, interrupted),
-    })
 }
 
 fn retry_message(error: Option<&str>) -> String {
