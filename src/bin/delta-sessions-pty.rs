@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 use delta_actors::session::pty::escape::parse_escapes;
 use delta_actors::session::pty::holder::{run_holder, HolderArgs};
 use delta_actors::session::pty::socket_dir::default_runtime_dir;
-use delta_actors::session::pty::{PtyConfig, PtySessions, ReadOptions};
+use delta_actors::session::pty::{PtyConfig, PtySessions, ReadOptions, TerminalSize};
 use delta_actors::session::SessionError;
 use serde_json::json;
 
@@ -45,8 +45,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Start a program in a PTY; everything after it (its own --flags too) is passed verbatim
+    /// Start a program in a PTY; everything after it (its own --flags too) is passed verbatim.
+    /// Options go before the program: `start --cols 80 --rows 24 python3 -i`
     Start {
+        /// Terminal width the program sees
+        #[arg(long, default_value_t = TerminalSize::DEFAULT.cols, value_parser = clap::value_parser!(u16).range(2..=1000))]
+        cols: u16,
+        /// Terminal height the program sees
+        #[arg(long, default_value_t = TerminalSize::DEFAULT.rows, value_parser = clap::value_parser!(u16).range(2..=1000))]
+        rows: u16,
         #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
@@ -89,6 +96,10 @@ enum Command {
         session_dir: PathBuf,
         socket: PathBuf,
         work_dir: PathBuf,
+        #[arg(long, default_value_t = TerminalSize::DEFAULT.cols)]
+        cols: u16,
+        #[arg(long, default_value_t = TerminalSize::DEFAULT.rows)]
+        rows: u16,
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
@@ -125,6 +136,8 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
         session_dir,
         socket,
         work_dir,
+        cols,
+        rows,
         command,
     } = cli.command
     {
@@ -133,6 +146,7 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
             session_dir,
             socket_path: socket,
             work_dir,
+            size: TerminalSize { cols, rows },
             command,
         })?;
         return Ok(Output::Nothing);
@@ -154,7 +168,15 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
     };
     let sessions = PtySessions::new(config);
     let output = match cli.command {
-        Command::Start { command } => Output::Json(pretty(&sessions.start(&command, &cwd)?)),
+        Command::Start {
+            cols,
+            rows,
+            command,
+        } => Output::Json(pretty(&sessions.start(
+            &command,
+            &cwd,
+            TerminalSize { cols, rows },
+        )?)),
         Command::Write { session_id, raw } => {
             let mut input = Vec::new();
             std::io::stdin()

@@ -469,3 +469,34 @@ fn even_in_one_shared_folder_neither_cleanup_deletes_the_others_sessions() {
     assert_eq!(report["cleaned"], serde_json::json!([dead_pty]));
     assert!(shared.join(&other_shell).exists());
 }
+
+#[test]
+fn start_sets_the_terminal_size_the_program_sees() {
+    let mut pty = Pty::new();
+    let sized = pty.start(&[
+        "--cols",
+        "100",
+        "--rows",
+        "40",
+        "sh",
+        "-c",
+        "stty size; sleep 5",
+    ]);
+    pty.read_until(&sized, "40 100");
+    let default = pty.start(&["sh", "-c", "stty size; sleep 5"]);
+    pty.read_until(&default, "30 120");
+}
+
+#[test]
+fn an_out_of_range_terminal_size_is_refused_before_anything_starts() {
+    let pty = Pty::new();
+    let out = pty
+        .cmd()
+        .args(["start", "--cols", "1", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(err["error"].as_str().unwrap().contains("--cols"), "{err}");
+    assert!(!pty.tmp.path().join(".sessions-pty").exists());
+}

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::keys::key_bytes;
 use super::protocol::{read_frame, write_frame, Request, Response};
 use super::socket_dir::{ensure_private_dir, socket_path, verify_private_dir};
-use super::{read_pty_metadata, PtyConfig, PtyMetadata, PtyStatus, START_ERROR_FILE};
+use super::{read_pty_metadata, PtyConfig, PtyMetadata, PtyStatus, TerminalSize, START_ERROR_FILE};
 use crate::session::error::SessionError;
 use crate::session::files::{
     check_session_id, create_private_dir, is_valid_session_id, new_session_id,
@@ -67,11 +67,13 @@ impl PtySessions {
         PtySessions { config }
     }
 
-    /// Starts `command` (argv, passed verbatim) in a PTY under a new detached holder.
+    /// Starts `command` (argv, passed verbatim) in a PTY of `size` under a new detached
+    /// holder.
     pub fn start(
         &self,
         command: &[String],
         work_dir: &Path,
+        size: TerminalSize,
     ) -> Result<PtySessionInfo, SessionError> {
         let id = new_session_id();
         let start_failed = |reason: String| SessionError::StartFailed {
@@ -95,6 +97,10 @@ impl PtySessions {
             .arg(&dir)
             .arg(&socket)
             .arg(work_dir)
+            .arg("--cols")
+            .arg(size.cols.to_string())
+            .arg("--rows")
+            .arg(size.rows.to_string())
             .arg("--")
             .args(command)
             .current_dir(work_dir)

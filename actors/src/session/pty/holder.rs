@@ -22,7 +22,7 @@ use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
 use super::buffer::{last_lines, OutputRing, RING_CAPACITY};
 use super::protocol::{read_frame, write_frame, Request, Response};
-use super::{write_pty_metadata, PtyMetadata, PtyStatus, START_ERROR_FILE};
+use super::{write_pty_metadata, PtyMetadata, PtyStatus, TerminalSize, START_ERROR_FILE};
 use crate::session::error::SessionError;
 use crate::session::files::{append_private_file, now_rfc3339, write_private};
 
@@ -40,6 +40,7 @@ pub struct HolderArgs {
     pub session_dir: PathBuf,
     pub socket_path: PathBuf,
     pub work_dir: PathBuf,
+    pub size: TerminalSize,
     pub command: Vec<OsString>,
 }
 
@@ -107,8 +108,8 @@ fn start(args: &HolderArgs) -> Result<(), SessionError> {
         .map_err(|e| SessionError::io("cannot set mode 0600 on", &args.socket_path, e))?;
 
     let size = PtySize {
-        rows: 30,
-        cols: 120,
+        rows: args.size.rows,
+        cols: args.size.cols,
         pixel_width: 0,
         pixel_height: 0,
     };

@@ -42,6 +42,28 @@ pub struct PtyConfig {
     pub holder_exe: PathBuf,
 }
 
+/// The terminal size a session's program sees (`stty size`, `$COLUMNS`/`$LINES` in shells,
+/// the layout of full-screen programs). Fixed for the session's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TerminalSize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+impl TerminalSize {
+    /// Wide enough that most programs do not wrap their output.
+    pub const DEFAULT: TerminalSize = TerminalSize {
+        cols: 120,
+        rows: 30,
+    };
+}
+
+impl Default for TerminalSize {
+    fn default() -> Self {
+        TerminalSize::DEFAULT
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PtyStatus {
