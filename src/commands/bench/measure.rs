@@ -94,11 +94,26 @@ impl CpuUsage {
     }
 }
 
-/// This process's lifetime high-water mark of resident memory (getrusage `ru_maxrss`).
+/// This process's high-water mark of resident memory since it started running delta:
+/// `VmHWM` from `/proc/self/status`, which belongs to the current program image. Not
+/// getrusage's `ru_maxrss`: that survives `execve`, so under `cargo run` (which execs delta)
+/// it reported cargo's own ≈ 75 MiB for a bench that never went past 20 MiB.
 pub fn max_rss_bytes() -> u64 {
-    getrusage(UsageWho::RUSAGE_SELF)
-        .map(|u| u.max_rss().max(0) as u64 * 1024)
-        .unwrap_or(0)
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| vm_hwm_bytes(&status))
+        .unwrap_or_else(|| {
+            getrusage(UsageWho::RUSAGE_SELF)
+                .map(|u| u.max_rss().max(0) as u64 * 1024)
+                .unwrap_or(0)
+        })
+}
+
+/// The `VmHWM:   1234 kB` line of a `/proc/<pid>/status` text, in bytes.
+fn vm_hwm_bytes(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Peaks seen by the [`Sampler`] while it ran.
@@ -229,6 +244,16 @@ pub fn tool_spawn_rate(argv: &[String]) -> Result<f64, String> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peak_rss_is_read_from_vm_hwm() {
+        let status = "Name:\tdelta\nVmPeak:\t  99999 kB\nVmHWM:\t   20480 kB\nVmRSS:\t 1 kB\n";
+        assert_eq!(vm_hwm_bytes(status), Some(20 * 1024 * 1024));
+        assert_eq!(vm_hwm_bytes("Name:\tx\n"), None);
+        // The live process: at least what was resident a moment before (the mark never drops).
+        let resident_before = current_rss_bytes();
+        assert!(max_rss_bytes() >= resident_before);
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

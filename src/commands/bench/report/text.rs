@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{BenchReport, LoadPoint};
+use super::{BenchReport, LoadPoint, Percentiles};
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
@@ -56,35 +56,26 @@ pub fn render_text(report: &BenchReport) -> String {
             "\nbaseline {} ({} runs, at most {} at a time)",
             b.kind, b.runs, b.max_parallel
         );
-        let _ = writeln!(
-            out,
-            "  runs            {} completed, {} failed",
-            b.completed_runs, b.failed_runs
+        runs_rows(&mut out, b.completed_runs, b.failed_runs, &b.errors);
+        row(
+            &mut out,
+            "wall",
+            format_args!("{:.2} s ({:.1} runs/s)", b.wall_s, b.runs_per_s),
         );
-        for e in &b.errors {
-            let _ = writeln!(out, "    error: {e}");
-        }
-        let _ = writeln!(
-            out,
-            "  wall            {:.2} s ({:.1} runs/s)",
-            b.wall_s, b.runs_per_s
+        latency_row(&mut out, &b.run_latency_ms);
+        row(
+            &mut out,
+            "memory",
+            format_args!(
+                "{:.1} MiB total (sum of peak RSS), {:.1} MiB largest process",
+                mib(b.total_peak_rss_bytes),
+                mib(b.max_process_peak_rss_bytes)
+            ),
         );
-        let l = &b.run_latency_ms;
-        let _ = writeln!(
-            out,
-            "  run latency     p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}",
-            l.p50, l.p95, l.p99, l.max
-        );
-        let _ = writeln!(
-            out,
-            "  memory          {:.1} MiB total (sum of peak RSS), {:.1} MiB largest process",
-            mib(b.total_peak_rss_bytes),
-            mib(b.max_process_peak_rss_bytes)
-        );
-        let _ = writeln!(
-            out,
-            "  cpu             {:.2} s user, {:.2} s sys",
-            b.cpu_user_s, b.cpu_sys_s
+        row(
+            &mut out,
+            "cpu",
+            format_args!("{:.2} s user, {:.2} s sys", b.cpu_user_s, b.cpu_sys_s),
         );
     }
     if let Some(c) = &report.comparison {
@@ -99,48 +90,78 @@ pub fn render_text(report: &BenchReport) -> String {
 
 fn render_point(out: &mut String, p: &LoadPoint) {
     let _ = writeln!(out, "\n{} runs, max parallel {}", p.runs, p.max_parallel);
-    let _ = writeln!(
+    runs_rows(out, p.completed_runs, p.failed_runs, &p.errors);
+    row(
         out,
-        "  runs            {} completed, {} failed",
-        p.completed_runs, p.failed_runs
+        "wall",
+        format_args!(
+            "{:.2} s  ({:.1} runs/s, {:.1} model calls/s, {:.1} tool executions/s)",
+            p.wall_s, p.runs_per_s, p.model_calls_per_s, p.tool_executions_per_s
+        ),
     );
-    for e in &p.errors {
-        let _ = writeln!(out, "    error: {e}");
-    }
-    let _ = writeln!(
-        out,
-        "  wall            {:.2} s  ({:.1} runs/s, {:.1} model calls/s, {:.1} tool executions/s)",
-        p.wall_s, p.runs_per_s, p.model_calls_per_s, p.tool_executions_per_s
-    );
-    let l = &p.run_latency_ms;
-    let _ = writeln!(
-        out,
-        "  run latency     p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}",
-        l.p50, l.p95, l.p99, l.max
-    );
+    latency_row(out, &p.run_latency_ms);
     let o = &p.engine_overhead_per_iteration_ms;
-    let _ = writeln!(
+    row(
         out,
-        "  engine overhead p50 {:.2} ms, p95 {:.2}, p99 {:.2}, max {:.2} per iteration",
-        o.p50, o.p95, o.p99, o.max
+        "engine overhead",
+        format_args!(
+            "p50 {:.2} ms, p95 {:.2}, p99 {:.2}, max {:.2} per iteration",
+            o.p50, o.p95, o.p99, o.max
+        ),
     );
-    let _ = writeln!(
+    row(
         out,
-        "  peak RSS        {:.1} MiB (process), {:.1} MiB sampled during this point",
-        mib(p.peak_rss_bytes),
-        mib(p.peak_rss_sampled_bytes)
+        "peak RSS",
+        format_args!(
+            "{:.1} MiB (process), {:.1} MiB sampled during this point",
+            mib(p.peak_rss_bytes),
+            mib(p.peak_rss_sampled_bytes)
+        ),
     );
-    let _ = writeln!(out, "  peak open fds   {}", p.peak_open_fds);
+    row(out, "peak open fds", format_args!("{}", p.peak_open_fds));
     let c = &p.cpu;
-    let _ = writeln!(
+    row(
         out,
-        "  cpu             {:.2} s user, {:.2} s sys; tools {:.2} s user, {:.2} s sys",
-        c.user_s, c.sys_s, c.children_user_s, c.children_sys_s
+        "cpu",
+        format_args!(
+            "{:.2} s user, {:.2} s sys; tools {:.2} s user, {:.2} s sys",
+            c.user_s, c.sys_s, c.children_user_s, c.children_sys_s
+        ),
     );
     let b = &p.lower_bound;
-    let _ = writeln!(
+    row(
         out,
-        "  lower bound     {:.2} s (latency chain {:.2} s, tool spawning {:.2} s): achieved {:.2}x the ideal",
-        b.ideal_s, b.latency_chain_s, b.tool_spawn_s, b.achieved_ratio
+        "lower bound",
+        format_args!(
+            "{:.2} s (latency chain {:.2} s, tool spawning {:.2} s): achieved {:.2}x the ideal",
+            b.ideal_s, b.latency_chain_s, b.tool_spawn_s, b.achieved_ratio
+        ),
+    );
+}
+
+/// One indented `label  value` line; labels are padded so the values line up.
+fn row(out: &mut String, label: &str, value: std::fmt::Arguments<'_>) {
+    let _ = writeln!(out, "  {label:<16}{value}");
+}
+
+fn runs_rows(out: &mut String, completed: usize, failed: usize, errors: &[String]) {
+    row(
+        out,
+        "runs",
+        format_args!("{completed} completed, {failed} failed"),
+    );
+    for e in errors {
+        let _ = writeln!(out, "    error: {e}");
+    }
+}
+
+fn latency_row(out: &mut String, l: &Percentiles) {
+    row(
+        out,
+        "run latency",
+        format_args!(
+            "p50 {:.0} ms, p95 {:.0}, p99 {:.0}, max {:.0}",
+            l.p50, l.p95, l.p99, l.max
+        ),
     );
 }
