@@ -293,3 +293,30 @@ fn usage_errors_name_the_flag() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("200±50"));
 }
+
+#[test]
+fn the_baseline_launcher_reports_the_childs_status_memory_and_cpu() {
+    let measure = |script: &str| -> serde_json::Value {
+        let out = delta()
+            .args(["bench", "__measure-child", "--", "sh", "-c", script])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let exited = measure("echo to-null; exit 3");
+    assert_eq!(exited["exit_code"], 3, "{exited}");
+    assert!(exited["signal"].is_null(), "{exited}");
+    assert!(exited["peak_rss_bytes"].as_u64().unwrap() > 0, "{exited}");
+    assert!(exited["user_s"].as_f64().unwrap() >= 0.0, "{exited}");
+    let killed = measure("kill -9 $$");
+    assert!(killed["exit_code"].is_null(), "{killed}");
+    assert_eq!(killed["signal"], 9, "{killed}");
+
+    let missing = delta()
+        .args(["bench", "__measure-child", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/program"));
+}

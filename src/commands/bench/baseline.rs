@@ -3,6 +3,14 @@
 //! against the same in-process scripted endpoint (DELTA_BASE_URL / DELTA_API_KEY). Memory is
 //! the sum of each process's peak RSS as `wait4` reports it. It must not drive the engine in
 //! this process.
+//!
+//! Each `delta run` is started through a small launcher (`delta bench __measure-child`) that
+//! reports the child's `wait4` figures. Started directly from this process, a child's
+//! `ru_maxrss` would be at least this process's own peak: `execve` records the old memory
+//! image's high-water mark, and a spawned child's old image is ours (measured: every baseline
+//! process "used" exactly the bench's 20 MiB while a lone `delta run` peaks near 10 MiB). The
+//! launcher's image is a few MiB, below what any `delta run` uses, so the figure is the
+//! child's own.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -125,6 +133,8 @@ fn run_one(job: &Job, dir: &Path, index: usize) -> ChildOutcome {
     };
     let started = Instant::now();
     let child = std::process::Command::new(&job.exe)
+        .args(["bench", "__measure-child", "--"])
+        .arg(&job.exe)
         .arg("run")
         .arg("--agent")
         .arg(&job.agent_dir)
@@ -141,39 +151,102 @@ fn run_one(job: &Job, dir: &Path, index: usize) -> ChildOutcome {
         .env("DELTA_BASE_URL", &job.base_url)
         .env("DELTA_API_KEY", "bench")
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(stderr)
         .spawn();
     let child = match child {
         Ok(c) => c,
         Err(e) => return failed(format!("cannot start {}: {e}", job.exe.display())),
     };
-    let reaped = wait_with_rusage(child.id());
+    let report = child.wait_with_output();
     let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
-    // `child` is reaped by wait4 above; dropping a std Child never waits, so nothing else
-    // touches the pid.
-    drop(child);
-    match reaped {
-        Ok((status, usage)) => {
-            let success = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-            let failure = (!success).then(|| {
-                let last_line = std::fs::read_to_string(&stderr_path)
-                    .ok()
-                    .and_then(|s| s.lines().last().map(str::to_string))
-                    .unwrap_or_default();
-                format!("delta run exited with status {status:#x}: {last_line}")
-            });
-            ChildOutcome {
-                success,
-                failure,
-                wall_ms,
-                peak_rss_bytes: usage.ru_maxrss.max(0) as u64 * 1024,
-                user_s: usage.ru_utime.tv_sec as f64 + usage.ru_utime.tv_usec as f64 / 1e6,
-                sys_s: usage.ru_stime.tv_sec as f64 + usage.ru_stime.tv_usec as f64 / 1e6,
-            }
-        }
-        Err(e) => failed(format!("cannot reap the delta run process: {e}")),
+    let report = match report {
+        Ok(output) => output,
+        Err(e) => return failed(format!("cannot reap the delta run launcher: {e}")),
+    };
+    let measured: Option<MeasuredChild> = String::from_utf8_lossy(&report.stdout)
+        .lines()
+        .last()
+        .and_then(|line| serde_json::from_str(line).ok());
+    let Some(measured) = measured else {
+        return failed(format!(
+            "the launcher reported nothing (status {}); see {}",
+            report.status,
+            stderr_path.display()
+        ));
+    };
+    let success = measured.exit_code == Some(0);
+    let failure = (!success).then(|| {
+        let last_line = std::fs::read_to_string(&stderr_path)
+            .ok()
+            .and_then(|s| s.lines().last().map(str::to_string))
+            .unwrap_or_default();
+        format!("delta run ended with {}: {last_line}", measured.describe())
+    });
+    ChildOutcome {
+        success,
+        failure,
+        wall_ms,
+        peak_rss_bytes: measured.peak_rss_bytes,
+        user_s: measured.user_s,
+        sys_s: measured.sys_s,
     }
+}
+
+/// What `delta bench __measure-child` prints about the process it ran.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct MeasuredChild {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    peak_rss_bytes: u64,
+    user_s: f64,
+    sys_s: f64,
+}
+
+impl MeasuredChild {
+    fn describe(&self) -> String {
+        match (self.exit_code, self.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "an unknown status".into(),
+        }
+    }
+}
+
+/// `delta bench __measure-child -- ARGV`: runs ARGV (stdin and stderr inherited, stdout
+/// discarded), reaps it with `wait4`, prints a [`MeasuredChild`] JSON line, and exits 0 when
+/// it could measure. Exit 1 (with the reason on stderr) when ARGV could not start.
+pub fn measure_child(argv: &[std::ffi::OsString]) -> Result<i32, CliError> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(CliError::Usage(
+            "__measure-child needs a command after --".into(),
+        ));
+    };
+    let child = std::process::Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            CliError::Runtime(format!("cannot start {}: {e}", program.to_string_lossy()))
+        })?;
+    let (status, usage) = wait_with_rusage(child.id())
+        .map_err(|e| CliError::Runtime(format!("cannot reap the measured process: {e}")))?;
+    // Reaped by wait4 above; dropping a std Child never waits, so nothing else touches the pid.
+    drop(child);
+    let measured = MeasuredChild {
+        exit_code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        peak_rss_bytes: usage.ru_maxrss.max(0) as u64 * 1024,
+        user_s: usage.ru_utime.tv_sec as f64 + usage.ru_utime.tv_usec as f64 / 1e6,
+        sys_s: usage.ru_stime.tv_sec as f64 + usage.ru_stime.tv_usec as f64 / 1e6,
+    };
+    let line = serde_json::to_string(&measured)
+        .map_err(|e| CliError::Runtime(format!("cannot encode the measurement: {e}")))?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{line}");
+    }
+    Ok(0)
 }
 
 /// Blocks until child `pid` exits; its raw wait status and rusage (peak RSS, CPU times of it

@@ -32,6 +32,13 @@ use workload::{LatencySpec, Workload};
 pub enum BenchCommand {
     /// Many concurrent runs through the engine against a scripted (or external) model
     Load(LoadArgs),
+    /// Internal to `--baseline`: runs ARGV as a child and prints its exit status, peak RSS
+    /// and CPU times as one JSON line (see `baseline::measure_child`).
+    #[command(name = "__measure-child", hide = true)]
+    MeasureChild {
+        #[arg(last = true, required = true)]
+        argv: Vec<std::ffi::OsString>,
+    },
 }
 
 /// `--journal-fsync on|off`.
@@ -125,6 +132,7 @@ pub struct LoadArgs {
 pub fn run(command: &BenchCommand) -> Result<i32, CliError> {
     match command {
         BenchCommand::Load(args) => load(args),
+        BenchCommand::MeasureChild { argv } => baseline::measure_child(argv),
     }
 }
 
