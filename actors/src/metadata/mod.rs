@@ -1,7 +1,7 @@
 //! `metadata.json`: the run status record (spec §2.1.4), replaced atomically (write the
 //! run's spare file, fsync, exchange it with the record, fsync dir), and read back whether it
-//! was written by us or by the original TypeScript engine (reference §8.2). Run ownership (the advisory lock)
-//! lives in `lock`, the janitor's liveness decision in `liveness`.
+//! was written by us or by the original TypeScript engine (reference §8.2). Run ownership
+//! (the advisory lock) lives in `lock`, the janitor's liveness decision in `liveness`.
 //!
 //! This module never holds metadata in memory between calls and never decides status
 //! transitions: callers read, change and write. It does not touch the journal.
@@ -192,9 +192,10 @@ pub fn write_metadata_with(
 ///
 /// Why not a fresh temp file renamed over the record: every such rename frees an inode, and
 /// on ext4 without a journal (common on cloud VMs) the inode allocator skips inodes freed in
-/// the last 30 s one by one, so a thousand concurrent runs each replacing their record a few
-/// times made every later file creation in the workspace scan thousands of inodes (measured:
-/// 2–12 s of kernel time in a 1,000-run orchestration). Exchanging frees nothing. The first
+/// the last 60 s (300 s while their inode-table block is dirty) one by one, so a thousand
+/// concurrent runs each replacing their record a few times made every later file creation in
+/// the workspace scan thousands of inodes (measured: 2–12 s of kernel time in a 1,000-run
+/// orchestration; BENCHMARKS.md, "Filesystem"). Exchanging frees nothing. The first
 /// write of a run (no record yet) and filesystems without RENAME_EXCHANGE fall back to a
 /// plain rename, which is just as atomic. A reader that opened the old record a moment
 /// before it became the spare may see it rewritten; [`read_metadata`] re-reads on a parse
