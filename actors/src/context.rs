@@ -103,6 +103,7 @@ pub async fn build_messages(
     cancel: &CancellationToken,
 ) -> Result<Vec<ChatMessage>, ContextError> {
     let mut messages = Vec::new();
+    let roots = SourceRoots::of(inputs);
     for source in &recipe.sources {
         match source {
             ContextSource::File {
@@ -111,7 +112,7 @@ pub async fn build_messages(
                 on_missing,
             } => {
                 let path = expand_path_vars(path, inputs.agent_home, inputs.work_dir);
-                if let Some(text) = read_source_file(id, &path, *on_missing, inputs)? {
+                if let Some(text) = read_source_file(id, &path, *on_missing, &roots)? {
                     push_block(&mut messages, id, &text);
                 }
             }
@@ -128,7 +129,7 @@ pub async fn build_messages(
                     *timeout_ms,
                     output_path,
                     *on_missing,
-                    inputs,
+                    &roots,
                     cancel,
                 )
                 .await?;
@@ -160,9 +161,9 @@ fn read_source_file(
     id: &str,
     path: &str,
     on_missing: OnMissing,
-    inputs: &ContextInputs<'_>,
+    roots: &SourceRoots<'_>,
 ) -> Result<Option<String>, ContextError> {
-    match read_confined(id, path, inputs)? {
+    match roots.read(id, path)? {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
             OnMissing::Skip => Ok(None),
@@ -185,9 +186,10 @@ async fn run_generator(
     timeout_ms: u64,
     output_path: &str,
     on_missing: OnMissing,
-    inputs: &ContextInputs<'_>,
+    roots: &SourceRoots<'_>,
     cancel: &CancellationToken,
 ) -> Result<Option<String>, ContextError> {
+    let inputs = roots.inputs;
     let argv: Vec<String> = command
         .iter()
         .map(|a| expand_path_vars(a, inputs.agent_home, inputs.work_dir))
@@ -239,7 +241,7 @@ async fn run_generator(
             reason,
         });
     }
-    match read_confined(id, &output_path, inputs)? {
+    match roots.read(id, &output_path)? {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
             OnMissing::Skip => Ok(None),
@@ -257,35 +259,44 @@ async fn run_generator(
     }
 }
 
-/// Reads a source file that must lie inside the agent folder or the workspace once symlinks
-/// are resolved; a relative path is taken from the workspace. The outer error is the
-/// confinement refusal, the inner one the ordinary read failure (missing, unreadable), which
-/// the caller maps according to `on_missing`.
-fn read_confined(
-    id: &str,
-    written: &str,
-    inputs: &ContextInputs<'_>,
-) -> Result<std::io::Result<String>, ContextError> {
-    let resolved = match std::fs::canonicalize(inputs.work_dir.join(written)) {
-        Ok(resolved) => resolved,
-        Err(e) => return Ok(Err(e)),
-    };
-    let inside = |root: &Path| {
-        std::fs::canonicalize(root).map_or_else(
-            |_| resolved.starts_with(root),
-            |root| resolved.starts_with(root),
-        )
-    };
-    if !inside(inputs.agent_home) && !inside(inputs.work_dir) {
-        return Err(ContextError::OutsideAllowedFolders {
-            id: id.to_string(),
-            path: written.to_string(),
-            resolved: path_str(&resolved),
-            agent_home: path_str(inputs.agent_home),
-            work_dir: path_str(inputs.work_dir),
-        });
+/// The run's inputs plus the two folders source files may be read from, the agent folder and
+/// the workspace, with symlinks resolved once per build (as given where they cannot be).
+struct SourceRoots<'a> {
+    inputs: &'a ContextInputs<'a>,
+    agent_home: PathBuf,
+    work_dir: PathBuf,
+}
+
+impl<'a> SourceRoots<'a> {
+    fn of(inputs: &'a ContextInputs<'a>) -> SourceRoots<'a> {
+        let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        SourceRoots {
+            inputs,
+            agent_home: resolve(inputs.agent_home),
+            work_dir: resolve(inputs.work_dir),
+        }
     }
-    Ok(std::fs::read_to_string(&resolved))
+
+    /// Reads a source file that must lie inside one of the roots once symlinks are resolved;
+    /// a relative path is taken from the workspace. The outer error is the confinement
+    /// refusal, the inner one the ordinary read failure (missing, unreadable), which the
+    /// caller maps according to `on_missing`.
+    fn read(&self, id: &str, written: &str) -> Result<std::io::Result<String>, ContextError> {
+        let resolved = match std::fs::canonicalize(self.work_dir.join(written)) {
+            Ok(resolved) => resolved,
+            Err(e) => return Ok(Err(e)),
+        };
+        if !resolved.starts_with(&self.agent_home) && !resolved.starts_with(&self.work_dir) {
+            return Err(ContextError::OutsideAllowedFolders {
+                id: id.to_string(),
+                path: written.to_string(),
+                resolved: path_str(&resolved),
+                agent_home: path_str(&self.agent_home),
+                work_dir: path_str(&self.work_dir),
+            });
+        }
+        Ok(std::fs::read_to_string(&resolved))
+    }
 }
 
 fn path_str(p: &Path) -> String {

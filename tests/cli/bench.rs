@@ -124,23 +124,12 @@ fn delta() -> Command {
     Command::cargo_bin("delta").unwrap()
 }
 
-#[test]
-fn json_report_validates_against_the_schema() {
+/// `delta bench load ARGS --format json`, which must succeed; its report.
+fn bench_json(args: &[&str]) -> BenchReport {
     let out = delta()
-        .args([
-            "bench",
-            "load",
-            "--runs",
-            "20",
-            "--max-parallel",
-            "10",
-            "--calls",
-            "3",
-            "--latency-ms",
-            "5",
-            "--format",
-            "json",
-        ])
+        .args(["bench", "load"])
+        .args(args)
+        .args(["--format", "json"])
         .timeout(std::time::Duration::from_secs(120))
         .output()
         .unwrap();
@@ -149,7 +138,21 @@ fn json_report_validates_against_the_schema() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: BenchReport = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn json_report_validates_against_the_schema() {
+    let report = bench_json(&[
+        "--runs",
+        "20",
+        "--max-parallel",
+        "10",
+        "--calls",
+        "3",
+        "--latency-ms",
+        "5",
+    ]);
     assert_eq!(report.schema_version, "1");
     assert_eq!(report.workload.calls_per_run, 3);
     assert_eq!(report.workload.latency_ms, 5);
@@ -217,34 +220,18 @@ fn sweep_writes_out_and_plot_and_baseline_compares() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.matches("<circle").count() == 4);
 
-    let out = delta()
-        .args([
-            "bench",
-            "load",
-            "--runs",
-            "3",
-            "--max-parallel",
-            "3",
-            "--calls",
-            "2",
-        ])
-        .args([
-            "--latency-ms",
-            "1",
-            "--baseline",
-            "process-per-run",
-            "--format",
-            "json",
-        ])
-        .timeout(std::time::Duration::from_secs(120))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: BenchReport = serde_json::from_slice(&out.stdout).unwrap();
+    let report = bench_json(&[
+        "--runs",
+        "3",
+        "--max-parallel",
+        "3",
+        "--calls",
+        "2",
+        "--latency-ms",
+        "1",
+        "--baseline",
+        "process-per-run",
+    ]);
     let baseline = report.baseline.unwrap();
     assert_eq!(baseline.completed_runs, 3, "{:?}", baseline.errors);
     assert!(baseline.total_peak_rss_bytes >= baseline.max_process_peak_rss_bytes);

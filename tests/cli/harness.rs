@@ -205,6 +205,22 @@ impl Case {
         cmd
     }
 
+    /// `delta run --run-id ID -m TASK --format json` started from `cmd` (a [`Case::spawn_cmd`],
+    /// maybe adjusted) in the background: stdout piped for the RunResult, stderr discarded.
+    pub fn spawn_json_run(
+        &self,
+        mut cmd: std::process::Command,
+        run_id: &str,
+        task: &str,
+    ) -> Child {
+        cmd.args(self.run_args(run_id, task))
+            .args(["--format", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     pub fn run_args(&self, run_id: &str, task: &str) -> Vec<String> {
         vec![
             "run".into(),

@@ -47,6 +47,16 @@ fn delta_run(agent: &Path, ws: &Path) -> assert_cmd::assert::Assert {
         .assert()
 }
 
+/// A temporary agent (see [`write_agent`]) with `hooks_yaml` as its hooks.yaml, and an
+/// empty workspace.
+fn agent_with_hooks(hooks_yaml: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let agent = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    write_agent(agent.path(), "");
+    std::fs::write(agent.path().join("hooks.yaml"), hooks_yaml).unwrap();
+    (agent, ws)
+}
+
 fn journal_lines(run_dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(run_dir.join("journal.jsonl"))
         .unwrap()
@@ -57,14 +67,7 @@ fn journal_lines(run_dir: &Path) -> Vec<Value> {
 
 #[test]
 fn hooks_yaml_skip_failure_and_run_end_through_delta_run() {
-    let agent = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    write_agent(agent.path(), "");
-    std::fs::write(
-        agent.path().join("hooks.yaml"),
-        "pre_tool_execution:\n  command: [sh, -c, \"echo '{\\\"action\\\":\\\"skip\\\",\\\"observation\\\":\\\"blocked by policy\\\"}'\"]\npost_llm_response:\n  command: [sh, -c, \"echo 'cannot reach webhook' >&2; exit 3\"]\non_run_end:\n  command: [sh, -c, \"env > end.env; cat > end.json\"]\n",
-    )
-    .unwrap();
+    let (agent, ws) = agent_with_hooks("pre_tool_execution:\n  command: [sh, -c, \"echo '{\\\"action\\\":\\\"skip\\\",\\\"observation\\\":\\\"blocked by policy\\\"}'\"]\npost_llm_response:\n  command: [sh, -c, \"echo 'cannot reach webhook' >&2; exit 3\"]\non_run_end:\n  command: [sh, -c, \"env > end.env; cat > end.json\"]\n");
 
     let output = delta_run(agent.path(), ws.path())
         .success()
@@ -151,9 +154,6 @@ fn dumped(ws: &Path, hook: &str) -> Vec<(String, Value)> {
 
 #[test]
 fn all_eight_hooks_fire_through_delta_run() {
-    let agent = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    write_agent(agent.path(), "");
     let hooks: String = [
         "on_iteration_start",
         "pre_llm_request",
@@ -167,7 +167,7 @@ fn all_eight_hooks_fire_through_delta_run() {
     .iter()
     .map(|h| format!("{h}:\n  command: [sh, -c, \"{DUMP}\"]\n"))
     .collect();
-    std::fs::write(agent.path().join("hooks.yaml"), hooks).unwrap();
+    let (agent, ws) = agent_with_hooks(&hooks);
     std::fs::write(
         agent.path().join("script.yaml"),
         "steps:\n  - tool: touch\n    args: { file: made }\n  - fail: 400\n    message: refused by provider\n",
@@ -225,14 +225,7 @@ fn all_eight_hooks_fire_through_delta_run() {
 
 #[test]
 fn request_override_and_a_hanging_hook_through_delta_run() {
-    let agent = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    write_agent(agent.path(), "");
-    std::fs::write(
-        agent.path().join("hooks.yaml"),
-        "on_iteration_start:\n  command: [sleep, \"30\"]\n  timeout_ms: 200\npre_llm_request:\n  command: [sh, -c, \"cat >/dev/null; echo '{\\\"model\\\":\\\"hook-model\\\",\\\"temperature\\\":0.5}'\"]\n",
-    )
-    .unwrap();
+    let (agent, ws) = agent_with_hooks("on_iteration_start:\n  command: [sleep, \"30\"]\n  timeout_ms: 200\npre_llm_request:\n  command: [sh, -c, \"cat >/dev/null; echo '{\\\"model\\\":\\\"hook-model\\\",\\\"temperature\\\":0.5}'\"]\n");
     std::fs::write(agent.path().join("script.yaml"), "steps:\n  - answer: ok\n").unwrap();
     let started = std::time::Instant::now();
     let output = delta_run(agent.path(), ws.path())
@@ -269,14 +262,7 @@ fn request_override_and_a_hanging_hook_through_delta_run() {
 /// and `delta run` exits 130 promptly.
 #[test]
 fn ctrl_c_during_a_hook_interrupts_promptly_and_on_run_end_runs() {
-    let agent = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    write_agent(agent.path(), "");
-    std::fs::write(
-        agent.path().join("hooks.yaml"),
-        format!("pre_tool_execution:\n  command: [sh, -c, \"touch hook-started; sleep 30\"]\non_run_end:\n  command: [sh, -c, \"{DUMP}\"]\n"),
-    )
-    .unwrap();
+    let (agent, ws) = agent_with_hooks(&format!("pre_tool_execution:\n  command: [sh, -c, \"touch hook-started; sleep 30\"]\non_run_end:\n  command: [sh, -c, \"{DUMP}\"]\n"));
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("delta"))
         .env_remove("DELTA_API_KEY")
         .env("HOME", ws.path())

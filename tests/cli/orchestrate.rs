@@ -70,6 +70,23 @@ fn run(dir: &Path, args: &[&str]) -> Outcome {
     }
 }
 
+/// `delta orchestrate` of a [`plan_dir`] into `ws` with its script, summary as JSON.
+const ORCHESTRATE_JSON: [&str; 8] = [
+    "orchestrate",
+    "plan.yaml",
+    "-w",
+    "ws",
+    "--llm-script",
+    "script.yaml",
+    "--format",
+    "json",
+];
+
+/// [`ORCHESTRATE_JSON`] followed by `extra` arguments.
+fn orchestrate_json(dir: &Path, extra: &[&str]) -> Outcome {
+    run(dir, &[&ORCHESTRATE_JSON[..], extra].concat())
+}
+
 /// A temporary plan directory with one `worker` agent, `plan.yaml` and `script.yaml`.
 fn plan_dir(plan: &str, script: &str, tools_yaml: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -144,19 +161,7 @@ fn a_failed_stage_exits_1_and_the_json_summary_says_why() {
         "rules:\n  - task_contains: bad\n    steps: [{ fail: 400 }]\n  - steps: [{ answer: \"{{ task }}\" }]\n",
         "",
     );
-    let out = run(
-        dir.path(),
-        &[
-            "orchestrate",
-            "plan.yaml",
-            "-w",
-            "ws",
-            "--llm-script",
-            "script.yaml",
-            "--format",
-            "json",
-        ],
-    );
+    let out = orchestrate_json(dir.path(), &[]);
     assert_eq!(out.code, 1, "{}", out.stderr);
     let summary = out.json();
     assert_eq!(summary["status"], "FAILED");
@@ -185,25 +190,13 @@ fn var_overrides_reach_the_messages() {
         "steps: [{ answer: \"{{ task }}\" }]\n",
         "",
     );
-    let base = [
-        "orchestrate",
-        "plan.yaml",
-        "-w",
-        "ws",
-        "--llm-script",
-        "script.yaml",
-        "--format",
-        "json",
-    ];
-    let out = run(dir.path(), &base);
+    let out = orchestrate_json(dir.path(), &[]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(
         stage(&out.json(), "greet")["runs"][0]["result"],
         "hello world"
     );
-    let mut args = base.to_vec();
-    args.extend(["--var", "who=delta"]);
-    let out = run(dir.path(), &args);
+    let out = orchestrate_json(dir.path(), &["--var", "who=delta"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(
         stage(&out.json(), "greet")["runs"][0]["result"],
@@ -211,7 +204,7 @@ fn var_overrides_reach_the_messages() {
     );
     let out = run(
         dir.path(),
-        &[&base[..2], &["--var", "no-equals-sign"]].concat(),
+        &[&ORCHESTRATE_JSON[..2], &["--var", "no-equals-sign"]].concat(),
     );
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("KEY=VALUE"), "{}", out.stderr);
@@ -440,21 +433,7 @@ fn max_parallel_flag_overrides_the_plan() {
         "default_latency: 100\nsteps: [{ answer: \"{{ task }}\" }]\n",
         "",
     );
-    let out = run(
-        dir.path(),
-        &[
-            "orchestrate",
-            "plan.yaml",
-            "-w",
-            "ws",
-            "--llm-script",
-            "script.yaml",
-            "--format",
-            "json",
-            "--max-parallel",
-            "1",
-        ],
-    );
+    let out = orchestrate_json(dir.path(), &["--max-parallel", "1"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let summary = out.json();
     let ws = dir.path().join("ws");

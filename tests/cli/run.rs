@@ -409,14 +409,7 @@ fn interrupt_while_a_tool_runs(signal: Signal) {
 "#;
     let script = json!({"steps": [{"tool": "hang"}, {"answer": "resumed"}]});
     let case = Case::new("sleeper", tools, &script);
-    let mut child = case
-        .spawn_cmd()
-        .args(case.run_args("r1", "hang"))
-        .args(["--format", "json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = case.spawn_json_run(case.spawn_cmd(), "r1", "hang");
     let tool_pid = wait_for_pid_file(&case.work_dir().join("tool.pid"), Duration::from_secs(20));
     send_signal(child.id(), signal);
     let status = wait_child(&mut child, Duration::from_secs(15));

@@ -191,14 +191,7 @@ tools:
 fn ctrl_c_during_a_slow_model_call_interrupts_at_once() {
     let script = json!({"steps": [{"answer": "too late", "latency": "20s"}]});
     let case = Case::new("slowmodel", "tools: []\n", &script);
-    let child = case
-        .spawn_cmd()
-        .args(case.run_args("r1", "task"))
-        .args(["--format", "json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = case.spawn_json_run(case.spawn_cmd(), "r1", "task");
     let in_flight = wait_until(Duration::from_secs(20), || {
         case.mock.stats()["in_flight"] == 1
     });
@@ -333,13 +326,7 @@ fn ctrl_c_during_a_retry_after_wait_interrupts_at_once() {
     let mut cmd = case.spawn_cmd();
     // Default retry policy: the provider's Retry-After of 30 s is honoured.
     cmd.env_remove("DELTA_RETRY_BASE_MS");
-    let child = cmd
-        .args(case.run_args("r1", "task"))
-        .args(["--format", "json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = case.spawn_json_run(cmd, "r1", "task");
     let rate_limited = wait_until(Duration::from_secs(20), || {
         case.mock.stats()["failures"] == 1
     });

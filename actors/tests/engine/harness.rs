@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delta_actors::agent::{load_agent, ResolvedAgent};
-use delta_actors::api::{LlmTarget, RunRequest, RunResult, RunStart, Supervisor, SupervisorConfig};
+use delta_actors::api::{
+    LlmTarget, RunEvent, RunHandle, RunRequest, RunResult, RunStart, Supervisor, SupervisorConfig,
+};
 use delta_actors::journal::{read_journal, Event, JournalEvent};
 use delta_actors::llm::{RetryPolicy, Script};
 use delta_actors::metadata::{read_metadata, RunMetadata};
@@ -121,6 +123,20 @@ pub fn drive(supervisor: &Supervisor, request: RunRequest) -> RunResult {
         .unwrap()
         .wait_blocking()
         .unwrap()
+}
+
+/// Submits `request` and blocks until one of the supervisor's runs has started a tool: the
+/// run is then mid-act, with a live process to interrupt or a lock to contend for.
+pub fn submit_until_tool_started(supervisor: &Supervisor, request: RunRequest) -> RunHandle {
+    let mut events = supervisor.subscribe();
+    let handle = supervisor.submit_blocking(request).unwrap();
+    loop {
+        match events.blocking_recv() {
+            Ok(RunEvent::ToolStarted { .. }) => return handle,
+            Ok(_) => continue,
+            Err(e) => panic!("event stream ended: {e}"),
+        }
+    }
 }
 
 pub fn run_dir(result: &RunResult) -> PathBuf {

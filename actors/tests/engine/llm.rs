@@ -30,6 +30,17 @@ fn client(server: &ScriptServer) -> HttpBackend {
     .unwrap()
 }
 
+/// A chat completion sent with a plain HTTP client, so a test sees the status and headers
+/// exactly as the server wrote them.
+async fn post_raw(server: &ScriptServer, task: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}/chat/completions", server.base_url()))
+        .json(&request(task))
+        .send()
+        .await
+        .unwrap()
+}
+
 fn request(task: &str) -> ChatRequest {
     ChatRequest {
         model: "delta-scripted".into(),
@@ -89,12 +100,7 @@ rules:
 async fn rate_limited_reply_carries_retry_after() {
     let server = start("steps: [{fail: 429, retry_after: 2, message: \"too many\"}]").await;
     // Raw HTTP first: the header itself is what parse_retry_after reads.
-    let raw = reqwest::Client::new()
-        .post(format!("{}/chat/completions", server.base_url()))
-        .json(&request("t"))
-        .send()
-        .await
-        .unwrap();
+    let raw = post_raw(&server, "t").await;
     assert_eq!(raw.status(), 429);
     assert_eq!(raw.headers()["retry-after"], "2");
     assert_eq!(
@@ -123,12 +129,7 @@ async fn rate_limited_reply_carries_retry_after() {
 #[tokio::test]
 async fn fractional_retry_after_is_rounded_up_and_exact_in_ms() {
     let server = start("steps: [{fail: 503, retry_after: 1.5}]").await;
-    let raw = reqwest::Client::new()
-        .post(format!("{}/chat/completions", server.base_url()))
-        .json(&request("t"))
-        .send()
-        .await
-        .unwrap();
+    let raw = post_raw(&server, "t").await;
     assert_eq!(raw.status(), 503);
     assert_eq!(raw.headers()["retry-after"], "2");
     assert_eq!(raw.headers()["retry-after-ms"], "1500");

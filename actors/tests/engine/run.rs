@@ -184,18 +184,9 @@ fn cancel_interrupts_and_kills_the_running_tool_then_continue_resumes() {
     let ws = tempfile::tempdir().unwrap();
     let s = script("steps:\n  - tool: wait\n  - answer: resumed fine\n");
     let sup = Supervisor::start(fast_config()).unwrap();
-    let mut events = sup.subscribe();
     let request = new_run(agent.load(), ws.path(), s, "t");
-    let handle = sup.submit_blocking(request.clone()).unwrap();
+    let handle = submit_until_tool_started(&sup, request.clone());
     let run_id = handle.run_id.clone();
-    // Wait for the tool to start, then interrupt.
-    loop {
-        match events.blocking_recv() {
-            Ok(delta_actors::api::RunEvent::ToolStarted { .. }) => break,
-            Ok(_) => continue,
-            Err(e) => panic!("event stream ended: {e}"),
-        }
-    }
     sup.cancel(&run_id);
     let result = handle.wait_blocking().unwrap();
     assert_eq!(result.status, RunStatus::Interrupted);
@@ -369,15 +360,9 @@ fn a_second_driver_of_the_same_run_is_refused() {
     let ws = tempfile::tempdir().unwrap();
     let s = script("steps:\n  - tool: wait\n  - answer: x\n");
     let sup = Supervisor::start(fast_config()).unwrap();
-    let mut events = sup.subscribe();
     let request = new_run(agent.load(), ws.path(), s, "t");
-    let handle = sup.submit_blocking(request.clone()).unwrap();
+    let handle = submit_until_tool_started(&sup, request.clone());
     let run_id = handle.run_id.clone();
-    loop {
-        if let Ok(delta_actors::api::RunEvent::ToolStarted { .. }) = events.blocking_recv() {
-            break;
-        }
-    }
     // A second supervisor stands in for a second process: the run lock refuses it.
     let other = Supervisor::start(fast_config()).unwrap();
     let refused = drive(&other, continue_run(&request, &run_id, Some("me too")));
