@@ -26,6 +26,7 @@ pub mod llm;
 pub mod metadata;
 pub mod plan;
 pub mod protocol;
+pub mod run;
 pub mod runtime;
 pub mod session;
 pub mod tool;

@@ -9,6 +9,8 @@
 //! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest.
 //! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`].
 //! - [`rate`]: [`RateLimiter`], requests-per-minute spacing plus a Retry-After barrier.
+//! - [`call`]: [`complete_call`], one model call as a run sees it (cancellable, failed
+//!   attempts kept), and its [`CallOutcome`] / [`CallFailure`].
 //! - [`gate`]: [`LlmGate`], one per endpoint: in-flight cap + rate limiter + Retry-After
 //!   barrier + retries, as plain tokio code for the `LlmGateway` actor to own.
 //! - [`scripted`]: the scripted model ([`Script`]), its in-process [`ScriptedBackend`], the
@@ -17,6 +19,7 @@
 //! This module never imports actix: the `LlmGateway` actor in `runtime/` owns an
 //! [`LlmGate`] per endpoint (keyed by [`Endpoint::key`]) and calls it.
 
+pub mod call;
 pub mod client;
 pub mod endpoint;
 pub mod gate;
@@ -25,6 +28,7 @@ pub mod retry;
 pub mod scripted;
 pub mod types;
 
+pub use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
 pub use gate::{GateConfig, GateOutcome, LlmGate};

@@ -4,16 +4,14 @@
 //! one budget. Runs ask it with [`Complete`]; each request is a future on the gateway's
 //! arbiter that ends early when the asking run cancels.
 
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use actix::prelude::*;
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::{ChatCompletion, ChatRequest, LlmError, LlmGate, RequestMeta, RetryNotice};
-
-/// Told about each retry: attempt number, the error, the backoff before the next attempt.
-pub type RetryObserver = Box<dyn Fn(u32, &LlmError, Duration) + Send>;
+use crate::llm::{
+    complete_call, CallFailure, CallOutcome, ChatRequest, LlmGate, RequestMeta, RetryObserver,
+};
 
 /// Send one chat request through the endpoint's limits, with retries.
 #[derive(Message)]
@@ -24,26 +22,6 @@ pub struct Complete {
     pub cancel: CancellationToken,
     /// Told about each retry (attempt number, error, backoff), e.g. to emit progress events.
     pub on_retry: Option<RetryObserver>,
-}
-
-/// A successful model call and how it went.
-#[derive(Debug)]
-pub struct CallOutcome {
-    pub completion: ChatCompletion,
-    pub attempts: u32,
-    pub duration: Duration,
-    /// Time spent waiting for admission and in backoff (not model latency).
-    pub waited: Duration,
-    pub failed_attempts: Vec<String>,
-}
-
-/// A model call that failed for good, or was cancelled.
-#[derive(Debug)]
-pub struct CallFailure {
-    pub error: LlmError,
-    pub attempts: u32,
-    pub failed_attempts: Vec<String>,
-    pub cancelled: bool,
 }
 
 pub struct LlmGateway {
@@ -68,49 +46,7 @@ impl Handler<Complete> for LlmGateway {
     fn handle(&mut self, msg: Complete, _ctx: &mut Self::Context) -> Self::Result {
         let gate = self.gate.clone();
         Box::pin(async move {
-            let started = Instant::now();
-            let failed = Arc::new(Mutex::new(Vec::new()));
-            let failed_in_notice = failed.clone();
-            let on_retry = msg.on_retry;
-            let notice = move |n: &RetryNotice| {
-                failed_in_notice
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(n.error.to_string());
-                if let Some(f) = &on_retry {
-                    f(n.failed_attempt, &n.error, n.wait);
-                }
-            };
-            let result = tokio::select! {
-                r = gate.complete(msg.request, msg.meta, notice) => Some(r),
-                _ = msg.cancel.cancelled() => None,
-            };
-            let mut failed_attempts =
-                std::mem::take(&mut *failed.lock().unwrap_or_else(PoisonError::into_inner));
-            match result {
-                Some(Ok(outcome)) => Ok(CallOutcome {
-                    completion: outcome.completion,
-                    attempts: outcome.attempts,
-                    duration: started.elapsed(),
-                    waited: outcome.waited,
-                    failed_attempts,
-                }),
-                Some(Err(error)) => Err(CallFailure {
-                    attempts: {
-                        failed_attempts.push(error.to_string());
-                        failed_attempts.len() as u32
-                    },
-                    error,
-                    failed_attempts,
-                    cancelled: false,
-                }),
-                None => Err(CallFailure {
-                    error: LlmError::Transport("cancelled".into()),
-                    attempts: failed_attempts.len() as u32 + 1,
-                    failed_attempts,
-                    cancelled: true,
-                }),
-            }
+            complete_call(&gate, msg.request, msg.meta, msg.cancel, msg.on_retry).await
         })
     }
 }

@@ -14,13 +14,16 @@ use crate::api::{
     EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunErrorInfo, RunEvent,
     RunRequest, RunResult, RunStart, SupervisorConfig,
 };
+use crate::journal::{Event, Journal};
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
+use crate::metadata::write_metadata;
 use crate::plan::state::OrchestrationSummary;
 use crate::plan::LlmLimits;
+use crate::protocol::RunStatus;
 use crate::runtime::gateway::LlmGateway;
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
-use crate::runtime::run::{record_panic_failure, CancelRunActor, RunActor};
-use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
+use crate::runtime::run::{CancelRunActor, RunActor};
+use crate::workspace::{generate_run_id, now_rfc3339, validate_run_id, RunPaths};
 
 /// Submit a run; replies with its run id once admitted or queued.
 #[derive(Message)]
@@ -227,6 +230,38 @@ pub(crate) fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -
             run_dir: paths.run_dir.to_string_lossy().into_owned(),
         },
     }
+}
+
+/// Records the failure of a run whose actor died without answering (a panic). Best effort:
+/// metadata goes FAILED with the reason, the journal gets an ERROR and an ENGINE_END.
+fn record_panic_failure(request: &RunRequest, run_id: &str) -> RunResult {
+    let message = "the run's actor stopped unexpectedly (engine panic); see engine.log".to_string();
+    let paths = RunPaths::new(&request.work_dir, run_id);
+    if let Ok((mut journal, _)) = Journal::open(&paths.run_dir, Default::default()) {
+        let _ = journal.append(Event::Error {
+            error_type: "engine_panic".into(),
+            error_message: message.clone(),
+            error_details: None,
+        });
+        let _ = journal.append(Event::EngineEnd {
+            run_id: run_id.to_string(),
+            status: RunStatus::Failed,
+            final_iteration: 0,
+            result: None,
+            error: Some(message.clone()),
+        });
+    }
+    if let Ok(mut meta) = crate::metadata::read_metadata(&paths.run_dir) {
+        meta.status = RunStatus::Failed;
+        meta.error = Some(format!("engine_panic: {message}"));
+        meta.end_time = Some(now_rfc3339());
+        let _ = write_metadata(&paths.run_dir, &meta);
+    }
+    let mut result = setup_failure(request, run_id, &message);
+    if let Some(e) = result.error.as_mut() {
+        e.kind = "engine_panic".into();
+    }
+    result
 }
 
 impl Actor for RunSupervisor {

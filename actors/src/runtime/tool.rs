@@ -1,46 +1,13 @@
-//! `ToolActor`: one actor per tool call. It runs the call's process (own process group,
-//! timeout, output caps, killed as a group on cancel), writes the call's audit record to
-//! `io/tool_executions/`, and answers with the observation the model will see.
+//! `ToolActor`: one actor per tool call. It runs the call's job ([`crate::tool::job::execute`]:
+//! own process group, timeout, output caps, killed as a group on cancel, the audit record) and
+//! answers with the result the run records; it stops after answering.
 //!
 //! Must not: touch the journal (the run records results in reply order).
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use actix::prelude::*;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::tool::observation::{format_observation, is_success};
-use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
-
-/// Everything needed to run one call.
-pub struct ToolJob {
-    pub tool_name: String,
-    pub argv: Vec<String>,
-    pub stdin: Option<String>,
-    pub cwd: PathBuf,
-    pub env: Vec<(String, String)>,
-    pub timeout: Duration,
-    pub head_bytes: usize,
-    pub tail_bytes: usize,
-    pub file_cap: u64,
-    /// `io/tool_executions/<ts>_<tool>.json`; full outputs go beside it.
-    pub record_path: PathBuf,
-    /// Paths in the observation are shown relative to this directory (the run dir).
-    pub display_root: PathBuf,
-}
-
-/// The call's result as the run records it.
-#[derive(Debug, Clone)]
-pub struct ToolExecution {
-    pub observation: String,
-    pub success: bool,
-    pub exit_code: Option<i32>,
-    pub duration: Duration,
-    pub cancelled: bool,
-    pub record_path: PathBuf,
-}
+use crate::tool::job::{execute, ToolExecution, ToolJob};
 
 /// Run the job; the actor stops after answering.
 #[derive(Message)]
@@ -69,78 +36,5 @@ impl Handler<Execute> for ToolActor {
                     execution
                 }),
         )
-    }
-}
-
-/// Runs one job to completion. Public so embedders and benches can run a tool without actors.
-pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
-    let stem = job
-        .record_path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "tool".into());
-    let dir = job
-        .record_path
-        .parent()
-        .map(|p| p.to_path_buf())
-        .unwrap_or_default();
-    let stdout_path = dir.join(format!("{stem}.stdout"));
-    let stderr_path = dir.join(format!("{stem}.stderr"));
-    let stdin_len = job.stdin.as_ref().map(|s| s.len());
-    let spec = ProcessSpec {
-        argv: job.argv.clone(),
-        stdin: job.stdin.map(String::into_bytes),
-        cwd: job.cwd,
-        env: job.env,
-        timeout: job.timeout,
-        kill_grace: Duration::from_secs(2),
-        capture: CaptureSpec {
-            head_bytes: job.head_bytes,
-            tail_bytes: job.tail_bytes,
-            full_output: Some((stdout_path, stderr_path)),
-            file_cap_bytes: job.file_cap,
-        },
-    };
-    let outcome = run_process(spec, cancel).await;
-    let observation = format_observation(&outcome, &job.display_root);
-    let success = is_success(&outcome);
-    let (termination, signal) = match &outcome.termination {
-        Termination::Exited(_) => ("exited", None),
-        Termination::Signaled(s) => ("signaled", Some(*s)),
-        Termination::TimedOut => ("timed_out", None),
-        Termination::Cancelled => ("cancelled", None),
-        Termination::SpawnFailed(_) => ("spawn_failed", None),
-    };
-    let record = json!({
-        "tool_name": job.tool_name,
-        "argv": job.argv,
-        "stdin_bytes": stdin_len,
-        "exit_code": outcome.exit_code,
-        "signal": signal,
-        "termination": termination,
-        "timed_out": matches!(outcome.termination, Termination::TimedOut),
-        "timeout_ms": job.timeout.as_millis() as u64,
-        "duration_ms": outcome.duration.as_millis() as u64,
-        "stdout": {
-            "bytes": outcome.stdout.total_bytes,
-            "file": outcome.stdout.file.as_ref().map(|p| p.to_string_lossy().into_owned()),
-            "file_truncated": outcome.stdout.file_truncated,
-        },
-        "stderr": {
-            "bytes": outcome.stderr.total_bytes,
-            "file": outcome.stderr.file.as_ref().map(|p| p.to_string_lossy().into_owned()),
-            "file_truncated": outcome.stderr.file_truncated,
-        },
-        "spawn_error": match &outcome.termination { Termination::SpawnFailed(e) => Some(e.clone()), _ => None },
-    });
-    // The audit record is best effort: a full disk must not turn a tool result into a crash.
-    let _ = crate::workspace::write_json_file(&job.record_path, &record);
-    ToolExecution {
-        observation,
-        success,
-        exit_code: outcome.exit_code,
-        duration: outcome.duration,
-        cancelled: matches!(outcome.termination, Termination::Cancelled),
-        record_path: job.record_path,
     }
 }

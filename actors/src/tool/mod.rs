@@ -2,5 +2,6 @@
 //! model arguments, and process execution with process groups, timeouts and output caps.
 
 pub mod compile;
+pub mod job;
 pub mod observation;
 pub mod process;

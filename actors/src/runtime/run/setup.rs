@@ -175,10 +175,12 @@ pub fn take_run(
                         )));
                     };
                     if let Some(q) = &pending_question {
-                        let recorded =
-                            super::human::record_answer(&mut journal, &paths, q, &answer)
-                                .map_err(io)?;
-                        events.extend(recorded);
+                        let mut append = |event| -> Result<(), crate::journal::JournalError> {
+                            events.push(journal.append(event)?);
+                            Ok(())
+                        };
+                        crate::run::human::record_answer(&mut append, &paths, q, &answer)
+                            .map_err(SetupError::Io)?;
                     }
                     let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));
                     let _ = std::fs::remove_file(&response_file);

@@ -11,10 +11,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 
 use serde_json::json;
 
-use crate::journal::{ActionStatus, Event, Journal, JournalError, JournalEvent};
+use crate::journal::{ActionStatus, Event};
+use crate::runtime::run::setup::PendingQuestion;
 use crate::workspace::{now_rfc3339, RunPaths};
-
-use super::setup::PendingQuestion;
 
 /// What the journal shows instead of a sensitive answer.
 pub fn redaction_marker(action_id: &str) -> String {
@@ -64,29 +63,33 @@ pub fn write_request(
     std::fs::write(paths.interaction_dir.join("request.json"), text)
 }
 
-/// Journals an answer: HUMAN_INPUT_RECEIVED, then the call's ACTION_RESULT.
-pub fn record_answer(
-    journal: &mut Journal,
+/// Journals an answer through `append`: HUMAN_INPUT_RECEIVED, then the call's ACTION_RESULT.
+/// A sensitive answer is stored in the run's secrets folder first and journaled as a marker.
+pub fn record_answer<E: std::fmt::Display>(
+    append: &mut dyn FnMut(Event) -> Result<(), E>,
     paths: &RunPaths,
     question: &PendingQuestion,
     answer: &str,
-) -> Result<Vec<JournalEvent>, JournalError> {
+) -> Result<(), String> {
     let (shown, redacted) = if question.sensitive {
-        store_secret(paths, &question.action_id, answer).map_err(|e| JournalError::Io {
-            path: paths.secrets_dir.clone(),
-            source: e,
+        store_secret(paths, &question.action_id, answer).map_err(|e| {
+            format!(
+                "cannot store the sensitive answer in {}: {e}",
+                paths.secrets_dir.display()
+            )
         })?;
         (redaction_marker(&question.action_id), true)
     } else {
         (answer.to_string(), false)
     };
-    let received = journal.append(Event::HumanInputReceived {
+    append(Event::HumanInputReceived {
         iteration: question.iteration,
         action_id: question.action_id.clone(),
         response: shown.clone(),
         redacted,
-    })?;
-    let result = journal.append(Event::ActionResult {
+    })
+    .map_err(|e| e.to_string())?;
+    append(Event::ActionResult {
         iteration: question.iteration,
         action_id: question.action_id.clone(),
         tool_name: "ask_human".into(),
@@ -94,8 +97,8 @@ pub fn record_answer(
         observation_content: shown,
         exit_code: Some(0),
         execution_ref: None,
-    })?;
-    Ok(vec![received, result])
+    })
+    .map_err(|e| e.to_string())
 }
 
 fn store_secret(paths: &RunPaths, action_id: &str, answer: &str) -> std::io::Result<()> {

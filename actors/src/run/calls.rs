@@ -1,0 +1,529 @@
+//! The calls of one model reply: planned (each becomes a tool job, an immediate error
+//! observation, or an ask_human question) with their ACTION_REQUESTs journaled, then run —
+//! one at a time, or all at once with `parallel_tool_calls` — each process call between its
+//! `pre_tool_execution` (may skip it) and `post_tool_execution` hooks, with results journaled
+//! strictly in reply order.
+//!
+//! Invariant: every call of a reply is answered by exactly one ACTION_RESULT (unknown tools,
+//! unparsable arguments, skipped calls and calls not started because of a stop get error or
+//! hook observations), except an async ask_human, whose answer comes with `delta continue`.
+//! Must not: talk to the model.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use serde_json::{json, Map, Value};
+
+use crate::agent::HookName;
+use crate::api::{InteractionInfo, RunEvent};
+use crate::hooks::{parse_tool_control, HookOutcome, ToolControl};
+use crate::journal::{ActionStatus, Event, ToolCallRecord};
+use crate::runtime::run::setup::PendingQuestion;
+use crate::tool::compile::{CompiledTool, EngineVars};
+use crate::tool::job::{ToolExecution, ToolJob};
+use crate::workspace::tool_record_path;
+
+use super::drive::{error_info, Halt, Run};
+use super::hooks::HookVars;
+use super::human::record_answer;
+
+const NOT_RUN_INTERRUPTED: &str =
+    "Error: not run: the run was interrupted before this call started.";
+
+/// One call of the reply being acted on.
+pub(super) struct PlannedCall {
+    pub action_id: String,
+    pub tool_name: String,
+    pub tool_args: Value,
+    pub resolved_command: String,
+    pub plan: Planned,
+}
+
+/// What a call becomes.
+pub(super) enum Planned {
+    Process(Box<ToolJob>),
+    Immediate {
+        observation: String,
+    },
+    Ask {
+        prompt: String,
+        input_type: String,
+        sensitive: bool,
+    },
+}
+
+/// A call's result as the journal records it.
+struct Recorded {
+    observation: String,
+    status: ActionStatus,
+    exit_code: Option<i32>,
+    duration_ms: u64,
+    execution_ref: Option<String>,
+}
+
+impl Recorded {
+    fn error(observation: &str) -> Recorded {
+        Recorded {
+            observation: observation.to_string(),
+            status: ActionStatus::Error,
+            exit_code: None,
+            duration_ms: 0,
+            execution_ref: None,
+        }
+    }
+}
+
+/// How a call ended, waiting to be journaled in reply order.
+enum Settled {
+    Result(Recorded),
+    /// Answered on the terminal: HUMAN_INPUT_RECEIVED and the result.
+    Answered(PendingQuestion, Result<String, String>),
+    /// No terminal to ask on: the run pauses once the reply's other calls have run.
+    Deferred(PendingQuestion, InteractionInfo),
+}
+
+/// The question an iteration pauses on.
+pub(super) type Pause = (PendingQuestion, InteractionInfo);
+
+impl Run {
+    /// Tool call ids become journal keys and file names: make them safe and unique in the run.
+    pub(super) fn normalize_calls(&self, calls: Vec<crate::llm::ToolCall>) -> Vec<ToolCallRecord> {
+        let rec = self.rec.borrow();
+        let used: HashSet<&str> = rec
+            .events()
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Thought { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.as_str())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let mut fresh: Vec<String> = Vec::new();
+        let mut out = Vec::with_capacity(calls.len());
+        for (k, call) in calls.into_iter().enumerate() {
+            let safe = !call.id.is_empty()
+                && call.id.len() <= 128
+                && call
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            let id = if safe && !used.contains(call.id.as_str()) && !fresh.contains(&call.id) {
+                call.id
+            } else {
+                format!("call_{}_{}", self.iteration, k)
+            };
+            fresh.push(id.clone());
+            out.push(ToolCallRecord {
+                id,
+                name: call.function.name,
+                arguments: call.function.arguments,
+            });
+        }
+        out
+    }
+
+    /// Plans each call and journals its ACTION_REQUEST.
+    pub(super) fn plan_calls(&self, calls: Vec<ToolCallRecord>) -> Result<Vec<PlannedCall>, Halt> {
+        let mut planned = Vec::with_capacity(calls.len());
+        let mut asked = false;
+        for call in calls {
+            let (tool_args, plan, resolved_command) = self.plan_call(&call, &mut asked);
+            self.append(Event::ActionRequest {
+                iteration: self.iteration,
+                action_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                tool_args: tool_args.clone(),
+                resolved_command: resolved_command.clone(),
+            })?;
+            planned.push(PlannedCall {
+                action_id: call.id,
+                tool_name: call.name,
+                tool_args,
+                resolved_command,
+                plan,
+            });
+        }
+        Ok(planned)
+    }
+
+    fn plan_call(&self, call: &ToolCallRecord, asked: &mut bool) -> (Value, Planned, String) {
+        let agent = &self.lp.request.agent;
+        let (args_value, parsed) = parse_arguments(&call.arguments);
+        let immediate = |observation: String| Planned::Immediate { observation };
+        let args = match parsed {
+            Ok(args) => args,
+            Err(message) => {
+                let observation = format!(
+                    "Error: the arguments for tool '{}' are not valid JSON ({message}). Call it again with a JSON object matching its parameters.",
+                    call.name
+                );
+                return (args_value, immediate(observation), String::new());
+            }
+        };
+        if call.name == "ask_human" {
+            if *asked {
+                let observation = "Error: only one ask_human call per reply is answered; ask again after this answer.".to_string();
+                return (args_value, immediate(observation), String::new());
+            }
+            *asked = true;
+            let prompt = args
+                .get("prompt")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let input_type = match args.get("input_type").and_then(Value::as_str) {
+                Some(t @ ("text" | "password" | "confirmation")) => t.to_string(),
+                _ => "text".to_string(),
+            };
+            let sensitive = matches!(args.get("sensitive"), Some(Value::Bool(true)))
+                || args.get("sensitive").and_then(Value::as_str) == Some("true")
+                || input_type == "password";
+            let shown = format!("ask_human {prompt:?}");
+            let plan = Planned::Ask {
+                prompt,
+                input_type,
+                sensitive,
+            };
+            return (args_value, plan, shown);
+        }
+        let Some(tool) = agent.tools.iter().find(|t| t.name == call.name) else {
+            let mut names: Vec<&str> = agent.tools.iter().map(|t| t.name.as_str()).collect();
+            names.push("ask_human");
+            let observation = format!(
+                "Error: unknown tool '{}'. Available tools: {}.",
+                call.name,
+                names.join(", ")
+            );
+            return (args_value, immediate(observation), String::new());
+        };
+        let vars = EngineVars {
+            agent_home: agent.home.clone(),
+            cwd: self.lp.request.work_dir.clone(),
+            run_id: self.lp.run_id.clone(),
+        };
+        let invocation = match tool.build_invocation(&args, &vars) {
+            Ok(invocation) => invocation,
+            Err(e) => {
+                let observation = format!("Error: invalid arguments for tool '{}': {e}", call.name);
+                return (args_value, immediate(observation), String::new());
+            }
+        };
+        let resolved = CompiledTool::render_command(&invocation);
+        let config = &self.lp.config;
+        let job = ToolJob {
+            tool_name: call.name.clone(),
+            argv: invocation.argv,
+            stdin: invocation.stdin,
+            cwd: self.lp.request.work_dir.clone(),
+            env: (*self.child_env).clone(),
+            timeout: tool
+                .timeout_ms
+                .map(std::time::Duration::from_millis)
+                .unwrap_or(config.default_tool_timeout),
+            head_bytes: config.observation_head_bytes,
+            tail_bytes: config.observation_tail_bytes,
+            file_cap: config.tool_output_file_cap,
+            record_path: tool_record_path(&self.paths, &call.name),
+            display_root: self.paths.run_dir.clone(),
+        };
+        (args_value, Planned::Process(Box::new(job)), resolved)
+    }
+
+    /// The tool phase: runs the planned calls and journals their results in reply order.
+    /// Returns the question to pause on, if an async ask_human was among the calls.
+    pub(super) async fn act(&mut self, calls: Vec<PlannedCall>) -> Result<Option<Pause>, Halt> {
+        let started = Instant::now();
+        let mut pause = None;
+        {
+            let run = &*self;
+            if run.lp.request.agent.parallel_tool_calls {
+                let mut settling: FuturesOrdered<_> =
+                    calls.into_iter().map(|call| run.settle(call)).collect();
+                while let Some((call, settled)) = settling.next().await {
+                    run.record(call, settled?, &mut pause)?;
+                }
+            } else {
+                for call in calls {
+                    let (call, settled) = run.settle(call).await;
+                    run.record(call, settled?, &mut pause)?;
+                }
+            }
+        }
+        self.timings.tools += started.elapsed();
+        self.save_progress();
+        self.checkpoint()?;
+        Ok(pause)
+    }
+
+    /// Runs one call to its result (not journaled yet).
+    async fn settle(&self, mut call: PlannedCall) -> (PlannedCall, Result<Settled, Halt>) {
+        let plan = std::mem::replace(
+            &mut call.plan,
+            Planned::Immediate {
+                observation: String::new(),
+            },
+        );
+        let settled = if self.lp.control.is_stopping() {
+            Ok(Settled::Result(Recorded::error(NOT_RUN_INTERRUPTED)))
+        } else {
+            match plan {
+                Planned::Immediate { observation } => {
+                    Ok(Settled::Result(Recorded::error(&observation)))
+                }
+                Planned::Process(job) => self.run_tool(&call, *job).await.map(Settled::Result),
+                Planned::Ask {
+                    prompt,
+                    input_type,
+                    sensitive,
+                } => self.ask(&call, prompt, input_type, sensitive).await,
+            }
+        };
+        (call, settled)
+    }
+
+    /// A process call between its tool hooks.
+    async fn run_tool(&self, call: &PlannedCall, job: ToolJob) -> Result<Recorded, Halt> {
+        let iteration = self.iteration;
+        let vars = HookVars {
+            tool_name: Some(call.tool_name.clone()),
+            ..HookVars::default()
+        };
+        let pre = self
+            .fire(
+                HookName::PreToolExecution,
+                || {
+                    json!({
+                        "iteration": iteration,
+                        "action_id": call.action_id,
+                        "tool_name": call.tool_name,
+                        "tool_args": call.tool_args,
+                        "resolved_command": call.resolved_command,
+                        "argv": job.argv,
+                    })
+                },
+                vars,
+            )
+            .await?;
+        if self.lp.control.is_stopping() {
+            return Ok(Recorded::error(NOT_RUN_INTERRUPTED));
+        }
+        if let ToolControl::Skip { observation } = self.tool_control(pre)? {
+            self.log(&format!(
+                "pre_tool_execution hook skipped call {} ({})",
+                call.action_id, job.tool_name
+            ));
+            return Ok(Recorded {
+                observation,
+                status: ActionStatus::Success,
+                exit_code: None,
+                duration_ms: 0,
+                execution_ref: None,
+            });
+        }
+        self.emit(RunEvent::ToolStarted {
+            run_id: self.lp.run_id.clone(),
+            iteration,
+            action_id: call.action_id.clone(),
+            tool_name: call.tool_name.clone(),
+            summary: summarize_argv(&job.argv),
+        });
+        let cancel = self.lp.control.token().child_token();
+        let execution = self.lp.tools.execute(job, cancel).await;
+        let recorded = recorded_execution(execution);
+        let vars = HookVars {
+            tool_name: Some(call.tool_name.clone()),
+            tool_result: Some(recorded.observation.clone()),
+            ..HookVars::default()
+        };
+        self.fire(
+            HookName::PostToolExecution,
+            || {
+                json!({
+                    "iteration": iteration,
+                    "action_id": call.action_id,
+                    "tool_name": call.tool_name,
+                    "tool_args": call.tool_args,
+                    "status": recorded.status,
+                    "exit_code": recorded.exit_code,
+                    "duration_ms": recorded.duration_ms,
+                    "observation": recorded.observation,
+                    "execution_ref": recorded.execution_ref,
+                })
+            },
+            vars,
+        )
+        .await?;
+        Ok(recorded)
+    }
+
+    /// What the `pre_tool_execution` hook said: run the tool (also when its output is not a
+    /// control object, with a WARNING), or skip it.
+    fn tool_control(&self, outcome: Option<HookOutcome>) -> Result<ToolControl, Halt> {
+        let Some(outcome) = outcome.filter(HookOutcome::succeeded) else {
+            return Ok(ToolControl::Run);
+        };
+        match parse_tool_control(&outcome.stdout) {
+            Ok(control) => Ok(control),
+            Err(problem) => {
+                self.warn(format!(
+                    "pre_tool_execution hook output ignored, the tool runs: {problem} (hint: print nothing, or {{\"action\":\"skip\",\"observation\":\"...\"}}; see {})",
+                    outcome.io_path_ref
+                ))?;
+                Ok(ToolControl::Run)
+            }
+        }
+    }
+
+    /// ask_human: on the terminal through the request's prompter, or deferred to a pause.
+    async fn ask(
+        &self,
+        call: &PlannedCall,
+        prompt: String,
+        input_type: String,
+        sensitive: bool,
+    ) -> Result<Settled, Halt> {
+        let question = PendingQuestion {
+            iteration: self.iteration,
+            action_id: call.action_id.clone(),
+            sensitive,
+        };
+        let Some(prompter) = self.lp.request.prompter.clone() else {
+            let info = InteractionInfo {
+                prompt,
+                input_type,
+                sensitive,
+            };
+            return Ok(Settled::Deferred(question, info));
+        };
+        self.append(Event::HumanInputRequest {
+            iteration: question.iteration,
+            action_id: question.action_id.clone(),
+            prompt: prompt.clone(),
+            input_type: input_type.clone(),
+            sensitive,
+        })?;
+        let asked =
+            tokio::task::spawn_blocking(move || prompter.ask(&prompt, &input_type, sensitive));
+        let answer = tokio::select! {
+            answer = asked => answer.unwrap_or_else(|e| Err(format!("the prompt failed: {e}"))),
+            // The blocking prompt cannot be interrupted; the run stops without its answer.
+            _ = self.lp.control.token().cancelled() => return Err(Halt::Stopped),
+        };
+        Ok(Settled::Answered(question, answer))
+    }
+
+    /// Journals one settled call (its turn in reply order has come).
+    fn record(
+        &self,
+        call: PlannedCall,
+        settled: Settled,
+        pause: &mut Option<Pause>,
+    ) -> Result<(), Halt> {
+        match settled {
+            Settled::Deferred(question, info) => {
+                *pause = Some((question, info));
+                Ok(())
+            }
+            Settled::Answered(_, Err(message)) => Err(Halt::Failed(error_info(
+                "human_input_error",
+                format!("no answer to ask_human: {message}"),
+            ))),
+            Settled::Answered(question, Ok(answer)) => {
+                let recorded = {
+                    let mut rec = self.rec.borrow_mut();
+                    record_answer(
+                        &mut |event| rec.append(event),
+                        &self.paths,
+                        &question,
+                        &answer,
+                    )
+                };
+                if let Err(e) = recorded {
+                    return Err(Halt::Failed(error_info("journal_error", e)));
+                }
+                if question.sensitive {
+                    self.secrets
+                        .borrow_mut()
+                        .insert(question.action_id.clone(), answer);
+                }
+                Ok(())
+            }
+            Settled::Result(r) => {
+                let preview: String = r.observation.chars().take(200).collect();
+                let success = r.status == ActionStatus::Success;
+                self.append(Event::ActionResult {
+                    iteration: self.iteration,
+                    action_id: call.action_id.clone(),
+                    tool_name: call.tool_name.clone(),
+                    status: r.status,
+                    observation_content: r.observation,
+                    exit_code: r.exit_code,
+                    execution_ref: r.execution_ref,
+                })?;
+                self.emit(RunEvent::ToolFinished {
+                    run_id: self.lp.run_id.clone(),
+                    iteration: self.iteration,
+                    action_id: call.action_id,
+                    tool_name: call.tool_name,
+                    success,
+                    exit_code: r.exit_code,
+                    duration_ms: r.duration_ms,
+                    preview,
+                });
+                Ok(())
+            }
+        }
+    }
+}
+
+fn recorded_execution(execution: Option<ToolExecution>) -> Recorded {
+    let Some(e) = execution else {
+        return Recorded::error("Error: the tool's actor stopped before reporting a result.");
+    };
+    Recorded {
+        observation: if e.cancelled {
+            format!(
+                "{}\n(The run was interrupted while this tool ran; its process group was killed.)",
+                e.observation
+            )
+        } else {
+            e.observation
+        },
+        status: if e.success {
+            ActionStatus::Success
+        } else {
+            ActionStatus::Failed
+        },
+        exit_code: e.exit_code,
+        duration_ms: e.duration.as_millis() as u64,
+        execution_ref: e
+            .record_path
+            .file_name()
+            .map(|n| format!("io/tool_executions/{}", n.to_string_lossy())),
+    }
+}
+
+/// The model's arguments text as a JSON value for the journal, and as an object for the tool.
+/// An empty text means no arguments.
+fn parse_arguments(text: &str) -> (Value, Result<Map<String, Value>, String>) {
+    let trimmed = text.trim();
+    if trimmed.is_empty() || trimmed == "null" {
+        return (Value::Object(Map::new()), Ok(Map::new()));
+    }
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(Value::Object(map)) => (Value::Object(map.clone()), Ok(map)),
+        Ok(other) => (other, Err("expected a JSON object".to_string())),
+        Err(e) => (Value::String(text.to_string()), Err(e.to_string())),
+    }
+}
+
+fn summarize_argv(argv: &[String]) -> String {
+    let joined = shell_words::join(argv);
+    if joined.chars().count() > 120 {
+        let cut: String = joined.chars().take(117).collect();
+        format!("{cut}...")
+    } else {
+        joined
+    }
+}

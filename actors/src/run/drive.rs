@@ -1,0 +1,619 @@
+//! The whole life of one run, read top to bottom: take it (new, or continued under its
+//! lock), iterate, end.
+//!
+//! One iteration: iteration cap → `on_iteration_start` → the context builder →
+//! `pre_llm_request` (may override the request) → the model call (its io/invocations
+//! record) → `post_llm_response` → THOUGHT → either the final answer (`on_iteration_end`,
+//! COMPLETED) or the reply's calls (`calls.rs`: ACTION_REQUESTs, the tool phase, results in
+//! reply order), `on_iteration_end`, and the next iteration — or a pause for a human.
+//!
+//! Every `?` is an early end: [`Halt::Stopped`] when a stop was requested (checked at each
+//! await point), [`Halt::Failed`] when the run cannot go on (journal, context, model).
+//! Must not: touch actix, or write run files except through the recorder and `end.rs`.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::agent::HookName;
+use crate::api::{InteractionInfo, RunErrorInfo, RunEvent, RunResult};
+use crate::context::{build_messages, ContextError, ContextInputs};
+use crate::hooks::{apply_request_override, redact_json, HookOutcome};
+use crate::journal::{Event, ToolCallRecord};
+use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta};
+use crate::metadata::{write_metadata_with, RunLock, RunMetadata};
+use crate::protocol::TokenUsage;
+use crate::runtime::run::setup::{
+    child_environments, recorded_final_answer, take_run, PendingQuestion, TakenRun,
+};
+use crate::runtime::supervisor::setup_failure;
+use crate::tool::compile::{ask_human_schema, CompiledTool};
+use crate::workspace::{invocation_record_path, now_rfc3339, write_json_file, RunPaths};
+
+use super::calls::PlannedCall;
+use super::end::Ending;
+use super::hooks::HookVars;
+use super::recorder::Recorder;
+use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
+
+/// How often a live run's metadata.json shows its progress.
+const PROGRESS_WRITE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Why the iterations ended before an answer, a pause or the cap.
+pub(super) enum Halt {
+    /// A stop was requested (Ctrl-C, a cancel, the run's time limit).
+    Stopped,
+    /// The run cannot go on.
+    Failed(RunErrorInfo),
+}
+
+/// The error record of a failed run.
+pub(super) fn error_info(kind: &str, message: String) -> RunErrorInfo {
+    RunErrorInfo {
+        kind: kind.to_string(),
+        message,
+        details: None,
+    }
+}
+
+/// Where this driving's wall time went (for RunMetrics and benchmarks).
+#[derive(Default)]
+pub(super) struct Timings {
+    pub model: Duration,
+    pub queue: Duration,
+    pub tools: Duration,
+}
+
+/// A taken run being driven: everything a run needs once its files are open.
+pub(super) struct Run {
+    pub lp: RunLoop,
+    pub paths: RunPaths,
+    pub rec: RefCell<Recorder>,
+    pub meta: RunMetadata,
+    pub lock: Option<RunLock>,
+    pub resumed: bool,
+    /// Sensitive ask_human answers by action id (substituted only into model requests).
+    pub secrets: RefCell<HashMap<String, String>>,
+    pub child_env: Arc<Vec<(String, String)>>,
+    pub generator_env: Arc<BTreeMap<String, String>>,
+    pub tool_schemas: Arc<Vec<Value>>,
+    pub max_iterations: u32,
+    /// Iteration number across the run's whole life (THOUGHTs so far).
+    pub iteration: u32,
+    /// Iterations driven by this start or continuation (the cap applies to these).
+    pub iterations_this_start: u32,
+    pub started_at: Instant,
+    pub start_time: String,
+    pub usage: TokenUsage,
+    pub model_usage: BTreeMap<String, TokenUsage>,
+    pub timings: Timings,
+    pub last_progress_write: Instant,
+}
+
+impl RunLoop {
+    /// Drives the run to a final status and returns its RunResult (for every status).
+    pub async fn drive(self) -> RunResult {
+        let max_iterations = self
+            .request
+            .max_iterations
+            .or(self.request.agent.max_iterations)
+            .unwrap_or(DEFAULT_MAX_ITERATIONS)
+            .max(1);
+        let taken = take_run(
+            &self.run_id,
+            &self.request,
+            max_iterations,
+            self.config.fsync_every_event,
+        );
+        let taken = match taken {
+            Ok(taken) => taken,
+            // Nothing of the run was touched: answer without writing anything.
+            Err(e) => return setup_failure(&self.request, &self.run_id, &e.to_string()),
+        };
+        let mut run = Run::start(self, taken, max_iterations);
+        let ending = match run.iterate().await {
+            Ok(ending) => ending,
+            Err(Halt::Failed(error)) => Ending::failed(error),
+            Err(Halt::Stopped) => run.interrupted(),
+        };
+        run.end(ending).await
+    }
+}
+
+impl Run {
+    fn start(lp: RunLoop, taken: TakenRun, max_iterations: u32) -> Run {
+        let TakenRun {
+            paths,
+            mut journal,
+            events,
+            meta,
+            lock,
+            resumed,
+            secrets,
+        } = taken;
+        let (child_env, generator_env) =
+            child_environments(&lp.run_id, &lp.request, &lp.config, &paths);
+        if lp.config.journal_fsync {
+            let _ = journal.sync();
+        }
+        let iteration = events
+            .iter()
+            .filter(|e| matches!(e.event, Event::Thought { .. }))
+            .count() as u32;
+        let mut rec = Recorder::new(journal, events, paths.engine_log.clone());
+        rec.log(&format!(
+            "run {} {} (agent {}, max {} iterations)",
+            lp.run_id,
+            if resumed { "resumed" } else { "started" },
+            lp.request.agent.name,
+            max_iterations
+        ));
+        let run = Run {
+            tool_schemas: tool_schemas(&lp),
+            paths,
+            rec: RefCell::new(rec),
+            meta,
+            lock: Some(lock),
+            resumed,
+            secrets: RefCell::new(secrets),
+            child_env: Arc::new(child_env),
+            generator_env: Arc::new(generator_env),
+            max_iterations,
+            iteration,
+            iterations_this_start: 0,
+            started_at: Instant::now(),
+            start_time: now_rfc3339(),
+            usage: TokenUsage::default(),
+            model_usage: BTreeMap::new(),
+            timings: Timings::default(),
+            last_progress_write: Instant::now(),
+            lp,
+        };
+        run.emit(RunEvent::RunStarted {
+            run_id: run.lp.run_id.clone(),
+            agent_name: run.lp.request.agent.name.clone(),
+            work_dir: run.lp.request.work_dir.to_string_lossy().into_owned(),
+            resumed,
+        });
+        run
+    }
+
+    /// The iterations, until a final answer, a pause, the cap, a stop or a failure.
+    async fn iterate(&mut self) -> Result<Ending, Halt> {
+        if self.resumed {
+            let recorded = recorded_final_answer(self.rec.borrow().events());
+            if let Some(answer) = recorded {
+                self.log("the final answer was already journaled; completing without a model call");
+                return Ok(Ending::completed(answer));
+            }
+        }
+        loop {
+            self.checkpoint()?;
+            if self.iterations_this_start >= self.max_iterations {
+                return Ok(Ending::failed(self.iteration_cap_error()));
+            }
+            self.iteration += 1;
+            self.iterations_this_start += 1;
+            self.log(&format!("iteration {}", self.iteration));
+            self.emit(RunEvent::IterationStarted {
+                run_id: self.lp.run_id.clone(),
+                iteration: self.iteration,
+                max_iterations: self.max_iterations,
+            });
+            let (iteration, max_iterations) = (self.iteration, self.max_iterations);
+            self.hook(
+                HookName::OnIterationStart,
+                || json!({"iteration": iteration, "max_iterations": max_iterations}),
+                HookVars::default(),
+            )
+            .await?;
+
+            let mut request = self.build_request().await?;
+            let outcome = self
+                .hook(
+                    HookName::PreLlmRequest,
+                    || serde_json::to_value(&request).unwrap_or(Value::Null),
+                    HookVars::default(),
+                )
+                .await?;
+            if let Some(outcome) = outcome {
+                self.apply_override(&mut request, &outcome)?;
+            }
+
+            let (completion, record_ref) = self.call_model(request).await?;
+            self.hook(
+                HookName::PostLlmResponse,
+                || completion_payload(iteration, &completion),
+                HookVars::default(),
+            )
+            .await?;
+
+            let text = completion.message.content.clone().filter(|t| !t.is_empty());
+            let calls = self.record_thought(completion, text.clone(), record_ref)?;
+            if calls.is_empty() {
+                // The final answer ends the iteration, and the run.
+                let payload = self.iteration_end_payload(true);
+                self.hook(HookName::OnIterationEnd, || payload, HookVars::default())
+                    .await?;
+                return Ok(Ending::completed(text.unwrap_or_default()));
+            }
+
+            let planned: Vec<PlannedCall> = self.plan_calls(calls)?;
+            let pause = self.act(planned).await?;
+            let payload = self.iteration_end_payload(false);
+            self.hook(HookName::OnIterationEnd, || payload, HookVars::default())
+                .await?;
+            if let Some((question, info)) = pause {
+                return self.pause_for_human(question, info);
+            }
+        }
+    }
+
+    /// Ends the iterations here when a stop was requested.
+    pub(super) fn checkpoint(&self) -> Result<(), Halt> {
+        if self.lp.control.is_stopping() {
+            Err(Halt::Stopped)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn iteration_cap_error(&self) -> RunErrorInfo {
+        error_info(
+            "max_iterations",
+            format!(
+                "the run reached its iteration cap ({}) without a final answer; continue it with `delta continue --run-id {} -w {} -m \"...\"` or raise --max-iterations",
+                self.max_iterations,
+                self.lp.run_id,
+                self.lp.request.work_dir.display()
+            ),
+        )
+    }
+
+    /// The messages for this iteration, from the journal through the context builder.
+    async fn build_request(&self) -> Result<ChatRequest, Halt> {
+        let agent = &self.lp.request.agent;
+        let events = self.rec.borrow().snapshot();
+        let secrets = self.secrets.borrow().clone();
+        let inputs = ContextInputs {
+            agent_home: &agent.home,
+            work_dir: &self.lp.request.work_dir,
+            run_id: &self.lp.run_id,
+            run_dir: &self.paths.run_dir,
+            journal_path: &self.paths.journal,
+            child_env: &self.generator_env,
+        };
+        let built = build_messages(
+            &agent.context,
+            &inputs,
+            &events,
+            &secrets,
+            self.lp.control.token(),
+        )
+        .await;
+        let messages = match built {
+            Ok(messages) => messages,
+            Err(ContextError::Cancelled) => return Err(Halt::Stopped),
+            Err(e) => {
+                let message = e.to_string();
+                self.log(&message);
+                return Err(Halt::Failed(error_info("context_error", message)));
+            }
+        };
+        let llm = &agent.llm;
+        Ok(ChatRequest {
+            model: llm.model.clone(),
+            messages,
+            temperature: llm.temperature,
+            max_tokens: llm.max_tokens,
+            top_p: llm.top_p,
+            frequency_penalty: llm.frequency_penalty,
+            presence_penalty: llm.presence_penalty,
+            tools: (*self.tool_schemas).clone(),
+            tool_choice: Some("auto".to_string()),
+            extra: Default::default(),
+        })
+    }
+
+    /// A successful `pre_llm_request` hook's stdout may replace parts of the request.
+    fn apply_override(&self, request: &mut ChatRequest, outcome: &HookOutcome) -> Result<(), Halt> {
+        if !outcome.succeeded() {
+            return Ok(());
+        }
+        if !outcome.stdout_complete {
+            return self.warn(format!(
+                "pre_llm_request hook output ignored: it printed more than {} bytes ({})",
+                crate::hooks::HOOK_OUTPUT_HEAD_BYTES,
+                outcome.io_path_ref
+            ));
+        }
+        match apply_request_override(request, &outcome.stdout) {
+            Ok(report) => {
+                if !report.changed.is_empty() {
+                    self.log(&format!(
+                        "pre_llm_request hook replaced: {}",
+                        report.changed.join(", ")
+                    ));
+                }
+                if report.ignored_keys.is_empty() {
+                    return Ok(());
+                }
+                self.warn(format!(
+                    "pre_llm_request hook: ignored key(s) {} (only messages, model, temperature and max_tokens can be replaced)",
+                    report.ignored_keys.join(", ")
+                ))
+            }
+            Err(problem) => self.warn(format!(
+                "pre_llm_request hook output ignored, the request is sent unchanged: {problem} (hint: print nothing, or one JSON object with messages, model, temperature and/or max_tokens; see {})",
+                outcome.io_path_ref
+            )),
+        }
+    }
+
+    /// One model call through the model port; its io/invocations record either way.
+    async fn call_model(
+        &mut self,
+        request: ChatRequest,
+    ) -> Result<(ChatCompletion, Option<String>), Halt> {
+        let meta = RequestMeta {
+            agent_name: self.lp.request.agent.name.clone(),
+            run_id: self.lp.run_id.clone(),
+        };
+        let events = self.lp.events.clone();
+        let run_id = self.lp.run_id.clone();
+        let on_retry = Box::new(move |attempt: u32, error: &LlmError, delay: Duration| {
+            let _ = events.send(RunEvent::ModelRetry {
+                run_id: run_id.clone(),
+                attempt,
+                error: error.to_string(),
+                delay_ms: delay.as_millis() as u64,
+            });
+        });
+        let token = self.lp.control.token().clone();
+        let call = self
+            .lp
+            .model
+            .complete(request.clone(), meta, token.clone(), on_retry);
+        let outcome = tokio::select! {
+            outcome = call => outcome,
+            _ = token.cancelled() => return Err(Halt::Stopped),
+        };
+        let record_path = invocation_record_path(&self.paths, self.iteration);
+        let record_ref = record_path
+            .file_name()
+            .map(|n| format!("io/invocations/{}", n.to_string_lossy()));
+        let CallOutcome {
+            completion,
+            attempts,
+            duration,
+            waited,
+            failed_attempts,
+        } = match outcome {
+            Ok(outcome) => outcome,
+            Err(failure) if failure.cancelled => return Err(Halt::Stopped),
+            Err(failure) => {
+                self.write_invocation_record(
+                    &record_path,
+                    json!({
+                        "iteration": self.iteration,
+                        "request": request,
+                        "error": failure.error.to_string(),
+                        "attempts": failure.attempts,
+                        "failed_attempts": failure.failed_attempts,
+                    }),
+                );
+                let message = format!(
+                    "model call failed after {} attempt(s): {}",
+                    failure.attempts, failure.error
+                );
+                self.log(&message);
+                return Err(Halt::Failed(error_info("llm_error", message)));
+            }
+        };
+        self.timings.model += duration.saturating_sub(waited);
+        self.timings.queue += waited;
+        self.write_invocation_record(
+            &record_path,
+            json!({
+                "iteration": self.iteration,
+                "request": request,
+                "response": completion.raw,
+                "duration_ms": duration.as_millis() as u64,
+                "waited_ms": waited.as_millis() as u64,
+                "attempts": attempts,
+                "failed_attempts": failed_attempts,
+            }),
+        );
+        if let Some(usage) = &completion.usage {
+            let used = TokenUsage {
+                input_tokens: usage.prompt_tokens,
+                output_tokens: usage.completion_tokens,
+                total_tokens: usage.total_tokens,
+            };
+            self.usage.add(used);
+            let model = completion
+                .model
+                .clone()
+                .unwrap_or_else(|| request.model.clone());
+            self.model_usage.entry(model).or_default().add(used);
+        }
+        Ok((completion, record_ref))
+    }
+
+    /// io/invocations keeps the request as sent, except sensitive answers (kept only in the
+    /// run's 0600 secrets files). Best effort: an audit record never fails a run.
+    fn write_invocation_record(&self, path: &std::path::Path, mut record: Value) {
+        let secrets = self.secrets.borrow();
+        if !secrets.is_empty() {
+            let values: Vec<String> = secrets.values().cloned().collect();
+            redact_json(&mut record, &values);
+        }
+        let _ = write_json_file(path, &record);
+    }
+
+    /// Journals the THOUGHT and returns its calls (ids made safe and unique in the run).
+    fn record_thought(
+        &self,
+        completion: ChatCompletion,
+        text: Option<String>,
+        record_ref: Option<String>,
+    ) -> Result<Vec<ToolCallRecord>, Halt> {
+        let calls = self.normalize_calls(completion.message.tool_calls.unwrap_or_default());
+        self.append(Event::Thought {
+            iteration: self.iteration,
+            content: text.clone(),
+            tool_calls: calls.clone(),
+            llm_invocation_ref: record_ref,
+            finish_reason: completion.finish_reason,
+        })?;
+        if let Some(text) = text {
+            self.emit(RunEvent::Thought {
+                run_id: self.lp.run_id.clone(),
+                iteration: self.iteration,
+                text,
+            });
+        }
+        Ok(calls)
+    }
+
+    /// `on_iteration_end` payload: the iteration and the results journaled in it.
+    fn iteration_end_payload(&self, final_answer: bool) -> Value {
+        let rec = self.rec.borrow();
+        let results: Vec<Value> = rec
+            .events()
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::ActionResult {
+                    iteration,
+                    action_id,
+                    tool_name,
+                    status,
+                    exit_code,
+                    ..
+                } if *iteration == self.iteration => Some(json!({
+                    "action_id": action_id,
+                    "tool_name": tool_name,
+                    "status": status,
+                    "exit_code": exit_code,
+                })),
+                _ => None,
+            })
+            .collect();
+        json!({
+            "iteration": self.iteration,
+            "final_answer": final_answer,
+            "results": results,
+        })
+    }
+
+    /// An async ask_human (no prompter): the question file, HUMAN_INPUT_REQUEST, and the run
+    /// ends WAITING_FOR_INPUT.
+    fn pause_for_human(
+        &self,
+        question: PendingQuestion,
+        info: InteractionInfo,
+    ) -> Result<Ending, Halt> {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let written = super::human::write_request(
+            &self.paths,
+            &request_id,
+            &info.prompt,
+            &info.input_type,
+            info.sensitive,
+        );
+        if let Err(e) = written {
+            return Err(Halt::Failed(error_info(
+                "setup_error",
+                format!("cannot write interaction/request.json: {e}"),
+            )));
+        }
+        self.append(Event::HumanInputRequest {
+            iteration: question.iteration,
+            action_id: question.action_id,
+            prompt: info.prompt.clone(),
+            input_type: info.input_type.clone(),
+            sensitive: info.sensitive,
+        })?;
+        Ok(Ending::waiting(info))
+    }
+
+    /// The ending of a run that was asked to stop: INTERRUPTED, with the stop's reason.
+    fn interrupted(&self) -> Ending {
+        let stop = self.lp.control.stop_request();
+        let (reason, timeout) = stop
+            .map(|s| (s.reason, s.timeout))
+            .unwrap_or_else(|| ("interrupted".into(), false));
+        if let Err(Halt::Failed(error)) = self.append(Event::Interrupted {
+            reason: reason.clone(),
+        }) {
+            return Ending::failed(error);
+        }
+        let kind = if timeout { "timeout" } else { "interrupted" };
+        Ending::interrupted(error_info(kind, reason))
+    }
+
+    /// Progress (iterations, usage) for people watching a live run, at most every
+    /// [`PROGRESS_WRITE_INTERVAL`]; status changes are written at once by `end.rs`, so
+    /// nothing a resume needs waits here.
+    pub(super) fn save_progress(&mut self) {
+        if self.last_progress_write.elapsed() >= PROGRESS_WRITE_INTERVAL {
+            self.last_progress_write = Instant::now();
+            self.save_metadata(false);
+        }
+    }
+
+    /// `durable` at status changes (when `journal_fsync`); progress updates between them are
+    /// atomic but not fsynced, so a crash loses at most the last iteration count.
+    pub(super) fn save_metadata(&mut self, durable: bool) {
+        self.meta.updated_at = now_rfc3339();
+        self.meta.iterations = self.iteration;
+        self.meta.usage = self.usage;
+        if let Err(e) = write_metadata_with(&self.paths.run_dir, &self.meta, durable) {
+            self.log(&format!("warning: cannot write metadata.json: {e}"));
+        }
+    }
+
+    pub(super) fn emit(&self, event: RunEvent) {
+        // No subscriber is fine: events are progress, not results.
+        let _ = self.lp.events.send(event);
+    }
+
+    pub(super) fn log(&self, line: &str) {
+        self.rec.borrow_mut().log(line);
+    }
+
+    /// Appends to the journal; a journal that cannot be written ends the run.
+    pub(super) fn append(&self, event: Event) -> Result<(), Halt> {
+        self.rec
+            .borrow_mut()
+            .append(event)
+            .map_err(|e| Halt::Failed(error_info("journal_error", e)))
+    }
+}
+
+/// The tools offered to the model: the agent's, then the built-in ask_human.
+fn tool_schemas(lp: &RunLoop) -> Arc<Vec<Value>> {
+    let mut schemas: Vec<Value> = lp
+        .request
+        .agent
+        .tools
+        .iter()
+        .map(CompiledTool::openai_schema)
+        .collect();
+    schemas.push(ask_human_schema());
+    Arc::new(schemas)
+}
+
+/// `post_llm_response` payload: the provider's response body (synthesised in its shape when
+/// the backend kept none) and the iteration.
+fn completion_payload(iteration: u32, completion: &ChatCompletion) -> Value {
+    let response = if completion.raw.is_null() {
+        completion.to_openai_json(chrono::Utc::now().timestamp())
+    } else {
+        completion.raw.clone()
+    };
+    json!({"iteration": iteration, "response": response})
+}

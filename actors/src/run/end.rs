@@ -1,0 +1,197 @@
+//! Ending a run: the ERROR event, `on_error` for a FAILED run, ENGINE_END, the final
+//! metadata, the RunResult, `on_run_end`, then the lock released and `RunFinished` emitted.
+//!
+//! `on_run_end` runs after ENGINE_END and the final metadata are written, so the hook sees the
+//! run's complete journal and final status; its HOOK_EXECUTED is the one line after ENGINE_END.
+//! Must not: return the RunResult before the end hooks are done, or let a hook change the
+//! run's final status.
+
+use serde_json::json;
+
+use crate::agent::HookName;
+use crate::api::{
+    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunResult, RunResultMetadata, UsageReport,
+};
+use crate::journal::Event;
+use crate::protocol::RunStatus;
+use crate::workspace::now_rfc3339;
+
+use super::drive::Run;
+use super::hooks::HookVars;
+
+/// How a run ends.
+pub(super) struct Ending {
+    status: RunStatus,
+    result: Option<String>,
+    error: Option<RunErrorInfo>,
+    interaction: Option<InteractionInfo>,
+}
+
+impl Ending {
+    pub(super) fn completed(answer: String) -> Ending {
+        Ending {
+            status: RunStatus::Completed,
+            result: Some(answer),
+            error: None,
+            interaction: None,
+        }
+    }
+
+    pub(super) fn failed(error: RunErrorInfo) -> Ending {
+        Ending {
+            status: RunStatus::Failed,
+            result: None,
+            error: Some(error),
+            interaction: None,
+        }
+    }
+
+    pub(super) fn interrupted(error: RunErrorInfo) -> Ending {
+        Ending {
+            status: RunStatus::Interrupted,
+            result: None,
+            error: Some(error),
+            interaction: None,
+        }
+    }
+
+    pub(super) fn waiting(interaction: InteractionInfo) -> Ending {
+        Ending {
+            status: RunStatus::WaitingForInput,
+            result: None,
+            error: None,
+            interaction: Some(interaction),
+        }
+    }
+}
+
+impl Run {
+    /// Records the ending and returns the RunResult. Nothing of the run is still running:
+    /// the token is cancelled anyway, so a straggler (a dropped tool future) is killed.
+    pub(super) async fn end(mut self, ending: Ending) -> RunResult {
+        let Ending {
+            status,
+            result,
+            error,
+            interaction,
+        } = ending;
+        self.lp.control.begin_ending();
+        self.lp.control.token().cancel();
+        if let Some(e) = &error {
+            let _ = self.rec.borrow_mut().append(Event::Error {
+                error_type: e.kind.clone(),
+                error_message: e.message.clone(),
+                error_details: e.details.clone().map(serde_json::Value::String),
+            });
+        }
+        if let (RunStatus::Failed, Some(failure)) = (status, &error) {
+            let vars = HookVars {
+                error_message: Some(failure.message.clone()),
+                ..HookVars::default()
+            };
+            let iteration = self.iteration;
+            self.fire_end_hook(
+                HookName::OnError,
+                || {
+                    json!({
+                        "error_type": failure.kind,
+                        "message": failure.message,
+                        "iteration": iteration,
+                    })
+                },
+                vars,
+            )
+            .await;
+        }
+        {
+            let mut rec = self.rec.borrow_mut();
+            let _ = rec.append(Event::EngineEnd {
+                run_id: self.lp.run_id.clone(),
+                status,
+                final_iteration: self.iteration,
+                result: result.clone(),
+                error: error.as_ref().map(|e| e.message.clone()),
+            });
+            if self.lp.config.journal_fsync {
+                rec.sync();
+            }
+        }
+        let end_time = now_rfc3339();
+        self.meta.status = status;
+        self.meta.end_time = Some(end_time.clone());
+        self.meta.error = error.as_ref().map(|e| format!("{}: {}", e.kind, e.message));
+        self.meta.result = result.clone();
+        self.save_metadata(self.lp.config.journal_fsync);
+        self.log(&format!(
+            "run finished: {status} after {} iteration(s){}",
+            self.iteration,
+            error
+                .as_ref()
+                .map(|e| format!(" ({}: {})", e.kind, e.message))
+                .unwrap_or_default()
+        ));
+        let run_result = self.run_result(status, result, error, interaction, end_time);
+        self.fire_end_hook(
+            HookName::OnRunEnd,
+            || {
+                json!({
+                    "status": run_result.status,
+                    "result": run_result.result,
+                    "error": run_result.error.as_ref().map(|e| json!({"type": e.kind, "message": e.message})),
+                    "iterations": run_result.metrics.iterations,
+                })
+            },
+            HookVars::default(),
+        )
+        .await;
+        if self.lp.config.journal_fsync && self.has_hook(HookName::OnRunEnd) {
+            self.rec.borrow_mut().sync();
+        }
+        self.lock = None;
+        self.emit(RunEvent::RunFinished {
+            run_id: self.lp.run_id.clone(),
+            status: run_result.status,
+            duration_ms: run_result.metrics.duration_ms,
+            error: run_result.error.as_ref().map(|e| e.message.clone()),
+        });
+        run_result
+    }
+
+    fn run_result(
+        &self,
+        status: RunStatus,
+        result: Option<String>,
+        error: Option<RunErrorInfo>,
+        interaction: Option<InteractionInfo>,
+        end_time: String,
+    ) -> RunResult {
+        RunResult {
+            schema_version: "2.0".into(),
+            run_id: self.lp.run_id.clone(),
+            status,
+            result,
+            error,
+            interaction,
+            metrics: RunMetrics {
+                iterations: self.iteration,
+                duration_ms: self.started_at.elapsed().as_millis() as u64,
+                model_time_ms: self.timings.model.as_millis() as u64,
+                queue_time_ms: self.timings.queue.as_millis() as u64,
+                tool_time_ms: self.timings.tools.as_millis() as u64,
+                start_time: self.start_time.clone(),
+                end_time,
+                usage: UsageReport {
+                    total_cost_usd: 0.0,
+                    input_tokens: self.usage.input_tokens,
+                    output_tokens: self.usage.output_tokens,
+                    model_usage: self.model_usage.clone(),
+                },
+            },
+            metadata: RunResultMetadata {
+                agent_name: self.lp.request.agent.name.clone(),
+                workspace_path: self.lp.request.work_dir.to_string_lossy().into_owned(),
+                run_dir: self.paths.run_dir.to_string_lossy().into_owned(),
+            },
+        }
+    }
+}

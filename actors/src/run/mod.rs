@@ -1,0 +1,168 @@
+//! The run loop: one run's Think-Act-Observe iterations as one async function
+//! ([`RunLoop::drive`]), free of actix so it can be driven and tested on a plain tokio
+//! runtime.
+//!
+//! # Layout
+//! - `drive.rs`: take the run, iterate (hooks → context → model → tool calls → loop), end —
+//!   the whole life of a run, read top to bottom;
+//! - `calls.rs`: the tool phase of one reply: each call through its hooks and the tool port,
+//!   results journaled in reply order;
+//! - `end.rs`: ERROR, `on_error`, ENGINE_END, final metadata, the RunResult, `on_run_end`;
+//! - `hooks.rs`: firing a configured hook and journaling `HOOK_EXECUTED` / WARNING;
+//! - `recorder.rs`: the journal, its in-memory prefix and `engine.log`;
+//! - `human.rs`: ask_human bookkeeping (request file, answers, sensitive values).
+//!
+//! The loop reaches the outside through two ports: [`ModelPort`] (one model call through the
+//! endpoint's limits and retries) and [`ToolPort`] (one tool process). The runtime implements
+//! them with the `LlmGateway` and `ToolActor` actors; tests implement them with fakes.
+//!
+//! Cancellation is one [`RunControl`]: a stop request cancels its token, which kills running
+//! tool and hook process groups and aborts the context build or the model call; the loop
+//! checks it at its await points and ends INTERRUPTED there.
+//!
+//! Must not: import actix, print, or read the process environment (the request carries it).
+
+mod calls;
+mod drive;
+mod end;
+mod hooks;
+pub mod human;
+mod recorder;
+
+#[cfg(test)]
+mod tests;
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures_util::future::LocalBoxFuture;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{RunEvent, RunRequest, SupervisorConfig};
+use crate::llm::{CallFailure, CallOutcome, ChatRequest, RequestMeta, RetryObserver};
+use crate::tool::job::{ToolExecution, ToolJob};
+
+/// Default iteration cap when neither the request nor the agent sets one.
+pub const DEFAULT_MAX_ITERATIONS: u32 = 30;
+
+/// One model call through the endpoint's in-flight cap, rate limit and retries.
+pub trait ModelPort {
+    /// Sends `request`; ends early (a cancelled [`CallFailure`]) when `cancel` fires.
+    fn complete(
+        &self,
+        request: ChatRequest,
+        meta: RequestMeta,
+        cancel: CancellationToken,
+        on_retry: RetryObserver,
+    ) -> LocalBoxFuture<'static, Result<CallOutcome, CallFailure>>;
+}
+
+/// One tool process: its own group, timeout, output caps, audit record.
+pub trait ToolPort {
+    /// Runs `job`; `cancel` kills its process group. `None` when the executor went away
+    /// without an answer.
+    fn execute(
+        &self,
+        job: ToolJob,
+        cancel: CancellationToken,
+    ) -> LocalBoxFuture<'static, Option<ToolExecution>>;
+}
+
+/// Why a run was asked to stop.
+#[derive(Debug, Clone)]
+pub struct StopRequest {
+    pub reason: String,
+    /// The run's own wall-clock limit expired (error type `timeout`).
+    pub timeout: bool,
+}
+
+/// The stop switch shared by a run's loop and whoever may stop it (its actor, a timer).
+#[derive(Debug, Default)]
+pub struct RunControl {
+    token: CancellationToken,
+    /// Cancels the end hooks (`on_error`, `on_run_end`), which outlive the run's token.
+    end_hooks: CancellationToken,
+    stop: Mutex<Option<StopRequest>>,
+    ending: AtomicBool,
+}
+
+impl RunControl {
+    /// A control with nothing requested.
+    pub fn new() -> Arc<RunControl> {
+        Arc::new(RunControl::default())
+    }
+
+    /// Asks the run to stop at its next await point. The first request wins; a request that
+    /// arrives while the run is ending cuts its end hooks short instead.
+    pub fn request_stop(&self, reason: String, timeout: bool) {
+        let mut stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.ending.load(Ordering::SeqCst) {
+            self.end_hooks.cancel();
+            return;
+        }
+        if stop.is_none() {
+            *stop = Some(StopRequest { reason, timeout });
+            self.token.cancel();
+        }
+    }
+
+    /// Whether a stop was requested.
+    pub fn is_stopping(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// The stop request, if any.
+    pub fn stop_request(&self) -> Option<StopRequest> {
+        self.stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The run's token (tools, hooks, model call and context build hang off it).
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// From now on a stop request cancels the end hooks.
+    fn begin_ending(&self) {
+        let _stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        self.ending.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One run to drive: the request, the engine settings, the two ports and the stop switch.
+pub struct RunLoop {
+    pub(crate) run_id: String,
+    pub(crate) request: RunRequest,
+    pub(crate) config: Arc<SupervisorConfig>,
+    pub(crate) model: Rc<dyn ModelPort>,
+    pub(crate) tools: Rc<dyn ToolPort>,
+    pub(crate) control: Arc<RunControl>,
+    pub(crate) events: broadcast::Sender<RunEvent>,
+}
+
+impl RunLoop {
+    /// A run ready to [`drive`](RunLoop::drive).
+    pub fn new(
+        run_id: String,
+        request: RunRequest,
+        config: Arc<SupervisorConfig>,
+        model: Rc<dyn ModelPort>,
+        tools: Rc<dyn ToolPort>,
+        control: Arc<RunControl>,
+        events: broadcast::Sender<RunEvent>,
+    ) -> RunLoop {
+        RunLoop {
+            run_id,
+            request,
+            config,
+            model,
+            tools,
+            control,
+            events,
+        }
+    }
+}

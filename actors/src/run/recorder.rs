@@ -1,0 +1,81 @@
+//! What a run writes as it goes: the journal (the source of truth), its in-memory prefix
+//! (the cache the context builder and the loop's queries read), and `engine.log`.
+//!
+//! The cache only ever holds events the journal accepted. After a failed write the journal is
+//! closed: the run ends FAILED (`journal_error`) without trying to write behind a gap.
+//!
+//! `engine.log` opens, appends and closes per line: a run writes only a handful of lines,
+//! while a descriptor held for the run's whole life would be copied and closed by every tool
+//! spawn of every other run in the process (spawn cost grows with open descriptors). A log
+//! that cannot be written is skipped — diagnostics never fail a run.
+//! Must not: decide anything about the run.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::journal::{Event, Journal, JournalEvent};
+use crate::workspace::now_rfc3339;
+
+pub(super) struct Recorder {
+    journal: Option<Journal>,
+    events: Arc<Vec<JournalEvent>>,
+    engine_log: PathBuf,
+}
+
+impl Recorder {
+    pub(super) fn new(journal: Journal, events: Vec<JournalEvent>, engine_log: PathBuf) -> Self {
+        Recorder {
+            journal: Some(journal),
+            events: Arc::new(events),
+            engine_log,
+        }
+    }
+
+    /// Appends one event; the error text names the journal and the OS error.
+    pub(super) fn append(&mut self, event: Event) -> Result<(), String> {
+        let Some(journal) = self.journal.as_mut() else {
+            return Err("the journal was closed after an earlier write failed".into());
+        };
+        match journal.append(event) {
+            Ok(recorded) => {
+                Arc::make_mut(&mut self.events).push(recorded);
+                Ok(())
+            }
+            Err(e) => {
+                self.journal = None;
+                Err(format!("cannot write the journal: {e}"))
+            }
+        }
+    }
+
+    /// fsyncs the journal (best effort: called at status changes).
+    pub(super) fn sync(&mut self) {
+        if let Some(journal) = self.journal.as_mut() {
+            let _ = journal.sync();
+        }
+    }
+
+    /// The journal's events so far.
+    pub(super) fn events(&self) -> &[JournalEvent] {
+        &self.events
+    }
+
+    /// A cheap snapshot of the events, for work that awaits (the context build).
+    pub(super) fn snapshot(&self) -> Arc<Vec<JournalEvent>> {
+        self.events.clone()
+    }
+
+    /// One line of `engine.log` (also to `tracing`).
+    pub(super) fn log(&mut self, message: &str) {
+        tracing::debug!(target: "delta::run", "{message}");
+        if let Ok(mut file) = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.engine_log)
+        {
+            let _ = file.write_all(format!("[{}] {message}\n", now_rfc3339()).as_bytes());
+        }
+    }
+}
