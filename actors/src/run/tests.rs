@@ -1,1 +1,399 @@
+//! The run loop driven on a plain tokio runtime with fake ports: no actix System, no model
+//! endpoint, no tool processes. What the journal shows is what the loop decided.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+use tokio::sync::{broadcast, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::{ModelPort, RunControl, RunLoop, ToolPort};
+use crate::agent::load_agent;
+use crate::api::{LlmTarget, RunRequest, RunResult, RunStart, SupervisorConfig};
+use crate::journal::{read_journal, ActionStatus, Event};
+use crate::llm::{
+    CallFailure, CallOutcome, ChatCompletion, ChatMessage, ChatRequest, LlmError, RequestMeta,
+    RetryObserver, ToolCall,
+};
+use crate::protocol::RunStatus;
+use crate::tool::job::{ToolExecution, ToolJob};
+
+/// Answers each model call with the next scripted reply; records what it was sent.
+struct FakeModel {
+    replies: RefCell<VecDeque<Result<ChatMessage, String>>>,
+    requests: Rc<RefCell<Vec<ChatRequest>>>,
+}
+
+impl FakeModel {
+    fn new(replies: Vec<Result<ChatMessage, String>>) -> Rc<FakeModel> {
+        Rc::new(FakeModel {
+            replies: RefCell::new(replies.into()),
+            requests: Rc::default(),
+        })
+    }
+}
+
+impl ModelPort for FakeModel {
+    fn complete(
+        &self,
+        request: ChatRequest,
+        _meta: RequestMeta,
+        _cancel: CancellationToken,
+        _on_retry: RetryObserver,
+    ) -> LocalBoxFuture<'static, Result<CallOutcome, CallFailure>> {
+        self.requests.borrow_mut().push(request);
+        let reply = self
+            .replies
+            .borrow_mut()
+            .pop_front()
+            .unwrap_or_else(|| Err("no more scripted replies".into()));
+        Box::pin(async move {
+            match reply {
+                Ok(message) => Ok(CallOutcome {
+                    completion: ChatCompletion {
+                        id: None,
+                        model: Some("fake".into()),
+                        message,
+                        finish_reason: Some("stop".into()),
+                        usage: None,
+                        raw: serde_json::Value::Null,
+                    },
+                    attempts: 1,
+                    duration: Duration::ZERO,
+                    waited: Duration::ZERO,
+                    failed_attempts: Vec::new(),
+                }),
+                Err(message) => Err(CallFailure {
+                    error: LlmError::Transport(message),
+                    attempts: 1,
+                    failed_attempts: Vec::new(),
+                    cancelled: false,
+                }),
+            }
+        })
+    }
+}
+
+/// What a fake tool does when it is run.
+#[derive(Clone)]
+enum Behaviour {
+    /// Succeeds at once, printing its name.
+    Succeed,
+    /// Waits until the named tool has finished, then succeeds.
+    WaitFor(&'static str),
+    /// Asks the run to stop, then waits for its cancellation (as a killed process would).
+    StopTheRun(Arc<RunControl>),
+}
+
+#[derive(Default)]
+struct FakeTools {
+    behaviours: BTreeMap<&'static str, Behaviour>,
+    finished: Rc<RefCell<BTreeMap<String, Rc<Notify>>>>,
+    started: Rc<RefCell<Vec<String>>>,
+}
+
+impl FakeTools {
+    fn with(mut self, tool: &'static str, behaviour: Behaviour) -> Self {
+        self.behaviours.insert(tool, behaviour);
+        self
+    }
+
+    fn notify_for(&self, tool: &str) -> Rc<Notify> {
+        self.finished
+            .borrow_mut()
+            .entry(tool.to_string())
+            .or_insert_with(|| Rc::new(Notify::new()))
+            .clone()
+    }
+}
+
+impl ToolPort for FakeTools {
+    fn execute(
+        &self,
+        job: ToolJob,
+        cancel: CancellationToken,
+    ) -> LocalBoxFuture<'static, Option<ToolExecution>> {
+        self.started.borrow_mut().push(job.tool_name.clone());
+        let behaviour = self
+            .behaviours
+            .get(job.tool_name.as_str())
+            .cloned()
+            .unwrap_or(Behaviour::Succeed);
+        let done = self.notify_for(&job.tool_name);
+        let waited_on = match &behaviour {
+            Behaviour::WaitFor(other) => Some(self.notify_for(other)),
+            _ => None,
+        };
+        Box::pin(async move {
+            let mut cancelled = false;
+            match behaviour {
+                Behaviour::Succeed => {}
+                Behaviour::WaitFor(_) => {
+                    if let Some(other) = waited_on {
+                        other.notified().await;
+                    }
+                }
+                Behaviour::StopTheRun(control) => {
+                    control.request_stop("test stop".into(), false);
+                    cancel.cancelled().await;
+                    cancelled = true;
+                }
+            }
+            done.notify_one();
+            Some(ToolExecution {
+                observation: format!("output of {}", job.tool_name),
+                success: !cancelled,
+                exit_code: if cancelled { None } else { Some(0) },
+                duration: Duration::ZERO,
+                cancelled,
+                record_path: job.record_path,
+            })
+        })
+    }
+}
+
+fn calls(names: &[&str]) -> ChatMessage {
+    let calls = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| ToolCall::function(format!("call_{i}"), *name, "{}"))
+        .collect();
+    ChatMessage::assistant(None, calls)
+}
+
+fn answer(text: &str) -> ChatMessage {
+    ChatMessage::assistant(Some(text.to_string()), Vec::new())
+}
+
+struct Fixture {
+    agent_dir: tempfile::TempDir,
+    work_dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new(parallel: bool) -> Fixture {
+        let agent_dir = tempfile::tempdir().unwrap();
+        let tools: String = ["first", "second", "third"]
+            .iter()
+            .map(|t| format!("  - name: {t}\n    exec: \"true\"\n"))
+            .collect();
+        std::fs::write(
+            agent_dir.path().join("agent.yaml"),
+            format!("name: looptest\nllm:\n  model: fake\nparallel_tool_calls: {parallel}\ntools:\n{tools}"),
+        )
+        .unwrap();
+        std::fs::write(agent_dir.path().join("system_prompt.md"), "Test agent.\n").unwrap();
+        std::fs::write(
+            agent_dir.path().join("context.yaml"),
+            "sources:\n  - type: file\n    id: system_prompt\n    path: '${AGENT_HOME}/system_prompt.md'\n  - type: journal\n    id: history\n",
+        )
+        .unwrap();
+        Fixture {
+            agent_dir,
+            work_dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn request(&self) -> RunRequest {
+        RunRequest {
+            agent: Arc::new(load_agent(self.agent_dir.path()).unwrap()),
+            work_dir: self.work_dir.path().to_path_buf(),
+            run_id: Some("looptest".into()),
+            start: RunStart::New {
+                task: "do it".into(),
+            },
+            max_iterations: None,
+            // The loop reaches the model only through its port; the target is for the gateway.
+            llm: LlmTarget::Scripted(Arc::new(
+                crate::llm::Script::from_yaml_str(
+                    "rules:\n  - steps: [{answer: unused}]\n",
+                    "unused.yaml",
+                )
+                .unwrap(),
+            )),
+            env: Arc::new(BTreeMap::new()),
+            timeout: None,
+            prompter: None,
+            workspace_id: None,
+            orchestration_id: None,
+        }
+    }
+
+    async fn drive(
+        &self,
+        model: Rc<FakeModel>,
+        tools: Rc<FakeTools>,
+        control: Arc<RunControl>,
+    ) -> RunResult {
+        let config = SupervisorConfig {
+            journal_fsync: false,
+            ..SupervisorConfig::default()
+        };
+        let (events, _) = broadcast::channel(64);
+        let run = RunLoop::new(
+            "looptest".into(),
+            self.request(),
+            Arc::new(config),
+            model,
+            tools,
+            control,
+            events,
+        );
+        run.drive().await
+    }
+
+    fn journal(&self) -> Vec<Event> {
+        let path: PathBuf = self.work_dir.path().join(".delta/looptest/journal.jsonl");
+        read_journal(&path)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect()
+    }
+
+    fn results(&self) -> Vec<(String, ActionStatus, String)> {
+        self.journal()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::ActionResult {
+                    action_id,
+                    status,
+                    observation_content,
+                    ..
+                } => Some((action_id, status, observation_content)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn results_are_journaled_in_reply_order_when_a_later_call_finishes_first() {
+    let fixture = Fixture::new(true);
+    let model = FakeModel::new(vec![Ok(calls(&["first", "second"])), Ok(answer("done"))]);
+    let tools = Rc::new(FakeTools::default().with("first", Behaviour::WaitFor("second")));
+    let result = fixture.drive(model, tools.clone(), RunControl::new()).await;
+    assert_eq!(result.status, RunStatus::Completed, "{result:?}");
+    assert_eq!(result.result.as_deref(), Some("done"));
+    // Both started before either finished (parallel), and "second" finished first...
+    assert_eq!(*tools.started.borrow(), vec!["first", "second"]);
+    // ...yet the journal answers the calls in the order the model made them.
+    let ids: Vec<String> = fixture.results().into_iter().map(|r| r.0).collect();
+    assert_eq!(ids, vec!["call_0", "call_1"]);
+}
+
+#[tokio::test]
+async fn the_model_sees_every_result_of_the_previous_reply() {
+    let fixture = Fixture::new(false);
+    let model = FakeModel::new(vec![Ok(calls(&["first", "second"])), Ok(answer("done"))]);
+    let requests = model.requests.clone();
+    let result = fixture
+        .drive(model, Rc::new(FakeTools::default()), RunControl::new())
+        .await;
+    assert_eq!(result.status, RunStatus::Completed);
+    let second = &requests.borrow()[1];
+    let tool_results: Vec<&str> = second
+        .messages
+        .iter()
+        .filter(|m| m.tool_call_id.is_some())
+        .filter_map(|m| m.content.as_deref())
+        .collect();
+    assert_eq!(tool_results, vec!["output of first", "output of second"]);
+}
+
+#[tokio::test]
+async fn a_stop_during_a_tool_records_its_result_skips_the_rest_and_ends_interrupted() {
+    let fixture = Fixture::new(false);
+    let control = RunControl::new();
+    let model = FakeModel::new(vec![Ok(calls(&["first", "second", "third"]))]);
+    let tools =
+        Rc::new(FakeTools::default().with("second", Behaviour::StopTheRun(control.clone())));
+    let result = fixture.drive(model, tools.clone(), control).await;
+    assert_eq!(result.status, RunStatus::Interrupted, "{result:?}");
+    assert_eq!(
+        result.error.as_ref().map(|e| e.kind.as_str()),
+        Some("interrupted")
+    );
+    assert_eq!(*tools.started.borrow(), vec!["first", "second"]);
+    let results = fixture.results();
+    assert_eq!(
+        results.len(),
+        3,
+        "every call has exactly one result: {results:?}"
+    );
+    assert_eq!(results[0].1, ActionStatus::Success);
+    assert!(
+        results[1].2.contains("interrupted while this tool ran"),
+        "{results:?}"
+    );
+    assert!(results[2].2.contains("not run"), "{results:?}");
+    let journal = fixture.journal();
+    assert!(journal
+        .iter()
+        .any(|e| matches!(e, Event::Interrupted { reason } if reason == "test stop")));
+    assert!(matches!(
+        journal.last(),
+        Some(Event::EngineEnd {
+            status: RunStatus::Interrupted,
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn a_stop_requested_before_the_first_model_call_ends_interrupted_without_one() {
+    let fixture = Fixture::new(false);
+    let control = RunControl::new();
+    control.request_stop("stopped early".into(), true);
+    let model = FakeModel::new(vec![Ok(answer("never"))]);
+    let requests = model.requests.clone();
+    let result = fixture
+        .drive(model, Rc::new(FakeTools::default()), control)
+        .await;
+    assert_eq!(result.status, RunStatus::Interrupted);
+    assert_eq!(
+        result.error.as_ref().map(|e| e.kind.as_str()),
+        Some("timeout")
+    );
+    assert!(requests.borrow().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_model_call_ends_failed_with_the_cause() {
+    let fixture = Fixture::new(false);
+    let model = FakeModel::new(vec![Err("endpoint unreachable".into())]);
+    let result = fixture
+        .drive(model, Rc::new(FakeTools::default()), RunControl::new())
+        .await;
+    assert_eq!(result.status, RunStatus::Failed);
+    let error = result.error.unwrap();
+    assert_eq!(error.kind, "llm_error");
+    assert!(
+        error.message.contains("endpoint unreachable"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn the_iteration_cap_ends_failed_after_that_many_model_calls() {
+    let fixture = Fixture::new(false);
+    let replies = (0..40).map(|_| Ok(calls(&["first"]))).collect();
+    let model = FakeModel::new(replies);
+    let requests = model.requests.clone();
+    let result = fixture
+        .drive(model, Rc::new(FakeTools::default()), RunControl::new())
+        .await;
+    assert_eq!(result.status, RunStatus::Failed);
+    assert_eq!(result.error.unwrap().kind, "max_iterations");
+    assert_eq!(
+        requests.borrow().len(),
+        super::DEFAULT_MAX_ITERATIONS as usize
+    );
+}

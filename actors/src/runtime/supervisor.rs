@@ -264,6 +264,17 @@ fn record_panic_failure(request: &RunRequest, run_id: &str) -> RunResult {
     result
 }
 
+/// The RunResult of a queued run cancelled before it started (nothing of it was written):
+/// INTERRUPTED, whether one run or every run was cancelled.
+fn unstarted_interrupted(request: &RunRequest, run_id: &str, reason: &str) -> RunResult {
+    let mut result = setup_failure(request, run_id, reason);
+    result.status = RunStatus::Interrupted;
+    if let Some(e) = result.error.as_mut() {
+        e.kind = "interrupted".into();
+    }
+    result
+}
+
 impl Actor for RunSupervisor {
     type Context = Context<Self>;
 
@@ -349,7 +360,7 @@ impl Handler<CancelRun> for RunSupervisor {
                 self.queued_ids.remove(&q.run_id);
                 let _ = q
                     .reply
-                    .send(setup_failure(&q.request, &q.run_id, &msg.reason));
+                    .send(unstarted_interrupted(&q.request, &q.run_id, &msg.reason));
             }
         }
     }
@@ -367,12 +378,9 @@ impl Handler<CancelAll> for RunSupervisor {
         }
         self.queued_ids.clear();
         for q in self.queue.drain(..) {
-            let mut result = setup_failure(&q.request, &q.run_id, &msg.reason);
-            result.status = crate::protocol::RunStatus::Interrupted;
-            if let Some(e) = result.error.as_mut() {
-                e.kind = "interrupted".into();
-            }
-            let _ = q.reply.send(result);
+            let _ = q
+                .reply
+                .send(unstarted_interrupted(&q.request, &q.run_id, &msg.reason));
         }
         for addr in self.running.values() {
             addr.do_send(CancelRunActor {

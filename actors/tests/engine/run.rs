@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use delta_actors::api::{RunStart, Supervisor};
+use delta_actors::api::{RunStart, Supervisor, SupervisorConfig};
 use delta_actors::journal::{ActionStatus, Event};
 use delta_actors::RunStatus;
 
@@ -201,6 +201,44 @@ fn cancel_interrupts_and_kills_the_running_tool_then_continue_resumes() {
     assert_eq!(resumed.status, RunStatus::Completed, "{resumed:?}");
     assert_eq!(resumed.result.as_deref(), Some("resumed fine"));
     assert_seq_increasing(&journal(&resumed));
+}
+
+#[test]
+fn a_queued_run_cancelled_alone_ends_interrupted_like_one_cancelled_with_all() {
+    let agent = TestAgent::new("queued", "", "  - name: wait\n    exec: \"sleep 30\"\n");
+    let ws = tempfile::tempdir().unwrap();
+    let s = script("steps:\n  - tool: wait\n  - answer: done\n");
+    let sup = Supervisor::start(SupervisorConfig {
+        max_parallel: 1,
+        ..fast_config()
+    })
+    .unwrap();
+    let running = submit_until_tool_started(&sup, new_run(agent.load(), ws.path(), s.clone(), "a"));
+    let queued_one = sup
+        .submit_blocking(new_run(agent.load(), ws.path(), s.clone(), "b"))
+        .unwrap();
+    let queued_all = sup
+        .submit_blocking(new_run(agent.load(), ws.path(), s, "c"))
+        .unwrap();
+    sup.cancel(&queued_one.run_id);
+    let one = queued_one.wait_blocking().unwrap();
+    sup.cancel_all("stop everything");
+    let all = queued_all.wait_blocking().unwrap();
+    assert_eq!(
+        running.wait_blocking().unwrap().status,
+        RunStatus::Interrupted
+    );
+    for result in [&one, &all] {
+        assert_eq!(result.status, RunStatus::Interrupted, "{result:?}");
+        assert_eq!(
+            result.error.as_ref().map(|e| e.kind.as_str()),
+            Some("interrupted")
+        );
+        assert!(
+            !run_dir(result).exists(),
+            "a run cancelled in the queue never wrote anything"
+        );
+    }
 }
 
 #[test]
