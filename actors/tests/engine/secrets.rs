@@ -255,3 +255,39 @@ fn continue_restores_secrets_of_an_earlier_start_for_the_model_and_redacts_them(
     assert_clean_result(&again);
     assert!(assert_clean_events(&mut events) > 2);
 }
+
+struct Answers(&'static str);
+
+impl delta_actors::api::HumanPrompter for Answers {
+    fn ask(&self, _: &str, _: &str, _: bool) -> Result<String, String> {
+        Ok(self.0.to_string())
+    }
+}
+
+/// A call planned in the same reply as the question, run after the answer: the answer is
+/// redacted from its output files too (the tool here reads it back from `secrets/`).
+#[test]
+fn a_tool_run_after_an_answer_of_the_same_reply_has_its_output_redacted() {
+    let agent = TestAgent::new(
+        "same-reply",
+        "",
+        "  - name: peek\n    shell: \"cat \\\"$DELTA_RUN_DIR\\\"/secrets/*\"\n",
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let sup = supervisor();
+    let s = script(
+        "steps:\n  - tools:\n      - { tool: ask_human, args: { prompt: \"PIN?\", sensitive: true } }\n      - { tool: peek, args: {} }\n  - answer: \"{{ last_observation }}\"\n",
+    );
+    let mut request = new_run(agent.load(), ws.path(), s, "t");
+    request.prompter = Some(std::sync::Arc::new(Answers(CANARY)));
+    let done = drive(&sup, request);
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    let dir = run_dir(&done);
+    let stdout = files_under(&dir.join("io/tool_executions"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "stdout"))
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(stdout).unwrap(), marker(SECRET_ID));
+    assert_only_the_secret_file_holds_it(&dir);
+    assert_clean_result(&done);
+}
