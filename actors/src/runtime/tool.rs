@@ -1,6 +1,7 @@
 //! `ToolActor`: one actor per tool call. It runs the call's process (own process group,
-//! timeout, output caps, killed as a group on cancel), writes the call's audit record to
-//! `io/tool_executions/`, and answers with the observation the model will see.
+//! timeout, output caps, killed as a group on cancel), writes the call's audit record and
+//! full outputs to `io/tool_executions/` (sensitive answers redacted), and answers with the
+//! observation the model will see (real text; the journal writer redacts it).
 //!
 //! Must not: touch the journal (the run records results in reply order).
 
@@ -11,6 +12,7 @@ use actix::prelude::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::redact::SecretSet;
 use crate::tool::observation::{format_observation, is_success};
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
 
@@ -29,6 +31,8 @@ pub struct ToolJob {
     pub record_path: PathBuf,
     /// Paths in the observation are shown relative to this directory (the run dir).
     pub display_root: PathBuf,
+    /// The run's sensitive answers, kept out of the record and the full-output files.
+    pub secrets: SecretSet,
 }
 
 /// The call's result as the run records it.
@@ -99,6 +103,7 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
             tail_bytes: job.tail_bytes,
             full_output: Some((stdout_path, stderr_path)),
             file_cap_bytes: job.file_cap,
+            secrets: job.secrets.clone(),
         },
     };
     let outcome = run_process(spec, cancel).await;
@@ -134,7 +139,7 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
         "spawn_error": match &outcome.termination { Termination::SpawnFailed(e) => Some(e.clone()), _ => None },
     });
     // The audit record is best effort: a full disk must not turn a tool result into a crash.
-    let _ = crate::workspace::write_json_file(&job.record_path, &record);
+    let _ = crate::workspace::write_redacted_json_file(&job.record_path, &record, &job.secrets);
     ToolExecution {
         observation,
         success,

@@ -148,10 +148,12 @@ impl RunActor {
         }
     }
 
-    fn start_process(&mut self, i: usize, job: ToolJob, ctx: &mut Context<Self>) {
+    fn start_process(&mut self, i: usize, mut job: ToolJob, ctx: &mut Context<Self>) {
         let Some(acting) = self.acting.as_ref() else {
             return;
         };
+        // Answers given since the reply was planned (an earlier ask_human of it) count too.
+        job.secrets = self.secrets.snapshot();
         self.emit(RunEvent::ToolStarted {
             run_id: self.run_id.clone(),
             iteration: acting.iteration,

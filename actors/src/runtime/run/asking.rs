@@ -96,13 +96,8 @@ impl RunActor {
         let Some(journal) = self.journal.as_mut() else {
             return;
         };
-        match record_answer(journal, &self.paths, &question, &answer) {
-            Ok(events) => {
-                Arc::make_mut(&mut self.events).extend(events);
-                if question.sensitive {
-                    Arc::make_mut(&mut self.secrets).insert(question.action_id.clone(), answer);
-                }
-            }
+        match record_answer(journal, &self.paths, &question, &answer, &self.secrets) {
+            Ok(events) => Arc::make_mut(&mut self.events).extend(events),
             Err(e) => {
                 self.finish(
                     RunStatus::Failed,
@@ -138,6 +133,7 @@ impl RunActor {
             &info.prompt,
             &info.input_type,
             info.sensitive,
+            &self.secrets.snapshot(),
         ) {
             self.finish(
                 RunStatus::Failed,

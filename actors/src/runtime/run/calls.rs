@@ -203,6 +203,8 @@ impl RunActor {
                                 file_cap: self.config.tool_output_file_cap,
                                 record_path: tool_record_path(&self.paths, name),
                                 display_root: self.paths.run_dir.clone(),
+                                // Taken when the process starts (see `start_process`).
+                                secrets: Default::default(),
                             };
                             (Planned::Process(Box::new(job)), resolved)
                         }

@@ -180,9 +180,7 @@ impl RunActor {
             duration_ms: run_result.metrics.duration_ms,
             error: run_result.error.as_ref().map(|e| e.message.clone()),
         });
-        if let Some(tx) = self.result_tx.take() {
-            let _ = tx.send(run_result);
-        }
+        self.send_result(run_result);
         ctx.stop();
     }
 

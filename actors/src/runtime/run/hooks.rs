@@ -124,7 +124,7 @@ impl RunActor {
         hook_ctx.tool_result = vars.tool_result;
         hook_ctx.error_message = vars.error_message;
         hook_ctx.max_timeout = max_timeout;
-        hook_ctx.redact = std::sync::Arc::new(self.secrets.values().cloned().collect());
+        hook_ctx.secrets = self.secrets.snapshot();
         hook_ctx
     }
 

@@ -9,14 +9,17 @@
 //!   journaled strictly in reply order, `on_iteration_end`, loop;
 //! - `asking.rs`: ask_human (terminal prompt, or pause WAITING_FOR_INPUT);
 //! - `finish.rs`: ERROR, `on_error`, ENGINE_END and metadata, `on_run_end`, the RunResult;
-//! - `hooks.rs`: firing hooks as futures on the actor and journaling HOOK_EXECUTED.
+//! - `hooks.rs`: firing hooks as futures on the actor and journaling HOOK_EXECUTED;
+//! - `redaction.rs`: sensitive answers kept out of RunEvents and the RunResult.
 //!
 //! Cancellation (Ctrl-C, timeouts) cancels the run's token, which kills running tool and hook
 //! groups and aborts the context build or model call; the run then finishes INTERRUPTED at
 //! that safe point.
 //!
 //! The journal is the truth: `events` is a cache of its prefix, appended only after the
-//! journal write succeeded.
+//! journal write succeeded. The cache holds the real text; every writer of the run (journal,
+//! metadata, io/ records, engine.log, events, result) redacts sensitive answers through the
+//! run's `secrets` (see [`crate::redact`]).
 
 mod act;
 mod asking;
@@ -25,10 +28,11 @@ mod finish;
 mod hooks;
 pub mod human;
 mod log;
+mod redaction;
 pub mod setup;
 mod think;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,13 +42,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{RunErrorInfo, RunEvent, RunRequest, RunResult, SupervisorConfig};
 use crate::journal::{Event, Journal, JournalEvent};
-use crate::metadata::{write_metadata, write_metadata_with, RunLock, RunMetadata};
+use crate::metadata::{write_metadata, write_metadata_redacted, RunLock, RunMetadata};
 use crate::protocol::{RunStatus, TokenUsage};
+use crate::redact::Redactor;
 use crate::runtime::gateway::LlmGateway;
 use crate::workspace::{now_rfc3339, RunPaths};
 
 use calls::Acting;
 use log::EngineLog;
+use redaction::{redact_result, EventSink};
 
 /// How often a live run's metadata.json shows its progress.
 const PROGRESS_WRITE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -79,7 +85,7 @@ pub struct RunActor {
     request: RunRequest,
     config: Arc<SupervisorConfig>,
     gateway: Addr<LlmGateway>,
-    events_tx: broadcast::Sender<RunEvent>,
+    events_tx: EventSink,
     result_tx: Option<oneshot::Sender<RunResult>>,
     paths: RunPaths,
     journal: Option<Journal>,
@@ -104,7 +110,8 @@ pub struct RunActor {
     last_progress_write: Option<Instant>,
     child_env: Arc<Vec<(String, String)>>,
     generator_env: Arc<BTreeMap<String, String>>,
-    secrets: Arc<HashMap<String, String>>,
+    /// Sensitive answers of the run (loaded from `secrets/` on continue, grown by ask_human).
+    secrets: Redactor,
     tool_schemas: Arc<Vec<serde_json::Value>>,
     finished: bool,
     /// Hooks whose process is running (a stop waits for them: their group is killed).
@@ -131,13 +138,20 @@ impl RunActor {
         let (child_env, generator_env) =
             setup::child_environments(&run_id, &request, &config, &paths);
         let tool_schemas = think::tool_schemas(&request);
+        // A continuation redacts the answers of earlier starts from its first write on.
+        let continuing = matches!(request.start, crate::api::RunStart::Continue { .. });
+        let secrets = if continuing && crate::workspace::validate_run_id(&run_id).is_ok() {
+            Redactor::load(&paths.secrets_dir)
+        } else {
+            Redactor::default()
+        };
         RunActor {
-            log: EngineLog::new(paths.engine_log.clone()),
+            log: EngineLog::new(paths.engine_log.clone(), secrets.clone()),
             run_id,
             request,
             config,
             gateway,
-            events_tx,
+            events_tx: EventSink::new(events_tx, secrets.clone()),
             result_tx: Some(result_tx),
             paths,
             journal: None,
@@ -159,7 +173,7 @@ impl RunActor {
             last_progress_write: Some(Instant::now()),
             child_env: Arc::new(child_env),
             generator_env: Arc::new(generator_env),
-            secrets: Arc::new(HashMap::new()),
+            secrets,
             tool_schemas,
             finished: false,
             hooks_running: 0,
@@ -170,6 +184,14 @@ impl RunActor {
     fn emit(&self, event: RunEvent) {
         // No subscriber is fine: events are progress, not results.
         let _ = self.events_tx.send(event);
+    }
+
+    /// Sends the run's answer (once), with sensitive answers redacted.
+    fn send_result(&mut self, mut result: RunResult) {
+        redact_result(&mut result, &self.secrets.snapshot());
+        if let Some(tx) = self.result_tx.take() {
+            let _ = tx.send(result);
+        }
     }
 
     /// Appends to the journal and the cache. A journal that cannot be written ends the run.
@@ -217,7 +239,8 @@ impl RunActor {
             meta.updated_at = now_rfc3339();
             meta.iterations = self.iteration;
             meta.usage = self.usage;
-            if let Err(e) = write_metadata_with(&self.paths.run_dir, meta, durable) {
+            let secrets = self.secrets.snapshot();
+            if let Err(e) = write_metadata_redacted(&self.paths.run_dir, meta, durable, &secrets) {
                 self.log
                     .line(&format!("warning: cannot write metadata.json: {e}"));
             }
@@ -242,18 +265,17 @@ impl Actor for RunActor {
             &self.request,
             self.max_iterations,
             self.config.fsync_every_event,
+            &self.secrets,
         );
         let taken = match taken {
             Ok(t) => t,
             Err(e) => {
                 // Nothing of the run was touched: answer without writing anything.
-                if let Some(tx) = self.result_tx.take() {
-                    let _ = tx.send(crate::runtime::supervisor::setup_failure(
-                        &self.request,
-                        &self.run_id,
-                        &e.to_string(),
-                    ));
-                }
+                self.send_result(crate::runtime::supervisor::setup_failure(
+                    &self.request,
+                    &self.run_id,
+                    &e.to_string(),
+                ));
                 self.finished = true;
                 ctx.stop();
                 return;
@@ -269,7 +291,6 @@ impl Actor for RunActor {
         self.events = Arc::new(taken.events);
         self.meta = Some(taken.meta);
         self.lock = Some(taken.lock);
-        self.secrets = Arc::new(taken.secrets);
         if let Some(journal) = self.journal.as_mut() {
             if self.config.journal_fsync {
                 let _ = journal.sync();

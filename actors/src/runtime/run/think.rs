@@ -14,13 +14,13 @@ use serde_json::{json, Value};
 use crate::agent::HookName;
 use crate::api::{RunEvent, RunRequest};
 use crate::context::{build_messages, ContextError, ContextInputs};
-use crate::hooks::{apply_request_override, redact_json, HookOutcome};
+use crate::hooks::{apply_request_override, HookOutcome};
 use crate::journal::Event;
 use crate::llm::{ChatCompletion, ChatRequest, RequestMeta};
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::runtime::gateway::{CallFailure, CallOutcome, Complete};
 use crate::tool::compile::{ask_human_schema, CompiledTool};
-use crate::workspace::{invocation_record_path, write_json_file};
+use crate::workspace::{invocation_record_path, write_redacted_json_file};
 
 use super::hooks::HookVars;
 use super::{error_info, RunActor};
@@ -73,7 +73,7 @@ impl RunActor {
     fn build_request(&mut self, ctx: &mut Context<Self>) {
         let agent = self.request.agent.clone();
         let events = self.events.clone();
-        let secrets = self.secrets.clone();
+        let secrets = self.secrets.snapshot();
         let generator_env = self.generator_env.clone();
         let cancel = self.cancel.clone();
         let run_id = self.run_id.clone();
@@ -354,18 +354,14 @@ impl RunActor {
         );
     }
 
-    /// io/invocations keeps the request as sent, except sensitive answers (kept only in the
-    /// run's 0600 secrets files).
+    /// io/invocations keeps the request as sent and the response as received, except
+    /// sensitive answers (kept only in the run's 0600 secrets files).
     fn write_invocation_record(
         &self,
         path: &std::path::Path,
-        mut record: Value,
+        record: Value,
     ) -> Result<(), crate::workspace::WorkspaceError> {
-        if !self.secrets.is_empty() {
-            let secrets: Vec<String> = self.secrets.values().cloned().collect();
-            redact_json(&mut record, &secrets);
-        }
-        write_json_file(path, &record)
+        write_redacted_json_file(path, &record, &self.secrets.snapshot())
     }
 
     fn record_thought(
