@@ -7,7 +7,7 @@
 //! never touches the network (the scripted model is in process).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -171,7 +171,7 @@ fn context(c: &mut Criterion) {
     write_journal(dir.path(), 200);
     let journal_path = dir.path().join("journal.jsonl");
     let events = read_journal(&journal_path).unwrap();
-    let secrets = HashMap::new();
+    let secrets = delta_actors::redact::SecretSet::default();
     g.bench_function("context/journal_to_messages_200_events", |b| {
         b.iter(|| journal_to_messages(&events, None, &secrets))
     });

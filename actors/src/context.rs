@@ -7,7 +7,8 @@
 //!   `content: null`, every tool call is followed by exactly one tool result (results are
 //!   pulled next to their call wherever they sit in the journal; a call with no recorded
 //!   result gets a synthetic "interrupted" result), and `journal.max_iterations` trims old
-//!   iterations while always keeping the task (the first user message).
+//!   iterations while always keeping the task (the first user message). A sensitive answer's
+//!   marker found in the events is replaced by the answer: the model sees what it was told.
 //! - [`build_messages`] runs the recipe: `file` and `computed_file` sources become one system
 //!   message each (`# Context Block: <id>`), generators run with their timeout in the
 //!   workspace. A failing source fails the run with an error naming the source id;
@@ -26,6 +27,7 @@ pub use tokio_util::sync::CancellationToken;
 use crate::agent::{expand_path_vars, ContextRecipe, ContextSource, OnMissing};
 use crate::journal::{Event, JournalEvent};
 use crate::llm::{ChatMessage, FunctionCall, Role, ToolCall};
+use crate::redact::SecretSet;
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
 
 /// The observation recorded for a tool call whose result was never written (crash, kill -9).
@@ -99,7 +101,7 @@ pub async fn build_messages(
     recipe: &ContextRecipe,
     inputs: &ContextInputs<'_>,
     events: &[JournalEvent],
-    secrets: &HashMap<String, String>,
+    secrets: &SecretSet,
     cancel: &CancellationToken,
 ) -> Result<Vec<ChatMessage>, ContextError> {
     let mut messages = Vec::new();
@@ -217,6 +219,7 @@ async fn run_generator(
             tail_bytes: 2048,
             full_output: None,
             file_cap_bytes: 0,
+            ..CaptureSpec::default()
         },
     };
     let outcome = run_process(spec, cancel.clone()).await;
@@ -308,13 +311,29 @@ fn path_str(p: &Path) -> String {
 /// `max_iterations: Some(n)` keeps the last `n` assistant turns (and everything after the first
 /// of them) plus the first user message, which is the task.
 ///
-/// `secrets` maps action ids of sensitive ask_human answers to their values: the journal holds
-/// only a redaction marker, and the real answer is substituted here, into the request alone.
+/// `secrets` holds the run's sensitive answers: the journal holds their markers, and the real
+/// answers are put back here, into the request alone (events read through
+/// `Journal::open_with_secrets` already have them; this covers any marker left).
 pub fn journal_to_messages(
     events: &[JournalEvent],
     max_iterations: Option<u32>,
-    secrets: &HashMap<String, String>,
+    secrets: &SecretSet,
 ) -> Vec<ChatMessage> {
+    let mut messages = conversation(events, max_iterations);
+    if !secrets.is_empty() {
+        for message in &mut messages {
+            if let Some(content) = message.content.as_mut() {
+                secrets.restore_string(content);
+            }
+            for call in message.tool_calls.iter_mut().flatten() {
+                secrets.restore_string(&mut call.function.arguments);
+            }
+        }
+    }
+    messages
+}
+
+fn conversation(events: &[JournalEvent], max_iterations: Option<u32>) -> Vec<ChatMessage> {
     // Results by action id: the first recorded result wins; later duplicates are ignored.
     let mut results: HashMap<&str, &str> = HashMap::new();
     for ev in events {
@@ -381,13 +400,10 @@ pub fn journal_to_messages(
                     tool_call_id: None,
                 });
                 for call in tool_calls {
-                    let observation = match secrets.get(&call.id) {
-                        Some(secret) => secret.as_str(),
-                        None => results
-                            .get(call.id.as_str())
-                            .copied()
-                            .unwrap_or(INTERRUPTED_OBSERVATION),
-                    };
+                    let observation = results
+                        .get(call.id.as_str())
+                        .copied()
+                        .unwrap_or(INTERRUPTED_OBSERVATION);
                     messages.push(ChatMessage {
                         role: Role::Tool,
                         content: Some(observation.to_string()),
@@ -494,7 +510,7 @@ mod tests {
             &recipe,
             &inputs,
             &[],
-            &HashMap::new(),
+            &SecretSet::default(),
             &CancellationToken::new(),
         )
         .await
@@ -624,7 +640,7 @@ mod tests {
             thought(2, None, &["a"]),
             result(3, "a", "ok"),
         ];
-        let msgs = journal_to_messages(&events, None, &HashMap::new());
+        let msgs = journal_to_messages(&events, None, &SecretSet::default());
         assert_eq!(msgs[1].content, None);
         let json = serde_json::to_value(&msgs[1]).unwrap();
         assert_eq!(json["content"], serde_json::Value::Null);
@@ -638,7 +654,7 @@ mod tests {
             result(3, "a", "first"),
             result(4, "a", "duplicate"),
         ];
-        let msgs = journal_to_messages(&events, None, &HashMap::new());
+        let msgs = journal_to_messages(&events, None, &SecretSet::default());
         let tools: Vec<_> = msgs.iter().filter(|m| m.role == Role::Tool).collect();
         assert_eq!(tools.len(), 2);
         assert_eq!(tools[0].content.as_deref(), Some("first"));
@@ -653,7 +669,7 @@ mod tests {
             task(3, "extra"),
             result(4, "a", "answer"),
         ];
-        let msgs = journal_to_messages(&events, None, &HashMap::new());
+        let msgs = journal_to_messages(&events, None, &SecretSet::default());
         let roles: Vec<_> = msgs.iter().map(|m| m.role).collect();
         assert_eq!(
             roles,
@@ -669,7 +685,7 @@ mod tests {
             events.push(thought(10 + i * 2, None, &[id.as_str()]));
             events.push(result(11 + i * 2, &id, &format!("r{i}")));
         }
-        let msgs = journal_to_messages(&events, Some(2), &HashMap::new());
+        let msgs = journal_to_messages(&events, Some(2), &SecretSet::default());
         assert_eq!(msgs[0].content.as_deref(), Some("the task"));
         let assistants = msgs.iter().filter(|m| m.role == Role::Assistant).count();
         assert_eq!(assistants, 2);

@@ -3,7 +3,8 @@
 //! Layers, from the bottom up:
 //! - **Domain** (no actix): [`agent`] loads an agent folder into one immutable
 //!   [`agent::ResolvedAgent`]; [`tool`] compiles tool templates and runs processes;
-//!   [`journal`], [`metadata`] and [`workspace`] own the on-disk contracts; [`context`]
+//!   [`journal`], [`metadata`] and [`workspace`] own the on-disk contracts, and [`redact`]
+//!   keeps sensitive answers out of everything they write; [`context`]
 //!   turns a journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol and
 //!   hosts the scripted model; [`session`] owns shell and PTY sessions; [`plan`] models
 //!   `plan.yaml`.
@@ -26,6 +27,7 @@ pub mod llm;
 pub mod metadata;
 pub mod plan;
 pub mod protocol;
+pub mod redact;
 pub mod run;
 pub mod runtime;
 pub mod session;

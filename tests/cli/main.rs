@@ -12,5 +12,6 @@ mod orchestrate;
 mod orchestrate_crash;
 mod run;
 mod run_env;
+mod secrets;
 mod sessions;
 mod sessions_pty;

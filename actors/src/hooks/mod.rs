@@ -5,7 +5,8 @@
 //!
 //! Must not: import actix, write the journal (the RunActor journals `HOOK_EXECUTED` from the
 //! outcome), decide what a hook's failure means for the run (it never stops a run), or put a
-//! sensitive answer in a record in clear text.
+//! sensitive answer in a file in clear text (the record and the `TOOL_RESULT` file are
+//! redacted; the hook's stdin and environment carry the real values, as a tool's do).
 
 pub mod control;
 
@@ -17,8 +18,9 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{expand_path_vars, HookName, HookSpec};
+use crate::redact::SecretSet;
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
-use crate::workspace::{hook_record_path, now_rfc3339, write_json_file, RunPaths};
+use crate::workspace::{hook_record_path, now_rfc3339, write_redacted_json_file, RunPaths};
 
 pub use control::{apply_request_override, parse_tool_control, OverrideReport, ToolControl};
 
@@ -53,8 +55,8 @@ pub struct HookContext {
     pub default_timeout: Duration,
     /// An upper bound on the timeout whatever the spec says (on_run_end of a stopping run).
     pub max_timeout: Option<Duration>,
-    /// Values that must never reach a record in clear text (sensitive answers).
-    pub redact: Arc<Vec<String>>,
+    /// Sensitive answers, replaced by their markers in every file the hook run writes.
+    pub secrets: SecretSet,
 }
 
 impl HookContext {
@@ -78,7 +80,7 @@ impl HookContext {
             error_message: None,
             default_timeout: DEFAULT_HOOK_TIMEOUT,
             max_timeout: None,
-            redact: Arc::new(Vec::new()),
+            secrets: SecretSet::default(),
         }
     }
 
@@ -171,7 +173,7 @@ pub async fn run_hook(
     let mut added = hook_variables(name, ctx);
     let mut tool_result_error = None;
     if let Some(result) = &ctx.tool_result {
-        match write_private(&tool_result_path, &redact(result, &ctx.redact)) {
+        match write_private(&tool_result_path, &ctx.secrets.redact(result)) {
             Ok(()) => added.push((
                 "TOOL_RESULT".to_string(),
                 tool_result_path.to_string_lossy().into_owned(),
@@ -230,12 +232,12 @@ pub async fn run_hook(
         "status": status.as_str(),
         "reason": reason,
         "exit_code": ran.exit_code,
-        "stdout": redact(&stdout, &ctx.redact),
-        "stderr": redact(&stderr, &ctx.redact),
+        "stdout": stdout,
+        "stderr": stderr,
         "stdout_truncated": !stdout_complete,
         "variables": added.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
     });
-    let record_error = write_json_file(&record_path, &record)
+    let record_error = write_redacted_json_file(&record_path, &record, &ctx.secrets)
         .err()
         .map(|e| e.to_string());
     HookOutcome {
@@ -271,7 +273,7 @@ fn hook_variables(name: HookName, ctx: &HookContext) -> Vec<(String, String)> {
         vars.push(("TOOL_NAME".to_string(), tool.clone()));
     }
     if let Some(message) = &ctx.error_message {
-        vars.push(("ERROR_MESSAGE".to_string(), redact(message, &ctx.redact)));
+        vars.push(("ERROR_MESSAGE".to_string(), message.clone()));
     }
     vars
 }
@@ -324,31 +326,6 @@ fn judge(
                 argv.first().map(String::as_str).unwrap_or("")
             )),
         ),
-    }
-}
-
-/// Replaces every occurrence of a sensitive value with a marker.
-pub fn redact(text: &str, secrets: &[String]) -> String {
-    let mut out = text.to_string();
-    for secret in secrets.iter().filter(|s| !s.is_empty()) {
-        if out.contains(secret.as_str()) {
-            out = out.replace(secret.as_str(), "[REDACTED]");
-        }
-    }
-    out
-}
-
-/// [`redact`] applied to every string inside a JSON value (for audit records of requests
-/// that carry sensitive answers).
-pub fn redact_json(value: &mut Value, secrets: &[String]) {
-    if secrets.iter().all(String::is_empty) {
-        return;
-    }
-    match value {
-        Value::String(text) => *text = redact(text, secrets),
-        Value::Array(items) => items.iter_mut().for_each(|v| redact_json(v, secrets)),
-        Value::Object(fields) => fields.values_mut().for_each(|v| redact_json(v, secrets)),
-        _ => {}
     }
 }
 

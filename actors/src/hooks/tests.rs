@@ -224,30 +224,34 @@ async fn cancellation_kills_and_an_already_cancelled_run_skips() {
 #[tokio::test]
 async fn sensitive_values_never_reach_the_record() {
     let mut f = fixture();
-    f.ctx.redact = Arc::new(vec!["hunter2".to_string()]);
+    f.ctx.secrets = SecretSet::new([("call_1", "hunter2")]);
+    f.ctx.tool_result = Some("result: hunter2".to_string());
+    f.ctx.error_message = Some("failed with hunter2".to_string());
     let outcome = run_hook(
         HookName::PreLlmRequest,
-        &spec("cat; printf '%s%s' hun ter2 >&2", None),
+        &spec(
+            "cat; printf '%s%s' hun ter2 >&2; cat \"$TOOL_RESULT\"; echo \"$ERROR_MESSAGE\"",
+            None,
+        ),
         &json!({"messages": [{"role": "tool", "content": "hunter2"}]}),
         &f.ctx,
         CancellationToken::new(),
     )
     .await;
     assert!(
-        outcome.stdout.contains("hunter2"),
-        "the hook itself sees it"
+        outcome.stdout.contains("\"content\":\"hunter2\""),
+        "the hook itself sees it on stdin: {}",
+        outcome.stdout
+    );
+    assert!(
+        outcome.stdout.contains("failed with hunter2"),
+        "and in its environment"
+    );
+    assert!(
+        outcome.stdout.contains("result: [REDACTED"),
+        "the TOOL_RESULT file under the run folder is redacted"
     );
     let text = std::fs::read_to_string(f.ctx.paths.run_dir.join(&outcome.io_path_ref)).unwrap();
     assert!(!text.contains("hunter2"), "{text}");
-    assert!(text.contains("[REDACTED]"));
-}
-
-#[test]
-fn redact_json_reaches_every_string() {
-    let mut value = json!({"messages": [{"content": "pin is s3cret!"}], "n": 1, "k": ["s3cret"]});
-    redact_json(&mut value, &["s3cret".to_string(), String::new()]);
-    assert_eq!(
-        value,
-        json!({"messages": [{"content": "pin is [REDACTED]!"}], "n": 1, "k": ["[REDACTED]"]})
-    );
+    assert!(text.contains(&crate::redact::marker("call_1")));
 }

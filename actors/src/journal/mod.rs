@@ -7,6 +7,7 @@
 //! - `legacy`: converting lines written by the original TypeScript engine
 //!   (`{"seq","timestamp","type","payload":{…}}`) into our events.
 //! - `writer`: [`Journal`], the open handle that appends one line per `write`.
+//! - `secrets`: sensitive answers redacted from each event written, restored when read back.
 //!
 //! This module does not interpret a conversation (that is [`crate::context`]) and does not
 //! know about run status files or locks (that is [`crate::metadata`]).
@@ -14,10 +15,12 @@
 mod event;
 mod format;
 mod legacy;
+mod secrets;
 mod writer;
 
 pub use event::{ActionStatus, Event, JournalEvent, ToolCallRecord, REDACTED};
 pub use format::read_journal;
+pub use secrets::{redact_event, restore_event};
 pub use writer::{Journal, JournalOptions};
 
 use std::io;

@@ -4,6 +4,10 @@
 //! `write_all` on an `O_APPEND` descriptor, so a crash can only tear the last line — which
 //! [`Journal::open`] repairs. Appending never re-reads the file. The handle assumes its
 //! caller owns the run (holds [`crate::metadata::RunLock`]); it takes no lock itself.
+//!
+//! With the run's [`Redactor`] set, every sensitive answer in an event is replaced by its
+//! marker in the line written, while the caller keeps the event as it was; reading back
+//! through [`Journal::open_with_secrets`] restores the markers.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -12,7 +16,9 @@ use std::path::{Path, PathBuf};
 
 use super::event::{Event, JournalEvent};
 use super::format::{check_file_name, parse_journal, Tail};
+use super::secrets::{redact_event, restore_event};
 use super::{JournalError, JOURNAL_FILE};
+use crate::redact::Redactor;
 use crate::workspace::now_rfc3339;
 
 /// How hard to push each event to disk.
@@ -33,6 +39,8 @@ pub struct Journal {
     len: u64,
     options: JournalOptions,
     line: Vec<u8>,
+    /// Sensitive answers kept out of the lines written.
+    secrets: Redactor,
 }
 
 impl Journal {
@@ -52,6 +60,7 @@ impl Journal {
             len: 0,
             options,
             line: Vec::with_capacity(512),
+            secrets: Redactor::default(),
         })
     }
 
@@ -95,6 +104,7 @@ impl Journal {
             len: parsed.valid_len as u64,
             options,
             line: Vec::with_capacity(512),
+            secrets: Redactor::default(),
         };
         let mut events = parsed.events;
         match parsed.tail {
@@ -117,7 +127,29 @@ impl Journal {
         Ok((journal, events))
     }
 
-    /// Appends one event as one line and returns it with its `seq` and `timestamp`.
+    /// [`Journal::open`] for a run with sensitive answers: the events come back with the
+    /// markers restored (what the model saw), and later appends are redacted.
+    pub fn open_with_secrets(
+        run_dir: &Path,
+        options: JournalOptions,
+        secrets: Redactor,
+    ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
+        let (mut journal, mut events) = Journal::open(run_dir, options)?;
+        let known = secrets.snapshot();
+        for record in &mut events {
+            restore_event(&mut record.event, &known);
+        }
+        journal.set_secrets(secrets);
+        Ok((journal, events))
+    }
+
+    /// Redacts the run's sensitive answers from every line written from now on.
+    pub fn set_secrets(&mut self, secrets: Redactor) {
+        self.secrets = secrets;
+    }
+
+    /// Appends one event as one line and returns it with its `seq` and `timestamp`. The
+    /// line has every sensitive answer replaced by its marker; the returned event does not.
     pub fn append(&mut self, event: Event) -> Result<JournalEvent, JournalError> {
         let record = JournalEvent {
             seq: self.next_seq,
@@ -126,8 +158,15 @@ impl Journal {
         };
         let mut line = std::mem::take(&mut self.line);
         line.clear();
-        serde_json::to_writer(&mut line, &record)
-            .map_err(|e| JournalError::io(&self.path, std::io::Error::other(e)))?;
+        let secrets = self.secrets.snapshot();
+        let written = if secrets.is_empty() {
+            serde_json::to_writer(&mut line, &record)
+        } else {
+            let mut shown = record.clone();
+            redact_event(&mut shown.event, &secrets);
+            serde_json::to_writer(&mut line, &shown)
+        };
+        written.map_err(|e| JournalError::io(&self.path, std::io::Error::other(e)))?;
         line.push(b'\n');
         self.write_line(line)?;
         self.next_seq += 1;
@@ -329,6 +368,44 @@ mod tests {
             proptest::prop_assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), texts.len());
             proptest::prop_assert_eq!(read_journal(journal.path()).unwrap(), written);
         }
+    }
+
+    #[test]
+    fn sensitive_answers_are_redacted_in_the_file_and_restored_on_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let secrets = Redactor::default();
+        let mut journal = Journal::create(tmp.path(), JournalOptions::default()).unwrap();
+        journal.set_secrets(secrets.clone());
+        journal.append(user("before canary-42x")).unwrap();
+        secrets.add("call_1", "canary-42x");
+        let thought = Event::Thought {
+            iteration: 1,
+            content: Some("I know canary-42x".into()),
+            tool_calls: vec![crate::journal::ToolCallRecord {
+                id: "c1".into(),
+                name: "echo".into(),
+                arguments: r#"{"text":"canary-42x"}"#.into(),
+            }],
+            llm_invocation_ref: None,
+            finish_reason: None,
+        };
+        let returned = journal.append(thought.clone()).unwrap();
+        assert_eq!(returned.event, thought, "the caller keeps the real value");
+        let text = std::fs::read_to_string(journal.path()).unwrap();
+        let marker = crate::redact::marker("call_1");
+        assert!(
+            text.contains("before canary-42x"),
+            "written before it was known"
+        );
+        assert_eq!(text.matches("canary-42x").count(), 1, "{text}");
+        assert_eq!(text.matches(&marker).count(), 2, "{text}");
+        drop(journal);
+
+        let (_, events) =
+            Journal::open_with_secrets(tmp.path(), JournalOptions::default(), secrets).unwrap();
+        assert_eq!(events[1].event, thought);
+        let (_, plain) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
+        assert_ne!(plain[1].event, thought);
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! `metadata.json`: the run status record (spec §2.1.4), replaced atomically (write the
 //! run's spare file, fsync, exchange it with the record, fsync dir), and read back whether it
 //! was written by us or by the original TypeScript engine (reference §8.2). Run ownership
-//! (the advisory lock) lives in `lock`, the janitor's liveness decision in `liveness`.
+//! (the advisory lock) lives in `lock`, the janitor's liveness decision in `liveness`, the
+//! redacting write path of a run with sensitive answers in `redact`.
 //!
 //! This module never holds metadata in memory between calls and never decides status
 //! transitions: callers read, change and write. It does not touch the journal.
 
 mod liveness;
 mod lock;
+mod redact;
 
 pub use liveness::{assess_liveness, try_take_over, Liveness, Takeover};
 pub use lock::{current_process_identity, lock_is_held, ProcessIdentity, RunLock, LOCK_FILE};
+pub use redact::write_metadata_redacted;
 
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;

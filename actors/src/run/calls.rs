@@ -26,7 +26,6 @@ use crate::workspace::tool_record_path;
 
 use super::drive::{error_info, Halt, Run};
 use super::hooks::HookVars;
-use super::human::record_answer;
 
 const NOT_RUN_INTERRUPTED: &str =
     "Error: not run: the run was interrupted before this call started.";
@@ -226,6 +225,8 @@ impl Run {
             file_cap: config.tool_output_file_cap,
             record_path: tool_record_path(&self.paths, &call.name),
             display_root: self.paths.run_dir.clone(),
+            // Taken when the process starts (see `run_tool`).
+            secrets: Default::default(),
         };
         (args_value, Planned::Process(Box::new(job)), resolved)
     }
@@ -283,7 +284,7 @@ impl Run {
     }
 
     /// A process call between its tool hooks.
-    async fn run_tool(&self, call: &PlannedCall, job: ToolJob) -> Result<Recorded, Halt> {
+    async fn run_tool(&self, call: &PlannedCall, mut job: ToolJob) -> Result<Recorded, Halt> {
         let iteration = self.iteration;
         let vars = HookVars {
             tool_name: Some(call.tool_name.clone()),
@@ -328,6 +329,8 @@ impl Run {
             tool_name: call.tool_name.clone(),
             summary: summarize_argv(&job.argv),
         });
+        // Answers given since the reply was planned (an earlier ask_human of it) count too.
+        job.secrets = self.secrets.snapshot();
         let cancel = self.lp.control.token().child_token();
         let execution = self.lp.tools.execute(job, cancel).await;
         let recorded = recorded_execution(execution);
@@ -429,26 +432,11 @@ impl Run {
                 "human_input_error",
                 format!("no answer to ask_human: {message}"),
             ))),
-            Settled::Answered(question, Ok(answer)) => {
-                let recorded = {
-                    let mut rec = self.rec.borrow_mut();
-                    record_answer(
-                        &mut |event| rec.append(event),
-                        &self.paths,
-                        &question,
-                        &answer,
-                    )
-                };
-                if let Err(e) = recorded {
-                    return Err(Halt::Failed(error_info("journal_error", e)));
-                }
-                if question.sensitive {
-                    self.secrets
-                        .borrow_mut()
-                        .insert(question.action_id.clone(), answer);
-                }
-                Ok(())
-            }
+            Settled::Answered(question, Ok(answer)) => self
+                .rec
+                .borrow_mut()
+                .record_answer(&self.paths, &question, &answer, &self.secrets)
+                .map_err(|e| Halt::Failed(error_info("journal_error", e))),
             Settled::Result(r) => {
                 let preview: String = r.observation.chars().take(200).collect();
                 let success = r.status == ActionStatus::Success;

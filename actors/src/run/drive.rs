@@ -12,31 +12,35 @@
 //! Must not: touch actix, or write run files except through the recorder and `end.rs`.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::agent::HookName;
-use crate::api::{InteractionInfo, RunErrorInfo, RunEvent, RunResult};
+use crate::api::{InteractionInfo, RunErrorInfo, RunEvent, RunResult, RunStart};
 use crate::context::{build_messages, ContextError, ContextInputs};
-use crate::hooks::{apply_request_override, redact_json, HookOutcome};
+use crate::hooks::{apply_request_override, HookOutcome};
 use crate::journal::{Event, ToolCallRecord};
 use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta};
-use crate::metadata::{write_metadata_with, RunLock, RunMetadata};
+use crate::metadata::{write_metadata_redacted, RunLock, RunMetadata};
 use crate::protocol::TokenUsage;
+use crate::redact::Redactor;
 use crate::runtime::run::setup::{
     child_environments, recorded_final_answer, take_run, PendingQuestion, TakenRun,
 };
 use crate::runtime::supervisor::setup_failure;
 use crate::tool::compile::{ask_human_schema, CompiledTool};
-use crate::workspace::{invocation_record_path, now_rfc3339, write_json_file, RunPaths};
+use crate::workspace::{
+    invocation_record_path, now_rfc3339, validate_run_id, write_redacted_json_file, RunPaths,
+};
 
 use super::calls::PlannedCall;
 use super::end::Ending;
 use super::hooks::HookVars;
 use super::recorder::Recorder;
+use super::redaction::{redact_result, EventSink};
 use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
 
 /// How often a live run's metadata.json shows its progress.
@@ -75,8 +79,10 @@ pub(super) struct Run {
     pub meta: RunMetadata,
     pub lock: Option<RunLock>,
     pub resumed: bool,
-    /// Sensitive ask_human answers by action id (substituted only into model requests).
-    pub secrets: RefCell<HashMap<String, String>>,
+    /// Sensitive answers of the run (loaded from `secrets/` on continue, grown by ask_human).
+    pub secrets: Redactor,
+    /// The run's progress events, redacted on the way out.
+    pub events: EventSink,
     pub child_env: Arc<Vec<(String, String)>>,
     pub generator_env: Arc<BTreeMap<String, String>>,
     pub tool_schemas: Arc<Vec<Value>>,
@@ -102,18 +108,32 @@ impl RunLoop {
             .or(self.request.agent.max_iterations)
             .unwrap_or(DEFAULT_MAX_ITERATIONS)
             .max(1);
+        // A continuation redacts the answers of earlier starts from its first write on.
+        let continuing = matches!(self.request.start, RunStart::Continue { .. });
+        let secrets = if continuing && validate_run_id(&self.run_id).is_ok() {
+            Redactor::load(
+                &crate::workspace::RunPaths::new(&self.request.work_dir, &self.run_id).secrets_dir,
+            )
+        } else {
+            Redactor::default()
+        };
         let taken = take_run(
             &self.run_id,
             &self.request,
             max_iterations,
             self.config.fsync_every_event,
+            &secrets,
         );
         let taken = match taken {
             Ok(taken) => taken,
             // Nothing of the run was touched: answer without writing anything.
-            Err(e) => return setup_failure(&self.request, &self.run_id, &e.to_string()),
+            Err(e) => {
+                let mut result = setup_failure(&self.request, &self.run_id, &e.to_string());
+                redact_result(&mut result, &secrets.snapshot());
+                return result;
+            }
         };
-        let mut run = Run::start(self, taken, max_iterations);
+        let mut run = Run::start(self, taken, max_iterations, secrets);
         let ending = match run.iterate().await {
             Ok(ending) => ending,
             Err(Halt::Failed(error)) => Ending::failed(error),
@@ -124,7 +144,7 @@ impl RunLoop {
 }
 
 impl Run {
-    fn start(lp: RunLoop, taken: TakenRun, max_iterations: u32) -> Run {
+    fn start(lp: RunLoop, taken: TakenRun, max_iterations: u32, secrets: Redactor) -> Run {
         let TakenRun {
             paths,
             mut journal,
@@ -132,7 +152,6 @@ impl Run {
             meta,
             lock,
             resumed,
-            secrets,
         } = taken;
         let (child_env, generator_env) =
             child_environments(&lp.run_id, &lp.request, &lp.config, &paths);
@@ -143,7 +162,7 @@ impl Run {
             .iter()
             .filter(|e| matches!(e.event, Event::Thought { .. }))
             .count() as u32;
-        let mut rec = Recorder::new(journal, events, paths.engine_log.clone());
+        let mut rec = Recorder::new(journal, events, paths.engine_log.clone(), secrets.clone());
         rec.log(&format!(
             "run {} {} (agent {}, max {} iterations)",
             lp.run_id,
@@ -158,7 +177,8 @@ impl Run {
             meta,
             lock: Some(lock),
             resumed,
-            secrets: RefCell::new(secrets),
+            events: EventSink::new(lp.events.clone(), secrets.clone()),
+            secrets,
             child_env: Arc::new(child_env),
             generator_env: Arc::new(generator_env),
             max_iterations,
@@ -277,7 +297,7 @@ impl Run {
     async fn build_request(&self) -> Result<ChatRequest, Halt> {
         let agent = &self.lp.request.agent;
         let events = self.rec.borrow().snapshot();
-        let secrets = self.secrets.borrow().clone();
+        let secrets = self.secrets.snapshot();
         let inputs = ContextInputs {
             agent_home: &agent.home,
             work_dir: &self.lp.request.work_dir,
@@ -362,7 +382,7 @@ impl Run {
             agent_name: self.lp.request.agent.name.clone(),
             run_id: self.lp.run_id.clone(),
         };
-        let events = self.lp.events.clone();
+        let events = self.events.clone();
         let run_id = self.lp.run_id.clone();
         let on_retry = Box::new(move |attempt: u32, error: &LlmError, delay: Duration| {
             let _ = events.send(RunEvent::ModelRetry {
@@ -443,15 +463,11 @@ impl Run {
         Ok((completion, record_ref))
     }
 
-    /// io/invocations keeps the request as sent, except sensitive answers (kept only in the
-    /// run's 0600 secrets files). Best effort: an audit record never fails a run.
-    fn write_invocation_record(&self, path: &std::path::Path, mut record: Value) {
-        let secrets = self.secrets.borrow();
-        if !secrets.is_empty() {
-            let values: Vec<String> = secrets.values().cloned().collect();
-            redact_json(&mut record, &values);
-        }
-        let _ = write_json_file(path, &record);
+    /// io/invocations keeps the request as sent and the response as received, except
+    /// sensitive answers (kept only in the run's 0600 secrets files). Best effort: an audit
+    /// record never fails a run.
+    fn write_invocation_record(&self, path: &std::path::Path, record: Value) {
+        let _ = write_redacted_json_file(path, &record, &self.secrets.snapshot());
     }
 
     /// Journals the THOUGHT and returns its calls (ids made safe and unique in the run).
@@ -523,6 +539,7 @@ impl Run {
             &info.prompt,
             &info.input_type,
             info.sensitive,
+            &self.secrets.snapshot(),
         );
         if let Err(e) = written {
             return Err(Halt::Failed(error_info(
@@ -571,14 +588,16 @@ impl Run {
         self.meta.updated_at = now_rfc3339();
         self.meta.iterations = self.iteration;
         self.meta.usage = self.usage;
-        if let Err(e) = write_metadata_with(&self.paths.run_dir, &self.meta, durable) {
+        let secrets = self.secrets.snapshot();
+        if let Err(e) = write_metadata_redacted(&self.paths.run_dir, &self.meta, durable, &secrets)
+        {
             self.log(&format!("warning: cannot write metadata.json: {e}"));
         }
     }
 
     pub(super) fn emit(&self, event: RunEvent) {
         // No subscriber is fine: events are progress, not results.
-        let _ = self.lp.events.send(event);
+        let _ = self.events.send(event);
     }
 
     pub(super) fn log(&self, line: &str) {

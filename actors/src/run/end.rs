@@ -18,6 +18,7 @@ use crate::workspace::now_rfc3339;
 
 use super::drive::Run;
 use super::hooks::HookVars;
+use super::redaction::redact_result;
 
 /// How a run ends.
 pub(super) struct Ending {
@@ -154,6 +155,8 @@ impl Run {
             duration_ms: run_result.metrics.duration_ms,
             error: run_result.error.as_ref().map(|e| e.message.clone()),
         });
+        let mut run_result = run_result;
+        redact_result(&mut run_result, &self.secrets.snapshot());
         run_result
     }
 

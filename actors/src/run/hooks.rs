@@ -108,7 +108,7 @@ impl Run {
         context.tool_result = vars.tool_result;
         context.error_message = vars.error_message;
         context.max_timeout = max_timeout;
-        context.redact = std::sync::Arc::new(self.secrets.borrow().values().cloned().collect());
+        context.secrets = self.secrets.snapshot();
         context
     }
 

@@ -1,51 +1,31 @@
 //! ask_human bookkeeping (spec §2.5): the pause request file, recording an answer, and
 //! keeping sensitive answers out of every log. A sensitive answer lives only in a 0600 file
-//! under the run's `secrets/` folder; the journal records a marker, and the context builder
-//! substitutes the value into the request sent to the model.
+//! under the run's `secrets/` folder and joins the run's [`Redactor`], so every writer from
+//! then on replaces it by its marker; the answer's own journal fields hold the marker
+//! whatever the answer's length.
 //!
 //! Must not: prompt anyone (the CLI's prompter does that) or decide run status.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 
 use serde_json::json;
 
-use crate::journal::{ActionStatus, Event};
-use crate::runtime::run::setup::PendingQuestion;
+use crate::journal::{ActionStatus, Event, Journal, JournalError, JournalEvent};
+use crate::redact::{marker, secret_id, Redactor, SecretSet, MIN_SECRET_CHARS};
 use crate::workspace::{now_rfc3339, RunPaths};
 
-/// What the journal shows instead of a sensitive answer.
-pub fn redaction_marker(action_id: &str) -> String {
-    format!("[REDACTED: sensitive answer kept in secrets/{action_id}]")
-}
+use crate::runtime::run::setup::PendingQuestion;
 
-/// Replaces every sensitive answer found in the strings of `value` by its redaction marker:
-/// the audit copy of a model request (io/invocations) must not hold what the context
-/// builder substituted into it.
-pub fn redact_secrets(value: &mut serde_json::Value, secrets: &HashMap<String, String>) {
-    use serde_json::Value;
-    match value {
-        Value::String(text) => {
-            for (action_id, secret) in secrets {
-                if !secret.is_empty() && text.contains(secret.as_str()) {
-                    *text = text.replace(secret.as_str(), &redaction_marker(action_id));
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| redact_secrets(v, secrets)),
-        Value::Object(map) => map.values_mut().for_each(|v| redact_secrets(v, secrets)),
-        _ => {}
-    }
-}
-
-/// Writes `interaction/request.json` (spec §2.5.3).
+/// Writes `interaction/request.json` (spec §2.5.3); a prompt that repeats an earlier
+/// sensitive answer shows its marker.
 pub fn write_request(
     paths: &RunPaths,
     request_id: &str,
     prompt: &str,
     input_type: &str,
     sensitive: bool,
+    secrets: &SecretSet,
 ) -> std::io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -54,7 +34,7 @@ pub fn write_request(
     let body = json!({
         "request_id": request_id,
         "timestamp": now_rfc3339(),
-        "prompt": prompt,
+        "prompt": secrets.redact(prompt),
         "input_type": input_type,
         "sensitive": sensitive,
         "respond_with": format!("delta continue --run-id <id> -w <workspace> -m \"<answer>\" (or write {})", paths.interaction_dir.join("response.txt").display()),
@@ -63,33 +43,44 @@ pub fn write_request(
     std::fs::write(paths.interaction_dir.join("request.json"), text)
 }
 
-/// Journals an answer through `append`: HUMAN_INPUT_RECEIVED, then the call's ACTION_RESULT.
-/// A sensitive answer is stored in the run's secrets folder first and journaled as a marker.
-pub fn record_answer<E: std::fmt::Display>(
-    append: &mut dyn FnMut(Event) -> Result<(), E>,
+/// Journals an answer: HUMAN_INPUT_RECEIVED, then the call's ACTION_RESULT (and a WARNING
+/// when a sensitive answer is too short to be searched for in later text). A sensitive answer
+/// is stored under `secrets/` and added to `secrets` first. The events returned carry the
+/// answer itself (what the model is shown); the journal lines carry its marker.
+pub fn record_answer(
+    journal: &mut Journal,
     paths: &RunPaths,
     question: &PendingQuestion,
     answer: &str,
-) -> Result<(), String> {
-    let (shown, redacted) = if question.sensitive {
-        store_secret(paths, &question.action_id, answer).map_err(|e| {
-            format!(
-                "cannot store the sensitive answer in {}: {e}",
-                paths.secrets_dir.display()
-            )
+    secrets: &Redactor,
+) -> Result<Vec<JournalEvent>, JournalError> {
+    let mut recorded = Vec::with_capacity(3);
+    let id = secret_id(&question.action_id);
+    let shown = if question.sensitive {
+        store_secret(paths, &id, answer).map_err(|e| JournalError::Io {
+            path: paths.secrets_dir.clone(),
+            source: e,
         })?;
-        (redaction_marker(&question.action_id), true)
+        secrets.add(&id, answer);
+        if answer.chars().count() < MIN_SECRET_CHARS {
+            recorded.push(journal.append(Event::Warning {
+                message: format!(
+                    "the sensitive answer to {} has fewer than {MIN_SECRET_CHARS} characters: its own record is redacted, but later text repeating it is not searched for it (too short to tell from ordinary text)",
+                    question.action_id
+                ),
+            })?);
+        }
+        marker(&id)
     } else {
-        (answer.to_string(), false)
+        answer.to_string()
     };
-    append(Event::HumanInputReceived {
+    let mut received = journal.append(Event::HumanInputReceived {
         iteration: question.iteration,
         action_id: question.action_id.clone(),
         response: shown.clone(),
-        redacted,
-    })
-    .map_err(|e| e.to_string())?;
-    append(Event::ActionResult {
+        redacted: question.sensitive,
+    })?;
+    let mut result = journal.append(Event::ActionResult {
         iteration: question.iteration,
         action_id: question.action_id.clone(),
         tool_name: "ask_human".into(),
@@ -97,31 +88,33 @@ pub fn record_answer<E: std::fmt::Display>(
         observation_content: shown,
         exit_code: Some(0),
         execution_ref: None,
-    })
-    .map_err(|e| e.to_string())
+    })?;
+    if let Event::HumanInputReceived { response, .. } = &mut received.event {
+        *response = answer.to_string();
+    }
+    if let Event::ActionResult {
+        observation_content,
+        ..
+    } = &mut result.event
+    {
+        *observation_content = answer.to_string();
+    }
+    recorded.push(received);
+    recorded.push(result);
+    Ok(recorded)
 }
 
-fn store_secret(paths: &RunPaths, action_id: &str, answer: &str) -> std::io::Result<()> {
+fn store_secret(paths: &RunPaths, id: &str, answer: &str) -> std::io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&paths.secrets_dir)?;
-    let name: String = action_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
         .truncate(true)
         .mode(0o600)
-        .open(paths.secrets_dir.join(name))?;
+        .open(paths.secrets_dir.join(id))?;
     file.write_all(answer.as_bytes())?;
     file.sync_all()
 }
@@ -130,22 +123,64 @@ fn store_secret(paths: &RunPaths, action_id: &str, answer: &str) -> std::io::Res
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::journal::JournalOptions;
+    use crate::workspace::create_run_dir;
+
+    fn question(sensitive: bool) -> PendingQuestion {
+        PendingQuestion {
+            iteration: 1,
+            action_id: "call_1_0".into(),
+            sensitive,
+        }
+    }
 
     #[test]
-    fn redact_secrets_replaces_every_occurrence_in_nested_strings() {
-        let secrets = HashMap::from([("call_1".to_string(), "s3cret".to_string())]);
-        let mut value = json!({
-            "request": {"messages": [{"role": "tool", "content": "pw is s3cret, again s3cret"}]},
-            "other": ["s3cret", 7, null],
-        });
-        redact_secrets(&mut value, &secrets);
-        let text = value.to_string();
-        assert!(!text.contains("s3cret"), "{text}");
-        assert_eq!(
-            text.matches(&redaction_marker("call_1")).count(),
-            3,
-            "{text}"
+    fn a_sensitive_answer_is_stored_privately_and_journaled_as_its_marker() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(work.path(), "r1").unwrap();
+        let mut journal = Journal::create(&paths.run_dir, JournalOptions::default()).unwrap();
+        let secrets = Redactor::default();
+        journal.set_secrets(secrets.clone());
+        let events =
+            record_answer(&mut journal, &paths, &question(true), "canary-31", &secrets).unwrap();
+        assert_eq!(events.len(), 2);
+        assert!(
+            matches!(&events[1].event, Event::ActionResult { observation_content, .. } if observation_content == "canary-31")
         );
-        assert_eq!(value["other"][1], 7);
+        let text = std::fs::read_to_string(&paths.journal).unwrap();
+        assert!(!text.contains("canary-31"), "{text}");
+        assert_eq!(text.matches(&marker("call_1_0")).count(), 2, "{text}");
+        assert_eq!(
+            std::fs::read_to_string(paths.secrets_dir.join("call_1_0")).unwrap(),
+            "canary-31"
+        );
+        assert_eq!(secrets.snapshot().get("call_1_0"), Some("canary-31"));
+    }
+
+    #[test]
+    fn a_short_sensitive_answer_is_still_a_marker_and_gets_a_warning() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(work.path(), "r1").unwrap();
+        let mut journal = Journal::create(&paths.run_dir, JournalOptions::default()).unwrap();
+        let secrets = Redactor::default();
+        let events = record_answer(&mut journal, &paths, &question(true), "42", &secrets).unwrap();
+        assert!(
+            matches!(&events[0].event, Event::Warning { message } if message.contains("fewer than 4 characters"))
+        );
+        let text = std::fs::read_to_string(&paths.journal).unwrap();
+        assert!(!text.contains("\"42\""), "{text}");
+    }
+
+    #[test]
+    fn an_ordinary_answer_is_journaled_as_given() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(work.path(), "r1").unwrap();
+        let mut journal = Journal::create(&paths.run_dir, JournalOptions::default()).unwrap();
+        let secrets = Redactor::default();
+        record_answer(&mut journal, &paths, &question(false), "blue", &secrets).unwrap();
+        let text = std::fs::read_to_string(&paths.journal).unwrap();
+        assert_eq!(text.matches("\"blue\"").count(), 2, "{text}");
+        assert!(secrets.snapshot().is_empty());
+        assert!(!paths.secrets_dir.exists());
     }
 }

@@ -10,7 +10,12 @@
 //! - `end.rs`: ERROR, `on_error`, ENGINE_END, final metadata, the RunResult, `on_run_end`;
 //! - `hooks.rs`: firing a configured hook and journaling `HOOK_EXECUTED` / WARNING;
 //! - `recorder.rs`: the journal, its in-memory prefix and `engine.log`;
-//! - `human.rs`: ask_human bookkeeping (request file, answers, sensitive values).
+//! - `human.rs`: ask_human bookkeeping (request file, answers, sensitive values);
+//! - `redaction.rs`: sensitive answers kept out of RunEvents and the RunResult.
+//!
+//! The journal is the truth: the recorder's events are a cache of its prefix holding the real
+//! text; every writer of the run (journal, metadata, io/ records, engine.log, events, result)
+//! redacts sensitive answers through the run's [`crate::redact::Redactor`].
 //!
 //! The loop reaches the outside through two ports: [`ModelPort`] (one model call through the
 //! endpoint's limits and retries) and [`ToolPort`] (one tool process). The runtime implements
@@ -28,6 +33,7 @@ mod end;
 mod hooks;
 pub mod human;
 mod recorder;
+mod redaction;
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 //! The cache only ever holds events the journal accepted. After a failed write the journal is
 //! closed: the run ends FAILED (`journal_error`) without trying to write behind a gap.
 //!
-//! `engine.log` opens, appends and closes per line: a run writes only a handful of lines,
+//! `engine.log` (sensitive answers redacted, also in its `tracing` copy) opens, appends and closes per line: a run writes only a handful of lines,
 //! while a descriptor held for the run's whole life would be copied and closed by every tool
 //! spawn of every other run in the process (spawn cost grows with open descriptors). A log
 //! that cannot be written is skipped — diagnostics never fail a run.
@@ -16,20 +16,31 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::journal::{Event, Journal, JournalEvent};
-use crate::workspace::now_rfc3339;
+use crate::redact::Redactor;
+use crate::runtime::run::setup::PendingQuestion;
+use crate::workspace::{now_rfc3339, RunPaths};
+
+use super::human::record_answer;
 
 pub(super) struct Recorder {
     journal: Option<Journal>,
     events: Arc<Vec<JournalEvent>>,
     engine_log: PathBuf,
+    secrets: Redactor,
 }
 
 impl Recorder {
-    pub(super) fn new(journal: Journal, events: Vec<JournalEvent>, engine_log: PathBuf) -> Self {
+    pub(super) fn new(
+        journal: Journal,
+        events: Vec<JournalEvent>,
+        engine_log: PathBuf,
+        secrets: Redactor,
+    ) -> Self {
         Recorder {
             journal: Some(journal),
             events: Arc::new(events),
             engine_log,
+            secrets,
         }
     }
 
@@ -41,6 +52,30 @@ impl Recorder {
         match journal.append(event) {
             Ok(recorded) => {
                 Arc::make_mut(&mut self.events).push(recorded);
+                Ok(())
+            }
+            Err(e) => {
+                self.journal = None;
+                Err(format!("cannot write the journal: {e}"))
+            }
+        }
+    }
+
+    /// Journals an ask_human answer (HUMAN_INPUT_RECEIVED and its result; a sensitive one is
+    /// stored under `secrets/` and joins `secrets` first).
+    pub(super) fn record_answer(
+        &mut self,
+        paths: &RunPaths,
+        question: &PendingQuestion,
+        answer: &str,
+        secrets: &Redactor,
+    ) -> Result<(), String> {
+        let Some(journal) = self.journal.as_mut() else {
+            return Err("the journal was closed after an earlier write failed".into());
+        };
+        match record_answer(journal, paths, question, answer, secrets) {
+            Ok(recorded) => {
+                Arc::make_mut(&mut self.events).extend(recorded);
                 Ok(())
             }
             Err(e) => {
@@ -67,8 +102,10 @@ impl Recorder {
         self.events.clone()
     }
 
-    /// One line of `engine.log` (also to `tracing`).
+    /// One line of `engine.log` (also to `tracing`), sensitive answers redacted.
     pub(super) fn log(&mut self, message: &str) {
+        let secrets = self.secrets.snapshot();
+        let message = secrets.redact(message);
         tracing::debug!(target: "delta::run", "{message}");
         if let Ok(mut file) = OpenOptions::new()
             .create(true)

@@ -1,6 +1,8 @@
 //! One tool call as a job: what to run ([`ToolJob`]), running it to completion ([`execute`]:
 //! own process group, timeout, output caps, the `io/tool_executions/` audit record) and the
-//! result the run records ([`ToolExecution`]).
+//! result the run records ([`ToolExecution`]). The record and the full-output files have the
+//! run's sensitive answers redacted; the observation keeps the real text (the journal writer
+//! redacts it).
 //!
 //! Must not: touch the journal (the run records results in reply order) or import actix
 //! (the `ToolActor` in `runtime/` runs [`execute`] as one actor per call).
@@ -11,6 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::redact::SecretSet;
 use crate::tool::observation::{format_observation, is_success};
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
 
@@ -29,6 +32,8 @@ pub struct ToolJob {
     pub record_path: PathBuf,
     /// Paths in the observation are shown relative to this directory (the run dir).
     pub display_root: PathBuf,
+    /// The run's sensitive answers, kept out of the record and the full-output files.
+    pub secrets: SecretSet,
 }
 
 /// The call's result as the run records it.
@@ -69,6 +74,7 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
             tail_bytes: job.tail_bytes,
             full_output: Some((stdout_path, stderr_path)),
             file_cap_bytes: job.file_cap,
+            secrets: job.secrets.clone(),
         },
     };
     let outcome = run_process(spec, cancel).await;
@@ -104,7 +110,7 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
         "spawn_error": match &outcome.termination { Termination::SpawnFailed(e) => Some(e.clone()), _ => None },
     });
     // The audit record is best effort: a full disk must not turn a tool result into a crash.
-    let _ = crate::workspace::write_json_file(&job.record_path, &record);
+    let _ = crate::workspace::write_redacted_json_file(&job.record_path, &record, &job.secrets);
     ToolExecution {
         observation,
         success,

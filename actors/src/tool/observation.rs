@@ -40,6 +40,7 @@ impl ObservationLimits {
             tail_bytes: self.tail_bytes,
             full_output,
             file_cap_bytes,
+            ..CaptureSpec::default()
         }
     }
 }

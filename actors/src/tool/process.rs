@@ -29,6 +29,8 @@ pub use env::{build_child_env, engine_vars, API_KEY_VAR};
 
 use capture::{capture_stream, StreamLimits};
 
+use crate::redact::SecretSet;
+
 /// Default per-tool wall-clock limit.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(300_000);
 /// Default delay between SIGTERM and SIGKILL.
@@ -84,6 +86,9 @@ pub struct CaptureSpec {
     /// stdout / stderr files for the full text, created only when the stream is non-empty.
     pub full_output: Option<(PathBuf, PathBuf)>,
     pub file_cap_bytes: u64,
+    /// Sensitive answers, replaced by their markers in the full-output files as they are
+    /// written (the captured head and tail keep the real text).
+    pub secrets: SecretSet,
 }
 
 impl Default for CaptureSpec {
@@ -93,6 +98,7 @@ impl Default for CaptureSpec {
             tail_bytes: DEFAULT_TAIL_BYTES,
             full_output: None,
             file_cap_bytes: DEFAULT_FILE_CAP_BYTES,
+            secrets: SecretSet::default(),
         }
     }
 }
@@ -281,6 +287,7 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
         tail_bytes: spec.capture.tail_bytes,
         file,
         file_cap_bytes: spec.capture.file_cap_bytes,
+        secrets: spec.capture.secrets.clone(),
     };
     let stdin_writer = feed_stdin(child.stdin.take(), spec.stdin, stop_reading.clone());
     let stdout_reader = capture_stream(

@@ -4,14 +4,16 @@
 //!
 //! A record path is *reserved* by creating the empty file with `O_EXCL`, so two records in
 //! the same millisecond get `_2`, `_3`, … suffixes and nothing is ever overwritten. Names
-//! that come from a model (tool names) are sanitized to `[A-Za-z0-9_.-]` first. This file
-//! does not decide what goes into a record.
+//! that come from a model (tool names) are sanitized to `[A-Za-z0-9_.-]` first. Records of a
+//! run with sensitive answers go through [`write_redacted_json_file`]. This file does not
+//! decide what goes into a record.
 
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::{RunPaths, WorkspaceError};
+use crate::redact::SecretSet;
 
 /// Upper bound on suffix probing; past it a random suffix is used (never reached in practice).
 const MAX_SUFFIX: u32 = 10_000;
@@ -117,6 +119,21 @@ pub fn write_json_file(path: &Path, value: &serde_json::Value) -> Result<(), Wor
         .map_err(|e| WorkspaceError::io("write", path, e))
 }
 
+/// [`write_json_file`] with every sensitive answer in `value` (strings and keys) replaced by
+/// its marker: the audit copy of what the model or a tool saw never holds the answer.
+pub fn write_redacted_json_file(
+    path: &Path,
+    value: &serde_json::Value,
+    secrets: &SecretSet,
+) -> Result<(), WorkspaceError> {
+    if secrets.is_empty() {
+        return write_json_file(path, value);
+    }
+    let mut shown = value.clone();
+    secrets.redact_json(&mut shown);
+    write_json_file(path, &shown)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -197,6 +214,18 @@ mod tests {
         assert_eq!(text, "{\n  \"a\": [\n    1,\n    2\n  ]\n}\n");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn redacted_records_hold_markers_instead_of_answers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.json");
+        let secrets = SecretSet::new([("call_1", "canary-55")]);
+        let value = serde_json::json!({"request": {"content": "pw canary-55"}});
+        write_redacted_json_file(&path, &value, &secrets).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("canary-55"), "{text}");
+        assert!(text.contains(&crate::redact::marker("call_1")), "{text}");
     }
 
     #[test]

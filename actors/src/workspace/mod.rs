@@ -16,7 +16,7 @@ pub use agent_workspaces::{
 };
 pub use audit::{
     hook_record_path, invocation_record_path, sanitize_file_component, tool_record_path,
-    write_json_file,
+    write_json_file, write_redacted_json_file,
 };
 pub use runs::{list_runs, list_runs_with_warnings, RunListing, RunSummary, SkippedRun};
 

@@ -7,5 +7,6 @@ mod orchestrate;
 mod plan;
 mod process;
 mod run;
+mod secrets;
 mod session;
 mod store;

@@ -212,6 +212,7 @@ async fn big_output_is_cut_to_head_and_tail_with_exact_counts() {
             run_dir.join("io/tool_executions/c1/stderr.log"),
         )),
         file_cap_bytes: 64 * 1024 * 1024,
+        ..CaptureSpec::default()
     };
     let outcome = run(spec).await;
     assert_eq!(outcome.stdout.total_bytes, 100_000);

@@ -4,7 +4,7 @@
 //!
 //! Must not: talk to the model or run tools.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::api::{RunRequest, RunStart, SupervisorConfig};
@@ -15,6 +15,7 @@ use crate::metadata::{
     Takeover, LOCK_FILE,
 };
 use crate::protocol::RunStatus;
+use crate::redact::Redactor;
 use crate::tool::process::build_child_env;
 use crate::workspace::{create_run_dir, ensure_control_dir, open_run_dir, RunPaths};
 
@@ -26,8 +27,6 @@ pub struct TakenRun {
     pub meta: RunMetadata,
     pub lock: RunLock,
     pub resumed: bool,
-    /// Sensitive ask_human answers by action id (substituted only into model requests).
-    pub secrets: HashMap<String, String>,
 }
 
 /// Why a run could not be taken. The run's files are left as they were.
@@ -66,6 +65,7 @@ pub fn take_run(
     request: &RunRequest,
     max_iterations: u32,
     fsync_every_event: bool,
+    secrets: &Redactor,
 ) -> Result<TakenRun, SetupError> {
     let opts = JournalOptions { fsync_every_event };
     match &request.start {
@@ -88,6 +88,7 @@ pub fn take_run(
                     ))
                 })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
+            journal.set_secrets(secrets.clone());
             let mut meta = RunMetadata::new_running(
                 run_id,
                 &request.agent.name,
@@ -127,7 +128,6 @@ pub fn take_run(
                 meta,
                 lock,
                 resumed: false,
-                secrets: HashMap::new(),
             })
         }
         RunStart::Continue { message, force } => {
@@ -138,7 +138,8 @@ pub fn take_run(
             let (lock, takeover_reason) = take_lock(run_id, &paths, &meta, *force)?;
             // Re-read under the lock: the previous owner may have finished in between.
             meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let (mut journal, mut events) = Journal::open(&paths.run_dir, opts).map_err(io)?;
+            let (mut journal, mut events) =
+                Journal::open_with_secrets(&paths.run_dir, opts, secrets.clone()).map_err(io)?;
             restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
             let mut status = meta.status;
             if status == RunStatus::Running {
@@ -175,12 +176,15 @@ pub fn take_run(
                         )));
                     };
                     if let Some(q) = &pending_question {
-                        let mut append = |event| -> Result<(), crate::journal::JournalError> {
-                            events.push(journal.append(event)?);
-                            Ok(())
-                        };
-                        crate::run::human::record_answer(&mut append, &paths, q, &answer)
-                            .map_err(SetupError::Io)?;
+                        let recorded = crate::run::human::record_answer(
+                            &mut journal,
+                            &paths,
+                            q,
+                            &answer,
+                            secrets,
+                        )
+                        .map_err(io)?;
+                        events.extend(recorded);
                     }
                     let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));
                     let _ = std::fs::remove_file(&response_file);
@@ -195,8 +199,6 @@ pub fn take_run(
                 }
                 RunStatus::Running => {}
             }
-            // After the answer above: a sensitive one was just stored and must reach the model.
-            let secrets = load_secrets(&paths.secrets_dir);
             // Every call a crash left without a result gets one, so the history stays valid.
             for (iteration, action_id, tool_name) in unanswered_calls(&events) {
                 events.push(
@@ -237,7 +239,6 @@ pub fn take_run(
                 meta,
                 lock,
                 resumed: true,
-                secrets,
             })
         }
     }
@@ -453,19 +454,4 @@ pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
         } if tool_calls.is_empty() => Some(content.clone().unwrap_or_default()),
         _ => None,
     }
-}
-
-fn load_secrets(dir: &Path) -> HashMap<String, String> {
-    let mut secrets = HashMap::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if let (Some(name), Ok(value)) = (
-                entry.file_name().to_str().map(str::to_string),
-                std::fs::read_to_string(entry.path()),
-            ) {
-                secrets.insert(name, value);
-            }
-        }
-    }
-    secrets
 }

@@ -1,7 +1,8 @@
 //! tool::process::capture — reads one child output stream into a bounded head + tail kept in
 //! memory (for the model) and, optionally, a capped file on disk (for humans and audits).
 //!
-//! Owns: the head/tail ring logic, lazy creation of the full-output file, the cap note.
+//! Owns: the head/tail ring logic, lazy creation of the full-output file (with sensitive
+//! answers redacted as it streams), the cap note.
 //! Must not: hold more than `head_bytes + tail_bytes` of a stream in memory, create a file for
 //! an empty stream, or decide anything about process lifetime (that is `process.rs`'s job).
 
@@ -10,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+
+use crate::redact::{SecretSet, StreamRedactor};
 
 /// One captured output stream: what the model may see plus where the full text went.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,12 +66,15 @@ pub(crate) struct StreamLimits {
     pub tail_bytes: usize,
     pub file: Option<PathBuf>,
     pub file_cap_bytes: u64,
+    pub secrets: SecretSet,
 }
 
-/// Writes the full text lazily: the file only exists once the stream produced a byte.
+/// Writes the full text lazily: the file only exists once the stream produced a byte. With
+/// secrets, the text is redacted on its way in and the cap counts the bytes written.
 struct CappedFile {
     path: PathBuf,
     cap: u64,
+    redactor: Option<StreamRedactor>,
     written: u64,
     truncated: bool,
     handle: Option<tokio::fs::File>,
@@ -77,10 +83,11 @@ struct CappedFile {
 }
 
 impl CappedFile {
-    fn new(path: PathBuf, cap: u64) -> Self {
+    fn new(path: PathBuf, cap: u64, secrets: &SecretSet) -> Self {
         Self {
             path,
             cap,
+            redactor: (!secrets.is_empty()).then(|| secrets.stream()),
             written: 0,
             truncated: false,
             handle: None,
@@ -90,6 +97,23 @@ impl CappedFile {
 
     async fn write(&mut self, chunk: &[u8]) {
         if self.failed || chunk.is_empty() {
+            return;
+        }
+        if self.written >= self.cap {
+            self.truncated = true;
+            return;
+        }
+        match self.redactor.as_mut() {
+            Some(redactor) => {
+                let redacted = redactor.feed(chunk);
+                self.write_capped(&redacted).await;
+            }
+            None => self.write_capped(chunk).await,
+        }
+    }
+
+    async fn write_capped(&mut self, chunk: &[u8]) {
+        if chunk.is_empty() {
             return;
         }
         let room = self.cap.saturating_sub(self.written);
@@ -122,6 +146,11 @@ impl CappedFile {
 
     /// Flushes and, when capped, appends a note naming the cap and the real size.
     async fn finish(mut self, total_bytes: u64) -> (Option<PathBuf>, bool) {
+        if let Some(redactor) = self.redactor.take() {
+            if !self.failed {
+                self.write_capped(&redactor.finish()).await;
+            }
+        }
         let Some(mut handle) = self.handle.take() else {
             return (None, false);
         };
@@ -164,7 +193,7 @@ where
     let mut file = limits
         .file
         .clone()
-        .map(|path| CappedFile::new(path, limits.file_cap_bytes));
+        .map(|path| CappedFile::new(path, limits.file_cap_bytes, &limits.secrets));
     if let Some(mut reader) = reader {
         let mut buffer = vec![0u8; 64 * 1024];
         loop {
@@ -231,6 +260,7 @@ mod tests {
             tail_bytes: tail,
             file,
             file_cap_bytes: cap,
+            secrets: SecretSet::default(),
         }
     }
 
@@ -315,6 +345,66 @@ mod tests {
         assert!(written.starts_with(&"x".repeat(100)));
         assert!(written.contains("capped at 100 bytes; the stream produced 1000 bytes"));
         assert_eq!(captured.total_bytes, 1000);
+    }
+
+    /// A reader that returns its data in fixed-size pieces, so a secret straddles reads.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        piece: usize,
+    }
+
+    impl tokio::io::AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let n = self.piece.min(self.data.len()).min(buf.remaining());
+            buf.put_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn secrets_straddling_reads_never_reach_the_file_but_stay_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout.log");
+        let data = b"start canary-77 middle canary-77 end";
+        let mut with_secrets = limits(1000, 0, Some(path.clone()), 1000);
+        with_secrets.secrets = SecretSet::new([("call_1", "canary-77")]);
+        for piece in [1, 3, 7, 64] {
+            let reader = Trickle { data, piece };
+            let captured =
+                capture_stream(Some(reader), with_secrets.clone(), CancellationToken::new()).await;
+            assert_eq!(captured.head, data, "the model's copy is the real text");
+            let written = std::fs::read_to_string(&path).unwrap();
+            let marker = crate::redact::marker("call_1");
+            assert_eq!(
+                written,
+                format!("start {marker} middle {marker} end"),
+                "pieces of {piece}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_cap_counts_redacted_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout.log");
+        let marker = crate::redact::marker("c");
+        let cap = 2 + marker.len() as u64 + 12;
+        let mut capped = limits(8, 8, Some(path.clone()), cap);
+        capped.secrets = SecretSet::new([("c", "canary-77")]);
+        let captured = capture(b"abcanary-77cdefghijklmnopqrstuvwxyz", capped).await;
+        assert!(captured.file_truncated);
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            written.starts_with(&format!(
+                "ab{marker}cdefghijklmn\n[delta: output capped at {cap} bytes; the stream produced 35 bytes]"
+            )),
+            "{written}"
+        );
     }
 
     #[tokio::test]
