@@ -20,10 +20,8 @@ use serde_json::{json, Value};
 
 use crate::agent::HookName;
 use crate::api::{InteractionInfo, RunErrorInfo, RunEvent, RunResult, RunStart};
-use crate::context::{build_messages, ContextError, ContextInputs};
-use crate::hooks::{apply_request_override, HookOutcome};
 use crate::journal::{Event, ToolCallRecord};
-use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta};
+use crate::llm::ChatCompletion;
 use crate::metadata::{write_metadata_redacted, RunLock, RunMetadata};
 use crate::protocol::TokenUsage;
 use crate::redact::Redactor;
@@ -32,13 +30,12 @@ use crate::runtime::run::setup::{
 };
 use crate::runtime::supervisor::setup_failure;
 use crate::tool::compile::{ask_human_schema, CompiledTool};
-use crate::workspace::{
-    invocation_record_path, now_rfc3339, validate_run_id, write_redacted_json_file, RunPaths,
-};
+use crate::workspace::{now_rfc3339, validate_run_id, RunPaths};
 
 use super::calls::PlannedCall;
 use super::end::Ending;
 use super::hooks::HookVars;
+use super::model::completion_payload;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
 use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
@@ -293,183 +290,6 @@ impl Run {
         )
     }
 
-    /// The messages for this iteration, from the journal through the context builder.
-    async fn build_request(&self) -> Result<ChatRequest, Halt> {
-        let agent = &self.lp.request.agent;
-        let events = self.rec.borrow().snapshot();
-        let secrets = self.secrets.snapshot();
-        let inputs = ContextInputs {
-            agent_home: &agent.home,
-            work_dir: &self.lp.request.work_dir,
-            run_id: &self.lp.run_id,
-            run_dir: &self.paths.run_dir,
-            journal_path: &self.paths.journal,
-            child_env: &self.generator_env,
-        };
-        let built = build_messages(
-            &agent.context,
-            &inputs,
-            &events,
-            &secrets,
-            self.lp.control.token(),
-        )
-        .await;
-        let messages = match built {
-            Ok(messages) => messages,
-            Err(ContextError::Cancelled) => return Err(Halt::Stopped),
-            Err(e) => {
-                let message = e.to_string();
-                self.log(&message);
-                return Err(Halt::Failed(error_info("context_error", message)));
-            }
-        };
-        let llm = &agent.llm;
-        Ok(ChatRequest {
-            model: llm.model.clone(),
-            messages,
-            temperature: llm.temperature,
-            max_tokens: llm.max_tokens,
-            top_p: llm.top_p,
-            frequency_penalty: llm.frequency_penalty,
-            presence_penalty: llm.presence_penalty,
-            tools: (*self.tool_schemas).clone(),
-            tool_choice: Some("auto".to_string()),
-            extra: Default::default(),
-        })
-    }
-
-    /// A successful `pre_llm_request` hook's stdout may replace parts of the request.
-    fn apply_override(&self, request: &mut ChatRequest, outcome: &HookOutcome) -> Result<(), Halt> {
-        if !outcome.succeeded() {
-            return Ok(());
-        }
-        if !outcome.stdout_complete {
-            return self.warn(format!(
-                "pre_llm_request hook output ignored: it printed more than {} bytes ({})",
-                crate::hooks::HOOK_OUTPUT_HEAD_BYTES,
-                outcome.io_path_ref
-            ));
-        }
-        match apply_request_override(request, &outcome.stdout) {
-            Ok(report) => {
-                if !report.changed.is_empty() {
-                    self.log(&format!(
-                        "pre_llm_request hook replaced: {}",
-                        report.changed.join(", ")
-                    ));
-                }
-                if report.ignored_keys.is_empty() {
-                    return Ok(());
-                }
-                self.warn(format!(
-                    "pre_llm_request hook: ignored key(s) {} (only messages, model, temperature and max_tokens can be replaced)",
-                    report.ignored_keys.join(", ")
-                ))
-            }
-            Err(problem) => self.warn(format!(
-                "pre_llm_request hook output ignored, the request is sent unchanged: {problem} (hint: print nothing, or one JSON object with messages, model, temperature and/or max_tokens; see {})",
-                outcome.io_path_ref
-            )),
-        }
-    }
-
-    /// One model call through the model port; its io/invocations record either way.
-    async fn call_model(
-        &mut self,
-        request: ChatRequest,
-    ) -> Result<(ChatCompletion, Option<String>), Halt> {
-        let meta = RequestMeta {
-            agent_name: self.lp.request.agent.name.clone(),
-            run_id: self.lp.run_id.clone(),
-        };
-        let events = self.events.clone();
-        let run_id = self.lp.run_id.clone();
-        let on_retry = Box::new(move |attempt: u32, error: &LlmError, delay: Duration| {
-            let _ = events.send(RunEvent::ModelRetry {
-                run_id: run_id.clone(),
-                attempt,
-                error: error.to_string(),
-                delay_ms: delay.as_millis() as u64,
-            });
-        });
-        let token = self.lp.control.token().clone();
-        let call = self
-            .lp
-            .model
-            .complete(request.clone(), meta, token.clone(), on_retry);
-        let outcome = tokio::select! {
-            outcome = call => outcome,
-            _ = token.cancelled() => return Err(Halt::Stopped),
-        };
-        let record_path = invocation_record_path(&self.paths, self.iteration);
-        let record_ref = record_path
-            .file_name()
-            .map(|n| format!("io/invocations/{}", n.to_string_lossy()));
-        let CallOutcome {
-            completion,
-            attempts,
-            duration,
-            waited,
-            failed_attempts,
-        } = match outcome {
-            Ok(outcome) => outcome,
-            Err(failure) if failure.cancelled => return Err(Halt::Stopped),
-            Err(failure) => {
-                self.write_invocation_record(
-                    &record_path,
-                    json!({
-                        "iteration": self.iteration,
-                        "request": request,
-                        "error": failure.error.to_string(),
-                        "attempts": failure.attempts,
-                        "failed_attempts": failure.failed_attempts,
-                    }),
-                );
-                let message = format!(
-                    "model call failed after {} attempt(s): {}",
-                    failure.attempts, failure.error
-                );
-                self.log(&message);
-                return Err(Halt::Failed(error_info("llm_error", message)));
-            }
-        };
-        self.timings.model += duration.saturating_sub(waited);
-        self.timings.queue += waited;
-        self.write_invocation_record(
-            &record_path,
-            json!({
-                "iteration": self.iteration,
-                "request": request,
-                "response": completion.raw,
-                "duration_ms": duration.as_millis() as u64,
-                "waited_ms": waited.as_millis() as u64,
-                "attempts": attempts,
-                "failed_attempts": failed_attempts,
-            }),
-        );
-        if let Some(usage) = &completion.usage {
-            let used = TokenUsage {
-                input_tokens: usage.prompt_tokens,
-                output_tokens: usage.completion_tokens,
-                total_tokens: usage.total_tokens,
-            };
-            self.usage.add(used);
-            let model = completion
-                .model
-                .clone()
-                .unwrap_or_else(|| request.model.clone());
-            self.model_usage.entry(model).or_default().add(used);
-        }
-        Ok((completion, record_ref))
-    }
-
-    /// io/invocations keeps the request as sent and the response as received, except
-    /// sensitive answers (kept only in the run's 0600 secrets files). Best effort: an audit
-    /// record never fails a run.
-    fn write_invocation_record(&self, path: &std::path::Path, record: Value) {
-        let _ = write_redacted_json_file(path, &record, &self.secrets.snapshot());
-    }
-
     /// Journals the THOUGHT and returns its calls (ids made safe and unique in the run).
     fn record_thought(
         &self,
@@ -624,15 +444,4 @@ fn tool_schemas(lp: &RunLoop) -> Arc<Vec<Value>> {
         .collect();
     schemas.push(ask_human_schema());
     Arc::new(schemas)
-}
-
-/// `post_llm_response` payload: the provider's response body (synthesised in its shape when
-/// the backend kept none) and the iteration.
-fn completion_payload(iteration: u32, completion: &ChatCompletion) -> Value {
-    let response = if completion.raw.is_null() {
-        completion.to_openai_json(chrono::Utc::now().timestamp())
-    } else {
-        completion.raw.clone()
-    };
-    json!({"iteration": iteration, "response": response})
 }

@@ -5,6 +5,8 @@
 //! # Layout
 //! - `drive.rs`: take the run, iterate (hooks → context → model → tool calls → loop), end —
 //!   the whole life of a run, read top to bottom;
+//! - `model.rs`: the model step: the request from the context builder, a `pre_llm_request`
+//!   override, the call through the model port, its io/invocations record;
 //! - `calls.rs`: the tool phase of one reply: each call through its hooks and the tool port,
 //!   results journaled in reply order;
 //! - `end.rs`: ERROR, `on_error`, ENGINE_END, final metadata, the RunResult, `on_run_end`;
@@ -32,6 +34,7 @@ mod drive;
 mod end;
 mod hooks;
 pub mod human;
+mod model;
 mod recorder;
 mod redaction;
 
