@@ -50,7 +50,8 @@ pub struct ContinueArgs {
     /// Take over a RUNNING run recorded on another host.
     #[arg(long)]
     pub force: bool,
-    #[arg(long, value_enum, default_value_t = Format::Text)]
+    #[arg(long, value_enum, default_value_t = Format::Text, hide_possible_values = true,
+          help = crate::output::RUN_RESULT_FORMAT_HELP)]
     pub format: Format,
     /// Use the built-in scripted model with this script (offline).
     #[arg(long, value_name = "FILE")]

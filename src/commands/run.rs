@@ -49,8 +49,8 @@ pub struct RunArgs {
     /// Run id to use (letters, digits, '.', '_', '-'; must not exist in the workspace).
     #[arg(long)]
     pub run_id: Option<String>,
-    /// What stdout carries.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
+    #[arg(long, value_enum, default_value_t = Format::Text, hide_possible_values = true,
+          help = crate::output::RUN_RESULT_FORMAT_HELP)]
     pub format: Format,
     /// Use the built-in scripted model with this script instead of a real endpoint (offline).
     #[arg(long, value_name = "FILE")]

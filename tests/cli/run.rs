@@ -96,6 +96,7 @@ fn five_tool_run_leaves_complete_files_and_a_json_run_result() {
     assert_eq!(meta["run_id"], "r-json");
     assert_eq!(meta["agent_name"], "five");
     assert_eq!(meta["initial_message"], "the task");
+    assert_eq!(meta["task"], "the task", "the original engine's field name");
     assert_eq!(meta["iterations"], 6);
     assert_eq!(meta["result"].as_str(), Some(answer));
     assert!(meta["pid"].as_u64().is_some() && meta["hostname"].is_string());
