@@ -6,6 +6,7 @@ mod init_expand;
 mod ask_human;
 mod continue_run;
 mod crash;
+mod env_precedence;
 mod harness;
 mod list_runs;
 mod orchestrate;
