@@ -127,8 +127,12 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }
-    let RunInputs { agent, env, llm } =
-        run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
+    let RunInputs {
+        agent,
+        env,
+        llm,
+        supervisor,
+    } = run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
     let request = RunRequest {
         agent: Arc::new(agent),
         work_dir,
@@ -145,5 +149,5 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         workspace_id: meta.workspace_id.clone(),
         orchestration_id: meta.orchestration_id.clone(),
     };
-    run_one(request, verbosity, args.format)
+    run_one(request, supervisor, verbosity, args.format)
 }

@@ -273,6 +273,54 @@ fn without_work_dir_each_run_gets_the_next_agent_workspace() {
     assert_eq!(last_used.trim(), "W002");
 }
 
+/// Regression (issue 11 item 15): a configuration error (here: no model configured) used to
+/// leave an empty new workspace W00N behind and move LAST_USED. Everything is validated
+/// before anything is created, with or without `-w`.
+#[test]
+fn a_configuration_error_creates_no_workspace_and_keeps_last_used() {
+    let case = Case::new(
+        "nomodel",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "ok"}]}),
+    );
+    let agent = case.agent_dir().display().to_string();
+    case.delta(&["run", "--agent", &agent, "-y", "-m", "first"])
+        .assert_code(0);
+    let workspaces = case.agent_dir().join("workspaces");
+    let before: Vec<_> = std::fs::read_dir(&workspaces)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        std::fs::read_to_string(workspaces.join("LAST_USED")).unwrap(),
+        "W001"
+    );
+
+    let missing_ws = case.path().join("never-created");
+    let missing_ws = missing_ws.display().to_string();
+    for extra in [vec!["-y"], vec!["-w", missing_ws.as_str()]] {
+        let mut cmd = case.cmd();
+        cmd.env_remove("DELTA_API_KEY").env_remove("DELTA_BASE_URL");
+        let out = cmd
+            .args([&["run", "--agent", &agent, "-m", "second"][..], &extra].concat())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{extra:?}: {stderr}");
+        assert!(stderr.contains("DELTA_API_KEY"), "{stderr}");
+    }
+    let after: Vec<_> = std::fs::read_dir(&workspaces)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(after, before, "no new workspace");
+    assert_eq!(
+        std::fs::read_to_string(workspaces.join("LAST_USED")).unwrap(),
+        "W001"
+    );
+    assert!(!Path::new(&missing_ws).exists(), "-w folder created");
+}
+
 #[test]
 fn hello_world_example_script_runs_offline() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
