@@ -1,6 +1,7 @@
 //! `delta-sessions-pty`: experimental PTY sessions (spec v1.4). Thin: clap parsing →
 //! `delta_actors::session::pty::PtySessions` → pretty JSON on stdout (`read` prints raw text).
-//! Errors: message on stderr, `{"error": ...}` on stdout, exit 1. The hidden `__holder`
+//! Usage errors: clap's text on stderr, exit 2. Other errors: message on stderr,
+//! `{"error": ...}` on stdout, exit 1. The hidden `__holder`
 //! subcommand is this binary re-executed as a session's detached holder. Owns no PTY logic.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -23,11 +24,24 @@ use session_cli::{current_dir, pretty};
 
 const PROGRAM: &str = "delta-sessions-pty";
 
+const AFTER_HELP: &str = "\
+Examples:
+  id=$(delta-sessions-pty start python3 -i | jq -r .session_id)
+  delta-sessions-pty read \"$id\" --timeout 2000          # the banner and the >>> prompt
+  printf 'x = 6 * 7\\nprint(x)\\n' | delta-sessions-pty write \"$id\"
+  delta-sessions-pty read \"$id\" --timeout 1000          # 42
+  delta-sessions-pty write-key \"$id\" ctrl+d             # named keys: enter, arrow_up, f1, ...
+  delta-sessions-pty end \"$id\"
+
+Output: JSON on stdout (read: the program's output as raw text). Exit codes: 0 success,
+1 error (message on stderr, {\"error\": ...} on stdout), 2 usage error.";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "delta-sessions-pty",
     version,
-    about = "[EXPERIMENTAL] Interactive programs (shells, REPLs, menus) in a PTY held by a detached process"
+    about = "[EXPERIMENTAL] Interactive programs (shells, REPLs, menus) in a PTY held by a detached process",
+    after_help = AFTER_HELP
 )]
 struct Cli {
     /// Folder holding PTY sessions [default: <cwd>/.sessions-pty]
@@ -113,7 +127,7 @@ enum Output {
 }
 
 fn main() -> ExitCode {
-    let cli = match session_cli::start::<Cli>(PROGRAM) {
+    let cli = match session_cli::start::<Cli>() {
         Ok(cli) => cli,
         Err(code) => return code,
     };

@@ -20,6 +20,7 @@ use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
+  cd my-agent && delta run -m \"Analyze sales data\"      # --agent defaults to the current folder
   delta run --agent ./my-agent -m \"Analyze sales data\" -y
   delta run -m \"Summarise DELTA.md\" -w ./workspace --format json
   delta run --agent examples/agents/hello-world -m \"Say hello\" -y \\
@@ -28,8 +29,8 @@ use crate::output::{progress::Verbosity, Format};
 Exit codes: 0 COMPLETED, 1 FAILED, 101 WAITING_FOR_INPUT (answer with `delta continue`),
 126 configuration error, 130 interrupted (Ctrl-C; resume with `delta continue`).")]
 pub struct RunArgs {
-    /// Agent folder (holding agent.yaml).
-    #[arg(short = 'a', long, default_value = ".")]
+    /// Agent folder holding agent.yaml; optional, the current directory by default.
+    #[arg(short = 'a', long, value_name = "DIR", default_value = ".")]
     pub agent: PathBuf,
     /// The task for the agent.
     #[arg(short = 'm', long)]

@@ -493,3 +493,75 @@ fn the_iteration_cap_applies_to_each_continuation() {
     assert!(out.json()["error"].to_string().contains("max_iterations"));
     assert_eq!(case.metadata("short")["iterations"], 3);
 }
+
+/// Regression (issue 11 item 17): `continue -w missing` printed a raw OS error.
+#[test]
+fn continue_with_a_missing_work_dir_says_what_w_must_be() {
+    let case = Case::new(
+        "nowhere",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "x"}]}),
+    );
+    let missing = case.path().join("no-such-ws").display().to_string();
+    let out = case.delta(&["continue", "--run-id", "r1", "-w", &missing]);
+    out.assert_code(126);
+    assert!(out.stderr.contains(&missing), "{}", out.stderr);
+    assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("hint:") && out.stderr.contains(".delta"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("os error"), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+}
+
+/// Regression (issue 11 item 20): a RUNNING run of the original engine (no lock file) whose
+/// process is alive was refused with "its lock is held", which it does not have.
+#[test]
+fn a_live_run_without_a_lock_file_is_not_said_to_hold_its_lock() {
+    let case = Case::new(
+        "unlocked",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "x"}]}),
+    );
+    case.run("ours", "task", &[]).assert_code(0);
+    let hostname = case.metadata("ours")["hostname"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut owner = std::process::Command::new("sleep")
+        .arg("30")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let run_dir = case.run_dir("legacy");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let meta = json!({
+        "run_id": "legacy",
+        "start_time": "2026-11-22T01:42:34.918Z",
+        "agent_ref": case.agent_dir().display().to_string(),
+        "task": "still going",
+        "status": "RUNNING",
+        "iterations_completed": 1,
+        "pid": owner.id(),
+        "hostname": hostname,
+        "process_name": "sleep",
+    });
+    std::fs::write(run_dir.join("metadata.json"), meta.to_string()).unwrap();
+    let out = case.continue_run("legacy", &["-m", "more"]);
+    let _ = owner.kill();
+    let _ = owner.wait();
+    out.assert_code(126);
+    assert!(!out.stderr.contains("is held"), "{}", out.stderr);
+    assert!(out.stderr.contains("no lock file"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&owner.id().to_string()),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !run_dir.join("lock").exists(),
+        "a never-locked run stays unlocked"
+    );
+}
