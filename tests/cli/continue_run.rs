@@ -565,3 +565,91 @@ fn a_live_run_without_a_lock_file_is_not_said_to_hold_its_lock() {
         "a never-locked run stays unlocked"
     );
 }
+
+/// Regression (issue 11 item 18): a journal holding event types delta does not know (the
+/// original engine's tests hand-write `task_start`) was refused. The lines are skipped with
+/// one WARNING each (not repeated by the next continue) and the conversation goes on.
+#[test]
+fn unknown_event_types_are_skipped_with_a_warning_and_the_run_continues() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/journals/unknown-event-types/journal.jsonl");
+    let script = json!({"steps": [
+        {"answer": "unused"},
+        {"answer": "history: {{ last_user }}"},
+        {"answer": "again: {{ last_user }}"}
+    ]});
+    let case = Case::new("poet", "tools: []\n", &script);
+    case.run("legacy", "Write a haiku", &[]).assert_code(0);
+    let journal_path = case.run_dir("legacy").join("journal.jsonl");
+    std::fs::copy(&fixture, &journal_path).unwrap();
+
+    let out = case.continue_run("legacy", &["-m", "another one"]);
+    out.assert_code(0);
+    assert_eq!(out.json()["result"], "history: another one");
+    let warned = |journal: &[Value]| -> Vec<String> {
+        events_of(journal, "WARNING")
+            .iter()
+            .map(|w| w["message"].as_str().unwrap().to_string())
+            .filter(|m| m.contains("does not know"))
+            .collect()
+    };
+    let journal = case.journal("legacy");
+    let warnings = warned(&journal);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].contains("line 1") && warnings[0].contains("'task_start'"));
+    assert!(warnings[1].contains("'progress_note'"));
+    assert_seq_strictly_increasing(&journal[1..]);
+    assert_eq!(case.mock.stats()["rejected_invalid"], 0);
+
+    let again = case.continue_run("legacy", &["-m", "one more"]);
+    again.assert_code(0);
+    assert_eq!(
+        warned(&case.journal("legacy")).len(),
+        2,
+        "warned once per line"
+    );
+}
+
+/// Regression (issue 11 item 18): `continue` on a run folder with metadata but no journal
+/// failed; like the original engine it starts a fresh journal, with a WARNING, and the
+/// model gets the task from the metadata.
+#[test]
+fn a_run_without_a_journal_continues_in_a_fresh_one_with_a_warning() {
+    // The scripted model picks its step by the assistant turns it is shown: a fresh journal
+    // has none, so the continuation is answered by the first step again.
+    let script = json!({"steps": [{"answer": "task was: {{ task }}"}]});
+    let case = Case::new("lost", "tools: []\n", &script);
+    case.run("r1", "count the stars", &[]).assert_code(0);
+    std::fs::remove_file(case.run_dir("r1").join("journal.jsonl")).unwrap();
+    let out = case.continue_run("r1", &["-m", "once more"]);
+    out.assert_code(0);
+    assert_eq!(out.json()["result"], "task was: count the stars");
+    let journal = case.journal("r1");
+    assert_eq!(journal[0]["type"], "WARNING");
+    assert!(journal[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no journal"));
+    let users: Vec<&str> = events_of(&journal, "USER_MESSAGE")
+        .iter()
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["count the stars", "once more"]);
+
+    // A folder the original engine's tests write by hand: metadata alone.
+    let bare = case.run_dir("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    let meta = json!({
+        "run_id": "bare",
+        "start_time": "2026-11-22T01:42:34.918Z",
+        "agent_ref": case.agent_dir().display().to_string(),
+        "task": "hand made",
+        "status": "INTERRUPTED",
+        "iterations_completed": 0,
+    });
+    std::fs::write(bare.join("metadata.json"), meta.to_string()).unwrap();
+    let out = case.continue_run("bare", &[]);
+    out.assert_code(0);
+    assert_eq!(case.metadata("bare")["status"], "COMPLETED");
+    assert_eq!(case.journal("bare")[0]["type"], "WARNING");
+}

@@ -138,7 +138,8 @@ pub fn take_run(
             let (lock, takeover_reason) = take_lock(run_id, &paths, &meta, *force)?;
             // Re-read under the lock: the previous owner may have finished in between.
             meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let (mut journal, mut events) = Journal::open(&paths.run_dir, opts).map_err(io)?;
+            let (mut journal, mut events) =
+                Journal::open_or_start(&paths.run_dir, opts).map_err(io)?;
             restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
             let mut status = meta.status;
             if status == RunStatus::Running {
