@@ -8,6 +8,7 @@
 
 mod invocation;
 mod params;
+mod shell_scan;
 mod template;
 
 use std::path::{Path, PathBuf};
