@@ -229,6 +229,12 @@ pub fn run_one(
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let result = drive_single(&supervisor, request, verbosity)?;
     supervisor.shutdown();
+    if let Some(error) = &result.error {
+        let needed = super::open_files_baseline();
+        if let Some(explained) = crate::limits::explain_open_files(&error.message, needed) {
+            eprintln!("error: {explained}");
+        }
+    }
     crate::output::run_result::print(&result, format);
     Ok(result.exit_code())
 }
