@@ -24,6 +24,9 @@ use session_cli::{current_dir, pretty};
 
 const PROGRAM: &str = "delta-sessions-pty";
 
+/// Longest `read --timeout` (one day); `--wait` waits without limit.
+const MAX_READ_TIMEOUT_MS: u64 = 86_400_000;
+
 const AFTER_HELP: &str = "\
 Examples:
   id=$(delta-sessions-pty start python3 -i | jq -r .session_id)
@@ -83,8 +86,8 @@ enum Command {
     /// Print buffered output (raw text) and clear it
     Read {
         session_id: String,
-        /// Wait up to this many milliseconds for new output
-        #[arg(long, value_name = "MS")]
+        /// Wait up to this many milliseconds for new output (at most one day)
+        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=MAX_READ_TIMEOUT_MS))]
         timeout: Option<u64>,
         /// Wait without limit for new output
         #[arg(long)]

@@ -70,8 +70,8 @@ enum Command {
         /// The command text; several words are joined with spaces. Omit it to read stdin.
         #[arg(num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
-        /// Kill the command's process group after this many milliseconds
-        #[arg(long, default_value_t = 120_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        /// Kill the command's process group after this many milliseconds (at most one day)
+        #[arg(long, default_value_t = 120_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
         timeout: u64,
         /// Bytes of stdout and of stderr returned (the full text stays in the session folder)
         #[arg(long, default_value_t = DEFAULT_OUTPUT_CAP, value_name = "BYTES")]

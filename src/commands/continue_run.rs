@@ -42,7 +42,7 @@ pub struct ContinueArgs {
     #[arg(short = 'm', long)]
     pub message: Option<String>,
     /// Iteration cap for this continuation.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_iterations: Option<u32>,
     /// Answer ask_human questions on this terminal.
     #[arg(short = 'i', long)]

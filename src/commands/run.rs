@@ -39,7 +39,7 @@ pub struct RunArgs {
     #[arg(short = 'w', long = "work-dir")]
     pub work_dir: Option<PathBuf>,
     /// Iteration cap for this run (default: the agent's max_iterations, else 30).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_iterations: Option<u32>,
     /// Never ask: create the next workspace W00N.
     #[arg(short = 'y', long)]

@@ -539,3 +539,24 @@ fn torn_journal_tail_is_repaired_on_continue() {
         types(&journal)
     );
 }
+
+/// Issue 11 item 4b: `--max-iterations 0` silently became 1; it is a usage error.
+#[test]
+fn a_zero_or_negative_iteration_cap_is_a_usage_error() {
+    let case = Case::new(
+        "cap",
+        "tools: []\n",
+        &serde_json::json!({"steps": [{"answer": "x"}]}),
+    );
+    for value in ["0", "-1", "4294967296"] {
+        let flag = format!("--max-iterations={value}");
+        let out = case.run("r1", "task", &[&flag]);
+        out.assert_code(2);
+        assert!(
+            out.stderr.contains("--max-iterations"),
+            "{value}: {}",
+            out.stderr
+        );
+        assert!(!case.run_dir("r1").exists());
+    }
+}

@@ -241,7 +241,7 @@ pub fn compile_tool(
         ));
     }
     let description = fields.string("description")?;
-    let timeout_ms = fields.positive_integer("timeout_ms")?;
+    let timeout_ms = fields.timeout_ms("timeout_ms")?;
     let stdin = fields.string("stdin")?;
     let explicit = match fields.sequence("parameters")? {
         Some(items) => parse_explicit(&ctx, &prefix, items, warnings)?,
