@@ -103,6 +103,7 @@ fn shell_quote(s: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use delta_actors::api::{RunMetrics, RunResultMetadata};

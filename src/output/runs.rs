@@ -116,6 +116,7 @@ fn relative_age(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use delta_actors::RunStatus;
