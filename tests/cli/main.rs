@@ -4,6 +4,7 @@ mod hooks;
 mod init_expand;
 
 mod ask_human;
+mod continue_compat;
 mod continue_run;
 mod crash;
 mod env_precedence;
