@@ -1,5 +1,6 @@
-//! Planning the calls of a model reply: each tool call becomes a process job, an immediate
-//! error observation (unknown tool, bad arguments) or an ask_human question, and gets its
+//! Planning the calls of a model reply: each tool call is classified by the domain's
+//! `tool::plan_call` and becomes a process job, an immediate error observation (unknown
+//! tool, bad arguments, a second ask_human) or an ask_human question, and gets its
 //! ACTION_REQUEST (call ids made safe and unique first). Also the per-reply bookkeeping types
 //! that `act.rs` drives.
 //!
@@ -10,12 +11,13 @@
 use std::collections::HashSet;
 
 use actix::prelude::*;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::api::InteractionInfo;
 use crate::journal::{ActionStatus, Event, ToolCallRecord};
 use crate::runtime::tool::ToolJob;
-use crate::tool::compile::{CompiledTool, EngineVars};
+use crate::tool::compile::EngineVars;
+use crate::tool::{plan_call, CallPlan};
 use crate::workspace::tool_record_path;
 
 use super::setup::PendingQuestion;
@@ -125,91 +127,46 @@ impl RunActor {
         let mut planned = Vec::with_capacity(calls.len());
         let mut asked = false;
         for call in &calls {
-            let (args_value, parsed) = parse_arguments(&call.arguments);
-            let (plan, resolved_command) = match (call.name.as_str(), parsed) {
-                (_, Err(message)) => (
-                    Planned::Immediate {
-                        observation: format!(
-                            "Error: the arguments for tool '{}' are not valid JSON ({message}). Call it again with a JSON object matching its parameters.",
-                            call.name
-                        ),
-                    },
-                    String::new(),
-                ),
-                ("ask_human", Ok(args)) => {
-                    if asked {
-                        (
-                            Planned::Immediate {
-                                observation: "Error: only one ask_human call per reply is answered; ask again after this answer.".into(),
-                            },
-                            String::new(),
-                        )
-                    } else {
-                        asked = true;
-                        let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("").to_string();
-                        let input_type = match args.get("input_type").and_then(Value::as_str) {
-                            Some(t @ ("text" | "password" | "confirmation")) => t.to_string(),
-                            _ => "text".to_string(),
-                        };
-                        let sensitive = matches!(args.get("sensitive"), Some(Value::Bool(true)))
-                            || args.get("sensitive").and_then(Value::as_str) == Some("true")
-                            || input_type == "password";
-                        let shown = format!("ask_human {prompt:?}");
-                        (
-                            Planned::Ask {
-                                prompt,
-                                input_type,
-                                sensitive,
-                            },
-                            shown,
-                        )
+            let (args_value, call_plan) =
+                plan_call(&agent.tools, &call.name, &call.arguments, &vars);
+            let resolved_command = call_plan.resolved_command();
+            let plan = match call_plan {
+                CallPlan::Ask(_) if asked => Planned::Immediate {
+                    observation: "Error: only one ask_human call per reply is answered; ask again after this answer.".into(),
+                },
+                CallPlan::Ask(question) => {
+                    asked = true;
+                    Planned::Ask {
+                        prompt: question.prompt,
+                        input_type: question.input_type.as_str().to_string(),
+                        sensitive: question.sensitive,
                     }
                 }
-                (name, Ok(args)) => match agent.tools.iter().find(|t| t.name == name) {
-                    None => {
-                        let mut names: Vec<&str> = agent.tools.iter().map(|t| t.name.as_str()).collect();
-                        names.push("ask_human");
-                        (
-                            Planned::Immediate {
-                                observation: format!(
-                                    "Error: unknown tool '{name}'. Available tools: {}.",
-                                    names.join(", ")
-                                ),
-                            },
-                            String::new(),
-                        )
-                    }
-                    Some(tool) => match tool.build_invocation(&args, &vars) {
-                        Err(e) => (
-                            Planned::Immediate {
-                                observation: format!("Error: invalid arguments for tool '{name}': {e}"),
-                            },
-                            String::new(),
-                        ),
-                        Ok(invocation) => {
-                            let resolved = CompiledTool::render_command(&invocation);
-                            let job = ToolJob {
-                                tool_name: name.to_string(),
-                                argv: invocation.argv,
-                                stdin: invocation.stdin,
-                                cwd: self.request.work_dir.clone(),
-                                env: (*self.child_env).clone(),
-                                timeout: tool
-                                    .timeout_ms
-                                    .map(std::time::Duration::from_millis)
-                                    .unwrap_or(self.config.default_tool_timeout),
-                                head_bytes: self.config.observation_head_bytes,
-                                tail_bytes: self.config.observation_tail_bytes,
-                                file_cap: self.config.tool_output_file_cap,
-                                record_path: tool_record_path(&self.paths, name),
-                                display_root: self.paths.run_dir.clone(),
-                                // Taken when the process starts (see `start_process`).
-                                secrets: Default::default(),
-                            };
-                            (Planned::Process(Box::new(job)), resolved)
-                        }
-                    },
+                CallPlan::Run { tool, invocation } => Planned::Process(Box::new(ToolJob {
+                    tool_name: tool.name.clone(),
+                    argv: invocation.argv,
+                    stdin: invocation.stdin,
+                    cwd: self.request.work_dir.clone(),
+                    env: (*self.child_env).clone(),
+                    timeout: tool
+                        .timeout_ms
+                        .map(std::time::Duration::from_millis)
+                        .unwrap_or(self.config.default_tool_timeout),
+                    head_bytes: self.config.observation_head_bytes,
+                    tail_bytes: self.config.observation_tail_bytes,
+                    file_cap: self.config.tool_output_file_cap,
+                    record_path: tool_record_path(&self.paths, &tool.name),
+                    display_root: self.paths.run_dir.clone(),
+                    // Taken when the process starts (see `start_process`).
+                    secrets: Default::default(),
+                })),
+                other => Planned::Immediate {
+                    observation: other.error_observation().unwrap_or_default(),
                 },
+            };
+            let resolved_command = match &plan {
+                Planned::Immediate { .. } => String::new(),
+                _ => resolved_command,
             };
             let request_event = Event::ActionRequest {
                 iteration: self.iteration,
@@ -253,20 +210,6 @@ pub(super) fn error_result(observation: &str) -> Recorded {
         exit_code: None,
         duration_ms: 0,
         execution_ref: None,
-    }
-}
-
-/// The model's arguments text as a JSON value for the journal, and as an object for the tool.
-/// An empty text means no arguments.
-fn parse_arguments(text: &str) -> (Value, Result<Map<String, Value>, String>) {
-    let trimmed = text.trim();
-    if trimmed.is_empty() || trimmed == "null" {
-        return (Value::Object(Map::new()), Ok(Map::new()));
-    }
-    match serde_json::from_str::<Value>(trimmed) {
-        Ok(Value::Object(map)) => (Value::Object(map.clone()), Ok(map)),
-        Ok(other) => (other, Err("expected a JSON object".to_string())),
-        Err(e) => (Value::String(text.to_string()), Err(e.to_string())),
     }
 }
 
