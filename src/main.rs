@@ -1,11 +1,12 @@
 //! `delta`: parse the command line, install logging, dispatch, map the outcome to an exit code.
 //!
 //! This is the only place that turns a `CliError` into a process exit code and the
-//! `error: <message>` line on stderr. Usage errors are clap's own (exit 2).
+//! `error: <message>` line on stderr (an exhausted open-files limit is worded as such). Usage errors are clap's own (exit 2).
 
 mod cli;
 mod commands;
 mod error;
+mod limits;
 mod output;
 
 use clap::Parser;
@@ -32,7 +33,11 @@ fn main() {
     let code = match commands::dispatch(&cli.command, cli.verbose) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err}");
+            let message = err.to_string();
+            match limits::explain_open_files(&message, commands::open_files_baseline()) {
+                Some(explained) => eprintln!("error: {explained}\ncaused by: {message}"),
+                None => eprintln!("error: {message}"),
+            }
             err.exit_code()
         }
     };

@@ -1,7 +1,7 @@
 //! The shell shared by the two session binaries (`delta-sessions`, `delta-sessions-pty`):
-//! startup (inherited descriptors closed, clap parsing with `--help`/`--version` on stdout)
-//! and the output contract (pretty JSON on stdout; on error the message on stderr,
-//! `{"error": ...}` on stdout, exit 1). Each binary includes it with `#[path]`; it owns no
+//! startup (inherited descriptors closed, clap parsing with `--help`/`--version` on stdout,
+//! usage errors as clap's text on stderr with exit 2) and the output contract (pretty JSON on
+//! stdout; on error the message on stderr, `{"error": ...}` on stdout, exit 1). Each binary includes it with `#[path]`; it owns no
 //! session logic.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -12,9 +12,14 @@ use clap::Parser;
 use delta_actors::session::SessionError;
 use serde_json::json;
 
+/// Exit code of a usage error (as clap's own, and as `delta`).
+pub const USAGE_EXIT: u8 = 2;
+
 /// Closes descriptors leaked by the caller (an agent's tool runner may hand us its pipes)
-/// and parses the command line; `Err` carries the exit code to return at once.
-pub fn start<C: Parser>(program: &str) -> Result<C, ExitCode> {
+/// and parses the command line; `Err` carries the exit code to return at once. `--help` and
+/// `--version` print on stdout (exit 0); a usage error prints clap's text on stderr only
+/// (exit 2), so a caller parsing stdout as JSON never mistakes it for a result.
+pub fn start<C: Parser>() -> Result<C, ExitCode> {
     delta_actors::session::close_inherited_fds();
     match C::try_parse() {
         Ok(cli) => Ok(cli),
@@ -22,7 +27,10 @@ pub fn start<C: Parser>(program: &str) -> Result<C, ExitCode> {
             let _ = e.print();
             Err(ExitCode::SUCCESS)
         }
-        Err(e) => Err(fail(program, &e.to_string())),
+        Err(e) => {
+            let _ = e.print();
+            Err(ExitCode::from(USAGE_EXIT))
+        }
     }
 }
 

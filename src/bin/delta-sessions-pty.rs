@@ -1,6 +1,7 @@
 //! `delta-sessions-pty`: experimental PTY sessions (spec v1.4). Thin: clap parsing →
 //! `delta_actors::session::pty::PtySessions` → pretty JSON on stdout (`read` prints raw text).
-//! Errors: message on stderr, `{"error": ...}` on stdout, exit 1. The hidden `__holder`
+//! Usage errors: clap's text on stderr, exit 2. Other errors: message on stderr,
+//! `{"error": ...}` on stdout, exit 1. The hidden `__holder`
 //! subcommand is this binary re-executed as a session's detached holder. Owns no PTY logic.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -23,11 +24,27 @@ use session_cli::{current_dir, pretty};
 
 const PROGRAM: &str = "delta-sessions-pty";
 
+/// Longest `read --timeout` (one day); `--wait` waits without limit.
+const MAX_READ_TIMEOUT_MS: u64 = 86_400_000;
+
+const AFTER_HELP: &str = "\
+Examples:
+  id=$(delta-sessions-pty start python3 -i | jq -r .session_id)
+  delta-sessions-pty read \"$id\" --timeout 2000          # the banner and the >>> prompt
+  printf 'x = 6 * 7\\nprint(x)\\n' | delta-sessions-pty write \"$id\"
+  delta-sessions-pty read \"$id\" --timeout 1000          # 42
+  delta-sessions-pty write-key \"$id\" ctrl+d             # named keys: enter, arrow_up, f1, ...
+  delta-sessions-pty end \"$id\"
+
+Output: JSON on stdout (read: the program's output as raw text). Exit codes: 0 success,
+1 error (message on stderr, {\"error\": ...} on stdout), 2 usage error.";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "delta-sessions-pty",
     version,
-    about = "[EXPERIMENTAL] Interactive programs (shells, REPLs, menus) in a PTY held by a detached process"
+    about = "[EXPERIMENTAL] Interactive programs (shells, REPLs, menus) in a PTY held by a detached process",
+    after_help = AFTER_HELP
 )]
 struct Cli {
     /// Folder holding PTY sessions [default: <cwd>/.sessions-pty]
@@ -69,8 +86,8 @@ enum Command {
     /// Print buffered output (raw text) and clear it
     Read {
         session_id: String,
-        /// Wait up to this many milliseconds for new output
-        #[arg(long, value_name = "MS")]
+        /// Wait up to this many milliseconds for new output (at most one day)
+        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=MAX_READ_TIMEOUT_MS))]
         timeout: Option<u64>,
         /// Wait without limit for new output
         #[arg(long)]
@@ -113,7 +130,7 @@ enum Output {
 }
 
 fn main() -> ExitCode {
-    let cli = match session_cli::start::<Cli>(PROGRAM) {
+    let cli = match session_cli::start::<Cli>() {
         Ok(cli) => cli,
         Err(code) => return code,
     };

@@ -2,14 +2,14 @@
 //! table). The run's agent is reloaded from its recorded home; the engine takes the run's
 //! lock, so two processes can never drive one run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::load_agent;
 use delta_actors::api::{RunRequest, RunStart};
 use delta_actors::janitor::{check_run, JanitorAction};
-use delta_actors::metadata::{read_metadata, LOCK_FILE};
+use delta_actors::metadata::{lock_is_held, read_metadata, RunMetadata, LOCK_FILE};
 use delta_actors::workspace::{open_run_dir, validate_run_id};
 use delta_actors::RunStatus;
 
@@ -42,7 +42,7 @@ pub struct ContinueArgs {
     #[arg(short = 'm', long)]
     pub message: Option<String>,
     /// Iteration cap for this continuation.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_iterations: Option<u32>,
     /// Answer ask_human questions on this terminal.
     #[arg(short = 'i', long)]
@@ -50,19 +50,63 @@ pub struct ContinueArgs {
     /// Take over a RUNNING run recorded on another host.
     #[arg(long)]
     pub force: bool,
-    #[arg(long, value_enum, default_value_t = Format::Text)]
+    #[arg(long, value_enum, default_value_t = Format::Text, hide_possible_values = true,
+          help = crate::output::RUN_RESULT_FORMAT_HELP)]
     pub format: Format,
     /// Use the built-in scripted model with this script (offline).
     #[arg(long, value_name = "FILE")]
     pub llm_script: Option<PathBuf>,
 }
 
+/// The workspace folder, canonical; a missing or unreadable one is a configuration error
+/// that says what `-w` must point at.
+fn resolve_work_dir(work_dir: &std::path::Path) -> Result<PathBuf, CliError> {
+    let hint = "hint: -w is the workspace holding the run (the folder that contains .delta/), \
+         e.g. -w my-agent/workspaces/W001; `delta list-runs -w <folder>` shows its runs";
+    match work_dir.canonicalize() {
+        Ok(dir) if dir.is_dir() => Ok(dir),
+        Ok(_) => Err(CliError::Config(format!(
+            "work dir {} is not a folder; {hint}",
+            work_dir.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(CliError::Config(format!(
+            "work dir {} does not exist; {hint}",
+            work_dir.display()
+        ))),
+        Err(e) => Err(CliError::Config(format!(
+            "cannot open work dir {}: {e}; {hint}",
+            work_dir.display()
+        ))),
+    }
+}
+
+/// Why a run the janitor left RUNNING cannot be continued, worded from what its lock says:
+/// held (a live owner), absent (a run of the original engine whose process is alive), or
+/// free (the janitor could not record the interruption).
+fn still_running(run_id: &str, run_dir: &Path, meta: &RunMetadata) -> String {
+    let lock = run_dir.join(LOCK_FILE);
+    match lock_is_held(run_dir) {
+        Ok(true) => format!(
+            "run '{run_id}' is still active: its lock {} is held (pid {} on host '{}'); wait for it to finish or interrupt it first",
+            lock.display(),
+            meta.pid,
+            meta.hostname
+        ),
+        _ if !lock.exists() => format!(
+            "run '{run_id}' is still RUNNING: it has no lock file (written by the original engine) and its process (pid {} on host '{}') is still alive; wait for it to finish or stop it first",
+            meta.pid, meta.hostname
+        ),
+        _ => format!(
+            "run '{run_id}' is RUNNING on disk but nobody holds its lock {}, and it could not be marked INTERRUPTED; check that {} is writable (and the disk not full), then continue again",
+            lock.display(),
+            run_dir.join("metadata.json").display()
+        ),
+    }
+}
+
 pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     validate_run_id(&args.run_id).map_err(|e| CliError::Config(e.to_string()))?;
-    let work_dir = args
-        .work_dir
-        .canonicalize()
-        .map_err(|e| CliError::Config(format!("work dir {}: {e}", args.work_dir.display())))?;
+    let work_dir = resolve_work_dir(&args.work_dir)?;
     let paths =
         open_run_dir(&work_dir, &args.run_id).map_err(|e| CliError::Config(e.to_string()))?;
     if let Some(action) = check_run(&work_dir, &args.run_id, args.force) {
@@ -111,12 +155,10 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
             )))
         }
         RunStatus::Running => {
-            return Err(CliError::Config(format!(
-                "run '{}' is still active: its lock {} is held (pid {} on host '{}'); wait for it to finish or interrupt it first",
-                args.run_id,
-                paths.run_dir.join(LOCK_FILE).display(),
-                meta.pid,
-                meta.hostname
+            return Err(CliError::Config(still_running(
+                &args.run_id,
+                &paths.run_dir,
+                &meta,
             )))
         }
         _ => {}
@@ -126,8 +168,12 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }
-    let RunInputs { agent, env, llm } =
-        run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
+    let RunInputs {
+        agent,
+        env,
+        llm,
+        supervisor,
+    } = run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
     let request = RunRequest {
         agent: Arc::new(agent),
         work_dir,
@@ -144,5 +190,5 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         workspace_id: meta.workspace_id.clone(),
         orchestration_id: meta.orchestration_id.clone(),
     };
-    run_one(request, verbosity, args.format)
+    run_one(request, supervisor, verbosity, args.format)
 }

@@ -182,14 +182,17 @@ fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
 }
 
 /// What a single run needs besides its start: the agent with `DELTA_MODEL` applied, the
-/// environment after the `.env` cascade, and the model target.
+/// environment after the `.env` cascade, the model target and the engine settings. Building
+/// it validates every setting, so a command creates nothing before it succeeds.
 pub struct RunInputs {
     pub agent: delta_actors::agent::ResolvedAgent,
     pub env: BTreeMap<String, String>,
     pub llm: LlmTarget,
+    pub supervisor: SupervisorConfig,
 }
 
-/// Loads the `.env` cascade for `work_dir` and resolves the model target (`run`, `continue`).
+/// Loads the `.env` cascade for `work_dir` (which need not exist yet), resolves the model
+/// target and the engine settings (`run`, `continue`).
 pub fn run_inputs(
     agent: ResolvedAgent,
     work_dir: &Path,
@@ -207,23 +210,31 @@ pub fn run_inputs(
     }
     let agent = with_model_override(agent, &env.vars);
     let llm = llm_target(&agent, &env.vars, llm_script)?;
+    let supervisor = with_retry_override(supervisor_config(1, 1), &env.vars)?;
     Ok(RunInputs {
         agent,
         env: env.vars,
         llm,
+        supervisor,
     })
 }
 
 /// Drives one request in a one-run engine, prints its RunResult, returns the exit code.
 pub fn run_one(
     request: RunRequest,
+    config: SupervisorConfig,
     verbosity: Verbosity,
     format: crate::output::Format,
 ) -> Result<i32, CliError> {
-    let config = with_retry_override(supervisor_config(1, 1), &request.env)?;
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let result = drive_single(&supervisor, request, verbosity)?;
     supervisor.shutdown();
+    if let Some(error) = &result.error {
+        let needed = super::open_files_baseline();
+        if let Some(explained) = crate::limits::explain_open_files(&error.message, needed) {
+            eprintln!("error: {explained}");
+        }
+    }
     crate::output::run_result::print(&result, format);
     Ok(result.exit_code())
 }

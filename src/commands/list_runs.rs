@@ -1,21 +1,28 @@
 //! `delta list-runs`: the runs of a workspace, newest first (spec §2.6.4). The janitor runs
-//! first, so a run whose process died shows as INTERRUPTED rather than a stale RUNNING.
+//! first, so a run whose process died shows as INTERRUPTED rather than a stale RUNNING. A run
+//! folder whose metadata cannot be read is never hidden: it is listed as UNREADABLE with the
+//! reason (text, json) or named on stderr (raw, whose stdout feeds `continue --run-id`).
 
 use std::path::PathBuf;
 
 use clap::Args;
 use delta_actors::janitor::{sweep_workspace, JanitorAction};
-use delta_actors::workspace::{list_runs, RunSummary};
+use delta_actors::workspace::{list_runs_with_warnings, RunSummary};
 use delta_actors::RunStatus;
 
 use crate::error::CliError;
 use crate::output::Format;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:
+#[command(
+    after_help = "A run folder whose metadata.json is missing or corrupt is listed as UNREADABLE with
+the reason (`error` in JSON; named on stderr with --format raw, and left out by the filters).
+
+Examples:
   delta list-runs -w ./ws
   delta list-runs -w ./ws --resumable --first --format raw     # the id of the newest resumable run
-  delta continue --run-id \"$(delta list-runs -w ./ws --resumable --first --format raw)\" -w ./ws")]
+  delta continue --run-id \"$(delta list-runs -w ./ws --resumable --first --format raw)\" -w ./ws"
+)]
 pub struct ListRunsArgs {
     /// Workspace to list (default: the current directory).
     #[arg(short = 'w', long = "work-dir", default_value = ".")]
@@ -29,7 +36,9 @@ pub struct ListRunsArgs {
     /// Only the newest matching run.
     #[arg(long)]
     pub first: bool,
-    #[arg(long, value_enum, default_value_t = Format::Text)]
+    /// What stdout carries: text (one aligned row per run), json (an array of runs, with the
+    /// original engine's field names too), raw (run ids, one per line).
+    #[arg(long, value_enum, default_value_t = Format::Text, hide_possible_values = true)]
     pub format: Format,
 }
 
@@ -57,8 +66,10 @@ pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
             JanitorAction::SkippedOtherHost { .. } => {}
         }
     }
-    let runs = list_runs(&args.work_dir).map_err(|e| CliError::Config(e.to_string()))?;
-    let mut runs: Vec<RunSummary> = runs
+    let listing =
+        list_runs_with_warnings(&args.work_dir).map_err(|e| CliError::Config(e.to_string()))?;
+    let mut runs: Vec<RunSummary> = listing
+        .runs
         .into_iter()
         .filter(|r| !args.resumable || r.status != RunStatus::Running)
         .filter(|r| args.status.is_none_or(|s| r.status == s))
@@ -66,6 +77,13 @@ pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
     if args.first {
         runs.truncate(1);
     }
-    crate::output::runs::print(&runs, args.format);
+    // An unreadable run has no status: it matches no filter, but a plain listing shows it.
+    let filtered = args.resumable || args.status.is_some() || args.first;
+    let unreadable = if filtered {
+        &[][..]
+    } else {
+        &listing.skipped[..]
+    };
+    crate::output::runs::print(&runs, unreadable, args.format);
     Ok(0)
 }

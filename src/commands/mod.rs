@@ -18,6 +18,13 @@ use crate::cli::{Command, ToolCommand};
 use crate::error::CliError;
 use crate::output::progress::Verbosity;
 
+/// Descriptors an engine of this machine's arbiters needs for one run at a time: the floor
+/// checked before any engine starts (`orchestrate` needs more per parallel run).
+pub fn open_files_baseline() -> u64 {
+    let arbiters = std::thread::available_parallelism().map_or(2, |n| n.get());
+    crate::limits::open_files_needed(arbiters, 1)
+}
+
 /// Runs the chosen command and returns its exit code.
 pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
     let verbosity = if verbose > 0 {
@@ -25,6 +32,13 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
     } else {
         Verbosity::Normal
     };
+    if matches!(
+        command,
+        Command::Run(_) | Command::Continue(_) | Command::Orchestrate(_) | Command::MockLlm(_)
+    ) {
+        // Before any engine thread exists: too few descriptors used to panic in an arbiter.
+        crate::limits::ensure_open_files(open_files_baseline())?;
+    }
     match command {
         Command::Orchestrate(args) => orchestrate::run(args),
         Command::Run(args) => run::run(args, verbosity),

@@ -20,6 +20,7 @@ use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
+  cd my-agent && delta run -m \"Analyze sales data\"      # --agent defaults to the current folder
   delta run --agent ./my-agent -m \"Analyze sales data\" -y
   delta run -m \"Summarise DELTA.md\" -w ./workspace --format json
   delta run --agent examples/agents/hello-world -m \"Say hello\" -y \\
@@ -28,8 +29,8 @@ use crate::output::{progress::Verbosity, Format};
 Exit codes: 0 COMPLETED, 1 FAILED, 101 WAITING_FOR_INPUT (answer with `delta continue`),
 126 configuration error, 130 interrupted (Ctrl-C; resume with `delta continue`).")]
 pub struct RunArgs {
-    /// Agent folder (holding agent.yaml).
-    #[arg(short = 'a', long, default_value = ".")]
+    /// Agent folder holding agent.yaml; optional, the current directory by default.
+    #[arg(short = 'a', long, value_name = "DIR", default_value = ".")]
     pub agent: PathBuf,
     /// The task for the agent.
     #[arg(short = 'm', long)]
@@ -38,7 +39,7 @@ pub struct RunArgs {
     #[arg(short = 'w', long = "work-dir")]
     pub work_dir: Option<PathBuf>,
     /// Iteration cap for this run (default: the agent's max_iterations, else 30).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_iterations: Option<u32>,
     /// Never ask: create the next workspace W00N.
     #[arg(short = 'y', long)]
@@ -49,8 +50,8 @@ pub struct RunArgs {
     /// Run id to use (letters, digits, '.', '_', '-'; must not exist in the workspace).
     #[arg(long)]
     pub run_id: Option<String>,
-    /// What stdout carries.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
+    #[arg(long, value_enum, default_value_t = Format::Text, hide_possible_values = true,
+          help = crate::output::RUN_RESULT_FORMAT_HELP)]
     pub format: Format,
     /// Use the built-in scripted model with this script instead of a real endpoint (offline).
     #[arg(long, value_name = "FILE")]
@@ -62,26 +63,32 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }
-    let (work_dir, workspace_id) =
-        choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
+    // Everything is validated before anything is created: a configuration error must not
+    // leave an empty workspace behind or move LAST_USED.
+    let choice = choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
     if let Some(id) = &args.run_id {
         validate_run_id(id).map_err(|e| CliError::Config(e.to_string()))?;
         // A folder without metadata.json is a run killed while being created: the engine
         // reclaims it, so only a started run blocks the id.
-        if RunPaths::new(&work_dir, id)
+        if RunPaths::new(&choice.dir, id)
             .run_dir
             .join("metadata.json")
             .exists()
         {
             return Err(CliError::Config(format!(
                 "run id '{id}' already exists in {}; choose another id, or see the runs with `delta list-runs -w {}`",
-                work_dir.display(),
-                work_dir.display()
+                choice.dir.display(),
+                choice.dir.display()
             )));
         }
     }
-    let RunInputs { agent, env, llm } =
-        run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
+    let RunInputs {
+        agent,
+        env,
+        llm,
+        supervisor,
+    } = run_inputs(agent, &choice.dir, args.llm_script.as_deref(), verbosity)?;
+    let (work_dir, workspace_id) = choice.create()?;
     let request = RunRequest {
         agent: Arc::new(agent),
         work_dir,
@@ -97,37 +104,73 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         workspace_id,
         orchestration_id: None,
     };
-    run_one(request, verbosity, args.format)
+    run_one(request, supervisor, verbosity, args.format)
+}
+
+/// The workspace a run will use, chosen but not created yet.
+struct WorkspaceChoice {
+    /// Absolute path (it may not exist yet).
+    dir: PathBuf,
+    /// `Some((agent home, W00N))` for an agent workspace, recorded in LAST_USED on creation.
+    agent_workspace: Option<(PathBuf, String)>,
+}
+
+impl WorkspaceChoice {
+    /// Creates the folder (and, for an agent workspace, records it as last used); returns
+    /// its canonical path and the workspace id.
+    fn create(self) -> Result<(PathBuf, Option<String>), CliError> {
+        match self.agent_workspace {
+            Some((agent_home, name)) => {
+                let existed = self.dir.is_dir();
+                let dir = create_workspace(&agent_home, &name)
+                    .map_err(|e| CliError::Config(e.to_string()))?;
+                if !existed {
+                    eprintln!("Using new workspace {name}");
+                }
+                Ok((dir, Some(name)))
+            }
+            None => {
+                let dir = &self.dir;
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    CliError::Config(format!("cannot create work dir {}: {e}", dir.display()))
+                })?;
+                let dir = dir.canonicalize().map_err(|e| {
+                    CliError::Config(format!("cannot resolve work dir {}: {e}", dir.display()))
+                })?;
+                Ok((dir, None))
+            }
+        }
+    }
 }
 
 /// `-w` wins; otherwise the agent's workspaces: a new one with `-y` or without a terminal,
-/// else a menu on stderr.
+/// else a menu on stderr. Nothing is created here.
 fn choose_workspace(
     agent_home: &Path,
     explicit: Option<&Path>,
     yes: bool,
-) -> Result<(PathBuf, Option<String>), CliError> {
+) -> Result<WorkspaceChoice, CliError> {
     if let Some(dir) = explicit {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            CliError::Config(format!("cannot create work dir {}: {e}", dir.display()))
-        })?;
-        let dir = dir.canonicalize().map_err(|e| {
+        let dir = std::path::absolute(dir).map_err(|e| {
             CliError::Config(format!("cannot resolve work dir {}: {e}", dir.display()))
         })?;
-        return Ok((dir, None));
+        return Ok(WorkspaceChoice {
+            dir,
+            agent_workspace: None,
+        });
     }
     let config = |e: delta_actors::workspace::WorkspaceError| CliError::Config(e.to_string());
     let existing = list_workspaces(agent_home).map_err(config)?;
     let interactive = !yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let name = if !interactive || existing.is_empty() {
-        let name = next_workspace_name(agent_home).map_err(config)?;
-        eprintln!("Using new workspace {name}");
-        name
+        next_workspace_name(agent_home).map_err(config)?
     } else {
         menu(agent_home, &existing)?
     };
-    let dir = create_workspace(agent_home, &name).map_err(config)?;
-    Ok((dir, Some(name)))
+    Ok(WorkspaceChoice {
+        dir: agent_home.join("workspaces").join(&name),
+        agent_workspace: Some((agent_home.to_path_buf(), name)),
+    })
 }
 
 fn menu(agent_home: &Path, existing: &[String]) -> Result<String, CliError> {

@@ -1,5 +1,6 @@
 //! `delta tool expand <agent-dir-or-yaml> [--format yaml|json]` (alias `delta tool:expand`):
-//! prints each tool's internal form (spec §2.2.7) after following imports.
+//! prints each tool's internal form (spec §2.2.7) after following imports, and for an agent
+//! the built-in `ask_human` last, as the model is offered it.
 //!
 //! Owns the expansion document's shape and its rendering. Loading and validation are the
 //! library's (`load_agent` / `load_tool_library`); this file only presents the result.
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use delta_actors::agent::{is_agent_path, load_agent, load_tool_library};
+use delta_actors::tool::ask_human;
 use delta_actors::tool::compile::{CompiledTool, ToolSyntax};
 use serde::Serialize;
 
@@ -56,6 +58,8 @@ struct ExpandedTool {
     syntax: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     template: Option<String>,
+    /// Empty only for the built-in ask_human, which runs no command.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     command: Vec<String>,
     parameters: Vec<ExpandedParameter>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,7 +72,9 @@ struct ExpandedParameter {
     name: String,
     #[serde(rename = "type")]
     param_type: &'static str,
-    inject_as: &'static str,
+    /// How the value reaches the process; none for the built-in ask_human.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inject_as: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     option_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -80,7 +86,13 @@ struct ExpandedParameter {
     default: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<String>,
+    /// The accepted values of an enumeration (ask_human's `input_type`).
+    #[serde(rename = "enum", skip_serializing_if = "<[_]>::is_empty")]
+    values: &'static [&'static str],
 }
+
+/// The syntax and `defined_in` shown for the built-in tool.
+const BUILT_IN: &str = "built-in";
 
 fn relative(path: &Path, base: &Path) -> String {
     path.strip_prefix(base)
@@ -102,13 +114,14 @@ fn expand_tool(tool: &CompiledTool, base: &Path) -> ExpandedTool {
             .map(|p| ExpandedParameter {
                 name: p.name.clone(),
                 param_type: p.param_type.as_str(),
-                inject_as: p.inject_as.as_str(),
+                inject_as: Some(p.inject_as.as_str()),
                 option_name: p.option_name.clone(),
                 position: p.position,
                 raw: p.raw,
                 required: p.required,
                 default: p.default.clone(),
                 description: p.description.clone(),
+                values: &[],
             })
             .collect(),
         timeout_ms: tool.timeout_ms,
@@ -116,10 +129,38 @@ fn expand_tool(tool: &CompiledTool, base: &Path) -> ExpandedTool {
     }
 }
 
+/// The built-in `ask_human`, which every agent offers the model after its own tools.
+fn expand_ask_human() -> ExpandedTool {
+    ExpandedTool {
+        name: ask_human::ASK_HUMAN.to_string(),
+        description: Some(ask_human::DESCRIPTION.to_string()),
+        syntax: BUILT_IN,
+        template: None,
+        command: Vec::new(),
+        parameters: ask_human::PARAMETERS
+            .iter()
+            .map(|p| ExpandedParameter {
+                name: p.name.to_string(),
+                param_type: p.param_type,
+                inject_as: None,
+                option_name: None,
+                position: None,
+                raw: false,
+                required: p.required,
+                default: None,
+                description: Some(p.description.to_string()),
+                values: p.values,
+            })
+            .collect(),
+        timeout_ms: None,
+        defined_in: BUILT_IN.to_string(),
+    }
+}
+
 fn summary(tools: &[CompiledTool], source: &Path) -> String {
     let count = |s: ToolSyntax| tools.iter().filter(|t| t.syntax == s).count();
     format!(
-        "expanded {} tool(s) from {} ({} exec, {} shell, {} legacy); the built-in ask_human is always offered too",
+        "expanded {} tool(s) from {} ({} exec, {} shell, {} legacy); the built-in ask_human is always offered too (listed last for an agent)",
         tools.len(),
         source.display(),
         count(ToolSyntax::Exec),
@@ -138,6 +179,7 @@ pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
                 .tools
                 .iter()
                 .map(|t| expand_tool(t, &agent.home))
+                .chain(std::iter::once(expand_ask_human()))
                 .collect(),
         };
         (document, agent.tools, agent.warnings, agent.config_file)

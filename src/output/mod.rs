@@ -9,17 +9,23 @@ pub mod runs;
 
 use std::io::Write;
 
-/// Output format of commands that print results (`--format`).
+/// Output format of commands that print results (`--format`). What each format holds
+/// depends on the command: each command's `--format` help says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
 pub enum Format {
-    /// Human-readable summary.
+    /// For people: a readable summary.
     #[default]
     Text,
-    /// One JSON document (RunResult schema 2.0 for runs).
+    /// For programs: one JSON document.
     Json,
-    /// Just the data: the final answer text for a completed run.
+    /// For scripts: the bare data, nothing else.
     Raw,
 }
+
+/// `--format` help of the commands that print a RunResult (`run`, `continue`).
+pub const RUN_RESULT_FORMAT_HELP: &str =
+    "What stdout carries: text (a summary and the next command to type), \
+json (the RunResult, schema 2.0, for every final status), raw (only the answer of a COMPLETED run)";
 
 /// Writes `text` to stdout and flushes. A closed pipe (`| head`) is not an error.
 pub fn emit(text: &str) {

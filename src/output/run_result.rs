@@ -1,5 +1,5 @@
 //! Renders a RunResult in the three formats of spec §2.6.5: `json` (the schema 2.0 object),
-//! `text` (a summary with the next command to type), `raw` (the answer alone).
+//! `text` (the original engine's summary layout, plus the next command to type), `raw` (the answer alone).
 
 use delta_actors::api::RunResult;
 use delta_actors::RunStatus;
@@ -21,25 +21,30 @@ pub fn print(result: &RunResult, format: Format) {
     }
 }
 
+/// The text summary. Its layout follows the original engine's (reference §3.5): the id and
+/// status between rules, then an `Execution Summary:` block, then the outcome.
 pub fn render_text(r: &RunResult) -> String {
     let mut s = String::new();
     s.push_str(RULE);
     s.push('\n');
-    s.push_str(&format!("Run ID:     {}\n", r.run_id));
-    s.push_str(&format!("Status:     {}\n", r.status));
-    s.push_str(&format!("Iterations: {}\n", r.metrics.iterations));
+    s.push_str(&format!("Run ID: {}\n", r.run_id));
+    s.push_str(&format!("Status: {}\n", r.status));
+    s.push_str(RULE);
+    s.push_str("\n\nExecution Summary:\n");
+    s.push_str(&format!("  • Iterations: {}\n", r.metrics.iterations));
     s.push_str(&format!(
-        "Duration:   {:.2}s\n",
+        "  • Duration:   {:.2}s\n",
         r.metrics.duration_ms as f64 / 1000.0
     ));
-    s.push_str(&format!("Workspace:  {}\n", r.metadata.workspace_path));
+    s.push_str(&format!("  • Start Time: {}\n", r.metrics.start_time));
+    s.push_str(&format!("  • End Time:   {}\n", r.metrics.end_time));
+    s.push_str(&format!("  • Workspace:  {}\n", r.metadata.workspace_path));
     if r.metrics.usage.input_tokens + r.metrics.usage.output_tokens > 0 {
         s.push_str(&format!(
-            "Tokens:     {} in / {} out\n",
+            "  • Tokens:     {} in / {} out\n",
             r.metrics.usage.input_tokens, r.metrics.usage.output_tokens
         ));
     }
-    s.push_str(RULE);
     s.push('\n');
     let resume = format!(
         "delta continue --run-id {} -w {}",
@@ -48,7 +53,9 @@ pub fn render_text(r: &RunResult) -> String {
     );
     match r.status {
         RunStatus::Completed => {
-            s.push_str("Result:\n");
+            s.push_str("Final Response:\n");
+            s.push_str(RULE);
+            s.push('\n');
             s.push_str(r.result.as_deref().unwrap_or(""));
             s.push('\n');
         }
@@ -92,5 +99,59 @@ fn shell_quote(s: &str) -> String {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use delta_actors::api::{RunMetrics, RunResultMetadata};
+
+    fn completed() -> RunResult {
+        RunResult {
+            schema_version: "2.0".into(),
+            run_id: "r1".into(),
+            status: RunStatus::Completed,
+            result: Some("All done.".into()),
+            error: None,
+            interaction: None,
+            metrics: RunMetrics {
+                iterations: 3,
+                duration_ms: 1500,
+                model_time_ms: 0,
+                queue_time_ms: 0,
+                tool_time_ms: 0,
+                start_time: "2026-01-01T00:00:00.000Z".into(),
+                end_time: "2026-01-01T00:00:01.500Z".into(),
+                usage: Default::default(),
+            },
+            metadata: RunResultMetadata {
+                agent_name: "a".into(),
+                workspace_path: "/ws".into(),
+                run_dir: "/ws/.delta/r1".into(),
+            },
+        }
+    }
+
+    /// Issue 11 item 19: the text summary has the original engine's "Execution Summary:"
+    /// heading and "Final Response:" block, which its users' scripts grep for.
+    #[test]
+    fn text_summary_has_the_original_engines_headings() {
+        let text = render_text(&completed());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], RULE);
+        assert_eq!(lines[1], "Run ID: r1");
+        assert_eq!(lines[2], "Status: COMPLETED");
+        assert_eq!(lines[3], RULE);
+        assert_eq!(lines[5], "Execution Summary:");
+        assert_eq!(lines[6], "  • Iterations: 3");
+        assert_eq!(lines[7], "  • Duration:   1.50s");
+        assert!(lines[8].starts_with("  • Start Time: 2026-01-01"), "{text}");
+        assert!(lines[9].starts_with("  • End Time:   2026-01-01"), "{text}");
+        let response = lines.iter().position(|l| *l == "Final Response:").unwrap();
+        assert_eq!(lines[response + 1], RULE);
+        assert_eq!(lines[response + 2], "All done.");
+        assert_eq!(lines.last().copied(), Some(RULE));
     }
 }

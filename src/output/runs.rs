@@ -1,24 +1,46 @@
-//! Renders `delta list-runs`: aligned text lines, a JSON array, or bare ids.
+//! Renders `delta list-runs`: aligned text lines, a JSON array, or bare ids. Unreadable run
+//! folders are rows with status `UNREADABLE` and their reason (text, json); raw output keeps
+//! only ids `continue` can take, and names the unreadable ones on stderr.
 
-use delta_actors::workspace::RunSummary;
+use delta_actors::workspace::{RunSummary, SkippedRun};
 
 use super::{emit, emit_json, Format};
 
-pub fn print(runs: &[RunSummary], format: Format) {
+/// The status shown for a run folder whose metadata cannot be read.
+pub const UNREADABLE: &str = "UNREADABLE";
+
+/// One JSON row: delta's names plus the original engine's (`start_time`, `task`,
+/// `iterations_completed`), so scripts written for either keep working.
+fn json_row(r: &RunSummary) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": r.run_id,
+        "status": r.status,
+        "task_summary": r.task_summary,
+        "task": r.task,
+        "created_at": r.created_at,
+        "start_time": r.created_at,
+        "last_updated": r.last_updated,
+        "end_time": r.end_time,
+        "iterations": r.iterations,
+        "iterations_completed": r.iterations,
+    })
+}
+
+fn unreadable_json_row(s: &SkippedRun) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": s.run_id,
+        "status": UNREADABLE,
+        "error": s.reason,
+    })
+}
+
+pub fn print(runs: &[RunSummary], unreadable: &[SkippedRun], format: Format) {
     match format {
         Format::Json => {
             let rows: Vec<serde_json::Value> = runs
                 .iter()
-                .map(|r| {
-                    serde_json::json!({
-                        "run_id": r.run_id,
-                        "status": r.status,
-                        "task_summary": r.task_summary,
-                        "created_at": r.created_at,
-                        "last_updated": r.last_updated,
-                        "iterations": r.iterations,
-                    })
-                })
+                .map(json_row)
+                .chain(unreadable.iter().map(unreadable_json_row))
                 .collect();
             emit_json(&rows);
         }
@@ -29,34 +51,55 @@ pub fn print(runs: &[RunSummary], format: Format) {
                 out.push('\n');
             }
             emit(&out);
-        }
-        Format::Text => {
-            if runs.is_empty() {
-                emit("No runs found.\n");
-                return;
+            for s in unreadable {
+                #[allow(clippy::print_stderr)]
+                {
+                    eprintln!("warning: run {} is {UNREADABLE}: {}", s.run_id, s.reason);
+                }
             }
-            let id_w = runs.iter().map(|r| r.run_id.len()).max().unwrap_or(6);
-            let task_w = runs
-                .iter()
-                .map(|r| r.task_summary.chars().count() + 2)
-                .max()
-                .unwrap_or(4)
-                .min(64);
-            let now = chrono::Utc::now();
-            let mut out = String::new();
-            for r in runs {
-                let task = format!("\"{}\"", r.task_summary);
-                out.push_str(&format!(
-                    "{:<id_w$}  {:<17}  {:<task_w$}  {}\n",
-                    r.run_id,
-                    r.status.as_str(),
-                    task,
-                    relative_age(&r.last_updated, now),
-                ));
-            }
-            emit(&out);
         }
+        Format::Text => emit(&render_text(runs, unreadable, chrono::Utc::now())),
     }
+}
+
+fn render_text(
+    runs: &[RunSummary],
+    unreadable: &[SkippedRun],
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    if runs.is_empty() && unreadable.is_empty() {
+        return "No runs found.\n".to_string();
+    }
+    let id_w = runs
+        .iter()
+        .map(|r| r.run_id.len())
+        .chain(unreadable.iter().map(|s| s.run_id.len()))
+        .max()
+        .unwrap_or(6);
+    let task_w = runs
+        .iter()
+        .map(|r| r.task_summary.chars().count() + 2)
+        .max()
+        .unwrap_or(4)
+        .min(64);
+    let mut out = String::new();
+    for r in runs {
+        let task = format!("\"{}\"", r.task_summary);
+        out.push_str(&format!(
+            "{:<id_w$}  {:<17}  {:<task_w$}  {}\n",
+            r.run_id,
+            r.status.as_str(),
+            task,
+            relative_age(&r.last_updated, now),
+        ));
+    }
+    for s in unreadable {
+        out.push_str(&format!(
+            "{:<id_w$}  {:<17}  {}\n",
+            s.run_id, UNREADABLE, s.reason
+        ));
+    }
+    out
 }
 
 fn relative_age(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> String {
@@ -69,5 +112,55 @@ fn relative_age(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> String {
         s if s < 3600 => format!("{}m ago", s / 60),
         s if s < 86_400 => format!("{}h ago", s / 3600),
         s => format!("{}d ago", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use delta_actors::RunStatus;
+
+    fn run(id: &str) -> RunSummary {
+        RunSummary {
+            run_id: id.into(),
+            status: RunStatus::Completed,
+            task_summary: "do it".into(),
+            task: "do it\nin detail".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            last_updated: "2026-01-01T00:00:00Z".into(),
+            end_time: Some("2026-01-01T00:00:05Z".into()),
+            iterations: 2,
+        }
+    }
+
+    #[test]
+    fn json_rows_carry_the_original_engines_field_names() {
+        let row = json_row(&run("r1"));
+        assert_eq!(row["start_time"], row["created_at"]);
+        assert_eq!(row["task"], "do it\nin detail");
+        assert_eq!(row["iterations_completed"], 2);
+        assert_eq!(row["iterations"], 2);
+    }
+
+    #[test]
+    fn unreadable_runs_are_rows_with_their_reason() {
+        let skipped = SkippedRun {
+            run_id: "broken".into(),
+            reason: "metadata file x not found".into(),
+        };
+        let now = chrono::Utc::now();
+        let text = render_text(&[run("r1")], std::slice::from_ref(&skipped), now);
+        let last = text.lines().last().unwrap_or_default();
+        assert!(last.starts_with("broken"), "{text}");
+        assert!(
+            last.contains("UNREADABLE") && last.contains("not found"),
+            "{text}"
+        );
+        let alone = render_text(&[], std::slice::from_ref(&skipped), now);
+        assert!(!alone.contains("No runs found"), "{alone}");
+        let row = unreadable_json_row(&skipped);
+        assert_eq!(row["status"], "UNREADABLE");
+        assert_eq!(row["error"], "metadata file x not found");
     }
 }

@@ -216,3 +216,39 @@ fn password_answer_given_interactively_stays_in_its_private_file() {
     assert!(!out.stdout.contains(SECRET) && !out.stderr.contains(SECRET));
     assert_only_the_secret_file_holds_it(&case, "r1");
 }
+
+/// Regression (issue 11 item 14): `{"question": ...}` used to pause the run with an empty
+/// question. It is now refused like bad arguments of any tool: the model reads an error
+/// naming the key, and the run goes on without pausing.
+#[test]
+fn ask_human_with_a_wrong_key_answers_an_error_and_does_not_pause() {
+    let case = Case::new("asker", TOOLS, &ask(json!({"question": "Proceed?"})));
+    let out = case.run("r1", "ask me", &[]);
+    out.assert_code(0);
+    let answer = out.json()["result"].as_str().unwrap().to_string();
+    assert!(answer.contains("unknown argument `question`"), "{answer}");
+    assert!(answer.contains("prompt"), "{answer}");
+    let journal = case.journal("r1");
+    assert!(events_of(&journal, "HUMAN_INPUT_REQUEST").is_empty());
+    assert!(!case.run_dir("r1").join("interaction/request.json").exists());
+    let results = events_of(&journal, "ACTION_RESULT");
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["status"], "ERROR");
+}
+
+#[test]
+fn ask_human_with_an_empty_prompt_or_unknown_input_type_does_not_pause() {
+    for args in [
+        json!({"prompt": ""}),
+        json!({"prompt": "Go?", "input_type": "secret"}),
+    ] {
+        let case = Case::new("asker", TOOLS, &ask(args.clone()));
+        let out = case.run("r1", "ask me", &[]);
+        out.assert_code(0);
+        let answer = out.json()["result"].as_str().unwrap().to_string();
+        assert!(
+            answer.contains("invalid arguments for tool 'ask_human'"),
+            "{args}: {answer}"
+        );
+    }
+}

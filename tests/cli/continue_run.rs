@@ -340,77 +340,6 @@ fn killed_after_engine_end_but_before_the_metadata_write_reports_the_finished_ru
     assert_eq!(count(&case.journal("r1"), "ENGINE_END"), 1);
 }
 
-/// A copy of the original engine's workspace fixture whose runs point at `agent_dir`.
-fn original_engine_workspace(case: &Case) -> std::path::PathBuf {
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("actors/tests/engine/fixtures/original-engine/work");
-    let copy = case.path().join("legacy-ws");
-    copy_dir(&fixture, &copy);
-    for run in std::fs::read_dir(copy.join(".delta")).unwrap() {
-        let meta_path = run.unwrap().path().join("metadata.json");
-        if meta_path.is_file() {
-            let mut meta = read_json(&meta_path);
-            meta["agent_ref"] = json!(case.agent_dir().display().to_string());
-            std::fs::write(&meta_path, serde_json::to_vec_pretty(&meta).unwrap()).unwrap();
-        }
-    }
-    copy
-}
-
-#[test]
-fn runs_of_the_original_engine_can_be_continued() {
-    let script = json!({"rules": [
-        {"task_contains": "List the files", "steps": [
-            {"answer": "unused"}, {"answer": "unused"},
-            {"answer": "continued: {{ last_user }}"}
-        ]},
-        {"task_contains": "Delete", "steps": [
-            {"answer": "unused"}, {"answer": "unused"},
-            {"answer": "answered: {{ last_observation }}"}
-        ]}
-    ]});
-    let case = Case::new("file-helper", "tools: []\n", &script);
-    let ws = original_engine_workspace(&case);
-    let ws_arg = ws.display().to_string();
-    let cont = |run_id: &str, message: &str| {
-        case.delta(&[
-            "continue", "--run-id", run_id, "-w", &ws_arg, "-m", message, "--format", "json",
-        ])
-    };
-
-    let completed = cont("20261122_014234_915ade", "now count them");
-    completed.assert_code(0);
-    assert_eq!(completed.json()["result"], "continued: now count them");
-    let waiting = cont("20261122_015010_0c4b1e", "yes");
-    waiting.assert_code(0);
-    assert!(
-        waiting.json()["result"].as_str().unwrap().contains("yes"),
-        "{}",
-        waiting.stdout
-    );
-    assert_eq!(case.mock.stats()["rejected_invalid"], 0);
-    let waiting_dir = ws.join(".delta/20261122_015010_0c4b1e");
-    assert!(!waiting_dir.join("interaction/request.json").exists());
-    let journal = read_journal(&waiting_dir.join("journal.jsonl"));
-    assert_eq!(events_of(&journal, "HUMAN_INPUT_RECEIVED").len(), 1);
-
-    for run_id in ["20261122_014234_915ade", "20261122_015010_0c4b1e"] {
-        let journal = read_journal(&ws.join(".delta").join(run_id).join("journal.jsonl"));
-        assert_seq_strictly_increasing(&journal);
-        assert_eq!(journal.last().unwrap()["status"], "COMPLETED", "{run_id}");
-    }
-    let listed = case.delta(&["list-runs", "-w", &ws_arg, "--format", "json"]);
-    listed.assert_code(0);
-    let rows: Value = serde_json::from_str(&listed.stdout).unwrap();
-    assert!(
-        rows.as_array()
-            .unwrap()
-            .iter()
-            .all(|r| r["status"] == "COMPLETED"),
-        "{rows}"
-    );
-}
-
 #[test]
 fn two_runs_racing_for_one_run_id_exactly_one_wins() {
     let script = json!({"steps": [{"tool": "nap", "args": {"seconds": "0.3"}}, {"answer": "ok"}]});
@@ -492,4 +421,26 @@ fn the_iteration_cap_applies_to_each_continuation() {
     out.assert_code(1);
     assert!(out.json()["error"].to_string().contains("max_iterations"));
     assert_eq!(case.metadata("short")["iterations"], 3);
+}
+
+/// Regression (issue 11 item 17): `continue -w missing` printed a raw OS error.
+#[test]
+fn continue_with_a_missing_work_dir_says_what_w_must_be() {
+    let case = Case::new(
+        "nowhere",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "x"}]}),
+    );
+    let missing = case.path().join("no-such-ws").display().to_string();
+    let out = case.delta(&["continue", "--run-id", "r1", "-w", &missing]);
+    out.assert_code(126);
+    assert!(out.stderr.contains(&missing), "{}", out.stderr);
+    assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("hint:") && out.stderr.contains(".delta"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("os error"), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
 }

@@ -132,8 +132,43 @@ fn colon_spelling_and_json_format_agree() {
             "word_count",
             "count_matching_lines",
             "http_post",
-            "greet"
+            "greet",
+            "ask_human"
         ]
+    );
+}
+
+/// Regression (issue 11 item 14): `tool expand` did not list the built-in ask_human, so its
+/// parameters were nowhere to be seen.
+#[test]
+fn tool_expand_lists_the_built_in_ask_human_with_its_parameters() {
+    let out = run_in(
+        &repo_root(),
+        &[
+            "tool",
+            "expand",
+            "examples/agents/hello-world",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let tools = doc["tools"].as_array().unwrap();
+    let ask = tools.last().unwrap();
+    assert_eq!(ask["name"], "ask_human");
+    assert_eq!(ask["syntax"], "built-in");
+    let params: Vec<&str> = ask["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(params, ["prompt", "input_type", "sensitive"]);
+    assert_eq!(ask["parameters"][0]["required"], true);
+    assert_eq!(
+        ask["parameters"][1]["enum"],
+        serde_json::json!(["text", "password", "confirmation"])
     );
 }
 
@@ -326,7 +361,12 @@ fn expand_prints_warnings_for_typos_and_deprecations_on_stderr() {
         "{}",
         out.stderr
     );
-    assert_eq!(out.stdout, "agent: a\nsource: config.yaml\ntools: []\n");
+    assert!(
+        out.stdout
+            .starts_with("agent: a\nsource: config.yaml\ntools:\n- name: ask_human\n"),
+        "only the built-in tool: {}",
+        out.stdout
+    );
 }
 
 #[test]

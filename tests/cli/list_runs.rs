@@ -175,3 +175,85 @@ fn journals_of_the_original_engine_are_listed() {
         );
     }
 }
+
+/// Regression (issue 11 item 8e): runs with a corrupt or missing metadata.json were silently
+/// left out. They are rows with status UNREADABLE and the reason (text, json); raw output
+/// keeps only ids `continue` can take and names them on stderr; filters leave them out.
+#[test]
+fn runs_with_corrupt_or_missing_metadata_are_listed_as_unreadable() {
+    let case = Case::new("lister", TOOLS, &script());
+    case.run("good", "please complete this", &[]).assert_code(0);
+    let corrupt = case.work_dir().join(".delta/corrupt");
+    std::fs::create_dir_all(&corrupt).unwrap();
+    std::fs::write(corrupt.join("metadata.json"), "{not json").unwrap();
+    std::fs::create_dir_all(case.work_dir().join(".delta/nometa")).unwrap();
+
+    let text = list(&case, &[]);
+    text.assert_code(0);
+    let line = |id: &str| {
+        text.stdout
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("no row for {id}: {}", text.stdout))
+            .to_string()
+    };
+    assert!(line("good").contains("COMPLETED"));
+    assert!(
+        line("corrupt").contains("UNREADABLE"),
+        "{}",
+        line("corrupt")
+    );
+    assert!(
+        line("corrupt").contains("not valid run metadata"),
+        "{}",
+        line("corrupt")
+    );
+    assert!(line("nometa").contains("UNREADABLE") && line("nometa").contains("not found"));
+
+    let json = list(&case, &["--format", "json"]);
+    json.assert_code(0);
+    let rows: Value = serde_json::from_str(&json.stdout).unwrap();
+    let row = |id: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == id)
+            .unwrap_or_else(|| panic!("no row for {id}: {rows}"))
+            .clone()
+    };
+    assert_eq!(row("corrupt")["status"], "UNREADABLE");
+    assert!(row("corrupt")["error"]
+        .as_str()
+        .unwrap()
+        .contains("metadata.json"));
+    assert_eq!(row("nometa")["status"], "UNREADABLE");
+    assert!(row("good")["error"].is_null());
+
+    let raw = list(&case, &["--format", "raw"]);
+    raw.assert_code(0);
+    assert_eq!(raw.stdout, "good\n");
+    assert!(
+        raw.stderr.contains("corrupt") && raw.stderr.contains("UNREADABLE"),
+        "{}",
+        raw.stderr
+    );
+    assert_eq!(raw_ids(&case, &["--resumable"]), ["good"]);
+}
+
+/// Issue 11 item 19: scripts written for the original engine read `start_time`, `task` and
+/// `iterations_completed` from `list-runs --format json`.
+#[test]
+fn json_rows_carry_the_original_engines_field_names() {
+    let case = Case::new("lister", TOOLS, &script());
+    case.run("one", "please complete this\nwith a second line", &[])
+        .assert_code(0);
+    let out = list(&case, &["--format", "json"]);
+    out.assert_code(0);
+    let rows: Value = serde_json::from_str(&out.stdout).unwrap();
+    let row = &rows[0];
+    assert_eq!(row["start_time"], row["created_at"]);
+    assert_eq!(row["task"], "please complete this\nwith a second line");
+    assert_eq!(row["task_summary"], "please complete this");
+    assert_eq!(row["iterations_completed"], row["iterations"]);
+    assert!(row["end_time"].is_string(), "{row}");
+}

@@ -4,8 +4,10 @@ mod hooks;
 mod init_expand;
 
 mod ask_human;
+mod continue_compat;
 mod continue_run;
 mod crash;
+mod env_precedence;
 mod harness;
 mod list_runs;
 mod orchestrate;

@@ -96,6 +96,7 @@ fn five_tool_run_leaves_complete_files_and_a_json_run_result() {
     assert_eq!(meta["run_id"], "r-json");
     assert_eq!(meta["agent_name"], "five");
     assert_eq!(meta["initial_message"], "the task");
+    assert_eq!(meta["task"], "the task", "the original engine's field name");
     assert_eq!(meta["iterations"], 6);
     assert_eq!(meta["result"].as_str(), Some(answer));
     assert!(meta["pid"].as_u64().is_some() && meta["hostname"].is_string());
@@ -537,4 +538,25 @@ fn torn_journal_tail_is_repaired_on_continue() {
         "repair not journaled: {:?}",
         types(&journal)
     );
+}
+
+/// Issue 11 item 4b: `--max-iterations 0` silently became 1; it is a usage error.
+#[test]
+fn a_zero_or_negative_iteration_cap_is_a_usage_error() {
+    let case = Case::new(
+        "cap",
+        "tools: []\n",
+        &serde_json::json!({"steps": [{"answer": "x"}]}),
+    );
+    for value in ["0", "-1", "4294967296"] {
+        let flag = format!("--max-iterations={value}");
+        let out = case.run("r1", "task", &[&flag]);
+        out.assert_code(2);
+        assert!(
+            out.stderr.contains("--max-iterations"),
+            "{value}: {}",
+            out.stderr
+        );
+        assert!(!case.run_dir("r1").exists());
+    }
 }

@@ -273,6 +273,105 @@ fn without_work_dir_each_run_gets_the_next_agent_workspace() {
     assert_eq!(last_used.trim(), "W002");
 }
 
+/// Regression (issue 11 item 15): a configuration error (here: no model configured) used to
+/// leave an empty new workspace W00N behind and move LAST_USED. Everything is validated
+/// before anything is created, with or without `-w`.
+#[test]
+fn a_configuration_error_creates_no_workspace_and_keeps_last_used() {
+    let case = Case::new(
+        "nomodel",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "ok"}]}),
+    );
+    let agent = case.agent_dir().display().to_string();
+    case.delta(&["run", "--agent", &agent, "-y", "-m", "first"])
+        .assert_code(0);
+    let workspaces = case.agent_dir().join("workspaces");
+    let before: Vec<_> = std::fs::read_dir(&workspaces)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        std::fs::read_to_string(workspaces.join("LAST_USED")).unwrap(),
+        "W001"
+    );
+
+    let missing_ws = case.path().join("never-created");
+    let missing_ws = missing_ws.display().to_string();
+    for extra in [vec!["-y"], vec!["-w", missing_ws.as_str()]] {
+        let mut cmd = case.cmd();
+        cmd.env_remove("DELTA_API_KEY").env_remove("DELTA_BASE_URL");
+        let out = cmd
+            .args([&["run", "--agent", &agent, "-m", "second"][..], &extra].concat())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{extra:?}: {stderr}");
+        assert!(stderr.contains("DELTA_API_KEY"), "{stderr}");
+    }
+    let after: Vec<_> = std::fs::read_dir(&workspaces)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(after, before, "no new workspace");
+    assert_eq!(
+        std::fs::read_to_string(workspaces.join("LAST_USED")).unwrap(),
+        "W001"
+    );
+    assert!(!Path::new(&missing_ws).exists(), "-w folder created");
+}
+
+/// `delta run` under `ulimit {limit_flag} 20`, through `sh` (the limit applies to the exec'd
+/// delta only).
+fn run_with_open_files_limit(case: &Case, limit_flag: &str, run_id: &str) -> Outcome {
+    let script = format!("ulimit {limit_flag} 20 && exec \"$0\" \"$@\"");
+    let output = assert_cmd::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(delta_exe())
+        .args(case.run_args(run_id, "task"))
+        .args(["--format", "json"])
+        .env_clear()
+        .envs(case.env())
+        .current_dir(case.path())
+        .timeout(COMMAND_TIMEOUT)
+        .output()
+        .unwrap();
+    Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Regression (issue 11 item 4b): `ulimit -n 20` made `delta run` panic creating an arbiter.
+/// It now stops before starting the engine, says the limit and what it needs, exit 126.
+#[test]
+fn too_few_open_files_is_a_clear_error_not_a_panic() {
+    let case = Case::new("fds", "tools: []\n", &json!({"steps": [{"answer": "ok"}]}));
+    let out = run_with_open_files_limit(&case, "-n", "r1");
+    out.assert_code(126);
+    assert!(
+        out.stderr
+            .contains("too many open files (limit 20; need about"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("ulimit -n"), "{}", out.stderr);
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+    assert!(!case.run_dir("r1").exists());
+}
+
+/// A low soft limit under a high hard one is raised, as `delta bench` does.
+#[test]
+fn a_low_soft_open_files_limit_is_raised_to_what_the_engine_needs() {
+    let case = Case::new("fds", "tools: []\n", &json!({"steps": [{"answer": "ok"}]}));
+    let out = run_with_open_files_limit(&case, "-Sn", "r1");
+    out.assert_code(0);
+    assert_eq!(out.json()["status"], "COMPLETED");
+}
+
 #[test]
 fn hello_world_example_script_runs_offline() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));

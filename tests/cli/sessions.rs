@@ -299,3 +299,50 @@ fn a_background_job_does_not_keep_pipes_the_caller_leaked() {
     assert_eq!(ready, 1, "the background job holds the caller's pipe");
     assert!(fds[0].revents().unwrap().contains(PollFlags::POLLHUP));
 }
+
+/// Issue 11 item 20: agents written for the original engine expect `exec` to print the
+/// command's output as is and exit with its code; `--raw` gives them that.
+#[test]
+fn exec_raw_prints_the_output_as_is_and_exits_with_the_commands_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    let id = start(tmp.path());
+    let out = cli(tmp.path())
+        .args(["exec", "--raw", &id, "echo out; echo err >&2; exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+    let out = cli(tmp.path())
+        .args(["exec", "--raw", &id])
+        .write_stdin("pwd >/dev/null && echo fine\n")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "fine\n");
+}
+
+/// Regression (issue 11 item 17): usage errors were exit 1 with JSON on stdout; they are
+/// clap's text on stderr with exit 2, and `--help` teaches with examples.
+#[test]
+fn usage_errors_are_text_on_stderr_with_exit_2_and_help_has_examples() {
+    let tmp = tempfile::tempdir().unwrap();
+    for args in [
+        &["bogus"][..],
+        &[][..],
+        &["exec"][..],
+        &["exec", "x", "--timeout", "0", "ls"][..],
+    ] {
+        let out = cli(tmp.path()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        assert!(!out.stderr.is_empty(), "{args:?}");
+    }
+    let help = cli(tmp.path()).arg("--help").output().unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("Examples:") && help.contains("exec --raw"),
+        "{help}"
+    );
+}

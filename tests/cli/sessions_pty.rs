@@ -495,8 +495,36 @@ fn an_out_of_range_terminal_size_is_refused_before_anything_starts() {
         .args(["start", "--cols", "1", "true"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(err["error"].as_str().unwrap().contains("--cols"), "{err}");
+    assert_eq!(out.status.code(), Some(2), "a usage error: {out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--cols"),
+        "{out:?}"
+    );
     assert!(!pty.tmp.path().join(".sessions-pty").exists());
+}
+
+/// Regression (issue 11 item 17): usage errors were exit 1 with JSON on stdout plus text on
+/// stderr; they are clap's text on stderr only, with exit 2, and `--help` has examples.
+#[test]
+fn usage_errors_are_text_on_stderr_with_exit_2_and_help_has_examples() {
+    let pty = Pty::new();
+    for args in [
+        &["bogus"][..],
+        &[][..],
+        &["read"][..],
+        &["start", "--cols", "1", "sh"][..],
+    ] {
+        let out = pty.cmd().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        assert!(!out.stderr.is_empty(), "{args:?}");
+    }
+    let help = pty.cmd().arg("--help").output().unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("Examples:") && help.contains("write-key"),
+        "{help}"
+    );
 }

@@ -211,7 +211,7 @@ fn parse_source(
             }
             ContextSource::ComputedFile {
                 command,
-                timeout_ms: generator.positive_integer("timeout_ms")?.unwrap_or(DEFAULT_GENERATOR_TIMEOUT_MS),
+                timeout_ms: generator.timeout_ms("timeout_ms")?.unwrap_or(DEFAULT_GENERATOR_TIMEOUT_MS),
                 output_path: fields.required_string(
                     "output_path",
                     "the file the generator writes, e.g. '${CWD}/.delta/context_artifacts/summary.md'",

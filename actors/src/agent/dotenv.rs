@@ -1,5 +1,8 @@
-//! The `.env` cascade (spec §2.6.7): workspace `.env` > agent `.env` > project-root `.env` >
-//! process environment, merged once into one map.
+//! The `.env` cascade: real environment > workspace `.env` > agent `.env` > project-root
+//! `.env`, merged once into one map. The spec (§2.6.7) puts the process environment last;
+//! the original engine and every dotenv convention let the real environment win, so a
+//! variable set on the command line is never silently replaced by a file (README,
+//! "Differences from the spec").
 //!
 //! Owns `.env` parsing (`KEY=VALUE`, `export`, quotes, comments) and the precedence rule.
 //! It never reads or writes the process environment itself: callers pass it in and use the
@@ -28,7 +31,8 @@ fn project_root(start: &Path) -> Option<PathBuf> {
 }
 
 /// Loads `<work_dir>/.env`, `<agent_home>/.env` and `<project root>/.env` (the nearest
-/// ancestor of `start_dir` holding `.git`) over `process_env`; local files win. Missing
+/// ancestor of `start_dir` holding `.git`) under `process_env`: a variable of the real
+/// environment is never replaced, and among the files the more local one wins. Missing
 /// files are skipped; a malformed line is an error naming file and line.
 pub fn load_env_cascade(
     work_dir: Option<&Path>,
@@ -63,11 +67,12 @@ pub fn load_env_cascade(
         layers.push(parse_dotenv(&file, &text)?);
         files_loaded.push(file);
     }
-    let mut vars = process_env.clone();
-    // Apply lowest priority first so the workspace file ends up on top.
+    let mut vars = BTreeMap::new();
+    // Apply lowest priority first: project root, agent, workspace, then the real environment.
     for layer in layers.into_iter().rev() {
         vars.extend(layer);
     }
+    vars.extend(process_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     Ok(EnvCascade { vars, files_loaded })
 }
 
@@ -214,8 +219,10 @@ mod tests {
         }
     }
 
+    /// Regression (issue 11 item 16): a workspace `.env` used to override the real
+    /// environment; the real environment wins, then the more local file.
     #[test]
-    fn local_files_override_global_and_process_env() {
+    fn real_environment_wins_then_local_files_override_global_ones() {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir(root.path().join(".git")).unwrap();
         let agent = root.path().join("agent");
@@ -223,11 +230,11 @@ mod tests {
         std::fs::create_dir_all(&work).unwrap();
         std::fs::write(
             root.path().join(".env"),
-            "KEY=root\nROOT_ONLY=r\nSHARED=root\n",
+            "KEY=root\nROOT_ONLY=r\nSHARED=root\nROOT_SHARED=root\n",
         )
         .unwrap();
         std::fs::write(agent.join(".env"), "KEY=agent\nSHARED=agent\n").unwrap();
-        std::fs::write(work.join(".env"), "KEY=work\n").unwrap();
+        std::fs::write(work.join(".env"), "KEY=work\nWORK_ONLY=work\n").unwrap();
         let process: BTreeMap<String, String> = [
             ("KEY", "process"),
             ("PATH", "/bin"),
@@ -237,9 +244,11 @@ mod tests {
         .map(|(k, v)| (k.into(), v.into()))
         .collect();
         let cascade = load_env_cascade(Some(&work), &agent, &work, &process).unwrap();
-        assert_eq!(cascade.vars["KEY"], "work");
+        assert_eq!(cascade.vars["KEY"], "process");
+        assert_eq!(cascade.vars["ROOT_ONLY"], "process");
+        assert_eq!(cascade.vars["WORK_ONLY"], "work");
         assert_eq!(cascade.vars["SHARED"], "agent");
-        assert_eq!(cascade.vars["ROOT_ONLY"], "r");
+        assert_eq!(cascade.vars["ROOT_SHARED"], "root");
         assert_eq!(cascade.vars["PATH"], "/bin");
         assert_eq!(
             cascade.files_loaded,

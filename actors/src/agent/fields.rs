@@ -20,6 +20,9 @@ pub(crate) fn read_yaml(file: &Path) -> Result<Value, AgentError> {
     })
 }
 
+/// Longest timeout an agent file may set (tools, hooks, context generators): 7 days.
+pub(crate) const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3_600_000;
+
 /// Human name of a YAML value's kind, for "expected X, found Y" messages.
 pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
@@ -202,6 +205,22 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A timeout in milliseconds: a whole number from 1 to [`MAX_TIMEOUT_MS`] (a week). A
+    /// larger value is refused at load, never carried into a timer or a deadline.
+    pub(crate) fn timeout_ms(&self, key: &str) -> Result<Option<u64>, AgentError> {
+        match self.positive_integer(key)? {
+            Some(ms) if ms > MAX_TIMEOUT_MS => Err(AgentError::invalid(
+                self.file,
+                format!(
+                    "`{}` is {ms}, more than {MAX_TIMEOUT_MS} ms (7 days)",
+                    self.key_path(key)
+                ),
+                "use a number of milliseconds up to 604800000, e.g. 30000 for 30 s, or leave it out for the default",
+            )),
+            other => Ok(other),
+        }
+    }
+
     /// Like [`Fields::positive_integer`], narrowed to `u32`.
     pub(crate) fn positive_u32(&self, key: &str) -> Result<Option<u32>, AgentError> {
         match self.positive_integer(key)? {
@@ -345,6 +364,19 @@ mod tests {
         );
         let err = fields.positive_integer("max").unwrap_err().to_string();
         assert!(err.contains("`llm.max`"), "{err}");
+        let doc: Value = serde_yaml::from_str(
+            "t: 18446744073709551615
+ok: 604800000
+",
+        )
+        .unwrap();
+        let timeouts = Fields::new(Path::new("f.yaml"), "hook", &doc).unwrap();
+        let err = timeouts.timeout_ms("t").unwrap_err().to_string();
+        assert!(
+            err.contains("`hook.t` is 18446744073709551615, more than"),
+            "{err}"
+        );
+        assert_eq!(timeouts.timeout_ms("ok").unwrap(), Some(MAX_TIMEOUT_MS));
         let err = fields.boolean("flag").unwrap_err().to_string();
         assert!(err.contains("must be true or false"), "{err}");
         assert_eq!(fields.string("absent").unwrap(), None);

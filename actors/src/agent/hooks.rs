@@ -173,7 +173,7 @@ pub(crate) fn parse_hooks(
         }
         let spec = HookSpec {
             command,
-            timeout_ms: hook.positive_integer("timeout_ms")?,
+            timeout_ms: hook.timeout_ms("timeout_ms")?,
         };
         hooks.by_name.insert(name, spec);
     }

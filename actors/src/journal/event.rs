@@ -149,6 +149,23 @@ pub enum Event {
     },
 }
 
+/// Every `type` tag [`Event::type_name`] writes. A line whose type is neither one of these
+/// nor one of the original engine's is skipped on reading (see `format`).
+pub(crate) const EVENT_TYPES: [&str; 12] = [
+    "ENGINE_START",
+    "USER_MESSAGE",
+    "THOUGHT",
+    "ACTION_REQUEST",
+    "ACTION_RESULT",
+    "ERROR",
+    "ENGINE_END",
+    "HUMAN_INPUT_REQUEST",
+    "HUMAN_INPUT_RECEIVED",
+    "HOOK_EXECUTED",
+    "WARNING",
+    "INTERRUPTED",
+];
+
 impl Event {
     /// The on-disk `type` tag, e.g. `ACTION_RESULT`.
     pub fn type_name(&self) -> &'static str {

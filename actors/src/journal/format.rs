@@ -1,14 +1,16 @@
 //! Reading a journal file: the FATAL refusals of reference §8.1 (JSON array, pretty-printed
 //! JSON, wrong file name), one event per line with line-numbered parse errors, original-engine
-//! lines via [`LegacyConverter`], and torn-tail detection. Only the last line may be
-//! incomplete; deciding to repair it is the writer's job — this file never writes.
+//! lines via [`LegacyConverter`], lines of event types nobody here knows (hand-written by the
+//! original engine's tests, e.g. `task_start`) skipped and reported, and torn-tail detection.
+//! Only the last line may be incomplete; deciding to repair it, and journaling a WARNING for
+//! each skipped line, is the writer's job — this file never writes.
 
 use std::path::Path;
 
 use serde_json::Value;
 
-use super::event::JournalEvent;
-use super::legacy::LegacyConverter;
+use super::event::{Event, JournalEvent, EVENT_TYPES};
+use super::legacy::{LegacyConverter, ORIGINAL_TYPES};
 use super::{JournalError, JOURNAL_FILE};
 
 /// How the file ends.
@@ -22,13 +24,75 @@ pub(crate) enum Tail {
     Torn { bytes: usize },
 }
 
+/// A line left out because its event type is unknown to delta and to the original engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SkippedLine {
+    /// 1-based line number in the file.
+    pub(crate) line: usize,
+    pub(crate) kind: String,
+    pub(crate) seq: Option<u64>,
+}
+
+impl SkippedLine {
+    /// The text of the WARNING event journaled for this line (stable, so a line is warned
+    /// about once however often the journal is reopened).
+    pub(crate) fn warning(&self) -> String {
+        let seq = self.seq.map(|s| format!(", seq {s}")).unwrap_or_default();
+        format!(
+            "journal line {}{seq} has event type '{}', which delta does not know; the line was \
+             skipped (kept in the file, never sent to the model)",
+            self.line, self.kind
+        )
+    }
+}
+
 /// A parsed journal file.
 #[derive(Debug)]
 pub(crate) struct ParsedJournal {
     pub(crate) events: Vec<JournalEvent>,
+    /// Lines of unknown event types, in file order.
+    pub(crate) skipped: Vec<SkippedLine>,
     pub(crate) tail: Tail,
     /// Length of the file without a torn tail.
     pub(crate) valid_len: usize,
+}
+
+impl ParsedJournal {
+    /// The `seq` for the next appended event: after the highest one in the file, skipped
+    /// lines included.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.events
+            .iter()
+            .map(|e| e.seq)
+            .chain(self.skipped.iter().filter_map(|s| s.seq))
+            .max()
+            .map_or(1, |seq| seq.saturating_add(1))
+    }
+
+    /// WARNING events still to journal: one per skipped line not already warned about.
+    pub(crate) fn pending_skip_warnings(&self) -> Vec<Event> {
+        self.skipped
+            .iter()
+            .map(SkippedLine::warning)
+            .filter(|message| {
+                !self
+                    .events
+                    .iter()
+                    .any(|e| matches!(&e.event, Event::Warning { message: m } if m == message))
+            })
+            .map(|message| Event::Warning { message })
+            .collect()
+    }
+}
+
+/// One line, read.
+enum Line {
+    Event(JournalEvent),
+    /// A JSON object whose `type` is neither ours nor the original engine's.
+    Unknown {
+        kind: String,
+        seq: Option<u64>,
+    },
 }
 
 /// Refuses any file not named `journal.jsonl`.
@@ -87,20 +151,31 @@ fn looks_pretty_printed(line: &[u8]) -> bool {
 }
 
 /// Parses one line: our flat shape first (the common case, one parse), then the original
-/// engine's `payload` shape.
-fn parse_line(line: &[u8], converter: &mut LegacyConverter) -> Result<JournalEvent, String> {
+/// engine's `payload` shape; an object of an unknown `type` is reported, not refused.
+fn parse_line(line: &[u8], converter: &mut LegacyConverter) -> Result<Line, String> {
     let ours_error = match serde_json::from_slice::<JournalEvent>(line) {
         Ok(event) => {
             converter.observe(&event.event);
-            return Ok(event);
+            return Ok(Line::Event(event));
         }
         Err(e) => e,
     };
     match serde_json::from_slice::<Value>(line) {
-        Ok(Value::Object(object)) if object.get("payload").is_some_and(Value::is_object) => {
-            converter.convert(&object)
+        Ok(Value::Object(object)) => {
+            if let Some(kind) = object.get("type").and_then(Value::as_str) {
+                if !EVENT_TYPES.contains(&kind) && !ORIGINAL_TYPES.contains(&kind) {
+                    return Ok(Line::Unknown {
+                        kind: kind.to_string(),
+                        seq: object.get("seq").and_then(Value::as_u64),
+                    });
+                }
+            }
+            if object.get("payload").is_some_and(Value::is_object) {
+                converter.convert(&object).map(Line::Event)
+            } else {
+                Err(ours_error.to_string())
+            }
         }
-        Ok(Value::Object(_)) => Err(ours_error.to_string()),
         Ok(_) => Err("expected a JSON object".to_string()),
         Err(e) => Err(e.to_string()),
     }
@@ -113,6 +188,7 @@ pub(crate) fn parse_journal(path: &Path, bytes: &[u8]) -> Result<ParsedJournal, 
     }
     let mut converter = LegacyConverter::new(path);
     let mut events = Vec::new();
+    let mut skipped = Vec::new();
     let (complete, tail_bytes) = match bytes.iter().rposition(|b| *b == b'\n') {
         Some(last_newline) => bytes.split_at(last_newline + 1),
         None => bytes.split_at(0),
@@ -125,7 +201,12 @@ pub(crate) fn parse_journal(path: &Path, bytes: &[u8]) -> Result<ParsedJournal, 
             continue;
         }
         match parse_line(line, &mut converter) {
-            Ok(event) => events.push(event),
+            Ok(Line::Event(event)) => events.push(event),
+            Ok(Line::Unknown { kind, seq }) => skipped.push(SkippedLine {
+                line: line_number,
+                kind,
+                seq,
+            }),
             Err(_) if looks_pretty_printed(line) => return Err(pretty_error(path, line_number)),
             Err(message) => {
                 return Err(JournalError::Parse {
@@ -144,8 +225,16 @@ pub(crate) fn parse_journal(path: &Path, bytes: &[u8]) -> Result<ParsedJournal, 
         }
     } else {
         match parse_line(tail_bytes, &mut converter) {
-            Ok(event) => {
+            Ok(Line::Event(event)) => {
                 events.push(event);
+                Tail::Unterminated
+            }
+            Ok(Line::Unknown { kind, seq }) => {
+                skipped.push(SkippedLine {
+                    line: line_number + 1,
+                    kind,
+                    seq,
+                });
                 Tail::Unterminated
             }
             Err(_) => Tail::Torn {
@@ -159,6 +248,7 @@ pub(crate) fn parse_journal(path: &Path, bytes: &[u8]) -> Result<ParsedJournal, 
     };
     Ok(ParsedJournal {
         events,
+        skipped,
         tail,
         valid_len,
     })
@@ -166,7 +256,8 @@ pub(crate) fn parse_journal(path: &Path, bytes: &[u8]) -> Result<ParsedJournal, 
 
 /// Reads every event of the journal at `path` without changing the file. A torn last line
 /// is ignored (it is repaired by [`super::Journal::open`]); original-engine lines are
-/// converted.
+/// converted; lines of unknown event types are left out (the next [`super::Journal::open`]
+/// journals a WARNING for each).
 pub fn read_journal(path: &Path) -> Result<Vec<JournalEvent>, JournalError> {
     check_file_name(path)?;
     let bytes = std::fs::read(path).map_err(|e| JournalError::io(path, e))?;
@@ -242,14 +333,74 @@ mod tests {
             }
             other => panic!("expected Parse, got {other:?}"),
         }
-        let unknown = r#"{"seq":2,"timestamp":"t","type":"NOPE"}"#;
-        let err = parse(&format!("{LINE1}\n{unknown}\n")).unwrap_err();
+        // A known type with bad fields is still refused, naming the line.
+        let broken = r#"{"seq":2,"timestamp":"t","type":"THOUGHT","iteration":"x"}"#;
+        let err = parse(&format!("{LINE1}\n{broken}\n")).unwrap_err();
         assert!(
             matches!(err, JournalError::Parse { line: 2, .. }),
             "{err:?}"
         );
         let message = err.to_string();
-        assert!(message.contains(PATH) && message.contains("line 2") && message.contains("NOPE"));
+        assert!(
+            message.contains(PATH) && message.contains("line 2"),
+            "{message}"
+        );
+    }
+
+    /// Regression (issue 11 item 18): a journal with an event type delta does not know (the
+    /// original engine's tests hand-write `task_start`) was refused; the line is skipped and
+    /// reported, in our shape, the original's and as an unterminated last line.
+    #[test]
+    fn unknown_event_types_are_skipped_and_reported() {
+        let text = [
+            r#"{"type":"task_start","timestamp":"t0","task":"hand-written"}"#,
+            LINE1,
+            r#"{"seq":7,"timestamp":"t","type":"custom_note","payload":{"x":1}}"#,
+            LINE2,
+            r#"{"seq":9,"timestamp":"t","type":"NOPE"}"#,
+        ]
+        .join("\n");
+        let parsed = parse(&text).unwrap();
+        let seqs: Vec<u64> = parsed.events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2]);
+        assert_eq!(parsed.tail, Tail::Unterminated);
+        let skipped: Vec<(usize, &str, Option<u64>)> = parsed
+            .skipped
+            .iter()
+            .map(|s| (s.line, s.kind.as_str(), s.seq))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                (1, "task_start", None),
+                (3, "custom_note", Some(7)),
+                (5, "NOPE", Some(9))
+            ]
+        );
+        assert_eq!(
+            parsed.next_seq(),
+            10,
+            "numbering continues after skipped lines"
+        );
+        let warnings = parsed.pending_skip_warnings();
+        assert_eq!(warnings.len(), 3);
+        assert!(
+            matches!(&warnings[0], Event::Warning { message } if message.contains("line 1") && message.contains("'task_start'")),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn a_skipped_line_already_warned_about_is_not_warned_again() {
+        let unknown = r#"{"seq":1,"timestamp":"t","type":"task_start"}"#;
+        let first = parse(&format!("{unknown}\n")).unwrap();
+        let Event::Warning { message } = &first.pending_skip_warnings()[0] else {
+            panic!("not a warning");
+        };
+        let warned =
+            serde_json::json!({"seq": 2, "timestamp": "t", "type": "WARNING", "message": message});
+        let again = parse(&format!("{unknown}\n{warned}\n")).unwrap();
+        assert!(again.pending_skip_warnings().is_empty());
     }
 
     #[test]

@@ -15,6 +15,18 @@ use serde_json::{Map, Value};
 use super::event::{ActionStatus, Event, JournalEvent, ToolCallRecord};
 use crate::protocol::RunStatus;
 
+/// The event types the original engine wrote (reference §8.1), all converted below.
+pub(crate) const ORIGINAL_TYPES: [&str; 8] = [
+    "RUN_START",
+    "RUN_END",
+    "USER_MESSAGE",
+    "THOUGHT",
+    "ACTION_REQUEST",
+    "ACTION_RESULT",
+    "SYSTEM_MESSAGE",
+    "HOOK_EXECUTION_AUDIT",
+];
+
 /// Carries what the original engine's lines leave implicit.
 #[derive(Debug, Default)]
 pub(crate) struct LegacyConverter {

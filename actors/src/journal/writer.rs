@@ -91,12 +91,8 @@ impl Journal {
             .append(true)
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
-        let next_seq = parsed
-            .events
-            .iter()
-            .map(|e| e.seq)
-            .max()
-            .map_or(1, |seq| seq.saturating_add(1));
+        let next_seq = parsed.next_seq();
+        let skip_warnings = parsed.pending_skip_warnings();
         let mut journal = Journal {
             file,
             path,
@@ -124,17 +120,43 @@ impl Journal {
                 events.push(warning);
             }
         }
+        for warning in skip_warnings {
+            events.push(journal.append(warning)?);
+        }
         Ok((journal, events))
     }
 
-    /// [`Journal::open`] for a run with sensitive answers: the events come back with the
+    /// [`Journal::open`], or, when the run folder has no journal at all (neither
+    /// `journal.jsonl` nor an editor-renamed `journal.json`), a fresh journal whose first
+    /// event is a WARNING saying so: the original engine continued such runs from scratch,
+    /// and the caller restores the task from the run's metadata.
+    pub fn open_or_start(
+        run_dir: &Path,
+        options: JournalOptions,
+    ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
+        let path = run_dir.join(JOURNAL_FILE);
+        if path.exists() || run_dir.join("journal.json").exists() {
+            return Journal::open(run_dir, options);
+        }
+        let mut journal = Journal::create(run_dir, options)?;
+        let warning = journal.append(Event::Warning {
+            message: format!(
+                "the run had no journal ({} was missing); a fresh one was started, so the \
+                 model sees only the task and what follows",
+                path.display()
+            ),
+        })?;
+        Ok((journal, vec![warning]))
+    }
+
+    /// [`Journal::open_or_start`] for a run with sensitive answers: the events come back with the
     /// markers restored (what the model saw), and later appends are redacted.
     pub fn open_with_secrets(
         run_dir: &Path,
         options: JournalOptions,
         secrets: Redactor,
     ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
-        let (mut journal, mut events) = Journal::open(run_dir, options)?;
+        let (mut journal, mut events) = Journal::open_or_start(run_dir, options)?;
         let known = secrets.snapshot();
         for record in &mut events {
             restore_event(&mut record.event, &known);

@@ -89,13 +89,14 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
             .map(str::trim)
     };
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+        if let Ok(wait) = Duration::try_from_secs_f64(ms / 1000.0) {
+            // Negative, NaN or beyond any clock (a hostile header used to panic here).
+            return Some(wait);
         }
     }
     let value = text("retry-after")?;
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return Duration::try_from_secs_f64(secs).ok();
     }
     let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
     let wait = date.with_timezone(&chrono::Utc) - chrono::Utc::now();
@@ -207,6 +208,18 @@ mod tests {
         );
         assert_eq!(parse_retry_after(&headers(&[("retry-after", "-3")])), None);
         assert_eq!(parse_retry_after(&HeaderMap::new()), None);
+        // Regression (issue 11 item 4b): finite but huge values panicked in from_secs_f64.
+        assert_eq!(
+            parse_retry_after(&headers(&[("retry-after", "1e300")])),
+            None
+        );
+        assert_eq!(
+            parse_retry_after(&headers(&[
+                ("retry-after-ms", "1e300"),
+                ("retry-after", "2")
+            ])),
+            Some(S(2))
+        );
         assert_eq!(
             parse_retry_after(&headers(&[(
                 "retry-after",

@@ -50,6 +50,10 @@ pub struct RunMetadata {
     #[serde(default)]
     pub end_time: Option<String>,
     pub initial_message: String,
+    /// The same text under the original engine's name (reference §8.2), which its tests and
+    /// users' scripts read. Always equal to `initial_message`.
+    #[serde(default)]
+    pub task: String,
     #[serde(default)]
     pub iterations: u32,
     #[serde(default)]
@@ -96,6 +100,7 @@ impl RunMetadata {
             updated_at: now,
             end_time: None,
             initial_message: initial_message.to_string(),
+            task: initial_message.to_string(),
             iterations: 0,
             max_iterations,
             error: None,
@@ -279,7 +284,13 @@ fn read_metadata_once(run_dir: &Path) -> Result<RunMetadata, MetadataError> {
     if !object.contains_key("created_at") && object.contains_key("start_time") {
         return from_original(run_dir, object).map_err(parse_error);
     }
-    serde_json::from_value(value).map_err(|e| parse_error(e.to_string()))
+    let mut meta: RunMetadata =
+        serde_json::from_value(value).map_err(|e| parse_error(e.to_string()))?;
+    if meta.task.is_empty() {
+        // Written before `task` was recorded.
+        meta.task = meta.initial_message.clone();
+    }
+    Ok(meta)
 }
 
 /// Converts an original-engine record (`start_time`, `agent_ref`, `task`,
@@ -318,6 +329,7 @@ fn from_original(
         created_at,
         end_time,
         initial_message: text("task").unwrap_or_default(),
+        task: text("task").unwrap_or_default(),
         iterations: number("iterations_completed")
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
@@ -409,6 +421,25 @@ mod tests {
         assert_eq!(inode(METADATA_FILE), first, "the spare was reused");
         assert_eq!(inode(METADATA_SPARE), second);
         assert_eq!(read_metadata(tmp.path()).unwrap(), meta);
+    }
+
+    /// Issue 11 item 19: the original engine's tests and users' scripts read `task`.
+    #[test]
+    fn record_carries_task_beside_initial_message() {
+        let tmp = tempfile::tempdir().unwrap();
+        let meta =
+            RunMetadata::new_running("r1", "a", "Count the files", Path::new("/a"), tmp.path(), 3);
+        write_metadata(tmp.path(), &meta).unwrap();
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(tmp.path().join(METADATA_FILE)).unwrap())
+                .unwrap();
+        assert_eq!(written["task"], "Count the files");
+        assert_eq!(written["initial_message"], "Count the files");
+        // A record written before `task` existed reads back with it filled in.
+        let mut older = written.clone();
+        older.as_object_mut().unwrap().remove("task");
+        std::fs::write(tmp.path().join(METADATA_FILE), older.to_string()).unwrap();
+        assert_eq!(read_metadata(tmp.path()).unwrap().task, "Count the files");
     }
 
     #[test]

@@ -13,14 +13,15 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::agent::HookName;
 use crate::api::{InteractionInfo, RunEvent};
 use crate::hooks::{parse_tool_control, HookOutcome, ToolControl};
 use crate::journal::{ActionStatus, Event, ToolCallRecord};
 use crate::runtime::run::setup::PendingQuestion;
-use crate::tool::compile::{CompiledTool, EngineVars};
+use crate::tool::call::{plan_call, CallPlan};
+use crate::tool::compile::EngineVars;
 use crate::tool::job::{ToolExecution, ToolJob};
 use crate::workspace::tool_record_path;
 
@@ -146,89 +147,57 @@ impl Run {
         Ok(planned)
     }
 
+    /// Classifies one call ([`plan_call`]) and turns it into what the tool phase runs; only
+    /// the reply's first ask_human is asked.
     fn plan_call(&self, call: &ToolCallRecord, asked: &mut bool) -> (Value, Planned, String) {
         let agent = &self.lp.request.agent;
-        let (args_value, parsed) = parse_arguments(&call.arguments);
-        let immediate = |observation: String| Planned::Immediate { observation };
-        let args = match parsed {
-            Ok(args) => args,
-            Err(message) => {
-                let observation = format!(
-                    "Error: the arguments for tool '{}' are not valid JSON ({message}). Call it again with a JSON object matching its parameters.",
-                    call.name
-                );
-                return (args_value, immediate(observation), String::new());
-            }
-        };
-        if call.name == "ask_human" {
-            if *asked {
-                let observation = "Error: only one ask_human call per reply is answered; ask again after this answer.".to_string();
-                return (args_value, immediate(observation), String::new());
-            }
-            *asked = true;
-            let prompt = args
-                .get("prompt")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let input_type = match args.get("input_type").and_then(Value::as_str) {
-                Some(t @ ("text" | "password" | "confirmation")) => t.to_string(),
-                _ => "text".to_string(),
-            };
-            let sensitive = matches!(args.get("sensitive"), Some(Value::Bool(true)))
-                || args.get("sensitive").and_then(Value::as_str) == Some("true")
-                || input_type == "password";
-            let shown = format!("ask_human {prompt:?}");
-            let plan = Planned::Ask {
-                prompt,
-                input_type,
-                sensitive,
-            };
-            return (args_value, plan, shown);
-        }
-        let Some(tool) = agent.tools.iter().find(|t| t.name == call.name) else {
-            let mut names: Vec<&str> = agent.tools.iter().map(|t| t.name.as_str()).collect();
-            names.push("ask_human");
-            let observation = format!(
-                "Error: unknown tool '{}'. Available tools: {}.",
-                call.name,
-                names.join(", ")
-            );
-            return (args_value, immediate(observation), String::new());
-        };
         let vars = EngineVars {
             agent_home: agent.home.clone(),
             cwd: self.lp.request.work_dir.clone(),
             run_id: self.lp.run_id.clone(),
         };
-        let invocation = match tool.build_invocation(&args, &vars) {
-            Ok(invocation) => invocation,
-            Err(e) => {
-                let observation = format!("Error: invalid arguments for tool '{}': {e}", call.name);
-                return (args_value, immediate(observation), String::new());
-            }
-        };
-        let resolved = CompiledTool::render_command(&invocation);
+        let (tool_args, call_plan) = plan_call(&agent.tools, &call.name, &call.arguments, &vars);
+        let resolved_command = call_plan.resolved_command();
         let config = &self.lp.config;
-        let job = ToolJob {
-            tool_name: call.name.clone(),
-            argv: invocation.argv,
-            stdin: invocation.stdin,
-            cwd: self.lp.request.work_dir.clone(),
-            env: (*self.child_env).clone(),
-            timeout: tool
-                .timeout_ms
-                .map(std::time::Duration::from_millis)
-                .unwrap_or(config.default_tool_timeout),
-            head_bytes: config.observation_head_bytes,
-            tail_bytes: config.observation_tail_bytes,
-            file_cap: config.tool_output_file_cap,
-            record_path: tool_record_path(&self.paths, &call.name),
-            display_root: self.paths.run_dir.clone(),
-            // Taken when the process starts (see `run_tool`).
-            secrets: Default::default(),
+        let plan = match call_plan {
+            CallPlan::Ask(_) if *asked => Planned::Immediate {
+                observation: "Error: only one ask_human call per reply is answered; ask again after this answer.".into(),
+            },
+            CallPlan::Ask(question) => {
+                *asked = true;
+                Planned::Ask {
+                    prompt: question.prompt,
+                    input_type: question.input_type.as_str().to_string(),
+                    sensitive: question.sensitive,
+                }
+            }
+            CallPlan::Run { tool, invocation } => Planned::Process(Box::new(ToolJob {
+                tool_name: tool.name.clone(),
+                argv: invocation.argv,
+                stdin: invocation.stdin,
+                cwd: self.lp.request.work_dir.clone(),
+                env: (*self.child_env).clone(),
+                timeout: tool
+                    .timeout_ms
+                    .map(std::time::Duration::from_millis)
+                    .unwrap_or(config.default_tool_timeout),
+                head_bytes: config.observation_head_bytes,
+                tail_bytes: config.observation_tail_bytes,
+                file_cap: config.tool_output_file_cap,
+                record_path: tool_record_path(&self.paths, &tool.name),
+                display_root: self.paths.run_dir.clone(),
+                // Taken when the process starts (see `run_tool`).
+                secrets: Default::default(),
+            })),
+            other => Planned::Immediate {
+                observation: other.error_observation().unwrap_or_default(),
+            },
         };
-        (args_value, Planned::Process(Box::new(job)), resolved)
+        let resolved_command = match &plan {
+            Planned::Immediate { .. } => String::new(),
+            _ => resolved_command,
+        };
+        (tool_args, plan, resolved_command)
     }
 
     /// The tool phase: runs the planned calls and journals their results in reply order.
@@ -489,20 +458,6 @@ fn recorded_execution(execution: Option<ToolExecution>) -> Recorded {
             .record_path
             .file_name()
             .map(|n| format!("io/tool_executions/{}", n.to_string_lossy())),
-    }
-}
-
-/// The model's arguments text as a JSON value for the journal, and as an object for the tool.
-/// An empty text means no arguments.
-fn parse_arguments(text: &str) -> (Value, Result<Map<String, Value>, String>) {
-    let trimmed = text.trim();
-    if trimmed.is_empty() || trimmed == "null" {
-        return (Value::Object(Map::new()), Ok(Map::new()));
-    }
-    match serde_json::from_str::<Value>(trimmed) {
-        Ok(Value::Object(map)) => (Value::Object(map.clone()), Ok(map)),
-        Ok(other) => (other, Err("expected a JSON object".to_string())),
-        Err(e) => (Value::String(text.to_string()), Err(e.to_string())),
     }
 }
 

@@ -1,13 +1,14 @@
 //! The tool template compiler: one YAML tool definition (`exec:`, `shell:` or legacy
 //! `command:` + `parameters:`) → one immutable [`CompiledTool`] with its OpenAI schema.
 //!
-//! Owns the tool-level schema (exactly one form, names, `stdin:`, `timeout_ms`) and the
-//! built-in `ask_human` schema. Template text rules live in `template`, parameter merging in
-//! `params`, argv building in `invocation`. It does not execute anything, does not resolve
+//! Owns the tool-level schema (exactly one form, names, `stdin:`, `timeout_ms`); the
+//! built-in `ask_human` lives in `tool::ask_human`. Template text rules live in `template`,
+//! parameter merging in `params`, argv building in `invocation`. It does not execute anything, does not resolve
 //! imports (that is `agent::imports`) and never reads files.
 
 mod invocation;
 mod params;
+mod shell_scan;
 mod template;
 
 use std::path::{Path, PathBuf};
@@ -22,8 +23,7 @@ use crate::agent::fields::Fields;
 use crate::agent::AgentError;
 use params::{legacy_parameters, merge_inferred, parse_explicit, ToolContext};
 
-/// Name of the built-in human-input tool; user tools may not take it.
-pub const ASK_HUMAN: &str = "ask_human";
+pub use super::ask_human::{schema as ask_human_schema, ASK_HUMAN};
 
 const TOOL_KEYS: [&str; 8] = [
     "name",
@@ -178,30 +178,6 @@ impl CompiledTool {
     }
 }
 
-/// The built-in `ask_human` tool as an OpenAI function definition.
-pub fn ask_human_schema() -> Json {
-    json!({
-        "type": "function",
-        "function": {
-            "name": ASK_HUMAN,
-            "description": "Ask the human user for input or clarification. The run pauses until the answer arrives.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "prompt": {"type": "string", "description": "The question or prompt to show the user"},
-                    "input_type": {
-                        "type": "string",
-                        "enum": ["text", "password", "confirmation"],
-                        "description": "Type of input expected: text, password, confirmation"
-                    },
-                    "sensitive": {"type": "boolean", "description": "Whether the input is sensitive and should be hidden"}
-                },
-                "required": ["prompt"]
-            }
-        }
-    })
-}
-
 fn valid_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
@@ -265,7 +241,7 @@ pub fn compile_tool(
         ));
     }
     let description = fields.string("description")?;
-    let timeout_ms = fields.positive_integer("timeout_ms")?;
+    let timeout_ms = fields.timeout_ms("timeout_ms")?;
     let stdin = fields.string("stdin")?;
     let explicit = match fields.sequence("parameters")? {
         Some(items) => parse_explicit(&ctx, &prefix, items, warnings)?,

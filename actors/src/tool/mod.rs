@@ -1,7 +1,12 @@
 //! Tools: the template compiler (`exec:`, `shell:`, legacy `command:`), argv building from
-//! model arguments, and process execution with process groups, timeouts and output caps.
+//! model arguments, the built-in `ask_human`, the classification of a model's tool call
+//! (`call`), and process execution with process groups, timeouts and output caps.
 
+pub mod ask_human;
+pub mod call;
 pub mod compile;
 pub mod job;
 pub mod observation;
 pub mod process;
+
+pub use call::{plan_call, CallPlan};

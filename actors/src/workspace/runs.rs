@@ -21,13 +21,15 @@ pub struct RunSummary {
     pub status: RunStatus,
     /// First line of the initial message, at most 60 characters plus `…`.
     pub task_summary: String,
+    /// The whole initial message (the original engine's `task`).
+    pub task: String,
     pub created_at: String,
     pub last_updated: String,
     pub end_time: Option<String>,
     pub iterations: u32,
 }
 
-/// A run directory that was skipped, and why.
+/// A run directory whose metadata cannot be read (or whose name is not a run id), and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SkippedRun {
     pub run_id: String,
@@ -59,6 +61,7 @@ impl RunSummary {
             run_id: dir_name.to_string(),
             status: meta.status,
             task_summary: task_summary(&meta.initial_message),
+            task: meta.initial_message.clone(),
             created_at: meta.created_at.clone(),
             last_updated: meta.updated_at.clone(),
             end_time: meta.end_time.clone(),

@@ -304,13 +304,16 @@ impl Loader {
             ));
         }
         let retry_after = match raw.retry_after {
-            Some(s) if !(s.is_finite() && s >= 0.0) => {
-                return Err(self.invalid(
-                    &format!("{key}.retry_after"),
-                    "`retry_after` is a number of seconds >= 0",
-                ))
-            }
-            other => other.map(Duration::from_secs_f64),
+            Some(s) => match Duration::try_from_secs_f64(s) {
+                Ok(wait) => Some(wait),
+                Err(_) => {
+                    return Err(self.invalid(
+                        &format!("{key}.retry_after"),
+                        "`retry_after` is a number of seconds >= 0 (and below a few centuries)",
+                    ))
+                }
+            },
+            None => None,
         };
         let then = match raw.then {
             Some(next) => {
@@ -447,7 +450,7 @@ pub fn parse_latency(text: &str) -> Option<Latency> {
         let (mid, spread) = (parse_duration(mid)?, parse_duration(spread)?);
         return Some(Latency {
             min: mid.saturating_sub(spread),
-            max: mid + spread,
+            max: mid.saturating_add(spread),
         });
     }
     let fixed = parse_duration(text)?;
@@ -467,5 +470,6 @@ fn parse_duration(text: &str) -> Option<Duration> {
         (text, 1.0)
     };
     let value: f64 = number.trim().parse().ok()?;
-    (value.is_finite() && value >= 0.0).then(|| Duration::from_secs_f64(value * scale_ms / 1000.0))
+    // try_: a finite but huge value (1e300s) would panic in from_secs_f64.
+    Duration::try_from_secs_f64(value * scale_ms / 1000.0).ok()
 }

@@ -293,6 +293,16 @@ fn latency_forms_parse() {
     assert_eq!(parse_latency("7").unwrap().max, ms(7));
     assert!(parse_latency("300..100").is_none());
     assert!(parse_latency("fast").is_none());
+    // Regression (issue 11 item 4b): huge values panicked (float conversion, addition).
+    assert!(parse_latency("1e300s").is_none());
+    let huge = parse_latency("18000000000000000000s±18000000000000000000s").unwrap();
+    assert_eq!(huge.max, Duration::MAX);
+}
+
+#[test]
+fn a_huge_retry_after_is_a_load_error_not_a_panic() {
+    let err = load_err("steps:\n  - fail: 429\n    retry_after: 1e300\n");
+    assert!(err.contains("retry_after"), "{err}");
 }
 
 #[test]

@@ -174,7 +174,9 @@ impl PtySessions {
         let limit = if options.wait {
             None
         } else {
-            Some(Duration::from_millis(options.timeout_ms.unwrap_or(0)) + REPLY_MARGIN)
+            Some(
+                Duration::from_millis(options.timeout_ms.unwrap_or(0)).saturating_add(REPLY_MARGIN),
+            )
         };
         match self.request(id, &request, limit)? {
             Response::Output { data } => Ok(data),

@@ -355,6 +355,18 @@ fn write_input(shared: &Shared, data: &[u8]) -> Response {
     Response::Written { bytes: data.len() }
 }
 
+/// When a read stops waiting: `(deadline, wait without limit)`. A timeout too large for
+/// the clock means no limit at all rather than an overflow panic.
+fn read_deadline(timeout_ms: Option<u64>, wait: bool, now: Instant) -> (Option<Instant>, bool) {
+    match timeout_ms.filter(|ms| *ms > 0) {
+        None => (None, wait),
+        Some(ms) => match now.checked_add(Duration::from_millis(ms)) {
+            Some(deadline) => (Some(deadline), wait),
+            None => (None, true),
+        },
+    }
+}
+
 fn read_output(
     shared: &Shared,
     timeout_ms: Option<u64>,
@@ -362,9 +374,7 @@ fn read_output(
     lines: Option<usize>,
 ) -> Response {
     let mut state = shared.lock();
-    let deadline = timeout_ms
-        .filter(|ms| *ms > 0)
-        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let (deadline, wait) = read_deadline(timeout_ms, wait, Instant::now());
     if wait || deadline.is_some() {
         // Output that arrived before this read counts: waiting only while nothing is
         // buffered means a fast echo is returned at once instead of after the timeout.
@@ -432,5 +442,23 @@ fn terminate_program(shared: &Shared) {
     }
     if !state.exited {
         let _ = killpg(group, Signal::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod read_deadline_tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_read_timeout_never_panics() {
+        let now = Instant::now();
+        let (deadline, wait) = read_deadline(Some(u64::MAX), false, now);
+        assert!(wait || deadline.is_some_and(|d| d > now + Duration::from_secs(86_400)));
+        assert_eq!(
+            read_deadline(Some(1500), false, now),
+            (Some(now + Duration::from_millis(1500)), false)
+        );
+        assert_eq!(read_deadline(Some(0), false, now), (None, false));
+        assert_eq!(read_deadline(None, true, now), (None, true));
     }
 }

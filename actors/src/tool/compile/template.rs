@@ -3,9 +3,12 @@
 //! Owns the rules of spec §2.2.2/§2.2.5 with the original engine's defects fixed: exec
 //! placeholders keep their argv position, mixed tokens (`--name=${x}`) are allowed, and shell
 //! placeholders become `$N` quoted according to where they stand (outside quotes `"$N"`,
-//! inside double quotes `$N`, inside single quotes `'"$N"'`). Engine variables
+//! inside double quotes or an unquoted here-document `$N`, inside single quotes `'"$N"'`;
+//! the scan itself, and the placements it refuses, are `shell_scan`'s). Engine variables
 //! (`${AGENT_HOME}`, `${CWD}`, `${RUN_ID}`) are never parameters. It knows nothing about
 //! YAML or files: errors are plain `TemplateError`s the caller decorates.
+
+use super::shell_scan::{segment_shell, Quoting, Segment};
 
 /// Variables the engine fills in; a template never turns them into model parameters.
 pub(crate) const ENGINE_VARS: [&str; 3] = ["AGENT_HOME", "CWD", "RUN_ID"];
@@ -21,7 +24,7 @@ pub(crate) struct TemplateError {
     pub hint: String,
 }
 
-fn template_error(message: impl Into<String>, hint: impl Into<String>) -> TemplateError {
+pub(crate) fn template_error(message: impl Into<String>, hint: impl Into<String>) -> TemplateError {
     TemplateError {
         message: message.into(),
         hint: hint.into(),
@@ -44,7 +47,7 @@ fn is_identifier(name: &str) -> bool {
 }
 
 /// The text of the `${...}` starting at `start`, and whether it is a well-formed placeholder.
-fn placeholder_at(text: &str, start: usize) -> Option<Result<Placeholder, String>> {
+pub(crate) fn placeholder_at(text: &str, start: usize) -> Option<Result<Placeholder, String>> {
     if !text[start..].starts_with("${") {
         return None;
     }
@@ -216,88 +219,6 @@ pub(crate) fn compile_exec(
     Ok(ExecTemplate { tokens, parameters })
 }
 
-/// Where a placeholder stands in shell syntax, which decides how `$N` must be quoted.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Quoting {
-    Unquoted,
-    Single,
-    Double,
-}
-
-/// Shell parsing states; command substitutions open a fresh unquoted context.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Context {
-    Top,
-    Single,
-    Double,
-    Subshell,
-    Backtick,
-}
-
-enum Segment {
-    Text(String),
-    Slot {
-        name: String,
-        raw: bool,
-        quoting: Quoting,
-    },
-}
-
-/// Splits a shell script into literal text and placeholders, tracking quote context.
-fn segment_shell(script: &str) -> Vec<Segment> {
-    let mut segments = Vec::new();
-    let mut text = String::new();
-    let mut stack = vec![Context::Top];
-    let mut index = 0;
-    while index < script.len() {
-        let context = stack.last().copied().unwrap_or(Context::Top);
-        let rest = &script[index..];
-        if let Some(Ok(p)) = placeholder_at(script, index) {
-            segments.push(Segment::Text(std::mem::take(&mut text)));
-            let quoting = match context {
-                Context::Single => Quoting::Single,
-                Context::Double => Quoting::Double,
-                _ => Quoting::Unquoted,
-            };
-            index = p.end;
-            segments.push(Segment::Slot {
-                name: p.name,
-                raw: p.raw,
-                quoting,
-            });
-            continue;
-        }
-        let Some(c) = rest.chars().next() else { break };
-        let mut step = c.len_utf8();
-        match (context, c) {
-            (Context::Single, '\'') => {
-                stack.pop();
-            }
-            (Context::Single, _) => {}
-            (_, '\\') => {
-                // An escaped character never opens or closes anything.
-                step += rest[step..].chars().next().map_or(0, char::len_utf8);
-            }
-            (Context::Double, '"') | (Context::Subshell, ')') | (Context::Backtick, '`') => {
-                stack.pop();
-            }
-            (_, '$') if rest.starts_with("$(") => {
-                stack.push(Context::Subshell);
-                step = 2;
-            }
-            (_, '`') => stack.push(Context::Backtick),
-            (Context::Double, _) => {}
-            (_, '\'') => stack.push(Context::Single),
-            (_, '"') => stack.push(Context::Double),
-            _ => {}
-        }
-        text.push_str(&rest[..step]);
-        index += step;
-    }
-    segments.push(Segment::Text(text));
-    segments
-}
-
 /// `$N`, braced from 10 on (`$10` would mean `${1}0`).
 fn positional(n: usize) -> String {
     if n < 10 {
@@ -330,7 +251,7 @@ pub(crate) fn compile_shell(
             "write a shell command line, e.g. shell: \"cat ${file} | wc -l\"",
         ));
     }
-    let mut segments = segment_shell(template);
+    let mut segments = segment_shell(template)?;
     segments.retain(
         |segment| !matches!(segment, Segment::Slot { name, .. } if Some(name.as_str()) == stdin),
     );

@@ -169,3 +169,77 @@ fn bare_shell_variables_are_found() {
     );
     assert_eq!(bare_shell_variable("echo ${HOME} $1 $ x"), None);
 }
+
+/// Regression (issue 11 item 8f): `${x}` in a here-document body became `"$1"`, and the
+/// quotes reached the text. An unquoted-delimiter body expands like double quotes.
+#[test]
+fn heredoc_body_placeholders_are_bare_slots() {
+    let t =
+        compile_shell_plain("cat <<EOF\nHello ${who}, \"quoted\" 'too'\nEOF\necho ${who}").unwrap();
+    assert_eq!(
+        t.script,
+        "cat <<EOF\nHello $1, \"quoted\" 'too'\nEOF\necho \"$1\""
+    );
+    let tabs = compile_shell_plain("cat <<-END >${out}\n\t${a}\n\tEND\n").unwrap();
+    assert_eq!(tabs.script, "cat <<-END >\"$1\"\n\t$2\n\tEND\n");
+    // A command substitution inside the body is a fresh unquoted context.
+    let nested = compile_shell_plain("cat <<EOF\n$(printf %s ${a})\nEOF").unwrap();
+    assert_eq!(nested.script, "cat <<EOF\n$(printf %s \"$1\")\nEOF");
+    // After the body, quoting rules are the command line's again.
+    let two = compile_shell_plain("cat <<A; cat <<B\n${x}\nA\n'${y}'\nB\necho ${x}").unwrap();
+    assert_eq!(two.script, "cat <<A; cat <<B\n$1\nA\n'$2'\nB\necho \"$1\"");
+}
+
+#[test]
+fn here_strings_and_comparisons_are_not_heredocs() {
+    let t = compile_shell_plain("cat <<< ${a}; test 1 -lt 2 && echo ${b}").unwrap();
+    assert_eq!(t.script, "cat <<< \"$1\"; test 1 -lt 2 && echo \"$2\"");
+}
+
+/// Regression (issue 11 item 8f): a quoted delimiter expands nothing, so the placeholder
+/// could never arrive; the template is refused with a hint.
+#[test]
+fn quoted_heredoc_delimiters_refuse_placeholders() {
+    for template in [
+        "cat <<'EOF'\n${x}\nEOF",
+        "cat <<\"EOF\"\nvalue: ${x}\nEOF",
+        "cat <<\\EOF\n${x}\nEOF",
+    ] {
+        let err = compile_shell_plain(template).unwrap_err();
+        assert!(
+            err.message.contains("quoted delimiter"),
+            "{template}: {}",
+            err.message
+        );
+        assert!(err.message.contains("${x}"), "{}", err.message);
+        assert!(
+            err.hint.contains("<<EOF") && err.hint.contains("stdin: x"),
+            "{}",
+            err.hint
+        );
+    }
+    // Without a placeholder in its body, a quoted here-document is fine.
+    let ok = compile_shell_plain("cat <<'EOF' > ${f}\nliteral $HOME\nEOF").unwrap();
+    assert_eq!(ok.script, "cat <<'EOF' > \"$1\"\nliteral $HOME\nEOF");
+}
+
+/// Regression (issue 11 item 8f): `$(( ${n} + 1 ))` became `$(( "$1" + 1 ))`, a syntax
+/// error; a bare value would be evaluated as an expression. Refused with a hint; `:raw`
+/// remains the explicit opt-in.
+#[test]
+fn arithmetic_expansion_refuses_placeholders_but_allows_raw() {
+    for template in ["echo $(( ${n} + 1 ))", "echo \"$(( (${n} * 2) ))\""] {
+        let err = compile_shell_plain(template).unwrap_err();
+        assert!(
+            err.message.contains("arithmetic expansion"),
+            "{template}: {}",
+            err.message
+        );
+        assert!(err.hint.contains("expr ${n} + 1"), "{}", err.hint);
+    }
+    let raw = compile_shell_plain("echo $(( ${n:raw} + 1 )) ${m}").unwrap();
+    assert_eq!(raw.script, "echo $(( $1 + 1 )) \"$2\"");
+    // A command substitution is not arithmetic.
+    let sub = compile_shell_plain("echo $(printf %s ${n})").unwrap();
+    assert_eq!(sub.script, "echo $(printf %s \"$1\")");
+}

@@ -388,13 +388,23 @@ proptest! {
             "printf '%s' \"${v}\"",
             "printf '%s' '${v}'",
             "printf '%s' \"$(printf '%s' ${v})\" | cat",
+            // Here-document bodies (issue 11 item 8f): `cat` prints the body's final newline.
+            "cat <<EOF\n${v}\nEOF",
+            "cat <<-EOF\n\t${v}\n\tEOF",
+            "x=$(cat <<EOF\n${v}\nEOF\n); printf '%s' \"$x\"",
         ] {
             let tool = compile_ok(&format!("name: t\nshell: {}\n", serde_json::to_string(template).unwrap()));
             let inv = invoke(&tool, json!({"v": value.clone()})).unwrap();
             prop_assert_eq!(inv.argv.last().unwrap(), &value);
             let printed = run(&inv.argv);
             // $(...) strips trailing newlines, as any shell would; the value is otherwise intact.
-            let expected = if template.contains("$(") { value.trim_end_matches('\n').to_string() } else { value.clone() };
+            let expected = if template.contains("$(") {
+                value.trim_end_matches('\n').to_string()
+            } else if template.starts_with("cat") {
+                format!("{value}\n")
+            } else {
+                value.clone()
+            };
             prop_assert_eq!(printed, expected, "template {}", template);
         }
     }
