@@ -20,6 +20,7 @@ pub mod agent;
 pub mod api;
 pub mod context;
 pub mod hooks;
+pub mod input;
 pub mod janitor;
 pub mod journal;
 pub mod llm;
@@ -28,6 +29,7 @@ pub mod plan;
 pub mod protocol;
 pub mod runtime;
 pub mod session;
+pub mod template_bounds;
 pub mod tool;
 pub mod workspace;
 

@@ -9,6 +9,7 @@ mod crash;
 mod harness;
 mod list_runs;
 mod orchestrate;
+mod orchestrate_bad_plans;
 mod orchestrate_crash;
 mod run;
 mod run_env;

@@ -135,7 +135,7 @@ fn dry_run_prints_the_stage_layers_and_runs_nothing() {
 
 #[test]
 fn an_invalid_plan_exits_126_naming_the_file_and_key() {
-    let fixtures = repo_root().join("actors/tests/fixtures/bad-plans");
+    let fixtures = repo_root().join("tests/fixtures/bad-plans");
     for (file, key) in [
         ("unknown-var.yaml", "stages.work.message"),
         ("cycle.yaml", "stages.a.needs"),
@@ -157,7 +157,7 @@ fn an_invalid_plan_exits_126_naming_the_file_and_key() {
 #[test]
 fn a_failed_stage_exits_1_and_the_json_summary_says_why() {
     let dir = plan_dir(
-        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [good, bad] }\n    message: \"item {{ item }}\"\n  - id: after\n    message: never\n",
+        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [good, bad] }\n    message: \"item {{ item }}\"\n  - id: after\n    needs: [work]\n    message: never\n",
         "rules:\n  - task_contains: bad\n    steps: [{ fail: 400 }]\n  - steps: [{ answer: \"{{ task }}\" }]\n",
         "",
     );
@@ -343,8 +343,8 @@ fn the_example_plans_run_offline() {
         let summary = out.json();
         assert_eq!(summary["status"], "COMPLETED", "{example}: {summary:#}");
         let totals = &summary["totals"];
-        assert_eq!(totals["completed"], totals["runs"], "{example}");
-        assert!(totals["runs"].as_u64().unwrap() >= 3, "{example}");
+        assert_eq!(totals["completed"], totals["total"], "{example}");
+        assert!(totals["total"].as_u64().unwrap() >= 3, "{example}");
         let written = std::fs::read_to_string(ws.path().join(product))
             .unwrap_or_else(|e| panic!("{example}: no {product}: {e}"));
         assert!(!written.trim().is_empty(), "{example}: empty {product}");

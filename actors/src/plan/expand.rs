@@ -19,6 +19,7 @@ use super::templates::{environment, failure};
 use super::validate::{ResolvedPlan, ResolvedStage};
 use super::PlanError;
 use crate::protocol::RunStatus;
+use crate::template_bounds::render_bounded;
 
 /// One finished run as later stages see it (`stages.<id>.runs[i]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,7 +155,7 @@ pub fn expand_stage(
             item => TemplateValue::from_serialize(&item),
             index => index,
         };
-        let message = template.render(context).map_err(|error| {
+        let message = render_bounded(&template, context).map_err(|error| {
             template_error(
                 plan,
                 message_key.clone(),

@@ -18,6 +18,11 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// The bad-plan corpus, shared with the CLI test that runs each through `delta orchestrate`.
+fn bad_plans() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/bad-plans")
+}
+
 /// Reads the `# key:` and `# expect:` header lines of a bad-plan fixture.
 fn expectations(path: &Path) -> (String, String) {
     let text = std::fs::read_to_string(path).unwrap();
@@ -33,7 +38,7 @@ fn expectations(path: &Path) -> (String, String) {
 
 #[test]
 fn every_bad_plan_names_its_file_and_key() {
-    let dir = fixtures().join("bad-plans");
+    let dir = bad_plans();
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -61,12 +66,12 @@ fn every_bad_plan_names_its_file_and_key() {
         assert!(text.contains("(hint: "), "{file_name}: no hint: {text}");
         checked += 1;
     }
-    assert!(checked >= 10, "only {checked} bad-plan fixtures");
+    assert!(checked >= 40, "only {checked} bad-plan fixtures");
 }
 
 #[test]
 fn template_errors_name_stage_key_and_expression() {
-    let error = load_plan(&fixtures().join("bad-plans/unknown-var.yaml"), &[]).unwrap_err();
+    let error = load_plan(&bad_plans().join("unknown-var.yaml"), &[]).unwrap_err();
     match error {
         PlanError::Template {
             key, expression, ..
@@ -112,7 +117,7 @@ fn plan_resolves_defaults_paths_and_needs() {
     assert_eq!(planner.retries, 1);
     assert_eq!(planner.max_iterations, Some(30));
     assert_eq!(work.agent, dir.join("./agents/worker"));
-    assert_eq!(work.needs, ["plan"], "needs defaults to the previous stage");
+    assert_eq!(work.needs, ["plan"], "`needs: previous` is the stage above");
     assert_eq!(work.on_failure, OnFailure::Continue);
     assert_eq!(work.timeout, Some(Duration::from_secs(90)));
     assert_eq!(work.retries, 0);

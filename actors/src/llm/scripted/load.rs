@@ -15,9 +15,27 @@ use super::script::{
     Action, ArgTree, Args, CallSpec, Latency, Rule, Script, ScriptError, Step, Text, DEFAULT_MODEL,
     EXHAUSTED_ANSWER,
 };
+use crate::input::{check_size, check_yaml_depth};
+use crate::template_bounds::{explain, limit_work, render_bounded};
+
+/// Longest scripted latency or `retry_after`: a script is for tests and demos, and a
+/// larger value (`1e300s`) overflowed into a panic.
+pub(super) const MAX_SCRIPTED_WAIT: Duration = Duration::from_secs(3600);
+/// Largest script file, in bytes.
+pub(super) const SCRIPT_BYTES: u64 = 4 * 1024 * 1024;
+/// Deepest nesting of flow collections in a script (deeper is refused before parsing: the
+/// YAML parser is slow on it).
+const SCRIPT_DEPTH: usize = 64;
 
 /// Parses and validates `text`; `origin` names it in error messages.
 pub(super) fn parse(text: &str, origin: &str) -> Result<Script, ScriptError> {
+    check_size(text, SCRIPT_BYTES)
+        .and_then(|()| check_yaml_depth(text, SCRIPT_DEPTH))
+        .map_err(|error| ScriptError::Invalid {
+            origin: origin.to_owned(),
+            key: "(file)".to_owned(),
+            message: format!("{error} (hint: see docs/llm-script.md)"),
+        })?;
     let raw: RawScript = serde_yaml::from_str(text).map_err(|e| {
         let top_level = serde_yaml::from_str::<serde_yaml::Value>(text).ok();
         if top_level.is_some_and(|v| !v.is_mapping()) {
@@ -107,6 +125,7 @@ impl Loader {
         templates.set_undefined_behavior(UndefinedBehavior::Strict);
         templates.set_auto_escape_callback(|_| AutoEscape::None);
         templates.set_keep_trailing_newline(true);
+        limit_work(&mut templates);
         Loader {
             origin: origin.to_owned(),
             templates,
@@ -310,7 +329,22 @@ impl Loader {
                     "`retry_after` is a number of seconds >= 0",
                 ))
             }
-            other => other.map(Duration::from_secs_f64),
+            Some(s) => match Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| *d <= MAX_SCRIPTED_WAIT)
+            {
+                Some(wait) => Some(wait),
+                None => {
+                    return Err(self.invalid(
+                        &format!("{key}.retry_after"),
+                        format!(
+                            "`retry_after` {s} is too large (at most {} seconds)",
+                            MAX_SCRIPTED_WAIT.as_secs()
+                        ),
+                    ))
+                }
+            },
+            None => None,
         };
         let then = match raw.then {
             Some(next) => {
@@ -404,12 +438,13 @@ impl Loader {
         let check = self
             .templates
             .get_template(&name)
-            .and_then(|t| t.render(super::respond::sample_context()));
+            .and_then(|t| render_bounded(&t, super::respond::sample_context()));
         if let Err(e) = check {
+            let reason = explain(&e).unwrap_or_else(|| e.to_string());
             return Err(self.invalid(
                 key,
                 format!(
-                    "template fails to render: {e} (hint: available variables are {})",
+                    "template fails to render: {reason} (hint: available variables are {})",
                     super::respond::TEMPLATE_VARIABLES
                 ),
             ));
@@ -419,17 +454,19 @@ impl Loader {
 
     fn latency(&self, key: &str, raw: RawLatency) -> Result<Latency, ScriptError> {
         let parsed = match raw {
-            RawLatency::Millis(ms) => Some(Latency {
-                min: Duration::from_millis(ms),
-                max: Duration::from_millis(ms),
-            }),
+            RawLatency::Millis(ms) => Some(Duration::from_millis(ms))
+                .filter(|latency| *latency <= MAX_SCRIPTED_WAIT)
+                .map(|latency| Latency {
+                    min: latency,
+                    max: latency,
+                }),
             RawLatency::Text(text) => parse_latency(&text),
         };
         parsed.ok_or_else(|| {
             self.invalid(
                 key,
                 "latency must be milliseconds (`200`), a duration (`200ms`, `1.5s`), \
-                 a jitter (`200±50`, `200+-50`) or a range (`100..300`)",
+                 a jitter (`200±50`, `200+-50`) or a range (`100..300`), of at most one hour",
             )
         })
     }
@@ -467,5 +504,10 @@ fn parse_duration(text: &str) -> Option<Duration> {
         (text, 1.0)
     };
     let value: f64 = number.trim().parse().ok()?;
-    (value.is_finite() && value >= 0.0).then(|| Duration::from_secs_f64(value * scale_ms / 1000.0))
+    if !(value.is_finite() && value >= 0.0) {
+        return None;
+    }
+    Duration::try_from_secs_f64(value * scale_ms / 1000.0)
+        .ok()
+        .filter(|duration| *duration <= MAX_SCRIPTED_WAIT)
 }

@@ -458,3 +458,34 @@ fn every_yaml_example_in_the_docs_loads() {
         );
     }
 }
+
+#[test]
+fn hostile_scripts_are_refused_quickly_with_the_key() {
+    let deep = format!(
+        "steps: [{{answer: {}1{}}}]\n",
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    let nested = "steps:\n  - answer: \"{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}\"\n";
+    let started = std::time::Instant::now();
+    for (yaml, expected) in [
+        (deep.as_str(), "nested more than 64 levels"),
+        (nested, "too much work"),
+        (
+            "steps:\n  - fail: 429\n    retry_after: 1e300\n",
+            "retry_after",
+        ),
+        (
+            "default_latency: \"1e300s\"\nsteps: [{answer: hi}]\n",
+            "at most one hour",
+        ),
+        (
+            "default_latency: 99999999999\nsteps: [{answer: hi}]\n",
+            "at most one hour",
+        ),
+    ] {
+        let error = load_err(yaml);
+        assert!(error.contains(expected), "{expected}: {error}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+}

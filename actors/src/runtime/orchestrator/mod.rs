@@ -25,11 +25,9 @@ use tokio::sync::{broadcast, oneshot};
 mod resume;
 mod summary;
 
-use summary::tally;
-
 use crate::api::{OrchestrationEvent, OrchestrationRequest, RunRequest, RunResult, RunStart};
 use crate::plan::state::{
-    OrchestrationState, OrchestrationSummary, RunRow, SchedulingEvent, StageStatus,
+    OrchestrationState, OrchestrationSummary, RunCounts, RunRow, SchedulingEvent, StageStatus,
 };
 use crate::plan::{
     expand_stage, parse_json_output, ready_stages, OutputKind, PlannedRun, RunRecord, StageContext,
@@ -204,8 +202,7 @@ impl OrchestrationActor {
                 self.record(SchedulingEvent::StageFinished {
                     stage: id.to_string(),
                     status: StageStatus::Failed,
-                    completed: 0,
-                    failed: 0,
+                    counts: RunCounts::default(),
                 });
                 return;
             }
@@ -214,10 +211,7 @@ impl OrchestrationActor {
             stage: id.to_string(),
             runs: planned.len(),
         });
-        self.emit(OrchestrationEvent::StageStarted {
-            stage: id.to_string(),
-            runs: planned.len(),
-        });
+        let total = planned.len();
         let mut runs = Vec::with_capacity(planned.len());
         for p in planned {
             let work_dir = match &p.work_dir_suffix {
@@ -244,6 +238,16 @@ impl OrchestrationActor {
             });
         }
         let outstanding = runs.iter().filter(|r| r.done.is_none()).count();
+        // After the runs found on disk are known, so a resume's progress starts where the
+        // last invocation stopped rather than at 0.
+        self.emit(OrchestrationEvent::StageStarted {
+            stage: id.to_string(),
+            runs: total,
+            already_done: RunCounts::tally(
+                runs.len() - outstanding,
+                runs.iter().filter_map(|r| r.done.as_ref()),
+            ),
+        });
         self.stages.insert(
             id.to_string(),
             StageState {
@@ -481,12 +485,13 @@ impl OrchestrationActor {
         let Some(stage) = self.stages.get_mut(stage_id) else {
             return;
         };
-        let rows: Vec<&RunRow> = stage.runs.iter().filter_map(|r| r.done.as_ref()).collect();
-        let (completed, interrupted) = tally(rows.iter().copied());
-        let failed = rows.len() - completed;
-        let status = if self.stop_reason.is_some() && interrupted > 0 {
+        let counts = RunCounts::tally(
+            stage.runs.len(),
+            stage.runs.iter().filter_map(|r| r.done.as_ref()),
+        );
+        let status = if self.stop_reason.is_some() && counts.interrupted > 0 {
             StageStatus::Interrupted
-        } else if failed == 0 {
+        } else if counts.unsuccessful() == 0 {
             StageStatus::Completed
         } else if spec.on_failure == crate::plan::OnFailure::Continue {
             StageStatus::CompletedWithFailures
@@ -515,8 +520,7 @@ impl OrchestrationActor {
         self.record(SchedulingEvent::StageFinished {
             stage: stage_id.to_string(),
             status,
-            completed,
-            failed,
+            counts,
         });
         if let Some(state) = &self.state {
             state.sync();
@@ -524,8 +528,7 @@ impl OrchestrationActor {
         self.emit(OrchestrationEvent::StageFinished {
             stage: stage_id.to_string(),
             status,
-            completed,
-            failed,
+            counts,
         });
     }
 }
