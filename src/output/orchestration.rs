@@ -150,6 +150,10 @@ pub fn print_dry_run(
         Format::Text => {
             let mut out = format!("Plan {} is valid.\n", plan.file.display());
             out.push_str(&format!("max_parallel: {}\n", plan.max_parallel));
+            out.push_str(
+                "A stage starts when every stage in its `needs` has finished; a stage without \
+                 `needs` starts at once.\n",
+            );
             for (i, layer) in layers.iter().enumerate() {
                 out.push_str(&format!(
                     "\nlayer {} (runs in parallel): {}\n",
@@ -158,18 +162,19 @@ pub fn print_dry_run(
                 ));
                 for id in layer {
                     if let Some(s) = stages.iter().find(|s| s["id"] == id.as_str()) {
+                        let needs: Vec<&str> = s["needs"]
+                            .as_array()
+                            .map(|n| n.iter().filter_map(|v| v.as_str()).collect())
+                            .unwrap_or_default();
+                        let needs = if needs.is_empty() {
+                            "no needs: starts at once".to_owned()
+                        } else {
+                            format!("needs [{}]", needs.join(", "))
+                        };
                         out.push_str(&format!(
-                            "  {id}: agent {} — {}; needs [{}]\n",
+                            "  {id}: agent {} — {}; {needs}\n",
                             s["agent"].as_str().unwrap_or(""),
                             s["fan_out"].as_str().unwrap_or(""),
-                            s["needs"]
-                                .as_array()
-                                .map(|n| n
-                                    .iter()
-                                    .filter_map(|v| v.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", "))
-                                .unwrap_or_default()
                         ));
                     }
                 }

@@ -11,6 +11,7 @@ mod list_runs;
 mod orchestrate;
 mod orchestrate_bad_plans;
 mod orchestrate_crash;
+mod orchestrate_interrupt;
 mod run;
 mod run_env;
 mod sessions;

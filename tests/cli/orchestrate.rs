@@ -476,3 +476,23 @@ fn dry_run_loads_every_agent_and_names_a_broken_one() {
     }
     assert!(out.stdout.is_empty(), "{}", out.stdout);
 }
+
+#[test]
+fn dry_run_puts_stages_without_needs_in_one_layer_and_says_so() {
+    let dir = plan_dir(
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: one, message: a }\n  - { id: two, message: b }\n  - { id: three, needs: previous, message: c }\n",
+        "steps: [{ answer: done }]\n",
+        "",
+    );
+    let out = run(dir.path(), &["orchestrate", "plan.yaml", "--dry-run"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for needle in [
+        "a stage without `needs` starts at once",
+        "layer 1 (runs in parallel): one, two",
+        "one: agent worker — one run; no needs: starts at once",
+        "layer 2 (runs in parallel): three",
+        "three: agent worker — one run; needs [two]",
+    ] {
+        assert!(out.stdout.contains(needle), "{needle}:\n{}", out.stdout);
+    }
+}
