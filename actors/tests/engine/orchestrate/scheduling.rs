@@ -313,3 +313,45 @@ fn json_output_feeds_later_stages_and_non_json_is_retried_then_failed() {
         "{row:?}"
     );
 }
+
+/// Issue 11 item 8c: a run whose setup failed before it wrote its metadata (too many open
+/// files, a full disk; here its run folder's name is taken by a file) was retried as a
+/// continue, which failed with "not found" and hid the real cause. It is started afresh,
+/// and the row keeps the real cause.
+#[test]
+fn a_run_that_never_started_is_retried_fresh_and_keeps_its_real_cause() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    std::fs::create_dir_all(p.ws().join(".delta")).unwrap();
+    std::fs::write(p.ws().join(".delta/t-solo-0"), "in the way").unwrap();
+    let (summary, _) = run_plan(
+        &p,
+        "defaults: { agent: ./agents/worker, retries: 1 }\nstages:\n  - { id: solo, message: go }\n",
+        ECHO_TASK,
+    );
+    assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
+    let row = &stage(&summary, "solo").runs[0];
+    assert_eq!(row.attempts, 2, "{row:#?}");
+    let error = row.error.as_deref().unwrap();
+    assert!(error.contains("already exists"), "{error}");
+    assert!(
+        !error.contains("not found"),
+        "the real cause was replaced: {error}"
+    );
+    let journal = std::fs::read_to_string(
+        OrchestrationState::dir_for(p.ws(), "t")
+            .unwrap()
+            .join("journal.jsonl"),
+    )
+    .unwrap();
+    let retried_as: Vec<bool> = journal
+        .lines()
+        .filter(|l| l.contains("\"RUN_SUBMITTED\""))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["resume"] == true)
+        .collect();
+    assert_eq!(
+        retried_as,
+        [false, false],
+        "both attempts start the run afresh"
+    );
+}
