@@ -59,7 +59,7 @@ pub fn print(runs: &[RunSummary], format: Format) {
     }
 }
 
-fn relative_age(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> String {
+pub(super) fn relative_age(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> String {
     let Ok(t) = chrono::DateTime::parse_from_rfc3339(timestamp) else {
         return timestamp.to_string();
     };

@@ -7,6 +7,7 @@ mod ask_human;
 mod continue_run;
 mod crash;
 mod harness;
+mod list_orchestrations;
 mod list_runs;
 mod orchestrate;
 mod orchestrate_bad_plans;

@@ -81,9 +81,9 @@ pub struct OrchestrationListing {
 pub fn list_orchestrations(workspace: &Path) -> Result<Vec<OrchestrationListing>, StateError> {
     if !workspace.is_dir() {
         return Err(StateError::Io {
-            action: "read the workspace",
+            action: "list the orchestrations of",
             path: workspace.to_path_buf(),
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such folder"),
         });
     }
     let root = OrchestrationState::root_for(workspace);

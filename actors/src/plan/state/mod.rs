@@ -27,7 +27,7 @@ use crate::workspace::{control_dir, now_rfc3339, validate_run_id, WorkspaceError
 pub mod listing;
 mod summary;
 
-pub use listing::{list_orchestrations, OrchestrationListing};
+pub use listing::{list_orchestrations, ListedStatus, OrchestrationListing};
 pub use summary::{
     OrchestrationStatus, OrchestrationSummary, RunCounts, RunRow, StageStatus, StageSummary, Totals,
 };
