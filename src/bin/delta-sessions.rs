@@ -87,7 +87,7 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(json) => session_cli::succeed(&json),
-        Err(e) => session_cli::fail(PROGRAM, &e.to_string()),
+        Err(e) => session_cli::fail_with(PROGRAM, &e),
     }
 }
 

@@ -13,6 +13,7 @@ mod orchestrate;
 mod orchestrate_bad_plans;
 mod orchestrate_crash;
 mod orchestrate_interrupt;
+mod path_ids;
 mod run;
 mod run_env;
 mod sessions;
