@@ -317,3 +317,49 @@ fn unknown_stage_in_expand_is_an_error() {
     let error = expand_stage(&plan, "nope", &StageContext::new("o")).unwrap_err();
     assert!(error.to_string().contains("no stage `nope`"));
 }
+
+/// docs/plan.md cannot drift from the loader: every key the loader accepts is documented.
+#[test]
+fn every_key_the_loader_accepts_is_in_the_plan_reference() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/plan.md"))
+            .unwrap();
+    let keys = delta_actors::plan::keys::known_key_paths();
+    assert!(keys.len() >= 25, "{keys:?}");
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|key| !doc.contains(&format!("`{key}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys missing from docs/plan.md: {missing:?}"
+    );
+    let error = load_plan_str("stages: []\n", Path::new("/p/plan.yaml"), &[]).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(delta_actors::plan::PLAN_REFERENCE),
+        "plan errors point to the reference: {error}"
+    );
+}
+
+#[test]
+fn defaults_may_set_on_failure_isolate_and_output() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("agent")).unwrap();
+    let plan = load_plan_str(
+        "defaults: { agent: agent, on_failure: continue, isolate: true, output: json }\nstages:\n  - { id: a, message: a }\n  - { id: b, message: b, on_failure: stop, isolate: false, output: text }\n",
+        &dir.path().join("plan.yaml"),
+        &[],
+    )
+    .unwrap();
+    let [a, b] = &plan.stages[..] else { panic!() };
+    assert_eq!(
+        (a.on_failure, a.isolate, a.output),
+        (OnFailure::Continue, true, OutputKind::Json)
+    );
+    assert_eq!(
+        (b.on_failure, b.isolate, b.output),
+        (OnFailure::Stop, false, OutputKind::Text)
+    );
+}
