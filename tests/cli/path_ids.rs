@@ -9,7 +9,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::harness::COMMAND_TIMEOUT;
 use crate::orchestrate::write_agent;

@@ -88,7 +88,7 @@ fn walk(
             if seen > max_entries {
                 return Err(GlobError::TooManyEntries { limit: max_entries });
             }
-            if seen % 256 == 0 && started.elapsed() > max_time {
+            if seen.is_multiple_of(256) && started.elapsed() > max_time {
                 return Err(GlobError::TooSlow { limit: max_time });
             }
             let name = entry.file_name().to_string_lossy().into_owned();
