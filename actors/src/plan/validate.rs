@@ -250,11 +250,14 @@ pub fn resolve_plan(
         |key: &str, message: String, hint: &str| PlanError::invalid(&file, key, message, hint);
 
     if let Some(name) = &model.name {
-        if !is_identifier(name, true) || name.len() > NAME_LEN {
+        let starts_well = name.starts_with(|c: char| c.is_ascii_alphanumeric());
+        if !is_identifier(name, true) || !starts_well || name.len() > NAME_LEN {
             return Err(invalid(
                 "name",
                 format!("`{name}` cannot be part of an orchestration id"),
-                &format!("use at most {NAME_LEN} letters, digits, `_` and `-`"),
+                &format!(
+                    "use at most {NAME_LEN} letters, digits, `_` and `-`, starting with a letter or digit"
+                ),
             ));
         }
     }
