@@ -8,6 +8,7 @@
 //! - [`validate`]: [`load_plan`] reads the file within bounds, resolves paths, checks ids,
 //!   numbers, templates and `foreach` forms into one immutable [`ResolvedPlan`];
 //!   `needs` (private) turns `needs` into stage ids (`previous` included) and refuses cycles.
+//! - `parse` (private): text to [`PlanFile`], bounded, with readable errors.
 //! - `glob_walk` (private): `foreach: {files: ...}` expansion within bounds.
 //! - [`templates`]: the strict minijinja environment (`tojson`, undefined = error) and
 //!   template analysis; `stage_checks` (private) applies it to a stage's message/foreach.
@@ -26,6 +27,7 @@ pub mod keys;
 pub mod limits;
 pub mod model;
 mod needs;
+mod parse;
 mod stage_checks;
 pub mod state;
 pub mod templates;

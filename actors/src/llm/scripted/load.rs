@@ -11,6 +11,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::latency::{parse_latency, MAX_SCRIPTED_WAIT};
 use super::script::{
     Action, ArgTree, Args, CallSpec, Latency, Rule, Script, ScriptError, Step, Text, DEFAULT_MODEL,
     EXHAUSTED_ANSWER,
@@ -18,9 +19,6 @@ use super::script::{
 use crate::input::{check_size, check_yaml_depth};
 use crate::template_bounds::{explain, limit_work, render_bounded};
 
-/// Longest scripted latency or `retry_after`: a script is for tests and demos, and a
-/// larger value (`1e300s`) overflowed into a panic.
-pub(super) const MAX_SCRIPTED_WAIT: Duration = Duration::from_secs(3600);
 /// Largest script file, in bytes.
 pub(super) const SCRIPT_BYTES: u64 = 4 * 1024 * 1024;
 /// Deepest nesting of flow collections in a script (deeper is refused before parsing: the
@@ -470,44 +468,4 @@ impl Loader {
             )
         })
     }
-}
-
-/// `200`, `200ms`, `1.5s`, `200±50`, `200+-50`, `100..300` (plain numbers are milliseconds).
-pub fn parse_latency(text: &str) -> Option<Latency> {
-    let text = text.trim();
-    if let Some((lo, hi)) = text.split_once("..") {
-        let (min, max) = (parse_duration(lo)?, parse_duration(hi)?);
-        return (min <= max).then_some(Latency { min, max });
-    }
-    let jitter = text.split_once('±').or_else(|| text.split_once("+-"));
-    if let Some((mid, spread)) = jitter {
-        let (mid, spread) = (parse_duration(mid)?, parse_duration(spread)?);
-        return Some(Latency {
-            min: mid.saturating_sub(spread),
-            max: mid + spread,
-        });
-    }
-    let fixed = parse_duration(text)?;
-    Some(Latency {
-        min: fixed,
-        max: fixed,
-    })
-}
-
-fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let (number, scale_ms) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1000.0)
-    } else {
-        (text, 1.0)
-    };
-    let value: f64 = number.trim().parse().ok()?;
-    if !(value.is_finite() && value >= 0.0) {
-        return None;
-    }
-    Duration::try_from_secs_f64(value * scale_ms / 1000.0)
-        .ok()
-        .filter(|duration| *duration <= MAX_SCRIPTED_WAIT)
 }
