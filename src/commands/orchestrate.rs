@@ -10,6 +10,7 @@ use std::sync::Arc;
 use clap::Args;
 use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
 use delta_actors::api::{OrchestrationRequest, Supervisor};
+use delta_actors::metadata::{lock_is_held, LOCK_FILE};
 use delta_actors::plan::limits::MAX_PARALLEL;
 use delta_actors::plan::state::{
     find_workspace, next_plan_workspace, validate_orchestration_id, OrchestrationState,
@@ -87,6 +88,13 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
                     path: dir,
                 };
                 return Err(CliError::Config(missing.to_string()));
+            }
+            if lock_is_held(&dir).unwrap_or(false) {
+                let locked = StateError::Locked {
+                    id: id.clone(),
+                    path: dir.join(LOCK_FILE),
+                };
+                return Err(CliError::Config(locked.to_string()));
             }
             // The vars the orchestration started with, so later stages get the same messages.
             if let Some(serde_json::Value::Object(saved)) = OrchestrationState::saved_vars(&dir) {

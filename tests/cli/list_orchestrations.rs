@@ -1,7 +1,8 @@
 //! CLI tests of `delta list-orchestrations` (issue 11 item 12): a workspace without
 //! orchestrations, finished ones with their status and counts (text and JSON), a running
-//! one (its lock is held) that shows INTERRUPTED once its process is killed, and damaged
-//! folders listed as UNREADABLE with the reason instead of being hidden.
+//! one (its lock is held: a second process may not resume it) that shows INTERRUPTED once
+//! its process is killed, and damaged folders listed as UNREADABLE with the reason instead
+//! of being hidden.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -154,7 +155,21 @@ fn finished_running_killed_and_damaged_orchestrations_are_all_listed() {
             .unwrap_or_else(|| panic!("no {prefix} in {rows:#?}"))
             .clone()
     };
-    assert_eq!(status(&rows, "nap-")["status"], "RUNNING", "{rows:#?}");
+    let running = status(&rows, "nap-");
+    assert_eq!(running["status"], "RUNNING", "{rows:#?}");
+    // One process drives an orchestration at a time.
+    let second = delta_in(root)
+        .args([
+            "orchestrate",
+            "--resume",
+            running["orchestration_id"].as_str().unwrap(),
+        ])
+        .args(["-w", "ws", "--llm-script", "script.yaml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(126), "{stderr}");
+    assert!(stderr.contains("driven by another process"), "{stderr}");
 
     // Killed without a chance to finish: no longer RUNNING.
     child.kill().unwrap();

@@ -2,7 +2,8 @@
 //! or misspelt key is reported with its full path and the closest known key (serde alone would
 //! report neither).
 //!
-//! Owns: the list of known keys at each level and the "did you mean" suggestion.
+//! Owns: the list of known keys at each level ([`known_key_paths`], which the plan
+//! reference must cover) and the "did you mean" suggestion.
 //! Must not: check values or types (serde does, then `validate.rs`).
 
 use serde_yaml::{Mapping, Value};
