@@ -21,6 +21,7 @@ pub mod agent;
 pub mod api;
 pub mod context;
 pub mod hooks;
+pub mod input;
 pub mod janitor;
 pub mod journal;
 pub mod llm;
@@ -30,6 +31,7 @@ pub mod protocol;
 pub mod redact;
 pub mod runtime;
 pub mod session;
+pub mod template_bounds;
 pub mod tool;
 pub mod workspace;
 
