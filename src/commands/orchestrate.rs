@@ -132,12 +132,13 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
         usize::try_from(n).unwrap_or(usize::MAX)
     });
-    let mut config = supervisor_config(
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2),
-        max_parallel,
-    );
+    let arbiters = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    if let Some(warning) = crate::limits::raise_open_files_for(arbiters, max_parallel) {
+        eprintln!("{warning}");
+    }
+    let mut config = supervisor_config(arbiters, max_parallel);
     config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel);
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;

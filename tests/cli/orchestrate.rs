@@ -496,3 +496,34 @@ fn dry_run_puts_stages_without_needs_in_one_layer_and_says_so() {
         assert!(out.stdout.contains(needle), "{needle}:\n{}", out.stdout);
     }
 }
+
+/// Issue 11 item 4: a `--max-parallel` the open-files limit cannot serve is said up front
+/// (the limit, the need, a parallelism that fits), not met later as EMFILE; the batch still
+/// runs.
+#[test]
+fn a_max_parallel_beyond_the_open_files_limit_is_warned_about_with_a_fit() {
+    let dir = plan_dir(
+        "name: fds\nstages:\n  - id: only\n    agent: agents/worker\n    message: go\n",
+        "steps:\n  - answer: done\n",
+        "",
+    );
+    let args = [&ORCHESTRATE_JSON[..], &["--max-parallel", "5000"]].concat();
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 200 && exec \"$0\" \"$@\"")
+        .arg(assert_cmd::cargo::cargo_bin("delta"))
+        .args(&args)
+        .current_dir(dir.path())
+        .env_remove("DELTA_LOG")
+        .env_remove("DELTA_LLM_SCRIPT")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("but the limit is 200")
+            && stderr.contains("Lower --max-parallel to about 20"),
+        "{stderr}"
+    );
+}
