@@ -114,11 +114,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let summary = orchestration.wait().await?;
     println!(
-        "plan {}: {} ({} of {} runs completed), report.md {} bytes, {stage_events} stage event(s) seen before waiting",
+        "plan {}: {} ({}), report.md {} bytes, {stage_events} stage event(s) seen before waiting",
         summary.orchestration_id,
         summary.status,
-        summary.totals.completed,
-        summary.totals.runs,
+        summary.totals.counts.describe(),
         std::fs::metadata(workspace.join("report.md"))?.len()
     );
     if summary.exit_code() != 0 {

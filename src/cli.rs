@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use crate::commands::continue_run::ContinueArgs;
 use crate::commands::init::InitArgs;
+use crate::commands::list_orchestrations::ListOrchestrationsArgs;
 use crate::commands::list_runs::ListRunsArgs;
 use crate::commands::mock_llm::MockLlmArgs;
 use crate::commands::orchestrate::OrchestrateArgs;
@@ -50,6 +51,10 @@ pub enum Command {
     /// List the runs of a workspace
     #[command(name = "list-runs")]
     ListRuns(ListRunsArgs),
+
+    /// List the orchestrations of a workspace: id, status, run counts, age, plan
+    #[command(name = "list-orchestrations")]
+    ListOrchestrations(ListOrchestrationsArgs),
 
     /// Create a new agent folder from a template
     Init(InitArgs),

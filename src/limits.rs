@@ -56,6 +56,38 @@ pub fn ensure_open_files(needed: u64) -> Result<(), CliError> {
     )))
 }
 
+/// For a batch whose parallelism is the user's choice: raises the soft limit toward `needed`
+/// as far as the hard limit allows, and returns a warning (limit, need, a parallelism that
+/// fits) when it stays below. Not an error: waiting runs often hold fewer descriptors than
+/// the estimate, and a run that does hit the limit reports it with its own clear error.
+pub fn raise_open_files_for(arbiters: usize, parallel: usize) -> Option<String> {
+    let needed = open_files_needed(arbiters, parallel);
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft >= needed {
+        return None;
+    }
+    let target = needed.min(hard);
+    let soft = if setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_ok() {
+        target
+    } else {
+        soft
+    };
+    if soft >= needed {
+        return None;
+    }
+    let fits = soft
+        .saturating_sub(open_files_needed(arbiters, 0))
+        .checked_div(PER_PARALLEL_RUN)
+        .unwrap_or(0)
+        .max(1);
+    Some(format!(
+        "warning: {parallel} runs in flight may need about {needed} open files, but the limit \
+         is {soft} (hard limit {hard}); runs may fail with \"too many open files\". Lower \
+         --max-parallel to about {fits}, or raise the limit (`ulimit -n {needed}`; the hard \
+         limit may need `nofile` in /etc/security/limits.conf)"
+    ))
+}
+
 /// For an error met while working: when `message` reports EMFILE/ENFILE ("Too many open
 /// files", os error 24/23), the current limit and how to raise it.
 pub fn explain_open_files(message: &str, needed: u64) -> Option<String> {

@@ -1,7 +1,8 @@
 //! The shell shared by the two session binaries (`delta-sessions`, `delta-sessions-pty`):
 //! startup (inherited descriptors closed, clap parsing with `--help`/`--version` on stdout,
 //! usage errors as clap's text on stderr with exit 2) and the output contract (pretty JSON on
-//! stdout; on error the message on stderr, `{"error": ...}` on stdout, exit 1). Each binary includes it with `#[path]`; it owns no
+//! stdout; on error the message on stderr, `{"error": ...}` on stdout, exit 1, or 126 for a
+//! malformed session id). Each binary includes it with `#[path]`; it owns no
 //! session logic.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -61,4 +62,14 @@ pub fn fail(program: &str, message: &str) -> ExitCode {
     eprintln!("{program}: {message}");
     println!("{}", json!({ "error": message }));
     ExitCode::FAILURE
+}
+
+/// [`fail`] for a session error: exit 126 for a malformed session id (an invalid invocation,
+/// refused before the id becomes a path), 1 for everything else.
+pub fn fail_with(program: &str, error: &SessionError) -> ExitCode {
+    let _ = fail(program, &error.to_string());
+    match error {
+        SessionError::InvalidId { .. } => ExitCode::from(126),
+        _ => ExitCode::FAILURE,
+    }
 }

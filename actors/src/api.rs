@@ -516,9 +516,13 @@ pub struct OrchestrationRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum OrchestrationEvent {
+    /// A stage expanded into `runs` runs, of which `already_done` finished before this
+    /// invocation (a resume) and are not started again.
     StageStarted {
         stage: String,
         runs: usize,
+        #[serde(default)]
+        already_done: crate::plan::state::RunCounts,
     },
     RunStarted {
         stage: String,
@@ -537,8 +541,7 @@ pub enum OrchestrationEvent {
     StageFinished {
         stage: String,
         status: crate::plan::state::StageStatus,
-        completed: usize,
-        failed: usize,
+        counts: crate::plan::state::RunCounts,
     },
     Progress {
         /// Runs known so far (stages not yet expanded are not counted).

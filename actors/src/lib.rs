@@ -21,6 +21,7 @@ pub mod agent;
 pub mod api;
 pub mod context;
 pub mod hooks;
+pub mod input;
 pub mod janitor;
 pub mod journal;
 pub mod llm;
@@ -31,6 +32,7 @@ pub mod redact;
 pub mod run;
 pub mod runtime;
 pub mod session;
+pub mod template_bounds;
 pub mod tool;
 pub mod workspace;
 

@@ -143,7 +143,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(Output::Nothing) => ExitCode::SUCCESS,
-        Err(e) => session_cli::fail(PROGRAM, &e.to_string()),
+        Err(e) => session_cli::fail_with(PROGRAM, &e),
     }
 }
 

@@ -108,7 +108,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(Output::Json(json)) => session_cli::succeed(&json),
         Ok(Output::Raw(outcome)) => print_raw(&outcome),
-        Err(e) => session_cli::fail(PROGRAM, &e.to_string()),
+        Err(e) => session_cli::fail_with(PROGRAM, &e),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod continue_run;
 pub mod engine;
 pub mod init;
+pub mod list_orchestrations;
 pub mod list_runs;
 pub mod mock_llm;
 pub mod orchestrate;
@@ -44,6 +45,7 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Command::Run(args) => run::run(args, verbosity),
         Command::Continue(args) => continue_run::run(args, verbosity),
         Command::ListRuns(args) => list_runs::run(args),
+        Command::ListOrchestrations(args) => list_orchestrations::run(args),
         Command::MockLlm(args) => mock_llm::run(args),
         Command::Init(args) => init::run(args),
         Command::Bench(command) => bench::run(command),

@@ -1,20 +1,22 @@
 //! `delta orchestrate plan.yaml`: validate a plan, load every agent once, and drive the
 //! whole batch in this process through one Supervisor; progress on stderr, the summary on
 //! stdout. `--dry-run` validates and prints the stage graph; `--resume ID` finishes an
-//! interrupted orchestration.
+//! interrupted orchestration (its id is checked like a run id before it touches a path).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
 use delta_actors::api::{OrchestrationRequest, Supervisor};
+use delta_actors::metadata::{lock_is_held, LOCK_FILE};
+use delta_actors::plan::limits::MAX_PARALLEL;
 use delta_actors::plan::state::{
-    find_workspace, next_plan_workspace, OrchestrationState, SchedulingEvent, SchedulingRecord,
-    StateError,
+    find_workspace, next_plan_workspace, validate_orchestration_id, OrchestrationState,
+    OrchestrationStatus, SchedulingEvent, SchedulingRecord, StateError,
 };
-use delta_actors::plan::{load_plan, orchestration_id, ResolvedPlan};
+use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
@@ -29,25 +31,31 @@ use crate::output::Format;
   delta orchestrate examples/plans/map-reduce/plan.yaml --llm-script examples/plans/map-reduce/llm-script.yaml
   delta orchestrate plan.yaml --dry-run                  # validate, load every agent, print the stage graph
   delta orchestrate plan.yaml --var repo=acme/api --max-parallel 32 --format json
-  delta orchestrate plan.yaml --resume nightly-20261122-101500-ab12   # after a crash or Ctrl-C
+  delta orchestrate plan.yaml --resume nightly-20261122-101500-ab12 -w ws   # after a crash or Ctrl-C
+  delta list-orchestrations -w ws                        # the ids, statuses and counts of a workspace
 
-Exit codes: 0 every run completed, 1 a stage or run failed, 126 invalid plan or agent,
-130 interrupted (resume with --resume <id>).")]
+The plan format (every key, templates, foreach, needs, limits): docs/plan.md.
+
+Exit codes: 0 every run completed, 1 a stage or run failed, 2 bad arguments, 126 invalid plan,
+agent or orchestration id, 130 interrupted (the summary prints the command that resumes).")]
 pub struct OrchestrateArgs {
     /// The plan (YAML). Optional with --resume and -w: the plan recorded by the orchestration is used.
     pub plan: Option<PathBuf>,
     /// Shared workspace (default: the plan's `workspace:`, else <plan dir>/workspaces/W00N).
     #[arg(short = 'w', long = "work-dir")]
     pub work_dir: Option<PathBuf>,
-    /// Runs in flight at once across the plan (overrides the plan's max_parallel).
-    #[arg(long)]
-    pub max_parallel: Option<usize>,
+    /// Runs in flight at once across the plan, 1-10000 (overrides the plan's max_parallel).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(*MAX_PARALLEL.start()..=*MAX_PARALLEL.end()))]
+    pub max_parallel: Option<u64>,
     /// Template variable, repeatable: --var repo=acme/api
     #[arg(long = "var", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
+    /// Summary format on stdout: text (a table), json (the summary.json object) or raw
+    /// (one `run_id<TAB>status` line per run).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Finish the orchestration with this id: completed runs are kept, interrupted ones continued.
+    /// Finish the orchestration with this id (as printed when it started): completed runs
+    /// are kept, interrupted ones continued, the rest started.
     #[arg(long, value_name = "ID")]
     pub resume: Option<String>,
     /// Validate the plan and every agent, print the stage graph, run nothing.
@@ -60,8 +68,11 @@ pub struct OrchestrateArgs {
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let overrides = parse_vars(&args.vars)?;
+    if let Some(id) = &args.resume {
+        validate_orchestration_id(id).map_err(config)?;
+    }
     let plan_path = plan_path(args)?;
-    let plan = load_plan(&plan_path, &overrides).map_err(|e| CliError::Config(e.to_string()))?;
+    let mut plan = load_plan(&plan_path, &overrides).map_err(config)?;
     let agents = load_agents(&plan)?;
     if args.dry_run {
         print_dry_run(&plan, &agents, args.format);
@@ -70,7 +81,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let workspace = workspace_for(args, &plan)?;
     let id = match &args.resume {
         Some(id) => {
-            let dir = OrchestrationState::dir_for(&workspace, id);
+            let dir = OrchestrationState::dir_for(&workspace, id).map_err(config)?;
             if !dir.is_dir() {
                 let missing = StateError::NotFound {
                     id: id.clone(),
@@ -78,13 +89,24 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
                 };
                 return Err(CliError::Config(missing.to_string()));
             }
+            if lock_is_held(&dir).unwrap_or(false) {
+                let locked = StateError::Locked {
+                    id: id.clone(),
+                    path: dir.join(LOCK_FILE),
+                };
+                return Err(CliError::Config(locked.to_string()));
+            }
+            // The vars the orchestration started with, so later stages get the same messages.
+            if let Some(serde_json::Value::Object(saved)) = OrchestrationState::saved_vars(&dir) {
+                plan = load_plan_with_vars(&plan_path, &saved, &overrides).map_err(config)?;
+            }
             id.clone()
         }
         None => orchestration_id(plan.name.as_deref()),
     };
     let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
-    let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())
-        .map_err(|e| CliError::Config(e.to_string()))?;
+    let env =
+        load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env()).map_err(config)?;
     let mut llm_by_agent = HashMap::new();
     let mut loaded = HashMap::new();
     for (path, agent) in agents {
@@ -101,20 +123,30 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             plan.file.display()
         )));
     };
-    let max_parallel = args.max_parallel.unwrap_or(plan.max_parallel).max(1);
-    let mut config = supervisor_config(
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2),
-        max_parallel,
-    );
-    config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel).max(1);
+    let script = args.llm_script.clone().or_else(|| {
+        env.vars
+            .get("DELTA_LLM_SCRIPT")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    });
+    let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
+        usize::try_from(n).unwrap_or(usize::MAX)
+    });
+    let arbiters = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    if let Some(warning) = crate::limits::raise_open_files_for(arbiters, max_parallel) {
+        eprintln!("{warning}");
+    }
+    let mut config = supervisor_config(arbiters, max_parallel);
+    config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel);
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let plan_file = plan.file.clone();
     let request = OrchestrationRequest {
         plan: Arc::new(plan),
-        orchestration_id: id,
-        workspace,
+        orchestration_id: id.clone(),
+        workspace: workspace.clone(),
         agents: loaded,
         llm_by_agent,
         llm: default_llm,
@@ -124,8 +156,61 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     };
     let summary = drive(&supervisor, request)?;
     supervisor.shutdown();
-    print_summary(&summary, args.format);
+    let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then(|| {
+        resume_command(&ResumeParts {
+            plan: &plan_file,
+            id: &id,
+            workspace: &workspace,
+            script: script.as_deref(),
+            max_parallel: args.max_parallel,
+            cwd: &cwd,
+        })
+    });
+    print_summary(&summary, args.format, resume_hint.as_deref());
     Ok(summary.exit_code())
+}
+
+fn config(error: impl std::fmt::Display) -> CliError {
+    CliError::Config(error.to_string())
+}
+
+/// What a resume needs to be given again, each path absolute.
+struct ResumeParts<'a> {
+    plan: &'a Path,
+    id: &'a str,
+    workspace: &'a Path,
+    script: Option<&'a Path>,
+    max_parallel: Option<u64>,
+    cwd: &'a Path,
+}
+
+/// The command that resumes this orchestration, quoted for a POSIX shell, runnable from
+/// any folder: the program as it was invoked (absolute when invoked by a path), the plan,
+/// `--resume`, `-w`, and the flags the plan cannot supply (`--llm-script`,
+/// `--max-parallel`). Vars need no flag: a resume reads the ones saved at the start.
+fn resume_command(parts: &ResumeParts<'_>) -> String {
+    let absolute = |path: &Path| parts.cwd.join(path).to_string_lossy().into_owned();
+    let program = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .filter(|argv0| argv0.components().count() > 1)
+        .map_or_else(|| "delta".to_owned(), |argv0| absolute(&argv0));
+    let mut argv = vec![
+        program,
+        "orchestrate".to_owned(),
+        absolute(parts.plan),
+        "--resume".to_owned(),
+        parts.id.to_owned(),
+        "-w".to_owned(),
+        absolute(parts.workspace),
+    ];
+    if let Some(script) = parts.script {
+        argv.extend(["--llm-script".to_owned(), absolute(script)]);
+    }
+    if let Some(n) = parts.max_parallel {
+        argv.extend(["--max-parallel".to_owned(), n.to_string()]);
+    }
+    shell_words::join(argv)
 }
 
 fn drive(
@@ -194,10 +279,12 @@ fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
             "give the plan file (delta orchestrate plan.yaml), or --resume <id> with -w <workspace>".into(),
         ));
     };
-    let journal = OrchestrationState::dir_for(ws, id).join("journal.jsonl");
+    let journal = OrchestrationState::dir_for(ws, id)
+        .map_err(config)?
+        .join("journal.jsonl");
     let text = std::fs::read_to_string(&journal).map_err(|e| {
         CliError::Config(format!(
-            "orchestration '{id}' not found in {}: cannot read {} ({e}); check the id with `ls {}/.delta/orchestrations` and the workspace given with -w",
+            "orchestration '{id}' not found in {}: cannot read {} ({e}); hint: list the orchestrations with `delta list-orchestrations -w {}` and check the workspace given with -w",
             ws.display(),
             journal.display(),
             ws.display()
@@ -211,7 +298,7 @@ fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
         })
         .ok_or_else(|| {
             CliError::Config(format!(
-                "{}: no plan recorded; pass the plan file",
+                "{}: no plan recorded; hint: pass the plan file",
                 journal.display()
             ))
         })
@@ -238,24 +325,32 @@ fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, 
     Ok(agents)
 }
 
+/// The shared workspace, absolute. A new orchestration creates it; a resume needs it to
+/// exist already (creating an empty one would only hide a mistyped -w).
 fn workspace_for(args: &OrchestrateArgs, plan: &ResolvedPlan) -> Result<PathBuf, CliError> {
     let chosen = match (&args.work_dir, &plan.workspace, &args.resume) {
         (Some(w), _, _) => w.clone(),
         (None, Some(w), _) => w.clone(),
         (None, None, Some(id)) => find_workspace(&plan.dir, id).ok_or_else(|| {
             CliError::Config(format!(
-                "orchestration '{id}' not found under {}/workspaces; pass its workspace with -w",
+                "orchestration '{id}' not found under {}/workspaces; hint: pass its workspace with -w",
                 plan.dir.display()
             ))
         })?,
-        (None, None, None) => {
-            next_plan_workspace(&plan.dir).map_err(|e| CliError::Config(e.to_string()))?
-        }
+        (None, None, None) => next_plan_workspace(&plan.dir).map_err(config)?,
     };
-    std::fs::create_dir_all(&chosen).map_err(|e| {
-        CliError::Config(format!("cannot create workspace {}: {e}", chosen.display()))
-    })?;
-    chosen
-        .canonicalize()
-        .map_err(|e| CliError::Config(format!("workspace {}: {e}", chosen.display())))
+    if args.resume.is_none() {
+        std::fs::create_dir_all(&chosen).map_err(|e| {
+            CliError::Config(format!("cannot create workspace {}: {e}", chosen.display()))
+        })?;
+    }
+    chosen.canonicalize().map_err(|e| match &args.resume {
+        Some(id) => CliError::Config(format!(
+            "orchestration '{id}' not found: its workspace {} cannot be opened ({e}); hint: give \
+             the workspace the orchestration ran in with -w (`delta list-orchestrations -w <dir>` \
+             lists a workspace's orchestrations)",
+            chosen.display()
+        )),
+        None => CliError::Config(format!("workspace {}: {e}", chosen.display())),
+    })
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::print_stdout)]
 
 pub mod orchestration;
+pub mod orchestration_list;
 pub mod progress;
 pub mod run_result;
 pub mod runs;

@@ -16,7 +16,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::{emit, emit_json, Format};
 
-pub fn print_summary(summary: &OrchestrationSummary, format: Format) {
+/// The summary on stdout. `resume_hint` (an interrupted orchestration) is the command that
+/// finishes it: part of the text summary, on stderr for the machine formats.
+pub fn print_summary(summary: &OrchestrationSummary, format: Format, resume_hint: Option<&str>) {
     match format {
         Format::Json => emit_json(summary),
         Format::Raw => {
@@ -28,11 +30,14 @@ pub fn print_summary(summary: &OrchestrationSummary, format: Format) {
             }
             emit(&out);
         }
-        Format::Text => emit(&render_summary(summary)),
+        Format::Text => emit(&render_summary(summary, resume_hint)),
+    }
+    if let (Some(hint), Format::Json | Format::Raw) = (resume_hint, format) {
+        eprintln!("Resume with: {hint}");
     }
 }
 
-fn render_summary(s: &OrchestrationSummary) -> String {
+fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "Orchestration {}  {}\n",
@@ -41,11 +46,8 @@ fn render_summary(s: &OrchestrationSummary) -> String {
     out.push_str(&format!("Plan:      {}\n", s.plan));
     out.push_str(&format!("Workspace: {}\n", s.workspace));
     out.push_str(&format!(
-        "Runs:      {} completed, {} failed, {} interrupted of {} in {:.1}s; tokens {} in / {} out\n",
-        s.totals.completed,
-        s.totals.failed,
-        s.totals.interrupted,
-        s.totals.runs,
+        "Runs:      {} in {:.1}s; tokens {} in / {} out\n",
+        s.totals.counts.describe(),
         s.duration_ms as f64 / 1000.0,
         s.totals.input_tokens,
         s.totals.output_tokens
@@ -55,8 +57,10 @@ fn render_summary(s: &OrchestrationSummary) -> String {
     }
     for stage in &s.stages {
         out.push_str(&format!(
-            "\nstage {}  {:?}  ({} completed, {} failed, {} interrupted of {})\n",
-            stage.id, stage.status, stage.completed, stage.failed, stage.interrupted, stage.total
+            "\nstage {}  {:?}  ({})\n",
+            stage.id,
+            stage.status,
+            stage.counts.describe()
         ));
         for run in &stage.runs {
             let detail = match run.status {
@@ -77,12 +81,15 @@ fn render_summary(s: &OrchestrationSummary) -> String {
                 detail
             ));
         }
+        if stage.counts.not_started > 0 {
+            out.push_str(&format!(
+                "  ({} more not started)\n",
+                stage.counts.not_started
+            ));
+        }
     }
-    if s.status.as_str() == "INTERRUPTED" {
-        out.push_str(&format!(
-            "\nResume with: delta orchestrate {} --resume {} -w {}\n",
-            s.plan, s.orchestration_id, s.workspace
-        ));
+    if let Some(hint) = resume_hint {
+        out.push_str(&format!("\nResume with: {hint}\n"));
     }
     out
 }
@@ -143,6 +150,10 @@ pub fn print_dry_run(
         Format::Text => {
             let mut out = format!("Plan {} is valid.\n", plan.file.display());
             out.push_str(&format!("max_parallel: {}\n", plan.max_parallel));
+            out.push_str(
+                "A stage starts when every stage in its `needs` has finished; a stage without \
+                 `needs` starts at once.\n",
+            );
             for (i, layer) in layers.iter().enumerate() {
                 out.push_str(&format!(
                     "\nlayer {} (runs in parallel): {}\n",
@@ -151,18 +162,19 @@ pub fn print_dry_run(
                 ));
                 for id in layer {
                     if let Some(s) = stages.iter().find(|s| s["id"] == id.as_str()) {
+                        let needs: Vec<&str> = s["needs"]
+                            .as_array()
+                            .map(|n| n.iter().filter_map(|v| v.as_str()).collect())
+                            .unwrap_or_default();
+                        let needs = if needs.is_empty() {
+                            "no needs: starts at once".to_owned()
+                        } else {
+                            format!("needs [{}]", needs.join(", "))
+                        };
                         out.push_str(&format!(
-                            "  {id}: agent {} — {}; needs [{}]\n",
+                            "  {id}: agent {} — {}; {needs}\n",
                             s["agent"].as_str().unwrap_or(""),
                             s["fan_out"].as_str().unwrap_or(""),
-                            s["needs"]
-                                .as_array()
-                                .map(|n| n
-                                    .iter()
-                                    .filter_map(|v| v.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", "))
-                                .unwrap_or_default()
                         ));
                     }
                 }
@@ -172,10 +184,19 @@ pub fn print_dry_run(
     }
 }
 
+/// One stage's live counts.
+#[derive(Default)]
+struct StageProgress {
+    total: usize,
+    done: usize,
+    running: usize,
+    failed: usize,
+}
+
 /// Live progress on stderr.
 pub struct Progress {
     bars: Option<(MultiProgress, HashMap<String, ProgressBar>)>,
-    counts: BTreeMap<String, (usize, usize, usize, usize)>,
+    stages: BTreeMap<String, StageProgress>,
 }
 
 impl Progress {
@@ -188,14 +209,28 @@ impl Progress {
         });
         Progress {
             bars,
-            counts: BTreeMap::new(),
+            stages: BTreeMap::new(),
         }
     }
 
     pub fn on_event(&mut self, event: &OrchestrationEvent) {
         match event {
-            OrchestrationEvent::StageStarted { stage, runs } => {
-                self.counts.insert(stage.clone(), (*runs, 0, 0, 0));
+            OrchestrationEvent::StageStarted {
+                stage,
+                runs,
+                already_done,
+            } => {
+                // A resume starts where the last invocation stopped.
+                let done = already_done.finished();
+                self.stages.insert(
+                    stage.clone(),
+                    StageProgress {
+                        total: *runs,
+                        done,
+                        running: 0,
+                        failed: already_done.unsuccessful(),
+                    },
+                );
                 match &mut self.bars {
                     Some((multi, bars)) => {
                         let bar = multi.add(ProgressBar::new(*runs as u64));
@@ -206,23 +241,30 @@ impl Progress {
                         .progress_chars("=> ");
                         bar.set_style(style);
                         bar.set_prefix(stage.clone());
+                        bar.set_position(done as u64);
+                        // The eta counts from here, not from the runs done before.
+                        bar.reset_eta();
                         bars.insert(stage.clone(), bar);
                     }
+                    None if done > 0 => eprintln!(
+                        "stage {stage}: {runs} run(s), {done} already done ({})",
+                        already_done.describe()
+                    ),
                     None => eprintln!("stage {stage}: {runs} run(s)"),
                 }
             }
             OrchestrationEvent::RunStarted { stage, .. } => {
-                if let Some(c) = self.counts.get_mut(stage) {
-                    c.2 += 1;
+                if let Some(c) = self.stages.get_mut(stage) {
+                    c.running += 1;
                 }
                 self.refresh(stage);
             }
             OrchestrationEvent::RunFinished { stage, status, .. } => {
-                if let Some(c) = self.counts.get_mut(stage) {
-                    c.2 = c.2.saturating_sub(1);
-                    c.1 += 1;
+                if let Some(c) = self.stages.get_mut(stage) {
+                    c.running = c.running.saturating_sub(1);
+                    c.done += 1;
                     if *status != RunStatus::Completed {
-                        c.3 += 1;
+                        c.failed += 1;
                     }
                 }
                 self.refresh(stage);
@@ -230,20 +272,15 @@ impl Progress {
             OrchestrationEvent::StageFinished {
                 stage,
                 status,
-                completed,
-                failed,
+                counts,
             } => {
                 match &self.bars {
                     Some((_, bars)) => {
                         if let Some(bar) = bars.get(stage) {
-                            bar.finish_with_message(format!(
-                                "{status:?}: {completed} completed, {failed} failed"
-                            ));
+                            bar.finish_with_message(format!("{status:?}: {}", counts.describe()));
                         }
                     }
-                    None => eprintln!(
-                        "stage {stage}: {status:?} ({completed} completed, {failed} failed)"
-                    ),
+                    None => eprintln!("stage {stage}: {status:?} ({})", counts.describe()),
                 }
                 if *status == StageStatus::Failed {
                     eprintln!("stage {stage} failed: dependants will not start");
@@ -254,26 +291,27 @@ impl Progress {
     }
 
     fn refresh(&self, stage: &str) {
-        if let (Some((_, bars)), Some((_, done, running, failed))) =
-            (&self.bars, self.counts.get(stage))
-        {
+        if let (Some((_, bars)), Some(c)) = (&self.bars, self.stages.get(stage)) {
             if let Some(bar) = bars.get(stage) {
-                bar.set_position(*done as u64);
-                bar.set_message(format!("running {running}, failed {failed}"));
+                bar.set_position(c.done as u64);
+                bar.set_message(format!("running {}, failed {}", c.running, c.failed));
             }
         }
     }
 
     /// Periodic plain line when stderr is not a terminal.
     pub fn tick(&self) {
-        if self.bars.is_some() || self.counts.is_empty() {
+        if self.bars.is_some() || self.stages.is_empty() {
             return;
         }
         let parts: Vec<String> = self
-            .counts
+            .stages
             .iter()
-            .map(|(stage, (total, done, running, failed))| {
-                format!("{stage} {done}/{total} (running {running}, failed {failed})")
+            .map(|(stage, c)| {
+                format!(
+                    "{stage} {}/{} (running {}, failed {})",
+                    c.done, c.total, c.running, c.failed
+                )
             })
             .collect();
         eprintln!("progress: {}", parts.join("; "));

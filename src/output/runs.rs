@@ -102,7 +102,7 @@ fn render_text(
     out
 }
 
-fn relative_age(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> String {
+pub(super) fn relative_age(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> String {
     let Ok(t) = chrono::DateTime::parse_from_rfc3339(timestamp) else {
         return timestamp.to_string();
     };

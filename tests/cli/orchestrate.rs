@@ -135,7 +135,7 @@ fn dry_run_prints_the_stage_layers_and_runs_nothing() {
 
 #[test]
 fn an_invalid_plan_exits_126_naming_the_file_and_key() {
-    let fixtures = repo_root().join("actors/tests/fixtures/bad-plans");
+    let fixtures = repo_root().join("tests/fixtures/bad-plans");
     for (file, key) in [
         ("unknown-var.yaml", "stages.work.message"),
         ("cycle.yaml", "stages.a.needs"),
@@ -157,7 +157,7 @@ fn an_invalid_plan_exits_126_naming_the_file_and_key() {
 #[test]
 fn a_failed_stage_exits_1_and_the_json_summary_says_why() {
     let dir = plan_dir(
-        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [good, bad] }\n    message: \"item {{ item }}\"\n  - id: after\n    message: never\n",
+        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [good, bad] }\n    message: \"item {{ item }}\"\n  - id: after\n    needs: [work]\n    message: never\n",
         "rules:\n  - task_contains: bad\n    steps: [{ fail: 400 }]\n  - steps: [{ answer: \"{{ task }}\" }]\n",
         "",
     );
@@ -343,8 +343,8 @@ fn the_example_plans_run_offline() {
         let summary = out.json();
         assert_eq!(summary["status"], "COMPLETED", "{example}: {summary:#}");
         let totals = &summary["totals"];
-        assert_eq!(totals["completed"], totals["runs"], "{example}");
-        assert!(totals["runs"].as_u64().unwrap() >= 3, "{example}");
+        assert_eq!(totals["completed"], totals["total"], "{example}");
+        assert!(totals["total"].as_u64().unwrap() >= 3, "{example}");
         let written = std::fs::read_to_string(ws.path().join(product))
             .unwrap_or_else(|e| panic!("{example}: no {product}: {e}"));
         assert!(!written.trim().is_empty(), "{example}: empty {product}");
@@ -475,4 +475,55 @@ fn dry_run_loads_every_agent_and_names_a_broken_one() {
         assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
     }
     assert!(out.stdout.is_empty(), "{}", out.stdout);
+}
+
+#[test]
+fn dry_run_puts_stages_without_needs_in_one_layer_and_says_so() {
+    let dir = plan_dir(
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: one, message: a }\n  - { id: two, message: b }\n  - { id: three, needs: previous, message: c }\n",
+        "steps: [{ answer: done }]\n",
+        "",
+    );
+    let out = run(dir.path(), &["orchestrate", "plan.yaml", "--dry-run"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for needle in [
+        "a stage without `needs` starts at once",
+        "layer 1 (runs in parallel): one, two",
+        "one: agent worker — one run; no needs: starts at once",
+        "layer 2 (runs in parallel): three",
+        "three: agent worker — one run; needs [two]",
+    ] {
+        assert!(out.stdout.contains(needle), "{needle}:\n{}", out.stdout);
+    }
+}
+
+/// Issue 11 item 4: a `--max-parallel` the open-files limit cannot serve is said up front
+/// (the limit, the need, a parallelism that fits), not met later as EMFILE; the batch still
+/// runs.
+#[test]
+fn a_max_parallel_beyond_the_open_files_limit_is_warned_about_with_a_fit() {
+    let dir = plan_dir(
+        "name: fds\nstages:\n  - id: only\n    agent: agents/worker\n    message: go\n",
+        "steps:\n  - answer: done\n",
+        "",
+    );
+    let args = [&ORCHESTRATE_JSON[..], &["--max-parallel", "5000"]].concat();
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 200 && exec \"$0\" \"$@\"")
+        .arg(assert_cmd::cargo::cargo_bin("delta"))
+        .args(&args)
+        .current_dir(dir.path())
+        .env_remove("DELTA_LOG")
+        .env_remove("DELTA_LLM_SCRIPT")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("but the limit is 200")
+            && stderr.contains("Lower --max-parallel to about 20"),
+        "{stderr}"
+    );
 }

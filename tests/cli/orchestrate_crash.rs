@@ -27,7 +27,7 @@ const ITEMS: usize = 50;
 const TRIALS: usize = 10;
 const AT_ONCE: usize = 3;
 
-const PLAN: &str = "name: crash\nmax_parallel: 8\ndefaults:\n  max_iterations: 6\n  retries: 1\nstages:\n  - id: map\n    agent: ./agents/processor\n    foreach: { files: \"data/*.txt\" }\n    message: \"Count {{ item }}\"\n  - id: reduce\n    agent: ./agents/aggregator\n    message: \"Combine {{ stages.map.results | length }} results: {{ stages.map.results | join(';') }}\"\n";
+const PLAN: &str = "name: crash\nmax_parallel: 8\ndefaults:\n  max_iterations: 6\n  retries: 1\nstages:\n  - id: map\n    agent: ./agents/processor\n    foreach: { files: \"data/*.txt\" }\n    message: \"Count {{ item }}\"\n  - id: reduce\n    needs: [map]\n    agent: ./agents/aggregator\n    message: \"Combine {{ stages.map.results | length }} results: {{ stages.map.results | join(';') }}\"\n";
 
 const SCRIPT: &str = "default_latency: \"20±5\"\nrules:\n  - agent: processor\n    steps:\n      - tool: count\n        args: { path: \"{{ task | replace('Count ', '') }}\" }\n      - answer: \"{{ task }}: {{ last_observation | replace('=== STDOUT ===', '') | replace('=== EXIT CODE: 0 ===', '') | trim }}\"\n  - agent: aggregator\n    latency: 300\n    steps:\n      - tool: report\n      - answer: \"{{ task }}\"\n";
 
@@ -132,7 +132,9 @@ fn start_and_kill(root: &Path, ws: &Path, moment: Moment, resume: Option<&str>) 
             wait_line(&|l| l.starts_with("stage reduce: 1 run"));
         }
         Moment::AfterFinished(count, phase) => {
-            let journal = OrchestrationState::dir_for(ws, &id).join("journal.jsonl");
+            let journal = OrchestrationState::dir_for(ws, &id)
+                .unwrap()
+                .join("journal.jsonl");
             while finished_runs(&journal) < count {
                 assert!(
                     Instant::now() < deadline,
@@ -182,7 +184,9 @@ fn check_trial(trial: usize) {
     let id = start_and_kill(root, &ws, moment, None);
     // Some trials also kill the first resume, a few runs later.
     let resume_kill = matches!(trial, 2 | 4 | 5).then(|| {
-        let journal = OrchestrationState::dir_for(&ws, &id).join("journal.jsonl");
+        let journal = OrchestrationState::dir_for(&ws, &id)
+            .unwrap()
+            .join("journal.jsonl");
         let at = Moment::AfterFinished(finished_runs(&journal) + 3, Duration::ZERO);
         start_and_kill(root, &ws, at, Some(&id));
         at

@@ -13,12 +13,14 @@ use minijinja::Value as TemplateValue;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::limits::EXPANSION_TIME;
 use super::model::OutputKind;
 use super::stage_checks::{stage_items, template_error};
 use super::templates::{environment, failure};
 use super::validate::{ResolvedPlan, ResolvedStage};
 use super::PlanError;
 use crate::protocol::RunStatus;
+use crate::template_bounds::render_bounded;
 
 /// One finished run as later stages see it (`stages.<id>.runs[i]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,6 +123,16 @@ pub fn expand_stage(
     stage_id: &str,
     ctx: &StageContext,
 ) -> Result<Vec<PlannedRun>, PlanError> {
+    expand_within(plan, stage_id, ctx, EXPANSION_TIME)
+}
+
+/// [`expand_stage`], rendering the messages for at most `limit` in all.
+fn expand_within(
+    plan: &ResolvedPlan,
+    stage_id: &str,
+    ctx: &StageContext,
+    limit: Duration,
+) -> Result<Vec<PlannedRun>, PlanError> {
     let Some(stage) = plan.stage(stage_id) else {
         let ids: Vec<&str> = plan.stages.iter().map(|s| s.id.as_str()).collect();
         return Err(PlanError::invalid(
@@ -147,14 +159,27 @@ pub fn expand_stage(
     let vars = TemplateValue::from_serialize(&plan.vars);
     let stages = TemplateValue::from_serialize(&stages);
     let mut runs = Vec::with_capacity(items.len());
+    let started = std::time::Instant::now();
     for (index, item) in items.into_iter().enumerate() {
+        // Each render is bounded; so is their sum, or 100,000 costly items could take hours.
+        if started.elapsed() > limit {
+            return Err(PlanError::invalid(
+                &plan.file,
+                message_key,
+                format!(
+                    "rendering the messages took more than {} s (stopped at item {index})",
+                    limit.as_secs()
+                ),
+                "make the message template cheaper, or split the items over several stages",
+            ));
+        }
         let context = minijinja::context! {
             vars => vars.clone(),
             stages => stages.clone(),
             item => TemplateValue::from_serialize(&item),
             index => index,
         };
-        let message = template.render(context).map_err(|error| {
+        let message = render_bounded(&template, context).map_err(|error| {
             template_error(
                 plan,
                 message_key.clone(),
@@ -245,6 +270,28 @@ mod tests {
         assert_eq!(parts[3].len(), 4);
         assert!(orchestration_id(None).starts_with("plan-"));
         assert!(orchestration_id(Some("../x y")).starts_with("---x-y-"));
+    }
+
+    #[test]
+    fn expanding_a_stage_stops_at_its_time_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("agent")).unwrap();
+        let plan = crate::plan::load_plan_str(
+            "stages:\n  - { id: work, agent: agent, foreach: { items: [1, 2] }, message: \"{{ item }}\" }\n",
+            &dir.path().join("plan.yaml"),
+            &[],
+        )
+        .unwrap();
+        let ctx = StageContext::new("o");
+        assert_eq!(
+            expand_within(&plan, "work", &ctx, EXPANSION_TIME)
+                .unwrap()
+                .len(),
+            2
+        );
+        let error = expand_within(&plan, "work", &ctx, Duration::ZERO).unwrap_err();
+        assert_eq!(error.key(), "stages.work.message");
+        assert!(error.to_string().contains("stopped at item 0"), "{error}");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! or misspelt key is reported with its full path and the closest known key (serde alone would
 //! report neither).
 //!
-//! Owns: the list of known keys at each level and the "did you mean" suggestion.
+//! Owns: the list of known keys at each level ([`known_key_paths`], which the plan
+//! reference must cover) and the "did you mean" suggestion.
 //! Must not: check values or types (serde does, then `validate.rs`).
 
 use serde_yaml::{Mapping, Value};
@@ -16,7 +17,15 @@ const ROOT_KEYS: &[&str] = &[
     "llm",
     "stages",
 ];
-const DEFAULTS_KEYS: &[&str] = &["agent", "max_iterations", "timeout", "retries"];
+const DEFAULTS_KEYS: &[&str] = &[
+    "agent",
+    "max_iterations",
+    "timeout",
+    "retries",
+    "on_failure",
+    "isolate",
+    "output",
+];
 const LLM_KEYS: &[&str] = &["max_in_flight", "requests_per_minute"];
 const STAGE_KEYS: &[&str] = &[
     "id",
@@ -32,6 +41,22 @@ const STAGE_KEYS: &[&str] = &[
     "retries",
 ];
 const FOREACH_KEYS: &[&str] = &["items", "files", "lines"];
+
+/// Every key the loader accepts, as a path: `name`, `defaults.retries`,
+/// `stages[].foreach.files`, ... (the plan reference must document each one).
+pub fn known_key_paths() -> Vec<String> {
+    let level = |prefix: &str, keys: &[&str]| -> Vec<String> {
+        keys.iter().map(|key| format!("{prefix}{key}")).collect()
+    };
+    [
+        level("", ROOT_KEYS),
+        level("defaults.", DEFAULTS_KEYS),
+        level("llm.", LLM_KEYS),
+        level("stages[].", STAGE_KEYS),
+        level("stages[].foreach.", FOREACH_KEYS),
+    ]
+    .concat()
+}
 
 /// An unknown key, its path, and what the user probably meant.
 #[derive(Debug, Clone, PartialEq, Eq)]

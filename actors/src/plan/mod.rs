@@ -4,8 +4,12 @@
 //! - [`model`]: the serde model of the file (strict: unknown keys are errors).
 //! - [`keys`]: the unknown-key check that names the key path and the closest known key.
 //! - [`duration`]: `"15m"`, `"1h30m"`, `500` (ms) parsing.
-//! - [`validate`]: [`load_plan`] resolves paths, checks ids, needs, cycles, templates and
-//!   `foreach` forms into one immutable [`ResolvedPlan`].
+//! - [`limits`]: the range of every number and the bounds on loading/expansion work.
+//! - [`validate`]: [`load_plan`] reads the file within bounds, resolves paths, checks ids,
+//!   numbers, templates and `foreach` forms into one immutable [`ResolvedPlan`];
+//!   `needs` (private) turns `needs` into stage ids (`previous` included) and refuses cycles.
+//! - `parse` (private): text to [`PlanFile`], bounded, with readable errors.
+//! - `glob_walk` (private): `foreach: {files: ...}` expansion within bounds.
 //! - [`templates`]: the strict minijinja environment (`tojson`, undefined = error) and
 //!   template analysis; `stage_checks` (private) applies it to a stage's message/foreach.
 //! - [`graph`]: stage ordering ([`topo_order`], [`ready_stages`]).
@@ -17,9 +21,13 @@
 
 pub mod duration;
 pub mod expand;
+mod glob_walk;
 pub mod graph;
 pub mod keys;
+pub mod limits;
 pub mod model;
+mod needs;
+mod parse;
 mod stage_checks;
 pub mod state;
 pub mod templates;
@@ -34,26 +42,31 @@ pub use expand::{
 };
 pub use graph::{ready_stages, topo_order};
 pub use model::{
-    DurationValue, ForeachSpec, LlmLimits, OnFailure, OutputKind, PlanFile, StageSpec,
+    DurationValue, ForeachSpec, LlmLimits, Needs, OnFailure, OutputKind, PlanFile, StageSpec,
 };
 pub use validate::{
-    load_plan, load_plan_str, resolve_plan, ResolvedForeach, ResolvedPlan, ResolvedStage,
+    load_plan, load_plan_str, load_plan_with_vars, resolve_plan, ResolvedForeach, ResolvedPlan,
+    ResolvedStage,
 };
 
+/// Where every plan error's hint points: the plan.yaml reference.
+pub const PLAN_REFERENCE: &str = "docs/plan.md";
+
 /// Everything that can be wrong with a plan. Every variant names the plan file and the key
-/// (as a path like `stages[2].timeout` or `stages.work.message`) and carries a hint.
+/// (as a path like `stages[2].timeout` or `stages.work.message`) and carries a hint that
+/// ends with the reference page ([`PLAN_REFERENCE`]).
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error("{file}: cannot read the plan: {message} (hint: check the path given to `delta orchestrate`)")]
+    #[error("{file}: cannot read the plan: {message} (hint: check the path given to `delta orchestrate`; the format is in docs/plan.md)")]
     Read { file: PathBuf, message: String },
-    #[error("{file}: {key}: {message} (hint: {hint})")]
+    #[error("{file}: {key}: {message} (hint: {hint}; see docs/plan.md)")]
     Invalid {
         file: PathBuf,
         key: String,
         message: String,
         hint: String,
     },
-    #[error("{file}: {key}: template error in `{expression}`: {message} (hint: {hint})")]
+    #[error("{file}: {key}: template error in `{expression}`: {message} (hint: {hint}; see docs/plan.md)")]
     Template {
         file: PathBuf,
         key: String,

@@ -31,7 +31,8 @@ pub struct PlanFile {
     pub stages: Vec<StageSpec>,
 }
 
-/// What every stage inherits unless it overrides it.
+/// What every stage inherits unless it overrides it. `id`, `message`, `foreach` and
+/// `needs` have no default: they are what makes a stage itself.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StageDefaults {
@@ -43,6 +44,12 @@ pub struct StageDefaults {
     pub timeout: Option<DurationValue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolate: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputKind>,
 }
 
 /// Shared LLM limits per endpoint for this batch.
@@ -69,13 +76,13 @@ pub struct StageSpec {
     pub output: Option<OutputKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub foreach: Option<ForeachSpec>,
-    /// Stage ids this one waits for; absent = the previous stage.
+    /// Stages this one waits for; absent = none (it starts at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub needs: Option<Vec<String>>,
+    pub needs: Option<Needs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub isolate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolate: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iterations: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +90,28 @@ pub struct StageSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
 }
+
+/// `needs: previous`, `needs: plan` or `needs: [plan, previous]`. `previous` stands for
+/// the stage written just before this one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Needs {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Needs {
+    /// The names as written (`previous` not yet resolved).
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Needs::One(name) => vec![name.clone()],
+            Needs::Many(names) => names.clone(),
+        }
+    }
+}
+
+/// The word in `needs` that means the stage written just before.
+pub const PREVIOUS: &str = "previous";
 
 /// How a run's result is exposed to later stages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,9 +11,15 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
+use super::glob_walk::bounded_glob;
+use super::limits::FOREACH_ITEMS;
 use super::templates::{environment, evaluate_list, render, variables_read, TemplateFailure};
 use super::validate::{ResolvedForeach, ResolvedPlan, ResolvedStage};
 use super::PlanError;
+use crate::input::read_bounded;
+
+/// Largest file a `foreach: {lines: ...}` reads.
+const LINES_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// minijinja globals a template may call without them being plan variables.
 const TEMPLATE_GLOBALS: &[&str] = &[
@@ -55,40 +61,34 @@ pub(crate) fn stage_items(
     let Some(foreach) = &stage.foreach else {
         return Ok(None);
     };
-    match foreach {
-        ResolvedForeach::Items(items) => Ok(Some(items.clone())),
-        ResolvedForeach::Files { pattern } => {
-            let paths = glob::glob(pattern).map_err(|error| {
+    let items = match foreach {
+        ResolvedForeach::Items(items) => items.clone(),
+        ResolvedForeach::Files { pattern } => bounded_glob(pattern, FOREACH_ITEMS)
+            .map_err(|error| {
                 PlanError::invalid(
                     &plan.file,
                     format!("{key}.files"),
-                    format!("bad glob: {error}"),
-                    "e.g. data/*.json",
+                    format!("`{pattern}`: {error}"),
+                    "e.g. data/*.json (paths are relative to the plan file)",
                 )
-            })?;
-            let mut files: Vec<String> = paths
-                .flatten()
-                .map(|path| path.to_string_lossy().into_owned())
-                .collect();
-            files.sort();
-            Ok(Some(files.into_iter().map(Value::String).collect()))
-        }
+            })?
+            .into_iter()
+            .map(Value::String)
+            .collect(),
         ResolvedForeach::Lines(path) => {
-            let text = std::fs::read_to_string(path).map_err(|error| {
+            let text = read_bounded(path, LINES_FILE_BYTES).map_err(|error| {
                 PlanError::invalid(
                     &plan.file,
                     format!("{key}.lines"),
-                    format!("cannot read {}: {error}", path.display()),
+                    format!("{}: {error}", path.display()),
                     "paths are relative to the plan file",
                 )
             })?;
-            Ok(Some(
-                text.lines()
-                    .map(str::trim_end)
-                    .filter(|line| !line.trim().is_empty())
-                    .map(|line| Value::String(line.to_owned()))
-                    .collect(),
-            ))
+            text.lines()
+                .map(str::trim_end)
+                .filter(|line| !line.trim().is_empty())
+                .map(|line| Value::String(line.to_owned()))
+                .collect()
         }
         ResolvedForeach::Template(source) => {
             let env = environment();
@@ -102,18 +102,28 @@ pub(crate) fn stage_items(
                 (false, None) => json!({}),
             };
             let context = json!({ "vars": plan.vars, "stages": stages });
-            evaluate_list(&env, source, &context)
-                .map(Some)
-                .map_err(|failure| {
-                    template_error(
-                        plan,
-                        key,
-                        failure,
-                        "`foreach` must yield a list, e.g. \"{{ stages.plan.output.steps }}\"",
-                    )
-                })
+            evaluate_list(&env, source, &context).map_err(|failure| {
+                template_error(
+                    plan,
+                    key.clone(),
+                    failure,
+                    "`foreach` must yield a list, e.g. \"{{ stages.plan.output.steps }}\"",
+                )
+            })?
         }
+    };
+    if items.len() > FOREACH_ITEMS {
+        return Err(PlanError::invalid(
+            &plan.file,
+            key,
+            format!(
+                "{} items, more than the {FOREACH_ITEMS} one stage may have",
+                items.len()
+            ),
+            "split the items over several stages, or batch several items per run",
+        ));
     }
+    Ok(Some(items))
 }
 
 /// Checks a stage's `message` and `foreach` template before running: syntax, variables that
@@ -226,7 +236,10 @@ fn check_variables(
                     return Err(problem(
                         path,
                         format!("stage `{other}` is not among the needs of `{}`, so it may not have finished", stage.id),
-                        format!("add `{other}` to `stages.{}.needs`", stage.id),
+                        format!(
+                            "add `needs: [{other}]` to stage `{}` (a stage without `needs` starts at once)",
+                            stage.id
+                        ),
                     ));
                 }
                 if let Some(field) = parts.next() {

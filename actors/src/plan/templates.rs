@@ -2,13 +2,15 @@
 //! template before running, render a message and evaluate a `foreach` template to a list.
 //!
 //! Owns: template syntax/strictness settings (undefined variables are errors, `tojson`
-//! available), the "which variables does this template read" analysis, and error text that
-//! quotes the failing expression.
+//! available, work and output bounded by [`crate::template_bounds`]), the "which variables
+//! does this template read" analysis, and error text that quotes the failing expression.
 //! Must not: know plan keys or stage semantics (`validate.rs` / `expand.rs` add them).
 
 use std::collections::BTreeSet;
 
 use minijinja::{Environment, UndefinedBehavior};
+
+use crate::template_bounds::{explain, limit_work, render_bounded};
 
 /// A template failure: the expression (or template) at fault and minijinja's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +25,7 @@ pub fn environment() -> Environment<'static> {
     // A typo like `{{ vars.reop }}` must fail, not render an empty string into a prompt.
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_keep_trailing_newline(true);
+    limit_work(&mut env);
     env
 }
 
@@ -47,9 +50,7 @@ pub fn render(
     let template = env
         .template_from_str(source)
         .map_err(|error| failure(source, &error))?;
-    template
-        .render(context)
-        .map_err(|error| failure(source, &error))
+    render_bounded(&template, context).map_err(|error| failure(source, &error))
 }
 
 /// The inner expression when `source` is exactly one `{{ ... }}` block, else `None`.
@@ -126,9 +127,10 @@ pub(crate) fn failure(source: &str, error: &minijinja::Error) -> TemplateFailure
         .and_then(|range| enclosing_block(source, range))
         .filter(|text| !text.trim().is_empty())
         .unwrap_or(source);
-    let message = match error.detail() {
-        Some(detail) => format!("{} ({detail})", error.kind()),
-        None => error.kind().to_string(),
+    let message = match (explain(error), error.detail()) {
+        (Some(explained), _) => explained,
+        (None, Some(detail)) => format!("{} ({detail})", error.kind()),
+        (None, None) => error.kind().to_string(),
     };
     TemplateFailure {
         expression: expression.trim().to_owned(),

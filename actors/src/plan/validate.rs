@@ -12,11 +12,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::duration::{parse_duration, DURATION_HINT};
-use super::graph::find_cycle;
-use super::keys::{check_keys, suggest, KeyProblem};
-use super::model::{DurationValue, ForeachSpec, LlmLimits, OnFailure, OutputKind, PlanFile};
+use super::limits::{self, out_of_range, NAME_LEN, PLAN_BYTES, STAGE_ID_LEN};
+use super::model::{
+    DurationValue, ForeachSpec, LlmLimits, OnFailure, OutputKind, PlanFile, PREVIOUS,
+};
+use super::needs::resolve_needs;
+use super::parse::{input_error, parse_plan};
 use super::stage_checks::{check_stage_templates, stage_items};
 use super::PlanError;
+use crate::input::{read_bounded, InputError};
 
 /// Runs in flight when the plan does not say.
 pub const DEFAULT_MAX_PARALLEL: usize = 8;
@@ -58,7 +62,7 @@ pub struct ResolvedStage {
     pub message: String,
     pub output: OutputKind,
     pub foreach: Option<ResolvedForeach>,
-    /// Explicit `needs`, or the previous stage (none for the first).
+    /// The stages this one waits for (from `needs` only; `previous` resolved).
     pub needs: Vec<String>,
     pub on_failure: OnFailure,
     pub isolate: bool,
@@ -88,11 +92,28 @@ pub fn load_plan(
     path: &Path,
     var_overrides: &[(String, String)],
 ) -> Result<ResolvedPlan, PlanError> {
-    let text = std::fs::read_to_string(path).map_err(|error| PlanError::Read {
-        file: path.to_path_buf(),
-        message: error.to_string(),
+    load_plan_with_vars(path, &serde_json::Map::new(), var_overrides)
+}
+
+/// [`load_plan`] for a resume: `saved` (the vars the orchestration started with) replace
+/// the file's, then `var_overrides` apply, so a resume expands the same messages.
+pub fn load_plan_with_vars(
+    path: &Path,
+    saved: &serde_json::Map<String, serde_json::Value>,
+    var_overrides: &[(String, String)],
+) -> Result<ResolvedPlan, PlanError> {
+    let text = read_bounded(path, PLAN_BYTES).map_err(|error| match error {
+        InputError::Io(error) => PlanError::Read {
+            file: path.to_path_buf(),
+            message: error.to_string(),
+        },
+        other => input_error(path, &other),
     })?;
-    load_plan_str(&text, path, var_overrides)
+    let mut model = parse_plan(&text, path)?;
+    for (name, value) in saved {
+        model.vars.insert(name.clone(), value.clone());
+    }
+    resolve_plan(model, path, var_overrides)
 }
 
 /// Validates plan text as if it were the file at `path` (relative paths resolve against
@@ -102,87 +123,7 @@ pub fn load_plan_str(
     path: &Path,
     var_overrides: &[(String, String)],
 ) -> Result<ResolvedPlan, PlanError> {
-    let document: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|error| yaml_error(path, &error))?;
-    match check_keys(&document) {
-        Ok(()) => {}
-        Err(KeyProblem::Unknown(unknown)) => {
-            return Err(PlanError::invalid(
-                path,
-                unknown.path,
-                "unknown key",
-                unknown.suggestion,
-            ));
-        }
-        Err(KeyProblem::ForeachForm { path: key, found }) => {
-            return Err(PlanError::invalid(
-                path,
-                key,
-                format!("expected exactly one of items, files, lines; found {}", found.join(", ")),
-                "write `foreach: {items: [...]}`, `{files: \"data/*.json\"}`, `{lines: list.txt}` or a template string",
-            ));
-        }
-    }
-    let model: PlanFile = serde_yaml::from_str(text).map_err(|error| yaml_error(path, &error))?;
-    resolve_plan(model, path, var_overrides)
-}
-
-fn yaml_error(path: &Path, error: &serde_yaml::Error) -> PlanError {
-    let text = error.to_string();
-    // serde_yaml prefixes type errors with the key path (`stages[0].output: ...`).
-    let key_path = text.split_once(": ").filter(|(key, _)| {
-        !key.is_empty()
-            && key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.[]".contains(c))
-    });
-    match (key_path, error.location()) {
-        (Some((key, message)), _) => PlanError::invalid(
-            path,
-            untagged_field(key, message),
-            readable_serde_message(message),
-            "check the value at this key against the plan.yaml format (durations like 15m, output json|text, on_failure stop|continue)",
-        ),
-        (None, location) => PlanError::invalid(
-            path,
-            location.map_or_else(
-                || "<document>".to_owned(),
-                |location| format!("line {} column {}", location.line(), location.column()),
-            ),
-            text,
-            "plan.yaml is a YAML mapping with `stages:` (a list of {id, message, ...})",
-        ),
-    }
-}
-
-/// serde_yaml reports an untagged-enum failure at the enclosing mapping; add the field.
-fn untagged_field(key: &str, message: &str) -> String {
-    let field = if message.contains("untagged enum ForeachSpec") {
-        "foreach"
-    } else if message.contains("untagged enum DurationValue") {
-        "timeout"
-    } else {
-        return key.to_owned();
-    };
-    if key.ends_with(field) {
-        key.to_owned()
-    } else {
-        format!("{key}.{field}")
-    }
-}
-
-/// serde's untagged-enum failure says nothing useful; name the accepted forms instead.
-fn readable_serde_message(message: &str) -> String {
-    let location = message.find(" at line ").map_or("", |at| &message[at..]);
-    if message.contains("untagged enum ForeachSpec") {
-        format!("foreach must be a template string, {{items: [...]}}, {{files: \"glob\"}} or {{lines: path}}{location}")
-    } else if message.contains("untagged enum DurationValue") {
-        format!(
-            "a duration must be text like 15m or 1h30m, or an integer of milliseconds{location}"
-        )
-    } else {
-        message.to_owned()
-    }
+    resolve_plan(parse_plan(text, path)?, path, var_overrides)
 }
 
 /// Validates a model (parsed from YAML or built in code) as if it were the file at
@@ -200,37 +141,14 @@ pub fn resolve_plan(
         |key: &str, message: String, hint: &str| PlanError::invalid(&file, key, message, hint);
 
     if let Some(name) = &model.name {
-        if !is_identifier(name, true) {
+        let starts_well = name.starts_with(|c: char| c.is_ascii_alphanumeric());
+        if !is_identifier(name, true) || !starts_well || name.len() > NAME_LEN {
             return Err(invalid(
                 "name",
                 format!("`{name}` cannot be part of an orchestration id"),
-                "use letters, digits, `_` and `-` only",
-            ));
-        }
-    }
-    let max_parallel = model.max_parallel.unwrap_or(DEFAULT_MAX_PARALLEL);
-    if max_parallel == 0 {
-        return Err(invalid(
-            "max_parallel",
-            "must be at least 1".into(),
-            "omit it for the default of 8",
-        ));
-    }
-    for (key, value) in [
-        (
-            "llm.max_in_flight",
-            model.llm.max_in_flight.map(|v| v as u64),
-        ),
-        (
-            "llm.requests_per_minute",
-            model.llm.requests_per_minute.map(u64::from),
-        ),
-    ] {
-        if value == Some(0) {
-            return Err(invalid(
-                key,
-                "must be at least 1".into(),
-                "omit it for no limit",
+                &format!(
+                    "use at most {NAME_LEN} letters, digits, `_` and `-`, starting with a letter or digit"
+                ),
             ));
         }
     }
@@ -241,13 +159,15 @@ pub fn resolve_plan(
             "add at least one `- id: ..., message: ...`",
         ));
     }
+    let ids = check_ids(&model, &file)?;
+    limits::check_numbers(&model, &file)?;
+    let max_parallel = model.max_parallel.unwrap_or(DEFAULT_MAX_PARALLEL);
 
     let mut vars = model.vars.clone();
     for (name, value) in var_overrides {
         vars.insert(name.clone(), serde_json::Value::String(value.clone()));
     }
 
-    let ids = check_ids(&model, &file)?;
     let needs = resolve_needs(&model, &ids, &file)?;
     let default_timeout =
         resolve_timeout(model.defaults.timeout.as_ref(), "defaults.timeout", &file)?;
@@ -282,13 +202,6 @@ pub fn resolve_plan(
             None => default_timeout,
         };
         let max_iterations = stage.max_iterations.or(model.defaults.max_iterations);
-        if max_iterations == Some(0) {
-            return Err(invalid(
-                &key("max_iterations"),
-                "must be at least 1".into(),
-                "omit it for the agent's own limit",
-            ));
-        }
         let foreach = match &stage.foreach {
             None => None,
             Some(foreach) => Some(resolve_foreach(foreach, &dir, &file, &key("foreach"))?),
@@ -297,11 +210,14 @@ pub fn resolve_plan(
             id: stage.id.clone(),
             agent,
             message: stage.message.clone(),
-            output: stage.output.unwrap_or_default(),
+            output: stage.output.or(model.defaults.output).unwrap_or_default(),
             foreach,
             needs,
-            on_failure: stage.on_failure.unwrap_or_default(),
-            isolate: stage.isolate,
+            on_failure: stage
+                .on_failure
+                .or(model.defaults.on_failure)
+                .unwrap_or_default(),
+            isolate: stage.isolate.or(model.defaults.isolate).unwrap_or(false),
             max_iterations,
             timeout,
             retries: stage.retries.or(model.defaults.retries).unwrap_or(0),
@@ -324,6 +240,28 @@ pub fn resolve_plan(
     };
     for stage in &plan.stages {
         let items = stage_items(&plan, stage, None)?;
+        if let (Some(ResolvedForeach::Files { .. }), Some([])) = (&stage.foreach, items.as_deref())
+        {
+            let written = plan
+                .source
+                .stages
+                .iter()
+                .find(|spec| spec.id == stage.id)
+                .and_then(|spec| match &spec.foreach {
+                    Some(ForeachSpec::Files { files }) => Some(files.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            return Err(PlanError::invalid(
+                &plan.file,
+                format!("stages.{}.foreach.files", stage.id),
+                format!("`{written}` matches no files"),
+                format!(
+                    "paths are relative to the plan file's directory {}",
+                    plan.dir.display()
+                ),
+            ));
+        }
         check_stage_templates(&plan, stage, items.as_deref())?;
     }
     Ok(plan)
@@ -334,12 +272,20 @@ fn check_ids<'a>(model: &'a PlanFile, file: &Path) -> Result<Vec<&'a str>, PlanE
     let mut ids = Vec::with_capacity(model.stages.len());
     for (index, stage) in model.stages.iter().enumerate() {
         let key = format!("stages[{index}].id");
-        if !is_identifier(&stage.id, false) {
+        if !is_identifier(&stage.id, false) || stage.id.len() > STAGE_ID_LEN {
             return Err(PlanError::invalid(
                 file,
                 key,
                 format!("`{}` is not a valid stage id", stage.id),
-                "use lowercase letters, digits, `_` and `-` (it becomes part of run ids and paths)",
+                format!("use at most {STAGE_ID_LEN} lowercase letters, digits, `_` and `-` (it becomes part of run ids and paths)"),
+            ));
+        }
+        if stage.id == PREVIOUS {
+            return Err(PlanError::invalid(
+                file,
+                key,
+                format!("`{PREVIOUS}` cannot be a stage id"),
+                "it is the word `needs` uses for the stage just above; rename the stage",
             ));
         }
         if !seen.insert(&stage.id) {
@@ -355,66 +301,34 @@ fn check_ids<'a>(model: &'a PlanFile, file: &Path) -> Result<Vec<&'a str>, PlanE
     Ok(ids)
 }
 
-fn resolve_needs(
-    model: &PlanFile,
-    ids: &[&str],
-    file: &Path,
-) -> Result<Vec<Vec<String>>, PlanError> {
-    let mut all = Vec::with_capacity(model.stages.len());
-    for (index, stage) in model.stages.iter().enumerate() {
-        let needs = match &stage.needs {
-            Some(needs) => needs.clone(),
-            None => index
-                .checked_sub(1)
-                .map(|previous| vec![model.stages[previous].id.clone()])
-                .unwrap_or_default(),
-        };
-        for need in &needs {
-            if !ids.contains(&need.as_str()) {
-                return Err(PlanError::invalid(
-                    file,
-                    format!("stages.{}.needs", stage.id),
-                    format!("unknown stage `{need}`"),
-                    suggest(need, ids).replace("known keys here", "stage ids"),
-                ));
-            }
-        }
-        all.push(needs);
-    }
-    let graph: Vec<(String, Vec<String>)> = model
-        .stages
-        .iter()
-        .zip(&all)
-        .map(|(stage, needs)| (stage.id.clone(), needs.clone()))
-        .collect();
-    if let Some(cycle) = find_cycle(&graph) {
-        return Err(PlanError::invalid(
-            file,
-            format!("stages.{}.needs", cycle[0]),
-            format!("dependency cycle: {}", cycle.join(" -> ")),
-            "stages form a DAG; remove one of these needs (a missing `needs` means the previous stage)",
-        ));
-    }
-    Ok(all)
-}
-
 fn resolve_timeout(
     value: Option<&DurationValue>,
     key: &str,
     file: &Path,
 ) -> Result<Option<Duration>, PlanError> {
-    match value {
-        None => Ok(None),
-        Some(DurationValue::Millis(0)) => Err(PlanError::invalid(
+    let duration = match value {
+        None => return Ok(None),
+        Some(DurationValue::Millis(0)) => {
+            return Err(PlanError::invalid(
+                file,
+                key,
+                "a zero timeout",
+                DURATION_HINT,
+            ))
+        }
+        Some(DurationValue::Millis(millis)) => Duration::from_millis(*millis),
+        Some(DurationValue::Text(text)) => parse_duration(text)
+            .map_err(|error| PlanError::invalid(file, key, error.to_string(), DURATION_HINT))?,
+    };
+    let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    match out_of_range(key, millis, &limits::TIMEOUT_MS) {
+        Some(message) => Err(PlanError::invalid(
             file,
             key,
-            "a zero timeout",
-            DURATION_HINT,
+            format!("{message} milliseconds"),
+            "a run's time limit is at most 30 days (30d)",
         )),
-        Some(DurationValue::Millis(millis)) => Ok(Some(Duration::from_millis(*millis))),
-        Some(DurationValue::Text(text)) => parse_duration(text)
-            .map(Some)
-            .map_err(|error| PlanError::invalid(file, key, error.to_string(), DURATION_HINT)),
+        None => Ok(Some(duration)),
     }
 }
 
@@ -433,7 +347,7 @@ fn resolve_foreach(
         ForeachSpec::Items { items } => Ok(ResolvedForeach::Items(items.clone())),
         ForeachSpec::Files { files } => {
             let pattern = dir.join(files).to_string_lossy().into_owned();
-            let matches = glob::glob(&pattern).map_err(|error| {
+            glob::Pattern::new(&pattern).map_err(|error| {
                 PlanError::invalid(
                     file,
                     format!("{key}.files"),
@@ -441,14 +355,6 @@ fn resolve_foreach(
                     "e.g. data/*.json",
                 )
             })?;
-            if matches.flatten().next().is_none() {
-                return Err(PlanError::invalid(
-                    file,
-                    format!("{key}.files"),
-                    format!("`{files}` matches no files"),
-                    &relative_hint,
-                ));
-            }
             Ok(ResolvedForeach::Files { pattern })
         }
         ForeachSpec::Lines { lines } => {

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod limits;
+mod needs;
 mod resume;
 mod scheduling;
 

@@ -18,6 +18,11 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// The bad-plan corpus, shared with the CLI test that runs each through `delta orchestrate`.
+fn bad_plans() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/bad-plans")
+}
+
 /// Reads the `# key:` and `# expect:` header lines of a bad-plan fixture.
 fn expectations(path: &Path) -> (String, String) {
     let text = std::fs::read_to_string(path).unwrap();
@@ -33,7 +38,7 @@ fn expectations(path: &Path) -> (String, String) {
 
 #[test]
 fn every_bad_plan_names_its_file_and_key() {
-    let dir = fixtures().join("bad-plans");
+    let dir = bad_plans();
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -61,12 +66,12 @@ fn every_bad_plan_names_its_file_and_key() {
         assert!(text.contains("(hint: "), "{file_name}: no hint: {text}");
         checked += 1;
     }
-    assert!(checked >= 10, "only {checked} bad-plan fixtures");
+    assert!(checked >= 40, "only {checked} bad-plan fixtures");
 }
 
 #[test]
 fn template_errors_name_stage_key_and_expression() {
-    let error = load_plan(&fixtures().join("bad-plans/unknown-var.yaml"), &[]).unwrap_err();
+    let error = load_plan(&bad_plans().join("unknown-var.yaml"), &[]).unwrap_err();
     match error {
         PlanError::Template {
             key, expression, ..
@@ -112,7 +117,7 @@ fn plan_resolves_defaults_paths_and_needs() {
     assert_eq!(planner.retries, 1);
     assert_eq!(planner.max_iterations, Some(30));
     assert_eq!(work.agent, dir.join("./agents/worker"));
-    assert_eq!(work.needs, ["plan"], "needs defaults to the previous stage");
+    assert_eq!(work.needs, ["plan"], "`needs: previous` is the stage above");
     assert_eq!(work.on_failure, OnFailure::Continue);
     assert_eq!(work.timeout, Some(Duration::from_secs(90)));
     assert_eq!(work.retries, 0);
@@ -311,4 +316,50 @@ fn unknown_stage_in_expand_is_an_error() {
     let plan = load_plan(&fixtures().join("plans/forms.yaml"), &[]).unwrap();
     let error = expand_stage(&plan, "nope", &StageContext::new("o")).unwrap_err();
     assert!(error.to_string().contains("no stage `nope`"));
+}
+
+/// docs/plan.md cannot drift from the loader: every key the loader accepts is documented.
+#[test]
+fn every_key_the_loader_accepts_is_in_the_plan_reference() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/plan.md"))
+            .unwrap();
+    let keys = delta_actors::plan::keys::known_key_paths();
+    assert!(keys.len() >= 25, "{keys:?}");
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|key| !doc.contains(&format!("`{key}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys missing from docs/plan.md: {missing:?}"
+    );
+    let error = load_plan_str("stages: []\n", Path::new("/p/plan.yaml"), &[]).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(delta_actors::plan::PLAN_REFERENCE),
+        "plan errors point to the reference: {error}"
+    );
+}
+
+#[test]
+fn defaults_may_set_on_failure_isolate_and_output() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("agent")).unwrap();
+    let plan = load_plan_str(
+        "defaults: { agent: agent, on_failure: continue, isolate: true, output: json }\nstages:\n  - { id: a, message: a }\n  - { id: b, message: b, on_failure: stop, isolate: false, output: text }\n",
+        &dir.path().join("plan.yaml"),
+        &[],
+    )
+    .unwrap();
+    let [a, b] = &plan.stages[..] else { panic!() };
+    assert_eq!(
+        (a.on_failure, a.isolate, a.output),
+        (OnFailure::Continue, true, OutputKind::Json)
+    );
+    assert_eq!(
+        (b.on_failure, b.isolate, b.output),
+        (OnFailure::Stop, false, OutputKind::Text)
+    );
 }

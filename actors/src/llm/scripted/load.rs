@@ -11,13 +11,29 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::latency::{parse_latency, MAX_SCRIPTED_WAIT};
 use super::script::{
     Action, ArgTree, Args, CallSpec, Latency, Rule, Script, ScriptError, Step, Text, DEFAULT_MODEL,
     EXHAUSTED_ANSWER,
 };
+use crate::input::{check_size, check_yaml_depth};
+use crate::template_bounds::{explain, limit_work, render_bounded};
+
+/// Largest script file, in bytes.
+pub(super) const SCRIPT_BYTES: u64 = 4 * 1024 * 1024;
+/// Deepest nesting of flow collections in a script (deeper is refused before parsing: the
+/// YAML parser is slow on it).
+const SCRIPT_DEPTH: usize = 64;
 
 /// Parses and validates `text`; `origin` names it in error messages.
 pub(super) fn parse(text: &str, origin: &str) -> Result<Script, ScriptError> {
+    check_size(text, SCRIPT_BYTES)
+        .and_then(|()| check_yaml_depth(text, SCRIPT_DEPTH))
+        .map_err(|error| ScriptError::Invalid {
+            origin: origin.to_owned(),
+            key: "(file)".to_owned(),
+            message: format!("{error} (hint: see docs/llm-script.md)"),
+        })?;
     let raw: RawScript = serde_yaml::from_str(text).map_err(|e| {
         let top_level = serde_yaml::from_str::<serde_yaml::Value>(text).ok();
         if top_level.is_some_and(|v| !v.is_mapping()) {
@@ -107,6 +123,7 @@ impl Loader {
         templates.set_undefined_behavior(UndefinedBehavior::Strict);
         templates.set_auto_escape_callback(|_| AutoEscape::None);
         templates.set_keep_trailing_newline(true);
+        limit_work(&mut templates);
         Loader {
             origin: origin.to_owned(),
             templates,
@@ -304,12 +321,24 @@ impl Loader {
             ));
         }
         let retry_after = match raw.retry_after {
-            Some(s) => match Duration::try_from_secs_f64(s) {
-                Ok(wait) => Some(wait),
-                Err(_) => {
+            Some(s) if !(s.is_finite() && s >= 0.0) => {
+                return Err(self.invalid(
+                    &format!("{key}.retry_after"),
+                    "`retry_after` is a number of seconds >= 0",
+                ))
+            }
+            Some(s) => match Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| *d <= MAX_SCRIPTED_WAIT)
+            {
+                Some(wait) => Some(wait),
+                None => {
                     return Err(self.invalid(
                         &format!("{key}.retry_after"),
-                        "`retry_after` is a number of seconds >= 0 (and below a few centuries)",
+                        format!(
+                            "`retry_after` {s} is too large (at most {} seconds)",
+                            MAX_SCRIPTED_WAIT.as_secs()
+                        ),
                     ))
                 }
             },
@@ -407,12 +436,13 @@ impl Loader {
         let check = self
             .templates
             .get_template(&name)
-            .and_then(|t| t.render(super::respond::sample_context()));
+            .and_then(|t| render_bounded(&t, super::respond::sample_context()));
         if let Err(e) = check {
+            let reason = explain(&e).unwrap_or_else(|| e.to_string());
             return Err(self.invalid(
                 key,
                 format!(
-                    "template fails to render: {e} (hint: available variables are {})",
+                    "template fails to render: {reason} (hint: available variables are {})",
                     super::respond::TEMPLATE_VARIABLES
                 ),
             ));
@@ -422,54 +452,20 @@ impl Loader {
 
     fn latency(&self, key: &str, raw: RawLatency) -> Result<Latency, ScriptError> {
         let parsed = match raw {
-            RawLatency::Millis(ms) => Some(Latency {
-                min: Duration::from_millis(ms),
-                max: Duration::from_millis(ms),
-            }),
+            RawLatency::Millis(ms) => Some(Duration::from_millis(ms))
+                .filter(|latency| *latency <= MAX_SCRIPTED_WAIT)
+                .map(|latency| Latency {
+                    min: latency,
+                    max: latency,
+                }),
             RawLatency::Text(text) => parse_latency(&text),
         };
         parsed.ok_or_else(|| {
             self.invalid(
                 key,
                 "latency must be milliseconds (`200`), a duration (`200ms`, `1.5s`), \
-                 a jitter (`200±50`, `200+-50`) or a range (`100..300`)",
+                 a jitter (`200±50`, `200+-50`) or a range (`100..300`), of at most one hour",
             )
         })
     }
-}
-
-/// `200`, `200ms`, `1.5s`, `200±50`, `200+-50`, `100..300` (plain numbers are milliseconds).
-pub fn parse_latency(text: &str) -> Option<Latency> {
-    let text = text.trim();
-    if let Some((lo, hi)) = text.split_once("..") {
-        let (min, max) = (parse_duration(lo)?, parse_duration(hi)?);
-        return (min <= max).then_some(Latency { min, max });
-    }
-    let jitter = text.split_once('±').or_else(|| text.split_once("+-"));
-    if let Some((mid, spread)) = jitter {
-        let (mid, spread) = (parse_duration(mid)?, parse_duration(spread)?);
-        return Some(Latency {
-            min: mid.saturating_sub(spread),
-            max: mid.saturating_add(spread),
-        });
-    }
-    let fixed = parse_duration(text)?;
-    Some(Latency {
-        min: fixed,
-        max: fixed,
-    })
-}
-
-fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let (number, scale_ms) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1000.0)
-    } else {
-        (text, 1.0)
-    };
-    let value: f64 = number.trim().parse().ok()?;
-    // try_: a finite but huge value (1e300s) would panic in from_secs_f64.
-    Duration::try_from_secs_f64(value * scale_ms / 1000.0).ok()
 }

@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! - `script.rs`: the loaded model ([`Script`], [`ScriptError`]) and its entry points.
-//! - `load.rs`: the file format's serde shapes and validation ([`parse_latency`]).
+//! - `load.rs`: the file format's serde shapes and validation.
+//! - `latency.rs`: latency and wait durations ([`parse_latency`]), bounded.
 //! - `respond.rs`: rule matching, step selection, templating ([`ScriptedReply`]).
 //! - `validate.rs`: strict history validation ([`validate_history`]).
 //! - `server.rs`: the OpenAI-compatible HTTP endpoint ([`serve`], [`run_server_blocking`]).
@@ -12,6 +13,7 @@
 //! [`ScriptedBackend`] plays a script in-process behind the same [`ChatBackend`] trait as
 //! the HTTP client. Nothing here imports actix.
 
+mod latency;
 mod load;
 mod respond;
 mod script;
@@ -25,7 +27,7 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use load::parse_latency;
+pub use latency::parse_latency;
 pub use respond::{ScriptedReply, TEMPLATE_VARIABLES};
 pub use script::{Latency, Script, ScriptError, DEFAULT_MODEL, EXHAUSTED_ANSWER};
 pub use server::{run_server_blocking, run_server_until, serve, ScriptServer, ServeError};

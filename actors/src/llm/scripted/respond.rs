@@ -14,6 +14,7 @@ use super::script::{Action, ArgTree, Args, CallSpec, Latency, Rule, Script, Step
 use super::validate::validate_history;
 use crate::llm::endpoint::RequestMeta;
 use crate::llm::types::{ChatCompletion, ChatMessage, ChatRequest, Role, ToolCall, Usage};
+use crate::template_bounds::{explain, render_bounded};
 
 /// The variables a template may use, for error hints.
 pub const TEMPLATE_VARIABLES: &str =
@@ -285,8 +286,11 @@ impl Script {
             Text::Template(name) => self
                 .templates
                 .get_template(name)
-                .and_then(|t| t.render(ctx))
-                .map_err(|e| format!("template `{name}` in {} failed: {e}", self.origin)),
+                .and_then(|t| render_bounded(&t, ctx))
+                .map_err(|e| {
+                    let reason = explain(&e).unwrap_or_else(|| e.to_string());
+                    format!("template `{name}` in {} failed: {reason}", self.origin)
+                }),
         }
     }
 

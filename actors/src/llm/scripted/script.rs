@@ -133,10 +133,19 @@ pub(super) enum Text {
 impl Script {
     /// Reads and validates a script file (YAML, or JSON which is valid YAML).
     pub fn load(path: &Path) -> Result<Script, ScriptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = crate::input::read_bounded(path, super::load::SCRIPT_BYTES).map_err(
+            |error| match error {
+                crate::input::InputError::Io(source) => ScriptError::Read {
+                    path: path.display().to_string(),
+                    source,
+                },
+                other => ScriptError::Invalid {
+                    origin: path.display().to_string(),
+                    key: "(file)".to_owned(),
+                    message: format!("{other} (hint: see docs/llm-script.md)"),
+                },
+            },
+        )?;
         Script::from_yaml_str(&text, &path.display().to_string())
     }
 

@@ -295,8 +295,9 @@ fn latency_forms_parse() {
     assert!(parse_latency("fast").is_none());
     // Regression (issue 11 item 4b): huge values panicked (float conversion, addition).
     assert!(parse_latency("1e300s").is_none());
-    let huge = parse_latency("18000000000000000000s±18000000000000000000s").unwrap();
-    assert_eq!(huge.max, Duration::MAX);
+    // Latencies are capped at one hour: beyond it a value is refused, not saturated.
+    assert!(parse_latency("18000000000000000000s±18000000000000000000s").is_none());
+    assert!(parse_latency("3601s").is_none());
 }
 
 #[test]
@@ -467,4 +468,35 @@ fn every_yaml_example_in_the_docs_loads() {
             "{reply:?}"
         );
     }
+}
+
+#[test]
+fn hostile_scripts_are_refused_quickly_with_the_key() {
+    let deep = format!(
+        "steps: [{{answer: {}1{}}}]\n",
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    let nested = "steps:\n  - answer: \"{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}\"\n";
+    let started = std::time::Instant::now();
+    for (yaml, expected) in [
+        (deep.as_str(), "nested more than 64 levels"),
+        (nested, "too much work"),
+        (
+            "steps:\n  - fail: 429\n    retry_after: 1e300\n",
+            "retry_after",
+        ),
+        (
+            "default_latency: \"1e300s\"\nsteps: [{answer: hi}]\n",
+            "at most one hour",
+        ),
+        (
+            "default_latency: 99999999999\nsteps: [{answer: hi}]\n",
+            "at most one hour",
+        ),
+    ] {
+        let error = load_err(yaml);
+        assert!(error.contains(expected), "{expected}: {error}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
 }

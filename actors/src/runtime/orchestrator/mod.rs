@@ -9,8 +9,9 @@
 //! continued, FAILED runs get their remaining retries. With deterministic run ids
 //! (`<orchestration>-<stage>-<index>`) and each run's lock, no item runs twice to completion.
 //!
-//! Files: `mod.rs` the actor and its scheduling, `resume.rs` what to do with runs already on
-//! disk, `summary.rs` progress events and the final summary.
+//! Files: `mod.rs` the actor and its scheduling, `runs.rs` submitting a run and taking its
+//! result (retries), `resume.rs` what to do with runs already on disk, `summary.rs` progress
+//! events and the final summary.
 //!
 //! Must not: touch run files itself (RunActors do; the janitor settles a run a kill left
 //! finished in its journal but not in its metadata), or block its arbiter.
@@ -23,20 +24,18 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
 mod resume;
+mod runs;
 mod summary;
 
-use summary::tally;
+use runs::retry_message;
 
-use crate::api::{OrchestrationEvent, OrchestrationRequest, RunRequest, RunResult, RunStart};
+use crate::api::{OrchestrationEvent, OrchestrationRequest};
 use crate::plan::state::{
-    OrchestrationState, OrchestrationSummary, RunRow, SchedulingEvent, StageStatus,
+    OrchestrationState, OrchestrationSummary, RunCounts, RunRow, SchedulingEvent, StageStatus,
 };
-use crate::plan::{
-    expand_stage, parse_json_output, ready_stages, OutputKind, PlannedRun, RunRecord, StageContext,
-};
-use crate::protocol::{RunStatus, TokenUsage};
+use crate::plan::{expand_stage, ready_stages, PlannedRun, RunRecord, StageContext};
 use crate::runtime::janitor::JanitorActor;
-use crate::runtime::supervisor::{CancelRun, RunSupervisor, SubmitRun};
+use crate::runtime::supervisor::{CancelRun, RunSupervisor};
 use crate::workspace::now_rfc3339;
 
 /// Stop submitting, interrupt the plan's runs, finish INTERRUPTED.
@@ -58,6 +57,9 @@ struct StageRun {
     attempts: u32,
     /// FAILED outcomes so far (retries are granted per failure, not per attempt).
     failures: u32,
+    /// Why the first failed attempt of this invocation failed: kept for the summary row when
+    /// a retry fails differently.
+    first_error: Option<String>,
     done: Option<RunRow>,
     pending_launch: Option<Launch>,
 }
@@ -204,8 +206,7 @@ impl OrchestrationActor {
                 self.record(SchedulingEvent::StageFinished {
                     stage: id.to_string(),
                     status: StageStatus::Failed,
-                    completed: 0,
-                    failed: 0,
+                    counts: RunCounts::default(),
                 });
                 return;
             }
@@ -214,10 +215,7 @@ impl OrchestrationActor {
             stage: id.to_string(),
             runs: planned.len(),
         });
-        self.emit(OrchestrationEvent::StageStarted {
-            stage: id.to_string(),
-            runs: planned.len(),
-        });
+        let total = planned.len();
         let mut runs = Vec::with_capacity(planned.len());
         for p in planned {
             let work_dir = match &p.work_dir_suffix {
@@ -239,11 +237,22 @@ impl OrchestrationActor {
                 work_dir,
                 attempts,
                 failures,
+                first_error: None,
                 done,
                 pending_launch: launch,
             });
         }
         let outstanding = runs.iter().filter(|r| r.done.is_none()).count();
+        // After the runs found on disk are known, so a resume's progress starts where the
+        // last invocation stopped rather than at 0.
+        self.emit(OrchestrationEvent::StageStarted {
+            stage: id.to_string(),
+            runs: total,
+            already_done: RunCounts::tally(
+                runs.len() - outstanding,
+                runs.iter().filter_map(|r| r.done.as_ref()),
+            ),
+        });
         self.stages.insert(
             id.to_string(),
             StageState {
@@ -282,198 +291,6 @@ impl OrchestrationActor {
         }
     }
 
-    fn submit(&mut self, stage_id: &str, k: usize, launch: Launch, ctx: &mut Context<Self>) {
-        let Some(run) = self
-            .stages
-            .get_mut(stage_id)
-            .and_then(|s| s.runs.get_mut(k))
-        else {
-            return;
-        };
-        run.attempts += 1;
-        let attempt = run.attempts;
-        let planned = run.planned.clone();
-        let work_dir = run.work_dir.clone();
-        let Some(agent) = self.request.agents.get(&planned.agent).cloned() else {
-            let message = format!(
-                "agent {} was not loaded before the orchestration started",
-                planned.agent.display()
-            );
-            self.on_run_done(stage_id, k, Err(message), ctx);
-            return;
-        };
-        if let Err(e) = std::fs::create_dir_all(&work_dir) {
-            let message = format!(
-                "cannot create the run's workspace {}: {e}",
-                work_dir.display()
-            );
-            self.on_run_done(stage_id, k, Err(message), ctx);
-            return;
-        }
-        let (start, resume) = match launch {
-            Launch::New => (
-                RunStart::New {
-                    task: planned.message.clone(),
-                },
-                false,
-            ),
-            Launch::Resume(message) => (
-                RunStart::Continue {
-                    message,
-                    force: false,
-                },
-                true,
-            ),
-        };
-        let request = RunRequest {
-            agent,
-            work_dir,
-            run_id: Some(planned.run_id.clone()),
-            start,
-            max_iterations: planned.max_iterations,
-            llm: self
-                .request
-                .llm_by_agent
-                .get(&planned.agent)
-                .unwrap_or(&self.request.llm)
-                .clone(),
-            env: self.request.env.clone(),
-            timeout: planned.timeout,
-            prompter: None,
-            workspace_id: None,
-            orchestration_id: Some(self.request.orchestration_id.clone()),
-        };
-        self.in_flight.insert(planned.run_id.clone());
-        self.record(SchedulingEvent::RunSubmitted {
-            stage: stage_id.to_string(),
-            index: planned.index,
-            run_id: planned.run_id.clone(),
-            attempt,
-            resume,
-        });
-        self.emit(OrchestrationEvent::RunStarted {
-            stage: stage_id.to_string(),
-            index: planned.index,
-            run_id: planned.run_id.clone(),
-            attempt,
-        });
-        let (tx, rx) = oneshot::channel();
-        let stage = stage_id.to_string();
-        let submitted = self.supervisor.send(SubmitRun { request, reply: tx });
-        async move {
-            match submitted.await {
-                Ok(Ok(_)) => rx
-                    .await
-                    .map_err(|_| "the engine stopped before the run finished".to_string()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err("the engine stopped".to_string()),
-            }
-        }
-        .into_actor(self)
-        .map(move |result, act, ctx| act.on_run_done(&stage, k, result, ctx))
-        .spawn(ctx);
-    }
-
-    fn on_run_done(
-        &mut self,
-        stage_id: &str,
-        k: usize,
-        result: Result<RunResult, String>,
-        ctx: &mut Context<Self>,
-    ) {
-        let Some(stage_spec) = self.request.plan.stage(stage_id).cloned() else {
-            return;
-        };
-        let stopping = self.stop_reason.is_some();
-        let Some(run) = self
-            .stages
-            .get_mut(stage_id)
-            .and_then(|s| s.runs.get_mut(k))
-        else {
-            return;
-        };
-        self.in_flight.remove(&run.planned.run_id);
-        let mut row = match &result {
-            Ok(r) => RunRow {
-                run_id: r.run_id.clone(),
-                index: run.planned.index,
-                status: r.status,
-                result: r.result.clone(),
-                error: r
-                    .error
-                    .as_ref()
-                    .map(|e| format!("{}: {}", e.kind, e.message)),
-                duration_ms: r.metrics.duration_ms,
-                iterations: r.metrics.iterations,
-                attempts: run.attempts,
-                usage: TokenUsage {
-                    input_tokens: r.metrics.usage.input_tokens,
-                    output_tokens: r.metrics.usage.output_tokens,
-                    total_tokens: r.metrics.usage.input_tokens + r.metrics.usage.output_tokens,
-                },
-                reused: false,
-            },
-            Err(message) => RunRow {
-                run_id: run.planned.run_id.clone(),
-                index: run.planned.index,
-                status: RunStatus::Failed,
-                result: None,
-                error: Some(message.clone()),
-                duration_ms: 0,
-                iterations: 0,
-                attempts: run.attempts,
-                usage: TokenUsage::default(),
-                reused: false,
-            },
-        };
-        // `output: json`: an answer that does not parse is a failure (and may be retried).
-        if stage_spec.output == OutputKind::Json && row.status == RunStatus::Completed {
-            if let Err(e) = parse_json_output(row.result.as_deref().unwrap_or("")) {
-                row.status = RunStatus::Failed;
-                row.error = Some(format!("the result is not valid JSON ({e})"));
-            }
-        }
-        let retryable = row.status == RunStatus::Failed && result.is_ok();
-        let event = SchedulingEvent::RunFinished {
-            stage: stage_id.to_string(),
-            index: row.index,
-            run_id: row.run_id.clone(),
-            status: row.status,
-            attempt: row.attempts,
-            error: row.error.clone(),
-        };
-        let finished = OrchestrationEvent::RunFinished {
-            stage: stage_id.to_string(),
-            index: row.index,
-            run_id: row.run_id.clone(),
-            status: row.status,
-            duration_ms: row.duration_ms,
-            error: row.error.clone(),
-        };
-        if retryable {
-            run.failures += 1;
-        }
-        if retryable && !stopping && run.failures <= stage_spec.retries {
-            let hint = row.error.clone();
-            run.pending_launch = Some(Launch::Resume(Some(retry_message(hint.as_deref()))));
-            self.record(event);
-            self.emit(finished);
-            self.advance(ctx);
-            return;
-        }
-        run.done = Some(row);
-        self.record(event);
-        self.emit(finished);
-        if let Some(stage) = self.stages.get_mut(stage_id) {
-            stage.outstanding = stage.outstanding.saturating_sub(1);
-            if stage.outstanding == 0 {
-                self.finish_stage(stage_id);
-            }
-        }
-        self.emit_progress();
-        self.advance(ctx);
-    }
-
     fn finish_stage(&mut self, stage_id: &str) {
         let Some(spec) = self.request.plan.stage(stage_id).cloned() else {
             return;
@@ -481,12 +298,13 @@ impl OrchestrationActor {
         let Some(stage) = self.stages.get_mut(stage_id) else {
             return;
         };
-        let rows: Vec<&RunRow> = stage.runs.iter().filter_map(|r| r.done.as_ref()).collect();
-        let (completed, interrupted) = tally(rows.iter().copied());
-        let failed = rows.len() - completed;
-        let status = if self.stop_reason.is_some() && interrupted > 0 {
+        let counts = RunCounts::tally(
+            stage.runs.len(),
+            stage.runs.iter().filter_map(|r| r.done.as_ref()),
+        );
+        let status = if self.stop_reason.is_some() && counts.interrupted > 0 {
             StageStatus::Interrupted
-        } else if failed == 0 {
+        } else if counts.unsuccessful() == 0 {
             StageStatus::Completed
         } else if spec.on_failure == crate::plan::OnFailure::Continue {
             StageStatus::CompletedWithFailures
@@ -515,8 +333,7 @@ impl OrchestrationActor {
         self.record(SchedulingEvent::StageFinished {
             stage: stage_id.to_string(),
             status,
-            completed,
-            failed,
+            counts,
         });
         if let Some(state) = &self.state {
             state.sync();
@@ -524,18 +341,8 @@ impl OrchestrationActor {
         self.emit(OrchestrationEvent::StageFinished {
             stage: stage_id.to_string(),
             status,
-            completed,
-            failed,
+            counts,
         });
-    }
-}
-
-fn retry_message(error: Option<&str>) -> String {
-    match error {
-        Some(e) => format!(
-            "The previous attempt failed: {e}\nTry again, taking this into account, and finish with a final answer."
-        ),
-        None => "The previous attempt failed. Try again and finish with a final answer.".to_string(),
     }
 }
 

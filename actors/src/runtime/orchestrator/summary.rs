@@ -6,10 +6,9 @@ use actix::prelude::*;
 
 use crate::api::OrchestrationEvent;
 use crate::plan::state::{
-    OrchestrationStatus, OrchestrationSummary, RunRow, SchedulingEvent, StageStatus, StageSummary,
-    Totals,
+    OrchestrationStatus, OrchestrationSummary, RunCounts, SchedulingEvent, StageStatus,
+    StageSummary, Totals,
 };
-use crate::protocol::RunStatus;
 use crate::runtime::janitor::StopJanitor;
 use crate::workspace::now_rfc3339;
 
@@ -17,23 +16,18 @@ use super::OrchestrationActor;
 
 impl OrchestrationActor {
     pub(super) fn emit_progress(&self) {
-        let mut total = 0;
-        let mut done = 0;
-        let mut failed = 0;
+        let mut counts = RunCounts::default();
         for stage in self.stages.values() {
-            total += stage.runs.len();
-            for r in stage.runs.iter().filter_map(|r| r.done.as_ref()) {
-                done += 1;
-                if r.status != RunStatus::Completed {
-                    failed += 1;
-                }
-            }
+            counts.add(&RunCounts::tally(
+                stage.runs.len(),
+                stage.runs.iter().filter_map(|r| r.done.as_ref()),
+            ));
         }
         self.emit(OrchestrationEvent::Progress {
-            total,
-            done,
+            total: counts.total,
+            done: counts.finished(),
             running: self.in_flight.len(),
-            failed,
+            failed: counts.unsuccessful(),
         });
     }
 
@@ -65,13 +59,9 @@ impl OrchestrationActor {
                 None if self.stop_reason.is_some() => (StageStatus::Interrupted, Vec::new()),
                 None => (StageStatus::Skipped, Vec::new()),
             };
-            let total = self.stages.get(&spec.id).map(|s| s.runs.len()).unwrap_or(0);
-            let (completed, interrupted) = tally(runs.iter());
-            let failed = runs.len() - completed - interrupted;
-            totals.runs += total;
-            totals.completed += completed;
-            totals.failed += failed;
-            totals.interrupted += interrupted + (total - runs.len());
+            let planned = self.stages.get(&spec.id).map(|s| s.runs.len()).unwrap_or(0);
+            let counts = RunCounts::tally(planned, &runs);
+            totals.counts.add(&counts);
             for r in &runs {
                 totals.input_tokens += r.usage.input_tokens;
                 totals.output_tokens += r.usage.output_tokens;
@@ -79,16 +69,13 @@ impl OrchestrationActor {
             stages.push(StageSummary {
                 id: spec.id.clone(),
                 status,
-                total,
-                completed,
-                failed,
-                interrupted,
+                counts,
                 runs,
             });
         }
         let status = if self.stop_reason.is_some() {
             OrchestrationStatus::Interrupted
-        } else if self.failed || totals.failed > 0 || totals.completed < totals.runs {
+        } else if self.failed || totals.counts.completed < totals.counts.total {
             OrchestrationStatus::Failed
         } else {
             OrchestrationStatus::Completed
@@ -109,23 +96,16 @@ impl OrchestrationActor {
                 .or_else(|| self.stop_reason.clone()),
         };
         self.record(SchedulingEvent::OrchestrationFinished { status });
-        if let Some(state) = &self.state {
+        if let Some(state) = &mut self.state {
             if let Err(e) = state.write_summary(&summary) {
                 tracing::warn!(target: "delta::orchestrate", "{e}");
             }
             state.sync();
+            // Before the caller hears of the end, so it may resume at once.
+            state.release();
         }
         self.emit(OrchestrationEvent::Finished { status });
         let _ = reply.send(summary);
         ctx.stop();
     }
-}
-
-/// (completed, interrupted) among finished rows.
-pub(super) fn tally<'a>(rows: impl Iterator<Item = &'a RunRow>) -> (usize, usize) {
-    rows.fold((0, 0), |(completed, interrupted), r| match r.status {
-        RunStatus::Completed => (completed + 1, interrupted),
-        RunStatus::Interrupted => (completed, interrupted + 1),
-        _ => (completed, interrupted),
-    })
 }

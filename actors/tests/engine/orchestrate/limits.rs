@@ -55,7 +55,7 @@ fn max_parallel_caps_runs_in_flight_at_the_endpoint() {
         OrchestrationStatus::Completed,
         "{summary:#?}"
     );
-    assert_eq!(stage(&summary, "work").completed, 30);
+    assert_eq!(stage(&summary, "work").counts.completed, 30);
     let stats = server.stats();
     assert_eq!(stats.requests_total(), 30);
     assert!(

@@ -19,7 +19,7 @@ fn resume_after_cancel_all_reuses_completed_runs_and_finishes_the_rest() {
     let p = PlanDir::new();
     p.agent("worker", "");
     let plan = p.plan(
-        "max_parallel: 2\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: \"{{ range(6) | list }}\"\n    message: \"item {{ item }}\"\n  - id: combine\n    message: \"{{ stages.work.results | join(',') }}\"\n",
+        "max_parallel: 2\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: \"{{ range(6) | list }}\"\n    message: \"item {{ item }}\"\n  - id: combine\n    needs: [work]\n    message: \"{{ stages.work.results | join(',') }}\"\n",
     );
     let model = script("default_latency: 150\nsteps:\n  - answer: \"{{ task }}\"\n");
     let supervisor = Supervisor::start(fast_config()).unwrap();
@@ -73,7 +73,7 @@ fn resume_after_cancel_all_reuses_completed_runs_and_finishes_the_rest() {
     );
     assert_eq!(second.status, OrchestrationStatus::Completed, "{second:#?}");
     let work = stage(&second, "work");
-    assert_eq!(work.completed, 6);
+    assert_eq!(work.counts.completed, 6);
     for row in &work.runs {
         assert_eq!(row.reused, done_before.contains(&row.run_id), "{row:?}");
         assert_eq!(
@@ -216,7 +216,7 @@ fn the_orchestration_folder_exists_once_orchestrate_returns() {
         .orchestrate_blocking(p.request(plan, "t", LlmTarget::Scripted(model), false))
         .unwrap();
     // The caller may print the id and be killed now: `--resume` must find the folder.
-    let dir = OrchestrationState::dir_for(p.ws(), "t");
+    let dir = OrchestrationState::dir_for(p.ws(), "t").unwrap();
     let journal = std::fs::read_to_string(dir.join("journal.jsonl")).unwrap();
     assert!(journal.contains("ORCHESTRATION_STARTED"), "{journal}");
     assert!(dir.join("plan.yaml").is_file());
@@ -269,7 +269,7 @@ fn resume_checks_json_output_of_completed_runs_again() {
     let p = PlanDir::new();
     p.agent("worker", "");
     let plan = p.plan(
-        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: plan, output: json, message: plan }\n  - { id: work, message: \"{{ stages.plan.output }}\" }\n",
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: plan, output: json, message: plan }\n  - { id: work, needs: previous, message: \"{{ stages.plan.output }}\" }\n",
     );
     let model = script("steps: [{ answer: \"no json here\" }]\n");
     let supervisor = Supervisor::start(fast_config()).unwrap();

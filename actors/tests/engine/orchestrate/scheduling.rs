@@ -89,7 +89,8 @@ fn a_failed_run_is_continued_with_a_retry_message_and_completes() {
     );
     let journal = run_journal(p.ws(), "t-solo-0");
     assert_eq!(completed_ends(&journal), 1);
-    let attempts = OrchestrationState::attempts_so_far(&OrchestrationState::dir_for(p.ws(), "t"));
+    let attempts =
+        OrchestrationState::attempts_so_far(&OrchestrationState::dir_for(p.ws(), "t").unwrap());
     assert_eq!(attempts["t-solo-0"], 2);
 }
 
@@ -106,7 +107,7 @@ fn exhausted_retries_leave_a_failed_row_and_exit_code_1() {
     assert_eq!(summary.exit_code(), 1);
     let solo = stage(&summary, "solo");
     assert_eq!(solo.status, StageStatus::Failed);
-    assert_eq!(solo.failed, 1);
+    assert_eq!(solo.counts.failed, 1);
     let row = &solo.runs[0];
     assert_eq!(row.status, RunStatus::Failed);
     assert_eq!(row.attempts, 3, "one attempt plus two retries");
@@ -121,7 +122,7 @@ fn on_failure_stop_skips_dependants_and_fails_the_orchestration() {
     p.agent("worker", "");
     let (summary, events) = run_plan(
         &p,
-        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [good, bad] }\n    message: \"item {{ item }}\"\n  - id: combine\n    message: \"{{ stages.work.results | tojson }}\"\n",
+        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [good, bad] }\n    message: \"item {{ item }}\"\n  - id: combine\n    needs: [work]\n    message: \"{{ stages.work.results | tojson }}\"\n",
         FAILING_ITEM,
     );
     assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
@@ -140,12 +141,12 @@ fn on_failure_continue_lets_dependants_see_the_failed_items() {
     p.agent("worker", "");
     let (summary, _) = run_plan(
         &p,
-        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    on_failure: continue\n    foreach: { items: [good, bad] }\n    message: \"item {{ item }}\"\n  - id: combine\n    message: \"{% for r in stages.work.runs %}[{{ r.status }}]{% endfor %} {{ stages.work.results | tojson }}\"\n",
+        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    on_failure: continue\n    foreach: { items: [good, bad] }\n    message: \"item {{ item }}\"\n  - id: combine\n    needs: [work]\n    message: \"{% for r in stages.work.runs %}[{{ r.status }}]{% endfor %} {{ stages.work.results | tojson }}\"\n",
         FAILING_ITEM,
     );
     let work = stage(&summary, "work");
     assert_eq!(work.status, StageStatus::CompletedWithFailures);
-    assert_eq!((work.completed, work.failed), (1, 1));
+    assert_eq!((work.counts.completed, work.counts.failed), (1, 1));
     let combine = stage(&summary, "combine");
     assert_eq!(combine.status, StageStatus::Completed);
     // The scripted model echoes its task: this is the message the aggregator received.
@@ -249,7 +250,7 @@ fn a_template_error_at_expansion_names_the_stage_and_expression() {
     p.agent("worker", "");
     let (summary, events) = run_plan(
         &p,
-        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: planner, output: json, message: plan }\n  - id: work\n    foreach: \"{{ stages.planner.output.steps }}\"\n    message: \"do {{ item }}\"\n",
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: planner, output: json, message: plan }\n  - id: work\n    needs: [planner]\n    foreach: \"{{ stages.planner.output.steps }}\"\n    message: \"do {{ item }}\"\n",
         "steps:\n  - answer: '{\"tasks\": [1, 2]}'\n",
     );
     assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
@@ -268,7 +269,7 @@ fn a_foreach_that_is_not_a_list_fails_its_stage_with_the_key() {
     p.agent("worker", "");
     let (summary, _) = run_plan(
         &p,
-        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: planner, output: json, message: plan }\n  - id: work\n    foreach: \"{{ stages.planner.output.steps }}\"\n    message: \"do {{ item }}\"\n  - { id: other, needs: [], message: independent }\n",
+        "defaults: { agent: ./agents/worker }\nstages:\n  - { id: planner, output: json, message: plan }\n  - id: work\n    needs: [planner]\n    foreach: \"{{ stages.planner.output.steps }}\"\n    message: \"do {{ item }}\"\n  - { id: other, needs: [], message: independent }\n",
         "rules:\n  - task_contains: plan\n    steps: [{ answer: '{\"steps\": \"not a list\"}' }]\n  - steps: [{ answer: ok }]\n",
     );
     assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
@@ -286,7 +287,7 @@ fn json_output_feeds_later_stages_and_non_json_is_retried_then_failed() {
     p.agent("planner", "").agent("worker", "");
     let (summary, _) = run_plan(
         &p,
-        "stages:\n  - { id: plan, agent: ./agents/planner, output: json, message: plan }\n  - id: work\n    agent: ./agents/worker\n    foreach: \"{{ stages.plan.output.steps }}\"\n    message: \"do {{ item }}\"\n",
+        "stages:\n  - { id: plan, agent: ./agents/planner, output: json, message: plan }\n  - id: work\n    agent: ./agents/worker\n    needs: [plan]\n    foreach: \"{{ stages.plan.output.steps }}\"\n    message: \"do {{ item }}\"\n",
         "rules:\n  - agent: planner\n    steps:\n      - answer: \"```json\\n{\\\"steps\\\": [\\\"x\\\", \\\"y\\\"]}\\n```\"\n  - steps:\n      - answer: \"{{ task }}\"\n",
     );
     assert_eq!(
@@ -310,5 +311,47 @@ fn json_output_feeds_later_stages_and_non_json_is_retried_then_failed() {
     assert!(
         row.error.as_deref().unwrap().contains("not valid JSON"),
         "{row:?}"
+    );
+}
+
+/// Issue 11 item 8c: a run whose setup failed before it wrote its metadata (too many open
+/// files, a full disk; here its run folder's name is taken by a file) was retried as a
+/// continue, which failed with "not found" and hid the real cause. It is started afresh,
+/// and the row keeps the real cause.
+#[test]
+fn a_run_that_never_started_is_retried_fresh_and_keeps_its_real_cause() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    std::fs::create_dir_all(p.ws().join(".delta")).unwrap();
+    std::fs::write(p.ws().join(".delta/t-solo-0"), "in the way").unwrap();
+    let (summary, _) = run_plan(
+        &p,
+        "defaults: { agent: ./agents/worker, retries: 1 }\nstages:\n  - { id: solo, message: go }\n",
+        ECHO_TASK,
+    );
+    assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
+    let row = &stage(&summary, "solo").runs[0];
+    assert_eq!(row.attempts, 2, "{row:#?}");
+    let error = row.error.as_deref().unwrap();
+    assert!(error.contains("already exists"), "{error}");
+    assert!(
+        !error.contains("not found"),
+        "the real cause was replaced: {error}"
+    );
+    let journal = std::fs::read_to_string(
+        OrchestrationState::dir_for(p.ws(), "t")
+            .unwrap()
+            .join("journal.jsonl"),
+    )
+    .unwrap();
+    let retried_as: Vec<bool> = journal
+        .lines()
+        .filter(|l| l.contains("\"RUN_SUBMITTED\""))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["resume"] == true)
+        .collect();
+    assert_eq!(
+        retried_as,
+        [false, false],
+        "both attempts start the run afresh"
     );
 }

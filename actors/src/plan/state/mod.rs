@@ -1,7 +1,12 @@
 //! An orchestration's own files, at `<workspace>/.delta/orchestrations/<orchestration_id>/`:
 //! a copy of the plan and its vars (so a resume expands the same plan), an append-only
-//! `journal.jsonl` of scheduling events, and `summary.json` at the end. Also the summary
-//! types the CLI prints.
+//! `journal.jsonl` of scheduling events, a `lock` held while a process drives it, and
+//! `summary.json` at the end.
+//!
+//! # Layout
+//! - `mod.rs`: the folder, its id rule, the scheduling journal.
+//! - [`summary`]: the summary types the CLI prints and the one tally of run outcomes.
+//! - [`listing`]: reading every orchestration of a workspace (`delta list-orchestrations`).
 //!
 //! The runs' own metadata stays the truth about each run; this journal records scheduling
 //! decisions (attempts, stage outcomes) so a resume can count retries and explain itself.
@@ -15,117 +20,20 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{RunStatus, TokenUsage};
-use crate::workspace::now_rfc3339;
+use crate::metadata::RunLock;
+use crate::protocol::RunStatus;
+use crate::workspace::{control_dir, now_rfc3339, validate_run_id, WorkspaceError};
 
-/// Final status of an orchestration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum OrchestrationStatus {
-    Running,
-    Completed,
-    Failed,
-    Interrupted,
-}
+pub mod listing;
+mod summary;
 
-impl OrchestrationStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OrchestrationStatus::Running => "RUNNING",
-            OrchestrationStatus::Completed => "COMPLETED",
-            OrchestrationStatus::Failed => "FAILED",
-            OrchestrationStatus::Interrupted => "INTERRUPTED",
-        }
-    }
-}
+pub use listing::{list_orchestrations, ListedStatus, OrchestrationListing};
+pub use summary::{
+    OrchestrationStatus, OrchestrationSummary, RunCounts, RunRow, StageStatus, StageSummary, Totals,
+};
 
-impl std::fmt::Display for OrchestrationStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Status of one stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum StageStatus {
-    Pending,
-    Running,
-    Completed,
-    /// Finished with failed items under `on_failure: continue`.
-    CompletedWithFailures,
-    Failed,
-    /// Never started because a stage it needs failed (or the orchestration was interrupted).
-    Skipped,
-    Interrupted,
-}
-
-/// One run's line in the summary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunRow {
-    pub run_id: String,
-    pub index: usize,
-    pub status: RunStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub duration_ms: u64,
-    pub iterations: u32,
-    pub attempts: u32,
-    pub usage: TokenUsage,
-    /// True when the run was already COMPLETED before this invocation (resume).
-    #[serde(default)]
-    pub reused: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StageSummary {
-    pub id: String,
-    pub status: StageStatus,
-    pub total: usize,
-    pub completed: usize,
-    pub failed: usize,
-    pub interrupted: usize,
-    pub runs: Vec<RunRow>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Totals {
-    pub runs: usize,
-    pub completed: usize,
-    pub failed: usize,
-    pub interrupted: usize,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
-
-/// What `delta orchestrate` prints and writes to `summary.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OrchestrationSummary {
-    pub orchestration_id: String,
-    pub status: OrchestrationStatus,
-    pub plan: String,
-    pub workspace: String,
-    pub started_at: String,
-    pub ended_at: String,
-    pub duration_ms: u64,
-    pub stages: Vec<StageSummary>,
-    pub totals: Totals,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl OrchestrationSummary {
-    /// 0 when every stage succeeded, 1 when any failed, 130 when interrupted.
-    pub fn exit_code(&self) -> i32 {
-        match self.status {
-            OrchestrationStatus::Completed => 0,
-            OrchestrationStatus::Interrupted => 130,
-            OrchestrationStatus::Failed | OrchestrationStatus::Running => 1,
-        }
-    }
-}
+/// The folder, under a workspace's `.delta`, that holds every orchestration.
+pub const ORCHESTRATIONS_DIR: &str = "orchestrations";
 
 /// One scheduling event, one JSON line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,8 +66,9 @@ pub enum SchedulingEvent {
     StageFinished {
         stage: String,
         status: StageStatus,
-        completed: usize,
-        failed: usize,
+        /// Older journals carry only `completed` and `failed`; the rest reads as 0.
+        #[serde(flatten)]
+        counts: RunCounts,
     },
     OrchestrationFinished {
         status: OrchestrationStatus,
@@ -176,26 +85,63 @@ pub struct SchedulingRecord {
 /// Errors of the orchestration's own files.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    #[error(
+        "invalid orchestration id '{id}': {reason}; hint: an orchestration id is what `delta \
+         orchestrate` printed (e.g. nightly-20261122-101500-ab12): 1-128 characters from \
+         [A-Za-z0-9._-], starting with a letter or digit; list them with `delta \
+         list-orchestrations -w <workspace>`"
+    )]
+    InvalidId { id: String, reason: String },
+    #[error(
+        "orchestration '{id}' is being driven by another process (its lock {} is held); hint: \
+         wait for it to finish or stop it, then resume",
+        path.display()
+    )]
+    Locked { id: String, path: PathBuf },
     #[error("cannot {action} {path}: {source}")]
     Io {
         action: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("orchestration '{id}' not found: no {path} (check the id with `ls <workspace>/.delta/orchestrations` and the workspace with -w)")]
+    #[error("orchestration '{id}' not found: no {path} (hint: list them with `delta list-orchestrations -w <workspace>`, and check the workspace given with -w)")]
     NotFound { id: String, path: PathBuf },
 }
 
-/// The orchestration folder and its append-only scheduling journal.
+/// Checks that `id` is safe as one folder name under `.delta/orchestrations/`, with the
+/// same rule as run ids (the run ids of a plan start with it).
+pub fn validate_orchestration_id(id: &str) -> Result<(), StateError> {
+    validate_run_id(id).map_err(|error| match error {
+        WorkspaceError::InvalidRunId { reason, .. } => StateError::InvalidId {
+            id: id.to_owned(),
+            reason,
+        },
+        other => StateError::InvalidId {
+            id: id.to_owned(),
+            reason: other.to_string(),
+        },
+    })
+}
+
+/// The orchestration folder, its lock and its append-only scheduling journal.
 pub struct OrchestrationState {
     pub dir: PathBuf,
     journal: File,
+    /// Held while this process drives the orchestration (released by [`Self::release`]).
+    lock: Option<RunLock>,
 }
 
 impl OrchestrationState {
-    /// `<workspace>/.delta/orchestrations/<id>`.
-    pub fn dir_for(workspace: &Path, id: &str) -> PathBuf {
-        workspace.join(".delta").join("orchestrations").join(id)
+    /// `<workspace>/.delta/orchestrations`.
+    pub fn root_for(workspace: &Path) -> PathBuf {
+        control_dir(workspace).join(ORCHESTRATIONS_DIR)
+    }
+
+    /// `<workspace>/.delta/orchestrations/<id>`, for a valid id only: an id never names a
+    /// folder outside that one.
+    pub fn dir_for(workspace: &Path, id: &str) -> Result<PathBuf, StateError> {
+        validate_orchestration_id(id)?;
+        Ok(Self::root_for(workspace).join(id))
     }
 
     /// Creates the folder (or reopens it on resume) and keeps copies of the plan and vars.
@@ -206,7 +152,7 @@ impl OrchestrationState {
         vars: &serde_json::Value,
         resume: bool,
     ) -> Result<OrchestrationState, StateError> {
-        let dir = Self::dir_for(workspace, id);
+        let dir = Self::dir_for(workspace, id)?;
         if resume && !dir.is_dir() {
             return Err(StateError::NotFound {
                 id: id.to_string(),
@@ -237,6 +183,16 @@ impl OrchestrationState {
                 source,
             })?;
         }
+        let lock = RunLock::try_acquire(&dir)
+            .map_err(|error| StateError::Io {
+                action: "lock",
+                path: dir.join(crate::metadata::LOCK_FILE),
+                source: std::io::Error::other(error.to_string()),
+            })?
+            .ok_or_else(|| StateError::Locked {
+                id: id.to_owned(),
+                path: dir.join(crate::metadata::LOCK_FILE),
+            })?;
         let path = dir.join("journal.jsonl");
         let journal = OpenOptions::new()
             .create(true)
@@ -247,7 +203,11 @@ impl OrchestrationState {
                 path,
                 source,
             })?;
-        Ok(OrchestrationState { dir, journal })
+        Ok(OrchestrationState {
+            dir,
+            journal,
+            lock: Some(lock),
+        })
     }
 
     /// Appends one event with one write. Scheduling records are advisory: a failed write is
@@ -335,15 +295,21 @@ impl OrchestrationState {
     pub fn sync(&self) {
         let _ = self.journal.sync_data();
     }
+
+    /// Lets another process (or a resume in this one) take the orchestration.
+    pub fn release(&mut self) {
+        self.lock = None;
+    }
 }
 
 /// Finds the workspace holding orchestration `id` among `<plan dir>/workspaces/*`.
 pub fn find_workspace(plan_dir: &Path, id: &str) -> Option<PathBuf> {
+    validate_orchestration_id(id).ok()?;
     let entries = std::fs::read_dir(plan_dir.join("workspaces")).ok()?;
     entries
         .flatten()
         .map(|e| e.path())
-        .find(|ws| OrchestrationState::dir_for(ws, id).is_dir())
+        .find(|ws| OrchestrationState::root_for(ws).join(id).is_dir())
 }
 
 /// The next free `<plan dir>/workspaces/W00N` (created).
@@ -431,5 +397,51 @@ mod tests {
                 .unwrap(),
             "W002"
         );
+    }
+
+    #[test]
+    fn resume_id_escaping_the_orchestrations_folder_is_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let absolute = outside.path().join("abs");
+        for id in ["../../x", absolute.to_str().unwrap(), "a/b", "", ".hidden"] {
+            let error = OrchestrationState::dir_for(ws.path(), id).unwrap_err();
+            assert!(
+                matches!(error, StateError::InvalidId { .. }),
+                "{id}: {error}"
+            );
+            assert!(
+                error.to_string().contains("invalid orchestration id"),
+                "{error}"
+            );
+            let opened = OrchestrationState::open(
+                ws.path(),
+                id,
+                Path::new("p"),
+                &serde_json::json!({}),
+                true,
+            );
+            assert!(opened.is_err(), "{id}");
+            assert!(find_workspace(outside.path(), id).is_none());
+        }
+        assert!(!absolute.exists());
+        assert_eq!(
+            std::fs::read_dir(ws.path()).unwrap().count(),
+            0,
+            "nothing created"
+        );
+    }
+
+    #[test]
+    fn a_second_driver_of_one_orchestration_is_refused_until_release() {
+        let ws = tempfile::tempdir().unwrap();
+        let plan = ws.path().join("plan.yaml");
+        std::fs::write(&plan, "stages: []\n").unwrap();
+        let vars = serde_json::json!({});
+        let mut first = OrchestrationState::open(ws.path(), "o-1", &plan, &vars, false).unwrap();
+        let second = OrchestrationState::open(ws.path(), "o-1", &plan, &vars, true);
+        assert!(matches!(second, Err(StateError::Locked { .. })));
+        first.release();
+        assert!(OrchestrationState::open(ws.path(), "o-1", &plan, &vars, true).is_ok());
     }
 }
