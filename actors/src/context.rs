@@ -13,15 +13,20 @@
 //!   workspace. A failing source fails the run with an error naming the source id;
 //!   `on_missing: skip` skips only a missing file, never a failing generator. Source files are
 //!   read only from inside the agent folder or the workspace (after symlinks; relative paths
-//!   are taken from the workspace), since their text is sent to the model provider.
+//!   are taken from the workspace), since their text is sent to the model provider, and
+//!   only when they are regular files, read off the actor's thread (`source_file`).
 //!
 //! Must not: write the journal, or read the process environment (callers pass it).
+
+mod source_file;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use tokio_util::sync::CancellationToken;
+
+use source_file::SourceRoots;
 
 use crate::agent::{expand_path_vars, ContextRecipe, ContextSource, OnMissing};
 use crate::journal::{Event, JournalEvent};
@@ -76,6 +81,12 @@ pub enum ContextError {
         agent_home: String,
         work_dir: String,
     },
+    #[error("context source '{id}': {path} is {kind}, not a regular file (hint: context sources are read whole at every iteration, so a pipe, device or socket could block the run forever; write the text to a regular file, or produce it with a `computed_file` generator)")]
+    NotRegularFile {
+        id: String,
+        path: String,
+        kind: String,
+    },
     #[error("context build cancelled")]
     Cancelled,
 }
@@ -88,7 +99,8 @@ impl ContextError {
             | ContextError::FileUnreadable { id, .. }
             | ContextError::GeneratorFailed { id, .. }
             | ContextError::GeneratorOutputMissing { id, .. }
-            | ContextError::OutsideAllowedFolders { id, .. } => Some(id),
+            | ContextError::OutsideAllowedFolders { id, .. }
+            | ContextError::NotRegularFile { id, .. } => Some(id),
             ContextError::Cancelled => None,
         }
     }
@@ -103,7 +115,7 @@ pub async fn build_messages(
     cancel: &CancellationToken,
 ) -> Result<Vec<ChatMessage>, ContextError> {
     let mut messages = Vec::new();
-    let roots = SourceRoots::of(inputs);
+    let roots = SourceRoots::resolve(inputs.agent_home, inputs.work_dir, cancel).await?;
     for source in &recipe.sources {
         match source {
             ContextSource::File {
@@ -112,7 +124,8 @@ pub async fn build_messages(
                 on_missing,
             } => {
                 let path = expand_path_vars(path, inputs.agent_home, inputs.work_dir);
-                if let Some(text) = read_source_file(id, &path, *on_missing, &roots)? {
+                if let Some(text) = read_source_file(id, &path, *on_missing, &roots, cancel).await?
+                {
                     push_block(&mut messages, id, &text);
                 }
             }
@@ -123,16 +136,14 @@ pub async fn build_messages(
                 output_path,
                 on_missing,
             } => {
-                let text = run_generator(
+                let generator = Generator {
                     id,
                     command,
-                    *timeout_ms,
+                    timeout_ms: *timeout_ms,
                     output_path,
-                    *on_missing,
-                    &roots,
-                    cancel,
-                )
-                .await?;
+                    on_missing: *on_missing,
+                };
+                let text = run_generator(&generator, inputs, &roots, cancel).await?;
                 if let Some(text) = text {
                     push_block(&mut messages, id, &text);
                 }
@@ -157,13 +168,14 @@ fn push_block(messages: &mut Vec<ChatMessage>, id: &str, text: &str) {
     });
 }
 
-fn read_source_file(
+async fn read_source_file(
     id: &str,
     path: &str,
     on_missing: OnMissing,
-    roots: &SourceRoots<'_>,
+    roots: &SourceRoots,
+    cancel: &CancellationToken,
 ) -> Result<Option<String>, ContextError> {
-    match roots.read(id, path)? {
+    match roots.read(id, path, cancel).await? {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
             OnMissing::Skip => Ok(None),
@@ -180,16 +192,28 @@ fn read_source_file(
     }
 }
 
-async fn run_generator(
-    id: &str,
-    command: &[String],
+/// A `computed_file` source, as written in the recipe.
+struct Generator<'a> {
+    id: &'a str,
+    command: &'a [String],
     timeout_ms: u64,
-    output_path: &str,
+    output_path: &'a str,
     on_missing: OnMissing,
-    roots: &SourceRoots<'_>,
+}
+
+async fn run_generator(
+    generator: &Generator<'_>,
+    inputs: &ContextInputs<'_>,
+    roots: &SourceRoots,
     cancel: &CancellationToken,
 ) -> Result<Option<String>, ContextError> {
-    let inputs = roots.inputs;
+    let Generator {
+        id,
+        command,
+        timeout_ms,
+        output_path,
+        on_missing,
+    } = *generator;
     let argv: Vec<String> = command
         .iter()
         .map(|a| expand_path_vars(a, inputs.agent_home, inputs.work_dir))
@@ -241,7 +265,7 @@ async fn run_generator(
             reason,
         });
     }
-    match roots.read(id, &output_path)? {
+    match roots.read(id, &output_path, cancel).await? {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
             OnMissing::Skip => Ok(None),
@@ -256,46 +280,6 @@ async fn run_generator(
             path: output_path,
             message: e.to_string(),
         }),
-    }
-}
-
-/// The run's inputs plus the two folders source files may be read from, the agent folder and
-/// the workspace, with symlinks resolved once per build (as given where they cannot be).
-struct SourceRoots<'a> {
-    inputs: &'a ContextInputs<'a>,
-    agent_home: PathBuf,
-    work_dir: PathBuf,
-}
-
-impl<'a> SourceRoots<'a> {
-    fn of(inputs: &'a ContextInputs<'a>) -> SourceRoots<'a> {
-        let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        SourceRoots {
-            inputs,
-            agent_home: resolve(inputs.agent_home),
-            work_dir: resolve(inputs.work_dir),
-        }
-    }
-
-    /// Reads a source file that must lie inside one of the roots once symlinks are resolved;
-    /// a relative path is taken from the workspace. The outer error is the confinement
-    /// refusal, the inner one the ordinary read failure (missing, unreadable), which the
-    /// caller maps according to `on_missing`.
-    fn read(&self, id: &str, written: &str) -> Result<std::io::Result<String>, ContextError> {
-        let resolved = match std::fs::canonicalize(self.work_dir.join(written)) {
-            Ok(resolved) => resolved,
-            Err(e) => return Ok(Err(e)),
-        };
-        if !resolved.starts_with(&self.agent_home) && !resolved.starts_with(&self.work_dir) {
-            return Err(ContextError::OutsideAllowedFolders {
-                id: id.to_string(),
-                path: written.to_string(),
-                resolved: path_str(&resolved),
-                agent_home: path_str(&self.agent_home),
-                work_dir: path_str(&self.work_dir),
-            });
-        }
-        Ok(std::fs::read_to_string(&resolved))
     }
 }
 

@@ -6,6 +6,7 @@ mod init_expand;
 mod ask_human;
 mod continue_run;
 mod crash;
+mod hangs;
 mod harness;
 mod list_runs;
 mod orchestrate;
