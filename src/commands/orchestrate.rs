@@ -18,7 +18,8 @@ use delta_actors::plan::{load_plan, orchestration_id, ResolvedPlan};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
-    interrupt, llm_target, process_env, supervisor_config, with_model_override,
+    interrupt, llm_target, parse_llm_timeout_arg, process_env, supervisor_config,
+    with_model_override,
 };
 use crate::error::CliError;
 use crate::output::orchestration::{print_dry_run, print_summary, Progress};
@@ -56,12 +57,20 @@ pub struct OrchestrateArgs {
     /// Use the built-in scripted model with this script for every agent (offline).
     #[arg(long, value_name = "FILE")]
     pub llm_script: Option<PathBuf>,
+    /// Limit on each model call attempt of every run, e.g. 90s or 2m (overrides the plan's
+    /// and the agents' `llm.request_timeout`; default 120s). A timed-out attempt is retried.
+    #[arg(long, value_name = "DURATION", value_parser = parse_llm_timeout_arg)]
+    pub llm_timeout: Option<std::time::Duration>,
 }
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let overrides = parse_vars(&args.vars)?;
     let plan_path = plan_path(args)?;
-    let plan = load_plan(&plan_path, &overrides).map_err(|e| CliError::Config(e.to_string()))?;
+    let mut plan =
+        load_plan(&plan_path, &overrides).map_err(|e| CliError::Config(e.to_string()))?;
+    if let Some(limit) = args.llm_timeout {
+        plan.llm_timeouts.request = Some(limit);
+    }
     let agents = load_agents(&plan)?;
     if args.dry_run {
         print_dry_run(&plan, &agents, args.format);

@@ -17,7 +17,12 @@ const ROOT_KEYS: &[&str] = &[
     "stages",
 ];
 const DEFAULTS_KEYS: &[&str] = &["agent", "max_iterations", "timeout", "retries"];
-const LLM_KEYS: &[&str] = &["max_in_flight", "requests_per_minute"];
+const LLM_KEYS: &[&str] = &[
+    "max_in_flight",
+    "requests_per_minute",
+    "request_timeout",
+    "idle_timeout",
+];
 const STAGE_KEYS: &[&str] = &[
     "id",
     "agent",

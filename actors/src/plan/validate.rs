@@ -17,6 +17,8 @@ use super::keys::{check_keys, suggest, KeyProblem};
 use super::model::{DurationValue, ForeachSpec, LlmLimits, OnFailure, OutputKind, PlanFile};
 use super::stage_checks::{check_stage_templates, stage_items};
 use super::PlanError;
+use crate::llm::timeouts::check_llm_timeout;
+use crate::llm::LlmTimeoutSettings;
 
 /// Runs in flight when the plan does not say.
 pub const DEFAULT_MAX_PARALLEL: usize = 8;
@@ -35,6 +37,8 @@ pub struct ResolvedPlan {
     /// The plan's vars with the `--var` overrides applied.
     pub vars: BTreeMap<String, serde_json::Value>,
     pub llm: LlmLimits,
+    /// `llm.request_timeout` / `llm.idle_timeout`, parsed (they override the agents').
+    pub llm_timeouts: LlmTimeoutSettings,
     /// In file order.
     pub stages: Vec<ResolvedStage>,
     /// The model as written, for the copy kept with the orchestration state.
@@ -234,6 +238,14 @@ pub fn resolve_plan(
             ));
         }
     }
+    let llm_timeouts = LlmTimeoutSettings {
+        request: resolve_llm_timeout(
+            model.llm.request_timeout.as_ref(),
+            "llm.request_timeout",
+            &file,
+        )?,
+        idle: resolve_llm_timeout(model.llm.idle_timeout.as_ref(), "llm.idle_timeout", &file)?,
+    };
     if model.stages.is_empty() {
         return Err(invalid(
             "stages",
@@ -318,6 +330,7 @@ pub fn resolve_plan(
             .map(|workspace| dir.join(workspace)),
         vars,
         llm: model.llm.clone(),
+        llm_timeouts,
         stages,
         source: model,
         dir,
@@ -416,6 +429,25 @@ fn resolve_timeout(
             .map(Some)
             .map_err(|error| PlanError::invalid(file, key, error.to_string(), DURATION_HINT)),
     }
+}
+
+/// A plan `llm:` timeout: a plan duration within the range every LLM limit must respect.
+fn resolve_llm_timeout(
+    value: Option<&DurationValue>,
+    key: &str,
+    file: &Path,
+) -> Result<Option<Duration>, PlanError> {
+    let Some(limit) = resolve_timeout(value, key, file)? else {
+        return Ok(None);
+    };
+    check_llm_timeout(limit).map(Some).map_err(|problem| {
+        PlanError::invalid(
+            file,
+            key,
+            problem,
+            "write e.g. 90s or 2m; omit it for the agents' own (default 120s whole request, 60s idle)",
+        )
+    })
 }
 
 fn resolve_foreach(

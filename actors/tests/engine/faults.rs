@@ -104,3 +104,105 @@ fn run_timeout_interrupts_a_slow_context_generator() {
     assert_eq!(result.status, RunStatus::Interrupted, "{result:?}");
     assert_eq!(result.error.unwrap().kind, "timeout");
 }
+
+/// A loopback endpoint that accepts connections and never sends a byte; counts them.
+fn silent_endpoint() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(32).flatten() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (base_url, accepted)
+}
+
+/// A plan's `llm.request_timeout` bounds every attempt of its runs, over the agent's own.
+#[test]
+fn plan_llm_request_timeout_overrides_the_agents_and_fails_runs_as_llm_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agents/patient");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(
+        agent.join("agent.yaml"),
+        "name: patient\nllm:\n  model: m\n  request_timeout: 10m\ntools: []\n",
+    )
+    .unwrap();
+    std::fs::write(agent.join("system_prompt.md"), "You wait.\n").unwrap();
+    std::fs::write(agent.join("context.yaml"), DEFAULT_CONTEXT).unwrap();
+    let plan_path = dir.path().join("plan.yaml");
+    std::fs::write(
+        &plan_path,
+        "llm: { request_timeout: 200ms }\ndefaults: { agent: ./agents/patient }\nstages:\n  - { id: ask, message: hello }\n",
+    )
+    .unwrap();
+    let plan = Arc::new(load_plan(&plan_path, &[]).unwrap());
+    assert_eq!(plan.llm_timeouts.request, Some(Duration::from_millis(200)));
+    let (base_url, accepted) = silent_endpoint();
+    let agents = plan
+        .stages
+        .iter()
+        .map(|s| (s.agent.clone(), Arc::new(load_agent(&s.agent).unwrap())))
+        .collect();
+    let request = OrchestrationRequest {
+        max_parallel: 1,
+        plan,
+        orchestration_id: "silent".into(),
+        workspace: ws.path().to_path_buf(),
+        agents,
+        llm_by_agent: HashMap::new(),
+        llm: LlmTarget::Http(delta_actors::llm::Endpoint::new(base_url.clone(), None)),
+        env: test_env(),
+        resume: false,
+    };
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let summary = supervisor
+        .orchestrate_blocking(request)
+        .unwrap()
+        .wait_blocking()
+        .unwrap();
+    let run = &summary.stages[0].runs[0];
+    assert_eq!(run.status, RunStatus::Failed, "{run:?}");
+    let error = run.error.as_deref().unwrap_or_default();
+    assert!(error.contains("llm_timeout"), "{error}");
+    assert!(error.contains("after 3 attempt(s)"), "{error}");
+    assert!(error.contains("200 ms (llm.request_timeout)"), "{error}");
+    assert!(error.contains(&base_url), "{error}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+#[test]
+fn plan_llm_timeouts_are_range_checked_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (llm, key, phrase) in [
+        (
+            "{ idle_timeout: 5ms }",
+            "llm.idle_timeout",
+            "outside the accepted range",
+        ),
+        (
+            "{ request_timeout: 3d }",
+            "llm.request_timeout",
+            "outside the accepted range",
+        ),
+        (
+            "{ request_timeout: soon }",
+            "llm.request_timeout",
+            "not a duration",
+        ),
+    ] {
+        let path = dir.path().join("plan.yaml");
+        std::fs::write(
+            &path,
+            format!("llm: {llm}\nstages:\n  - {{ id: a, agent: ., message: m }}\n"),
+        )
+        .unwrap();
+        let err = load_plan(&path, &[]).unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains(phrase), "{llm}: {err}");
+    }
+}

@@ -223,6 +223,12 @@ impl RunActor {
         let meta = RequestMeta {
             agent_name: self.request.agent.name.clone(),
             run_id: self.run_id.clone(),
+            timeouts: self
+                .request
+                .agent
+                .llm
+                .timeouts
+                .resolve(self.config.llm_timeouts),
         };
         let retry_run_id = self.run_id.clone();
         let sent = request.clone();
@@ -296,10 +302,14 @@ impl RunActor {
                         failure.attempts, failure.error
                     );
                     self.log.line(&message);
+                    let kind = match failure.error {
+                        crate::llm::LlmError::Timeout { .. } => "llm_timeout",
+                        _ => "llm_error",
+                    };
                     self.finish(
                         RunStatus::Failed,
                         None,
-                        Some(error_info("llm_error", message)),
+                        Some(error_info(kind, message)),
                         None,
                         ctx,
                     );
