@@ -167,8 +167,11 @@ impl std::fmt::Debug for RunRequest {
 /// `error` of a RunResult (spec §2.6.6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunErrorInfo {
-    /// `max_iterations`, `llm_error`, `llm_timeout`, `context_error`, `journal_error`,
-    /// `engine_panic`, `interrupted`, `timeout`, `setup_error`.
+    /// `max_iterations`, `llm_error`, `llm_timeout`, `truncated`, `context_error`,
+    /// `journal_error`, `metadata_error`, `engine_panic`, `interrupted`, `timeout`,
+    /// `setup_error` (refused), `setup_io_error` (its files could not be written).
+    /// A run whose final record could not be written keeps its status and carries
+    /// `metadata_error` here (or, when it already has an error, in `details`).
     #[serde(rename = "type")]
     pub kind: String,
     pub message: String,

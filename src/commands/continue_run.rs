@@ -9,7 +9,7 @@ use clap::Args;
 use delta_actors::agent::load_agent;
 use delta_actors::api::{RunRequest, RunStart};
 use delta_actors::janitor::{check_run, JanitorAction};
-use delta_actors::metadata::{read_metadata, LOCK_FILE};
+use delta_actors::metadata::{lock_is_held, read_metadata, LOCK_FILE};
 use delta_actors::workspace::{open_run_dir, validate_run_id};
 use delta_actors::RunStatus;
 
@@ -82,6 +82,13 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
                     args.run_id
                 )))
             }
+            JanitorAction::CannotRecord { reason, error, .. } => {
+                // The first real cause (a full disk, an unwritable file), not "still active".
+                return Err(CliError::Runtime(format!(
+                    "run '{}' is not driven by any process ({reason}), but its record cannot be updated: {error}\nNothing was changed; fix the cause, then run this command again.",
+                    args.run_id
+                )));
+            }
             JanitorAction::Settled { status, .. } => {
                 eprintln!(
                     "janitor: run {} had already finished ({status}) before its process died; its record is repaired",
@@ -116,15 +123,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
                 work_dir.display()
             )))
         }
-        RunStatus::Running => {
-            return Err(CliError::Config(format!(
-                "run '{}' is still active: its lock {} is held (pid {} on host '{}'); wait for it to finish or interrupt it first",
-                args.run_id,
-                paths.run_dir.join(LOCK_FILE).display(),
-                meta.pid,
-                meta.hostname
-            )))
-        }
+        RunStatus::Running => return Err(CliError::Config(still_active(&args.run_id, &paths, &meta))),
         _ => {}
     }
     let agent = load_agent(std::path::Path::new(&meta.agent_home))
@@ -151,4 +150,26 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         orchestration_id: meta.orchestration_id.clone(),
     };
     run_one(request, verbosity, args.format)
+}
+
+/// Why a RUNNING run the janitor left alone cannot be continued: its lock is held, or (a run
+/// of the original engine, which never locks) its recorded process is still running.
+fn still_active(
+    run_id: &str,
+    paths: &delta_actors::workspace::RunPaths,
+    meta: &delta_actors::metadata::RunMetadata,
+) -> String {
+    let lock = paths.run_dir.join(LOCK_FILE);
+    let owner = if lock_is_held(&paths.run_dir).unwrap_or(false) {
+        format!("its lock {} is held", lock.display())
+    } else {
+        format!(
+            "it has no lock file ({}) and its recorded process is still running",
+            lock.display()
+        )
+    };
+    format!(
+        "run '{run_id}' is still active: {owner} (pid {} on host '{}'); wait for it to finish or interrupt it first",
+        meta.pid, meta.hostname
+    )
 }

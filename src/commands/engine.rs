@@ -195,6 +195,10 @@ fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
         Some(error) if error.kind == SETUP_ERROR_KIND => {
             Err(CliError::Config(error.message.clone()))
         }
+        // The run's files could not be written (a full disk...): not a configuration error.
+        Some(error) if error.kind == delta_actors::runtime::run::SETUP_IO_ERROR_KIND => {
+            Err(CliError::Runtime(error.message.clone()))
+        }
         _ => Ok(result),
     }
 }

@@ -15,3 +15,4 @@ mod run;
 mod run_env;
 mod sessions;
 mod sessions_pty;
+mod unwritable;

@@ -114,7 +114,10 @@ impl RunActor {
             meta.error = error.as_ref().map(|e| format!("{}: {}", e.kind, e.message));
             meta.result = result.clone();
         }
-        self.save_metadata(self.config.journal_fsync);
+        let mut error = error;
+        if !self.save_metadata(self.config.journal_fsync) {
+            error = Some(self.unrecorded_end(status, error));
+        }
         self.log.line(&format!(
             "run finished: {status} after {} iteration(s){}",
             self.iteration,
@@ -178,12 +181,48 @@ impl RunActor {
             run_id: self.run_id.clone(),
             status: run_result.status,
             duration_ms: run_result.metrics.duration_ms,
-            error: run_result.error.as_ref().map(|e| e.message.clone()),
+            error: run_result.error.as_ref().map(|e| match &e.details {
+                Some(details) => format!("{}; {details}", e.message),
+                None => e.message.clone(),
+            }),
         });
         if let Some(tx) = self.result_tx.take() {
             let _ = tx.send(run_result);
         }
         ctx.stop();
+    }
+
+    /// The run ended (its ENGINE_END is journaled) but metadata.json still shows the old
+    /// status. The status stands, as the journal has it; the first write failure becomes the
+    /// RunResult's error (`metadata_error`), or its `details` when the run already failed, and
+    /// a WARNING in the journal, so the user reads the real cause (a full disk, an unwritable
+    /// file) instead of a later "still running".
+    fn unrecorded_end(&mut self, status: RunStatus, error: Option<RunErrorInfo>) -> RunErrorInfo {
+        let cause = self
+            .metadata_failure
+            .clone()
+            .unwrap_or_else(|| "unknown error".into());
+        let message = format!(
+            "the run ended {status}, but its record {} still says RUNNING: {cause}; the journal has the run's end, and `delta list-runs -w {}` or `delta continue` repair the record once it can be written",
+            self.paths.run_dir.join(crate::metadata::METADATA_FILE).display(),
+            self.request.work_dir.display()
+        );
+        self.log.line(&message);
+        if let Some(journal) = self.journal.as_mut() {
+            let _ = journal.append(Event::Warning {
+                message: message.clone(),
+            });
+        }
+        match error {
+            Some(mut error) => {
+                error.details = Some(match error.details.take() {
+                    Some(details) => format!("{details}; {message}"),
+                    None => message,
+                });
+                error
+            }
+            None => error_info("metadata_error", message),
+        }
     }
 
     pub(super) fn interrupt_now(&mut self, ctx: &mut Context<Self>) {

@@ -49,6 +49,10 @@ use log::EngineLog;
 /// How often a live run's metadata.json shows its progress.
 const PROGRESS_WRITE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Error kind of a run that could not be taken because its files could not be written or
+/// read (as opposed to `setup_error`, a refusal). Nothing of the run was changed either way.
+pub const SETUP_IO_ERROR_KIND: &str = "setup_io_error";
+
 /// Default iteration cap when neither the request nor the agent sets one.
 pub const DEFAULT_MAX_ITERATIONS: u32 = 30;
 
@@ -111,6 +115,8 @@ pub struct RunActor {
     hooks_running: usize,
     /// Cancels the end hooks (`on_error`, `on_run_end`), which outlive the run's own token.
     end_hooks_cancel: CancellationToken,
+    /// The first failure to write metadata.json in this driving, with its path and cause.
+    metadata_failure: Option<String>,
 }
 
 impl RunActor {
@@ -164,6 +170,7 @@ impl RunActor {
             finished: false,
             hooks_running: 0,
             end_hooks_cancel: CancellationToken::new(),
+            metadata_failure: None,
         }
     }
 
@@ -208,18 +215,26 @@ impl RunActor {
             .is_none_or(|t| t.elapsed() >= PROGRESS_WRITE_INTERVAL);
         if due {
             self.last_progress_write = Some(Instant::now());
-            self.save_metadata(false);
+            let _ = self.save_metadata(false);
         }
     }
 
-    fn save_metadata(&mut self, durable: bool) {
-        if let Some(meta) = self.meta.as_mut() {
-            meta.updated_at = now_rfc3339();
-            meta.iterations = self.iteration;
-            meta.usage = self.usage;
-            if let Err(e) = write_metadata_with(&self.paths.run_dir, meta, durable) {
+    /// Writes the run's record; false when it could not be written (the first such failure
+    /// of the run is kept in `metadata_failure`: it is the cause the user needs to read).
+    fn save_metadata(&mut self, durable: bool) -> bool {
+        let Some(meta) = self.meta.as_mut() else {
+            return true;
+        };
+        meta.updated_at = now_rfc3339();
+        meta.iterations = self.iteration;
+        meta.usage = self.usage;
+        match write_metadata_with(&self.paths.run_dir, meta, durable) {
+            Ok(()) => true,
+            Err(e) => {
                 self.log
                     .line(&format!("warning: cannot write metadata.json: {e}"));
+                self.metadata_failure.get_or_insert_with(|| e.to_string());
+                false
             }
         }
     }
@@ -247,12 +262,17 @@ impl Actor for RunActor {
             Ok(t) => t,
             Err(e) => {
                 // Nothing of the run was touched: answer without writing anything.
+                let mut result = crate::runtime::supervisor::setup_failure(
+                    &self.request,
+                    &self.run_id,
+                    &e.to_string(),
+                );
+                if let (setup::SetupError::Io(_), Some(error)) = (&e, result.error.as_mut()) {
+                    // Not a refusal: the files could not be written (a full disk...).
+                    error.kind = SETUP_IO_ERROR_KIND.into();
+                }
                 if let Some(tx) = self.result_tx.take() {
-                    let _ = tx.send(crate::runtime::supervisor::setup_failure(
-                        &self.request,
-                        &self.run_id,
-                        &e.to_string(),
-                    ));
+                    let _ = tx.send(result);
                 }
                 self.finished = true;
                 ctx.stop();

@@ -43,6 +43,19 @@ fn io<E: std::fmt::Display>(e: E) -> SetupError {
     SetupError::Io(e.to_string())
 }
 
+/// A journal that cannot be used as it is (FATAL shapes, a bad line) is refused like bad
+/// input; only a failing read or write is an I/O error.
+fn journal_refusal(e: crate::journal::JournalError) -> SetupError {
+    match &e {
+        crate::journal::JournalError::Io { source, .. }
+            if source.kind() != std::io::ErrorKind::NotFound =>
+        {
+            SetupError::Io(e.to_string())
+        }
+        _ => SetupError::Refused(e.to_string()),
+    }
+}
+
 /// A run folder without metadata.json is what a process killed while creating the run
 /// leaves behind (the metadata is written last). Nothing can continue it, so a new run may
 /// reuse the id: the folder is removed when its lock is free. Returns whether it was.
@@ -133,35 +146,32 @@ pub fn take_run(
         RunStart::Continue { message, force } => {
             let paths = open_run_dir(&request.work_dir, run_id)
                 .map_err(|e| SetupError::Refused(e.to_string()))?;
-            let mut meta =
+            let meta =
                 read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
             let (lock, takeover_reason) = take_lock(run_id, &paths, &meta, *force)?;
             // Re-read under the lock: the previous owner may have finished in between.
-            meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let (mut journal, mut events) = Journal::open(&paths.run_dir, opts).map_err(io)?;
-            restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
-            let mut status = meta.status;
-            if status == RunStatus::Running {
+            let mut meta =
+                read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
+            let (mut journal, mut events) =
+                Journal::open(&paths.run_dir, opts).map_err(journal_refusal)?;
+            // Decide everything first: a refusal below must leave the run as it was.
+            let interrupted = (meta.status == RunStatus::Running).then(|| {
                 // We hold the lock, so whoever recorded RUNNING no longer drives the run.
-                let reason = takeover_reason.unwrap_or_else(|| {
+                takeover_reason.unwrap_or_else(|| {
                     format!(
                         "the run lock was free: process {} on host '{}' no longer drives the run",
                         meta.pid, meta.hostname
                     )
-                });
-                events.push(
-                    journal
-                        .append(Event::Interrupted {
-                            reason: format!("janitor: {reason}"),
-                        })
-                        .map_err(io)?,
-                );
-                status = RunStatus::Interrupted;
-            }
-            let pending_question = pending_ask_human(&events);
-            match status {
+                })
+            });
+            let status = if interrupted.is_some() {
+                RunStatus::Interrupted
+            } else {
+                meta.status
+            };
+            let response_file = paths.interaction_dir.join("response.txt");
+            let answer = match status {
                 RunStatus::WaitingForInput => {
-                    let response_file = paths.interaction_dir.join("response.txt");
                     let answer = match message {
                         Some(m) => Some(m.clone()),
                         None => std::fs::read_to_string(&response_file)
@@ -174,24 +184,44 @@ pub fn take_run(
                             response_file.display()
                         )));
                     };
-                    if let Some(q) = &pending_question {
-                        let recorded =
-                            super::human::record_answer(&mut journal, &paths, q, &answer)
-                                .map_err(io)?;
-                        events.extend(recorded);
-                    }
-                    let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));
-                    let _ = std::fs::remove_file(&response_file);
+                    Some(answer)
                 }
-                RunStatus::Interrupted => {}
-                RunStatus::Completed | RunStatus::Failed => {
-                    if message.is_none() {
-                        return Err(SetupError::Refused(format!(
-                            "run '{run_id}' is {status}: to continue it, give a message with -m \"...\""
-                        )));
-                    }
+                RunStatus::Completed | RunStatus::Failed if message.is_none() => {
+                    return Err(SetupError::Refused(format!(
+                        "run '{run_id}' is {status}: to continue it, give a message with -m \"...\""
+                    )));
                 }
-                RunStatus::Running => {}
+                _ => None,
+            };
+            // The record first: when metadata.json cannot be written (a full disk, an
+            // unwritable spare) the continue fails here with that cause and the journal is
+            // untouched, so a retry does not send the message twice.
+            meta.claim(&current_process_identity());
+            meta.status = RunStatus::Running;
+            meta.end_time = None;
+            meta.error = None;
+            meta.result = None;
+            meta.max_iterations = max_iterations;
+            meta.agent_home = request.agent.home.to_string_lossy().into_owned();
+            write_metadata(&paths.run_dir, &meta).map_err(io)?;
+            restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
+            if let Some(reason) = interrupted {
+                events.push(
+                    journal
+                        .append(Event::Interrupted {
+                            reason: format!("janitor: {reason}"),
+                        })
+                        .map_err(io)?,
+                );
+            }
+            if let Some(answer) = &answer {
+                if let Some(q) = pending_ask_human(&events) {
+                    let recorded = super::human::record_answer(&mut journal, &paths, &q, answer)
+                        .map_err(io)?;
+                    events.extend(recorded);
+                }
+                let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));
+                let _ = std::fs::remove_file(&response_file);
             }
             // After the answer above: a sensitive one was just stored and must reach the model.
             let secrets = load_secrets(&paths.secrets_dir);
@@ -220,14 +250,6 @@ pub fn take_run(
                     );
                 }
             }
-            meta.claim(&current_process_identity());
-            meta.status = RunStatus::Running;
-            meta.end_time = None;
-            meta.error = None;
-            meta.result = None;
-            meta.max_iterations = max_iterations;
-            meta.agent_home = request.agent.home.to_string_lossy().into_owned();
-            write_metadata(&paths.run_dir, &meta).map_err(io)?;
             Ok(TakenRun {
                 paths,
                 journal,
