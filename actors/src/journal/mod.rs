@@ -7,6 +7,7 @@
 //! - `legacy`: converting lines written by the original TypeScript engine
 //!   (`{"seq","timestamp","type","payload":{…}}`) into our events.
 //! - `writer`: [`Journal`], the open handle that appends one line per `write`.
+//! - `repeats`: repeated lines (same seq, same event) replayed once.
 //!
 //! This module does not interpret a conversation (that is [`crate::context`]) and does not
 //! know about run status files or locks (that is [`crate::metadata`]).
@@ -14,6 +15,7 @@
 mod event;
 mod format;
 mod legacy;
+mod repeats;
 mod writer;
 
 pub use event::{ActionStatus, Event, JournalEvent, ToolCallRecord, REDACTED};
