@@ -206,3 +206,40 @@ fn plan_llm_timeouts_are_range_checked_naming_the_key() {
         assert!(err.contains(key) && err.contains(phrase), "{llm}: {err}");
     }
 }
+
+/// Regression: a journal whose lines were duplicated (pasted twice) replayed every tool call
+/// twice and the provider refused the history (HTTP 400). The repeats are replayed once,
+/// with a WARNING, and the strict scripted model accepts the conversation.
+#[test]
+fn duplicated_journal_lines_are_replayed_once_and_the_run_continues() {
+    let agent = TestAgent::new("twice", "", "  - name: echo\n    exec: \"echo ${text}\"\n");
+    let ws = tempfile::tempdir().unwrap();
+    let s = script(
+        "strict: true\nsteps:\n  - tool: echo\n    args: { text: hi }\n  - answer: first\n  - answer: \"second: {{ last_user }}\"\n",
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let request = new_run(agent.load(), ws.path(), s, "t");
+    let first = drive(&supervisor, request.clone());
+    assert_eq!(first.status, RunStatus::Completed, "{first:?}");
+    let path = run_dir(&first).join("journal.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{text}{text}")).unwrap();
+
+    let again = drive(
+        &supervisor,
+        continue_run(&request, &first.run_id, Some("more")),
+    );
+    assert_eq!(again.status, RunStatus::Completed, "{again:?}");
+    assert_eq!(again.result.as_deref(), Some("second: more"));
+    let warnings: Vec<String> = journal(&again)
+        .iter()
+        .filter_map(|e| match &e.event {
+            delta_actors::journal::Event::Warning { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.contains("repeats")),
+        "{warnings:?}"
+    );
+}
