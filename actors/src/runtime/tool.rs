@@ -40,6 +40,8 @@ pub struct ToolExecution {
     pub duration: Duration,
     pub cancelled: bool,
     pub record_path: PathBuf,
+    /// Why the audit record could not be written (path and OS error), if it could not.
+    pub record_error: Option<String>,
 }
 
 /// Run the job; the actor stops after answering.
@@ -133,8 +135,11 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
         },
         "spawn_error": match &outcome.termination { Termination::SpawnFailed(e) => Some(e.clone()), _ => None },
     });
-    // The audit record is best effort: a full disk must not turn a tool result into a crash.
-    let _ = crate::workspace::write_json_file(&job.record_path, &record);
+    // The audit record is best effort: a full disk must not turn a tool result into a crash
+    // (the run journals a WARNING about it instead).
+    let record_error = crate::workspace::write_json_file(&job.record_path, &record)
+        .err()
+        .map(|e| e.to_string());
     ToolExecution {
         observation,
         success,
@@ -142,5 +147,6 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
         duration: outcome.duration,
         cancelled: matches!(outcome.termination, Termination::Cancelled),
         record_path: job.record_path,
+        record_error,
     }
 }

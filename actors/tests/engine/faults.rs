@@ -243,3 +243,38 @@ fn duplicated_journal_lines_are_replayed_once_and_the_run_continues() {
         "{warnings:?}"
     );
 }
+
+/// Regression: with io/ unwritable, audit records were skipped in silence. Now the first
+/// failure of each kind is a WARNING naming the path and the OS error, once per run.
+#[test]
+fn unwritable_audit_folders_are_reported_once_per_kind() {
+    let tools = "  - name: break_io\n    shell: \"rm -rf \\\"$DELTA_RUN_DIR/io/invocations\\\" \\\"$DELTA_RUN_DIR/io/tool_executions\\\" && touch \\\"$DELTA_RUN_DIR/io/invocations\\\" \\\"$DELTA_RUN_DIR/io/tool_executions\\\"\"\n  - name: echo\n    exec: \"echo ${text}\"\n";
+    let agent = TestAgent::new("auditless", "", tools);
+    let ws = tempfile::tempdir().unwrap();
+    let s = script(
+        "steps:\n  - tool: break_io\n  - tool: echo\n    args: { text: one }\n  - tool: echo\n    args: { text: two }\n  - answer: done\n",
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let result = drive(&supervisor, new_run(agent.load(), ws.path(), s, "t"));
+    assert_eq!(result.status, RunStatus::Completed, "{result:?}");
+    assert_eq!(result.result.as_deref(), Some("done"));
+    let warnings: Vec<String> = journal(&result)
+        .iter()
+        .filter_map(|e| match &e.event {
+            delta_actors::journal::Event::Warning { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    for folder in ["io/invocations", "io/tool_executions"] {
+        let warning = warnings
+            .iter()
+            .find(|w| w.contains(&format!("({folder})")))
+            .unwrap_or_else(|| panic!("no warning for {folder}: {warnings:#?}"));
+        assert!(warning.contains("Not a directory"), "{warning}");
+        assert!(
+            warning.contains(&run_dir(&result).join(folder).display().to_string()),
+            "{warning}"
+        );
+    }
+}

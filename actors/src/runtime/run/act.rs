@@ -18,7 +18,7 @@ use crate::journal::{ActionStatus, Event};
 use crate::runtime::tool::{Execute, ToolActor, ToolExecution, ToolJob};
 
 use super::calls::{error_result, summarize_argv, Planned, Recorded, Slot};
-use super::hooks::HookVars;
+use super::hooks::{AuditKind, HookVars};
 use super::RunActor;
 
 const NOT_RUN_INTERRUPTED: &str =
@@ -175,6 +175,9 @@ impl RunActor {
     ) {
         if self.finished {
             return;
+        }
+        if let Some(problem) = execution.as_ref().and_then(|e| e.record_error.clone()) {
+            self.audit_write_failed(AuditKind::ToolExecution, problem, ctx);
         }
         let recorded = match execution {
             Some(e) => Recorded {

@@ -1,6 +1,7 @@
 //! The RunActor side of lifecycle hooks: firing a configured hook as a future on the actor
-//! (the actor never blocks on it), journaling `HOOK_EXECUTED` and WARNING events, and the
-//! bounded variant used while the run ends (`on_error`, `on_run_end`).
+//! (the actor never blocks on it), journaling `HOOK_EXECUTED` and WARNING events (including
+//! the once-per-kind warning when io/ audit records cannot be written), and the bounded
+//! variant used while the run ends (`on_error`, `on_run_end`).
 //!
 //! A hook never stops the run: whatever its outcome, the continuation runs. Once a stop was
 //! requested no further hook starts except the end hooks, which get a fresh token (the run's
@@ -35,6 +36,24 @@ pub(super) struct HookVars {
 }
 
 type Then = Box<dyn FnOnce(&mut RunActor, Option<HookOutcome>, &mut Context<RunActor>)>;
+
+/// The kinds of io/ audit records, each warned about once per run when it cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum AuditKind {
+    Invocation,
+    ToolExecution,
+    Hook,
+}
+
+impl AuditKind {
+    fn records(self) -> &'static str {
+        match self {
+            AuditKind::Invocation => "model call records (io/invocations)",
+            AuditKind::ToolExecution => "tool execution records (io/tool_executions)",
+            AuditKind::Hook => "hook records (io/hooks)",
+        }
+    }
+}
 
 impl RunActor {
     /// Whether a hook is configured for `name`.
@@ -143,8 +162,7 @@ impl RunActor {
             outcome.io_path_ref
         ));
         if let Some(problem) = &outcome.record_error {
-            self.log
-                .line(&format!("warning: hook record not written: {problem}"));
+            self.audit_write_failed(AuditKind::Hook, problem.clone(), ctx);
         }
         let event = Event::HookExecuted {
             hook_name: outcome.name.as_str().to_string(),
@@ -153,6 +171,31 @@ impl RunActor {
             io_path_ref: outcome.io_path_ref.clone(),
         };
         self.append_best_effort(event, ctx);
+    }
+
+    /// An io/ audit record could not be written. The first failure of each kind in a run
+    /// becomes a WARNING naming the path and the OS error (a full or read-only disk would
+    /// otherwise fail every call in silence, or flood the journal).
+    pub(super) fn audit_write_failed(
+        &mut self,
+        kind: AuditKind,
+        problem: String,
+        ctx: &mut Context<Self>,
+    ) {
+        self.log.line(&format!(
+            "warning: {} not written: {problem}",
+            kind.records()
+        ));
+        if !self.audit_warned.insert(kind) {
+            return;
+        }
+        self.warn(
+            format!(
+                "{} are not being written: {problem} (further failures of this kind in this run are not reported again)",
+                kind.records()
+            ),
+            ctx,
+        );
     }
 
     /// Journals a WARNING (something ignored that the user should know about).

@@ -117,6 +117,8 @@ pub struct RunActor {
     end_hooks_cancel: CancellationToken,
     /// The first failure to write metadata.json in this driving, with its path and cause.
     metadata_failure: Option<String>,
+    /// Audit record kinds already warned about (one WARNING per kind per run).
+    audit_warned: std::collections::HashSet<hooks::AuditKind>,
 }
 
 impl RunActor {
@@ -171,6 +173,7 @@ impl RunActor {
             hooks_running: 0,
             end_hooks_cancel: CancellationToken::new(),
             metadata_failure: None,
+            audit_warned: std::collections::HashSet::new(),
         }
     }
 

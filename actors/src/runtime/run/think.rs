@@ -22,7 +22,7 @@ use crate::runtime::gateway::{CallFailure, CallOutcome, Complete};
 use crate::tool::compile::{ask_human_schema, CompiledTool};
 use crate::workspace::{invocation_record_path, write_json_file};
 
-use super::hooks::HookVars;
+use super::hooks::{AuditKind, HookVars};
 use super::{error_info, RunActor};
 
 type ModelResult = Result<CallOutcome, CallFailure>;
@@ -284,7 +284,7 @@ impl RunActor {
             .map(|n| format!("io/invocations/{}", n.to_string_lossy()));
         let outcome = match outcome {
             Err(failure) => {
-                let _ = self.write_invocation_record(
+                let written = self.write_invocation_record(
                     &record_path,
                     json!({
                         "iteration": self.iteration,
@@ -294,6 +294,9 @@ impl RunActor {
                         "failed_attempts": failure.failed_attempts,
                     }),
                 );
+                if let Err(e) = written {
+                    self.audit_write_failed(AuditKind::Invocation, e.to_string(), ctx);
+                }
                 if failure.cancelled {
                     self.interrupt_now(ctx);
                 } else {
@@ -321,7 +324,7 @@ impl RunActor {
         self.timings.model += outcome.duration.saturating_sub(outcome.waited);
         self.timings.queue += outcome.waited;
         let completion = outcome.completion;
-        let _ = self.write_invocation_record(
+        let written = self.write_invocation_record(
             &record_path,
             json!({
                 "iteration": self.iteration,
@@ -333,6 +336,9 @@ impl RunActor {
                 "failed_attempts": outcome.failed_attempts,
             }),
         );
+        if let Err(e) = written {
+            self.audit_write_failed(AuditKind::Invocation, e.to_string(), ctx);
+        }
         if let Some(usage) = &completion.usage {
             let used = TokenUsage {
                 input_tokens: usage.prompt_tokens,
