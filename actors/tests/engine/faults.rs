@@ -278,3 +278,76 @@ fn unwritable_audit_folders_are_reported_once_per_kind() {
         );
     }
 }
+
+/// Regression: a reply cut at the output limit (`finish_reason: length`) with no content
+/// ended the run COMPLETED with an empty answer. It now fails as `truncated`, saying how to
+/// go on, and a continue gets the model going again.
+#[test]
+fn reply_cut_at_the_output_limit_fails_as_truncated_and_can_be_continued() {
+    let agent = TestAgent::new("cut", "", "  - name: echo\n    exec: \"echo ${text}\"\n");
+    let ws = tempfile::tempdir().unwrap();
+    let s = script(
+        "steps:\n  - answer: \"\"\n    finish_reason: length\n  - answer: \"The whole answer: {{ last_user }}\"\n",
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let request = new_run(agent.load(), ws.path(), s, "t");
+    let cut = drive(&supervisor, request.clone());
+    assert_eq!(cut.status, RunStatus::Failed, "{cut:?}");
+    assert_eq!(cut.result, None);
+    let error = cut.error.clone().unwrap();
+    assert_eq!(error.kind, "truncated");
+    for phrase in [
+        "finish_reason: length",
+        "llm.max_tokens",
+        "delta continue --run-id",
+    ] {
+        assert!(
+            error.message.contains(phrase),
+            "{phrase}: {}",
+            error.message
+        );
+    }
+    let resumed = drive(
+        &supervisor,
+        continue_run(&request, &cut.run_id, Some("shorter, please")),
+    );
+    assert_eq!(resumed.status, RunStatus::Completed, "{resumed:?}");
+    assert_eq!(
+        resumed.result.as_deref(),
+        Some("The whole answer: shorter, please")
+    );
+}
+
+/// A process killed right after journaling a cut reply must not complete the run with it
+/// on `continue` (a recorded final answer is reused without asking the model again).
+#[test]
+fn a_journaled_cut_reply_is_not_taken_as_the_final_answer() {
+    use delta_actors::journal::{Event, JournalEvent};
+    use delta_actors::runtime::run::setup::recorded_final_answer;
+    let event = |seq, event| JournalEvent {
+        seq,
+        timestamp: "t".into(),
+        event,
+    };
+    let thought = |finish_reason: &str| Event::Thought {
+        iteration: 1,
+        content: Some("partial".into()),
+        tool_calls: vec![],
+        llm_invocation_ref: None,
+        finish_reason: Some(finish_reason.into()),
+    };
+    let task = event(
+        1,
+        Event::UserMessage {
+            content: "t".into(),
+        },
+    );
+    assert_eq!(
+        recorded_final_answer(&[task.clone(), event(2, thought("stop"))]).as_deref(),
+        Some("partial")
+    );
+    assert_eq!(
+        recorded_final_answer(&[task, event(2, thought("length"))]),
+        None
+    );
+}

@@ -466,11 +466,15 @@ pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
         )
     })?;
     match &last.event {
+        // A reply cut at the output limit is not an answer (the run failed `truncated`).
         Event::Thought {
             content,
             tool_calls,
+            finish_reason,
             ..
-        } if tool_calls.is_empty() => Some(content.clone().unwrap_or_default()),
+        } if tool_calls.is_empty() && finish_reason.as_deref() != Some(super::think::TRUNCATED) => {
+            Some(content.clone().unwrap_or_default())
+        }
         _ => None,
     }
 }

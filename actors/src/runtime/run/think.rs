@@ -27,6 +27,9 @@ use super::{error_info, RunActor};
 
 type ModelResult = Result<CallOutcome, CallFailure>;
 
+/// The finish reason of a reply cut at the output limit (`max_tokens`).
+pub(super) const TRUNCATED: &str = "length";
+
 impl RunActor {
     pub(super) fn think(&mut self, ctx: &mut Context<Self>) {
         if self.halted(ctx) {
@@ -409,6 +412,18 @@ impl RunActor {
                 text: t.clone(),
             });
         }
+        if calls.is_empty() && completion.finish_reason.as_deref() == Some(TRUNCATED) {
+            let message = self.truncation_message(text.is_some());
+            self.log.line(&message);
+            self.finish(
+                RunStatus::Failed,
+                None,
+                Some(error_info("truncated", message)),
+                None,
+                ctx,
+            );
+            return;
+        }
         if calls.is_empty() {
             // The final answer ends the iteration (and the run).
             self.fire_hook(
@@ -431,6 +446,22 @@ impl RunActor {
             return;
         }
         self.plan(calls, ctx);
+    }
+
+    /// A reply cut at the output limit with no tool call is not an answer: presenting it as
+    /// COMPLETED (possibly empty) would hide the cut. The run fails with a way forward.
+    fn truncation_message(&self, partial: bool) -> String {
+        let limit = match self.request.agent.llm.max_tokens {
+            Some(n) => format!("raise `llm.max_tokens` in agent.yaml (now {n})"),
+            None => "set `llm.max_tokens` in agent.yaml (the provider's default limit applied)"
+                .to_string(),
+        };
+        format!(
+            "the model's reply was cut off at its output limit (finish_reason: length) before it gave an answer or a tool call{}; hint: {limit}, then continue the run with `delta continue --run-id {} -w {} -m \"...\"`",
+            if partial { " (the partial reply is in the journal)" } else { "" },
+            self.run_id,
+            self.request.work_dir.display()
+        )
     }
 
     /// `on_iteration_end` payload: the iteration and the results journaled in it.
