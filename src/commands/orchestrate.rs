@@ -30,6 +30,7 @@ use crate::output::Format;
   delta orchestrate examples/plans/map-reduce/plan.yaml --llm-script examples/plans/map-reduce/llm-script.yaml
   delta orchestrate plan.yaml --dry-run                  # validate, load every agent, print the stage graph
   delta orchestrate plan.yaml --var repo=acme/api --max-parallel 32 --format json
+  delta orchestrate plan.yaml --llm-timeout 3m          # bound each model call attempt of every run
   delta orchestrate plan.yaml --resume nightly-20261122-101500-ab12   # after a crash or Ctrl-C
 
 Exit codes: 0 every run completed, 1 a stage or run failed, 126 invalid plan or agent,
