@@ -351,3 +351,32 @@ fn a_journaled_cut_reply_is_not_taken_as_the_final_answer() {
         None
     );
 }
+
+/// The answer file of a paused run is read on the run's actor thread: a FIFO there is
+/// refused instead of blocking every run of the arbiter.
+#[test]
+fn a_fifo_answer_file_is_refused_without_blocking() {
+    let agent = TestAgent::new("asker", "", "  - name: echo\n    exec: \"echo ${text}\"\n");
+    let ws = tempfile::tempdir().unwrap();
+    let s = script(
+        "steps:\n  - tool: ask_human\n    args: { prompt: \"Which color?\" }\n  - answer: \"color is {{ last_observation }}\"\n",
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let request = new_run(agent.load(), ws.path(), s, "t");
+    let paused = drive(&supervisor, request.clone());
+    assert_eq!(paused.status, RunStatus::WaitingForInput, "{paused:?}");
+    let response = run_dir(&paused).join("interaction/response.txt");
+    nix::unistd::mkfifo(&response, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let refused = drive(&supervisor, continue_run(&request, &paused.run_id, None));
+    let error = refused.error.unwrap();
+    assert_eq!(error.kind, "setup_error");
+    assert!(
+        error.message.contains("not a regular file"),
+        "{}",
+        error.message
+    );
+    std::fs::remove_file(&response).unwrap();
+    std::fs::write(&response, "blue\n").unwrap();
+    let done = drive(&supervisor, continue_run(&request, &paused.run_id, None));
+    assert_eq!(done.result.as_deref(), Some("color is blue"), "{done:?}");
+}

@@ -21,6 +21,7 @@
 mod act;
 mod asking;
 mod calls;
+mod env;
 mod finish;
 mod hooks;
 pub mod human;
@@ -137,7 +138,7 @@ impl RunActor {
             .unwrap_or(DEFAULT_MAX_ITERATIONS)
             .max(1);
         let (child_env, generator_env) =
-            setup::child_environments(&run_id, &request, &config, &paths);
+            env::child_environments(&run_id, &request, &config, &paths);
         let tool_schemas = think::tool_schemas(&request);
         RunActor {
             log: EngineLog::new(paths.engine_log.clone()),

@@ -4,10 +4,10 @@
 //!
 //! Must not: talk to the model or run tools.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
-use crate::api::{RunRequest, RunStart, SupervisorConfig};
+use crate::api::{RunRequest, RunStart};
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
@@ -15,7 +15,6 @@ use crate::metadata::{
     Takeover, LOCK_FILE,
 };
 use crate::protocol::RunStatus;
-use crate::tool::process::build_child_env;
 use crate::workspace::{create_run_dir, ensure_control_dir, open_run_dir, RunPaths};
 
 /// A run, taken and ready for its first iteration.
@@ -174,9 +173,7 @@ pub fn take_run(
                 RunStatus::WaitingForInput => {
                     let answer = match message {
                         Some(m) => Some(m.clone()),
-                        None => std::fs::read_to_string(&response_file)
-                            .ok()
-                            .map(|s| s.trim_end_matches(['\n', '\r']).to_string()),
+                        None => read_response_file(&response_file)?,
                     };
                     let Some(answer) = answer else {
                         return Err(SetupError::Refused(format!(
@@ -294,42 +291,6 @@ fn take_lock(
             "run '{run_id}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force."
         ))),
     }
-}
-
-/// Environment for tools (complete, secrets removed) and for context generators.
-pub(crate) fn child_environments(
-    run_id: &str,
-    request: &RunRequest,
-    config: &SupervisorConfig,
-    paths: &RunPaths,
-) -> (Vec<(String, String)>, BTreeMap<String, String>) {
-    let mut secrets = vec!["DELTA_API_KEY".to_string()];
-    if let Some(name) = &request.agent.llm.api_key_env {
-        secrets.push(name.clone());
-    }
-    let home = request.agent.home.to_string_lossy().into_owned();
-    let cwd = request.work_dir.to_string_lossy().into_owned();
-    let extra = vec![
-        ("DELTA_RUN_ID".to_string(), run_id.to_string()),
-        (
-            "DELTA_RUN_DIR".to_string(),
-            paths.run_dir.to_string_lossy().into_owned(),
-        ),
-        ("DELTA_AGENT_HOME".to_string(), home.clone()),
-        ("DELTA_CWD".to_string(), cwd),
-        ("AGENT_HOME".to_string(), home),
-    ];
-    let tools = build_child_env(
-        &request.env,
-        &secrets,
-        &extra,
-        config.tool_path_dir.as_deref(),
-    );
-    let generators: BTreeMap<String, String> =
-        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref())
-            .into_iter()
-            .collect();
-    (tools, generators)
 }
 
 /// A process killed right after writing a new run's metadata leaves a journal without
@@ -477,6 +438,24 @@ pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// The answer left in `interaction/response.txt`, if any. Only a regular file is read: this
+/// runs on the actor's thread, where a FIFO would block the whole arbiter.
+fn read_response_file(path: &Path) -> Result<Option<String>, SetupError> {
+    match std::fs::metadata(path) {
+        Err(_) => return Ok(None),
+        Ok(meta) if !meta.is_file() => {
+            return Err(SetupError::Refused(format!(
+                "{} is not a regular file; write the answer into a plain file, or give it with -m \"...\"",
+                path.display()
+            )))
+        }
+        Ok(_) => {}
+    }
+    Ok(std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim_end_matches(['\n', '\r']).to_string()))
 }
 
 fn load_secrets(dir: &Path) -> HashMap<String, String> {
