@@ -20,52 +20,83 @@ use tokio_util::sync::CancellationToken;
 use super::{path_str, ContextError};
 use crate::blocking::{run_blocking, BlockingError};
 
+/// Reads the context files of one build on the blocking pool, a batch per trip: consecutive
+/// `file` sources (the usual system prompt + workspace guide) cost one trip, not one each.
+/// The two allowed folders are resolved on the first trip and kept for the build.
+#[derive(Debug)]
+pub(super) struct SourceReader {
+    agent_home: PathBuf,
+    work_dir: PathBuf,
+    roots: Option<SourceRoots>,
+}
+
+/// A file to read: the source id and the path as written (variables expanded).
+pub(super) struct SourceFile {
+    pub(super) id: String,
+    pub(super) path: String,
+}
+
+impl SourceReader {
+    pub(super) fn new(agent_home: &Path, work_dir: &Path) -> SourceReader {
+        SourceReader {
+            agent_home: agent_home.to_path_buf(),
+            work_dir: work_dir.to_path_buf(),
+            roots: None,
+        }
+    }
+
+    /// Reads `files` in order, in one trip to the pool. Each must lie inside one of the two
+    /// folders once symlinks are resolved; a relative path is taken from the workspace. The
+    /// outer error is a refusal (outside the folders, not a regular file, cancelled: the
+    /// first one stops the batch), the inner ones the ordinary read failures (missing,
+    /// unreadable), which the caller maps according to `on_missing`.
+    pub(super) async fn read(
+        &mut self,
+        files: Vec<SourceFile>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<io::Result<String>>, ContextError> {
+        let first = files
+            .first()
+            .map(|f| (f.id.clone(), f.path.clone()))
+            .unwrap_or_default();
+        let roots = self.roots.take();
+        let (agent_home, work_dir) = (self.agent_home.clone(), self.work_dir.clone());
+        let (roots, texts) = run_blocking(
+            move || {
+                let roots = roots.unwrap_or_else(|| SourceRoots::resolve(agent_home, work_dir));
+                let texts: Result<Vec<_>, _> = files
+                    .iter()
+                    .map(|f| roots.read_now(&f.id, &f.path))
+                    .collect();
+                (roots, texts)
+            },
+            cancel,
+        )
+        .await
+        .map_err(|e| blocking_failure(e, &first.0, &first.1))?;
+        self.roots = Some(roots);
+        texts
+    }
+}
+
 /// The two folders source files may be read from, the agent folder and the workspace, with
-/// symlinks resolved once per build (as given where they cannot be).
+/// symlinks resolved (as given where they cannot be).
 #[derive(Debug, Clone)]
-pub(super) struct SourceRoots {
+struct SourceRoots {
     agent_home: PathBuf,
     work_dir: PathBuf,
 }
 
 impl SourceRoots {
-    /// Resolves both folders on the blocking pool.
-    pub(super) async fn resolve(
-        agent_home: &Path,
-        work_dir: &Path,
-        cancel: &CancellationToken,
-    ) -> Result<SourceRoots, ContextError> {
-        let (agent_home, work_dir) = (agent_home.to_path_buf(), work_dir.to_path_buf());
+    fn resolve(agent_home: PathBuf, work_dir: PathBuf) -> SourceRoots {
         let resolve = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
-        run_blocking(
-            move || SourceRoots {
-                agent_home: resolve(agent_home),
-                work_dir: resolve(work_dir),
-            },
-            cancel,
-        )
-        .await
-        .map_err(|e| blocking_failure(e, "", ""))
+        SourceRoots {
+            agent_home: resolve(agent_home),
+            work_dir: resolve(work_dir),
+        }
     }
 
-    /// Reads a source file that must lie inside one of the roots once symlinks are resolved;
-    /// a relative path is taken from the workspace. The outer error is a refusal (outside
-    /// the folders, not a regular file, cancelled), the inner one the ordinary read failure
-    /// (missing, unreadable), which the caller maps according to `on_missing`.
-    pub(super) async fn read(
-        &self,
-        id: &str,
-        written: &str,
-        cancel: &CancellationToken,
-    ) -> Result<io::Result<String>, ContextError> {
-        let roots = self.clone();
-        let (id_owned, written_owned) = (id.to_string(), written.to_string());
-        run_blocking(move || roots.read_now(&id_owned, &written_owned), cancel)
-            .await
-            .map_err(|e| blocking_failure(e, id, written))?
-    }
-
-    /// [`SourceRoots::read`], on the calling thread.
+    /// One file of [`SourceReader::read`], on the calling thread.
     fn read_now(&self, id: &str, written: &str) -> Result<io::Result<String>, ContextError> {
         let resolved = match std::fs::canonicalize(self.work_dir.join(written)) {
             Ok(resolved) => resolved,
@@ -148,14 +179,19 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    async fn roots(tmp: &Path) -> SourceRoots {
-        SourceRoots::resolve(
-            &tmp.join("agent"),
-            &tmp.join("ws"),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap()
+    /// Reads one source through a reader for `<tmp>/agent` and `<tmp>/ws`.
+    async fn read_one(
+        tmp: &Path,
+        id: &str,
+        path: &str,
+    ) -> Result<io::Result<String>, ContextError> {
+        let mut reader = SourceReader::new(&tmp.join("agent"), &tmp.join("ws"));
+        let file = SourceFile {
+            id: id.into(),
+            path: path.into(),
+        };
+        let mut texts = reader.read(vec![file], &CancellationToken::new()).await?;
+        Ok(texts.remove(0))
     }
 
     fn folders() -> tempfile::TempDir {
@@ -172,10 +208,9 @@ mod tests {
         let tmp = folders();
         let fifo = tmp.path().join("ws/notes.md");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let roots = roots(tmp.path()).await;
         let refused = tokio::time::timeout(
             Duration::from_secs(10),
-            roots.read("notes", "notes.md", &CancellationToken::new()),
+            read_one(tmp.path(), "notes", "notes.md"),
         )
         .await
         .expect("reading a FIFO source must not block")
@@ -194,13 +229,11 @@ mod tests {
     async fn directories_and_devices_are_refused_as_non_regular() {
         let tmp = folders();
         std::fs::create_dir(tmp.path().join("ws/dir.md")).unwrap();
-        let roots = roots(tmp.path()).await;
-        let cancel = CancellationToken::new();
-        let refused = roots.read("d", "dir.md", &cancel).await.unwrap_err();
+        let refused = read_one(tmp.path(), "d", "dir.md").await.unwrap_err();
         assert!(refused.to_string().contains("is a directory"), "{refused}");
         // A symlink to a device inside the workspace resolves outside it: confinement first.
         std::os::unix::fs::symlink("/dev/zero", tmp.path().join("ws/zero.md")).unwrap();
-        let refused = roots.read("z", "zero.md", &cancel).await.unwrap_err();
+        let refused = read_one(tmp.path(), "z", "zero.md").await.unwrap_err();
         assert!(
             matches!(refused, ContextError::OutsideAllowedFolders { .. }),
             "{refused:?}"
@@ -208,16 +241,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn regular_files_are_read_and_missing_ones_reported_as_io_errors() {
+    async fn a_batch_reads_regular_files_and_reports_missing_ones_as_io_errors() {
         let tmp = folders();
         std::fs::write(tmp.path().join("ws/a.md"), "text").unwrap();
-        let roots = roots(tmp.path()).await;
-        let cancel = CancellationToken::new();
+        let mut reader = SourceReader::new(&tmp.path().join("agent"), &tmp.path().join("ws"));
+        let files = ["a.md", "missing.md", "a.md"]
+            .iter()
+            .map(|path| SourceFile {
+                id: "s".into(),
+                path: path.to_string(),
+            })
+            .collect();
+        let texts = reader.read(files, &CancellationToken::new()).await.unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "text");
         assert_eq!(
-            roots.read("a", "a.md", &cancel).await.unwrap().unwrap(),
-            "text"
+            texts[1].as_ref().unwrap_err().kind(),
+            io::ErrorKind::NotFound
         );
-        let missing = roots.read("m", "missing.md", &cancel).await.unwrap();
-        assert_eq!(missing.unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(texts[2].as_ref().unwrap(), "text");
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::source_file::SourceRoots;
+use super::source_file::{SourceFile, SourceReader};
 use super::{journal_to_messages, path_str, CancellationToken, ContextError, ContextInputs};
 use crate::agent::{expand_path_vars, ContextRecipe, ContextSource, OnMissing};
 use crate::journal::JournalEvent;
@@ -26,20 +26,26 @@ pub async fn build_messages(
     cancel: &CancellationToken,
 ) -> Result<Vec<ChatMessage>, ContextError> {
     let mut messages = Vec::new();
-    let roots = SourceRoots::resolve(inputs.agent_home, inputs.work_dir, cancel).await?;
+    let mut reader = SourceReader::new(inputs.agent_home, inputs.work_dir);
+    // Consecutive `file` sources are read in one trip to the blocking pool; a generator may
+    // write what a later `file` source reads, so a batch never crosses another source.
+    let mut pending: Vec<PendingFile> = Vec::new();
     for source in &recipe.sources {
-        match source {
-            ContextSource::File {
+        if let ContextSource::File {
+            id,
+            path,
+            on_missing,
+        } = source
+        {
+            pending.push(PendingFile {
                 id,
-                path,
-                on_missing,
-            } => {
-                let path = expand_path_vars(path, inputs.agent_home, inputs.work_dir);
-                if let Some(text) = read_source_file(id, &path, *on_missing, &roots, cancel).await?
-                {
-                    push_block(&mut messages, id, &text);
-                }
-            }
+                path: expand_path_vars(path, inputs.agent_home, inputs.work_dir),
+                on_missing: *on_missing,
+            });
+            continue;
+        }
+        read_pending(&mut pending, &mut reader, &mut messages, cancel).await?;
+        match source {
             ContextSource::ComputedFile {
                 id,
                 command,
@@ -54,7 +60,7 @@ pub async fn build_messages(
                     output_path,
                     on_missing: *on_missing,
                 };
-                let text = run_generator(&generator, inputs, &roots, cancel).await?;
+                let text = run_generator(&generator, inputs, &mut reader, cancel).await?;
                 if let Some(text) = text {
                     push_block(&mut messages, id, &text);
                 }
@@ -62,8 +68,11 @@ pub async fn build_messages(
             ContextSource::Journal { max_iterations, .. } => {
                 messages.extend(journal_to_messages(events, *max_iterations, secrets));
             }
+            // Batched above.
+            ContextSource::File { .. } => {}
         }
     }
+    read_pending(&mut pending, &mut reader, &mut messages, cancel).await?;
     Ok(messages)
 }
 
@@ -79,28 +88,54 @@ fn push_block(messages: &mut Vec<ChatMessage>, id: &str, text: &str) {
     });
 }
 
-async fn read_source_file(
-    id: &str,
-    path: &str,
+/// A `file` source waiting for its batch to be read.
+struct PendingFile<'a> {
+    id: &'a str,
+    path: String,
     on_missing: OnMissing,
-    roots: &SourceRoots,
+}
+
+/// Reads the pending `file` sources (one trip) and appends their blocks in order.
+async fn read_pending(
+    pending: &mut Vec<PendingFile<'_>>,
+    reader: &mut SourceReader,
+    messages: &mut Vec<ChatMessage>,
     cancel: &CancellationToken,
-) -> Result<Option<String>, ContextError> {
-    match roots.read(id, path, cancel).await? {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
-            OnMissing::Skip => Ok(None),
-            OnMissing::Error => Err(ContextError::FileMissing {
-                id: id.to_string(),
-                path: path.to_string(),
-            }),
-        },
-        Err(e) => Err(ContextError::FileUnreadable {
-            id: id.to_string(),
-            path: path.to_string(),
-            message: e.to_string(),
-        }),
+) -> Result<(), ContextError> {
+    if pending.is_empty() {
+        return Ok(());
     }
+    let files = pending
+        .iter()
+        .map(|f| SourceFile {
+            id: f.id.to_string(),
+            path: f.path.clone(),
+        })
+        .collect();
+    let texts = reader.read(files, cancel).await?;
+    for (file, text) in pending.drain(..).zip(texts) {
+        let text = match text {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match file.on_missing {
+                OnMissing::Skip => continue,
+                OnMissing::Error => {
+                    return Err(ContextError::FileMissing {
+                        id: file.id.to_string(),
+                        path: file.path,
+                    })
+                }
+            },
+            Err(e) => {
+                return Err(ContextError::FileUnreadable {
+                    id: file.id.to_string(),
+                    path: file.path,
+                    message: e.to_string(),
+                })
+            }
+        };
+        push_block(messages, file.id, &text);
+    }
+    Ok(())
 }
 
 /// A `computed_file` source, as written in the recipe.
@@ -115,7 +150,7 @@ struct Generator<'a> {
 async fn run_generator(
     generator: &Generator<'_>,
     inputs: &ContextInputs<'_>,
-    roots: &SourceRoots,
+    reader: &mut SourceReader,
     cancel: &CancellationToken,
 ) -> Result<Option<String>, ContextError> {
     let Generator {
@@ -176,7 +211,12 @@ async fn run_generator(
             reason,
         });
     }
-    match roots.read(id, &output_path, cancel).await? {
+    let output = SourceFile {
+        id: id.to_string(),
+        path: output_path.clone(),
+    };
+    let read = reader.read(vec![output], cancel).await?.into_iter().next();
+    match read.unwrap_or_else(|| Err(std::io::ErrorKind::NotFound.into())) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
             OnMissing::Skip => Ok(None),
