@@ -19,7 +19,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
     interrupt, llm_target, parse_llm_timeout_arg, process_env, supervisor_config,
-    with_model_override,
+    with_model_override, with_retry_override,
 };
 use crate::error::CliError;
 use crate::output::orchestration::{print_dry_run, print_summary, Progress};
@@ -120,6 +120,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     );
     config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel).max(1);
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
+    // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
+    let config = with_retry_override(config, &env.vars)?;
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let request = OrchestrationRequest {
         plan: Arc::new(plan),

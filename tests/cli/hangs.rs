@@ -154,3 +154,43 @@ fn llm_timeout_flag_is_validated_with_a_hint() {
         assert!(out.stderr.contains(phrase), "{value}: {}", out.stderr);
     }
 }
+
+/// `delta orchestrate --llm-timeout` bounds every attempt of every run of the plan, over the
+/// agents' own limit.
+#[test]
+fn orchestrate_llm_timeout_flag_bounds_every_run() {
+    let root = tempfile::tempdir().unwrap();
+    crate::orchestrate::write_agent(root.path(), "patient", "");
+    std::fs::write(
+        root.path().join("agents/patient/agent.yaml"),
+        "name: patient\nllm:\n  model: m\n  request_timeout: 10m\ntools: []\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.path().join("plan.yaml"),
+        "defaults: { agent: ./agents/patient }\nstages:\n  - { id: ask, message: hello, foreach: { items: [1, 2] } }\n",
+    )
+    .unwrap();
+    let silent = StallingEndpoint::start(b"");
+    let out = crate::orchestrate::delta_in(root.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", root.path())
+        .env("DELTA_BASE_URL", &silent.base_url)
+        .env("DELTA_API_KEY", "sk-test")
+        .env("DELTA_RETRY_BASE_MS", "5")
+        .args(["orchestrate", "plan.yaml", "-w", "ws", "--format", "json"])
+        .args(["--llm-timeout", "250ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = summary["stages"][0]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{summary}");
+    for run in runs {
+        let error = run["error"].as_str().unwrap_or_default();
+        assert!(error.contains("llm_timeout"), "{error}");
+        assert!(error.contains("250 ms (llm.request_timeout)"), "{error}");
+    }
+    assert_eq!(silent.accepted(), 10, "5 attempts for each of the 2 runs");
+}
