@@ -238,13 +238,19 @@ pub fn resolve_plan(
             ));
         }
     }
+    let llm_timeout = |value: Option<&DurationValue>, key: &str| {
+        let limit = resolve_timeout(value, key, &file)?;
+        limit.map(check_llm_timeout).transpose().map_err(|problem| {
+            invalid(
+                key,
+                problem,
+                "write e.g. 90s or 2m, or omit it for the agents' own",
+            )
+        })
+    };
     let llm_timeouts = LlmTimeoutSettings {
-        request: resolve_llm_timeout(
-            model.llm.request_timeout.as_ref(),
-            "llm.request_timeout",
-            &file,
-        )?,
-        idle: resolve_llm_timeout(model.llm.idle_timeout.as_ref(), "llm.idle_timeout", &file)?,
+        request: llm_timeout(model.llm.request_timeout.as_ref(), "llm.request_timeout")?,
+        idle: llm_timeout(model.llm.idle_timeout.as_ref(), "llm.idle_timeout")?,
     };
     if model.stages.is_empty() {
         return Err(invalid(
@@ -429,25 +435,6 @@ fn resolve_timeout(
             .map(Some)
             .map_err(|error| PlanError::invalid(file, key, error.to_string(), DURATION_HINT)),
     }
-}
-
-/// A plan `llm:` timeout: a plan duration within the range every LLM limit must respect.
-fn resolve_llm_timeout(
-    value: Option<&DurationValue>,
-    key: &str,
-    file: &Path,
-) -> Result<Option<Duration>, PlanError> {
-    let Some(limit) = resolve_timeout(value, key, file)? else {
-        return Ok(None);
-    };
-    check_llm_timeout(limit).map(Some).map_err(|problem| {
-        PlanError::invalid(
-            file,
-            key,
-            problem,
-            "write e.g. 90s or 2m; omit it for the agents' own (default 120s whole request, 60s idle)",
-        )
-    })
 }
 
 fn resolve_foreach(

@@ -1,7 +1,8 @@
 //! The RunActor side of lifecycle hooks: firing a configured hook as a future on the actor
 //! (the actor never blocks on it), journaling `HOOK_EXECUTED` and WARNING events (including
-//! the once-per-kind warning when io/ audit records cannot be written), and the bounded
-//! variant used while the run ends (`on_error`, `on_run_end`).
+//! the once-per-kind warning when io/ audit records cannot be written), applying a
+//! `pre_llm_request` hook's request override, and the bounded variant used while the run
+//! ends (`on_error`, `on_run_end`).
 //!
 //! A hook never stops the run: whatever its outcome, the continuation runs. Once a stop was
 //! requested no further hook starts except the end hooks, which get a fresh token (the run's
@@ -16,8 +17,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::HookName;
-use crate::hooks::{run_hook, HookContext, HookOutcome};
+use crate::hooks::{apply_request_override, run_hook, HookContext, HookOutcome};
 use crate::journal::Event;
+use crate::llm::ChatRequest;
 
 use super::RunActor;
 
@@ -145,6 +147,55 @@ impl RunActor {
         hook_ctx.max_timeout = max_timeout;
         hook_ctx.redact = std::sync::Arc::new(self.secrets.values().cloned().collect());
         hook_ctx
+    }
+
+    /// A successful `pre_llm_request` hook's stdout may replace parts of the request.
+    pub(super) fn apply_override(
+        &mut self,
+        request: &mut ChatRequest,
+        outcome: &HookOutcome,
+        ctx: &mut Context<Self>,
+    ) {
+        if !outcome.succeeded() {
+            return;
+        }
+        if !outcome.stdout_complete {
+            self.warn(
+                format!(
+                    "pre_llm_request hook output ignored: it printed more than {} bytes ({})",
+                    crate::hooks::HOOK_OUTPUT_HEAD_BYTES,
+                    outcome.io_path_ref
+                ),
+                ctx,
+            );
+            return;
+        }
+        match apply_request_override(request, &outcome.stdout) {
+            Ok(report) => {
+                if !report.changed.is_empty() {
+                    self.log.line(&format!(
+                        "pre_llm_request hook replaced: {}",
+                        report.changed.join(", ")
+                    ));
+                }
+                if !report.ignored_keys.is_empty() {
+                    self.warn(
+                        format!(
+                            "pre_llm_request hook: ignored key(s) {} (only messages, model, temperature and max_tokens can be replaced)",
+                            report.ignored_keys.join(", ")
+                        ),
+                        ctx,
+                    );
+                }
+            }
+            Err(problem) => self.warn(
+                format!(
+                    "pre_llm_request hook output ignored, the request is sent unchanged: {problem} (hint: print nothing, or one JSON object with messages, model, temperature and/or max_tokens; see {})",
+                    outcome.io_path_ref
+                ),
+                ctx,
+            ),
+        }
     }
 
     /// Journals `HOOK_EXECUTED` (best effort once the run has ended).

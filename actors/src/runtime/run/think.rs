@@ -2,7 +2,8 @@
 //! `think` (cap check, `on_iteration_start`) → `build_request` (context builder) →
 //! `pre_llm_request` (may override the request) → `call_model` (through the gateway) →
 //! `on_model_reply` (io/invocations record, usage) → `post_llm_response` → `record_thought`
-//! (THOUGHT, then the calls, or the final answer).
+//! (THOUGHT, then the calls, or the final answer; a reply cut at the output limit without a
+//! call fails the run `truncated`).
 //!
 //! Must not: run tools (that is `act.rs`) or write the journal except through the actor.
 
@@ -14,7 +15,7 @@ use serde_json::{json, Value};
 use crate::agent::HookName;
 use crate::api::{RunEvent, RunRequest};
 use crate::context::{build_messages, ContextError, ContextInputs};
-use crate::hooks::{apply_request_override, redact_json, HookOutcome};
+use crate::hooks::redact_json;
 use crate::journal::Event;
 use crate::llm::{ChatCompletion, ChatRequest, RequestMeta};
 use crate::protocol::{RunStatus, TokenUsage};
@@ -168,55 +169,6 @@ impl RunActor {
                 }
             },
         );
-    }
-
-    /// A successful `pre_llm_request` hook's stdout may replace parts of the request.
-    fn apply_override(
-        &mut self,
-        request: &mut ChatRequest,
-        outcome: &HookOutcome,
-        ctx: &mut Context<Self>,
-    ) {
-        if !outcome.succeeded() {
-            return;
-        }
-        if !outcome.stdout_complete {
-            self.warn(
-                format!(
-                    "pre_llm_request hook output ignored: it printed more than {} bytes ({})",
-                    crate::hooks::HOOK_OUTPUT_HEAD_BYTES,
-                    outcome.io_path_ref
-                ),
-                ctx,
-            );
-            return;
-        }
-        match apply_request_override(request, &outcome.stdout) {
-            Ok(report) => {
-                if !report.changed.is_empty() {
-                    self.log.line(&format!(
-                        "pre_llm_request hook replaced: {}",
-                        report.changed.join(", ")
-                    ));
-                }
-                if !report.ignored_keys.is_empty() {
-                    self.warn(
-                        format!(
-                            "pre_llm_request hook: ignored key(s) {} (only messages, model, temperature and max_tokens can be replaced)",
-                            report.ignored_keys.join(", ")
-                        ),
-                        ctx,
-                    );
-                }
-            }
-            Err(problem) => self.warn(
-                format!(
-                    "pre_llm_request hook output ignored, the request is sent unchanged: {problem} (hint: print nothing, or one JSON object with messages, model, temperature and/or max_tokens; see {})",
-                    outcome.io_path_ref
-                ),
-                ctx,
-            ),
-        }
     }
 
     fn call_model(&mut self, request: ChatRequest, ctx: &mut Context<Self>) {
