@@ -194,3 +194,30 @@ fn orchestrate_llm_timeout_flag_bounds_every_run() {
     }
     assert_eq!(silent.accepted(), 10, "5 attempts for each of the 2 runs");
 }
+
+/// The first SIGTERM ends a run whose context build is waiting (here on a slow generator):
+/// the run is INTERRUPTED and the process exits 130 promptly.
+#[test]
+fn first_sigterm_during_a_slow_context_build_exits_130() {
+    let case = Case::new("slowctx", "", &json!({"steps": [{"answer": "never"}]}));
+    std::fs::write(
+        case.agent_dir().join("context.yaml"),
+        format!("{CONTEXT_YAML}  - type: computed_file\n    id: slow\n    generator:\n      command: [sh, -c, 'echo $$ > gen.pid; exec sleep 30']\n      timeout_ms: 60000\n    output_path: '${{CWD}}/slow.md'\n"),
+    )
+    .unwrap();
+    let child = case.spawn_json_run(case.spawn_cmd(), "r-term", "t");
+    let generator = wait_for_pid_file(
+        &case.work_dir().join("gen.pid"),
+        std::time::Duration::from_secs(20),
+    );
+    send_signal(child.id(), nix::sys::signal::Signal::SIGTERM);
+    let out = wait_output(child, std::time::Duration::from_secs(10));
+    out.assert_code(130);
+    assert_eq!(out.json()["status"], "INTERRUPTED");
+    assert!(
+        wait_until(std::time::Duration::from_secs(5), || !process_alive(
+            generator
+        )),
+        "the generator {generator} was not killed"
+    );
+}
