@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, oneshot};
 
 use crate::agent::ResolvedAgent;
-use crate::llm::{ChatBackend, Endpoint, RetryPolicy, Script};
+use crate::llm::{ChatBackend, Endpoint, LlmTimeouts, RetryPolicy, Script};
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::runtime::supervisor::{CancelAll, CancelRun, RunSupervisor, SubmitRun};
 
@@ -35,8 +35,9 @@ pub struct SupervisorConfig {
     pub llm_max_in_flight: usize,
     /// Requests per minute per endpoint (default unlimited).
     pub llm_requests_per_minute: Option<u32>,
-    /// Per-request HTTP timeout.
-    pub llm_http_timeout: Duration,
+    /// Limits on each model call attempt when neither the agent nor the plan sets them
+    /// (default: 120 s for the whole request, 60 s of silence).
+    pub llm_timeouts: LlmTimeouts,
     /// Bytes of each output stream kept at the head and at the tail of what the model sees.
     pub observation_head_bytes: usize,
     pub observation_tail_bytes: usize,
@@ -62,7 +63,7 @@ impl Default for SupervisorConfig {
             retry: RetryPolicy::default(),
             llm_max_in_flight: 64,
             llm_requests_per_minute: None,
-            llm_http_timeout: Duration::from_secs(600),
+            llm_timeouts: LlmTimeouts::default(),
             observation_head_bytes: 8 * 1024,
             observation_tail_bytes: 8 * 1024,
             tool_output_file_cap: 64 * 1024 * 1024,
@@ -166,8 +167,11 @@ impl std::fmt::Debug for RunRequest {
 /// `error` of a RunResult (spec §2.6.6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunErrorInfo {
-    /// `max_iterations`, `llm_error`, `context_error`, `journal_error`, `engine_panic`,
-    /// `interrupted`, `timeout`, `setup_error`.
+    /// `max_iterations`, `llm_error`, `llm_timeout`, `truncated`, `context_error`,
+    /// `journal_error`, `metadata_error`, `engine_panic`, `interrupted`, `timeout`,
+    /// `setup_error` (refused), `setup_io_error` (its files could not be written).
+    /// A run whose final record could not be written keeps its status and carries
+    /// `metadata_error` here (or, when it already has an error, in `details`).
     #[serde(rename = "type")]
     pub kind: String,
     pub message: String,

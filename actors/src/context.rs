@@ -2,33 +2,35 @@
 //! chat messages sent to the model (spec §2.4.3, §2.4.7).
 //!
 //! Two halves:
-//! - [`journal_to_messages`] is pure: journal events in, an OpenAI-valid conversation out. It
-//!   is the single place that guarantees a valid history: assistant turns without text carry
-//!   `content: null`, every tool call is followed by exactly one tool result (results are
-//!   pulled next to their call wherever they sit in the journal; a call with no recorded
-//!   result gets a synthetic "interrupted" result), and `journal.max_iterations` trims old
-//!   iterations while always keeping the task (the first user message). A sensitive answer's
-//!   marker found in the events is replaced by the answer: the model sees what it was told.
-//! - [`build_messages`] runs the recipe: `file` and `computed_file` sources become one system
-//!   message each (`# Context Block: <id>`), generators run with their timeout in the
-//!   workspace. A failing source fails the run with an error naming the source id;
-//!   `on_missing: skip` skips only a missing file, never a failing generator. Source files are
-//!   read only from inside the agent folder or the workspace (after symlinks; relative paths
-//!   are taken from the workspace), since their text is sent to the model provider.
+//! - [`journal_to_messages`] (here) is pure: journal events in, an OpenAI-valid conversation
+//!   out. It is the single place that guarantees a valid history: assistant turns without
+//!   text carry `content: null`, every tool call is followed by exactly one tool result
+//!   (results are pulled next to their call wherever they sit in the journal; a call with no
+//!   recorded result gets a synthetic "interrupted" result), a tool call id is sent once even
+//!   if its THOUGHT was journaled twice, and `journal.max_iterations` trims old iterations
+//!   while always keeping the task (the first user message). A sensitive answer's marker found
+//!   in the events is replaced by the answer: the model sees what it was told.
+//! - [`build_messages`] (`sources`) runs the recipe: file sources and generators become
+//!   system blocks. Source files are read only from inside the agent folder or the workspace
+//!   (after symlinks; relative paths are taken from the workspace), since their text is sent
+//!   to the model provider, and only when they are regular files, off the actor's thread
+//!   (`source_file`).
 //!
 //! Must not: write the journal, or read the process environment (callers pass it).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+mod source_file;
+mod sources;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
 
 pub use tokio_util::sync::CancellationToken;
 
-use crate::agent::{expand_path_vars, ContextRecipe, ContextSource, OnMissing};
-use crate::journal::{Event, JournalEvent};
+pub use sources::{build_messages, source_paths};
+
+use crate::journal::{Event, JournalEvent, ToolCallRecord};
 use crate::llm::{ChatMessage, FunctionCall, Role, ToolCall};
 use crate::redact::SecretSet;
-use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
 
 /// The observation recorded for a tool call whose result was never written (crash, kill -9).
 pub const INTERRUPTED_OBSERVATION: &str =
@@ -78,6 +80,12 @@ pub enum ContextError {
         agent_home: String,
         work_dir: String,
     },
+    #[error("context source '{id}': {path} is {kind}, not a regular file (hint: context sources are read whole at every iteration, so a pipe, device or socket could block the run forever; write the text to a regular file, or produce it with a `computed_file` generator)")]
+    NotRegularFile {
+        id: String,
+        path: String,
+        kind: String,
+    },
     #[error("context build cancelled")]
     Cancelled,
 }
@@ -90,219 +98,15 @@ impl ContextError {
             | ContextError::FileUnreadable { id, .. }
             | ContextError::GeneratorFailed { id, .. }
             | ContextError::GeneratorOutputMissing { id, .. }
-            | ContextError::OutsideAllowedFolders { id, .. } => Some(id),
+            | ContextError::OutsideAllowedFolders { id, .. }
+            | ContextError::NotRegularFile { id, .. } => Some(id),
             ContextError::Cancelled => None,
         }
     }
 }
 
-/// Builds the full message list for one model call, in recipe order.
-pub async fn build_messages(
-    recipe: &ContextRecipe,
-    inputs: &ContextInputs<'_>,
-    events: &[JournalEvent],
-    secrets: &SecretSet,
-    cancel: &CancellationToken,
-) -> Result<Vec<ChatMessage>, ContextError> {
-    let mut messages = Vec::new();
-    let roots = SourceRoots::of(inputs);
-    for source in &recipe.sources {
-        match source {
-            ContextSource::File {
-                id,
-                path,
-                on_missing,
-            } => {
-                let path = expand_path_vars(path, inputs.agent_home, inputs.work_dir);
-                if let Some(text) = read_source_file(id, &path, *on_missing, &roots)? {
-                    push_block(&mut messages, id, &text);
-                }
-            }
-            ContextSource::ComputedFile {
-                id,
-                command,
-                timeout_ms,
-                output_path,
-                on_missing,
-            } => {
-                let text = run_generator(
-                    id,
-                    command,
-                    *timeout_ms,
-                    output_path,
-                    *on_missing,
-                    &roots,
-                    cancel,
-                )
-                .await?;
-                if let Some(text) = text {
-                    push_block(&mut messages, id, &text);
-                }
-            }
-            ContextSource::Journal { max_iterations, .. } => {
-                messages.extend(journal_to_messages(events, *max_iterations, secrets));
-            }
-        }
-    }
-    Ok(messages)
-}
-
-fn push_block(messages: &mut Vec<ChatMessage>, id: &str, text: &str) {
-    if text.trim().is_empty() {
-        return;
-    }
-    messages.push(ChatMessage {
-        role: Role::System,
-        content: Some(format!("# Context Block: {id}\n\n{text}")),
-        tool_calls: None,
-        tool_call_id: None,
-    });
-}
-
-fn read_source_file(
-    id: &str,
-    path: &str,
-    on_missing: OnMissing,
-    roots: &SourceRoots<'_>,
-) -> Result<Option<String>, ContextError> {
-    match roots.read(id, path)? {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
-            OnMissing::Skip => Ok(None),
-            OnMissing::Error => Err(ContextError::FileMissing {
-                id: id.to_string(),
-                path: path.to_string(),
-            }),
-        },
-        Err(e) => Err(ContextError::FileUnreadable {
-            id: id.to_string(),
-            path: path.to_string(),
-            message: e.to_string(),
-        }),
-    }
-}
-
-async fn run_generator(
-    id: &str,
-    command: &[String],
-    timeout_ms: u64,
-    output_path: &str,
-    on_missing: OnMissing,
-    roots: &SourceRoots<'_>,
-    cancel: &CancellationToken,
-) -> Result<Option<String>, ContextError> {
-    let inputs = roots.inputs;
-    let argv: Vec<String> = command
-        .iter()
-        .map(|a| expand_path_vars(a, inputs.agent_home, inputs.work_dir))
-        .collect();
-    let output_path = expand_path_vars(output_path, inputs.agent_home, inputs.work_dir);
-    let mut env: Vec<(String, String)> = inputs
-        .child_env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    env.push(("DELTA_RUN_ID".into(), inputs.run_id.to_string()));
-    env.push(("DELTA_RUN_DIR".into(), path_str(inputs.run_dir)));
-    env.push(("DELTA_AGENT_HOME".into(), path_str(inputs.agent_home)));
-    env.push(("DELTA_CWD".into(), path_str(inputs.work_dir)));
-    env.push(("JOURNAL_PATH".into(), path_str(inputs.journal_path)));
-    let spec = ProcessSpec {
-        argv: argv.clone(),
-        stdin: None,
-        cwd: inputs.work_dir.to_path_buf(),
-        env,
-        timeout: Duration::from_millis(timeout_ms),
-        kill_grace: Duration::from_secs(2),
-        capture: CaptureSpec {
-            head_bytes: 2048,
-            tail_bytes: 2048,
-            full_output: None,
-            file_cap_bytes: 0,
-            ..CaptureSpec::default()
-        },
-    };
-    let outcome = run_process(spec, cancel.clone()).await;
-    let failure = match &outcome.termination {
-        Termination::Exited(0) => None,
-        Termination::Exited(code) => Some(format!("exited with code {code}")),
-        Termination::Signaled(sig) => Some(format!("was killed by signal {sig}")),
-        Termination::TimedOut => Some(format!("timed out after {timeout_ms} ms")),
-        Termination::Cancelled => return Err(ContextError::Cancelled),
-        Termination::SpawnFailed(reason) => Some(format!("could not start: {reason}")),
-    };
-    if let Some(reason) = failure {
-        let stderr = outcome.stderr.text_lossy();
-        let reason = if stderr.trim().is_empty() {
-            reason
-        } else {
-            format!("{reason}; stderr: {}", stderr.trim())
-        };
-        return Err(ContextError::GeneratorFailed {
-            id: id.to_string(),
-            command: argv,
-            reason,
-        });
-    }
-    match roots.read(id, &output_path)? {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
-            OnMissing::Skip => Ok(None),
-            OnMissing::Error => Err(ContextError::GeneratorOutputMissing {
-                id: id.to_string(),
-                command: argv,
-                path: output_path,
-            }),
-        },
-        Err(e) => Err(ContextError::FileUnreadable {
-            id: id.to_string(),
-            path: output_path,
-            message: e.to_string(),
-        }),
-    }
-}
-
-/// The run's inputs plus the two folders source files may be read from, the agent folder and
-/// the workspace, with symlinks resolved once per build (as given where they cannot be).
-struct SourceRoots<'a> {
-    inputs: &'a ContextInputs<'a>,
-    agent_home: PathBuf,
-    work_dir: PathBuf,
-}
-
-impl<'a> SourceRoots<'a> {
-    fn of(inputs: &'a ContextInputs<'a>) -> SourceRoots<'a> {
-        let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        SourceRoots {
-            inputs,
-            agent_home: resolve(inputs.agent_home),
-            work_dir: resolve(inputs.work_dir),
-        }
-    }
-
-    /// Reads a source file that must lie inside one of the roots once symlinks are resolved;
-    /// a relative path is taken from the workspace. The outer error is the confinement
-    /// refusal, the inner one the ordinary read failure (missing, unreadable), which the
-    /// caller maps according to `on_missing`.
-    fn read(&self, id: &str, written: &str) -> Result<std::io::Result<String>, ContextError> {
-        let resolved = match std::fs::canonicalize(self.work_dir.join(written)) {
-            Ok(resolved) => resolved,
-            Err(e) => return Ok(Err(e)),
-        };
-        if !resolved.starts_with(&self.agent_home) && !resolved.starts_with(&self.work_dir) {
-            return Err(ContextError::OutsideAllowedFolders {
-                id: id.to_string(),
-                path: written.to_string(),
-                resolved: path_str(&resolved),
-                agent_home: path_str(&self.agent_home),
-                work_dir: path_str(&self.work_dir),
-            });
-        }
-        Ok(std::fs::read_to_string(&resolved))
-    }
-}
-
-fn path_str(p: &Path) -> String {
+/// A path as text, for messages.
+pub(crate) fn path_str(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
@@ -355,6 +159,9 @@ fn conversation(events: &[JournalEvent], max_iterations: Option<u32>) -> Vec<Cha
     };
 
     let mut messages = Vec::new();
+    // Tool-call ids already sent: a THOUGHT journaled twice (a replay bug, a pasted line
+    // under a new seq) must not send the same call again, which providers refuse.
+    let mut sent_calls: HashSet<&str> = HashSet::new();
     if start > 0 {
         if let Some(task) = events.iter().find_map(|e| match &e.event {
             Event::UserMessage { content } => Some(content.clone()),
@@ -372,6 +179,17 @@ fn conversation(events: &[JournalEvent], max_iterations: Option<u32>) -> Vec<Cha
                 ..
             } => {
                 let text = content.clone().filter(|c| !c.is_empty());
+                let repeats_only = !tool_calls.is_empty()
+                    && tool_calls
+                        .iter()
+                        .all(|c| sent_calls.contains(c.id.as_str()));
+                if repeats_only {
+                    continue;
+                }
+                let tool_calls: Vec<&ToolCallRecord> = tool_calls
+                    .iter()
+                    .filter(|c| sent_calls.insert(c.id.as_str()))
+                    .collect();
                 if tool_calls.is_empty() {
                     messages.push(ChatMessage {
                         role: Role::Assistant,
@@ -399,7 +217,7 @@ fn conversation(events: &[JournalEvent], max_iterations: Option<u32>) -> Vec<Cha
                     ),
                     tool_call_id: None,
                 });
-                for call in tool_calls {
+                for call in &tool_calls {
                     let observation = results
                         .get(call.id.as_str())
                         .copied()
@@ -456,130 +274,11 @@ fn user(content: String) -> ChatMessage {
     }
 }
 
-/// Paths of the source files a recipe reads, for diagnostics (`delta run -v`).
-pub fn source_paths(recipe: &ContextRecipe, agent_home: &Path, work_dir: &Path) -> Vec<PathBuf> {
-    recipe
-        .sources
-        .iter()
-        .filter_map(|s| match s {
-            ContextSource::File { path, .. } => {
-                Some(PathBuf::from(expand_path_vars(path, agent_home, work_dir)))
-            }
-            ContextSource::ComputedFile { output_path, .. } => Some(PathBuf::from(
-                expand_path_vars(output_path, agent_home, work_dir),
-            )),
-            ContextSource::Journal { .. } => None,
-        })
-        .collect()
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::journal::{ActionStatus, ToolCallRecord};
-
-    /// Builds the system blocks of a recipe of `file` sources in an agent folder and a
-    /// workspace under one temp dir (`<tmp>/agent`, `<tmp>/ws`).
-    async fn build_files(
-        tmp: &Path,
-        sources: &[(&str, OnMissing)],
-    ) -> Result<Vec<ChatMessage>, ContextError> {
-        let recipe = ContextRecipe {
-            sources: sources
-                .iter()
-                .enumerate()
-                .map(|(i, (path, on_missing))| ContextSource::File {
-                    id: format!("s{i}"),
-                    path: (*path).to_string(),
-                    on_missing: *on_missing,
-                })
-                .collect(),
-        };
-        let (home, work) = (tmp.join("agent"), tmp.join("ws"));
-        let env = BTreeMap::new();
-        let inputs = ContextInputs {
-            agent_home: &home,
-            work_dir: &work,
-            run_id: "r1",
-            run_dir: &work,
-            journal_path: &work,
-            child_env: &env,
-        };
-        build_messages(
-            &recipe,
-            &inputs,
-            &[],
-            &SecretSet::default(),
-            &CancellationToken::new(),
-        )
-        .await
-    }
-
-    fn confinement_fixture() -> tempfile::TempDir {
-        let tmp = tempfile::tempdir().unwrap();
-        for dir in ["agent", "ws", "outside"] {
-            std::fs::create_dir(tmp.path().join(dir)).unwrap();
-        }
-        std::fs::write(tmp.path().join("agent/prompt.md"), "in agent").unwrap();
-        std::fs::write(tmp.path().join("ws/DELTA.md"), "in workspace").unwrap();
-        std::fs::write(tmp.path().join("outside/secret.txt"), "secret").unwrap();
-        tmp
-    }
-
-    #[tokio::test]
-    async fn file_sources_inside_the_agent_folder_or_workspace_are_read() {
-        let tmp = confinement_fixture();
-        let messages = build_files(
-            tmp.path(),
-            &[
-                ("${AGENT_HOME}/prompt.md", OnMissing::Error),
-                ("DELTA.md", OnMissing::Error),
-                ("${CWD}/missing.md", OnMissing::Skip),
-            ],
-        )
-        .await
-        .unwrap();
-        let texts: Vec<String> = messages
-            .iter()
-            .map(|m| m.content.clone().unwrap_or_default())
-            .collect();
-        assert_eq!(texts.len(), 2, "{texts:?}");
-        assert!(texts[0].ends_with("in agent"), "{texts:?}");
-        assert!(
-            texts[1].ends_with("in workspace"),
-            "relative = workspace: {texts:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn file_sources_escaping_both_folders_are_refused_naming_the_source() {
-        let tmp = confinement_fixture();
-        std::os::unix::fs::symlink(
-            tmp.path().join("outside/secret.txt"),
-            tmp.path().join("ws/link.md"),
-        )
-        .unwrap();
-        let absolute = tmp.path().join("outside/secret.txt");
-        for path in [
-            "${AGENT_HOME}/../outside/secret.txt",
-            "../outside/secret.txt",
-            &absolute.to_string_lossy(),
-            "${CWD}/link.md",
-        ] {
-            let err = build_files(tmp.path(), &[(path, OnMissing::Skip)])
-                .await
-                .unwrap_err();
-            assert!(
-                matches!(err, ContextError::OutsideAllowedFolders { .. }),
-                "{path}: {err}"
-            );
-            let text = err.to_string();
-            assert!(text.contains("context source 's0'"), "{text}");
-            assert!(text.contains("outside the agent folder"), "{text}");
-            assert!(text.contains("hint:"), "{text}");
-        }
-    }
+    use crate::journal::ActionStatus;
 
     fn ev(seq: u64, event: Event) -> JournalEvent {
         JournalEvent {
@@ -690,5 +389,30 @@ mod tests {
         let assistants = msgs.iter().filter(|m| m.role == Role::Assistant).count();
         assert_eq!(assistants, 2);
         assert_eq!(msgs.last().unwrap().content.as_deref(), Some("r4"));
+    }
+
+    /// Regression: a THOUGHT journaled twice (under two seqs) sent its tool calls twice,
+    /// and providers answer such a history with HTTP 400.
+    #[test]
+    fn a_repeated_thought_does_not_send_its_tool_calls_twice() {
+        let events = vec![
+            task(1, "go"),
+            thought(2, Some("x"), &["a", "b"]),
+            result(3, "a", "ra"),
+            result(4, "b", "rb"),
+            thought(5, Some("x"), &["a", "b"]),
+            result(6, "a", "ra"),
+            thought(7, None, &["b", "c"]),
+            result(8, "c", "rc"),
+        ];
+        let msgs = journal_to_messages(&events, None, &SecretSet::default());
+        let ids: Vec<&str> = msgs
+            .iter()
+            .filter_map(|m| m.tool_calls.as_ref())
+            .flatten()
+            .map(|c| c.id.as_str())
+            .collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        crate::llm::validate_history(&msgs).unwrap();
     }
 }

@@ -4,6 +4,11 @@
 //! not touched unless forced. The lock is the primary signal; pid and host only word the
 //! reason and guard the cross-host case.
 //!
+//! The new status is recorded in metadata.json *before* the INTERRUPTED note is journaled:
+//! when the record cannot be written (disk full, an unwritable spare), the janitor reports
+//! that cause ([`JanitorAction::CannotRecord`]) and leaves the journal alone, so checking
+//! the run again does not pile up INTERRUPTED events.
+//!
 //! Must not: touch a run it could not lock.
 
 use std::path::Path;
@@ -25,6 +30,14 @@ pub enum JanitorAction {
     /// RUNNING, but its journal already ends with ENGINE_END (the process died before the
     /// metadata write): the journal's final status is recorded.
     Settled { run_id: String, status: RunStatus },
+    /// RUNNING and not driven by anyone (`reason`), but its new status could not be recorded:
+    /// `error` is the first failure, naming the file (a full disk, an unwritable spare or
+    /// lock file). Nothing was changed.
+    CannotRecord {
+        run_id: String,
+        reason: String,
+        error: String,
+    },
 }
 
 /// Checks every run of a workspace. Runs that are not RUNNING, or are alive, are untouched.
@@ -56,10 +69,23 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
         return None;
     }
     let host = current_process_identity().hostname;
+    let cannot_record = |reason: String, error: String| {
+        Some(JanitorAction::CannotRecord {
+            run_id: run_id.to_string(),
+            reason,
+            error,
+        })
+    };
     // Taking the lock ourselves (instead of probing, then acting) means no process can start
     // driving the run while we mark it; never-locked runs of the original engine fall back to
     // its pid + process-name rule inside `try_take_over`.
-    match try_take_over(&paths.run_dir, &meta, &host, force).ok()? {
+    let takeover = match try_take_over(&paths.run_dir, &meta, &host, force) {
+        Ok(takeover) => takeover,
+        Err(e) => {
+            return cannot_record("its lock could not be checked".into(), e.to_string());
+        }
+    };
+    match takeover {
         Takeover::Alive { .. } => None,
         Takeover::OtherHost { hostname } => Some(JanitorAction::SkippedOtherHost {
             run_id: run_id.to_string(),
@@ -74,11 +100,24 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
                 return None;
             }
             // Finished, only the metadata write was lost: not an interruption.
-            if restore_final_status(&paths, &mut meta) {
-                return Some(JanitorAction::Settled {
-                    run_id: run_id.to_string(),
-                    status: meta.status,
-                });
+            match restore_final_status(&paths, &mut meta) {
+                Restored::Yes => {
+                    return Some(JanitorAction::Settled {
+                        run_id: run_id.to_string(),
+                        status: meta.status,
+                    })
+                }
+                Restored::WriteFailed(error) => {
+                    let reason = format!("{reason}; its journal records the run's end");
+                    return cannot_record(reason, error);
+                }
+                Restored::No => {}
+            }
+            meta.status = RunStatus::Interrupted;
+            meta.updated_at = now_rfc3339();
+            meta.error = Some(format!("interrupted: {reason}"));
+            if let Err(e) = write_metadata(&paths.run_dir, &meta) {
+                return cannot_record(reason, e.to_string());
             }
             if let Ok((mut journal, _)) = Journal::open(&paths.run_dir, JournalOptions::default()) {
                 let _ = journal.append(Event::Interrupted {
@@ -86,16 +125,21 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
                 });
                 let _ = journal.sync();
             }
-            meta.status = RunStatus::Interrupted;
-            meta.updated_at = now_rfc3339();
-            meta.error = Some(format!("interrupted: {reason}"));
-            write_metadata(&paths.run_dir, &meta).ok()?;
             Some(JanitorAction::Interrupted {
                 run_id: run_id.to_string(),
                 reason,
             })
         }
     }
+}
+
+/// What [`restore_final_status`] did.
+enum Restored {
+    /// The journal does not end the run (or already agrees with the record).
+    No,
+    Yes,
+    /// The journal ends the run, but the record could not be written (the error's text).
+    WriteFailed(String),
 }
 
 /// A run whose journal ends with ENGINE_END has finished, whatever its metadata says: a
@@ -109,13 +153,13 @@ pub fn settle_from_journal(work_dir: &Path, run_id: &str) -> Option<RunStatus> {
     if !matches!(meta.status, RunStatus::Running | RunStatus::Interrupted) {
         return None;
     }
-    restore_final_status(&paths, &mut meta).then_some(meta.status)
+    matches!(restore_final_status(&paths, &mut meta), Restored::Yes).then_some(meta.status)
 }
 
 /// Caller holds the lock. Only janitor notes (INTERRUPTED, WARNING) may follow the end.
-fn restore_final_status(paths: &RunPaths, meta: &mut crate::metadata::RunMetadata) -> bool {
+fn restore_final_status(paths: &RunPaths, meta: &mut crate::metadata::RunMetadata) -> Restored {
     let Ok(events) = read_journal(&paths.journal) else {
-        return false;
+        return Restored::No;
     };
     let last = events
         .iter()
@@ -134,10 +178,10 @@ fn restore_final_status(paths: &RunPaths, meta: &mut crate::metadata::RunMetadat
         ..
     }) = last
     else {
-        return false;
+        return Restored::No;
     };
     if *status == meta.status {
-        return false;
+        return Restored::No;
     }
     meta.status = *status;
     meta.iterations = *final_iteration;
@@ -145,7 +189,10 @@ fn restore_final_status(paths: &RunPaths, meta: &mut crate::metadata::RunMetadat
     meta.error = error.clone();
     meta.end_time = Some(timestamp.clone());
     meta.updated_at = now_rfc3339();
-    write_metadata(&paths.run_dir, meta).is_ok()
+    match write_metadata(&paths.run_dir, meta) {
+        Ok(()) => Restored::Yes,
+        Err(e) => Restored::WriteFailed(e.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -211,5 +258,51 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(check_run(work.path(), "held", false), None);
+    }
+
+    /// Regression: with metadata.json unwritable, every check appended another INTERRUPTED
+    /// to the journal and then gave up silently, so `continue` saw a RUNNING run and blamed
+    /// a lock nobody held. Now the cause is reported and the journal left alone.
+    #[test]
+    fn unwritable_record_is_reported_and_the_journal_left_alone() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = never_locked_run(work.path(), "stuck", 0);
+        let spare = paths.run_dir.join(crate::metadata::METADATA_SPARE);
+        let _ = std::fs::remove_file(&spare);
+        std::fs::create_dir(&spare).unwrap();
+        for _ in 0..2 {
+            let Some(JanitorAction::CannotRecord { reason, error, .. }) =
+                check_run(work.path(), "stuck", false)
+            else {
+                panic!("expected CannotRecord");
+            };
+            assert!(reason.contains("no owning process"), "{reason}");
+            assert!(error.contains(".metadata.json.next"), "{error}");
+        }
+        assert!(read_journal(&paths.journal).unwrap().is_empty());
+        assert_eq!(
+            read_metadata(&paths.run_dir).unwrap().status,
+            RunStatus::Running
+        );
+        std::fs::remove_dir(&spare).unwrap();
+        assert!(matches!(
+            check_run(work.path(), "stuck", false),
+            Some(JanitorAction::Interrupted { .. })
+        ));
+        assert_eq!(read_journal(&paths.journal).unwrap().len(), 1);
+    }
+
+    /// The lock decides: a free lock means nobody drives the run, even when the recorded
+    /// pid is alive (here: this very process) and the metadata says RUNNING.
+    #[test]
+    fn a_free_lock_is_free_whatever_the_metadata_says() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = never_locked_run(work.path(), "free", std::process::id());
+        drop(RunLock::try_acquire(&paths.run_dir).unwrap());
+        let Some(JanitorAction::Interrupted { reason, .. }) = check_run(work.path(), "free", false)
+        else {
+            panic!("a free lock is a free run");
+        };
+        assert!(reason.contains("is free"), "{reason}");
     }
 }

@@ -7,7 +7,7 @@
 //!   keeps sensitive answers out of everything they write; [`context`]
 //!   turns a journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol and
 //!   hosts the scripted model; [`session`] owns shell and PTY sessions; [`plan`] models
-//!   `plan.yaml`.
+//!   `plan.yaml`; [`blocking`] runs blocking file reads where they cannot stall an actor.
 //! - **Runtime** ([`runtime`]): actix actors that own state and mailboxes and call the
 //!   domain functions: `RunSupervisor`, `RunActor`, `ToolActor`, `LlmGateway`,
 //!   `SessionActor`, `JanitorActor`.
@@ -19,6 +19,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod blocking;
 pub mod context;
 pub mod hooks;
 pub mod input;

@@ -13,7 +13,9 @@ use delta_actors::metadata::{lock_is_held, read_metadata, RunMetadata, LOCK_FILE
 use delta_actors::workspace::{open_run_dir, validate_run_id};
 use delta_actors::RunStatus;
 
-use crate::commands::engine::{run_inputs, run_one, RunInputs};
+use crate::commands::engine::{
+    parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
+};
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
 use crate::output::{progress::Verbosity, Format};
@@ -56,6 +58,10 @@ pub struct ContinueArgs {
     /// Use the built-in scripted model with this script (offline).
     #[arg(long, value_name = "FILE")]
     pub llm_script: Option<PathBuf>,
+    /// Limit on each model call attempt, e.g. 90s or 2m (overrides agent.yaml's
+    /// `llm.request_timeout`; default 120s). A timed-out attempt is retried.
+    #[arg(long, value_name = "DURATION", value_parser = parse_llm_timeout_arg)]
+    pub llm_timeout: Option<std::time::Duration>,
 }
 
 /// The workspace folder, canonical; a missing or unreadable one is a configuration error
@@ -120,6 +126,13 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
                     args.run_id
                 )))
             }
+            JanitorAction::CannotRecord { reason, error, .. } => {
+                // The first real cause (a full disk, an unwritable file), not "still active".
+                return Err(CliError::Runtime(format!(
+                    "run '{}' is not driven by any process ({reason}), but its record cannot be updated: {error}\nNothing was changed; fix the cause, then run this command again.",
+                    args.run_id
+                )));
+            }
             JanitorAction::Settled { status, .. } => {
                 eprintln!(
                     "janitor: run {} had already finished ({status}) before its process died; its record is repaired",
@@ -175,7 +188,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         supervisor,
     } = run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
     let request = RunRequest {
-        agent: Arc::new(agent),
+        agent: Arc::new(with_llm_timeout(agent, args.llm_timeout)),
         work_dir,
         run_id: Some(args.run_id.clone()),
         start: RunStart::Continue {

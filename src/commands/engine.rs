@@ -73,6 +73,24 @@ pub fn llm_target(
     }
 }
 
+/// `--llm-timeout DURATION`: the whole-request limit on each model call attempt, with a
+/// unit (`90s`, `2m`), 100ms..24h. Overrides agent.yaml's and the plan's `llm.request_timeout`.
+pub fn parse_llm_timeout_arg(text: &str) -> Result<Duration, String> {
+    delta_actors::llm::parse_llm_timeout(text)
+}
+
+/// Sets `--llm-timeout` (when given) as the agent's whole-request limit.
+pub fn with_llm_timeout(agent: ResolvedAgent, limit: Option<Duration>) -> ResolvedAgent {
+    match limit {
+        Some(limit) => {
+            let mut agent = agent;
+            agent.llm.timeouts.request = Some(limit);
+            agent
+        }
+        None => agent,
+    }
+}
+
 /// Applies `DELTA_MODEL` (if set) over the agent's model.
 pub fn with_model_override(agent: ResolvedAgent, env: &BTreeMap<String, String>) -> ResolvedAgent {
     match env.get("DELTA_MODEL").filter(|m| !m.is_empty()) {
@@ -176,6 +194,10 @@ fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
     match &result.error {
         Some(error) if error.kind == SETUP_ERROR_KIND => {
             Err(CliError::Config(error.message.clone()))
+        }
+        // The run's files could not be written (a full disk...): not a configuration error.
+        Some(error) if error.kind == delta_actors::runtime::run::SETUP_IO_ERROR_KIND => {
+            Err(CliError::Runtime(error.message.clone()))
         }
         _ => Ok(result),
     }

@@ -63,6 +63,13 @@ pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
             JanitorAction::Settled { run_id, status } => {
                 eprintln!("janitor: run {run_id} had finished ({status}) before its process died; record repaired")
             }
+            JanitorAction::CannotRecord {
+                run_id,
+                reason,
+                error,
+            } => eprintln!(
+                "janitor: run {run_id} is RUNNING but {reason}; it could not be marked INTERRUPTED: {error}"
+            ),
             JanitorAction::SkippedOtherHost { .. } => {}
         }
     }

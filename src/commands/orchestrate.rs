@@ -20,7 +20,8 @@ use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, Resol
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
-    interrupt, llm_target, process_env, supervisor_config, with_model_override,
+    interrupt, llm_target, parse_llm_timeout_arg, process_env, supervisor_config,
+    with_model_override, with_retry_override,
 };
 use crate::error::CliError;
 use crate::output::orchestration::{print_dry_run, print_summary, Progress};
@@ -31,6 +32,7 @@ use crate::output::Format;
   delta orchestrate examples/plans/map-reduce/plan.yaml --llm-script examples/plans/map-reduce/llm-script.yaml
   delta orchestrate plan.yaml --dry-run                  # validate, load every agent, print the stage graph
   delta orchestrate plan.yaml --var repo=acme/api --max-parallel 32 --format json
+  delta orchestrate plan.yaml --llm-timeout 3m          # bound each model call attempt of every run
   delta orchestrate plan.yaml --resume nightly-20261122-101500-ab12 -w ws   # after a crash or Ctrl-C
   delta list-orchestrations -w ws                        # the ids, statuses and counts of a workspace
 
@@ -64,6 +66,10 @@ pub struct OrchestrateArgs {
     /// Use the built-in scripted model with this script for every agent (offline).
     #[arg(long, value_name = "FILE")]
     pub llm_script: Option<PathBuf>,
+    /// Limit on each model call attempt of every run, e.g. 90s or 2m (overrides the plan's
+    /// and the agents' `llm.request_timeout`; default 120s). A timed-out attempt is retried.
+    #[arg(long, value_name = "DURATION", value_parser = parse_llm_timeout_arg)]
+    pub llm_timeout: Option<std::time::Duration>,
 }
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
@@ -73,6 +79,9 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     }
     let plan_path = plan_path(args)?;
     let mut plan = load_plan(&plan_path, &overrides).map_err(config)?;
+    if let Some(limit) = args.llm_timeout {
+        plan.llm_timeouts.request = Some(limit);
+    }
     let agents = load_agents(&plan)?;
     if args.dry_run {
         print_dry_run(&plan, &agents, args.format);
@@ -141,6 +150,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let mut config = supervisor_config(arbiters, max_parallel);
     config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel);
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
+    // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
+    let config = with_retry_override(config, &env.vars)?;
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let plan_file = plan.file.clone();
     let request = OrchestrationRequest {
@@ -163,6 +174,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             workspace: &workspace,
             script: script.as_deref(),
             max_parallel: args.max_parallel,
+            llm_timeout: args.llm_timeout,
             cwd: &cwd,
         })
     });
@@ -181,13 +193,14 @@ struct ResumeParts<'a> {
     workspace: &'a Path,
     script: Option<&'a Path>,
     max_parallel: Option<u64>,
+    llm_timeout: Option<std::time::Duration>,
     cwd: &'a Path,
 }
 
 /// The command that resumes this orchestration, quoted for a POSIX shell, runnable from
 /// any folder: the program as it was invoked (absolute when invoked by a path), the plan,
 /// `--resume`, `-w`, and the flags the plan cannot supply (`--llm-script`,
-/// `--max-parallel`). Vars need no flag: a resume reads the ones saved at the start.
+/// `--max-parallel`, `--llm-timeout`). Vars need no flag: a resume reads the ones saved at the start.
 fn resume_command(parts: &ResumeParts<'_>) -> String {
     let absolute = |path: &Path| parts.cwd.join(path).to_string_lossy().into_owned();
     let program = std::env::args_os()
@@ -209,6 +222,12 @@ fn resume_command(parts: &ResumeParts<'_>) -> String {
     }
     if let Some(n) = parts.max_parallel {
         argv.extend(["--max-parallel".to_owned(), n.to_string()]);
+    }
+    if let Some(limit) = parts.llm_timeout {
+        argv.extend([
+            "--llm-timeout".to_owned(),
+            format!("{}ms", limit.as_millis()),
+        ]);
     }
     shell_words::join(argv)
 }

@@ -13,7 +13,9 @@ use delta_actors::workspace::{
     RunPaths,
 };
 
-use crate::commands::engine::{run_inputs, run_one, RunInputs};
+use crate::commands::engine::{
+    parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
+};
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
 use crate::output::{progress::Verbosity, Format};
@@ -25,6 +27,7 @@ use crate::output::{progress::Verbosity, Format};
   delta run -m \"Summarise DELTA.md\" -w ./workspace --format json
   delta run --agent examples/agents/hello-world -m \"Say hello\" -y \\
       --llm-script examples/agents/hello-world/llm-script.yaml
+  delta run -m \"Summarise DELTA.md\" -w ./ws --llm-timeout 90s   # give up on a silent endpoint sooner
 
 Exit codes: 0 COMPLETED, 1 FAILED, 101 WAITING_FOR_INPUT (answer with `delta continue`),
 126 configuration error, 130 interrupted (Ctrl-C; resume with `delta continue`).")]
@@ -56,6 +59,10 @@ pub struct RunArgs {
     /// Use the built-in scripted model with this script instead of a real endpoint (offline).
     #[arg(long, value_name = "FILE")]
     pub llm_script: Option<PathBuf>,
+    /// Limit on each model call attempt, e.g. 90s or 2m (overrides agent.yaml's
+    /// `llm.request_timeout`; default 120s). A timed-out attempt is retried.
+    #[arg(long, value_name = "DURATION", value_parser = parse_llm_timeout_arg)]
+    pub llm_timeout: Option<std::time::Duration>,
 }
 
 pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
@@ -90,7 +97,7 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     } = run_inputs(agent, &choice.dir, args.llm_script.as_deref(), verbosity)?;
     let (work_dir, workspace_id) = choice.create()?;
     let request = RunRequest {
-        agent: Arc::new(agent),
+        agent: Arc::new(with_llm_timeout(agent, args.llm_timeout)),
         work_dir,
         run_id: args.run_id.clone(),
         start: RunStart::New {

@@ -197,6 +197,7 @@ fn running_alive_is_refused_and_running_orphaned_is_resumed() {
     send_signal(child.id(), Signal::SIGKILL);
     wait_child(&mut child, Duration::from_secs(10));
     refused.assert_code(126);
+    assert!(refused.stderr.contains("is held"), "{}", refused.stderr);
     assert!(
         refused.stderr.contains(&pid) && refused.stderr.contains(&host),
         "names pid {pid} and host {host}: {}",

@@ -11,6 +11,7 @@ use serde_yaml::Value;
 
 use super::error::AgentError;
 use super::fields::Fields;
+use crate::llm::{parse_llm_timeout, LlmTimeoutSettings};
 
 pub(crate) const AGENT_KEYS: [&str; 11] = [
     "name",
@@ -26,7 +27,7 @@ pub(crate) const AGENT_KEYS: [&str; 11] = [
     "timeout_seconds",
 ];
 
-const LLM_KEYS: [&str; 8] = [
+const LLM_KEYS: [&str; 10] = [
     "model",
     "temperature",
     "max_tokens",
@@ -35,6 +36,8 @@ const LLM_KEYS: [&str; 8] = [
     "presence_penalty",
     "base_url",
     "api_key_env",
+    "request_timeout",
+    "idle_timeout",
 ];
 
 /// Model settings of one agent. Unset values are not sent to the provider.
@@ -50,6 +53,10 @@ pub struct LlmSettings {
     pub base_url: Option<String>,
     /// Name of the environment variable holding this agent's API key (default `DELTA_API_KEY`).
     pub api_key_env: Option<String>,
+    /// `request_timeout` / `idle_timeout`: limits on each model call attempt (a plan's
+    /// `llm:` and `--llm-timeout` override them). Not sent to the provider.
+    #[serde(skip)]
+    pub timeouts: LlmTimeoutSettings,
 }
 
 /// The scalar part of agent.yaml.
@@ -129,6 +136,10 @@ pub(crate) fn parse_agent_config(
         presence_penalty: llm.number_in("presence_penalty", -2.0, 2.0)?,
         base_url,
         api_key_env,
+        timeouts: LlmTimeoutSettings {
+            request: llm_timeout(&llm, "request_timeout")?,
+            idle: llm_timeout(&llm, "idle_timeout")?,
+        },
     };
     Ok(AgentConfig {
         name,
@@ -140,6 +151,20 @@ pub(crate) fn parse_agent_config(
         system_prompt: root.string("system_prompt")?,
         max_iterations: root.positive_u32("max_iterations")?,
         parallel_tool_calls: root.boolean("parallel_tool_calls")?.unwrap_or(false),
+    })
+}
+
+/// `llm.request_timeout` / `llm.idle_timeout`: a duration with a unit, 100ms..24h.
+fn llm_timeout(llm: &Fields<'_>, key: &str) -> Result<Option<std::time::Duration>, AgentError> {
+    let Some(text) = llm.string(key)? else {
+        return Ok(None);
+    };
+    parse_llm_timeout(&text).map(Some).map_err(|problem| {
+        AgentError::invalid(
+            llm.file(),
+            format!("`{}` is `{text}`: {problem}", llm.key_path(key)),
+            "write a duration with a unit, e.g. `request_timeout: 90s` or `idle_timeout: 2m` (100ms..24h)",
+        )
     })
 }
 

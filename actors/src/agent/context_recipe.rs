@@ -148,7 +148,29 @@ pub(crate) fn parse_context_recipe(
         .enumerate()
         .map(|(i, item)| parse_source(file, i, item, warnings))
         .collect::<Result<Vec<_>, _>>()?;
+    refuse_second_journal(file, &sources)?;
     Ok(ContextRecipe { sources })
+}
+
+/// Two `journal` sources would send the conversation twice: every tool call id repeated,
+/// which providers refuse (HTTP 400).
+fn refuse_second_journal(file: &Path, sources: &[ContextSource]) -> Result<(), AgentError> {
+    let journals: Vec<(usize, &str)> = sources
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s, ContextSource::Journal { .. }))
+        .map(|(i, s)| (i, s.id()))
+        .collect();
+    let [(first, first_id), (second, second_id), ..] = journals[..] else {
+        return Ok(());
+    };
+    Err(AgentError::invalid(
+        file,
+        format!(
+            "`sources[{first}]` (id `{first_id}`) and `sources[{second}]` (id `{second_id}`) are both `type: journal`: the conversation would be sent twice, and providers refuse its repeated tool call ids"
+        ),
+        "keep one `type: journal` source (its `max_iterations` limits how much history is sent)",
+    ))
 }
 
 fn parse_on_missing(fields: &Fields<'_>) -> Result<OnMissing, AgentError> {
@@ -304,6 +326,10 @@ mod tests {
             ("sources:\n  - type: computed_file\n    output_path: x\n", "`sources[0].generator` is required"),
             ("sources:\n  - type: computed_file\n    generator: {command: []}\n    output_path: x\n", "non-empty list"),
             ("sources:\n  - type: journal\n    max_iterations: 0\n", "greater than 0"),
+            (
+                "sources:\n  - type: journal\n    id: a\n  - type: file\n    path: x\n  - type: journal\n    id: b\n",
+                "`sources[0]` (id `a`) and `sources[2]` (id `b`) are both `type: journal`",
+            ),
         ];
         for (text, phrase) in cases {
             let err = parse(text).unwrap_err().to_string();

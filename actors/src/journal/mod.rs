@@ -8,6 +8,7 @@
 //!   (`{"seq","timestamp","type","payload":{…}}`) into our events.
 //! - `writer`: [`Journal`], the open handle that appends one line per `write`.
 //! - `secrets`: sensitive answers redacted from each event written, restored when read back.
+//! - `repeats`: repeated lines (same seq, same event) replayed once.
 //!
 //! This module does not interpret a conversation (that is [`crate::context`]) and does not
 //! know about run status files or locks (that is [`crate::metadata`]).
@@ -15,6 +16,7 @@
 mod event;
 mod format;
 mod legacy;
+mod repeats;
 mod secrets;
 mod writer;
 

@@ -2,7 +2,8 @@
 //!
 //! Each event is serialized into a reused buffer with its `\n` and written with one
 //! `write_all` on an `O_APPEND` descriptor, so a crash can only tear the last line — which
-//! [`Journal::open`] repairs. Appending never re-reads the file. The handle assumes its
+//! [`Journal::open`] repairs (and where lines were repeated, replays each once: `repeats`).
+//! Appending never re-reads the file. The handle assumes its
 //! caller owns the run (holds [`crate::metadata::RunLock`]); it takes no lock itself.
 //!
 //! With the run's [`Redactor`] set, every sensitive answer in an event is replaced by its
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use super::event::{Event, JournalEvent};
 use super::format::{check_file_name, parse_journal, Tail};
+use super::repeats::{drop_repeated_lines, seq_list};
 use super::secrets::{redact_event, restore_event};
 use super::{JournalError, JOURNAL_FILE};
 use crate::redact::Redactor;
@@ -103,6 +105,7 @@ impl Journal {
             secrets: Redactor::default(),
         };
         let mut events = parsed.events;
+        let repeated = drop_repeated_lines(&mut events);
         match parsed.tail {
             Tail::Clean => {}
             Tail::Unterminated => journal.write_line(b"\n".to_vec())?,
@@ -122,6 +125,17 @@ impl Journal {
         }
         for warning in skip_warnings {
             events.push(journal.append(warning)?);
+        }
+        if !repeated.is_empty() {
+            let warning = journal.append(Event::Warning {
+                message: format!(
+                    "journal repeats {} earlier line(s) (seq {}), e.g. pasted twice or replayed \
+                     after a crash; the repeats were ignored (the file is left as it is)",
+                    repeated.len(),
+                    seq_list(&repeated)
+                ),
+            })?;
+            events.push(warning);
         }
         Ok((journal, events))
     }

@@ -2,7 +2,9 @@
 //! HTTP (reqwest with a shared connection pool).
 //!
 //! Owns the mapping from HTTP outcomes to [`LlmError`] (status, provider message,
-//! Retry-After). Does not retry, rate-limit or log the API key.
+//! Retry-After) and the per-attempt limits carried by [`RequestMeta::timeouts`]: the whole
+//! request, and the silence allowed before the response headers and between body chunks.
+//! Does not retry, rate-limit or log the API key.
 
 use std::error::Error as _;
 use std::sync::Arc;
@@ -16,10 +18,12 @@ use super::endpoint::{
     HEADER_AGENT, HEADER_RUN_ID,
 };
 use super::retry::parse_retry_after;
+use super::timeouts::{TimeoutPhase, MAX_LLM_TIMEOUT};
 use super::types::{parse_completion, preview, provider_error_message, ChatRequest};
 
-/// Default whole-request timeout: long generations on slow models are legitimate.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// The client-wide cap on one request, a backstop only: each request carries its own,
+/// shorter limits in [`RequestMeta::timeouts`].
+pub const DEFAULT_TIMEOUT: Duration = MAX_LLM_TIMEOUT;
 
 /// Longest provider error text kept in an [`LlmError::Http`] message.
 const MAX_ERROR_CHARS: usize = 2_000;
@@ -91,16 +95,20 @@ impl HttpBackend {
         &self.inner.endpoint
     }
 
-    /// One attempt: POST the request, map the outcome.
+    /// One attempt: POST the request, map the outcome. The whole attempt is bounded by
+    /// `meta.timeouts.request`, the wait for the response headers and for each body chunk by
+    /// `meta.timeouts.idle`.
     pub async fn send(
         &self,
         req: &ChatRequest,
         meta: &RequestMeta,
     ) -> Result<super::ChatCompletion, LlmError> {
         let inner = &self.inner;
+        let limits = meta.timeouts;
         let mut builder = inner
             .client
             .post(&inner.url)
+            .timeout(limits.request)
             .header(CONTENT_TYPE, "application/json")
             .json(&*req.for_wire());
         if !meta.agent_name.is_empty() {
@@ -109,13 +117,13 @@ impl HttpBackend {
         if !meta.run_id.is_empty() {
             builder = builder.header(HEADER_RUN_ID, encode_header_value(&meta.run_id));
         }
-        let response = builder.send().await.map_err(|e| self.transport_error(&e))?;
+        let response = tokio::time::timeout(limits.idle, builder.send())
+            .await
+            .map_err(|_| self.timeout(TimeoutPhase::FirstByte, limits.idle))?
+            .map_err(|e| self.transport_error(&e, limits.request))?;
         let status = response.status();
         let retry_after = parse_retry_after(response.headers());
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
+        let body = self.read_body(response, meta).await?;
         if status.is_success() {
             return parse_completion(&body);
         }
@@ -126,13 +134,39 @@ impl HttpBackend {
         })
     }
 
-    fn transport_error(&self, err: &reqwest::Error) -> LlmError {
+    /// The body, chunk by chunk, each within the idle limit.
+    async fn read_body(
+        &self,
+        mut response: reqwest::Response,
+        meta: &RequestMeta,
+    ) -> Result<Vec<u8>, LlmError> {
+        let limits = meta.timeouts;
+        let mut body = Vec::new();
+        loop {
+            let chunk = tokio::time::timeout(limits.idle, response.chunk())
+                .await
+                .map_err(|_| self.timeout(TimeoutPhase::Body, limits.idle))?
+                .map_err(|e| self.transport_error(&e, limits.request))?;
+            match chunk {
+                Some(bytes) => body.extend_from_slice(&bytes),
+                None => return Ok(body),
+            }
+        }
+    }
+
+    fn timeout(&self, phase: TimeoutPhase, limit: Duration) -> LlmError {
+        LlmError::Timeout {
+            target: self.target(),
+            phase,
+            limit,
+        }
+    }
+
+    /// `request_limit` is the whole-request limit the attempt ran under (reqwest reports it
+    /// as a timeout).
+    fn transport_error(&self, err: &reqwest::Error, request_limit: Duration) -> LlmError {
         if err.is_timeout() {
-            return LlmError::Transport(format!(
-                "POST {} timed out after {} s",
-                self.inner.url,
-                self.inner.timeout.as_secs_f64()
-            ));
+            return self.timeout(TimeoutPhase::Request, request_limit);
         }
         // reqwest's own text is terse ("error sending request"); the cause chain says why.
         let mut text = err.to_string();
@@ -150,6 +184,10 @@ impl ChatBackend for HttpBackend {
     fn complete(&self, req: ChatRequest, meta: RequestMeta) -> CompletionFuture {
         let this = self.clone();
         Box::pin(async move { this.send(&req, &meta).await })
+    }
+
+    fn target(&self) -> String {
+        format!("POST {}", self.inner.url)
     }
 }
 
@@ -232,5 +270,123 @@ mod tests {
         let err = b.send(&req, &RequestMeta::default()).await.unwrap_err();
         assert!(matches!(err, LlmError::Transport(_)), "{err:?}");
         assert!(err.is_retryable());
+    }
+
+    fn hello() -> ChatRequest {
+        ChatRequest {
+            model: "m".into(),
+            messages: vec![super::super::ChatMessage::user("hi")],
+            ..Default::default()
+        }
+    }
+
+    fn limits(request_ms: u64, idle_ms: u64) -> RequestMeta {
+        RequestMeta {
+            timeouts: crate::llm::LlmTimeouts {
+                request: Duration::from_millis(request_ms),
+                idle: Duration::from_millis(idle_ms),
+            },
+            ..RequestMeta::default()
+        }
+    }
+
+    /// A loopback endpoint that reads each request, sends `head` (maybe nothing), then
+    /// `trickle` one byte at a time every 50 ms, then holds the connection open in silence.
+    async fn stalling_endpoint(head: &'static [u8], trickle: usize) -> HttpBackend {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            for _ in 0..8 {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut request = [0u8; 8192];
+                let _ = stream.read(&mut request).await;
+                let _ = stream.write_all(head).await;
+                for _ in 0..trickle {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = stream.write_all(b" ").await;
+                }
+                held.push(stream);
+            }
+        });
+        HttpBackend::new(
+            Endpoint::new(format!("http://127.0.0.1:{port}/v1"), None),
+            DEFAULT_TIMEOUT,
+        )
+        .unwrap()
+    }
+
+    /// Regression: an endpoint that accepts and never answers held each attempt for 600 s.
+    #[tokio::test]
+    async fn llm_endpoint_that_never_answers_times_out_at_the_idle_limit() {
+        let backend = stalling_endpoint(b"", 0).await;
+        let err = backend
+            .send(&hello(), &limits(30_000, 200))
+            .await
+            .unwrap_err();
+        let LlmError::Timeout {
+            target,
+            phase,
+            limit,
+        } = &err
+        else {
+            panic!("expected a timeout, got {err:?}");
+        };
+        assert_eq!(*phase, TimeoutPhase::FirstByte);
+        assert_eq!(*limit, Duration::from_millis(200));
+        assert!(target.ends_with("/v1/chat/completions"), "{target}");
+        let text = err.to_string();
+        assert!(text.contains("200 ms (llm.idle_timeout)"), "{text}");
+        assert!(text.contains("127.0.0.1"), "{text}");
+        assert!(err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn llm_endpoint_that_stalls_after_its_headers_times_out_reading_the_body() {
+        let backend = stalling_endpoint(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{",
+            0,
+        )
+        .await;
+        let err = backend
+            .send(&hello(), &limits(30_000, 200))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LlmError::Timeout {
+                    phase: TimeoutPhase::Body,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("stalled"), "{err}");
+    }
+
+    /// A body that trickles in never trips the idle limit, but the whole-request one ends it.
+    #[tokio::test]
+    async fn a_trickling_body_is_cut_at_the_whole_request_limit() {
+        let backend = stalling_endpoint(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{",
+            100,
+        )
+        .await;
+        let err = backend.send(&hello(), &limits(400, 300)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LlmError::Timeout {
+                    phase: TimeoutPhase::Request,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("llm.request_timeout"), "{err}");
     }
 }

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use super::timeouts::{LlmTimeouts, TimeoutPhase};
 use super::types::{ChatCompletion, ChatRequest};
 
 /// Header carrying [`RequestMeta::agent_name`]; the scripted model matches rules on it.
@@ -65,11 +66,15 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Who is asking; sent as the `x-delta-agent` / `x-delta-run-id` headers.
+/// Who is asking (sent as the `x-delta-agent` / `x-delta-run-id` headers) and how long
+/// each attempt may take.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestMeta {
     pub agent_name: String,
     pub run_id: String,
+    /// Applied to every attempt (the asking run's resolved `llm.request_timeout` and
+    /// `llm.idle_timeout`).
+    pub timeouts: LlmTimeouts,
 }
 
 impl RequestMeta {
@@ -77,6 +82,7 @@ impl RequestMeta {
         RequestMeta {
             agent_name: agent_name.into(),
             run_id: run_id.into(),
+            timeouts: LlmTimeouts::default(),
         }
     }
 }
@@ -134,6 +140,13 @@ pub enum LlmError {
     InvalidResponse(String),
     #[error("scripted model: {0}")]
     Scripted(String),
+    #[error("the LLM endpoint timed out: {target}: {} (hint: check that the endpoint is healthy; raise `llm.request_timeout` / `llm.idle_timeout` in agent.yaml or the plan's `llm:`, or pass --llm-timeout)", phase.describe(*limit))]
+    Timeout {
+        /// What was called, e.g. `POST https://host/v1/chat/completions`.
+        target: String,
+        phase: TimeoutPhase,
+        limit: Duration,
+    },
 }
 
 fn status_hint(status: u16) -> &'static str {
@@ -145,14 +158,14 @@ fn status_hint(status: u16) -> &'static str {
 }
 
 impl LlmError {
-    /// 408, 409, 429, any 5xx and transport failures are worth another attempt; other 4xx,
-    /// invalid responses and script errors are not.
+    /// 408, 409, 429, any 5xx, transport failures and timeouts are worth another attempt;
+    /// other 4xx, invalid responses and script errors are not.
     pub fn is_retryable(&self) -> bool {
         match self {
             LlmError::Http { status, .. } => {
                 matches!(status, 408 | 409 | 429) || (500..=599).contains(status)
             }
-            LlmError::Transport(_) => true,
+            LlmError::Transport(_) | LlmError::Timeout { .. } => true,
             LlmError::InvalidResponse(_) | LlmError::Scripted(_) => false,
         }
     }
@@ -181,6 +194,11 @@ pub type CompletionFuture = Pin<Box<dyn Future<Output = Result<ChatCompletion, L
 /// [`super::ScriptedBackend`]; the gateway adds admission, rate limiting and retries.
 pub trait ChatBackend: Send + Sync + 'static {
     fn complete(&self, req: ChatRequest, meta: RequestMeta) -> CompletionFuture;
+
+    /// What a call goes to, for messages (a timeout names it).
+    fn target(&self) -> String {
+        "the model backend".to_string()
+    }
 }
 
 #[cfg(test)]

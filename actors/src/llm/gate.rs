@@ -1,6 +1,7 @@
 //! [`LlmGate`]: everything that stands between a run and one endpoint, as plain tokio code
 //! the `LlmGateway` actor can own: a cap on requests in flight, the shared requests-per-minute
-//! limiter, the endpoint-wide Retry-After barrier, and retries with jittered backoff.
+//! limiter, the endpoint-wide Retry-After barrier, the whole-request limit on each attempt,
+//! and retries with jittered backoff (a timed-out attempt is retried like a 5xx).
 //!
 //! No actix here. The gate never holds a permit while sleeping a backoff, and reserves a
 //! rate slot only once it holds a permit (so queued callers cannot burst past the limit).
@@ -13,6 +14,7 @@ use tokio::sync::Semaphore;
 use super::endpoint::{ChatBackend, LlmError, RequestMeta};
 use super::rate::RateLimiter;
 use super::retry::{RetryNotice, RetryPolicy};
+use super::timeouts::TimeoutPhase;
 use super::types::{ChatCompletion, ChatRequest};
 
 /// Limits for one endpoint.
@@ -106,7 +108,7 @@ impl LlmGate {
                     tokio::time::sleep(slot_wait).await;
                 }
                 waited += queued_at.elapsed();
-                self.backend.complete(req.clone(), meta.clone()).await
+                self.attempt(&req, &meta).await
             };
             let error = match result {
                 Ok(completion) => {
@@ -134,6 +136,25 @@ impl LlmGate {
             });
             tokio::time::sleep(wait).await;
             waited += wait;
+        }
+    }
+
+    /// One attempt, bounded by the whole-request limit whatever the backend (the HTTP
+    /// backend also applies it, plus the idle limit, itself).
+    async fn attempt(
+        &self,
+        req: &ChatRequest,
+        meta: &RequestMeta,
+    ) -> Result<ChatCompletion, LlmError> {
+        let limit = meta.timeouts.request;
+        let attempt = self.backend.complete(req.clone(), meta.clone());
+        match tokio::time::timeout(limit, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(LlmError::Timeout {
+                target: self.backend.target(),
+                phase: TimeoutPhase::Request,
+                limit,
+            }),
         }
     }
 
@@ -271,5 +292,34 @@ rules:
         }
         // Slots at 0, 100, 200 and 300 ms.
         assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+
+    /// Any backend's attempt is bounded by the whole-request limit, and retried like a 5xx.
+    #[tokio::test]
+    async fn a_slow_attempt_times_out_and_is_retried() {
+        let g = gate(
+            "steps: [{answer: late, latency: 5000}]",
+            GateConfig {
+                retry: quick(3),
+                ..GateConfig::default()
+            },
+        );
+        let mut meta = RequestMeta::new("a", "r");
+        meta.timeouts.request = Duration::from_millis(150);
+        let mut notices = 0;
+        let err = g.complete(req(), meta, |_| notices += 1).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LlmError::Timeout {
+                    phase: TimeoutPhase::Request,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(notices, 2, "3 attempts, 2 retries");
+        assert!(err.to_string().contains("150 ms"), "{err}");
+        assert_eq!(g.in_flight(), 0);
     }
 }

@@ -8,6 +8,8 @@
 //!   [`LlmError`] and the one-attempt [`ChatBackend`] trait.
 //! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest.
 //! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`].
+//! - [`timeouts`]: [`LlmTimeouts`] per attempt (whole request, idle) and their layered
+//!   settings (`--llm-timeout` > plan `llm:` > agent.yaml `llm:` > default).
 //! - [`rate`]: [`RateLimiter`], requests-per-minute spacing plus a Retry-After barrier.
 //! - [`call`]: [`complete_call`], one model call as a run sees it (cancellable, failed
 //!   attempts kept), and its [`CallOutcome`] / [`CallFailure`].
@@ -26,6 +28,7 @@ pub mod gate;
 pub mod rate;
 pub mod retry;
 pub mod scripted;
+pub mod timeouts;
 pub mod types;
 
 pub use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
@@ -37,6 +40,10 @@ pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,
     ServerStats,
+};
+pub use timeouts::{
+    parse_llm_timeout, LlmTimeoutSettings, LlmTimeouts, TimeoutPhase, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
 };
 pub use types::{
     parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall, Usage,

@@ -26,7 +26,12 @@ const DEFAULTS_KEYS: &[&str] = &[
     "isolate",
     "output",
 ];
-const LLM_KEYS: &[&str] = &["max_in_flight", "requests_per_minute"];
+const LLM_KEYS: &[&str] = &[
+    "max_in_flight",
+    "requests_per_minute",
+    "request_timeout",
+    "idle_timeout",
+];
 const STAGE_KEYS: &[&str] = &[
     "id",
     "agent",

@@ -60,6 +60,12 @@ pub struct LlmLimits {
     pub max_in_flight: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u32>,
+    /// Limit on each model call attempt of the plan's runs (overrides agent.yaml's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<DurationValue>,
+    /// Silence allowed before a response and between its chunks (overrides agent.yaml's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<DurationValue>,
 }
 
 /// One stage: a single run, or one run per `foreach` item.

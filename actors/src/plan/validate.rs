@@ -21,6 +21,8 @@ use super::parse::{input_error, parse_plan};
 use super::stage_checks::{check_stage_templates, stage_items};
 use super::PlanError;
 use crate::input::{read_bounded, InputError};
+use crate::llm::timeouts::check_llm_timeout;
+use crate::llm::LlmTimeoutSettings;
 
 /// Runs in flight when the plan does not say.
 pub const DEFAULT_MAX_PARALLEL: usize = 8;
@@ -39,6 +41,8 @@ pub struct ResolvedPlan {
     /// The plan's vars with the `--var` overrides applied.
     pub vars: BTreeMap<String, serde_json::Value>,
     pub llm: LlmLimits,
+    /// `llm.request_timeout` / `llm.idle_timeout`, parsed (they override the agents').
+    pub llm_timeouts: LlmTimeoutSettings,
     /// In file order.
     pub stages: Vec<ResolvedStage>,
     /// The model as written, for the copy kept with the orchestration state.
@@ -152,6 +156,20 @@ pub fn resolve_plan(
             ));
         }
     }
+    let llm_timeout = |value: Option<&DurationValue>, key: &str| {
+        let limit = resolve_timeout(value, key, &file)?;
+        limit.map(check_llm_timeout).transpose().map_err(|problem| {
+            invalid(
+                key,
+                problem,
+                "write e.g. 90s or 2m, or omit it for the agents' own",
+            )
+        })
+    };
+    let llm_timeouts = LlmTimeoutSettings {
+        request: llm_timeout(model.llm.request_timeout.as_ref(), "llm.request_timeout")?,
+        idle: llm_timeout(model.llm.idle_timeout.as_ref(), "llm.idle_timeout")?,
+    };
     if model.stages.is_empty() {
         return Err(invalid(
             "stages",
@@ -234,6 +252,7 @@ pub fn resolve_plan(
             .map(|workspace| dir.join(workspace)),
         vars,
         llm: model.llm.clone(),
+        llm_timeouts,
         stages,
         source: model,
         dir,

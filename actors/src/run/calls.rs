@@ -26,7 +26,7 @@ use crate::tool::job::{ToolExecution, ToolJob};
 use crate::workspace::tool_record_path;
 
 use super::drive::{error_info, Halt, Run};
-use super::hooks::HookVars;
+use super::hooks::{AuditKind, HookVars};
 
 const NOT_RUN_INTERRUPTED: &str =
     "Error: not run: the run was interrupted before this call started.";
@@ -302,6 +302,9 @@ impl Run {
         job.secrets = self.secrets.snapshot();
         let cancel = self.lp.control.token().child_token();
         let execution = self.lp.tools.execute(job, cancel).await;
+        if let Some(problem) = execution.as_ref().and_then(|e| e.record_error.clone()) {
+            self.audit_write_failed(AuditKind::ToolExecution, problem)?;
+        }
         let recorded = recorded_execution(execution);
         let vars = HookVars {
             tool_name: Some(call.tool_name.clone()),

@@ -26,7 +26,7 @@ use crate::metadata::{write_metadata_redacted, RunLock, RunMetadata};
 use crate::protocol::TokenUsage;
 use crate::redact::Redactor;
 use crate::runtime::run::setup::{
-    child_environments, recorded_final_answer, take_run, PendingQuestion, TakenRun,
+    recorded_final_answer, take_run, PendingQuestion, SetupError, TakenRun,
 };
 use crate::runtime::supervisor::setup_failure;
 use crate::tool::compile::{ask_human_schema, CompiledTool};
@@ -34,11 +34,13 @@ use crate::workspace::{now_rfc3339, validate_run_id, RunPaths};
 
 use super::calls::PlannedCall;
 use super::end::Ending;
+use super::env::child_environments;
+use super::hooks::AuditKind;
 use super::hooks::HookVars;
 use super::model::completion_payload;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
-use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
+use super::{RunLoop, DEFAULT_MAX_ITERATIONS, SETUP_IO_ERROR_KIND, TRUNCATED_FINISH_REASON};
 
 /// How often a live run's metadata.json shows its progress.
 const PROGRESS_WRITE_INTERVAL: Duration = Duration::from_secs(2);
@@ -94,6 +96,10 @@ pub(super) struct Run {
     pub model_usage: BTreeMap<String, TokenUsage>,
     pub timings: Timings,
     pub last_progress_write: Instant,
+    /// The first failure to write metadata.json in this driving, with its path and cause.
+    pub metadata_failure: Option<String>,
+    /// Audit record kinds already warned about (one WARNING per kind per run).
+    pub audit_warned: RefCell<std::collections::HashSet<AuditKind>>,
 }
 
 impl RunLoop {
@@ -126,6 +132,10 @@ impl RunLoop {
             // Nothing of the run was touched: answer without writing anything.
             Err(e) => {
                 let mut result = setup_failure(&self.request, &self.run_id, &e.to_string());
+                if let (SetupError::Io(_), Some(error)) = (&e, result.error.as_mut()) {
+                    // Not a refusal: the files could not be written (a full disk...).
+                    error.kind = SETUP_IO_ERROR_KIND.into();
+                }
                 redact_result(&mut result, &secrets.snapshot());
                 return result;
             }
@@ -187,6 +197,8 @@ impl Run {
             model_usage: BTreeMap::new(),
             timings: Timings::default(),
             last_progress_write: Instant::now(),
+            metadata_failure: None,
+            audit_warned: RefCell::default(),
             lp,
         };
         run.emit(RunEvent::RunStarted {
@@ -249,7 +261,13 @@ impl Run {
             .await?;
 
             let text = completion.message.content.clone().filter(|t| !t.is_empty());
+            let cut = completion.finish_reason.as_deref() == Some(TRUNCATED_FINISH_REASON);
             let calls = self.record_thought(completion, text.clone(), record_ref)?;
+            if calls.is_empty() && cut {
+                let message = self.truncation_message(text.is_some());
+                self.log(&message);
+                return Ok(Ending::failed(error_info("truncated", message)));
+            }
             if calls.is_empty() {
                 // The final answer ends the iteration, and the run.
                 let payload = self.iteration_end_payload(true);
@@ -276,6 +294,22 @@ impl Run {
         } else {
             Ok(())
         }
+    }
+
+    /// A reply cut at the output limit with no tool call is not an answer: presenting it as
+    /// COMPLETED (possibly empty) would hide the cut. The run fails with a way forward.
+    fn truncation_message(&self, partial: bool) -> String {
+        let limit = match self.lp.request.agent.llm.max_tokens {
+            Some(n) => format!("raise `llm.max_tokens` in agent.yaml (now {n})"),
+            None => "set `llm.max_tokens` in agent.yaml (the provider's default limit applied)"
+                .to_string(),
+        };
+        format!(
+            "the model's reply was cut off at its output limit (finish_reason: length) before it gave an answer or a tool call{}; hint: {limit}, then continue the run with `delta continue --run-id {} -w {} -m \"...\"`",
+            if partial { " (the partial reply is in the journal)" } else { "" },
+            self.lp.run_id,
+            self.lp.request.work_dir.display()
+        )
     }
 
     fn iteration_cap_error(&self) -> RunErrorInfo {
@@ -398,20 +432,26 @@ impl Run {
     pub(super) fn save_progress(&mut self) {
         if self.last_progress_write.elapsed() >= PROGRESS_WRITE_INTERVAL {
             self.last_progress_write = Instant::now();
-            self.save_metadata(false);
+            let _ = self.save_metadata(false);
         }
     }
 
+    /// Writes the run's record; false when it could not be written (the first such failure
+    /// of the run is kept in `metadata_failure`: it is the cause the user needs to read).
     /// `durable` at status changes (when `journal_fsync`); progress updates between them are
     /// atomic but not fsynced, so a crash loses at most the last iteration count.
-    pub(super) fn save_metadata(&mut self, durable: bool) {
+    pub(super) fn save_metadata(&mut self, durable: bool) -> bool {
         self.meta.updated_at = now_rfc3339();
         self.meta.iterations = self.iteration;
         self.meta.usage = self.usage;
         let secrets = self.secrets.snapshot();
-        if let Err(e) = write_metadata_redacted(&self.paths.run_dir, &self.meta, durable, &secrets)
-        {
-            self.log(&format!("warning: cannot write metadata.json: {e}"));
+        match write_metadata_redacted(&self.paths.run_dir, &self.meta, durable, &secrets) {
+            Ok(()) => true,
+            Err(e) => {
+                self.log(&format!("warning: cannot write metadata.json: {e}"));
+                self.metadata_failure.get_or_insert_with(|| e.to_string());
+                false
+            }
         }
     }
 

@@ -122,7 +122,10 @@ impl Run {
         self.meta.end_time = Some(end_time.clone());
         self.meta.error = error.as_ref().map(|e| format!("{}: {}", e.kind, e.message));
         self.meta.result = result.clone();
-        self.save_metadata(self.lp.config.journal_fsync);
+        let mut error = error;
+        if !self.save_metadata(self.lp.config.journal_fsync) {
+            error = Some(self.unrecorded_end(status, error));
+        }
         self.log(&format!(
             "run finished: {status} after {} iteration(s){}",
             self.iteration,
@@ -153,11 +156,45 @@ impl Run {
             run_id: self.lp.run_id.clone(),
             status: run_result.status,
             duration_ms: run_result.metrics.duration_ms,
-            error: run_result.error.as_ref().map(|e| e.message.clone()),
+            error: run_result.error.as_ref().map(|e| match &e.details {
+                Some(details) => format!("{}; {details}", e.message),
+                None => e.message.clone(),
+            }),
         });
         let mut run_result = run_result;
         redact_result(&mut run_result, &self.secrets.snapshot());
         run_result
+    }
+
+    /// The run ended (its ENGINE_END is journaled) but metadata.json still shows the old
+    /// status. The status stands, as the journal has it; the first write failure becomes the
+    /// RunResult's error (`metadata_error`), or its `details` when the run already failed, and
+    /// a WARNING in the journal, so the user reads the real cause (a full disk, an unwritable
+    /// file) instead of a later "still running".
+    fn unrecorded_end(&self, status: RunStatus, error: Option<RunErrorInfo>) -> RunErrorInfo {
+        let cause = self
+            .metadata_failure
+            .clone()
+            .unwrap_or_else(|| "unknown error".into());
+        let message = format!(
+            "the run ended {status}, but its record {} still says RUNNING: {cause}; the journal has the run's end, and `delta list-runs -w {}` or `delta continue` repair the record once it can be written",
+            self.paths.run_dir.join(crate::metadata::METADATA_FILE).display(),
+            self.lp.request.work_dir.display()
+        );
+        self.log(&message);
+        let _ = self.rec.borrow_mut().append(Event::Warning {
+            message: message.clone(),
+        });
+        match error {
+            Some(mut error) => {
+                error.details = Some(match error.details.take() {
+                    Some(details) => format!("{details}; {message}"),
+                    None => message,
+                });
+                error
+            }
+            None => super::drive::error_info("metadata_error", message),
+        }
     }
 
     fn run_result(

@@ -24,6 +24,24 @@ pub const END_HOOK_MAX_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upper bound when the run is being stopped (Ctrl-C, run timeout): exit promptly.
 pub const END_HOOK_MAX_TIMEOUT_WHEN_STOPPING: Duration = Duration::from_secs(2);
 
+/// The kinds of io/ audit records, each warned about once per run when it cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum AuditKind {
+    Invocation,
+    ToolExecution,
+    Hook,
+}
+
+impl AuditKind {
+    fn records(self) -> &'static str {
+        match self {
+            AuditKind::Invocation => "model call records (io/invocations)",
+            AuditKind::ToolExecution => "tool execution records (io/tool_executions)",
+            AuditKind::Hook => "hook records (io/hooks)",
+        }
+    }
+}
+
 /// Hook-specific variables of one invocation.
 #[derive(Default)]
 pub(super) struct HookVars {
@@ -127,7 +145,7 @@ impl Run {
             outcome.io_path_ref
         ));
         if let Some(problem) = &outcome.record_error {
-            self.log(&format!("warning: hook record not written: {problem}"));
+            self.audit_write_failed(AuditKind::Hook, problem.clone())?;
         }
         self.append(Event::HookExecuted {
             hook_name: outcome.name.as_str().to_string(),
@@ -135,6 +153,23 @@ impl Run {
             reason: outcome.reason.clone(),
             io_path_ref: outcome.io_path_ref.clone(),
         })
+    }
+
+    /// An io/ audit record could not be written. The first failure of each kind in a run
+    /// becomes a WARNING naming the path and the OS error (a full or read-only disk would
+    /// otherwise fail every call in silence, or flood the journal).
+    pub(super) fn audit_write_failed(&self, kind: AuditKind, problem: String) -> Result<(), Halt> {
+        self.log(&format!(
+            "warning: {} not written: {problem}",
+            kind.records()
+        ));
+        if !self.audit_warned.borrow_mut().insert(kind) {
+            return Ok(());
+        }
+        self.warn(format!(
+            "{} are not being written: {problem} (further failures of this kind in this run are not reported again)",
+            kind.records()
+        ))
     }
 
     /// Journals a WARNING (something ignored that the user should know about).

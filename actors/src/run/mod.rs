@@ -12,6 +12,7 @@
 //! - `end.rs`: ERROR, `on_error`, ENGINE_END, final metadata, the RunResult, `on_run_end`;
 //! - `hooks.rs`: firing a configured hook and journaling `HOOK_EXECUTED` / WARNING;
 //! - `recorder.rs`: the journal, its in-memory prefix and `engine.log`;
+//! - `env.rs`: the environments of the run's tools and context generators;
 //! - `human.rs`: ask_human bookkeeping (request file, answers, sensitive values);
 //! - `redaction.rs`: sensitive answers kept out of RunEvents and the RunResult.
 //!
@@ -32,6 +33,7 @@
 mod calls;
 mod drive;
 mod end;
+mod env;
 mod hooks;
 pub mod human;
 mod model;
@@ -55,6 +57,13 @@ use crate::tool::job::{ToolExecution, ToolJob};
 
 /// Default iteration cap when neither the request nor the agent sets one.
 pub const DEFAULT_MAX_ITERATIONS: u32 = 30;
+
+/// The finish reason of a reply cut at the output limit (`max_tokens`).
+pub const TRUNCATED_FINISH_REASON: &str = "length";
+
+/// Error kind of a run that could not be taken because its files could not be written or
+/// read (as opposed to `setup_error`, a refusal). Nothing of the run was changed either way.
+pub const SETUP_IO_ERROR_KIND: &str = "setup_io_error";
 
 /// One model call through the endpoint's in-flight cap, rate limit and retries.
 pub trait ModelPort {

@@ -16,6 +16,7 @@ use crate::protocol::TokenUsage;
 use crate::workspace::{invocation_record_path, write_redacted_json_file};
 
 use super::drive::{error_info, Halt, Run};
+use super::hooks::AuditKind;
 
 impl Run {
     /// The messages for this iteration, from the journal through the context builder.
@@ -110,6 +111,13 @@ impl Run {
         let meta = RequestMeta {
             agent_name: self.lp.request.agent.name.clone(),
             run_id: self.lp.run_id.clone(),
+            timeouts: self
+                .lp
+                .request
+                .agent
+                .llm
+                .timeouts
+                .resolve(self.lp.config.llm_timeouts),
         };
         let events = self.events.clone();
         let run_id = self.lp.run_id.clone();
@@ -153,13 +161,17 @@ impl Run {
                         "attempts": failure.attempts,
                         "failed_attempts": failure.failed_attempts,
                     }),
-                );
+                )?;
                 let message = format!(
                     "model call failed after {} attempt(s): {}",
                     failure.attempts, failure.error
                 );
                 self.log(&message);
-                return Err(Halt::Failed(error_info("llm_error", message)));
+                let kind = match failure.error {
+                    LlmError::Timeout { .. } => "llm_timeout",
+                    _ => "llm_error",
+                };
+                return Err(Halt::Failed(error_info(kind, message)));
             }
         };
         self.timings.model += duration.saturating_sub(waited);
@@ -175,7 +187,7 @@ impl Run {
                 "attempts": attempts,
                 "failed_attempts": failed_attempts,
             }),
-        );
+        )?;
         if let Some(usage) = &completion.usage {
             let used = TokenUsage {
                 input_tokens: usage.prompt_tokens,
@@ -195,8 +207,11 @@ impl Run {
     /// io/invocations keeps the request as sent and the response as received, except
     /// sensitive answers (kept only in the run's 0600 secrets files). Best effort: an audit
     /// record never fails a run.
-    fn write_invocation_record(&self, path: &std::path::Path, record: Value) {
-        let _ = write_redacted_json_file(path, &record, &self.secrets.snapshot());
+    fn write_invocation_record(&self, path: &std::path::Path, record: Value) -> Result<(), Halt> {
+        match write_redacted_json_file(path, &record, &self.secrets.snapshot()) {
+            Ok(()) => Ok(()),
+            Err(e) => self.audit_write_failed(AuditKind::Invocation, e.to_string()),
+        }
     }
 }
 

@@ -153,6 +153,7 @@ impl ToolPort for FakeTools {
                 duration: Duration::ZERO,
                 cancelled,
                 record_path: job.record_path,
+                record_error: None,
             })
         })
     }

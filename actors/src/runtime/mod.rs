@@ -41,7 +41,12 @@
 //!   only when its needs finished; run ids are deterministic, so a resumed plan reuses
 //!   COMPLETED runs and continues the others instead of running an item twice.
 //! - Handlers never block: processes go through `tokio::process`, blocking prompts through
-//!   `spawn_blocking`; journal appends are short synchronous writes.
+//!   `spawn_blocking`, context files and generator outputs through `crate::blocking` (a
+//!   static pool a cancelled run walks away from, so a read that never returns cannot hold
+//!   the run's timeout, Ctrl-C or the process's exit); journal appends are short
+//!   synchronous writes.
+//! - Model calls: every attempt is bounded by the run's `llm.request_timeout` (and, over
+//!   HTTP, `llm.idle_timeout`); a timed-out attempt is retried like a 5xx.
 
 pub mod gateway;
 pub mod janitor;

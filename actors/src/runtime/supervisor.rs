@@ -109,7 +109,7 @@ impl RunSupervisor {
         }
         let backend: Arc<dyn ChatBackend> = match target {
             LlmTarget::Http(endpoint) => Arc::new(
-                HttpBackend::new(endpoint.clone(), self.config.llm_http_timeout)
+                HttpBackend::new(endpoint.clone(), crate::llm::DEFAULT_TIMEOUT)
                     .map_err(|e| EngineError::Rejected(e.to_string()))?,
             ),
             LlmTarget::Scripted(script) => Arc::new(ScriptedBackend::new(script.clone())),
@@ -339,10 +339,24 @@ impl Handler<StartOrchestration> for RunSupervisor {
                 let _ = self.gateway_with_limits(target, limits);
             }
         }
-        let addr =
-            OrchestrationActor::new(msg.request, ctx.address(), msg.events, msg.reply).start();
+        let mut request = msg.request;
+        apply_plan_llm_timeouts(&mut request);
+        let addr = OrchestrationActor::new(request, ctx.address(), msg.events, msg.reply).start();
         self.orchestrations.insert(id, addr);
         Ok(())
+    }
+}
+
+/// The plan's `llm.request_timeout` / `llm.idle_timeout` win over each agent's own.
+fn apply_plan_llm_timeouts(request: &mut OrchestrationRequest) {
+    let plan = request.plan.llm_timeouts;
+    if plan.is_empty() {
+        return;
+    }
+    for agent in request.agents.values_mut() {
+        let mut overridden = (**agent).clone();
+        overridden.llm.timeouts = plan.over(agent.llm.timeouts);
+        *agent = Arc::new(overridden);
     }
 }
 

@@ -45,6 +45,8 @@ pub struct ToolExecution {
     pub duration: Duration,
     pub cancelled: bool,
     pub record_path: PathBuf,
+    /// Why the audit record could not be written (path and OS error), if it could not.
+    pub record_error: Option<String>,
 }
 
 /// Runs one job to completion (embedders and benches may call it without actors).
@@ -109,8 +111,12 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
         },
         "spawn_error": match &outcome.termination { Termination::SpawnFailed(e) => Some(e.clone()), _ => None },
     });
-    // The audit record is best effort: a full disk must not turn a tool result into a crash.
-    let _ = crate::workspace::write_redacted_json_file(&job.record_path, &record, &job.secrets);
+    // The audit record is best effort: a full disk must not turn a tool result into a crash
+    // (the run journals a WARNING about it instead).
+    let record_error =
+        crate::workspace::write_redacted_json_file(&job.record_path, &record, &job.secrets)
+            .err()
+            .map(|e| e.to_string());
     ToolExecution {
         observation,
         success,
@@ -118,5 +124,6 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
         duration: outcome.duration,
         cancelled: matches!(outcome.termination, Termination::Cancelled),
         record_path: job.record_path,
+        record_error,
     }
 }

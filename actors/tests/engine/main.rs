@@ -1,5 +1,6 @@
 //! Engine-level integration tests (one binary).
 mod agent_loading;
+mod faults;
 mod harness;
 mod hooks;
 mod llm;

@@ -95,6 +95,7 @@ struct RawStep {
     message: Option<String>,
     then: Option<Box<RawStep>>,
     latency: Option<RawLatency>,
+    finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -238,6 +239,13 @@ impl Loader {
             .map(|l| self.latency(&format!("{key}.latency"), l))
             .transpose()?;
         let is_fail = raw.fail.is_some();
+        if is_fail && raw.finish_reason.is_some() {
+            return Err(self.invalid(
+                &format!("{key}.finish_reason"),
+                "`finish_reason` goes with `answer`, `tool` or `tools` (a failure has none)",
+            ));
+        }
+        let finish_reason = raw.finish_reason.take();
         if !is_fail {
             for (present, name) in [
                 (raw.times.is_some(), "times"),
@@ -291,7 +299,11 @@ impl Loader {
         } else {
             self.fail(key, raw)?
         };
-        Ok(Step { action, latency })
+        Ok(Step {
+            action,
+            latency,
+            finish_reason,
+        })
     }
 
     fn fail(&mut self, key: &str, raw: RawStep) -> Result<Action, ScriptError> {

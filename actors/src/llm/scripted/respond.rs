@@ -133,7 +133,7 @@ impl Script {
         let Some(step) = rule.steps.get(step_index) else {
             let answer = ChatMessage::assistant(Some(self.exhausted_answer.clone()), vec![]);
             let latency = self.latency_for(rule, None);
-            return self.completion(req, answer, latency);
+            return self.completion(req, answer, latency, None);
         };
         let played = match self.failure_or_recovery(step, rule, (rule_index, step_index), &ctx) {
             Play::Step(next) => next,
@@ -148,7 +148,7 @@ impl Script {
                     step
                 };
                 let latency = self.latency_for(rule, Some(timed));
-                self.completion(req, message, latency)
+                self.completion(req, message, latency, played.finish_reason.as_deref())
             }
             Err(e) => ScriptedReply::failure(400, e),
         }
@@ -299,12 +299,13 @@ impl Script {
         req: &ChatRequest,
         message: ChatMessage,
         latency: Duration,
+        finish_reason: Option<&str>,
     ) -> ScriptedReply {
-        let finish_reason = if message.tool_calls().is_empty() {
+        let finish_reason = finish_reason.unwrap_or(if message.tool_calls().is_empty() {
             "stop"
         } else {
             "tool_calls"
-        };
+        });
         let prompt_chars: usize = req.messages.iter().map(message_chars).sum();
         let prompt_tokens = estimate_tokens(prompt_chars);
         let completion_tokens = estimate_tokens(message_chars(&message));

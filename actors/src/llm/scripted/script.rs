@@ -82,6 +82,8 @@ pub(super) struct Rule {
 pub(super) struct Step {
     pub(super) action: Action,
     pub(super) latency: Option<Latency>,
+    /// Reported instead of `stop` / `tool_calls` (e.g. `length`: a reply cut at max_tokens).
+    pub(super) finish_reason: Option<String>,
 }
 
 #[derive(Debug)]

@@ -293,10 +293,7 @@ fn meta_from_headers(headers: &HeaderMap) -> RequestMeta {
             .map(decode_header_value)
             .unwrap_or_default()
     };
-    RequestMeta {
-        agent_name: get(HEADER_AGENT),
-        run_id: get(HEADER_RUN_ID),
-    }
+    RequestMeta::new(get(HEADER_AGENT), get(HEADER_RUN_ID))
 }
 
 fn json_reply(status: StatusCode, body: &Value) -> Reply {

@@ -256,6 +256,20 @@ fn usage_and_finish_reason_are_filled() {
 }
 
 #[test]
+fn a_step_may_report_its_own_finish_reason() {
+    let s = script("steps: [{answer: \"\", finish_reason: length}]");
+    let ScriptedReply::Completion { completion, .. } =
+        s.respond(&req(vec![ChatMessage::user("x")]), &meta("", ""))
+    else {
+        panic!()
+    };
+    assert_eq!(completion.finish_reason.as_deref(), Some("length"));
+    assert_eq!(completion.raw["choices"][0]["finish_reason"], "length");
+    let err = load_err("steps: [{fail: 500, finish_reason: length}]");
+    assert!(err.contains("steps[0].finish_reason"), "{err}");
+}
+
+#[test]
 fn latencies_layer_step_over_rule_over_default() {
     let s = script(
         r#"

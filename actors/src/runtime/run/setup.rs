@@ -4,10 +4,9 @@
 //!
 //! Must not: talk to the model or run tools.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::api::{RunRequest, RunStart, SupervisorConfig};
+use crate::api::{RunRequest, RunStart};
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
@@ -16,7 +15,6 @@ use crate::metadata::{
 };
 use crate::protocol::RunStatus;
 use crate::redact::Redactor;
-use crate::tool::process::build_child_env;
 use crate::workspace::{create_run_dir, ensure_control_dir, open_run_dir, RunPaths};
 
 /// A run, taken and ready for its first iteration.
@@ -40,6 +38,19 @@ pub enum SetupError {
 
 fn io<E: std::fmt::Display>(e: E) -> SetupError {
     SetupError::Io(e.to_string())
+}
+
+/// A journal that cannot be used as it is (FATAL shapes, a bad line) is refused like bad
+/// input; only a failing read or write is an I/O error.
+fn journal_refusal(e: crate::journal::JournalError) -> SetupError {
+    match &e {
+        crate::journal::JournalError::Io { source, .. }
+            if source.kind() != std::io::ErrorKind::NotFound =>
+        {
+            SetupError::Io(e.to_string())
+        }
+        _ => SetupError::Refused(e.to_string()),
+    }
 }
 
 /// A run folder without metadata.json is what a process killed while creating the run
@@ -133,41 +144,36 @@ pub fn take_run(
         RunStart::Continue { message, force } => {
             let paths = open_run_dir(&request.work_dir, run_id)
                 .map_err(|e| SetupError::Refused(e.to_string()))?;
-            let mut meta =
+            let meta =
                 read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
             let (lock, takeover_reason) = take_lock(run_id, &paths, &meta, *force)?;
             // Re-read under the lock: the previous owner may have finished in between.
-            meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
+            let mut meta =
+                read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
             let (mut journal, mut events) =
-                Journal::open_with_secrets(&paths.run_dir, opts, secrets.clone()).map_err(io)?;
-            restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
-            let mut status = meta.status;
-            if status == RunStatus::Running {
+                Journal::open_with_secrets(&paths.run_dir, opts, secrets.clone())
+                    .map_err(journal_refusal)?;
+            // Decide everything first: a refusal below must leave the run as it was.
+            let interrupted = (meta.status == RunStatus::Running).then(|| {
                 // We hold the lock, so whoever recorded RUNNING no longer drives the run.
-                let reason = takeover_reason.unwrap_or_else(|| {
+                takeover_reason.unwrap_or_else(|| {
                     format!(
                         "the run lock was free: process {} on host '{}' no longer drives the run",
                         meta.pid, meta.hostname
                     )
-                });
-                events.push(
-                    journal
-                        .append(Event::Interrupted {
-                            reason: format!("janitor: {reason}"),
-                        })
-                        .map_err(io)?,
-                );
-                status = RunStatus::Interrupted;
-            }
-            let pending_question = pending_ask_human(&events);
-            match status {
+                })
+            });
+            let status = if interrupted.is_some() {
+                RunStatus::Interrupted
+            } else {
+                meta.status
+            };
+            let response_file = paths.interaction_dir.join("response.txt");
+            let answer = match status {
                 RunStatus::WaitingForInput => {
-                    let response_file = paths.interaction_dir.join("response.txt");
                     let answer = match message {
                         Some(m) => Some(m.clone()),
-                        None => std::fs::read_to_string(&response_file)
-                            .ok()
-                            .map(|s| s.trim_end_matches(['\n', '\r']).to_string()),
+                        None => read_response_file(&response_file)?,
                     };
                     let Some(answer) = answer else {
                         return Err(SetupError::Refused(format!(
@@ -175,29 +181,45 @@ pub fn take_run(
                             response_file.display()
                         )));
                     };
-                    if let Some(q) = &pending_question {
-                        let recorded = crate::run::human::record_answer(
-                            &mut journal,
-                            &paths,
-                            q,
-                            &answer,
-                            secrets,
-                        )
-                        .map_err(io)?;
-                        events.extend(recorded);
-                    }
-                    let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));
-                    let _ = std::fs::remove_file(&response_file);
+                    Some(answer)
                 }
-                RunStatus::Interrupted => {}
-                RunStatus::Completed | RunStatus::Failed => {
-                    if message.is_none() {
-                        return Err(SetupError::Refused(format!(
-                            "run '{run_id}' is {status}: to continue it, give a message with -m \"...\""
-                        )));
-                    }
+                RunStatus::Completed | RunStatus::Failed if message.is_none() => {
+                    return Err(SetupError::Refused(format!(
+                        "run '{run_id}' is {status}: to continue it, give a message with -m \"...\""
+                    )));
                 }
-                RunStatus::Running => {}
+                _ => None,
+            };
+            // The record first: when metadata.json cannot be written (a full disk, an
+            // unwritable spare) the continue fails here with that cause and the journal is
+            // untouched, so a retry does not send the message twice.
+            meta.claim(&current_process_identity());
+            meta.status = RunStatus::Running;
+            meta.end_time = None;
+            meta.error = None;
+            meta.result = None;
+            meta.max_iterations = max_iterations;
+            meta.agent_home = request.agent.home.to_string_lossy().into_owned();
+            write_metadata(&paths.run_dir, &meta).map_err(io)?;
+            restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
+            if let Some(reason) = interrupted {
+                events.push(
+                    journal
+                        .append(Event::Interrupted {
+                            reason: format!("janitor: {reason}"),
+                        })
+                        .map_err(io)?,
+                );
+            }
+            if let Some(answer) = &answer {
+                if let Some(q) = pending_ask_human(&events) {
+                    let recorded =
+                        crate::run::human::record_answer(&mut journal, &paths, &q, answer, secrets)
+                            .map_err(io)?;
+                    events.extend(recorded);
+                }
+                let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));
+                let _ = std::fs::remove_file(&response_file);
             }
             // Every call a crash left without a result gets one, so the history stays valid.
             for (iteration, action_id, tool_name) in unanswered_calls(&events) {
@@ -224,14 +246,6 @@ pub fn take_run(
                     );
                 }
             }
-            meta.claim(&current_process_identity());
-            meta.status = RunStatus::Running;
-            meta.end_time = None;
-            meta.error = None;
-            meta.result = None;
-            meta.max_iterations = max_iterations;
-            meta.agent_home = request.agent.home.to_string_lossy().into_owned();
-            write_metadata(&paths.run_dir, &meta).map_err(io)?;
             Ok(TakenRun {
                 paths,
                 journal,
@@ -275,42 +289,6 @@ fn take_lock(
             "run '{run_id}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force."
         ))),
     }
-}
-
-/// Environment for tools (complete, secrets removed) and for context generators.
-pub(crate) fn child_environments(
-    run_id: &str,
-    request: &RunRequest,
-    config: &SupervisorConfig,
-    paths: &RunPaths,
-) -> (Vec<(String, String)>, BTreeMap<String, String>) {
-    let mut secrets = vec!["DELTA_API_KEY".to_string()];
-    if let Some(name) = &request.agent.llm.api_key_env {
-        secrets.push(name.clone());
-    }
-    let home = request.agent.home.to_string_lossy().into_owned();
-    let cwd = request.work_dir.to_string_lossy().into_owned();
-    let extra = vec![
-        ("DELTA_RUN_ID".to_string(), run_id.to_string()),
-        (
-            "DELTA_RUN_DIR".to_string(),
-            paths.run_dir.to_string_lossy().into_owned(),
-        ),
-        ("DELTA_AGENT_HOME".to_string(), home.clone()),
-        ("DELTA_CWD".to_string(), cwd),
-        ("AGENT_HOME".to_string(), home),
-    ];
-    let tools = build_child_env(
-        &request.env,
-        &secrets,
-        &extra,
-        config.tool_path_dir.as_deref(),
-    );
-    let generators: BTreeMap<String, String> =
-        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref())
-            .into_iter()
-            .collect();
-    (tools, generators)
 }
 
 /// A process killed right after writing a new run's metadata leaves a journal without
@@ -447,11 +425,35 @@ pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
         )
     })?;
     match &last.event {
+        // A reply cut at the output limit is not an answer (the run failed `truncated`).
         Event::Thought {
             content,
             tool_calls,
+            finish_reason,
             ..
-        } if tool_calls.is_empty() => Some(content.clone().unwrap_or_default()),
+        } if tool_calls.is_empty()
+            && finish_reason.as_deref() != Some(crate::run::TRUNCATED_FINISH_REASON) =>
+        {
+            Some(content.clone().unwrap_or_default())
+        }
         _ => None,
     }
+}
+
+/// The answer left in `interaction/response.txt`, if any. Only a regular file is read: this
+/// runs on the actor's thread, where a FIFO would block the whole arbiter.
+fn read_response_file(path: &Path) -> Result<Option<String>, SetupError> {
+    match std::fs::metadata(path) {
+        Err(_) => return Ok(None),
+        Ok(meta) if !meta.is_file() => {
+            return Err(SetupError::Refused(format!(
+                "{} is not a regular file; write the answer into a plain file, or give it with -m \"...\"",
+                path.display()
+            )))
+        }
+        Ok(_) => {}
+    }
+    Ok(std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim_end_matches(['\n', '\r']).to_string()))
 }
