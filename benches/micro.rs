@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use delta_actors::agent::load_agent;
-use delta_actors::api::{LlmTarget, RunRequest, RunStart, Supervisor, SupervisorConfig};
 use delta_actors::context::{
     build_messages, journal_to_messages, CancellationToken, ContextInputs,
 };
@@ -27,6 +26,7 @@ use delta_actors::llm::{
     ScriptedBackend, ToolCall,
 };
 use delta_actors::tool::compile::{compile_tool, EngineVars};
+use delta_actors::{LlmTarget, RunRequest, RunStart, Supervisor, SupervisorConfig};
 
 fn short(c: &mut Criterion) -> criterion::BenchmarkGroup<'_, criterion::measurement::WallTime> {
     let mut group = c.benchmark_group("delta");

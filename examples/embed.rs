@@ -11,11 +11,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use delta_actors::agent::load_agent;
-use delta_actors::api::{
-    LlmTarget, OrchestrationRequest, RunEvent, RunRequest, RunStart, Supervisor, SupervisorConfig,
-};
 use delta_actors::llm::Script;
 use delta_actors::plan::{load_plan, orchestration_id};
+use delta_actors::{
+    LlmTarget, OrchestrationRequest, RunEvent, RunRequest, RunStart, Supervisor, SupervisorConfig,
+};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -109,7 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Ok(event) = orchestration.events.try_recv() {
         stage_events += usize::from(matches!(
             event,
-            delta_actors::api::OrchestrationEvent::StageStarted { .. }
+            delta_actors::OrchestrationEvent::StageStarted { .. }
         ));
     }
     let summary = orchestration.wait().await?;

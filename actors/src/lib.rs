@@ -37,5 +37,9 @@ pub mod template_bounds;
 pub mod tool;
 pub mod workspace;
 
-pub use api::Supervisor;
-pub use protocol::{RunRequest, RunResult, RunStatus};
+pub use api::{OrchestrationHandle, RunHandle, Supervisor};
+pub use protocol::{
+    EngineError, HumanPrompter, InteractionInfo, LlmTarget, OrchestrationEvent,
+    OrchestrationRequest, RunErrorInfo, RunEvent, RunMetrics, RunRequest, RunResult,
+    RunResultMetadata, RunStart, RunStatus, SupervisorConfig, TokenUsage, UsageReport,
+};

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::load_agent;
-use delta_actors::api::{RunRequest, RunStart};
 use delta_actors::janitor::{check_run, JanitorAction};
 use delta_actors::metadata::{lock_is_held, read_metadata, RunMetadata, LOCK_FILE};
 use delta_actors::workspace::{open_run_dir, validate_run_id};
 use delta_actors::RunStatus;
+use delta_actors::{RunRequest, RunStart};
 
 use crate::commands::engine::{
     parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
@@ -141,7 +141,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
                 if args.message.is_none() {
                     // Nothing left to do: report the run's own outcome, as its process would have.
                     let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;
-                    let result = delta_actors::api::RunResult::from_metadata(&meta, &paths.run_dir);
+                    let result = delta_actors::RunResult::from_metadata(&meta, &paths.run_dir);
                     crate::output::run_result::print(&result, args.format);
                     return Ok(result.exit_code());
                 }

@@ -8,10 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delta_actors::agent::ResolvedAgent;
-use delta_actors::api::{
-    LlmTarget, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig,
-};
 use delta_actors::llm::{Endpoint, Script};
+use delta_actors::{LlmTarget, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
 

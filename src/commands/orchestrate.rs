@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
-use delta_actors::api::{OrchestrationRequest, Supervisor};
 use delta_actors::metadata::{lock_is_held, LOCK_FILE};
 use delta_actors::plan::limits::MAX_PARALLEL;
 use delta_actors::plan::state::{
@@ -17,6 +16,7 @@ use delta_actors::plan::state::{
     OrchestrationStatus, SchedulingEvent, SchedulingRecord, StateError,
 };
 use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
+use delta_actors::{OrchestrationRequest, Supervisor};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use delta_actors::api::HumanPrompter;
+use delta_actors::HumanPrompter;
 use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
 
 pub struct TerminalPrompter;

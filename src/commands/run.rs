@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::load_agent;
-use delta_actors::api::{RunRequest, RunStart};
 use delta_actors::workspace::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name, validate_run_id,
     RunPaths,
 };
+use delta_actors::{RunRequest, RunStart};
 
 use crate::commands::engine::{
     parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,

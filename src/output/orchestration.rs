@@ -8,9 +8,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use delta_actors::agent::ResolvedAgent;
-use delta_actors::api::OrchestrationEvent;
 use delta_actors::plan::state::{OrchestrationSummary, StageStatus};
 use delta_actors::plan::{topo_order, ResolvedForeach, ResolvedPlan};
+use delta_actors::OrchestrationEvent;
 use delta_actors::RunStatus;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 

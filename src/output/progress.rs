@@ -2,7 +2,7 @@
 //! tool calls and retries. Never stdout (that is the result's contract).
 #![allow(clippy::print_stderr)]
 
-use delta_actors::api::RunEvent;
+use delta_actors::RunEvent;
 
 /// How much progress to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

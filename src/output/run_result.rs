@@ -1,7 +1,7 @@
 //! Renders a RunResult in the three formats of spec §2.6.5: `json` (the schema 2.0 object),
 //! `text` (the original engine's summary layout, plus the next command to type), `raw` (the answer alone).
 
-use delta_actors::api::RunResult;
+use delta_actors::RunResult;
 use delta_actors::RunStatus;
 
 use super::{emit, emit_json, Format};
@@ -106,7 +106,7 @@ fn shell_quote(s: &str) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use delta_actors::api::{RunMetrics, RunResultMetadata};
+    use delta_actors::{RunMetrics, RunResultMetadata};
 
     fn completed() -> RunResult {
         RunResult {

@@ -16,9 +16,9 @@ use futures_util::stream::{FuturesOrdered, StreamExt};
 use serde_json::{json, Value};
 
 use crate::agent::HookName;
-use crate::api::{InteractionInfo, RunEvent};
 use crate::hooks::{parse_tool_control, HookOutcome, ToolControl};
 use crate::journal::{ActionStatus, Event, ToolCallRecord};
+use crate::protocol::{InteractionInfo, RunEvent};
 use crate::runtime::run::setup::PendingQuestion;
 use crate::tool::call::{plan_call, CallPlan};
 use crate::tool::compile::EngineVars;

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::agent::HookName;
-use crate::api::{InteractionInfo, RunErrorInfo, RunEvent, RunResult, RunStart};
 use crate::journal::{Event, ToolCallRecord};
 use crate::llm::ChatCompletion;
 use crate::metadata::{write_metadata_redacted, RunLock, RunMetadata};
 use crate::protocol::TokenUsage;
+use crate::protocol::{InteractionInfo, RunErrorInfo, RunEvent, RunResult, RunStart};
 use crate::redact::Redactor;
 use crate::runtime::run::setup::{
     recorded_final_answer, take_run, PendingQuestion, SetupError, TakenRun,

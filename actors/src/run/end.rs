@@ -9,11 +9,11 @@
 use serde_json::json;
 
 use crate::agent::HookName;
-use crate::api::{
-    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunResult, RunResultMetadata, UsageReport,
-};
 use crate::journal::Event;
 use crate::protocol::RunStatus;
+use crate::protocol::{
+    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunResult, RunResultMetadata, UsageReport,
+};
 use crate::workspace::now_rfc3339;
 
 use super::drive::Run;

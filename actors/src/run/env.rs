@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{RunRequest, SupervisorConfig};
+use crate::protocol::{RunRequest, SupervisorConfig};
 use crate::tool::process::build_child_env;
 use crate::workspace::RunPaths;
 

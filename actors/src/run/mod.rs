@@ -51,8 +51,8 @@ use futures_util::future::LocalBoxFuture;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{RunEvent, RunRequest, SupervisorConfig};
 use crate::llm::{CallFailure, CallOutcome, ChatRequest, RequestMeta, RetryObserver};
+use crate::protocol::{RunEvent, RunRequest, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
 
 /// Default iteration cap when neither the request nor the agent sets one.

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::api::RunEvent;
 use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, HookOutcome};
 use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta};
+use crate::protocol::RunEvent;
 use crate::protocol::TokenUsage;
 use crate::workspace::{invocation_record_path, write_redacted_json_file};
 

@@ -7,7 +7,7 @@
 
 use tokio::sync::broadcast;
 
-use crate::api::{InteractionInfo, RunErrorInfo, RunEvent, RunResult, RunResultMetadata};
+use crate::protocol::{InteractionInfo, RunErrorInfo, RunEvent, RunResult, RunResultMetadata};
 use crate::redact::{Redactor, SecretSet};
 
 /// The run's event sender: redacts each event, then broadcasts it.

@@ -15,13 +15,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ModelPort, RunControl, RunLoop, ToolPort};
 use crate::agent::load_agent;
-use crate::api::{LlmTarget, RunRequest, RunResult, RunStart, SupervisorConfig};
 use crate::journal::{read_journal, ActionStatus, Event};
 use crate::llm::{
     CallFailure, CallOutcome, ChatCompletion, ChatMessage, ChatRequest, LlmError, RequestMeta,
     RetryObserver, ToolCall,
 };
 use crate::protocol::RunStatus;
+use crate::protocol::{LlmTarget, RunRequest, RunResult, RunStart, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
 
 /// Answers each model call with the next scripted reply; records what it was sent.

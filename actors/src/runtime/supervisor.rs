@@ -10,16 +10,16 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::api::{
-    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunErrorInfo, RunEvent,
-    RunRequest, RunResult, RunStart, SupervisorConfig,
-};
 use crate::journal::{Event, Journal};
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
 use crate::metadata::write_metadata;
 use crate::plan::state::OrchestrationSummary;
 use crate::plan::LlmLimits;
 use crate::protocol::RunStatus;
+use crate::protocol::{
+    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunErrorInfo, RunEvent,
+    RunRequest, RunResult, RunStart, SupervisorConfig,
+};
 use crate::runtime::gateway::LlmGateway;
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{CancelRunActor, RunActor};
@@ -214,7 +214,7 @@ pub(crate) fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -
             details: None,
         }),
         interaction: None,
-        metrics: crate::api::RunMetrics {
+        metrics: crate::protocol::RunMetrics {
             iterations: 0,
             duration_ms: 0,
             model_time_ms: 0,
@@ -224,7 +224,7 @@ pub(crate) fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -
             end_time: now,
             usage: Default::default(),
         },
-        metadata: crate::api::RunResultMetadata {
+        metadata: crate::protocol::RunResultMetadata {
             agent_name: request.agent.name.clone(),
             workspace_path: request.work_dir.to_string_lossy().into_owned(),
             run_dir: paths.run_dir.to_string_lossy().into_owned(),

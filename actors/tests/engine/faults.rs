@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delta_actors::agent::load_agent;
-use delta_actors::api::{LlmTarget, OrchestrationRequest, Supervisor};
 use delta_actors::plan::load_plan;
 use delta_actors::RunStatus;
+use delta_actors::{LlmTarget, OrchestrationRequest, Supervisor};
 
 use crate::harness::*;
 

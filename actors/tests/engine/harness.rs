@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delta_actors::agent::{load_agent, ResolvedAgent};
-use delta_actors::api::{
-    LlmTarget, RunEvent, RunHandle, RunRequest, RunResult, RunStart, Supervisor, SupervisorConfig,
-};
 use delta_actors::journal::{read_journal, Event, JournalEvent};
 use delta_actors::llm::{RetryPolicy, Script};
 use delta_actors::metadata::{read_metadata, RunMetadata};
+use delta_actors::{
+    LlmTarget, RunEvent, RunHandle, RunRequest, RunResult, RunStart, Supervisor, SupervisorConfig,
+};
 use tempfile::TempDir;
 
 pub const DEFAULT_CONTEXT: &str = "sources:\n  - type: file\n    id: system_prompt\n    path: '${AGENT_HOME}/system_prompt.md'\n  - type: journal\n    id: conversation_history\n";

@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use delta_actors::api::Supervisor;
 use delta_actors::journal::{ActionStatus, Event, JournalEvent};
 use delta_actors::RunStatus;
+use delta_actors::Supervisor;
 use serde_json::Value;
 
 use crate::harness::*;

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use delta_actors::api::{RunStart, Supervisor, SupervisorConfig};
 use delta_actors::journal::{ActionStatus, Event};
 use delta_actors::RunStatus;
+use delta_actors::{RunStart, Supervisor, SupervisorConfig};
 
 use crate::harness::*;
 

@@ -8,9 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use delta_actors::api::{RunEvent, RunResult, Supervisor, SupervisorConfig};
 use delta_actors::redact::marker;
 use delta_actors::RunStatus;
+use delta_actors::{RunEvent, RunResult, Supervisor, SupervisorConfig};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -258,7 +258,7 @@ fn continue_restores_secrets_of_an_earlier_start_for_the_model_and_redacts_them(
 
 struct Answers(&'static str);
 
-impl delta_actors::api::HumanPrompter for Answers {
+impl delta_actors::HumanPrompter for Answers {
     fn ask(&self, _: &str, _: &str, _: bool) -> Result<String, String> {
         Ok(self.0.to_string())
     }

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
-use delta_actors::api::{LlmTarget, Supervisor, SupervisorConfig};
 use delta_actors::llm::{Endpoint, Script};
 use delta_actors::RunStatus;
+use delta_actors::{LlmTarget, Supervisor, SupervisorConfig};
 
 use crate::commands::engine::supervisor_config;
 use crate::error::CliError;

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use delta_actors::agent::{load_agent, ResolvedAgent};
-use delta_actors::api::{LlmTarget, RunRequest, RunStart};
 use delta_actors::llm::scripted::{serve, ScriptServer};
+use delta_actors::{LlmTarget, RunRequest, RunStart};
 
 use super::LoadArgs;
 use crate::error::CliError;

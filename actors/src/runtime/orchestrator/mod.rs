@@ -29,11 +29,11 @@ mod summary;
 
 use runs::retry_message;
 
-use crate::api::{OrchestrationEvent, OrchestrationRequest};
 use crate::plan::state::{
     OrchestrationState, OrchestrationSummary, RunCounts, RunRow, SchedulingEvent, StageStatus,
 };
 use crate::plan::{expand_stage, ready_stages, PlannedRun, RunRecord, StageContext};
+use crate::protocol::{OrchestrationEvent, OrchestrationRequest};
 use crate::runtime::janitor::JanitorActor;
 use crate::runtime::supervisor::{CancelRun, RunSupervisor};
 use crate::workspace::now_rfc3339;

@@ -5,9 +5,9 @@
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::api::{OrchestrationEvent, RunRequest, RunResult, RunStart};
 use crate::plan::state::{RunRow, SchedulingEvent};
 use crate::plan::{parse_json_output, OutputKind};
+use crate::protocol::{OrchestrationEvent, RunRequest, RunResult, RunStart};
 use crate::protocol::{RunStatus, TokenUsage};
 use crate::runtime::supervisor::SubmitRun;
 use crate::workspace::RunPaths;

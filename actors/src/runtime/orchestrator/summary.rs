@@ -4,11 +4,11 @@
 
 use actix::prelude::*;
 
-use crate::api::OrchestrationEvent;
 use crate::plan::state::{
     OrchestrationStatus, OrchestrationSummary, RunCounts, SchedulingEvent, StageStatus,
     StageSummary, Totals,
 };
+use crate::protocol::OrchestrationEvent;
 use crate::runtime::janitor::StopJanitor;
 use crate::workspace::now_rfc3339;
 

@@ -16,8 +16,8 @@ use futures_util::future::LocalBoxFuture;
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{RunEvent, RunRequest, RunResult, SupervisorConfig};
 use crate::llm::{CallFailure, CallOutcome, ChatRequest, LlmError, RequestMeta, RetryObserver};
+use crate::protocol::{RunEvent, RunRequest, RunResult, SupervisorConfig};
 use crate::run::{ModelPort, RunControl, RunLoop, ToolPort};
 use crate::runtime::gateway::{Complete, LlmGateway};
 use crate::runtime::tool::{Execute, ToolActor};

@@ -6,7 +6,6 @@
 
 use std::path::Path;
 
-use crate::api::{RunRequest, RunStart};
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
@@ -14,6 +13,7 @@ use crate::metadata::{
     Takeover, LOCK_FILE,
 };
 use crate::protocol::RunStatus;
+use crate::protocol::{RunRequest, RunStart};
 use crate::redact::Redactor;
 use crate::workspace::{create_run_dir, ensure_control_dir, open_run_dir, RunPaths};
 

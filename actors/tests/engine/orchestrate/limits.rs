@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delta_actors::api::{LlmTarget, Supervisor};
 use delta_actors::llm::{scripted, Endpoint, Script, ScriptServer};
 use delta_actors::plan::state::OrchestrationStatus;
+use delta_actors::{LlmTarget, Supervisor};
 
 use super::*;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use delta_actors::api::RunResult;
+use delta_actors::RunResult;
 use serde::{Deserialize, Serialize};
 
 use super::measure::{self, CpuUsage, Peaks};

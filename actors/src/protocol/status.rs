@@ -1,5 +1,4 @@
-//! Plain serde types that cross the public API: run identity, status, requests, results
-//! and events. Nothing here knows about actix, files or processes.
+//! A run's status and its token usage: the words every layer shares.
 
 use serde::{Deserialize, Serialize};
 
@@ -65,5 +64,3 @@ impl TokenUsage {
         self.total_tokens += other.total_tokens;
     }
 }
-
-pub use crate::api::{RunRequest, RunResult};
