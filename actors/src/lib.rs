@@ -27,6 +27,7 @@ pub mod metadata;
 pub mod plan;
 pub mod protocol;
 pub mod runtime;
+pub mod serve;
 pub mod session;
 pub mod tool;
 pub mod workspace;

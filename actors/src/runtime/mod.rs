@@ -47,6 +47,8 @@ pub mod gateway;
 pub mod janitor;
 pub mod orchestrator;
 pub mod run;
+pub mod serve;
 pub mod session;
 pub mod supervisor;
 pub mod tool;
+pub mod worker;
