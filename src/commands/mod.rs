@@ -12,6 +12,7 @@ pub mod mock_llm;
 pub mod orchestrate;
 pub mod prompt;
 pub mod run;
+pub mod serve;
 pub mod tool_expand;
 
 use crate::cli::{Command, ToolCommand};
@@ -31,6 +32,7 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Command::Continue(args) => continue_run::run(args, verbosity),
         Command::ListRuns(args) => list_runs::run(args),
         Command::MockLlm(args) => mock_llm::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Init(args) => init::run(args),
         Command::Bench(command) => bench::run(command),
         Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => {

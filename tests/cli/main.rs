@@ -13,4 +13,5 @@ mod orchestrate_crash;
 mod run;
 mod run_env;
 mod sessions;
+mod serve;
 mod sessions_pty;

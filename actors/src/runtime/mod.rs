@@ -51,4 +51,5 @@ pub mod serve;
 pub mod session;
 pub mod supervisor;
 pub mod tool;
+pub mod web;
 pub mod worker;

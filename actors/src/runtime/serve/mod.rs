@@ -14,6 +14,7 @@
 pub mod events;
 pub mod messages;
 pub mod process;
+pub mod watcher;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
