@@ -5,9 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 mod api;
-// mod browser;
+mod browser;
 mod lifecycle;
+mod runs;
 mod streams;
+mod webdriver;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -121,6 +123,11 @@ impl Server {
     }
 
     pub fn start_with(root: &Root, extra: &[&str]) -> Server {
+        Self::start_env(root, extra, &[])
+    }
+
+    /// Also passes `env` (e.g. the scripted model's endpoint for `delta continue` children).
+    pub fn start_env(root: &Root, extra: &[&str], env: &[(String, String)]) -> Server {
         let mut child = std::process::Command::new(delta_exe())
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(root.state())
@@ -133,6 +140,7 @@ impl Server {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", root.path().join("home"))
             .env("XDG_RUNTIME_DIR", root.path().join("rt"))
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
