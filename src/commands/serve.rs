@@ -29,7 +29,12 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
     pub listen: SocketAddr,
     /// Fixed token (default: a random one per start).
-    #[arg(long, env = "DELTA_SERVE_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "DELTA_SERVE_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
     /// A workspace whose runs and orchestrations the page shows (repeatable).
     #[arg(short = 'w', long = "work-dir", value_name = "DIR")]
@@ -44,7 +49,9 @@ pub struct ServeArgs {
 }
 
 fn home() -> Option<PathBuf> {
-    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, CliError> {
@@ -74,20 +81,29 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
             .map(PathBuf::from)
             .or_else(|| home().map(|h| h.join(".local/state")))
             .map(|base| base.join("delta/serve"))
-            .ok_or_else(|| CliError::Usage("cannot find a state folder: set HOME or pass --state-dir".into()))?,
+            .ok_or_else(|| {
+                CliError::Usage("cannot find a state folder: set HOME or pass --state-dir".into())
+            })?,
     };
     let mut workspaces = Vec::new();
     for dir in &args.work_dirs {
         if !dir.is_dir() {
-            return Err(CliError::Usage(format!("-w {}: no such folder", dir.display())));
+            return Err(CliError::Usage(format!(
+                "-w {}: no such folder",
+                dir.display()
+            )));
         }
-        workspaces.push(std::fs::canonicalize(dir).map_err(|e| CliError::Usage(format!("-w {}: {e}", dir.display())))?);
+        workspaces.push(
+            std::fs::canonicalize(dir)
+                .map_err(|e| CliError::Usage(format!("-w {}: {e}", dir.display())))?,
+        );
     }
     let (config, explicit) = match &args.config {
         Some(path) => (Some(absolute(path)?), true),
         None => (home().map(|h| h.join(".config/delta/serve.yaml")), false),
     };
-    let delta_exe = std::env::current_exe().map_err(|e| CliError::Runtime(format!("cannot locate the delta binary: {e}")))?;
+    let delta_exe = std::env::current_exe()
+        .map_err(|e| CliError::Runtime(format!("cannot locate the delta binary: {e}")))?;
     let holder_exe = delta_exe.with_file_name("delta-sessions-pty");
     if !holder_exe.is_file() {
         return Err(CliError::Config(format!(

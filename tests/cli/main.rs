@@ -12,6 +12,6 @@ mod orchestrate;
 mod orchestrate_crash;
 mod run;
 mod run_env;
-mod sessions;
 mod serve;
+mod sessions;
 mod sessions_pty;

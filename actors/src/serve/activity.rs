@@ -77,8 +77,9 @@ impl ActivityDetector {
     }
 
     fn suppressed(&self, now: Instant) -> bool {
-        self.typed_at
-            .is_some_and(|typed| now.saturating_duration_since(typed) < self.config.typing_suppression)
+        self.typed_at.is_some_and(|typed| {
+            now.saturating_duration_since(typed) < self.config.typing_suppression
+        })
     }
 
     fn change(&mut self, state: ActivityState, source: ActivitySource) -> Option<ActivityChange> {
@@ -159,7 +160,10 @@ mod tests {
             detector.on_output(at(start, 200)),
             Some((ActivityState::Active, ActivitySource::Heuristic))
         );
-        assert_eq!(detector.on_tick(at(start, 1000), &patterns, || unreachable!()), None);
+        assert_eq!(
+            detector.on_tick(at(start, 1000), &patterns, || unreachable!()),
+            None
+        );
         assert_eq!(
             detector.on_tick(at(start, 2300), &patterns, || "working...".into()),
             Some((ActivityState::Idle, ActivitySource::Heuristic))
@@ -170,7 +174,10 @@ mod tests {
             Some((ActivityState::Asking, ActivitySource::Pattern))
         );
         // Judged once per silence.
-        assert_eq!(detector.on_tick(at(start, 6000), &patterns, || unreachable!()), None);
+        assert_eq!(
+            detector.on_tick(at(start, 6000), &patterns, || unreachable!()),
+            None
+        );
     }
 
     #[test]

@@ -103,19 +103,31 @@ impl AgentCatalog {
         origin: &Path,
     ) -> Result<AgentCatalog, ServeError> {
         if definitions.len() > MAX_AGENTS {
-            return Err(config_error(origin, format!("more than {MAX_AGENTS} agents")));
+            return Err(config_error(
+                origin,
+                format!("more than {MAX_AGENTS} agents"),
+            ));
         }
         let mut agents = Vec::new();
         for definition in definitions {
             let id = &definition.id;
             if !is_valid_id(id) {
-                return Err(config_error(origin, format!("agent id `{id}`: use 1-64 letters, digits, `-` or `_`")));
+                return Err(config_error(
+                    origin,
+                    format!("agent id `{id}`: use 1-64 letters, digits, `-` or `_`"),
+                ));
             }
             if definition.command.is_empty() {
-                return Err(config_error(origin, format!("agent `{id}`: `command` is empty; e.g. command: [claude]")));
+                return Err(config_error(
+                    origin,
+                    format!("agent `{id}`: `command` is empty; e.g. command: [claude]"),
+                ));
             }
             if definition.asking_patterns.len() > MAX_PATTERNS {
-                return Err(config_error(origin, format!("agent `{id}`: more than {MAX_PATTERNS} asking_patterns")));
+                return Err(config_error(
+                    origin,
+                    format!("agent `{id}`: more than {MAX_PATTERNS} asking_patterns"),
+                ));
             }
             let mut patterns = Vec::new();
             for pattern in &definition.asking_patterns {
@@ -123,7 +135,10 @@ impl AgentCatalog {
                     return Err(config_error(origin, format!("agent `{id}`: an asking pattern is longer than {MAX_PATTERN_LEN} characters")));
                 }
                 let regex = Regex::new(&format!("(?m){pattern}")).map_err(|e| {
-                    config_error(origin, format!("agent `{id}`: asking pattern `{pattern}`: {e}"))
+                    config_error(
+                        origin,
+                        format!("agent `{id}`: asking pattern `{pattern}`: {e}"),
+                    )
                 })?;
                 patterns.push(regex);
             }
@@ -206,14 +221,25 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("serve.yaml");
         for (content, expected) in [
-            ("agents:\n  - id: a\n    command: []\n", "`command` is empty"),
+            (
+                "agents:\n  - id: a\n    command: []\n",
+                "`command` is empty",
+            ),
             ("agents:\n  - id: ../a\n    command: [x]\n", "agent id"),
-            ("agents:\n  - id: a\n    command: [x]\n    asking_patterns: ['(']\n", "asking pattern"),
+            (
+                "agents:\n  - id: a\n    command: [x]\n    asking_patterns: ['(']\n",
+                "asking pattern",
+            ),
             ("agents: 3\n", "expected `agents"),
         ] {
             std::fs::write(&path, content).unwrap();
-            let err = AgentCatalog::load(Some(&path), true).unwrap_err().to_string();
-            assert!(err.contains(expected) && err.contains("serve.yaml"), "{err}");
+            let err = AgentCatalog::load(Some(&path), true)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(expected) && err.contains("serve.yaml"),
+                "{err}"
+            );
         }
         let missing = tmp.path().join("missing.yaml");
         assert!(AgentCatalog::load(Some(&missing), false).is_ok());

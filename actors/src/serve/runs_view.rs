@@ -89,7 +89,10 @@ pub fn workspace_view(path: &Path) -> WorkspaceView {
                 .map(|summary| {
                     let meta = read_metadata(&control_dir(path).join(&summary.run_id)).ok();
                     RunRowView {
-                        agent: meta.as_ref().map(|m| m.agent_name.clone()).unwrap_or_default(),
+                        agent: meta
+                            .as_ref()
+                            .map(|m| m.agent_name.clone())
+                            .unwrap_or_default(),
                         tokens: meta.as_ref().map(|m| m.usage).unwrap_or_default(),
                         orchestration_id: meta.and_then(|m| m.orchestration_id),
                         run_id: summary.run_id,
@@ -113,7 +116,11 @@ fn orchestrations(workspace: &Path) -> Vec<OrchestrationView> {
     let Ok(entries) = std::fs::read_dir(&root) else {
         return Vec::new();
     };
-    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    let mut dirs: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
     dirs.sort();
     dirs.into_iter()
         .rev()
@@ -153,7 +160,11 @@ fn orchestration_view(dir: &Path) -> Option<OrchestrationView> {
         stages: Vec::new(),
     };
     let mut finished: BTreeMap<String, BTreeMap<usize, RunStatus>> = BTreeMap::new();
-    for line in BufReader::new(file).lines().map_while(Result::ok).take(1_000_000) {
+    for line in BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .take(1_000_000)
+    {
         let Ok(record) = serde_json::from_str::<SchedulingRecord>(&line) else {
             continue;
         };
@@ -169,7 +180,12 @@ fn orchestration_view(dir: &Path) -> Option<OrchestrationView> {
                     failed: 0,
                 });
             }
-            SchedulingEvent::RunFinished { stage, index, status, .. } => {
+            SchedulingEvent::RunFinished {
+                stage,
+                index,
+                status,
+                ..
+            } => {
                 finished.entry(stage).or_default().insert(index, status);
             }
             SchedulingEvent::StageFinished { stage, status, .. } => {
@@ -185,7 +201,10 @@ fn orchestration_view(dir: &Path) -> Option<OrchestrationView> {
     }
     for stage in &mut view.stages {
         if let Some(runs) = finished.get(&stage.id) {
-            stage.completed = runs.values().filter(|s| **s == RunStatus::Completed).count();
+            stage.completed = runs
+                .values()
+                .filter(|s| **s == RunStatus::Completed)
+                .count();
             stage.failed = runs.values().filter(|s| **s == RunStatus::Failed).count();
         }
     }
@@ -266,7 +285,13 @@ pub fn timeline(workspace: &Path, run_id: &str, from: usize) -> Result<Timeline,
 }
 
 fn entries_of(value: &serde_json::Value) -> Vec<TimelineEntry> {
-    let text = |key: &str| value.get(key).and_then(|v| v.as_str()).unwrap_or("").to_string();
+    let text = |key: &str| {
+        value
+            .get(key)
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string()
+    };
     let seq = value.get("seq").and_then(|v| v.as_u64()).unwrap_or(0);
     let timestamp = text("timestamp");
     let entry = |kind: &'static str, title: String, body: String| TimelineEntry {
@@ -277,7 +302,11 @@ fn entries_of(value: &serde_json::Value) -> Vec<TimelineEntry> {
         text: clip(&body),
     };
     match text("type").as_str() {
-        "ENGINE_START" => vec![entry("start", format!("Run started: {}", text("agent_name")), text("task"))],
+        "ENGINE_START" => vec![entry(
+            "start",
+            format!("Run started: {}", text("agent_name")),
+            text("task"),
+        )],
         "USER_MESSAGE" => vec![entry("message", "Message".into(), text("content"))],
         "THOUGHT" => {
             let mut out = Vec::new();
@@ -285,20 +314,41 @@ fn entries_of(value: &serde_json::Value) -> Vec<TimelineEntry> {
             if !content.is_empty() {
                 out.push(entry("thought", "Thought".into(), content));
             }
-            for call in value.get("tool_calls").and_then(|c| c.as_array()).into_iter().flatten() {
+            for call in value
+                .get("tool_calls")
+                .and_then(|c| c.as_array())
+                .into_iter()
+                .flatten()
+            {
                 let name = call.get("name").and_then(|n| n.as_str()).unwrap_or("?");
                 let arguments = call.get("arguments").and_then(|a| a.as_str()).unwrap_or("");
-                out.push(entry("tool-call", format!("Tool call: {name}"), arguments.to_string()));
+                out.push(entry(
+                    "tool-call",
+                    format!("Tool call: {name}"),
+                    arguments.to_string(),
+                ));
             }
             out
         }
         "ACTION_RESULT" => {
             let status = text("status");
-            vec![entry("tool-result", format!("{} → {status}", text("tool_name")), text("observation_content"))]
+            vec![entry(
+                "tool-result",
+                format!("{} → {status}", text("tool_name")),
+                text("observation_content"),
+            )]
         }
-        "ERROR" => vec![entry("error", format!("Error: {}", text("error_type")), text("error_message"))],
+        "ERROR" => vec![entry(
+            "error",
+            format!("Error: {}", text("error_type")),
+            text("error_message"),
+        )],
         "ENGINE_END" => {
-            let body = if text("error").is_empty() { text("result") } else { text("error") };
+            let body = if text("error").is_empty() {
+                text("result")
+            } else {
+                text("error")
+            };
             vec![entry("end", format!("Run ended: {}", text("status")), body)]
         }
         "HUMAN_INPUT_REQUEST" => vec![entry("question", "Asks for input".into(), text("prompt"))],
@@ -328,7 +378,10 @@ mod tests {
         std::fs::write(dir.join("journal.jsonl"), lines.join("\n") + "\n").unwrap();
         let all = timeline(tmp.path(), "R1", 0).unwrap();
         let kinds: Vec<_> = all.entries.iter().map(|e| e.kind).collect();
-        assert_eq!(kinds, ["start", "thought", "tool-call", "tool-result", "error"]);
+        assert_eq!(
+            kinds,
+            ["start", "thought", "tool-call", "tool-result", "error"]
+        );
         assert_eq!(all.next, 4);
         assert_eq!(all.entries[3].text, "a.txt");
         let rest = timeline(tmp.path(), "R1", 3).unwrap();
@@ -353,6 +406,13 @@ mod tests {
         let orchestration = &view.orchestrations[0];
         assert_eq!(orchestration.status, "RUNNING");
         assert_eq!(orchestration.stages[0].id, "map");
-        assert_eq!((orchestration.stages[0].total, orchestration.stages[0].completed, orchestration.stages[0].failed), (3, 1, 1));
+        assert_eq!(
+            (
+                orchestration.stages[0].total,
+                orchestration.stages[0].completed,
+                orchestration.stages[0].failed
+            ),
+            (3, 1, 1)
+        );
     }
 }

@@ -121,7 +121,8 @@ impl WorkerScreen {
     pub fn snapshot(&self) -> Snapshot {
         let offset = self.end();
         if self.parser.screen().alternate_screen() {
-            let data = String::from_utf8_lossy(&self.parser.screen().state_formatted()).into_owned();
+            let data =
+                String::from_utf8_lossy(&self.parser.screen().state_formatted()).into_owned();
             return Snapshot {
                 kind: SnapshotKind::Screen,
                 data,
@@ -190,7 +191,11 @@ fn complete_prefix_len(bytes: &[u8]) -> usize {
             0x80..=0xbf => continue,
             _ => return bytes.len(),
         };
-        return if bytes.len() - i < needed { i } else { bytes.len() };
+        return if bytes.len() - i < needed {
+            i
+        } else {
+            bytes.len()
+        };
     }
     bytes.len()
 }
@@ -208,7 +213,10 @@ mod tests {
         assert_eq!((first.offset, first.end, first.data.as_str()), (0, 1, "a"));
         assert_eq!(screen.end(), 1);
         let second = screen.push(&[e[1], b'b']).unwrap();
-        assert_eq!((second.offset, second.end, second.data.as_str()), (1, 4, "éb"));
+        assert_eq!(
+            (second.offset, second.end, second.data.as_str()),
+            (1, 4, "éb")
+        );
         assert!(screen.push(&[0xe2, 0x82]).is_none());
         assert_eq!(screen.snapshot().offset, 4);
     }

@@ -65,8 +65,8 @@ impl SessionStore {
                 "{reason}; fix or move the file away (the server starts empty without it)"
             ),
         };
-        let value: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| corrupt(format!("not valid JSON: {e}")))?;
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not valid JSON: {e}")))?;
         let Value::Array(entries) = value else {
             return Err(corrupt("expected a JSON array of sessions".into()));
         };
@@ -142,7 +142,10 @@ fn migrate_session(old: &Value) -> Result<Session, String> {
         None => SessionType::Quick,
     };
     let pid = old.get("pid").and_then(Value::as_u64).map(|p| p as u32);
-    let server_pid = old.get("serverPid").and_then(Value::as_u64).map(|p| p as u32);
+    let server_pid = old
+        .get("serverPid")
+        .and_then(Value::as_u64)
+        .map(|p| p as u32);
     let mut worker = Worker::new(
         format!("{id}-agent"),
         "Claude".into(),
@@ -237,7 +240,10 @@ mod tests {
         for (content, expected) in [
             ("{", "not valid JSON"),
             ("{}", "JSON array"),
-            (r#"[{"id": "../x", "worktreePath": "/x"}]"#, "invalid session id"),
+            (
+                r#"[{"id": "../x", "worktreePath": "/x"}]"#,
+                "invalid session id",
+            ),
         ] {
             fs::write(store.path(), content).unwrap();
             let err = store.load().unwrap_err().to_string();

@@ -74,15 +74,19 @@ pub fn run(args: &ServeBenchArgs) -> Result<i32, CliError> {
         .tempdir()
         .map_err(|e| CliError::Runtime(format!("cannot create a temporary folder: {e}")))?;
     for sub in ["state", "rt", "ws"] {
-        std::fs::create_dir_all(dir.path().join(sub)).map_err(|e| CliError::Runtime(e.to_string()))?;
+        std::fs::create_dir_all(dir.path().join(sub))
+            .map_err(|e| CliError::Runtime(e.to_string()))?;
     }
-    std::fs::write(dir.path().join("serve.yaml"), "agents: []\n").map_err(|e| CliError::Runtime(e.to_string()))?;
+    std::fs::write(dir.path().join("serve.yaml"), "agents: []\n")
+        .map_err(|e| CliError::Runtime(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| CliError::Runtime(e.to_string()))?;
-    let report = runtime.block_on(measure(args, dir.path())).map_err(CliError::Runtime)?;
+    let report = runtime
+        .block_on(measure(args, dir.path()))
+        .map_err(CliError::Runtime)?;
     match args.format {
         BenchFormat::Json => crate::output::emit_json(&report),
         BenchFormat::Text => crate::output::emit(&text(&report)),
@@ -90,7 +94,11 @@ pub fn run(args: &ServeBenchArgs) -> Result<i32, CliError> {
     Ok(if report.gaps == 0 { 0 } else { 1 })
 }
 
-async fn wait_all(what: &str, viewers: &[ViewerHandle], done: impl Fn(&ViewerHandle) -> bool) -> Result<(), String> {
+async fn wait_all(
+    what: &str,
+    viewers: &[ViewerHandle],
+    done: impl Fn(&ViewerHandle) -> bool,
+) -> Result<(), String> {
     let deadline = Instant::now() + PHASE_LIMIT;
     while !viewers.iter().all(&done) {
         if Instant::now() > deadline {
@@ -104,15 +112,32 @@ async fn wait_all(what: &str, viewers: &[ViewerHandle], done: impl Fn(&ViewerHan
 async fn measure(args: &ServeBenchArgs, dir: &std::path::Path) -> Result<ServeBenchReport, String> {
     let server = ServeChild::start(dir)?;
     let session = server
-        .call(reqwest::Method::POST, "/api/sessions", Some(json!({"type": "quick", "locationPath": dir.join("ws")})))
+        .call(
+            reqwest::Method::POST,
+            "/api/sessions",
+            Some(json!({"type": "quick", "locationPath": dir.join("ws")})),
+        )
         .await?;
-    let session_id = session["session"]["id"].as_str().unwrap_or_default().to_string();
+    let session_id = session["session"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let result = drive(args, &server, &session_id).await;
-    let _ = server.call(reqwest::Method::DELETE, &format!("/api/sessions/{session_id}"), None).await;
+    let _ = server
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{session_id}"),
+            None,
+        )
+        .await;
     result
 }
 
-async fn drive(args: &ServeBenchArgs, server: &ServeChild, session_id: &str) -> Result<ServeBenchReport, String> {
+async fn drive(
+    args: &ServeBenchArgs,
+    server: &ServeChild,
+    session_id: &str,
+) -> Result<ServeBenchReport, String> {
     let origin = Instant::now();
     let (resume, resumed) = tokio::sync::watch::channel(false);
     let mut viewers = Vec::new();
@@ -120,9 +145,16 @@ async fn drive(args: &ServeBenchArgs, server: &ServeChild, session_id: &str) -> 
     let mut slow = Vec::new();
     for index in 0..args.workers {
         let worker = server
-            .call(reqwest::Method::POST, &format!("/api/sessions/{session_id}/workers"), Some(json!({"type": "terminal"})))
+            .call(
+                reqwest::Method::POST,
+                &format!("/api/sessions/{session_id}/workers"),
+                Some(json!({"type": "terminal"})),
+            )
             .await?;
-        let path = format!("/ws/session/{session_id}/worker/{}", worker["worker"]["id"].as_str().unwrap_or_default());
+        let path = format!(
+            "/ws/session/{session_id}/worker/{}",
+            worker["worker"]["id"].as_str().unwrap_or_default()
+        );
         for viewer in 0..args.viewers {
             let handle = ViewerHandle::connect(server, &path, MARKER, origin, None).await?;
             if viewer == 0 {
@@ -131,23 +163,51 @@ async fn drive(args: &ServeBenchArgs, server: &ServeChild, session_id: &str) -> 
             viewers.push(handle);
         }
         if index < args.slow_viewers {
-            slow.push(ViewerHandle::connect(server, &path, MARKER, origin, Some(resumed.clone())).await?);
+            slow.push(
+                ViewerHandle::connect(server, &path, MARKER, origin, Some(resumed.clone())).await?,
+            );
         }
     }
-    wait_all("attaching", &viewers, |v| v.stats.snapshots.load(Ordering::Relaxed) >= 1).await?;
-    let command = format!("head -c {} /dev/zero | tr '\\0' x | fold -w 100; echo bench-end-$((6*7))\r", args.bytes);
+    wait_all("attaching", &viewers, |v| {
+        v.stats.snapshots.load(Ordering::Relaxed) >= 1
+    })
+    .await?;
+    let command = format!(
+        "head -c {} /dev/zero | tr '\\0' x | fold -w 100; echo bench-end-$((6*7))\r",
+        args.bytes
+    );
     let started = Instant::now();
-    let before: u64 = viewers.iter().map(|v| v.stats.bytes.load(Ordering::Relaxed)).sum();
+    let before: u64 = viewers
+        .iter()
+        .map(|v| v.stats.bytes.load(Ordering::Relaxed))
+        .sum();
     for first in &firsts {
         viewers[*first].send(&command);
     }
-    wait_all("the output", &viewers, |v| v.stats.marker_at.load(Ordering::Relaxed) != 0).await?;
-    let last = viewers.iter().map(|v| v.stats.marker_at.load(Ordering::Relaxed)).max().unwrap_or(0);
-    let output_seconds = (Duration::from_nanos(last).saturating_sub(started.duration_since(origin))).as_secs_f64().max(1e-9);
-    let delivered: u64 = viewers.iter().map(|v| v.stats.bytes.load(Ordering::Relaxed)).sum::<u64>() - before;
+    wait_all("the output", &viewers, |v| {
+        v.stats.marker_at.load(Ordering::Relaxed) != 0
+    })
+    .await?;
+    let last = viewers
+        .iter()
+        .map(|v| v.stats.marker_at.load(Ordering::Relaxed))
+        .max()
+        .unwrap_or(0);
+    let output_seconds = (Duration::from_nanos(last)
+        .saturating_sub(started.duration_since(origin)))
+    .as_secs_f64()
+    .max(1e-9);
+    let delivered: u64 = viewers
+        .iter()
+        .map(|v| v.stats.bytes.load(Ordering::Relaxed))
+        .sum::<u64>()
+        - before;
     let (peak, _) = server.memory();
     let _ = resume.send(true);
-    wait_all("the slow viewers", &slow, |v| v.stats.marker_at.load(Ordering::Relaxed) != 0).await?;
+    wait_all("the slow viewers", &slow, |v| {
+        v.stats.marker_at.load(Ordering::Relaxed) != 0
+    })
+    .await?;
 
     let mut latencies = Vec::new();
     for probe in 0..args.probes as usize {
@@ -158,7 +218,8 @@ async fn drive(args: &ServeBenchArgs, server: &ServeChild, session_id: &str) -> 
     }
     latencies.sort_by(|a, b| a.total_cmp(b));
     let (_, after) = server.memory();
-    let sum = |list: &[ViewerHandle], pick: fn(&ViewerHandle) -> u64| list.iter().map(pick).sum::<u64>();
+    let sum =
+        |list: &[ViewerHandle], pick: fn(&ViewerHandle) -> u64| list.iter().map(pick).sum::<u64>();
     Ok(ServeBenchReport {
         workers: args.workers,
         viewers_per_worker: args.viewers,
@@ -166,8 +227,10 @@ async fn drive(args: &ServeBenchArgs, server: &ServeChild, session_id: &str) -> 
         delivered_bytes: delivered,
         output_seconds,
         fanout_mib_per_s: delivered as f64 / output_seconds / (1024.0 * 1024.0),
-        gaps: sum(&viewers, |v| v.stats.gaps.load(Ordering::Relaxed)) + sum(&slow, |v| v.stats.gaps.load(Ordering::Relaxed)),
-        lagging_viewer_snapshots: sum(&viewers, |v| v.stats.snapshots.load(Ordering::Relaxed)) - viewers.len() as u64,
+        gaps: sum(&viewers, |v| v.stats.gaps.load(Ordering::Relaxed))
+            + sum(&slow, |v| v.stats.gaps.load(Ordering::Relaxed)),
+        lagging_viewer_snapshots: sum(&viewers, |v| v.stats.snapshots.load(Ordering::Relaxed))
+            - viewers.len() as u64,
         slow_viewers: slow.len() as u64,
         slow_viewer_snapshots: sum(&slow, |v| v.stats.snapshots.load(Ordering::Relaxed)),
         server_peak_rss_mib: peak as f64 / (1024.0 * 1024.0),

@@ -63,7 +63,8 @@ impl ServeChild {
 
     /// `VmHWM` (peak) and `VmRSS` of the server, in bytes.
     pub fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         let field = |name: &str| {
             status
                 .lines()
@@ -74,7 +75,12 @@ impl ServeChild {
         (field("VmHWM:"), field("VmRSS:"))
     }
 
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, String> {
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -99,7 +105,10 @@ impl ServeChild {
 
 impl Drop for ServeChild {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -140,10 +149,16 @@ impl ViewerHandle {
         origin: Instant,
         resume: Option<tokio::sync::watch::Receiver<bool>>,
     ) -> Result<ViewerHandle, String> {
-        let mut request = server.ws_url(path).into_client_request().map_err(|e| e.to_string())?;
-        let bearer = HeaderValue::from_str(&format!("Bearer {}", server.token)).map_err(|e| e.to_string())?;
+        let mut request = server
+            .ws_url(path)
+            .into_client_request()
+            .map_err(|e| e.to_string())?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {}", server.token))
+            .map_err(|e| e.to_string())?;
         request.headers_mut().insert("authorization", bearer);
-        let (socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| format!("{path}: {e}"))?;
+        let (socket, _) = tokio_tungstenite::connect_async(request)
+            .await
+            .map_err(|e| format!("{path}: {e}"))?;
         let (mut sink, mut stream) = socket.split();
         let stats = Arc::new(ViewerStats::default());
         let probe: Probe = Arc::new(Mutex::new(None));
@@ -164,9 +179,13 @@ impl ViewerHandle {
             let mut next: Option<u64> = None;
             let mut window = String::new();
             while let Some(Ok(message)) = stream.next().await {
-                let Message::Text(text) = message else { continue };
+                let Message::Text(text) = message else {
+                    continue;
+                };
                 let arrived = Instant::now();
-                let Ok(frame) = serde_json::from_str::<Value>(&text) else { continue };
+                let Ok(frame) = serde_json::from_str::<Value>(&text) else {
+                    continue;
+                };
                 let data = frame["data"].as_str().unwrap_or("");
                 match frame["type"].as_str() {
                     Some("history") => {
@@ -178,7 +197,9 @@ impl ViewerHandle {
                             task_stats.gaps.fetch_add(1, Ordering::Relaxed);
                         }
                         next = frame["end"].as_u64();
-                        task_stats.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                        task_stats
+                            .bytes
+                            .fetch_add(data.len() as u64, Ordering::Relaxed);
                     }
                     _ => continue,
                 }
@@ -206,7 +227,11 @@ impl ViewerHandle {
                 }
             }
         });
-        Ok(ViewerHandle { stats, probe, input })
+        Ok(ViewerHandle {
+            stats,
+            probe,
+            input,
+        })
     }
 
     /// Sends `keys` and waits (up to `limit`) for output containing `echo`.
@@ -214,7 +239,9 @@ impl ViewerHandle {
         let (done, arrived) = oneshot::channel();
         *self.probe.lock().unwrap_or_else(|p| p.into_inner()) = Some((echo.to_string(), done));
         let sent = Instant::now();
-        self.input.send(keys.to_string()).map_err(|_| "the viewer's socket closed".to_string())?;
+        self.input
+            .send(keys.to_string())
+            .map_err(|_| "the viewer's socket closed".to_string())?;
         match tokio::time::timeout(limit, arrived).await {
             Ok(Ok(at)) => Ok(at.saturating_duration_since(sent)),
             _ => Err(format!("no echo of {keys:?} within {limit:?}")),

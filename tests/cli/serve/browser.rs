@@ -16,17 +16,31 @@ fn browser() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
 
 /// Runs the map-reduce example plan into `workspace` (offline, its scripted model).
 pub fn finished_example_orchestration(workspace: &std::path::Path) {
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plans/map-reduce");
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plans/map-reduce");
     let output = std::process::Command::new(delta_exe())
         .current_dir(&example)
-        .args(["orchestrate", "plan.yaml", "--llm-script", "llm-script.yaml", "--format", "json", "-w"])
+        .args([
+            "orchestrate",
+            "plan.yaml",
+            "--llm-script",
+            "llm-script.yaml",
+            "--format",
+            "json",
+            "-w",
+        ])
         .arg(workspace)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", workspace)
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]

@@ -12,19 +12,30 @@ fn serve_worker_restart_fresh_and_with_continue_args() {
     let server = Server::start(&root);
     runtime().block_on(async {
         let session = server.session(&root).await;
-        let worker = server.worker(&session, json!({"type": "agent", "agentId": "fake"})).await;
+        let worker = server
+            .worker(&session, json!({"type": "agent", "agentId": "fake"}))
+            .await;
         let worker_id = worker["id"].as_str().unwrap();
         let path = format!("/api/sessions/{session}/workers/{worker_id}/restart");
-        let (status, fresh) = server.post(&path, json!({"continueConversation": false})).await;
+        let (status, fresh) = server
+            .post(&path, json!({"continueConversation": false}))
+            .await;
         assert_eq!(status, 200, "{fresh}");
         assert_eq!(fresh["worker"]["epoch"], 2);
         let mut viewer = server.viewer(&session, worker_id).await;
         let mut transcript = Transcript::start(&mut viewer).await;
         transcript.until(&mut viewer, "working 1").await;
-        let after_seam = transcript.text.rsplit("epoch 2").next().unwrap().to_string();
+        let after_seam = transcript
+            .text
+            .rsplit("epoch 2")
+            .next()
+            .unwrap()
+            .to_string();
         assert!(after_seam.contains("args:\r\n"), "{after_seam:?}");
 
-        let (status, continued) = server.post(&path, json!({"continueConversation": true})).await;
+        let (status, continued) = server
+            .post(&path, json!({"continueConversation": true}))
+            .await;
         assert_eq!(status, 200, "{continued}");
         assert_eq!(continued["worker"]["epoch"], 3);
         let mut viewer = server.viewer(&session, worker_id).await;
@@ -44,19 +55,34 @@ fn serve_sigkill_of_the_server_keeps_a_bash_workers_state_and_history() {
         let worker_id = worker["id"].as_str().unwrap().to_string();
         let mut viewer = server.viewer(&session, &worker_id).await;
         let mut transcript = Transcript::start(&mut viewer).await;
-        server.input(&session, &worker_id, "export KEPT=value-$((6*7)); echo before-the-kill\r").await;
+        server
+            .input(
+                &session,
+                &worker_id,
+                "export KEPT=value-$((6*7)); echo before-the-kill\r",
+            )
+            .await;
         transcript.until(&mut viewer, "before-the-kill\r\n").await;
         (session, worker_id, worker["pid"].as_i64().unwrap())
     });
     server.kill9();
-    assert!(crate::harness::process_alive(pid as i32), "the shell must survive the server");
+    assert!(
+        crate::harness::process_alive(pid as i32),
+        "the shell must survive the server"
+    );
     let server = Server::start(&root);
     runtime().block_on(async {
         let mut viewer = server.viewer(&session, &worker_id).await;
         let mut transcript = Transcript::start(&mut viewer).await;
         assert_eq!(transcript.epoch, 1, "re-attached, not restarted");
-        assert!(transcript.text.contains("before-the-kill"), "history kept: {:?}", transcript.tail());
-        server.input(&session, &worker_id, "echo \"kept=$KEPT\"\r").await;
+        assert!(
+            transcript.text.contains("before-the-kill"),
+            "history kept: {:?}",
+            transcript.tail()
+        );
+        server
+            .input(&session, &worker_id, "echo \"kept=$KEPT\"\r")
+            .await;
         transcript.until(&mut viewer, "kept=value-42").await;
         let (_, body) = server.get(&format!("/api/sessions/{session}")).await;
         assert_eq!(body["workers"][0]["pid"], pid);
@@ -69,7 +95,9 @@ fn serve_a_worker_whose_holder_was_killed_is_revived_in_a_new_epoch() {
     let server = Server::start(&root);
     runtime().block_on(async {
         let session = server.session(&root).await;
-        let worker = server.worker(&session, json!({"type": "agent", "agentId": "fake"})).await;
+        let worker = server
+            .worker(&session, json!({"type": "agent", "agentId": "fake"}))
+            .await;
         let worker_id = worker["id"].as_str().unwrap();
         let holder = worker["holder"]["holderPid"].as_i64().unwrap() as i32;
         crate::harness::kill_pid(holder);
@@ -83,7 +111,11 @@ fn serve_a_worker_whose_holder_was_killed_is_revived_in_a_new_epoch() {
         let mut transcript = Transcript::start(&mut viewer).await;
         assert_eq!(transcript.epoch, 2);
         transcript.until(&mut viewer, "args:--continued").await;
-        assert!(transcript.text.contains("epoch 2"), "the seam is marked: {:?}", transcript.tail());
+        assert!(
+            transcript.text.contains("epoch 2"),
+            "the seam is marked: {:?}",
+            transcript.tail()
+        );
     });
 }
 

@@ -97,13 +97,21 @@ pub fn kill_leftovers(state: &Path) {
 pub fn marked(marker: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
             continue;
         };
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if environ.split(|b| *b == 0).any(|var| var == marker.as_bytes()) && process_alive(pid) {
+        if environ
+            .split(|b| *b == 0)
+            .any(|var| var == marker.as_bytes())
+            && process_alive(pid)
+        {
             pids.push(pid);
         }
     }
@@ -215,29 +223,41 @@ impl Server {
     /// A quick session on the test's workspace.
     pub async fn session(&self, root: &Root) -> String {
         let (status, body) = self
-            .post("/api/sessions", json!({"type": "quick", "locationPath": root.workspace()}))
+            .post(
+                "/api/sessions",
+                json!({"type": "quick", "locationPath": root.workspace()}),
+            )
             .await;
         assert_eq!(status, 201, "{body}");
         body["session"]["id"].as_str().unwrap().to_string()
     }
 
     pub async fn worker(&self, session: &str, request: Value) -> Value {
-        let (status, body) = self.post(&format!("/api/sessions/{session}/workers"), request).await;
+        let (status, body) = self
+            .post(&format!("/api/sessions/{session}/workers"), request)
+            .await;
         assert_eq!(status, 201, "{body}");
         body["worker"].clone()
     }
 
     pub async fn input(&self, session: &str, worker: &str, text: &str) {
         let (status, body) = self
-            .post(&format!("/api/sessions/{session}/workers/{worker}/input"), json!({"data": text}))
+            .post(
+                &format!("/api/sessions/{session}/workers/{worker}/input"),
+                json!({"data": text}),
+            )
             .await;
         assert_eq!(status, 200, "{body}");
     }
 
     pub async fn viewer(&self, session: &str, worker: &str) -> Viewer {
-        Viewer::connect(self, &format!("/ws/session/{session}/worker/{worker}"), None)
-            .await
-            .unwrap()
+        Viewer::connect(
+            self,
+            &format!("/ws/session/{session}/worker/{worker}"),
+            None,
+        )
+        .await
+        .unwrap()
     }
 }
 
@@ -247,7 +267,8 @@ impl Drop for Server {
     }
 }
 
-type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// A WebSocket client.
 pub struct Viewer {
@@ -271,13 +292,18 @@ impl Viewer {
         let path = url;
         let mut request = url.into_client_request().unwrap();
         let headers = request.headers_mut();
-        headers.insert("authorization", HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
+        headers.insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
         if let Some(origin) = origin {
             headers.insert("origin", HeaderValue::from_str(origin).unwrap());
         }
         match tokio::time::timeout(LIMIT, tokio_tungstenite::connect_async(request)).await {
             Ok(Ok((socket, _))) => Ok(Viewer { socket }),
-            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => Err(response.status().as_u16()),
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
+                Err(response.status().as_u16())
+            }
             other => panic!("cannot connect to {path}: {other:?}"),
         }
     }
@@ -288,8 +314,12 @@ impl Viewer {
                 .await
                 .expect("no WebSocket frame within the limit");
             match message {
-                Some(Ok(Message::Text(text))) => return Frame::Json(serde_json::from_str(&text).unwrap()),
-                Some(Ok(Message::Close(frame))) => return Frame::Closed(frame.map(|f| u16::from(f.code))),
+                Some(Ok(Message::Text(text))) => {
+                    return Frame::Json(serde_json::from_str(&text).unwrap())
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    return Frame::Closed(frame.map(|f| u16::from(f.code)))
+                }
                 Some(Ok(_)) => continue,
                 None | Some(Err(_)) => return Frame::Closed(None),
             }
@@ -305,7 +335,10 @@ impl Viewer {
     }
 
     pub async fn send(&mut self, message: Value) {
-        self.socket.send(Message::Text(message.to_string())).await.unwrap();
+        self.socket
+            .send(Message::Text(message.to_string()))
+            .await
+            .unwrap();
     }
 
     pub async fn close(mut self) {
@@ -324,7 +357,10 @@ impl Transcript {
     /// Reads the first frame, which must be the snapshot.
     pub async fn start(viewer: &mut Viewer) -> Transcript {
         let first = viewer.json().await;
-        assert_eq!(first["type"], "history", "the first frame is the snapshot: {first}");
+        assert_eq!(
+            first["type"], "history",
+            "the first frame is the snapshot: {first}"
+        );
         Transcript {
             text: first["data"].as_str().unwrap().to_string(),
             epoch: first["epoch"].as_u64().unwrap(),
@@ -346,9 +382,16 @@ impl Transcript {
                 return;
             }
             searched = self.text.len();
-            assert!(tokio::time::Instant::now() < deadline, "no {needle:?} in {:?}", self.tail());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {needle:?} in {:?}",
+                self.tail()
+            );
             let frame = viewer.json().await;
-            assert_ne!(frame["type"], "history", "an unexpected snapshot: the viewer lagged");
+            assert_ne!(
+                frame["type"], "history",
+                "an unexpected snapshot: the viewer lagged"
+            );
             self.take(&frame);
         }
     }
@@ -357,9 +400,16 @@ impl Transcript {
         if frame["type"] != "output" {
             return;
         }
-        let (epoch, offset) = (frame["epoch"].as_u64().unwrap(), frame["offset"].as_u64().unwrap());
+        let (epoch, offset) = (
+            frame["epoch"].as_u64().unwrap(),
+            frame["offset"].as_u64().unwrap(),
+        );
         assert_eq!(epoch, self.epoch, "epoch changed");
-        assert_eq!(offset, self.next, "gap or duplicate at {offset}, expected {}", self.next);
+        assert_eq!(
+            offset, self.next,
+            "gap or duplicate at {offset}, expected {}",
+            self.next
+        );
         self.next = frame["end"].as_u64().unwrap();
         self.text.push_str(frame["data"].as_str().unwrap());
     }
@@ -374,7 +424,10 @@ impl Transcript {
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Polls an async condition every 20 ms until it holds or [`LIMIT`] passes.
@@ -385,7 +438,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + LIMIT;
     while !condition().await {
-        assert!(tokio::time::Instant::now() < deadline, "{what} did not happen within {LIMIT:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} did not happen within {LIMIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

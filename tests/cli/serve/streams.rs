@@ -11,14 +11,25 @@ fn serve_attach_is_continuous_across_20_reconnects_while_a_worker_prints() {
     let server = Server::start(&root);
     runtime().block_on(async {
         let session = server.session(&root).await;
-        let worker = server.worker(&session, json!({"type": "agent", "agentId": "printer"})).await;
+        let worker = server
+            .worker(&session, json!({"type": "agent", "agentId": "printer"}))
+            .await;
         let worker_id = worker["id"].as_str().unwrap();
-        let log = std::fs::read_dir(root.state().join("pty")).unwrap().next().unwrap().unwrap().path().join("output.log");
+        let log = std::fs::read_dir(root.state().join("pty"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+            .join("output.log");
         let mut last_end = 0;
         for round in 0..20 {
             let mut viewer = server.viewer(&session, worker_id).await;
             let mut transcript = Transcript::start(&mut viewer).await;
-            assert!(transcript.next >= last_end, "round {round}: the snapshot went back in time");
+            assert!(
+                transcript.next >= last_end,
+                "round {round}: the snapshot went back in time"
+            );
             let start = transcript.next;
             let mut received = String::new();
             for _ in 0..5 {
@@ -30,7 +41,11 @@ fn serve_attach_is_continuous_across_20_reconnects_while_a_worker_prints() {
             }
             // What the viewer got is exactly the log between those offsets.
             let bytes = std::fs::read(&log).unwrap();
-            assert_eq!(received.as_bytes(), &bytes[start as usize..transcript.next as usize], "round {round}");
+            assert_eq!(
+                received.as_bytes(),
+                &bytes[start as usize..transcript.next as usize],
+                "round {round}"
+            );
             last_end = transcript.next;
             viewer.close().await;
         }
@@ -121,22 +136,39 @@ fn serve_activity_goes_active_idle_asking_from_a_scripted_agent() {
     let root = Root::new();
     let server = Server::start(&root);
     runtime().block_on(async {
-        let mut dashboard = Viewer::connect(&server, "/ws/dashboard", None).await.unwrap();
+        let mut dashboard = Viewer::connect(&server, "/ws/dashboard", None)
+            .await
+            .unwrap();
         let sync = dashboard.json().await;
-        assert_eq!((sync["type"].clone(), sync["schemaVersion"].clone()), (json!("sync"), json!(1)));
+        assert_eq!(
+            (sync["type"].clone(), sync["schemaVersion"].clone()),
+            (json!("sync"), json!(1))
+        );
         let session = server.session(&root).await;
-        let worker = server.worker(&session, json!({"type": "agent", "agentId": "fake"})).await;
+        let worker = server
+            .worker(&session, json!({"type": "agent", "agentId": "fake"}))
+            .await;
         let worker_id = worker["id"].as_str().unwrap();
         let mut viewer = server.viewer(&session, worker_id).await;
         let mut states = Vec::new();
         while states.len() < 3 {
             let frame = viewer.json().await;
             if frame["type"] == "activity" {
-                states.push((frame["state"].as_str().unwrap().to_string(), frame["source"].as_str().unwrap().to_string()));
+                states.push((
+                    frame["state"].as_str().unwrap().to_string(),
+                    frame["source"].as_str().unwrap().to_string(),
+                ));
             }
         }
-        let expected = [("active", "heuristic"), ("idle", "heuristic"), ("asking", "pattern")];
-        assert_eq!(states, expected.map(|(s, k)| (s.to_string(), k.to_string())));
+        let expected = [
+            ("active", "heuristic"),
+            ("idle", "heuristic"),
+            ("asking", "pattern"),
+        ];
+        assert_eq!(
+            states,
+            expected.map(|(s, k)| (s.to_string(), k.to_string()))
+        );
         // The dashboard saw the same changes for this worker.
         let mut seen = Vec::new();
         while seen.len() < 3 {

@@ -23,7 +23,10 @@ pub enum DashboardEvent {
     #[serde(rename_all = "camelCase")]
     WorkerRestarted { session_id: String, worker: Worker },
     #[serde(rename_all = "camelCase")]
-    WorkerDeleted { session_id: String, worker_id: String },
+    WorkerDeleted {
+        session_id: String,
+        worker_id: String,
+    },
     #[serde(rename_all = "camelCase")]
     WorkerExited {
         session_id: String,

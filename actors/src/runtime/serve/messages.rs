@@ -8,8 +8,8 @@ use super::process::terminate;
 use super::{seam, Launch, ServeManager};
 use crate::runtime::worker::{History, StopWorker, WorkerActor};
 use crate::serve::model::{
-    check_id, new_id, now_rfc3339, CreateSessionRequest, CreateWorkerRequest, Session, SessionStatus,
-    Worker, WorkerKind, MAX_NAME_LEN,
+    check_id, new_id, now_rfc3339, CreateSessionRequest, CreateWorkerRequest, Session,
+    SessionStatus, Worker, WorkerKind, MAX_NAME_LEN,
 };
 use crate::serve::ServeError;
 
@@ -75,15 +75,25 @@ pub struct CreateSession(pub CreateSessionRequest);
 
 impl Handler<CreateSession> for ServeManager {
     type Result = Reply<Session>;
-    fn handle(&mut self, CreateSession(request): CreateSession, ctx: &mut Self::Context) -> Self::Result {
+    fn handle(
+        &mut self,
+        CreateSession(request): CreateSession,
+        ctx: &mut Self::Context,
+    ) -> Self::Result {
         let location = request.location_path.clone();
         if !location.is_absolute() || !location.is_dir() {
             return ready(Err(ServeError::NoSuchFolder(location)));
         }
         let location = std::fs::canonicalize(&location).unwrap_or(location);
-        if let crate::serve::SessionType::Worktree { repository_id, worktree_id } = &request.kind {
+        if let crate::serve::SessionType::Worktree {
+            repository_id,
+            worktree_id,
+        } = &request.kind
+        {
             if repository_id.is_empty() || worktree_id.is_empty() {
-                return ready(Err(ServeError::BadRequest("repositoryId and worktreeId must not be empty".into())));
+                return ready(Err(ServeError::BadRequest(
+                    "repositoryId and worktreeId must not be empty".into(),
+                )));
             }
         }
         if let Some(agent) = &request.agent_id {
@@ -103,7 +113,9 @@ impl Handler<CreateSession> for ServeManager {
         let session_id = session.id.clone();
         self.sessions.push(session.clone());
         self.persist();
-        self.publish(DashboardEvent::SessionCreated { session: session.clone() });
+        self.publish(DashboardEvent::SessionCreated {
+            session: session.clone(),
+        });
         let Some(agent_id) = request.agent_id else {
             return ready(Ok(session));
         };
@@ -135,8 +147,17 @@ impl Handler<DeleteSession> for ServeManager {
         };
         let session = self.sessions.remove(index);
         self.persist();
-        let stops = self.stop_workers(&session.id, session.workers.iter().map(|w| (w.id.clone(), w.holder.clone())).collect());
-        self.publish(DashboardEvent::SessionDeleted { session_id: session.id });
+        let stops = self.stop_workers(
+            &session.id,
+            session
+                .workers
+                .iter()
+                .map(|w| (w.id.clone(), w.holder.clone()))
+                .collect(),
+        );
+        self.publish(DashboardEvent::SessionDeleted {
+            session_id: session.id,
+        });
         Box::pin(stops.into_actor(self).map(|_, _, _| Ok(())))
     }
 }
@@ -152,7 +173,9 @@ pub struct RestartSession {
 impl Handler<RestartSession> for ServeManager {
     type Result = Reply<Session>;
     fn handle(&mut self, message: RestartSession, ctx: &mut Self::Context) -> Self::Result {
-        let session = match check_id("session id", &message.session_id).and_then(|()| self.session(&message.session_id)) {
+        let session = match check_id("session id", &message.session_id)
+            .and_then(|()| self.session(&message.session_id))
+        {
             Ok(session) => session.clone(),
             Err(e) => return ready(Err(e)),
         };
@@ -170,7 +193,9 @@ impl Handler<RestartSession> for ServeManager {
         let session_id = session.id.clone();
         let restarting = async move {
             for restart in restarts {
-                me.send(restart).await.map_err(|e| ServeError::Worker(e.to_string()))??;
+                me.send(restart)
+                    .await
+                    .map_err(|e| ServeError::Worker(e.to_string()))??;
             }
             Ok::<(), ServeError>(())
         };
@@ -217,7 +242,10 @@ pub struct DeleteWorker {
 impl Handler<DeleteWorker> for ServeManager {
     type Result = Reply<()>;
     fn handle(&mut self, message: DeleteWorker, _: &mut Self::Context) -> Self::Result {
-        let DeleteWorker { session_id, worker_id } = message;
+        let DeleteWorker {
+            session_id,
+            worker_id,
+        } = message;
         let checked = check_id("session id", &session_id)
             .and_then(|()| check_id("worker id", &worker_id))
             .and_then(|()| self.worker(&session_id, &worker_id).map(|_| ()))
@@ -229,12 +257,21 @@ impl Handler<DeleteWorker> for ServeManager {
             return ready(Err(ServeError::SessionNotFound(session_id)));
         };
         let Some(index) = session.workers.iter().position(|w| w.id == worker_id) else {
-            return ready(Err(ServeError::WorkerNotFound { session: session_id, worker: worker_id }));
+            return ready(Err(ServeError::WorkerNotFound {
+                session: session_id,
+                worker: worker_id,
+            }));
         };
         let worker = session.workers.remove(index);
         self.persist();
-        let stops = self.stop_workers(&session_id, vec![(worker.id.clone(), worker.holder.clone())]);
-        self.publish(DashboardEvent::WorkerDeleted { session_id: session_id.clone(), worker_id: worker_id.clone() });
+        let stops = self.stop_workers(
+            &session_id,
+            vec![(worker.id.clone(), worker.holder.clone())],
+        );
+        self.publish(DashboardEvent::WorkerDeleted {
+            session_id: session_id.clone(),
+            worker_id: worker_id.clone(),
+        });
         Box::pin(stops.into_actor(self).map(move |_, actor, _| {
             actor.release(&session_id, &worker_id);
             Ok(())
@@ -253,7 +290,12 @@ pub struct RestartWorker {
 impl Handler<RestartWorker> for ServeManager {
     type Result = Reply<Worker>;
     fn handle(&mut self, message: RestartWorker, ctx: &mut Self::Context) -> Self::Result {
-        self.restart_worker(&message.session_id, &message.worker_id, message.continue_conversation, ctx)
+        self.restart_worker(
+            &message.session_id,
+            &message.worker_id,
+            message.continue_conversation,
+            ctx,
+        )
     }
 }
 
@@ -279,16 +321,24 @@ impl Handler<FindWorker> for ServeManager {
 }
 
 impl ServeManager {
-    fn create_worker(&mut self, session_id: &str, request: CreateWorkerRequest, ctx: &mut Context<Self>) -> Reply<Worker> {
-        let session = match check_id("session id", session_id).and_then(|()| self.session(session_id)) {
-            Ok(session) => session,
-            Err(e) => return ready(Err(e)),
-        };
+    fn create_worker(
+        &mut self,
+        session_id: &str,
+        request: CreateWorkerRequest,
+        ctx: &mut Context<Self>,
+    ) -> Reply<Worker> {
+        let session =
+            match check_id("session id", session_id).and_then(|()| self.session(session_id)) {
+                Ok(session) => session,
+                Err(e) => return ready(Err(e)),
+            };
         let location = session.location_path.clone();
         let count = session.workers.len();
         let name = match request.name {
             Some(name) if name.chars().count() > MAX_NAME_LEN => {
-                return ready(Err(ServeError::BadRequest(format!("name is longer than {MAX_NAME_LEN} characters"))))
+                return ready(Err(ServeError::BadRequest(format!(
+                    "name is longer than {MAX_NAME_LEN} characters"
+                ))))
             }
             Some(name) if !name.trim().is_empty() => name,
             _ => match &request.kind {
@@ -322,22 +372,36 @@ impl ServeManager {
             prelude: String::new(),
         };
         let session_id = session_id.to_string();
-        Box::pin(self.launch(plan, ctx).map(move |result, actor, _| match result {
-            Ok(worker) => {
-                actor.publish(DashboardEvent::WorkerCreated { session_id, worker: worker.clone() });
-                Ok(worker)
-            }
-            Err(e) => {
-                if let Some(session) = actor.sessions.iter_mut().find(|s| s.id == session_id) {
-                    session.workers.retain(|w| w.id != worker.id);
-                }
-                actor.persist();
-                Err(e)
-            }
-        }))
+        Box::pin(
+            self.launch(plan, ctx)
+                .map(move |result, actor, _| match result {
+                    Ok(worker) => {
+                        actor.publish(DashboardEvent::WorkerCreated {
+                            session_id,
+                            worker: worker.clone(),
+                        });
+                        Ok(worker)
+                    }
+                    Err(e) => {
+                        if let Some(session) =
+                            actor.sessions.iter_mut().find(|s| s.id == session_id)
+                        {
+                            session.workers.retain(|w| w.id != worker.id);
+                        }
+                        actor.persist();
+                        Err(e)
+                    }
+                }),
+        )
     }
 
-    fn restart_worker(&mut self, session_id: &str, worker_id: &str, continuing: bool, _: &mut Context<Self>) -> Reply<Worker> {
+    fn restart_worker(
+        &mut self,
+        session_id: &str,
+        worker_id: &str,
+        continuing: bool,
+        _: &mut Context<Self>,
+    ) -> Reply<Worker> {
         let found = check_id("session id", session_id)
             .and_then(|()| check_id("worker id", worker_id))
             .and_then(|()| self.session(session_id).cloned())
@@ -356,8 +420,14 @@ impl ServeManager {
         if let Err(e) = self.claim(session_id, worker_id) {
             return ready(Err(e));
         }
-        let old = self.actors.remove(&(session_id.to_string(), worker_id.to_string()));
-        let why = if continuing { "restarted with its continue args" } else { "restarted" };
+        let old = self
+            .actors
+            .remove(&(session_id.to_string(), worker_id.to_string()));
+        let why = if continuing {
+            "restarted with its continue args"
+        } else {
+            "restarted"
+        };
         let seam_text = seam(worker.epoch + 1, why);
         let history = async move {
             let mut prelude = match &old {
@@ -383,7 +453,10 @@ impl ServeManager {
             };
             actor.launch(plan, ctx).map(move |result, actor, _| {
                 if let Ok(worker) = &result {
-                    actor.publish(DashboardEvent::WorkerRestarted { session_id, worker: worker.clone() });
+                    actor.publish(DashboardEvent::WorkerRestarted {
+                        session_id,
+                        worker: worker.clone(),
+                    });
                 }
                 result
             })
@@ -391,9 +464,16 @@ impl ServeManager {
     }
 
     /// Stops the actors (close code 1000) and, in the background, the programs.
-    fn stop_workers(&mut self, session_id: &str, workers: Vec<(String, Option<crate::serve::model::HolderRef>)>) -> impl std::future::Future<Output = ()> {
+    fn stop_workers(
+        &mut self,
+        session_id: &str,
+        workers: Vec<(String, Option<crate::serve::model::HolderRef>)>,
+    ) -> impl std::future::Future<Output = ()> {
         for (worker_id, _) in &workers {
-            if let Some(addr) = self.actors.remove(&(session_id.to_string(), worker_id.clone())) {
+            if let Some(addr) = self
+                .actors
+                .remove(&(session_id.to_string(), worker_id.clone()))
+            {
                 addr.do_send(StopWorker { restarted: false });
             }
         }

@@ -57,7 +57,10 @@ pub struct ServeManager {
 }
 
 /// The PTY size a worker starts with (the page resizes it on attach).
-const START_SIZE: TerminalSize = TerminalSize { cols: 120, rows: 32 };
+const START_SIZE: TerminalSize = TerminalSize {
+    cols: 120,
+    rows: 32,
+};
 
 /// How a worker gets (re)started.
 struct Launch {
@@ -71,7 +74,11 @@ struct Launch {
 }
 
 impl ServeManager {
-    pub fn new(config: ManagerConfig, sessions: Vec<Session>, arbiters: Vec<ArbiterHandle>) -> Self {
+    pub fn new(
+        config: ManagerConfig,
+        sessions: Vec<Session>,
+        arbiters: Vec<ArbiterHandle>,
+    ) -> Self {
         let (events, _) = broadcast::channel(DASHBOARD_BACKLOG);
         ServeManager {
             config,
@@ -114,10 +121,12 @@ impl ServeManager {
     }
 
     fn worker(&self, session_id: &str, worker_id: &str) -> Result<&Worker, ServeError> {
-        self.session(session_id)?.worker(worker_id).ok_or_else(|| ServeError::WorkerNotFound {
-            session: session_id.to_string(),
-            worker: worker_id.to_string(),
-        })
+        self.session(session_id)?
+            .worker(worker_id)
+            .ok_or_else(|| ServeError::WorkerNotFound {
+                session: session_id.to_string(),
+                worker: worker_id.to_string(),
+            })
     }
 
     fn worker_mut(&mut self, session_id: &str, worker_id: &str) -> Option<&mut Worker> {
@@ -128,7 +137,10 @@ impl ServeManager {
     }
 
     fn claim(&mut self, session_id: &str, worker_id: &str) -> Result<(), ServeError> {
-        if !self.busy.insert((session_id.to_string(), worker_id.to_string())) {
+        if !self
+            .busy
+            .insert((session_id.to_string(), worker_id.to_string()))
+        {
             return Err(ServeError::Conflict(format!(
                 "worker `{worker_id}` is being started, restarted or deleted; try again"
             )));
@@ -137,11 +149,17 @@ impl ServeManager {
     }
 
     fn release(&mut self, session_id: &str, worker_id: &str) {
-        self.busy.remove(&(session_id.to_string(), worker_id.to_string()));
+        self.busy
+            .remove(&(session_id.to_string(), worker_id.to_string()));
     }
 
     /// The argv of `worker` in `location`.
-    fn argv(&self, worker: &Worker, location: &std::path::Path, continuing: bool) -> Result<Vec<String>, ServeError> {
+    fn argv(
+        &self,
+        worker: &Worker,
+        location: &std::path::Path,
+        continuing: bool,
+    ) -> Result<Vec<String>, ServeError> {
         match &worker.kind {
             WorkerKind::Agent { agent_id } => {
                 let agent = self
@@ -155,7 +173,14 @@ impl ServeManager {
         }
     }
 
-    fn spawn_actor(&mut self, session_id: &str, worker: &Worker, source: WorkerSource, prelude: String, ctx: &mut Context<Self>) {
+    fn spawn_actor(
+        &mut self,
+        session_id: &str,
+        worker: &Worker,
+        source: WorkerSource,
+        prelude: String,
+        ctx: &mut Context<Self>,
+    ) {
         let patterns = worker
             .agent_id()
             .map(|agent| self.config.agents.patterns(agent).to_vec());
@@ -176,7 +201,10 @@ impl ServeManager {
             self.next_arbiter += 1;
             WorkerActor::start_in_arbiter(arbiter, move |_| WorkerActor::new(spec))
         };
-        if let Some(old) = self.actors.insert((session_id.to_string(), worker.id.clone()), addr) {
+        if let Some(old) = self
+            .actors
+            .insert((session_id.to_string(), worker.id.clone()), addr)
+        {
             old.do_send(StopWorker { restarted: true });
         }
     }
@@ -197,21 +225,32 @@ impl ServeManager {
                 if let Some(old) = &plan.replace {
                     terminate(&pty, Some(old), &session_id, &worker_id);
                 }
-                launch(&pty, &plan.argv, &plan.location, START_SIZE, &session_id, &worker_id)
-                    .map(|launched| (launched, plan.prelude))
+                launch(
+                    &pty,
+                    &plan.argv,
+                    &plan.location,
+                    START_SIZE,
+                    &session_id,
+                    &worker_id,
+                )
+                .map(|launched| (launched, plan.prelude))
             })
         };
         let _ = ctx;
         Box::pin(blocking.into_actor(self).map(move |joined, actor, ctx| {
             actor.release(&session_id, &worker_id);
-            let (launched, prelude) = joined
-                .map_err(|e| ServeError::Worker(format!("the start task failed: {e}")))??;
+            let (launched, prelude) =
+                joined.map_err(|e| ServeError::Worker(format!("the start task failed: {e}")))??;
             let Some(worker) = actor.worker_mut(&session_id, &worker_id) else {
                 // Deleted meanwhile: do not leave the program behind.
                 let pty = actor.config.pty.clone();
                 let holder = launched.holder;
-                tokio::task::spawn_blocking(move || terminate(&pty, Some(&holder), &session_id, &worker_id));
-                return Err(ServeError::Conflict("the worker was deleted while it started".into()));
+                tokio::task::spawn_blocking(move || {
+                    terminate(&pty, Some(&holder), &session_id, &worker_id)
+                });
+                return Err(ServeError::Conflict(
+                    "the worker was deleted while it started".into(),
+                ));
             };
             worker.epoch += 1;
             worker.pid = launched.pid;
@@ -236,7 +275,11 @@ impl ServeManager {
         let holders: Vec<(String, String, Option<HolderRef>, Option<i32>)> = self
             .sessions
             .iter()
-            .flat_map(|s| s.workers.iter().map(move |w| (s.id.clone(), w.id.clone(), w.holder.clone(), w.exit_code)))
+            .flat_map(|s| {
+                s.workers
+                    .iter()
+                    .map(move |w| (s.id.clone(), w.id.clone(), w.holder.clone(), w.exit_code))
+            })
             .collect();
         let probing = tokio::task::spawn_blocking(move || {
             holders
@@ -262,7 +305,13 @@ impl ServeManager {
         }));
     }
 
-    fn recover_worker(&mut self, session_id: &str, worker_id: &str, state: HolderState, ctx: &mut Context<Self>) {
+    fn recover_worker(
+        &mut self,
+        session_id: &str,
+        worker_id: &str,
+        state: HolderState,
+        ctx: &mut Context<Self>,
+    ) {
         let Ok(worker) = self.worker(session_id, worker_id).cloned() else {
             return;
         };
@@ -280,7 +329,13 @@ impl ServeManager {
                 if let Some(w) = self.worker_mut(session_id, worker_id) {
                     w.exit_code = Some(exit_code.unwrap_or(-1));
                 }
-                self.spawn_actor(session_id, &worker, WorkerSource::Finished { log, exit_code }, String::new(), ctx);
+                self.spawn_actor(
+                    session_id,
+                    &worker,
+                    WorkerSource::Finished { log, exit_code },
+                    String::new(),
+                    ctx,
+                );
             }
             HolderState::Lost => self.revive(session_id, worker_id, ctx),
         }
@@ -288,9 +343,13 @@ impl ServeManager {
 
     /// Starts a worker whose holder is gone again, with the agent's continue args.
     fn revive(&mut self, session_id: &str, worker_id: &str, ctx: &mut Context<Self>) {
-        let Ok(session) = self.session(session_id) else { return };
+        let Ok(session) = self.session(session_id) else {
+            return;
+        };
         let location = session.location_path.clone();
-        let Some(worker) = session.worker(worker_id).cloned() else { return };
+        let Some(worker) = session.worker(worker_id).cloned() else {
+            return;
+        };
         let Ok(argv) = self.argv(&worker, &location, true) else {
             tracing::warn!(worker = %worker_id, "cannot revive: unknown agent");
             return;
@@ -298,9 +357,15 @@ impl ServeManager {
         if self.claim(session_id, worker_id).is_err() {
             return;
         }
-        let log = worker.holder.as_ref().and_then(|h| holder_log(&self.config.pty, h));
+        let log = worker
+            .holder
+            .as_ref()
+            .and_then(|h| holder_log(&self.config.pty, h));
         let mut prelude = previous_output(log.as_deref(), SNAPSHOT_LOG_BYTES as u64);
-        prelude.push_str(&seam(worker.epoch + 1, "its process was gone; revived with its continue args"));
+        prelude.push_str(&seam(
+            worker.epoch + 1,
+            "its process was gone; revived with its continue args",
+        ));
         let plan = Launch {
             session_id: session_id.to_string(),
             replace: worker.holder.clone(),
@@ -310,10 +375,12 @@ impl ServeManager {
             prelude,
         };
         let session_id = session_id.to_string();
-        let fut = self.launch(plan, ctx).map(move |result, actor, _| match result {
-            Ok(worker) => actor.publish(DashboardEvent::WorkerRestarted { session_id, worker }),
-            Err(e) => tracing::warn!(worker = %worker_id_of(&e), "cannot revive a worker: {e}"),
-        });
+        let fut = self
+            .launch(plan, ctx)
+            .map(move |result, actor, _| match result {
+                Ok(worker) => actor.publish(DashboardEvent::WorkerRestarted { session_id, worker }),
+                Err(e) => tracing::warn!(worker = %worker_id_of(&e), "cannot revive a worker: {e}"),
+            });
         ctx.spawn(fut);
     }
 }
@@ -339,20 +406,36 @@ impl Handler<WorkerNotice> for ServeManager {
     type Result = ();
 
     fn handle(&mut self, notice: WorkerNotice, ctx: &mut Self::Context) {
-        let WorkerNotice { session_id, worker_id, epoch, kind } = notice;
-        let Some(worker) = self.worker_mut(&session_id, &worker_id) else { return };
+        let WorkerNotice {
+            session_id,
+            worker_id,
+            epoch,
+            kind,
+        } = notice;
+        let Some(worker) = self.worker_mut(&session_id, &worker_id) else {
+            return;
+        };
         if worker.epoch != epoch {
             return;
         }
         match kind {
             WorkerNoticeKind::Activity { state, source } => {
                 worker.activity = state;
-                self.publish(DashboardEvent::WorkerActivity { session_id, worker_id, state, source });
+                self.publish(DashboardEvent::WorkerActivity {
+                    session_id,
+                    worker_id,
+                    state,
+                    source,
+                });
             }
             WorkerNoticeKind::Exited { exit_code } => {
                 worker.exit_code = Some(exit_code.unwrap_or(-1));
                 self.persist();
-                self.publish(DashboardEvent::WorkerExited { session_id, worker_id, exit_code });
+                self.publish(DashboardEvent::WorkerExited {
+                    session_id,
+                    worker_id,
+                    exit_code,
+                });
             }
             WorkerNoticeKind::HolderLost => self.revive(&session_id, &worker_id, ctx),
         }

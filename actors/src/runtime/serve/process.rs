@@ -58,7 +58,10 @@ pub enum HolderState {
     /// It answers: re-attach.
     Alive,
     /// Its program exited (normally): show the log, do not revive.
-    Exited { exit_code: Option<i32>, log: PathBuf },
+    Exited {
+        exit_code: Option<i32>,
+        log: PathBuf,
+    },
     /// It does not answer and never recorded an exit: killed or rebooted.
     Lost,
 }

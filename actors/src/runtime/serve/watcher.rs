@@ -26,8 +26,18 @@ pub struct RunsWatcher {
 }
 
 impl RunsWatcher {
-    pub fn new(fixed: Vec<PathBuf>, manager: Addr<ServeManager>, events: tokio::sync::broadcast::Sender<DashboardEvent>) -> Self {
-        RunsWatcher { fixed, manager, events, views: BTreeMap::new(), polling: false }
+    pub fn new(
+        fixed: Vec<PathBuf>,
+        manager: Addr<ServeManager>,
+        events: tokio::sync::broadcast::Sender<DashboardEvent>,
+    ) -> Self {
+        RunsWatcher {
+            fixed,
+            manager,
+            events,
+            views: BTreeMap::new(),
+            polling: false,
+        }
     }
 
     fn poll(&mut self, ctx: &mut Context<Self>) {
@@ -47,16 +57,20 @@ impl RunsWatcher {
                 }
             }
             paths.truncate(MAX_WORKSPACES);
-            tokio::task::spawn_blocking(move || paths.iter().map(|p| workspace_view(p)).collect::<Vec<_>>())
-                .await
-                .unwrap_or_default()
+            tokio::task::spawn_blocking(move || {
+                paths.iter().map(|p| workspace_view(p)).collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default()
         };
         ctx.spawn(scanning.into_actor(self).map(|views, watcher, _| {
             watcher.polling = false;
             let mut fresh = BTreeMap::new();
             for view in views {
                 if watcher.views.get(&view.path) != Some(&view) {
-                    let _ = watcher.events.send(DashboardEvent::Workspace { workspace: view.clone() });
+                    let _ = watcher.events.send(DashboardEvent::Workspace {
+                        workspace: view.clone(),
+                    });
                 }
                 fresh.insert(view.path.clone(), view);
             }

@@ -8,13 +8,41 @@ use actix_web::{web, HttpResponse};
 use super::rest::not_found;
 
 const FILES: &[(&str, &str, &[u8])] = &[
-    ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../../assets/serve/app.js")),
-    ("app.css", "text/css; charset=utf-8", include_bytes!("../../../assets/serve/app.css")),
-    ("vendor/xterm.js", "text/javascript; charset=utf-8", include_bytes!("../../../assets/serve/vendor/xterm.js")),
-    ("vendor/xterm.css", "text/css; charset=utf-8", include_bytes!("../../../assets/serve/vendor/xterm.css")),
-    ("vendor/addon-fit.js", "text/javascript; charset=utf-8", include_bytes!("../../../assets/serve/vendor/addon-fit.js")),
-    ("vendor/LICENSE.xterm", "text/plain; charset=utf-8", include_bytes!("../../../assets/serve/vendor/LICENSE.xterm")),
-    ("vendor/LICENSE.addon-fit", "text/plain; charset=utf-8", include_bytes!("../../../assets/serve/vendor/LICENSE.addon-fit")),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/serve/app.js"),
+    ),
+    (
+        "app.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../../assets/serve/app.css"),
+    ),
+    (
+        "vendor/xterm.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/serve/vendor/xterm.js"),
+    ),
+    (
+        "vendor/xterm.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../../assets/serve/vendor/xterm.css"),
+    ),
+    (
+        "vendor/addon-fit.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/serve/vendor/addon-fit.js"),
+    ),
+    (
+        "vendor/LICENSE.xterm",
+        "text/plain; charset=utf-8",
+        include_bytes!("../../../assets/serve/vendor/LICENSE.xterm"),
+    ),
+    (
+        "vendor/LICENSE.addon-fit",
+        "text/plain; charset=utf-8",
+        include_bytes!("../../../assets/serve/vendor/LICENSE.addon-fit"),
+    ),
 ];
 
 const INDEX: &[u8] = include_bytes!("../../../assets/serve/index.html");

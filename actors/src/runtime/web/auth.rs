@@ -14,7 +14,9 @@ pub const COOKIE: &str = "delta_serve_token";
 pub enum Verdict {
     Allowed,
     /// `?token=` was right: set the cookie and redirect to this location.
-    SetCookie { location: String },
+    SetCookie {
+        location: String,
+    },
     Unauthorized,
     ForeignOrigin,
 }
@@ -64,7 +66,11 @@ fn query_token(query: &str) -> (Option<String>, String) {
 
 /// An `Origin` that is not this server's own (scheme-less host:port compare with `Host`).
 fn foreign_origin(request: &HttpRequest) -> bool {
-    let Some(origin) = request.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
+    let Some(origin) = request
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+    else {
         return false;
     };
     let host = request

@@ -13,19 +13,39 @@ use crate::runtime::serve::events::DashboardSync;
 use crate::runtime::serve::messages::SubscribeDashboard;
 use crate::runtime::serve::watcher::Views;
 
-async fn full_sync(state: &WebState) -> Option<(String, tokio::sync::broadcast::Receiver<crate::runtime::serve::events::DashboardEvent>)> {
-    let (mut sync, events): (DashboardSync, _) = state.manager.send(SubscribeDashboard).await.ok()?;
+async fn full_sync(
+    state: &WebState,
+) -> Option<(
+    String,
+    tokio::sync::broadcast::Receiver<crate::runtime::serve::events::DashboardEvent>,
+)> {
+    let (mut sync, events): (DashboardSync, _) =
+        state.manager.send(SubscribeDashboard).await.ok()?;
     sync.workspaces = state.watcher.send(Views).await.unwrap_or_default();
     Some((serde_json::to_string(&sync).ok()?, events))
 }
 
-pub async fn dashboard_socket(request: HttpRequest, body: web::Payload, state: web::Data<WebState>) -> HttpResponse {
+pub async fn dashboard_socket(
+    request: HttpRequest,
+    body: web::Payload,
+    state: web::Data<WebState>,
+) -> HttpResponse {
     let Some((first, mut events)) = full_sync(&state).await else {
-        return error_response(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, "the server is stopping", "unavailable");
+        return error_response(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            "the server is stopping",
+            "unavailable",
+        );
     };
     let (response, mut session, stream) = match actix_ws::handle(&request, body) {
         Ok(parts) => parts,
-        Err(e) => return error_response(actix_web::http::StatusCode::BAD_REQUEST, &format!("not a WebSocket upgrade: {e}"), "bad_upgrade"),
+        Err(e) => {
+            return error_response(
+                actix_web::http::StatusCode::BAD_REQUEST,
+                &format!("not a WebSocket upgrade: {e}"),
+                "bad_upgrade",
+            )
+        }
     };
     let state = state.into_inner();
     actix_web::rt::spawn(async move {

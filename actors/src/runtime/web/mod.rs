@@ -80,8 +80,14 @@ pub struct WebState {
 
 /// Runs the server until it is stopped (Ctrl-C / SIGTERM). Holders and their programs are
 /// left running: the next start re-attaches to them.
-pub fn run_server(options: ServeOptions, on_ready: impl FnOnce(ServeReady) + Send + 'static) -> Result<(), ServeError> {
-    let agents = AgentCatalog::load(options.agents_config.as_deref(), options.agents_config_explicit)?;
+pub fn run_server(
+    options: ServeOptions,
+    on_ready: impl FnOnce(ServeReady) + Send + 'static,
+) -> Result<(), ServeError> {
+    let agents = AgentCatalog::load(
+        options.agents_config.as_deref(),
+        options.agents_config_explicit,
+    )?;
     let store = SessionStore::open(&options.state_dir)?;
     let loaded = store.load()?;
     let pty = PtySessions::new(PtyConfig {
@@ -132,14 +138,18 @@ pub fn run_server(options: ServeOptions, on_ready: impl FnOnce(ServeReady) + Sen
         {
             let handle = server.handle();
             actix_web::rt::spawn(async move {
-                if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                if let Ok(mut term) =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                {
                     term.recv().await;
                     handle.stop(true).await;
                 }
             });
         }
         on_ready(ServeReady { address, ..ready });
-        let result = server.await.map_err(|e| ServeError::io("serving on", address.to_string(), e));
+        let result = server
+            .await
+            .map_err(|e| ServeError::io("serving on", address.to_string(), e));
         for arbiter in arbiters {
             arbiter.stop();
         }
@@ -164,18 +174,35 @@ fn app(
         InitError = (),
     >,
 > {
-    let json = web::JsonConfig::default().limit(MAX_JSON_BODY).error_handler(|error, _| {
-        let (status, code) = match &error {
-            actix_web::error::JsonPayloadError::OverflowKnownLength { .. } | actix_web::error::JsonPayloadError::Overflow { .. } => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
-            }
-            actix_web::error::JsonPayloadError::ContentType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "bad_content_type"),
-            _ => (StatusCode::BAD_REQUEST, "bad_json"),
-        };
-        json_error(format!("invalid JSON body: {error}"), status, code)
+    let json = web::JsonConfig::default()
+        .limit(MAX_JSON_BODY)
+        .error_handler(|error, _| {
+            let (status, code) = match &error {
+                actix_web::error::JsonPayloadError::OverflowKnownLength { .. }
+                | actix_web::error::JsonPayloadError::Overflow { .. } => {
+                    (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
+                }
+                actix_web::error::JsonPayloadError::ContentType => {
+                    (StatusCode::UNSUPPORTED_MEDIA_TYPE, "bad_content_type")
+                }
+                _ => (StatusCode::BAD_REQUEST, "bad_json"),
+            };
+            json_error(format!("invalid JSON body: {error}"), status, code)
+        });
+    let path = web::PathConfig::default().error_handler(|error, _| {
+        json_error(
+            format!("invalid path: {error}"),
+            StatusCode::BAD_REQUEST,
+            "bad_path",
+        )
     });
-    let path = web::PathConfig::default().error_handler(|error, _| json_error(format!("invalid path: {error}"), StatusCode::BAD_REQUEST, "bad_path"));
-    let query = web::QueryConfig::default().error_handler(|error, _| json_error(format!("invalid query: {error}"), StatusCode::BAD_REQUEST, "bad_query"));
+    let query = web::QueryConfig::default().error_handler(|error, _| {
+        json_error(
+            format!("invalid query: {error}"),
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+        )
+    });
     App::new()
         .app_data(state)
         .app_data(json)

@@ -50,7 +50,11 @@ where
     match state.manager.send(message).await {
         Ok(Ok(value)) => HttpResponse::build(ok).json(value),
         Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(StatusCode::SERVICE_UNAVAILABLE, &format!("the server is stopping: {e}"), "unavailable"),
+        Err(e) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("the server is stopping: {e}"),
+            "unavailable",
+        ),
     }
 }
 
@@ -67,16 +71,27 @@ struct WorkerBody<T> {
 pub async fn list_sessions(state: web::Data<WebState>) -> HttpResponse {
     match state.manager.send(ListSessions).await {
         Ok(sessions) => HttpResponse::Ok().json(sessions),
-        Err(e) => error_response(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "unavailable",
+        ),
     }
 }
 
-pub async fn create_session(state: web::Data<WebState>, body: web::Json<CreateSessionRequest>) -> HttpResponse {
+pub async fn create_session(
+    state: web::Data<WebState>,
+    body: web::Json<CreateSessionRequest>,
+) -> HttpResponse {
     let message = CreateSession(body.into_inner());
     match state.manager.send(message).await {
         Ok(Ok(session)) => HttpResponse::Created().json(SessionBody { session }),
         Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "unavailable",
+        ),
     }
 }
 
@@ -88,7 +103,11 @@ pub async fn delete_session(state: web::Data<WebState>, path: web::Path<String>)
     match state.manager.send(DeleteSession(path.into_inner())).await {
         Ok(Ok(())) => HttpResponse::NoContent().finish(),
         Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "unavailable",
+        ),
     }
 }
 
@@ -99,19 +118,27 @@ pub struct RestartBody {
     continue_conversation: bool,
 }
 
-fn restart_body(body: &web::Bytes) -> Result<RestartBody, HttpResponse> {
+fn restart_body(body: &web::Bytes) -> Result<RestartBody, Box<HttpResponse>> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(RestartBody::default());
     }
     serde_json::from_slice(body).map_err(|e| {
-        error_response(StatusCode::BAD_REQUEST, &format!("invalid JSON body: {e}; expected {{\"continueConversation\": true|false}}"), "bad_json")
+        Box::new(error_response(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid JSON body: {e}; expected {{\"continueConversation\": true|false}}"),
+            "bad_json",
+        ))
     })
 }
 
-pub async fn restart_session(state: web::Data<WebState>, path: web::Path<String>, body: web::Bytes) -> HttpResponse {
+pub async fn restart_session(
+    state: web::Data<WebState>,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
     let body = match restart_body(&body) {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let message = RestartSession {
         session_id: path.into_inner(),
@@ -120,7 +147,11 @@ pub async fn restart_session(state: web::Data<WebState>, path: web::Path<String>
     match state.manager.send(message).await {
         Ok(Ok(session)) => HttpResponse::Ok().json(SessionBody { session }),
         Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "unavailable",
+        ),
     }
 }
 
@@ -128,7 +159,11 @@ pub async fn list_workers(state: web::Data<WebState>, path: web::Path<String>) -
     ask(&state, ListWorkers(path.into_inner()), StatusCode::OK).await
 }
 
-pub async fn create_worker(state: web::Data<WebState>, path: web::Path<String>, body: web::Json<CreateWorkerRequest>) -> HttpResponse {
+pub async fn create_worker(
+    state: web::Data<WebState>,
+    path: web::Path<String>,
+    body: web::Json<CreateWorkerRequest>,
+) -> HttpResponse {
     let message = CreateWorker {
         session_id: path.into_inner(),
         request: body.into_inner(),
@@ -136,23 +171,45 @@ pub async fn create_worker(state: web::Data<WebState>, path: web::Path<String>, 
     match state.manager.send(message).await {
         Ok(Ok(worker)) => HttpResponse::Created().json(WorkerBody { worker }),
         Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "unavailable",
+        ),
     }
 }
 
-pub async fn delete_worker(state: web::Data<WebState>, path: web::Path<(String, String)>) -> HttpResponse {
+pub async fn delete_worker(
+    state: web::Data<WebState>,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
     let (session_id, worker_id) = path.into_inner();
-    match state.manager.send(DeleteWorker { session_id, worker_id }).await {
+    match state
+        .manager
+        .send(DeleteWorker {
+            session_id,
+            worker_id,
+        })
+        .await
+    {
         Ok(Ok(())) => HttpResponse::NoContent().finish(),
         Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "unavailable",
+        ),
     }
 }
 
-pub async fn restart_worker(state: web::Data<WebState>, path: web::Path<(String, String)>, body: web::Bytes) -> HttpResponse {
+pub async fn restart_worker(
+    state: web::Data<WebState>,
+    path: web::Path<(String, String)>,
+    body: web::Bytes,
+) -> HttpResponse {
     let body = match restart_body(&body) {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let (session_id, worker_id) = path.into_inner();
     let message = RestartWorker {
@@ -163,7 +220,11 @@ pub async fn restart_worker(state: web::Data<WebState>, path: web::Path<(String,
     match state.manager.send(message).await {
         Ok(Ok(worker)) => HttpResponse::Ok().json(WorkerBody { worker }),
         Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "unavailable",
+        ),
     }
 }
 
@@ -173,16 +234,37 @@ pub struct InputBody {
     data: String,
 }
 
-pub async fn worker_input(state: web::Data<WebState>, path: web::Path<(String, String)>, body: web::Json<InputBody>) -> HttpResponse {
+pub async fn worker_input(
+    state: web::Data<WebState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<InputBody>,
+) -> HttpResponse {
     let (session_id, worker_id) = path.into_inner();
     let data = body.into_inner().data;
     if data.len() > MAX_INPUT_BYTES {
-        return serve_error(&ServeError::TooLarge { what: "input data", size: data.len(), limit: MAX_INPUT_BYTES });
+        return serve_error(&ServeError::TooLarge {
+            what: "input data",
+            size: data.len(),
+            limit: MAX_INPUT_BYTES,
+        });
     }
-    let worker = match state.manager.send(FindWorker { session_id, worker_id }).await {
+    let worker = match state
+        .manager
+        .send(FindWorker {
+            session_id,
+            worker_id,
+        })
+        .await
+    {
         Ok(Ok(worker)) => worker,
         Ok(Err(e)) => return serve_error(&e),
-        Err(e) => return error_response(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => {
+            return error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &e.to_string(),
+                "unavailable",
+            )
+        }
     };
     let bytes = data.len();
     match worker.send(Input(data)).await {
@@ -200,7 +282,11 @@ pub async fn list_agents(state: web::Data<WebState>) -> HttpResponse {
 pub async fn not_found(request: actix_web::HttpRequest) -> HttpResponse {
     error_response(
         StatusCode::NOT_FOUND,
-        &format!("no route {} {}; the API is under /api (see the README)", request.method(), request.path()),
+        &format!(
+            "no route {} {}; the API is under /api (see the README)",
+            request.method(),
+            request.path()
+        ),
         "not_found",
     )
 }

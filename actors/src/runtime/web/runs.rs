@@ -3,7 +3,7 @@
 //! timeline, from a line offset for tailing), `POST /api/runs/{runId}/answer` (what
 //! `delta continue -m` does, for a WAITING_FOR_INPUT run). Only watched workspaces are read.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use actix_web::http::StatusCode;
@@ -26,13 +26,21 @@ pub async fn workspaces(state: web::Data<WebState>) -> HttpResponse {
     HttpResponse::Ok().json(state.watcher.send(Views).await.unwrap_or_default())
 }
 
-async fn watched(state: &WebState, workspace: &PathBuf) -> Result<(), HttpResponse> {
-    if state.watcher.send(IsWatched(workspace.clone())).await.unwrap_or(false) {
+async fn watched(state: &WebState, workspace: &Path) -> Result<(), HttpResponse> {
+    if state
+        .watcher
+        .send(IsWatched(workspace.to_path_buf()))
+        .await
+        .unwrap_or(false)
+    {
         Ok(())
     } else {
         Err(error_response(
             StatusCode::NOT_FOUND,
-            &format!("{} is not a workspace this server shows; start it with `delta serve -w DIR`", workspace.display()),
+            &format!(
+                "{} is not a workspace this server shows; start it with `delta serve -w DIR`",
+                workspace.display()
+            ),
             "unknown_workspace",
         ))
     }
@@ -45,7 +53,11 @@ pub struct TimelineQuery {
     from: usize,
 }
 
-pub async fn run_timeline(state: web::Data<WebState>, path: web::Path<String>, query: web::Query<TimelineQuery>) -> HttpResponse {
+pub async fn run_timeline(
+    state: web::Data<WebState>,
+    path: web::Path<String>,
+    query: web::Query<TimelineQuery>,
+) -> HttpResponse {
     let query = query.into_inner();
     if let Err(response) = watched(&state, &query.workspace).await {
         return response;
@@ -54,7 +66,9 @@ pub async fn run_timeline(state: web::Data<WebState>, path: web::Path<String>, q
     let read = web::block(move || timeline(&query.workspace, &run_id, query.from)).await;
     match read {
         Ok(Ok(timeline)) => HttpResponse::Ok().json(timeline),
-        Ok(Err(ServeError::BadRequest(message))) => error_response(StatusCode::NOT_FOUND, &message, "run_not_found"),
+        Ok(Err(ServeError::BadRequest(message))) => {
+            error_response(StatusCode::NOT_FOUND, &message, "run_not_found")
+        }
         Ok(Err(e)) => serve_error(&e),
         Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), "io"),
     }
@@ -67,14 +81,29 @@ pub struct AnswerBody {
     message: String,
 }
 
-pub async fn answer_run(state: web::Data<WebState>, path: web::Path<String>, body: web::Json<AnswerBody>) -> HttpResponse {
+pub async fn answer_run(
+    state: web::Data<WebState>,
+    path: web::Path<String>,
+    body: web::Json<AnswerBody>,
+) -> HttpResponse {
     let AnswerBody { workspace, message } = body.into_inner();
     let run_id = path.into_inner();
     if validate_run_id(&run_id).is_err() {
-        return error_response(StatusCode::BAD_REQUEST, &format!("invalid run id `{}`", run_id.chars().take(80).collect::<String>()), "invalid_id");
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "invalid run id `{}`",
+                run_id.chars().take(80).collect::<String>()
+            ),
+            "invalid_id",
+        );
     }
     if message.len() > MAX_ANSWER_BYTES {
-        return serve_error(&ServeError::TooLarge { what: "answer", size: message.len(), limit: MAX_ANSWER_BYTES });
+        return serve_error(&ServeError::TooLarge {
+            what: "answer",
+            size: message.len(),
+            limit: MAX_ANSWER_BYTES,
+        });
     }
     if let Err(response) = watched(&state, &workspace).await {
         return response;
@@ -83,7 +112,11 @@ pub async fn answer_run(state: web::Data<WebState>, path: web::Path<String>, bod
     match status {
         Ok(RunStatus::WaitingForInput) => {}
         Ok(other) => {
-            return error_response(StatusCode::CONFLICT, &format!("run {run_id} is {other:?}, not WAITING_FOR_INPUT"), "not_waiting")
+            return error_response(
+                StatusCode::CONFLICT,
+                &format!("run {run_id} is {other:?}, not WAITING_FOR_INPUT"),
+                "not_waiting",
+            )
         }
         Err(e) => return error_response(StatusCode::NOT_FOUND, &e.to_string(), "run_not_found"),
     }
@@ -108,6 +141,10 @@ pub async fn answer_run(state: web::Data<WebState>, path: web::Path<String>, bod
             });
             HttpResponse::Accepted().json(serde_json::json!({ "runId": run_id, "continued": true }))
         }
-        Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, &format!("cannot run {}: {e}", state.delta_exe.display()), "spawn_failed"),
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("cannot run {}: {e}", state.delta_exe.display()),
+            "spawn_failed",
+        ),
     }
 }

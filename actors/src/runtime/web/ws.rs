@@ -31,10 +31,18 @@ pub const MAX_ROWS: u16 = 500;
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 enum ClientMessage {
-    Input { data: String },
-    Resize { cols: u16, rows: u16 },
+    Input {
+        data: String,
+    },
+    Resize {
+        cols: u16,
+        rows: u16,
+    },
     #[serde(rename_all = "camelCase")]
-    Image { data: String, mime_type: String },
+    Image {
+        data: String,
+        mime_type: String,
+    },
 }
 
 fn error_frame(error: &str, code: &str) -> String {
@@ -48,24 +56,60 @@ pub async fn worker_socket(
     state: web::Data<WebState>,
 ) -> HttpResponse {
     let (session_id, worker_id) = path.into_inner();
-    let worker = match state.manager.send(FindWorker { session_id, worker_id }).await {
+    let worker = match state
+        .manager
+        .send(FindWorker {
+            session_id,
+            worker_id,
+        })
+        .await
+    {
         Ok(Ok(worker)) => worker,
         Ok(Err(e)) => return serve_error(&e),
-        Err(e) => return error_response(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "unavailable"),
+        Err(e) => {
+            return error_response(
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                &e.to_string(),
+                "unavailable",
+            )
+        }
     };
     let (response, session, stream) = match actix_ws::handle(&request, body) {
         Ok(parts) => parts,
-        Err(e) => return error_response(actix_web::http::StatusCode::BAD_REQUEST, &format!("not a WebSocket upgrade: {e}"), "bad_upgrade"),
+        Err(e) => {
+            return error_response(
+                actix_web::http::StatusCode::BAD_REQUEST,
+                &format!("not a WebSocket upgrade: {e}"),
+                "bad_upgrade",
+            )
+        }
     };
     let (queue, frames) = ViewerQueue::new();
     let queued = queue.queued.clone();
     let Ok(viewer) = worker.send(Attach(queue)).await else {
-        let _ = session.close(Some(CloseReason { code: CloseCode::Away, description: Some("the worker stopped".into()) })).await;
+        let _ = session
+            .close(Some(CloseReason {
+                code: CloseCode::Away,
+                description: Some("the worker stopped".into()),
+            }))
+            .await;
         return response;
     };
-    actix_web::rt::spawn(write_frames(session.clone(), frames, queued, worker.clone(), viewer));
+    actix_web::rt::spawn(write_frames(
+        session.clone(),
+        frames,
+        queued,
+        worker.clone(),
+        viewer,
+    ));
     let images = state.images_dir.clone();
-    actix_web::rt::spawn(read_messages(session, stream.max_frame_size(MAX_CLIENT_FRAME), worker, viewer, images));
+    actix_web::rt::spawn(read_messages(
+        session,
+        stream.max_frame_size(MAX_CLIENT_FRAME),
+        worker,
+        viewer,
+        images,
+    ));
     response
 }
 
@@ -91,7 +135,10 @@ async fn write_frames(
                     description: Some(reason.into()),
                 };
                 let reason = if code == 1000 {
-                    CloseReason { code: CloseCode::Normal, ..reason }
+                    CloseReason {
+                        code: CloseCode::Normal,
+                        ..reason
+                    }
                 } else {
                     reason
                 };
@@ -127,11 +174,7 @@ async fn read_messages(
                     }
                 }
             }
-            Message::Ping(bytes) => {
-                if session.pong(&bytes).await.is_err() {
-                    break;
-                }
-            }
+            Message::Ping(bytes) if session.pong(&bytes).await.is_err() => break,
             Message::Close(_) => break,
             _ => {}
         }
@@ -139,11 +182,18 @@ async fn read_messages(
     worker.do_send(Detach(viewer));
 }
 
-async fn handle(message: ClientMessage, worker: &Addr<WorkerActor>, images: &std::path::Path) -> Option<String> {
+async fn handle(
+    message: ClientMessage,
+    worker: &Addr<WorkerActor>,
+    images: &std::path::Path,
+) -> Option<String> {
     match message {
         ClientMessage::Input { data } => {
             if data.len() > MAX_WS_INPUT {
-                return Some(error_frame(&format!("input is {} bytes, more than {MAX_WS_INPUT}", data.len()), "too_large"));
+                return Some(error_frame(
+                    &format!("input is {} bytes, more than {MAX_WS_INPUT}", data.len()),
+                    "too_large",
+                ));
             }
             match worker.send(Input(data)).await {
                 Ok(Ok(())) => None,
@@ -174,7 +224,11 @@ async fn handle(message: ClientMessage, worker: &Addr<WorkerActor>, images: &std
 }
 
 /// Decodes a pasted image into `<state>/images/<uuid>.<ext>` (0600).
-fn save_image(dir: &std::path::Path, data: &str, mime_type: &str) -> Result<PathBuf, (String, &'static str)> {
+fn save_image(
+    dir: &std::path::Path,
+    data: &str,
+    mime_type: &str,
+) -> Result<PathBuf, (String, &'static str)> {
     let extension = match mime_type {
         "image/png" => "png",
         "image/jpeg" => "jpg",
@@ -183,7 +237,10 @@ fn save_image(dir: &std::path::Path, data: &str, mime_type: &str) -> Result<Path
         other => return Err((format!("unsupported image type `{other}`; use image/png, image/jpeg, image/gif or image/webp"), "bad_image")),
     };
     if data.len() > MAX_IMAGE_BYTES * 4 / 3 + 4 {
-        return Err((format!("image is larger than {MAX_IMAGE_BYTES} bytes"), "too_large"));
+        return Err((
+            format!("image is larger than {MAX_IMAGE_BYTES} bytes"),
+            "too_large",
+        ));
     }
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(data.trim())

@@ -19,7 +19,10 @@ const REPLY_LIMIT: Duration = Duration::from_secs(5);
 /// Largest read from the tail stream.
 const TAIL_READ: usize = 64 * 1024;
 
-async fn write_frame(stream: &mut (impl AsyncWriteExt + Unpin), request: &Request) -> io::Result<()> {
+async fn write_frame(
+    stream: &mut (impl AsyncWriteExt + Unpin),
+    request: &Request,
+) -> io::Result<()> {
     let mut line = serde_json::to_vec(request).map_err(io::Error::other)?;
     line.push(b'\n');
     stream.write_all(&line).await
@@ -63,7 +66,10 @@ impl Control {
     pub fn spawn(socket: PathBuf) -> Control {
         let (queue, mut requests) = mpsc::unbounded_channel::<Pending>();
         tokio::spawn(async move {
-            let mut connection: Option<(BufReader<tokio::net::unix::OwnedReadHalf>, tokio::net::unix::OwnedWriteHalf)> = None;
+            let mut connection: Option<(
+                BufReader<tokio::net::unix::OwnedReadHalf>,
+                tokio::net::unix::OwnedWriteHalf,
+            )> = None;
             while let Some((request, reply)) = requests.recv().await {
                 let exchange = async {
                     if connection.is_none() {
@@ -78,7 +84,10 @@ impl Control {
                 };
                 let answer = match tokio::time::timeout(REPLY_LIMIT, exchange).await {
                     Ok(answer) => answer,
-                    Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "the holder did not answer")),
+                    Err(_) => Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the holder did not answer",
+                    )),
                 };
                 if answer.is_err() {
                     connection = None;
@@ -132,7 +141,12 @@ pub async fn open_tail(
         Ok(Ok(Response::Error { message })) => return Err(io::Error::other(message)),
         Ok(Ok(other)) => return Err(io::Error::other(format!("unexpected reply {other:?}"))),
         Ok(Err(e)) => return Err(e),
-        Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "the holder did not answer")),
+        Err(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the holder did not answer",
+            ))
+        }
     };
     let items = futures_util::stream::unfold(Some(input), |state| async move {
         let mut input = state?;

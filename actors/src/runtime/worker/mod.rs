@@ -126,7 +126,11 @@ impl WorkerActor {
         let Some(chunk) = self.screen.push(bytes) else {
             return;
         };
-        if let Some(change) = self.activity.as_mut().and_then(|a| a.on_output(Instant::now())) {
+        if let Some(change) = self
+            .activity
+            .as_mut()
+            .and_then(|a| a.on_output(Instant::now()))
+        {
             self.activity_changed(change);
         }
         if self.viewers.is_empty() {
@@ -141,7 +145,10 @@ impl WorkerActor {
         self.viewers.broadcast(&frame);
     }
 
-    fn activity_changed(&mut self, (state, source): (ActivityState, crate::serve::activity::ActivitySource)) {
+    fn activity_changed(
+        &mut self,
+        (state, source): (ActivityState, crate::serve::activity::ActivitySource),
+    ) {
         let frame = Self::encode(&ServerMessage::Activity { state, source });
         self.viewers.broadcast(&frame);
         self.notify(WorkerNoticeKind::Activity { state, source });
@@ -154,7 +161,13 @@ impl WorkerActor {
         self.viewers.close_all(CLOSE_STOPPED, "the program exited");
     }
 
-    fn start_live(&mut self, ctx: &mut Context<Self>, socket: PathBuf, from: u64, at_most: Option<u64>) {
+    fn start_live(
+        &mut self,
+        ctx: &mut Context<Self>,
+        socket: PathBuf,
+        from: u64,
+        at_most: Option<u64>,
+    ) {
         self.control = Some(Control::spawn(socket.clone()));
         let opening = async move { link::open_tail(&socket, from, at_most).await };
         ctx.wait(opening.into_actor(self).map(|opened, actor, ctx| match opened {
@@ -232,7 +245,11 @@ impl StreamHandler<TailItem> for WorkerActor {
                         return;
                     }
                     match pong {
-                        Ok(Response::Pong { alive: false, exit_code, .. }) => {
+                        Ok(Response::Pong {
+                            alive: false,
+                            exit_code,
+                            ..
+                        }) => {
                             actor.finish(exit_code);
                             actor.notify(WorkerNoticeKind::Exited { exit_code });
                         }
@@ -259,7 +276,10 @@ impl Handler<Attach> for WorkerActor {
         if let Some(activity) = &self.activity {
             if activity.state() != ActivityState::Unknown {
                 let source = crate::serve::activity::ActivitySource::Heuristic;
-                queue.push(Self::encode(&ServerMessage::Activity { state: activity.state(), source }));
+                queue.push(Self::encode(&ServerMessage::Activity {
+                    state: activity.state(),
+                    source,
+                }));
             }
         }
         if let Some(exit_code) = self.exited {
@@ -314,16 +334,27 @@ impl Handler<Input> for WorkerActor {
             (Some(control), None) => control.clone(),
             _ => {
                 return Box::pin(async {
-                    Err(ServeError::Conflict("the worker's program has exited; restart it first".into()))
+                    Err(ServeError::Conflict(
+                        "the worker's program has exited; restart it first".into(),
+                    ))
                 })
             }
         };
         Box::pin(async move {
-            match control.ask(Request::Write { data: text.into_bytes() }).await {
+            match control
+                .ask(Request::Write {
+                    data: text.into_bytes(),
+                })
+                .await
+            {
                 Ok(Response::Written { .. }) => Ok(()),
-                Ok(Response::Dead) => Err(ServeError::Conflict("the worker's program has exited".into())),
+                Ok(Response::Dead) => Err(ServeError::Conflict(
+                    "the worker's program has exited".into(),
+                )),
                 Ok(other) => Err(ServeError::Worker(format!("the holder answered {other:?}"))),
-                Err(e) => Err(ServeError::Worker(format!("cannot reach the worker's holder: {e}"))),
+                Err(e) => Err(ServeError::Worker(format!(
+                    "cannot reach the worker's holder: {e}"
+                ))),
             }
         })
     }
@@ -359,9 +390,11 @@ impl Handler<StopWorker> for WorkerActor {
     fn handle(&mut self, stop: StopWorker, ctx: &mut Self::Context) {
         self.stopping = true;
         if stop.restarted {
-            self.viewers.close_all(CLOSE_RESTARTED, "the worker restarted");
+            self.viewers
+                .close_all(CLOSE_RESTARTED, "the worker restarted");
         } else {
-            self.viewers.close_all(CLOSE_STOPPED, "the worker was deleted");
+            self.viewers
+                .close_all(CLOSE_STOPPED, "the worker was deleted");
         }
         ctx.stop();
     }

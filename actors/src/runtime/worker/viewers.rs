@@ -23,7 +23,10 @@ pub enum ViewerFrame {
     Text(ByteString),
     /// Everything before this was dropped-behind output: ask for a snapshot now.
     Resync,
-    Close { code: u16, reason: &'static str },
+    Close {
+        code: u16,
+        reason: &'static str,
+    },
 }
 
 /// The sending end a WebSocket hands to its worker.
@@ -121,7 +124,10 @@ impl Viewers {
     /// Sends a close frame to every viewer and forgets them.
     pub fn close_all(&mut self, code: u16, reason: &'static str) {
         for (_, viewer) in self.viewers.drain() {
-            let _ = viewer.queue.frames.send(ViewerFrame::Close { code, reason });
+            let _ = viewer
+                .queue
+                .frames
+                .send(ViewerFrame::Close { code, reason });
         }
     }
 }
