@@ -1,8 +1,8 @@
 //! Agent definitions: what an `agent` worker runs (`command`, with `{delta}` and `{location}`
 //! placeholders), what it adds to continue a conversation (`continue_args`), and the patterns
 //! that mean it is asking the user something (matched against the rendered bottom rows of its
-//! screen). Built-ins: `shell` (a plain bash) and `delta` (`delta run -i` on the session's
-//! folder as agent); more come from `serve.yaml`. Parsing and validation only.
+//! screen). Built-ins: `shell` (a plain bash) and `delta` (asks for a task, then `delta run -i`
+//! on the session's folder as agent); more come from `serve.yaml`. Parsing and validation only.
 
 use std::path::{Path, PathBuf};
 
@@ -50,6 +50,9 @@ struct ConfigFile {
     agents: Vec<AgentDefinition>,
 }
 
+const DELTA_AGENT_SCRIPT: &str =
+    r#"read -r -p "Task: " task && exec "$0" run -i -y --agent "$1" -m "$task""#;
+
 fn builtins() -> Vec<AgentDefinition> {
     vec![
         AgentDefinition {
@@ -62,11 +65,17 @@ fn builtins() -> Vec<AgentDefinition> {
         AgentDefinition {
             id: "delta".into(),
             name: "delta run -i".into(),
-            command: ["{delta}", "run", "-i", "--agent", "{location}"]
-                .map(String::from)
-                .to_vec(),
+            // Asks for the task, then runs the session folder as the agent. The paths are
+            // positional arguments, never spliced into the script.
+            command: vec![
+                "bash".into(),
+                "-c".into(),
+                DELTA_AGENT_SCRIPT.into(),
+                "{delta}".into(),
+                "{location}".into(),
+            ],
             continue_args: vec![],
-            asking_patterns: vec![r"^\s*>\s*$".into(), r"\?\s*$".into()],
+            asking_patterns: vec![r"Task: *$".into(), r"\?\s*$".into()],
         },
     ]
 }
@@ -210,10 +219,9 @@ mod tests {
         );
         assert!(catalog.patterns("fake")[0].is_match("x\nProceed? "));
         let delta = catalog.get("delta").unwrap();
-        assert_eq!(
-            delta.argv(Path::new("/bin/delta"), Path::new("/w"), false),
-            ["/bin/delta", "run", "-i", "--agent", "/w"]
-        );
+        let argv = delta.argv(Path::new("/bin/delta"), Path::new("/w '\"x"), false);
+        assert_eq!(argv[..2], ["bash", "-c"]);
+        assert_eq!(argv[3..], ["/bin/delta", "/w '\"x"], "paths stay arguments");
     }
 
     #[test]

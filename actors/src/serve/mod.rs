@@ -10,6 +10,7 @@ pub mod activity;
 pub mod agents;
 pub mod error;
 pub mod model;
+pub mod revival;
 pub mod runs_view;
 pub mod screen;
 pub mod store;

@@ -28,6 +28,7 @@ use super::worker::messages::{WorkerNotice, WorkerNoticeKind};
 use super::worker::{StopWorker, WorkerActor, WorkerSource, WorkerSpec};
 use crate::serve::agents::{terminal_command, AgentCatalog};
 use crate::serve::model::{HolderRef, Session, SessionStatus, Worker, WorkerKind};
+use crate::serve::revival::{RevivalBudget, MAX_REVIVALS};
 use crate::serve::screen::{SNAPSHOT_LOG_BYTES, TAIL_CAPACITY};
 use crate::serve::store::SessionStore;
 use crate::serve::ServeError;
@@ -51,6 +52,7 @@ pub struct ServeManager {
     sessions: Vec<Session>,
     actors: HashMap<(String, String), Addr<WorkerActor>>,
     busy: HashSet<(String, String)>,
+    revivals: RevivalBudget,
     events: broadcast::Sender<DashboardEvent>,
     arbiters: Vec<ArbiterHandle>,
     next_arbiter: usize,
@@ -85,6 +87,7 @@ impl ServeManager {
             sessions,
             actors: HashMap::new(),
             busy: HashSet::new(),
+            revivals: RevivalBudget::default(),
             events,
             arbiters,
             next_arbiter: 0,
@@ -354,6 +357,19 @@ impl ServeManager {
             tracing::warn!(worker = %worker_id, "cannot revive: unknown agent");
             return;
         };
+        if !self.revivals.allow(worker_id, std::time::Instant::now()) {
+            tracing::warn!(worker = %worker_id, "its holder disappeared {MAX_REVIVALS} times within a minute: not reviving it again");
+            if let Some(w) = self.worker_mut(session_id, worker_id) {
+                w.exit_code = Some(-1);
+            }
+            self.persist();
+            self.publish(DashboardEvent::WorkerExited {
+                session_id: session_id.to_string(),
+                worker_id: worker_id.to_string(),
+                exit_code: None,
+            });
+            return;
+        }
         if self.claim(session_id, worker_id).is_err() {
             return;
         }

@@ -115,7 +115,7 @@ pub async fn delete_session(state: web::Data<WebState>, path: web::Path<String>)
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RestartBody {
     #[serde(default)]
-    continue_conversation: bool,
+    continue_conversation: Option<bool>,
 }
 
 fn restart_body(body: &web::Bytes) -> Result<RestartBody, Box<HttpResponse>> {
@@ -142,7 +142,8 @@ pub async fn restart_session(
     };
     let message = RestartSession {
         session_id: path.into_inner(),
-        continue_conversation: body.continue_conversation,
+        // The design's session restart recreates the agents with their continue args.
+        continue_conversation: body.continue_conversation.unwrap_or(true),
     };
     match state.manager.send(message).await {
         Ok(Ok(session)) => HttpResponse::Ok().json(SessionBody { session }),
@@ -215,7 +216,7 @@ pub async fn restart_worker(
     let message = RestartWorker {
         session_id,
         worker_id,
-        continue_conversation: body.continue_conversation,
+        continue_conversation: body.continue_conversation.unwrap_or(false),
     };
     match state.manager.send(message).await {
         Ok(Ok(worker)) => HttpResponse::Ok().json(WorkerBody { worker }),

@@ -126,18 +126,24 @@ pub enum TailItem {
     Failed(String),
 }
 
-/// Opens a tail from `from` (at most `at_most` bytes back from the end); returns the offset
-/// it really starts at and the stream of what follows.
+/// An opened tail: where it starts, how long the log was then, and the bytes from `start` on.
+pub struct Tail<S> {
+    pub start: u64,
+    pub logged: u64,
+    pub items: S,
+}
+
+/// Opens a tail from `from` (at most `at_most` bytes back from the end).
 pub async fn open_tail(
     socket: &Path,
     from: u64,
     at_most: Option<u64>,
-) -> io::Result<(u64, impl Stream<Item = TailItem>)> {
+) -> io::Result<Tail<impl Stream<Item = TailItem> + Unpin>> {
     let mut stream = UnixStream::connect(socket).await?;
     write_frame(&mut stream, &Request::Tail { from, at_most }).await?;
     let mut input = BufReader::with_capacity(TAIL_READ, stream);
-    let start = match tokio::time::timeout(REPLY_LIMIT, read_frame(&mut input)).await {
-        Ok(Ok(Response::Tailing { from, .. })) => from,
+    let (start, logged) = match tokio::time::timeout(REPLY_LIMIT, read_frame(&mut input)).await {
+        Ok(Ok(Response::Tailing { from, logged })) => (from, logged),
         Ok(Ok(Response::Error { message })) => return Err(io::Error::other(message)),
         Ok(Ok(other)) => return Err(io::Error::other(format!("unexpected reply {other:?}"))),
         Ok(Err(e)) => return Err(e),
@@ -148,17 +154,24 @@ pub async fn open_tail(
             ))
         }
     };
-    let items = futures_util::stream::unfold(Some(input), |state| async move {
-        let mut input = state?;
-        let mut buffer = vec![0u8; TAIL_READ];
-        match input.read(&mut buffer).await {
-            Ok(0) => Some((TailItem::End, None)),
-            Ok(read) => {
-                buffer.truncate(read);
-                Some((TailItem::Bytes(buffer), Some(input)))
+    let items = Box::pin(futures_util::stream::unfold(
+        Some(input),
+        |state| async move {
+            let mut input = state?;
+            let mut buffer = vec![0u8; TAIL_READ];
+            match input.read(&mut buffer).await {
+                Ok(0) => Some((TailItem::End, None)),
+                Ok(read) => {
+                    buffer.truncate(read);
+                    Some((TailItem::Bytes(buffer), Some(input)))
+                }
+                Err(e) => Some((TailItem::Failed(e.to_string()), None)),
             }
-            Err(e) => Some((TailItem::Failed(e.to_string()), None)),
-        }
-    });
-    Ok((start, items))
+        },
+    ));
+    Ok(Tail {
+        start,
+        logged,
+        items,
+    })
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytestring::ByteString;
+use futures_util::StreamExt;
 use regex_lite::Regex;
 
 use self::link::{Control, TailItem};
@@ -169,13 +170,33 @@ impl WorkerActor {
         at_most: Option<u64>,
     ) {
         self.control = Some(Control::spawn(socket.clone()));
-        let opening = async move { link::open_tail(&socket, from, at_most).await };
+        // The log already written when the tail opens is read before any viewer is let in,
+        // so the first snapshot after a server restart already shows the history.
+        let opening = async move {
+            let tail = link::open_tail(&socket, from, at_most).await?;
+            let mut items = tail.items;
+            let mut backlog = Vec::new();
+            let mut ended = None;
+            while (backlog.len() as u64) < tail.logged.saturating_sub(tail.start) {
+                match items.next().await {
+                    Some(TailItem::Bytes(bytes)) => backlog.extend_from_slice(&bytes),
+                    Some(other) => {
+                        ended = Some(other);
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            let rest = futures_util::stream::iter(ended).chain(items);
+            Ok::<_, std::io::Error>((tail.start, backlog, rest))
+        };
         ctx.wait(opening.into_actor(self).map(|opened, actor, ctx| match opened {
-            Ok((start, items)) => {
+            Ok((start, backlog, rest)) => {
                 let prelude = actor.screen.prelude().to_string();
                 actor.screen = WorkerScreen::new(actor.spec.size.rows, actor.spec.size.cols, start);
                 actor.screen.set_prelude(&prelude);
-                ctx.add_stream(items);
+                actor.take_output(&backlog);
+                ctx.add_stream(rest);
             }
             Err(e) => {
                 tracing::warn!(worker = %actor.spec.worker_id, "cannot tail the holder: {e}");
