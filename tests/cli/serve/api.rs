@@ -13,6 +13,19 @@ fn serve_rest_sessions_and_workers_lifecycle() {
     runtime().block_on(async {
         let (status, list) = server.get("/api/sessions").await;
         assert_eq!((status, list), (200, json!([])));
+        let (status, agents) = server.get("/api/agents").await;
+        assert_eq!(status, 200);
+        let ids: Vec<&str> = agents
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["shell", "delta", "fake", "printer"]);
+        let mut dashboard = Viewer::connect(&server, "/ws/dashboard", None)
+            .await
+            .unwrap();
+        assert_eq!(dashboard.json().await["type"], "sync");
         let session = server.session(&root).await;
         let (status, body) = server.get(&format!("/api/sessions/{session}")).await;
         assert_eq!(status, 200);
@@ -25,6 +38,14 @@ fn serve_rest_sessions_and_workers_lifecycle() {
         let terminal = server.worker(&session, json!({"type": "terminal"})).await;
         assert_eq!(terminal["type"], "terminal");
         assert_eq!(terminal["epoch"], 1);
+        let mut lifecycle = Vec::new();
+        while lifecycle.len() < 2 {
+            let event = dashboard.json().await;
+            if event["type"] != "workspace" {
+                lifecycle.push(event["type"].as_str().unwrap().to_string());
+            }
+        }
+        assert_eq!(lifecycle, ["session-created", "worker-created"]);
         let agent = server
             .worker(
                 &session,

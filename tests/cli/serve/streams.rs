@@ -182,3 +182,85 @@ fn serve_activity_goes_active_idle_asking_from_a_scripted_agent() {
         assert_eq!(session_body["workers"][0]["activity"], "asking");
     });
 }
+
+#[test]
+fn serve_worker_socket_input_resize_image_and_refused_messages() {
+    use base64::Engine;
+    use std::os::unix::fs::PermissionsExt;
+    let root = Root::new();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let session = server.session(&root).await;
+        let worker = server.worker(&session, json!({"type": "terminal"})).await;
+        let worker_id = worker["id"].as_str().unwrap();
+        let mut viewer = server.viewer(&session, worker_id).await;
+        let mut transcript = Transcript::start(&mut viewer).await;
+        viewer
+            .send(json!({"type": "resize", "cols": 100, "rows": 40}))
+            .await;
+        viewer
+            .send(json!({"type": "input", "data": "stty size; echo sized-$((6*7))\r"}))
+            .await;
+        transcript.until(&mut viewer, "sized-42").await;
+        assert!(
+            transcript.text.contains("40 100"),
+            "{:?}",
+            transcript.tail()
+        );
+
+        let picture = b"\x89PNG\r\n\x1a\nnot really a picture";
+        let data = base64::engine::general_purpose::STANDARD.encode(picture);
+        viewer
+            .send(json!({"type": "image", "data": data, "mimeType": "image/png"}))
+            .await;
+        transcript.until(&mut viewer, ".png").await;
+        let images = root.state().canonicalize().unwrap().join("images");
+        let saved: Vec<_> = std::fs::read_dir(&images)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(saved.len(), 1);
+        assert_eq!(std::fs::read(&saved[0]).unwrap(), picture);
+        assert_eq!(
+            std::fs::metadata(&saved[0]).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert!(transcript
+            .text
+            .contains(saved[0].file_name().unwrap().to_str().unwrap()));
+
+        for (message, code) in [
+            (
+                json!({"type": "image", "data": "AAAA", "mimeType": "text/html"}),
+                "bad_image",
+            ),
+            (
+                json!({"type": "image", "data": "***", "mimeType": "image/png"}),
+                "bad_image",
+            ),
+            (
+                json!({"type": "resize", "cols": 0, "rows": 40}),
+                "bad_resize",
+            ),
+            (
+                json!({"type": "resize", "cols": 5000, "rows": 40}),
+                "bad_resize",
+            ),
+            (
+                json!({"type": "input", "data": "x".repeat(70_000)}),
+                "too_large",
+            ),
+            (json!({"type": "teleport"}), "bad_message"),
+        ] {
+            viewer.send(message.clone()).await;
+            let answer = loop {
+                let frame = viewer.json().await;
+                if frame["type"] == "error" {
+                    break frame;
+                }
+                transcript.take(&frame);
+            };
+            assert_eq!(answer["code"], code, "{message}: {answer}");
+        }
+    });
+}
