@@ -1,7 +1,7 @@
 //! The page in a real browser (Debian's `chromium` + `chromedriver` over WebDriver): open it
 //! with the token, create a session and a terminal worker, type a command and see its output,
 //! reload and still see it, open the runs view of a workspace with a finished example
-//! orchestration and see its stages, and save a screenshot. Without chromium the test fails
+//! orchestration and see its stages and a run's timeline, and save screenshots. Without chromium the test fails
 //! loudly, unless DELTA_SKIP_BROWSER=1 says to skip it (it then prints SKIPPED).
 
 use super::webdriver::{which, Driver};
@@ -84,6 +84,14 @@ fn serve_browser_terminal_reload_and_runs_view() {
         )
         .await;
         driver.screenshot(&shot.join("runs.png")).await;
+        driver.click("tr.clickable").await;
+        driver.until(
+            "a run's timeline",
+            "const entries = [...document.querySelectorAll('#timeline .entry')].map(e => e.className + ':' + e.textContent);\
+             return entries.some(e => e.includes('start') && e.includes('Run started')) && entries.some(e => e.includes('end') && e.includes('COMPLETED'));",
+        )
+        .await;
+        driver.screenshot(&shot.join("timeline.png")).await;
         eprintln!("screenshots in {}", shot.display());
         driver.quit().await;
     });
