@@ -13,6 +13,10 @@ use super::error::ServeError;
 pub const MAX_ID_LEN: usize = 64;
 /// Longest worker name.
 pub const MAX_NAME_LEN: usize = 100;
+/// Most sessions a server keeps.
+pub const MAX_SESSIONS: usize = 256;
+/// Most workers in one session.
+pub const MAX_WORKERS_PER_SESSION: usize = 64;
 
 /// Ids become path segments and holder names: 1-64 of `[A-Za-z0-9_-]`, not starting with `-`.
 pub fn is_valid_id(id: &str) -> bool {

@@ -368,3 +368,26 @@ fn serve_migrates_an_old_format_sessions_file_and_keeps_the_original() {
             .unwrap();
     assert_eq!(rewritten[0]["type"], "worktree");
 }
+
+#[test]
+fn serve_the_number_of_sessions_is_bounded() {
+    let root = Root::new();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let request = json!({"type": "quick", "locationPath": root.workspace()});
+        for _ in 0..256 {
+            let (status, body) = server.post("/api/sessions", request.clone()).await;
+            assert_eq!(status, 201, "{body}");
+        }
+        let (status, body) = server.post("/api/sessions", request).await;
+        assert_eq!(
+            (status, body["code"].clone()),
+            (409, json!("conflict")),
+            "{body}"
+        );
+        assert!(
+            body["error"].as_str().unwrap().contains("256 sessions"),
+            "{body}"
+        );
+    });
+}

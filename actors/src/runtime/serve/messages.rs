@@ -9,7 +9,7 @@ use super::{seam, Launch, ServeManager};
 use crate::runtime::worker::{History, StopWorker, WorkerActor};
 use crate::serve::model::{
     check_id, new_id, now_rfc3339, CreateSessionRequest, CreateWorkerRequest, Session,
-    SessionStatus, Worker, WorkerKind, MAX_NAME_LEN,
+    SessionStatus, Worker, WorkerKind, MAX_NAME_LEN, MAX_SESSIONS, MAX_WORKERS_PER_SESSION,
 };
 use crate::serve::ServeError;
 
@@ -80,6 +80,11 @@ impl Handler<CreateSession> for ServeManager {
         CreateSession(request): CreateSession,
         ctx: &mut Self::Context,
     ) -> Self::Result {
+        if self.sessions.len() >= MAX_SESSIONS {
+            return ready(Err(ServeError::Conflict(format!(
+                "this server already has {MAX_SESSIONS} sessions; delete some first"
+            ))));
+        }
         let location = request.location_path.clone();
         if !location.is_absolute() || !location.is_dir() {
             return ready(Err(ServeError::NoSuchFolder(location)));
@@ -334,6 +339,11 @@ impl ServeManager {
             };
         let location = session.location_path.clone();
         let count = session.workers.len();
+        if count >= MAX_WORKERS_PER_SESSION {
+            return ready(Err(ServeError::Conflict(format!(
+                "session `{session_id}` already has {MAX_WORKERS_PER_SESSION} workers; delete some first"
+            ))));
+        }
         let name = match request.name {
             Some(name) if name.chars().count() > MAX_NAME_LEN => {
                 return ready(Err(ServeError::BadRequest(format!(

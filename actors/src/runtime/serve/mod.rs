@@ -319,10 +319,9 @@ impl ServeManager {
             return;
         };
         match state {
-            HolderState::Alive => {
-                let Some(holder) = &worker.holder else { return };
+            HolderState::Alive { socket } => {
                 let source = WorkerSource::Live {
-                    socket: holder.socket.clone(),
+                    socket,
                     from: 0,
                     at_most: Some(TAIL_CAPACITY as u64),
                 };

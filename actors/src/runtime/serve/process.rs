@@ -55,8 +55,8 @@ pub fn launch(
 
 /// What a holder's folder says about it now.
 pub enum HolderState {
-    /// It answers: re-attach.
-    Alive,
+    /// It answers: re-attach to the socket its own metadata names.
+    Alive { socket: PathBuf },
     /// Its program exited (normally): show the log, do not revive.
     Exited {
         exit_code: Option<i32>,
@@ -71,7 +71,12 @@ pub fn holder_state(pty: &PtySessions, holder: &HolderRef) -> HolderState {
         return HolderState::Lost;
     };
     match pty.status(&holder.pty_session_id) {
-        Ok(info) if info.alive => HolderState::Alive,
+        Ok(info) if info.alive => match read_pty_metadata(&dir) {
+            Ok(metadata) => HolderState::Alive {
+                socket: metadata.socket,
+            },
+            Err(_) => HolderState::Lost,
+        },
         _ => match read_pty_metadata(&dir) {
             Ok(metadata) if metadata.status == PtyStatus::Dead => HolderState::Exited {
                 exit_code: metadata.exit_code,
