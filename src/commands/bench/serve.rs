@@ -55,6 +55,10 @@ pub struct ServeBenchReport {
     pub delivered_bytes: u64,
     pub output_seconds: f64,
     pub fanout_mib_per_s: f64,
+    /// CPU seconds the server process used while the workers printed.
+    pub server_cpu_seconds: f64,
+    /// MiB delivered per CPU second of the server (its rate with a core of its own).
+    pub fanout_mib_per_server_cpu_s: f64,
     pub gaps: u64,
     pub lagging_viewer_snapshots: u64,
     pub slow_viewers: u64,
@@ -176,6 +180,7 @@ async fn drive(
         "head -c {} /dev/zero | tr '\\0' x | fold -w 100; echo bench-end-$((6*7))\r",
         args.bytes
     );
+    let cpu_before = server.cpu_seconds();
     let started = Instant::now();
     let before: u64 = viewers
         .iter()
@@ -202,6 +207,7 @@ async fn drive(
         .map(|v| v.stats.bytes.load(Ordering::Relaxed))
         .sum::<u64>()
         - before;
+    let server_cpu_seconds = server.cpu_seconds() - cpu_before;
     let (peak, _) = server.memory();
     let _ = resume.send(true);
     wait_all("the slow viewers", &slow, |v| {
@@ -227,6 +233,10 @@ async fn drive(
         delivered_bytes: delivered,
         output_seconds,
         fanout_mib_per_s: delivered as f64 / output_seconds / (1024.0 * 1024.0),
+        server_cpu_seconds,
+        fanout_mib_per_server_cpu_s: delivered as f64
+            / server_cpu_seconds.max(1e-9)
+            / (1024.0 * 1024.0),
         gaps: sum(&viewers, |v| v.stats.gaps.load(Ordering::Relaxed))
             + sum(&slow, |v| v.stats.gaps.load(Ordering::Relaxed)),
         lagging_viewer_snapshots: sum(&viewers, |v| v.stats.snapshots.load(Ordering::Relaxed))
@@ -246,13 +256,13 @@ async fn drive(
 fn text(r: &ServeBenchReport) -> String {
     format!(
         "delta serve: {} workers x {} viewers, {} bytes each\n\
-         fan-out        {:.1} MiB/s ({} bytes to viewers in {:.2} s)\n\
+         fan-out        {:.1} MiB/s ({} bytes to viewers in {:.2} s; server CPU {:.2} s = {:.0} MiB per CPU second)\n\
          continuity     {} gaps; {} snapshots sent to lagging viewers\n\
          slow viewers   {} (read nothing during the output): {} snapshots, then continuous\n\
          server RSS     peak {:.1} MiB, {:.1} MiB after\n\
          echo latency   p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} probes, {} viewers attached)\n",
         r.workers, r.viewers_per_worker, r.bytes_per_worker,
-        r.fanout_mib_per_s, r.delivered_bytes, r.output_seconds,
+        r.fanout_mib_per_s, r.delivered_bytes, r.output_seconds, r.server_cpu_seconds, r.fanout_mib_per_server_cpu_s,
         r.gaps, r.lagging_viewer_snapshots,
         r.slow_viewers, r.slow_viewer_snapshots,
         r.server_peak_rss_mib, r.server_rss_after_mib,

@@ -61,6 +61,28 @@ impl ServeChild {
         self.child.id()
     }
 
+    /// CPU seconds (user + system) the server process has used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100) as f64;
+        // utime and stime are fields 14 and 15 of stat, 12 and 13 after the command name.
+        (ticks(11) + ticks(12)) / per_second
+    }
+
     /// `VmHWM` (peak) and `VmRSS` of the server, in bytes.
     pub fn memory(&self) -> (u64, u64) {
         let status =
@@ -131,6 +153,19 @@ pub struct ViewerStats {
     pub marker_at: AtomicU64,
 }
 
+/// The fields of a worker message the bench reads (borrowed where JSON has no escapes).
+#[derive(serde::Deserialize)]
+struct Frame<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(default, borrow)]
+    data: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    offset: Option<u64>,
+    #[serde(default)]
+    end: Option<u64>,
+}
+
 type Probe = Arc<Mutex<Option<(String, oneshot::Sender<Instant>)>>>;
 
 /// One viewer: a task reading its socket, and a sender for input on the same socket.
@@ -156,7 +191,8 @@ impl ViewerHandle {
         let bearer = HeaderValue::from_str(&format!("Bearer {}", server.token))
             .map_err(|e| e.to_string())?;
         request.headers_mut().insert("authorization", bearer);
-        let (socket, _) = tokio_tungstenite::connect_async(request)
+        // Like a browser, without Nagle's algorithm (a keystroke is one tiny frame).
+        let (socket, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
             .await
             .map_err(|e| format!("{path}: {e}"))?;
         let (mut sink, mut stream) = socket.split();
@@ -183,20 +219,20 @@ impl ViewerHandle {
                     continue;
                 };
                 let arrived = Instant::now();
-                let Ok(frame) = serde_json::from_str::<Value>(&text) else {
+                let Ok(frame) = serde_json::from_str::<Frame>(&text) else {
                     continue;
                 };
-                let data = frame["data"].as_str().unwrap_or("");
-                match frame["type"].as_str() {
-                    Some("history") => {
+                let data: &str = &frame.data;
+                match frame.kind {
+                    "history" => {
                         task_stats.snapshots.fetch_add(1, Ordering::Relaxed);
-                        next = frame["offset"].as_u64();
+                        next = frame.offset;
                     }
-                    Some("output") => {
-                        if next != frame["offset"].as_u64() {
+                    "output" => {
+                        if next != frame.offset {
                             task_stats.gaps.fetch_add(1, Ordering::Relaxed);
                         }
-                        next = frame["end"].as_u64();
+                        next = frame.end;
                         task_stats
                             .bytes
                             .fetch_add(data.len() as u64, Ordering::Relaxed);

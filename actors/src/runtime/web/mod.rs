@@ -123,6 +123,8 @@ pub fn run_server(
         let token: Arc<str> = Arc::from(options.token.as_str());
         let server = HttpServer::new(move || app(state.clone(), token.clone()))
             .workers(options.http_workers.max(1))
+            // Keystrokes and their echoes are tiny frames: never hold them back for an ACK.
+            .tcp_nodelay(true)
             .disable_signals()
             .shutdown_timeout(1)
             .bind(options.listen)
