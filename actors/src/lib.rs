@@ -6,10 +6,12 @@
 //!   [`journal`], [`metadata`] and [`workspace`] own the on-disk contracts; [`context`]
 //!   turns a journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol and
 //!   hosts the scripted model; [`session`] owns shell and PTY sessions; [`plan`] models
-//!   `plan.yaml`.
+//!   `plan.yaml`; [`serve`] is the `delta serve` model (sessions, workers, persistence,
+//!   activity detection, the runs view).
 //! - **Runtime** ([`runtime`]): actix actors that own state and mailboxes and call the
 //!   domain functions: `RunSupervisor`, `RunActor`, `ToolActor`, `LlmGateway`,
-//!   `SessionActor`, `JanitorActor`.
+//!   `SessionActor`, `JanitorActor`, and for `delta serve` `ServeManager`, `WorkerActor` and
+//!   the actix-web routes (`runtime::web`).
 //! - **API** ([`api`], [`protocol`]): the [`api::Supervisor`] handle that embedders and the
 //!   `delta` CLI use. No actix type crosses it.
 //!
