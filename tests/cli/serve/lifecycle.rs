@@ -139,3 +139,67 @@ fn serve_delete_leaves_no_process_of_the_worker_alive() {
         assert!(no_process_with(&marker), "left alive: {:?}", marked(&marker));
     });
 }
+
+#[test]
+fn serve_a_program_that_exits_is_reported_and_not_revived_after_a_restart() {
+    let root = Root::new();
+    let mut server = Server::start(&root);
+    let (session, worker_id) = runtime().block_on(async {
+        let session = server.session(&root).await;
+        let worker = server.worker(&session, json!({"type": "terminal"})).await;
+        let worker_id = worker["id"].as_str().unwrap().to_string();
+        let mut viewer = server.viewer(&session, &worker_id).await;
+        let mut transcript = Transcript::start(&mut viewer).await;
+        server
+            .input(&session, &worker_id, "echo last-words-$((6*7)); exit 3\r")
+            .await;
+        let exit = loop {
+            let frame = viewer.json().await;
+            if frame["type"] == "exit" {
+                break frame;
+            }
+            transcript.take(&frame);
+        };
+        assert_eq!(exit["exitCode"], 3);
+        assert!(matches!(
+            viewer.next().await,
+            super::Frame::Closed(Some(1000))
+        ));
+        let path = format!("/api/sessions/{session}");
+        super::eventually("the exit code in the session", || async {
+            server.get(&path).await.1["workers"][0]["exitCode"] == 3
+        })
+        .await;
+        let (status, refused) = server
+            .post(
+                &format!("{path}/workers/{worker_id}/input"),
+                json!({"data": "x"}),
+            )
+            .await;
+        assert_eq!((status, refused["code"].clone()), (409, json!("conflict")));
+        (session, worker_id)
+    });
+    server.kill9();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let (_, body) = server.get(&format!("/api/sessions/{session}")).await;
+        assert_eq!(
+            (
+                body["workers"][0]["epoch"].clone(),
+                body["workers"][0]["exitCode"].clone()
+            ),
+            (json!(1), json!(3))
+        );
+        let mut viewer = server.viewer(&session, &worker_id).await;
+        let history = viewer.json().await;
+        assert!(
+            history["data"].as_str().unwrap().contains("last-words-42"),
+            "{history}"
+        );
+        assert_eq!(viewer.json().await["type"], "exit");
+        assert!(matches!(
+            viewer.next().await,
+            super::Frame::Closed(Some(1000))
+        ));
+    });
+}

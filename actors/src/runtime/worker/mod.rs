@@ -31,6 +31,8 @@ use crate::serve::ServeError;
 use crate::session::pty::protocol::{Request, Response};
 use crate::session::pty::TerminalSize;
 
+/// How long the holder may take to reap a program whose output has ended.
+const EXIT_SETTLE: Duration = Duration::from_secs(3);
 /// How often agent workers judge silence.
 const ACTIVITY_TICK: Duration = Duration::from_millis(250);
 
@@ -213,6 +215,35 @@ impl WorkerActor {
     }
 }
 
+/// Why a tail stream ended.
+enum TailEnd {
+    Exited(Option<i32>),
+    /// The holder does not answer.
+    Lost,
+    /// The holder still says the program runs (the tail broke for another reason).
+    StillRunning,
+}
+
+/// Asks the holder why the tail ended. The log ends when the PTY is closed, a moment before
+/// the holder has reaped the program, so "alive" is asked again for up to [`EXIT_SETTLE`].
+async fn ending(control: &Control) -> TailEnd {
+    let deadline = tokio::time::Instant::now() + EXIT_SETTLE;
+    loop {
+        match control.ask(Request::Ping).await {
+            Ok(Response::Pong {
+                alive: false,
+                exit_code,
+                ..
+            }) => return TailEnd::Exited(exit_code),
+            Ok(Response::Pong { alive: true, .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(Response::Pong { alive: true, .. }) => return TailEnd::StillRunning,
+            _ => return TailEnd::Lost,
+        }
+    }
+}
+
 /// The last `limit` bytes of a file.
 fn read_end(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
@@ -260,21 +291,25 @@ impl StreamHandler<TailItem> for WorkerActor {
                 let Some(control) = self.control.clone() else {
                     return;
                 };
-                let asking = async move { control.ask(Request::Ping).await };
-                ctx.spawn(asking.into_actor(self).map(|pong, actor, _| {
+                let asking = async move { ending(&control).await };
+                ctx.spawn(asking.into_actor(self).map(|end, actor, ctx| {
                     if actor.stopping {
                         return;
                     }
-                    match pong {
-                        Ok(Response::Pong {
-                            alive: false,
-                            exit_code,
-                            ..
-                        }) => {
+                    match end {
+                        TailEnd::Exited(exit_code) => {
                             actor.finish(exit_code);
                             actor.notify(WorkerNoticeKind::Exited { exit_code });
                         }
-                        _ => actor.notify(WorkerNoticeKind::HolderLost),
+                        TailEnd::Lost => actor.notify(WorkerNoticeKind::HolderLost),
+                        TailEnd::StillRunning => {
+                            let WorkerSource::Live { socket, .. } = actor.spec.source.clone() else {
+                                return;
+                            };
+                            tracing::warn!(worker = %actor.spec.worker_id, "the tail ended while the program runs; reopening it");
+                            let from = actor.screen.end();
+                            actor.start_live(ctx, socket, from, None);
+                        }
                     }
                 }));
             }
