@@ -353,7 +353,14 @@ function renderTimeline() {
 }
 
 // ---------- render ----------
+// The tab's title says when an agent waits for an answer.
+function renderTitle() {
+  const asking = state.sessions.flatMap((s) => s.workers).filter((w) => w.activity === "asking").length;
+  document.title = asking ? "(" + asking + " asking) delta serve" : "delta serve";
+}
+
 function render() {
+  renderTitle();
   $("nav-sessions").classList.toggle("current", state.view === "sessions");
   $("nav-runs").classList.toggle("current", state.view === "runs");
   $("session-view").hidden = state.view !== "sessions";

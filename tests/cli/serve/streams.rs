@@ -180,6 +180,14 @@ fn serve_activity_goes_active_idle_asking_from_a_scripted_agent() {
         assert_eq!(seen, ["active", "idle", "asking"]);
         let (_, session_body) = server.get(&format!("/api/sessions/{session}")).await;
         assert_eq!(session_body["workers"][0]["activity"], "asking");
+        // A viewer attaching now learns the state (and what decided it) after the snapshot.
+        let mut late = server.viewer(&session, worker_id).await;
+        assert_eq!(late.json().await["type"], "history");
+        let activity = late.json().await;
+        assert_eq!(
+            (activity["state"].clone(), activity["source"].clone()),
+            (json!("asking"), json!("pattern"))
+        );
     });
 }
 

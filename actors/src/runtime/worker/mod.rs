@@ -71,6 +71,8 @@ pub struct WorkerActor {
     viewers: Viewers,
     control: Option<Control>,
     activity: Option<ActivityDetector>,
+    /// The last change, for viewers that attach later.
+    last_activity: Option<(ActivityState, crate::serve::activity::ActivitySource)>,
     exited: Option<Option<i32>>,
     stopping: bool,
 }
@@ -89,6 +91,7 @@ impl WorkerActor {
             viewers: Viewers::default(),
             control: None,
             activity,
+            last_activity: None,
             exited: None,
             stopping: false,
         }
@@ -152,6 +155,7 @@ impl WorkerActor {
         &mut self,
         (state, source): (ActivityState, crate::serve::activity::ActivitySource),
     ) {
+        self.last_activity = Some((state, source));
         let frame = Self::encode(&ServerMessage::Activity { state, source });
         self.viewers.broadcast(&frame);
         self.notify(WorkerNoticeKind::Activity { state, source });
@@ -329,14 +333,8 @@ impl Handler<Attach> for WorkerActor {
 
     fn handle(&mut self, Attach(queue): Attach, _: &mut Self::Context) -> u64 {
         queue.push(self.snapshot_frame());
-        if let Some(activity) = &self.activity {
-            if activity.state() != ActivityState::Unknown {
-                let source = crate::serve::activity::ActivitySource::Heuristic;
-                queue.push(Self::encode(&ServerMessage::Activity {
-                    state: activity.state(),
-                    source,
-                }));
-            }
+        if let Some((state, source)) = self.last_activity {
+            queue.push(Self::encode(&ServerMessage::Activity { state, source }));
         }
         if let Some(exit_code) = self.exited {
             queue.push(self.exit_frame(exit_code));
