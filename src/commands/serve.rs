@@ -16,13 +16,14 @@ use crate::error::CliError;
 #[command(after_help = "Examples:
   delta serve                                 http://127.0.0.1:7777, a fresh token printed
   delta serve -w ./ws --listen 127.0.0.1:0    also show the runs of ./ws; any free port
-  DELTA_SERVE_TOKEN=s3cret delta serve --listen 0.0.0.0:7777   reachable from other hosts
+  DELTA_SERVE_TOKEN=s3cret-token delta serve --listen 0.0.0.0:7777   reachable from other hosts
 
 The first line on stdout is the page's URL with the token (`?token=...`): open it once, the
 browser keeps an HttpOnly cookie. Scripts send `Authorization: Bearer <token>`.
 Workers run in detached holders: stopping the server (Ctrl-C, or even SIGKILL) stops no
 program; the next `delta serve` with the same --state-dir re-attaches to them.
-Agents: built-ins `shell` and `delta` (`delta run -i` on the session folder); add more in
+Agents: built-ins `shell` and `delta` (asks for a task, then `delta run -i` on the session
+folder as agent); add more in
 ~/.config/delta/serve.yaml (see docs/serve.md).")]
 pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free one. Other than loopback needs --token.
