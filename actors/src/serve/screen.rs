@@ -93,6 +93,11 @@ impl WorkerScreen {
         self.parser.set_size(rows.max(2), cols.max(2));
     }
 
+    /// Forgets bytes of an unfinished character (they will be read again from the log).
+    pub fn drop_pending(&mut self) {
+        self.pending.clear();
+    }
+
     /// Takes raw bytes; returns the text that is complete so far.
     pub fn push(&mut self, bytes: &[u8]) -> Option<OutputChunk> {
         self.pending.extend_from_slice(bytes);
@@ -219,6 +224,16 @@ mod tests {
         );
         assert!(screen.push(&[0xe2, 0x82]).is_none());
         assert_eq!(screen.snapshot().offset, 4);
+    }
+
+    #[test]
+    fn a_reread_unfinished_character_is_not_doubled() {
+        let mut screen = WorkerScreen::new(24, 80, 0);
+        let e = "é".as_bytes();
+        screen.push(&[b'a', e[0]]);
+        screen.drop_pending();
+        let chunk = screen.push(e).unwrap();
+        assert_eq!((chunk.offset, chunk.data.as_str()), (1, "é"));
     }
 
     #[test]

@@ -198,9 +198,15 @@ impl WorkerActor {
         };
         ctx.wait(opening.into_actor(self).map(|opened, actor, ctx| match opened {
             Ok((start, backlog, rest)) => {
-                let prelude = actor.screen.prelude().to_string();
-                actor.screen = WorkerScreen::new(actor.spec.size.rows, actor.spec.size.cols, start);
-                actor.screen.set_prelude(&prelude);
+                if start > 0 && start == actor.screen.end() {
+                    // A reopened tail continues this screen; unfinished bytes come again.
+                    actor.screen.drop_pending();
+                } else {
+                    let prelude = actor.screen.prelude().to_string();
+                    actor.screen =
+                        WorkerScreen::new(actor.spec.size.rows, actor.spec.size.cols, start);
+                    actor.screen.set_prelude(&prelude);
+                }
                 actor.take_output(&backlog);
                 ctx.add_stream(rest);
             }
