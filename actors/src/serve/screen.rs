@@ -3,6 +3,10 @@
 //! into UTF-8 text chunks (an incomplete character waits for its end). A snapshot is the log
 //! tail (when the program draws on the normal screen) or the rendered screen (full-screen
 //! programs), always with the offset the next chunk starts at. No I/O.
+//!
+//! The screen is fed lazily, when a snapshot or the bottom rows are asked for: parsing is half
+//! the server's CPU under heavy output and nobody looks at the screen meanwhile. When more
+//! than the tail went by unparsed, the screen is rebuilt from the tail alone.
 
 use std::collections::VecDeque;
 
@@ -42,6 +46,8 @@ pub struct Snapshot {
 
 pub struct WorkerScreen {
     parser: vt100::Parser,
+    /// The log offset up to which `parser` has been fed.
+    parsed_to: u64,
     tail: VecDeque<u8>,
     /// Offset of `tail[0]`.
     tail_start: u64,
@@ -56,6 +62,7 @@ impl WorkerScreen {
     pub fn new(rows: u16, cols: u16, offset: u64) -> Self {
         WorkerScreen {
             parser: vt100::Parser::new(rows.max(2), cols.max(2), 0),
+            parsed_to: offset,
             tail: VecDeque::new(),
             tail_start: offset,
             pending: Vec::new(),
@@ -90,6 +97,7 @@ impl WorkerScreen {
     }
 
     pub fn resize(&mut self, rows: u16, cols: u16) {
+        self.parse();
         self.parser.set_size(rows.max(2), cols.max(2));
     }
 
@@ -108,7 +116,6 @@ impl WorkerScreen {
         let rest = self.pending.split_off(complete);
         let cut = std::mem::replace(&mut self.pending, rest);
         let offset = self.end();
-        self.parser.process(&cut);
         self.tail.extend(&cut);
         let excess = self.tail.len().saturating_sub(TAIL_CAPACITY);
         if excess > 0 {
@@ -123,7 +130,27 @@ impl WorkerScreen {
         Some(OutputChunk { offset, end, data })
     }
 
-    pub fn snapshot(&self) -> Snapshot {
+    /// Feeds the screen what it has not seen yet.
+    fn parse(&mut self) {
+        let end = self.end();
+        if self.parsed_to < self.tail_start {
+            let (rows, cols) = self.parser.screen().size();
+            self.parser = vt100::Parser::new(rows, cols, 0);
+            self.parsed_to = self.tail_start;
+        }
+        let skip = (self.parsed_to - self.tail_start) as usize;
+        let (front, back) = self.tail.as_slices();
+        if skip < front.len() {
+            self.parser.process(&front[skip..]);
+            self.parser.process(back);
+        } else {
+            self.parser.process(&back[skip - front.len()..]);
+        }
+        self.parsed_to = end;
+    }
+
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.parse();
         let offset = self.end();
         if self.parser.screen().alternate_screen() {
             let data =
@@ -155,7 +182,7 @@ impl WorkerScreen {
     }
 
     /// What to carry into the next epoch as its prelude.
-    pub fn snapshot_text(&self) -> String {
+    pub fn snapshot_text(&mut self) -> String {
         let snapshot = self.snapshot();
         match snapshot.kind {
             SnapshotKind::Log => snapshot.data,
@@ -164,7 +191,8 @@ impl WorkerScreen {
     }
 
     /// The last non-empty rows of the rendered screen, for asking patterns.
-    pub fn bottom_rows(&self) -> String {
+    pub fn bottom_rows(&mut self) -> String {
+        self.parse();
         let screen = self.parser.screen();
         let (_, cols) = screen.size();
         let rows: Vec<String> = screen
@@ -179,7 +207,8 @@ impl WorkerScreen {
     }
 
     /// The whole rendered screen as text (tests, the page's previews).
-    pub fn contents(&self) -> String {
+    pub fn contents(&mut self) -> String {
+        self.parse();
         self.parser.screen().contents()
     }
 }
@@ -271,6 +300,18 @@ mod tests {
         assert_eq!(snapshot.data, "old output\r\n-- restarted --\r\nnew");
         assert_eq!(snapshot.offset, 3);
         assert!(screen.contents().contains("-- restarted --"));
+    }
+
+    #[test]
+    fn a_screen_that_fell_behind_the_tail_is_rebuilt_from_it() {
+        let mut screen = WorkerScreen::new(5, 20, 0);
+        screen.push(b"\x1b[?1049hFULL SCREEN").unwrap();
+        let filler = "line\r\n".repeat(TAIL_CAPACITY / 6 + 10);
+        screen.push(b"\x1b[?1049l").unwrap();
+        screen.push(filler.as_bytes()).unwrap();
+        screen.push(b"the end").unwrap();
+        assert_eq!(screen.bottom_rows().lines().last(), Some("the end"));
+        assert_eq!(screen.snapshot().kind, SnapshotKind::Log);
     }
 
     #[test]

@@ -110,7 +110,7 @@ impl WorkerActor {
         ByteString::from(serde_json::to_string(message).unwrap_or_default())
     }
 
-    fn snapshot_frame(&self) -> ByteString {
+    fn snapshot_frame(&mut self) -> ByteString {
         let snapshot = self.screen.snapshot();
         Self::encode(&ServerMessage::History {
             data: &snapshot.data,
@@ -280,7 +280,7 @@ impl Actor for WorkerActor {
         if self.activity.is_some() {
             ctx.run_interval(ACTIVITY_TICK, |actor, _| {
                 let patterns = actor.spec.patterns.as_deref().unwrap_or(&[]);
-                let screen = &actor.screen;
+                let screen = &mut actor.screen;
                 let change = actor
                     .activity
                     .as_mut()
