@@ -59,6 +59,8 @@ pub struct ServeBenchReport {
     pub server_cpu_seconds: f64,
     /// MiB delivered per CPU second of the server (its rate with a core of its own).
     pub fanout_mib_per_server_cpu_s: f64,
+    /// CPU seconds this bench client (the 150 viewers) used meanwhile.
+    pub client_cpu_seconds: f64,
     pub gaps: u64,
     pub lagging_viewer_snapshots: u64,
     pub slow_viewers: u64,
@@ -181,6 +183,7 @@ async fn drive(
         args.bytes
     );
     let cpu_before = server.cpu_seconds();
+    let client_before = super::measure::CpuUsage::now();
     let started = Instant::now();
     let before: u64 = viewers
         .iter()
@@ -208,6 +211,7 @@ async fn drive(
         .sum::<u64>()
         - before;
     let server_cpu_seconds = server.cpu_seconds() - cpu_before;
+    let client = super::measure::CpuUsage::now().since(&client_before);
     let (peak, _) = server.memory();
     let _ = resume.send(true);
     wait_all("the slow viewers", &slow, |v| {
@@ -237,6 +241,7 @@ async fn drive(
         fanout_mib_per_server_cpu_s: delivered as f64
             / server_cpu_seconds.max(1e-9)
             / (1024.0 * 1024.0),
+        client_cpu_seconds: client.user_s + client.sys_s,
         gaps: sum(&viewers, |v| v.stats.gaps.load(Ordering::Relaxed))
             + sum(&slow, |v| v.stats.gaps.load(Ordering::Relaxed)),
         lagging_viewer_snapshots: sum(&viewers, |v| v.stats.snapshots.load(Ordering::Relaxed))
@@ -256,13 +261,13 @@ async fn drive(
 fn text(r: &ServeBenchReport) -> String {
     format!(
         "delta serve: {} workers x {} viewers, {} bytes each\n\
-         fan-out        {:.1} MiB/s ({} bytes to viewers in {:.2} s; server CPU {:.2} s = {:.0} MiB per CPU second)\n\
+         fan-out        {:.1} MiB/s ({} bytes to viewers in {:.2} s; server CPU {:.2} s = {:.0} MiB per CPU second; client CPU {:.2} s)\n\
          continuity     {} gaps; {} snapshots sent to lagging viewers\n\
          slow viewers   {} (read nothing during the output): {} snapshots, then continuous\n\
          server RSS     peak {:.1} MiB, {:.1} MiB after\n\
          echo latency   p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} probes, {} viewers attached)\n",
         r.workers, r.viewers_per_worker, r.bytes_per_worker,
-        r.fanout_mib_per_s, r.delivered_bytes, r.output_seconds, r.server_cpu_seconds, r.fanout_mib_per_server_cpu_s,
+        r.fanout_mib_per_s, r.delivered_bytes, r.output_seconds, r.server_cpu_seconds, r.fanout_mib_per_server_cpu_s, r.client_cpu_seconds,
         r.gaps, r.lagging_viewer_snapshots,
         r.slow_viewers, r.slow_viewer_snapshots,
         r.server_peak_rss_mib, r.server_rss_after_mib,
