@@ -13,6 +13,7 @@ use crate::commands::list_runs::ListRunsArgs;
 use crate::commands::mock_llm::MockLlmArgs;
 use crate::commands::orchestrate::OrchestrateArgs;
 use crate::commands::run::RunArgs;
+use crate::commands::serve::ServeArgs;
 use crate::commands::tool_expand::ToolExpandArgs;
 
 const AFTER_HELP: &str = "\
@@ -66,6 +67,9 @@ pub enum Command {
     /// Serve the built-in scripted model as an OpenAI-compatible endpoint on 127.0.0.1
     #[command(name = "mock-llm")]
     MockLlm(MockLlmArgs),
+
+    /// Watch and steer agents and terminals in the browser; see runs and batches live
+    Serve(ServeArgs),
 
     /// Measure the engine under load (`delta bench load --help`)
     #[command(subcommand)]

@@ -7,10 +7,13 @@
 //!   keeps sensitive answers out of everything they write; [`context`]
 //!   turns a journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol and
 //!   hosts the scripted model; [`session`] owns shell and PTY sessions; [`plan`] models
-//!   `plan.yaml`; [`blocking`] runs blocking file reads where they cannot stall an actor.
+//!   `plan.yaml`; [`blocking`] runs blocking file reads where they cannot stall an actor;
+//!   [`serve`] is the `delta serve` model (sessions, workers, persistence, activity
+//!   detection, the runs view).
 //! - **Runtime** ([`runtime`]): actix actors that own state and mailboxes and call the
 //!   domain functions: `RunSupervisor`, `RunActor`, `ToolActor`, `LlmGateway`,
-//!   `SessionActor`, `JanitorActor`.
+//!   `SessionActor`, `JanitorActor`, and for `delta serve` `ServeManager`, `WorkerActor` and
+//!   the actix-web routes (`runtime::web`).
 //! - **API** ([`api`], [`protocol`]): the [`api::Supervisor`] handle that embedders and the
 //!   `delta` CLI use. No actix type crosses it.
 //!
@@ -32,6 +35,7 @@ pub mod protocol;
 pub mod redact;
 pub mod run;
 pub mod runtime;
+pub mod serve;
 pub mod session;
 pub mod template_bounds;
 pub mod tool;

@@ -13,6 +13,7 @@ pub mod mock_llm;
 pub mod orchestrate;
 pub mod prompt;
 pub mod run;
+pub mod serve;
 pub mod tool_expand;
 
 use crate::cli::{Command, ToolCommand};
@@ -47,6 +48,7 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Command::ListRuns(args) => list_runs::run(args),
         Command::ListOrchestrations(args) => list_orchestrations::run(args),
         Command::MockLlm(args) => mock_llm::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Init(args) => init::run(args),
         Command::Bench(command) => bench::run(command),
         Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => {

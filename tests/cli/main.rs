@@ -20,6 +20,7 @@ mod path_ids;
 mod run;
 mod run_env;
 mod secrets;
+mod serve;
 mod sessions;
 mod sessions_pty;
 mod unwritable;

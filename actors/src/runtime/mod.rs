@@ -10,6 +10,8 @@
 //!                                   │    └──> OrchestrationActor (one per plan) ──SubmitRun──> RunSupervisor
 //!                                   └──> JanitorActor (orphaned runs; periodic inside orchestrations)
 //! SessionActor (one per session) — used by the sessions CLIs and by embedders
+//! ServeManager (delta serve) ──> WorkerActor (one per worker epoch, on a pool of 2 arbiters)
+//!        └── RunsWatcher (polls the shown workspaces)      web/ (actix-web routes) asks both
 //! ```
 //!
 //! # Messages
@@ -24,6 +26,10 @@
 //! | `Sweep` / `StopJanitor` | JanitorActor | actions / `()` | mark orphaned RUNNING runs INTERRUPTED now / stop sweeping |
 //! | `ExecCommand` / `EndSession` | SessionActor | outcome | one shell exec (serialized by the mailbox) / end the session |
 //! | `Execute` | ToolActor | `ToolExecution` | run one tool call; the actor stops after answering |
+//! | `CreateSession` … `RestartWorker`, `FindWorker` | ServeManager | `Result<_, ServeError>` | the `delta serve` REST calls (see `serve/messages.rs`) |
+//! | `WorkerNotice` | ServeManager | `()` | a worker's activity changed, its program exited, or its holder is gone (revive) |
+//! | `Attach` / `Detach` / `Resync` | WorkerActor | viewer id / `()` | a viewer joins (its snapshot is queued first), leaves, or caught up after lagging |
+//! | `Input` / `Resize` / `History` / `StopWorker` | WorkerActor | … | keystrokes to the holder, PTY size, the screen to carry into a new epoch, stop (close code 1000 or 4001) |
 //!
 //! # Guarantees
 //! - Journal order: a run's events are appended by its RunActor alone, so `seq` is strictly
@@ -40,6 +46,10 @@
 //! - Orchestrations: at most `max_parallel` of a plan's runs are in flight; a stage starts
 //!   only when its needs finished; run ids are deterministic, so a resumed plan reuses
 //!   COMPLETED runs and continues the others instead of running an item twice.
+//! - `delta serve`: a worker's viewers see its output in log order with byte offsets and no gap
+//!   (attach queues the snapshot and registers the viewer in one handler); a viewer more than
+//!   2 MiB behind gets a fresh snapshot instead; the PTY lives in a holder process, so the
+//!   server may stop at any instant and re-attach later.
 //! - Handlers never block: processes go through `tokio::process`, blocking prompts through
 //!   `spawn_blocking`, context files and generator outputs through `crate::blocking` (a
 //!   static pool a cancelled run walks away from, so a read that never returns cannot hold
@@ -52,6 +62,9 @@ pub mod gateway;
 pub mod janitor;
 pub mod orchestrator;
 pub mod run;
+pub mod serve;
 pub mod session;
 pub mod supervisor;
 pub mod tool;
+pub mod web;
+pub mod worker;

@@ -75,6 +75,18 @@ impl PtySessions {
         work_dir: &Path,
         size: TerminalSize,
     ) -> Result<PtySessionInfo, SessionError> {
+        self.start_with_env(command, work_dir, size, &[])
+    }
+
+    /// [`PtySessions::start`] with extra environment variables for the holder and so the
+    /// program (`delta serve` marks its workers' processes this way).
+    pub fn start_with_env(
+        &self,
+        command: &[String],
+        work_dir: &Path,
+        size: TerminalSize,
+        env: &[(String, String)],
+    ) -> Result<PtySessionInfo, SessionError> {
         let id = new_session_id();
         let start_failed = |reason: String| SessionError::StartFailed {
             id: id.clone(),
@@ -103,6 +115,7 @@ impl PtySessions {
             .arg(size.rows.to_string())
             .arg("--")
             .args(command)
+            .envs(env.iter().map(|(key, value)| (key, value)))
             .current_dir(work_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -260,7 +273,8 @@ impl PtySessions {
         Ok(report)
     }
 
-    fn session_dir(&self, id: &str) -> Result<PathBuf, SessionError> {
+    /// The folder of session `id` (`metadata.json`, `output.log`, `input.log`).
+    pub fn session_dir(&self, id: &str) -> Result<PathBuf, SessionError> {
         check_session_id(id)?;
         let dir = self.config.sessions_dir.join(id);
         if !dir.is_dir() {

@@ -6,6 +6,10 @@
 //! Threads: the accept loop (caller's thread), one per connection, a PTY reader (portable-pty
 //! reads block), and a waiter that records the exit, keeps serving the remaining buffer for a
 //! grace period, then removes the socket and exits the process.
+//!
+//! `output.log` is the session's append-only log: `logged` counts the bytes written to it, so
+//! a `tail` client (the `delta serve` worker) can resume from any byte offset after it
+//! reconnects, independently of the consuming `read`/`follow` buffer.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -18,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
 
 use super::buffer::{last_lines, OutputRing, RING_CAPACITY};
 use super::protocol::{read_frame, write_frame, Request, Response};
@@ -49,6 +53,8 @@ struct State {
     reader_done: bool,
     exited: bool,
     exit_code: Option<i32>,
+    /// Bytes written to `output.log` so far (the end offset of the log).
+    logged: u64,
     /// Requests being answered; the holder never exits in the middle of a reply.
     in_flight: usize,
 }
@@ -59,6 +65,8 @@ struct Shared {
     state: Mutex<State>,
     changed: Condvar,
     writer: Mutex<Box<dyn Write + Send>>,
+    /// Kept for `resize`; it must stay open for the life of the holder anyway.
+    master: Mutex<Box<dyn MasterPty + Send>>,
     input_log: Mutex<Option<File>>,
     /// What `metadata.json` says, and when it was last rewritten for `last_accessed_at`.
     metadata: Mutex<(PtyMetadata, Instant)>,
@@ -162,10 +170,12 @@ fn start(args: &HolderArgs) -> Result<(), SessionError> {
             reader_done: false,
             exited: false,
             exit_code: None,
+            logged: 0,
             in_flight: 0,
         }),
         changed: Condvar::new(),
         writer: Mutex::new(writer),
+        master: Mutex::new(pair.master),
         input_log: Mutex::new(append_private_file(&args.session_dir.join("input.log")).ok()),
         metadata: Mutex::new((metadata, Instant::now())),
     });
@@ -180,9 +190,7 @@ fn start(args: &HolderArgs) -> Result<(), SessionError> {
         record_exit(&waiting, code);
     });
 
-    // The master must stay open for the life of the holder; the loop below never returns
-    // normally (the process exits from `finish`).
-    let _master = pair.master;
+    // The loop below never returns normally (the process exits from `finish`).
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let serving = Arc::clone(&shared);
@@ -197,8 +205,15 @@ fn pump_output(shared: &Shared, mut reader: Box<dyn Read + Send>, mut log: File)
         match reader.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => {
-                let _ = log.write_all(&chunk[..n]);
-                shared.lock().ring.push(&chunk[..n]);
+                let logged = match log.write_all(&chunk[..n]) {
+                    Ok(()) => None,
+                    // A partial write: the file length is the truth for `tail` offsets.
+                    Err(_) => log.metadata().ok().map(|m| m.len()),
+                };
+                let mut state = shared.lock();
+                state.logged = logged.unwrap_or(state.logged + n as u64);
+                state.ring.push(&chunk[..n]);
+                drop(state);
                 shared.changed.notify_all();
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -299,6 +314,11 @@ fn answer(shared: &Shared, request: Request, output: &mut UnixStream) -> bool {
         } => read_output(shared, timeout_ms, wait, lines),
         Request::Follow => {
             follow(shared, output);
+            return false;
+        }
+        Request::Resize { cols, rows } => resize(shared, cols, rows),
+        Request::Tail { from, at_most } => {
+            tail(shared, from, at_most, output);
             return false;
         }
         Request::Shutdown => {
@@ -418,6 +438,77 @@ fn follow(shared: &Shared, output: &mut UnixStream) {
         }
         if done {
             let _ = write_frame(output, &Response::End);
+            return;
+        }
+    }
+}
+
+fn resize(shared: &Shared, cols: u16, rows: u16) -> Response {
+    let size = PtySize {
+        rows,
+        cols,
+        pixel_width: 0,
+        pixel_height: 0,
+    };
+    let master = shared.master.lock().unwrap_or_else(|p| p.into_inner());
+    match master.resize(size) {
+        Ok(()) => Response::Ok,
+        Err(e) => Response::Error {
+            message: format!("cannot resize the PTY to {cols}x{rows}: {e}"),
+        },
+    }
+}
+
+/// Streams `output.log` from an offset as raw bytes until the program has exited and the
+/// log is fully sent, or the client goes away. A slow client only slows this thread.
+fn tail(shared: &Shared, from: u64, at_most: Option<u64>, output: &mut UnixStream) {
+    let logged = shared.lock().logged;
+    if from > logged {
+        let message = format!("offset {from} is past the end of the log ({logged} bytes)");
+        let _ = write_frame(output, &Response::Error { message });
+        return;
+    }
+    let mut position = match at_most {
+        Some(limit) => from.max(logged.saturating_sub(limit)),
+        None => from,
+    };
+    let path = shared.args.session_dir.join("output.log");
+    let Ok(mut log) = File::open(&path) else {
+        let message = format!("cannot open {}", path.display());
+        let _ = write_frame(output, &Response::Error { message });
+        return;
+    };
+    let started = Response::Tailing {
+        from: position,
+        logged,
+    };
+    if write_frame(output, &started).is_err()
+        || std::io::Seek::seek(&mut log, std::io::SeekFrom::Start(position)).is_err()
+    {
+        return;
+    }
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let (end, done) = {
+            let mut state = shared.lock();
+            while state.logged <= position && !state.reader_done {
+                state = wait_for(shared, state, Some(Duration::from_millis(500)));
+            }
+            (state.logged, state.reader_done)
+        };
+        while position < end {
+            let want = chunk.len().min((end - position) as usize);
+            let read = match log.read(&mut chunk[..want]) {
+                Ok(0) | Err(_) => return,
+                Ok(read) => read,
+            };
+            if output.write_all(&chunk[..read]).is_err() {
+                return;
+            }
+            position += read as u64;
+        }
+        if done && position >= shared.lock().logged {
+            let _ = output.flush();
             return;
         }
     }

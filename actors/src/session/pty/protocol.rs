@@ -31,6 +31,17 @@ pub enum Request {
     Follow,
     /// Stop the program (SIGTERM, up to 5 s, SIGKILL) and the holder.
     Shutdown,
+    /// Change the terminal size the program sees (SIGWINCH).
+    Resize { cols: u16, rows: u16 },
+    /// Stream `output.log` from byte offset `from` (or from at most `at_most` bytes before its
+    /// end, whichever is later), without consuming the buffer `read` takes from. The reply is
+    /// one `tailing` frame saying where the stream starts, then the connection carries raw
+    /// output bytes (no more frames) until the program has exited and everything was sent.
+    Tail {
+        from: u64,
+        #[serde(default)]
+        at_most: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +62,12 @@ pub enum Response {
     },
     /// End of a `follow` stream.
     End,
+    /// Start of a `tail` stream: raw bytes from offset `from` follow; `logged` bytes were in
+    /// `output.log` when the stream started.
+    Tailing {
+        from: u64,
+        logged: u64,
+    },
     Ok,
     /// The program exited and nothing is left to read.
     Dead,

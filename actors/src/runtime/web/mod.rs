@@ -1,0 +1,256 @@
+//! The HTTP/WebSocket layer of `delta serve` (actix-web + actix-ws): routes, authentication
+//! (see [`auth`]), JSON errors, and [`run_server`], which owns the actix System for the
+//! server's life. Handlers only translate between HTTP and the `ServeManager` /
+//! `WorkerActor` / `RunsWatcher` messages; the domain lives in `crate::serve`.
+//!
+//! # Routes
+//! | route | what |
+//! |---|---|
+//! | `GET /` , `GET /assets/{file}` | the page (embedded) |
+//! | `GET/POST /api/sessions`, `GET/DELETE /api/sessions/{id}`, `POST /api/sessions/{id}/restart` | sessions |
+//! | `GET/POST /api/sessions/{id}/workers`, `DELETE .../workers/{wid}`, `POST .../workers/{wid}/restart`, `POST .../workers/{wid}/input` | workers |
+//! | `GET /api/agents`, `GET /api/workspaces`, `GET /api/runs/{run}/timeline`, `POST /api/runs/{run}/answer` | agents, runs |
+//! | `GET /ws/session/{sid}/worker/{wid}`, `GET /ws/dashboard` | WebSockets |
+
+pub mod assets;
+pub mod auth;
+pub mod dashboard;
+pub mod rest;
+pub mod runs;
+pub mod ws;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use actix_web::body::{BoxBody, EitherBody};
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, App, HttpResponse, HttpServer};
+use futures_util::future::{ready, Either};
+
+use self::auth::{judge, set_cookie, Verdict};
+use self::rest::error_response;
+use crate::runtime::serve::watcher::RunsWatcher;
+use crate::runtime::serve::{ManagerConfig, ServeManager};
+use crate::serve::agents::AgentCatalog;
+use crate::serve::store::SessionStore;
+use crate::serve::ServeError;
+use crate::session::pty::{PtyConfig, PtySessions};
+
+/// Largest JSON body.
+pub const MAX_JSON_BODY: usize = 256 * 1024;
+
+/// Everything `delta serve` needs, resolved by the CLI.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub token: String,
+    /// `sessions.json`, the PTY holders' folders, pasted images.
+    pub state_dir: PathBuf,
+    /// The private socket folder of the holders.
+    pub runtime_dir: PathBuf,
+    /// The `delta-sessions-pty` binary (runs each worker's holder).
+    pub holder_exe: PathBuf,
+    pub delta_exe: PathBuf,
+    pub agents_config: Option<PathBuf>,
+    pub agents_config_explicit: bool,
+    /// Workspaces shown in the runs view besides the sessions' folders.
+    pub workspaces: Vec<PathBuf>,
+    /// HTTP worker threads.
+    pub http_workers: usize,
+}
+
+/// What the CLI prints once the server listens.
+#[derive(Debug, Clone)]
+pub struct ServeReady {
+    pub address: SocketAddr,
+    pub migrated_backup: Option<PathBuf>,
+    pub sessions: usize,
+}
+
+pub struct WebState {
+    pub manager: Addr<ServeManager>,
+    pub watcher: Addr<RunsWatcher>,
+    pub agents: AgentCatalog,
+    pub delta_exe: PathBuf,
+    pub images_dir: PathBuf,
+}
+
+/// Runs the server until it is stopped (Ctrl-C / SIGTERM). Holders and their programs are
+/// left running: the next start re-attaches to them.
+pub fn run_server(
+    options: ServeOptions,
+    on_ready: impl FnOnce(ServeReady) + Send + 'static,
+) -> Result<(), ServeError> {
+    let agents = AgentCatalog::load(
+        options.agents_config.as_deref(),
+        options.agents_config_explicit,
+    )?;
+    let store = SessionStore::open(&options.state_dir)?;
+    let loaded = store.load()?;
+    let pty = PtySessions::new(PtyConfig {
+        sessions_dir: options.state_dir.join("pty"),
+        runtime_dir: options.runtime_dir.clone(),
+        holder_exe: options.holder_exe.clone(),
+    });
+    let system = actix::System::new();
+    system.block_on(async move {
+        let arbiters: Vec<ArbiterHandle> = (0..2).map(|_| Arbiter::new().handle()).collect();
+        let ready = ServeReady {
+            address: options.listen,
+            migrated_backup: loaded.migrated_backup.clone(),
+            sessions: loaded.sessions.len(),
+        };
+        let config = ManagerConfig {
+            store,
+            pty,
+            agents: agents.clone(),
+            delta_exe: options.delta_exe.clone(),
+        };
+        let manager_actor = ServeManager::new(config, loaded.sessions, arbiters.clone());
+        let events = manager_actor.events();
+        let manager = manager_actor.start();
+        let watcher = RunsWatcher::new(options.workspaces.clone(), manager.clone(), events).start();
+        let state = web::Data::new(WebState {
+            manager,
+            watcher,
+            agents,
+            delta_exe: options.delta_exe.clone(),
+            images_dir: options.state_dir.join("images"),
+        });
+        let token: Arc<str> = Arc::from(options.token.as_str());
+        let server = HttpServer::new(move || app(state.clone(), token.clone()))
+            .workers(options.http_workers.max(1))
+            // Keystrokes and their echoes are tiny frames: never hold them back for an ACK.
+            .tcp_nodelay(true)
+            .disable_signals()
+            .shutdown_timeout(1)
+            .bind(options.listen)
+            .map_err(|e| ServeError::io("cannot listen on", options.listen.to_string(), e))?;
+        let address = server.addrs().first().copied().unwrap_or(options.listen);
+        let server = server.run();
+        let handle = server.handle();
+        actix_web::rt::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            handle.stop(true).await;
+        });
+        #[cfg(unix)]
+        {
+            let handle = server.handle();
+            actix_web::rt::spawn(async move {
+                if let Ok(mut term) =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                {
+                    term.recv().await;
+                    handle.stop(true).await;
+                }
+            });
+        }
+        on_ready(ServeReady { address, ..ready });
+        let result = server
+            .await
+            .map_err(|e| ServeError::io("serving on", address.to_string(), e));
+        for arbiter in arbiters {
+            arbiter.stop();
+        }
+        result
+    })
+}
+
+fn json_error(message: String, status: StatusCode, code: &str) -> actix_web::Error {
+    let response = error_response(status, &message, code);
+    actix_web::error::InternalError::from_response(message, response).into()
+}
+
+fn app(
+    state: web::Data<WebState>,
+    token: Arc<str>,
+) -> App<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<EitherBody<BoxBody>>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let json = web::JsonConfig::default()
+        .limit(MAX_JSON_BODY)
+        .error_handler(|error, _| {
+            let (status, code) = match &error {
+                actix_web::error::JsonPayloadError::OverflowKnownLength { .. }
+                | actix_web::error::JsonPayloadError::Overflow { .. } => {
+                    (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
+                }
+                actix_web::error::JsonPayloadError::ContentType => {
+                    (StatusCode::UNSUPPORTED_MEDIA_TYPE, "bad_content_type")
+                }
+                _ => (StatusCode::BAD_REQUEST, "bad_json"),
+            };
+            json_error(format!("invalid JSON body: {error}"), status, code)
+        });
+    let path = web::PathConfig::default().error_handler(|error, _| {
+        json_error(
+            format!("invalid path: {error}"),
+            StatusCode::BAD_REQUEST,
+            "bad_path",
+        )
+    });
+    let query = web::QueryConfig::default().error_handler(|error, _| {
+        json_error(
+            format!("invalid query: {error}"),
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+        )
+    });
+    App::new()
+        .app_data(state)
+        .app_data(json)
+        .app_data(path)
+        .app_data(query)
+        .app_data(web::PayloadConfig::new(MAX_JSON_BODY))
+        .wrap_fn(move |request, service| {
+            match judge(request.request(), &token) {
+                Verdict::Allowed => Either::Left({
+                    let call = service.call(request);
+                    async move { call.await.map(ServiceResponse::map_into_left_body) }
+                }),
+                verdict => {
+                    let response = match verdict {
+                        Verdict::SetCookie { location } => HttpResponse::SeeOther()
+                            .insert_header((header::SET_COOKIE, set_cookie(&token)))
+                            .insert_header((header::LOCATION, location))
+                            .finish(),
+                        Verdict::ForeignOrigin => error_response(StatusCode::FORBIDDEN, "requests from another site are refused", "foreign_origin"),
+                        _ => error_response(
+                            StatusCode::UNAUTHORIZED,
+                            "missing or wrong token: open the URL `delta serve` printed (it ends with ?token=...), or send `Authorization: Bearer <token>`",
+                            "unauthorized",
+                        ),
+                    };
+                    Either::Right(ready(Ok(request.into_response(response).map_into_right_body())))
+                }
+            }
+        })
+        .route("/", web::get().to(assets::index))
+        .route("/assets/{file:.*}", web::get().to(assets::asset))
+        .route("/api/agents", web::get().to(rest::list_agents))
+        .route("/api/workspaces", web::get().to(runs::workspaces))
+        .route("/api/runs/{run_id}/timeline", web::get().to(runs::run_timeline))
+        .route("/api/runs/{run_id}/answer", web::post().to(runs::answer_run))
+        .route("/api/sessions", web::get().to(rest::list_sessions))
+        .route("/api/sessions", web::post().to(rest::create_session))
+        .route("/api/sessions/{id}", web::get().to(rest::get_session))
+        .route("/api/sessions/{id}", web::delete().to(rest::delete_session))
+        .route("/api/sessions/{id}/restart", web::post().to(rest::restart_session))
+        .route("/api/sessions/{id}/workers", web::get().to(rest::list_workers))
+        .route("/api/sessions/{id}/workers", web::post().to(rest::create_worker))
+        .route("/api/sessions/{id}/workers/{wid}", web::delete().to(rest::delete_worker))
+        .route("/api/sessions/{id}/workers/{wid}/restart", web::post().to(rest::restart_worker))
+        .route("/api/sessions/{id}/workers/{wid}/input", web::post().to(rest::worker_input))
+        .route("/ws/session/{id}/worker/{wid}", web::get().to(ws::worker_socket))
+        .route("/ws/dashboard", web::get().to(dashboard::dashboard_socket))
+        .default_service(web::to(rest::not_found))
+}

@@ -1,0 +1,136 @@
+//! `delta serve`: the session/worker server — agents and terminals in PTYs that survive page
+//! reloads and server restarts, watched and steered from a browser, plus the runs and
+//! orchestrations of workspaces. Resolves the options (address, token, folders, binaries)
+//! and hands them to `delta_actors::runtime::web::run_server`; prints the URL.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use delta_actors::runtime::web::{auth::new_token, run_server, ServeOptions};
+use delta_actors::session::pty::socket_dir::default_runtime_dir;
+
+use crate::error::CliError;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  delta serve                                 http://127.0.0.1:7777, a fresh token printed
+  delta serve -w ./ws --listen 127.0.0.1:0    also show the runs of ./ws; any free port
+  DELTA_SERVE_TOKEN=s3cret-token delta serve --listen 0.0.0.0:7777   reachable from other hosts
+
+The first line on stdout is the page's URL with the token (`?token=...`): open it once, the
+browser keeps an HttpOnly cookie. Scripts send `Authorization: Bearer <token>`.
+Workers run in detached holders: stopping the server (Ctrl-C, or even SIGKILL) stops no
+program; the next `delta serve` with the same --state-dir re-attaches to them.
+Agents: built-ins `shell` and `delta` (asks for a task, then `delta run -i` on the session
+folder as agent); add more in
+~/.config/delta/serve.yaml (see docs/serve.md).")]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free one. Other than loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Fixed token (default: a random one per start).
+    #[arg(
+        long,
+        env = "DELTA_SERVE_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// A workspace whose runs and orchestrations the page shows (repeatable).
+    #[arg(short = 'w', long = "work-dir", value_name = "DIR")]
+    pub work_dirs: Vec<PathBuf>,
+    /// Where sessions.json and the workers' PTY folders live
+    /// [default: $XDG_STATE_HOME/delta/serve or ~/.local/state/delta/serve]
+    #[arg(long, env = "DELTA_SERVE_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Agent definitions [default: ~/.config/delta/serve.yaml, if present]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, CliError> {
+    std::path::absolute(path).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
+}
+
+pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
+    let token = match &args.token {
+        Some(token) if token.len() < 8 || token.len() > 256 || !token.bytes().all(|b| b.is_ascii_graphic() && b != b';') => {
+            return Err(CliError::Usage(
+                "--token / DELTA_SERVE_TOKEN: use 8-256 printable characters without spaces or `;`".into(),
+            ))
+        }
+        Some(token) => token.clone(),
+        None if !args.listen.ip().is_loopback() => {
+            return Err(CliError::Config(format!(
+                "--listen {} is reachable from other hosts: refusing to start with a random token; pass --token or set DELTA_SERVE_TOKEN (or listen on 127.0.0.1)",
+                args.listen
+            )))
+        }
+        None => new_token(),
+    };
+    let state_dir = match &args.state_dir {
+        Some(dir) => absolute(dir)?,
+        None => std::env::var_os("XDG_STATE_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home().map(|h| h.join(".local/state")))
+            .map(|base| base.join("delta/serve"))
+            .ok_or_else(|| {
+                CliError::Usage("cannot find a state folder: set HOME or pass --state-dir".into())
+            })?,
+    };
+    let mut workspaces = Vec::new();
+    for dir in &args.work_dirs {
+        if !dir.is_dir() {
+            return Err(CliError::Usage(format!(
+                "-w {}: no such folder",
+                dir.display()
+            )));
+        }
+        workspaces.push(
+            std::fs::canonicalize(dir)
+                .map_err(|e| CliError::Usage(format!("-w {}: {e}", dir.display())))?,
+        );
+    }
+    let (config, explicit) = match &args.config {
+        Some(path) => (Some(absolute(path)?), true),
+        None => (home().map(|h| h.join(".config/delta/serve.yaml")), false),
+    };
+    let delta_exe = std::env::current_exe()
+        .map_err(|e| CliError::Runtime(format!("cannot locate the delta binary: {e}")))?;
+    let holder_exe = delta_exe.with_file_name("delta-sessions-pty");
+    if !holder_exe.is_file() {
+        return Err(CliError::Config(format!(
+            "{} is missing: delta serve runs each worker under it; install it beside delta (cargo install builds both)",
+            holder_exe.display()
+        )));
+    }
+    let options = ServeOptions {
+        listen: args.listen,
+        token: token.clone(),
+        state_dir: state_dir.clone(),
+        runtime_dir: default_runtime_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref()),
+        holder_exe,
+        delta_exe,
+        agents_config: config,
+        agents_config_explicit: explicit,
+        workspaces,
+        http_workers: 2,
+    };
+    run_server(options, move |ready| {
+        crate::output::emit(&format!("http://{}/?token={token}\n", ready.address));
+        eprintln!("delta serve listening on http://{} (state in {}, {} session(s); Ctrl-C stops the server, not the workers)", ready.address, state_dir.display(), ready.sessions);
+        if let Some(backup) = ready.migrated_backup {
+            eprintln!("migrated an old-format sessions.json; the original is kept as {}", backup.display());
+        }
+    })
+    .map_err(|e| CliError::Config(e.to_string()))?;
+    Ok(0)
+}

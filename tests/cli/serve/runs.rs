@@ -1,0 +1,127 @@
+//! The runs view over REST: a workspace's runs and orchestrations, a run's journal as a
+//! timeline read from an offset, and answering a WAITING_FOR_INPUT run like `delta continue -m`.
+
+use serde_json::{json, Value};
+
+use super::browser::finished_example_orchestration;
+use super::{eventually, runtime, Root, Server};
+use crate::harness::Case;
+
+#[test]
+fn serve_runs_view_lists_runs_and_orchestrations_and_answers_a_waiting_run() {
+    let script = json!({"steps": [
+        {"tool": "ask_human", "args": {"prompt": "Deploy to production?"}},
+        {"answer": "answer was: {{ last_observation }}"}
+    ]});
+    let case = Case::new("asker", "", &script);
+    case.run("r1", "deploy", &[]).assert_code(101);
+    finished_example_orchestration(&case.work_dir());
+    let root = Root::new();
+    let workspace = case.work_dir().canonicalize().unwrap();
+    let ws = workspace.display().to_string();
+    let server = Server::start_env(&root, &["-w", &ws], &case.env());
+    runtime().block_on(async {
+        let view = || async {
+            let (_, views) = server.get("/api/workspaces").await;
+            views
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["path"] == json!(ws))
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        eventually("the workspace's first scan", || async {
+            view().await != Value::Null
+        })
+        .await;
+        let current = view().await;
+        let r1 = current["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["runId"] == "r1")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (r1["status"].clone(), r1["agent"].clone()),
+            (json!("WAITING_FOR_INPUT"), json!("asker"))
+        );
+        let orchestration = &current["orchestrations"][0];
+        assert_eq!(orchestration["status"], "COMPLETED");
+        let stages: Vec<(Value, Value)> = orchestration["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["id"].clone(), s["status"].clone()))
+            .collect();
+        assert_eq!(
+            stages,
+            [
+                (json!("map"), json!("COMPLETED")),
+                (json!("reduce"), json!("COMPLETED"))
+            ]
+        );
+
+        let timeline = format!("/api/runs/r1/timeline?workspace={ws}");
+        let (status, first) = server.get(&timeline).await;
+        assert_eq!(status, 200, "{first}");
+        let kinds: Vec<&str> = first["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert!(kinds.contains(&"question"), "{kinds:?}");
+        let next = first["next"].as_u64().unwrap();
+
+        let (status, answer) = server
+            .post(
+                "/api/runs/r1/answer",
+                json!({"workspace": ws, "message": "yes, go"}),
+            )
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        eventually("the run to complete", || async {
+            server.get(&timeline).await.1["status"] == "COMPLETED"
+        })
+        .await;
+        let (_, rest) = server.get(&format!("{timeline}&from={next}")).await;
+        let texts: Vec<&str> = rest["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["text"].as_str().unwrap())
+            .collect();
+        assert!(
+            texts.iter().any(|t| t.contains("yes, go")),
+            "only what came after the offset: {texts:?}"
+        );
+
+        let (status, again) = server
+            .post(
+                "/api/runs/r1/answer",
+                json!({"workspace": ws, "message": "again"}),
+            )
+            .await;
+        assert_eq!((status, again["code"].clone()), (409, json!("not_waiting")));
+        let elsewhere = root.path().display().to_string();
+        let (status, refused) = server
+            .post(
+                "/api/runs/r1/answer",
+                json!({"workspace": elsewhere, "message": "x"}),
+            )
+            .await;
+        assert_eq!(
+            (status, refused["code"].clone()),
+            (404, json!("unknown_workspace"))
+        );
+        let (status, missing) = server
+            .get(&format!("/api/runs/nope/timeline?workspace={ws}"))
+            .await;
+        assert_eq!(
+            (status, missing["code"].clone()),
+            (404, json!("run_not_found"))
+        );
+    });
+}
