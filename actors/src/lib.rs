@@ -34,6 +34,7 @@ pub mod session;
 pub mod template_bounds;
 pub mod tool;
 pub mod workspace;
+pub(crate) mod yaml;
 
 pub use api::Supervisor;
 pub use protocol::{RunRequest, RunResult, RunStatus};

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_yaml::Value;
 
 use super::error::AgentError;
-use super::fields::Fields;
+use crate::yaml::Fields;
 
 pub(crate) const AGENT_KEYS: [&str; 11] = [
     "name",
