@@ -2,6 +2,7 @@
 mod agent_loading;
 mod harness;
 mod hooks;
+mod layering;
 mod llm;
 mod orchestrate;
 mod plan;
