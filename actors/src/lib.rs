@@ -40,6 +40,7 @@ pub mod session;
 pub mod template_bounds;
 pub mod tool;
 pub mod workspace;
+pub(crate) mod yaml;
 
 pub use api::{OrchestrationHandle, RunHandle, Supervisor};
 pub use protocol::{

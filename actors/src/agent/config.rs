@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde_yaml::Value;
 
 use super::error::AgentError;
-use super::fields::Fields;
 use crate::llm::{parse_llm_timeout, LlmTimeoutSettings};
+use crate::yaml::Fields;
 
 pub(crate) const AGENT_KEYS: [&str; 11] = [
     "name",

@@ -10,7 +10,8 @@ use serde::Serialize;
 use serde_yaml::Value;
 
 use super::error::AgentError;
-use super::fields::{closest, read_yaml, Fields};
+use super::read_yaml;
+use crate::yaml::{closest, Fields};
 
 /// Default generator timeout (spec §2.4.3).
 pub const DEFAULT_GENERATOR_TIMEOUT_MS: u64 = 30_000;

@@ -1,10 +1,14 @@
 //! `AgentError`: every way loading an agent folder can fail, as one typed error whose
 //! `Display` is the complete user-facing message (file, key, hint).
 //!
-//! Owns only the error type and its constructors; it must not decide exit codes (the `delta`
+//! Owns only the error type, its constructors and its conversions from the errors of the
+//! YAML accessor and the tool compiler; it must not decide exit codes (the `delta`
 //! binary maps every `AgentError` to a configuration error, exit 126) and never prints.
 
 use std::path::{Path, PathBuf};
+
+use crate::tool::compile::CompileError;
+use crate::yaml::FieldError;
 
 /// A configuration error found while loading an agent. Every variant names the file involved
 /// and ends with a `hint:` line telling the user what to do.
@@ -83,6 +87,45 @@ impl AgentError {
             | AgentError::EnvFile { file, .. }
             | AgentError::Invalid { file, .. } => file,
             AgentError::MissingContext { path, .. } => path,
+        }
+    }
+}
+
+/// A key of the wrong shape is an [`AgentError::Invalid`] with the same text.
+impl From<FieldError> for AgentError {
+    fn from(error: FieldError) -> Self {
+        AgentError::Invalid {
+            file: error.file,
+            message: error.message,
+            hint: error.hint,
+        }
+    }
+}
+
+/// A tool that does not compile is an [`AgentError::Invalid`] of the file defining it, with
+/// the same text (``tool `name`: …`` when the tool's name is known).
+impl From<CompileError> for AgentError {
+    fn from(error: CompileError) -> Self {
+        match error {
+            CompileError::Field {
+                file,
+                message,
+                hint,
+            } => AgentError::Invalid {
+                file,
+                message,
+                hint,
+            },
+            CompileError::Tool {
+                file,
+                tool,
+                message,
+                hint,
+            } => AgentError::Invalid {
+                file,
+                message: format!("tool `{tool}`: {message}"),
+                hint,
+            },
         }
     }
 }

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_yaml::Value;
 
 use super::error::AgentError;
-use super::fields::{closest, Fields};
+use crate::yaml::{closest, Fields};
 
 /// A point in the run where a hook may be invoked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

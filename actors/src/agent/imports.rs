@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use serde_yaml::Value;
 
 use super::error::AgentError;
-use super::fields::{read_yaml, Fields};
+use super::read_yaml;
 use crate::tool::compile::{compile_tools, CompiledTool};
+use crate::yaml::Fields;
 
 /// Keys an imported file may carry; only `tools` and `imports` have an effect.
 const LIBRARY_KEYS: [&str; 5] = ["tools", "imports", "name", "description", "version"];

@@ -11,13 +11,12 @@
 //! - `context_recipe`: `context.yaml`
 //! - `hooks`: `hooks.yaml` / deprecated `lifecycle_hooks`
 //! - `dotenv`: the `.env` cascade
-//! - `fields`: YAML access with errors naming file and key; `error`: [`AgentError`]
+//! - `error`: [`AgentError`]; typed YAML access (`Fields`) is the crate's `yaml` module
 
 mod config;
 mod context_recipe;
 mod dotenv;
 mod error;
-pub(crate) mod fields;
 mod hooks;
 mod imports;
 
@@ -33,7 +32,7 @@ pub use error::AgentError;
 pub use hooks::{HookName, HookSpec, Hooks};
 
 use crate::tool::compile::{ask_human_schema, CompiledTool};
-use fields::{read_yaml, Fields};
+use crate::yaml::Fields;
 
 /// A fully validated agent folder. Immutable; share it behind an `Arc`.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +83,16 @@ pub struct ToolLibrary {
 }
 
 const CONFIG_NAMES: [&str; 2] = ["agent.yaml", "config.yaml"];
+
+/// Reads and parses one YAML file of the agent. An empty file parses as `Value::Null`.
+pub(crate) fn read_yaml(file: &Path) -> Result<serde_yaml::Value, AgentError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| AgentError::io(file, e, "check that the file exists and is readable UTF-8"))?;
+    serde_yaml::from_str(&text).map_err(|e| AgentError::Yaml {
+        file: file.to_path_buf(),
+        message: e.to_string(),
+    })
+}
 
 fn canonical(path: &Path) -> Result<PathBuf, AgentError> {
     std::fs::canonicalize(path)

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Map, Value as Json};
 
-use super::compile::ArgumentError;
+use super::compile::error::ArgumentError;
 
 /// Name of the built-in human-input tool; user tools may not take it.
 pub const ASK_HUMAN: &str = "ask_human";

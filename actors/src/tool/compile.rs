@@ -3,11 +3,14 @@
 //!
 //! Owns the tool-level schema (exactly one form, names, `stdin:`, `timeout_ms`); the
 //! built-in `ask_human` lives in `tool::ask_human`. Template text rules live in `template`,
-//! parameter merging in `params`, argv building in `invocation`. It does not execute anything, does not resolve
+//! parameter merging in `params`, argv building in `invocation`, the `${name}`
+//! primitives they share in `placeholder`. It does not execute anything, does not resolve
 //! imports (that is `agent::imports`) and never reads files.
 
+pub(crate) mod error;
 mod invocation;
 mod params;
+mod placeholder;
 mod shell_scan;
 mod template;
 
@@ -17,10 +20,10 @@ use serde::Serialize;
 use serde_json::{json, Value as Json};
 use serde_yaml::Value;
 
-pub use invocation::{ArgumentError, EngineVars, Invocation};
+pub use error::{ArgumentError, CompileError};
+pub use invocation::{EngineVars, Invocation};
 
-use crate::agent::fields::Fields;
-use crate::agent::AgentError;
+use crate::yaml::Fields;
 use params::{legacy_parameters, merge_inferred, parse_explicit, ToolContext};
 
 pub use super::ask_human::{schema as ask_human_schema, ASK_HUMAN};
@@ -191,7 +194,7 @@ pub fn compile_tools(
     raw: &[Value],
     file: &Path,
     warnings: &mut Vec<String>,
-) -> Result<Vec<CompiledTool>, AgentError> {
+) -> Result<Vec<CompiledTool>, CompileError> {
     raw.iter()
         .enumerate()
         .map(|(index, value)| compile_tool(value, index, file, warnings))
@@ -204,7 +207,7 @@ pub fn compile_tool(
     index: usize,
     file: &Path,
     warnings: &mut Vec<String>,
-) -> Result<CompiledTool, AgentError> {
+) -> Result<CompiledTool, CompileError> {
     let prefix = format!("tools[{index}]");
     let fields = Fields::new(file, &prefix, value)?;
     let name = fields.required_string(
@@ -247,7 +250,7 @@ pub fn compile_tool(
         Some(items) => parse_explicit(&ctx, &prefix, items, warnings)?,
         None => Vec::new(),
     };
-    let template_error = |e: template::TemplateError| ctx.error(e.message, e.hint);
+    let template_error = |e: placeholder::TemplateError| ctx.error(e.message, e.hint);
 
     let stdin_name = stdin.as_deref();
     let (syntax, template_text, command, parameters) = if let Some(text) = fields.string("exec")? {
@@ -314,7 +317,7 @@ fn inferred_parameters(
     names: impl Iterator<Item = (String, bool)>,
     offset: usize,
     stdin: Option<String>,
-) -> Result<Vec<ToolParameter>, AgentError> {
+) -> Result<Vec<ToolParameter>, CompileError> {
     let mut inferred: Vec<ToolParameter> = names
         .enumerate()
         .map(|(i, (name, raw))| ToolParameter {
@@ -340,7 +343,7 @@ fn inferred_parameters(
                 "write the bare name, e.g. stdin: content",
             ));
         }
-        if template::is_engine_var(&stdin_name) {
+        if placeholder::is_engine_var(&stdin_name) {
             return Err(ctx.error(
                 format!("`stdin: {stdin_name}` names an engine variable"),
                 "choose another parameter name for stdin",

@@ -3,6 +3,7 @@ mod agent_loading;
 mod faults;
 mod harness;
 mod hooks;
+mod layering;
 mod llm;
 mod orchestrate;
 mod plan;

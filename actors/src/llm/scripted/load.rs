@@ -1,9 +1,12 @@
-//! Parsing and validating a scripted-model script: the serde shapes of the YAML/JSON file and
-//! the loader that turns them into the [`Script`] model, compiling and test-rendering every
-//! template so mistakes surface at load time, with errors naming the file and the key.
+//! Loading a scripted-model script: [`Script::load`] and [`Script::from_yaml_str`], the serde
+//! shapes of the YAML/JSON file and the loader that turns them into the [`Script`] model,
+//! compiling and test-rendering every template so mistakes surface at load time, with
+//! errors naming the file and the key.
 //!
-//! Must not play scripts (that is `respond.rs`) or do I/O beyond what it is handed.
+//! Must not play scripts (that is `respond.rs`); its only I/O is reading the one script file,
+//! within bounds.
 
+use std::path::Path;
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -16,39 +19,58 @@ use super::script::{
     Action, ArgTree, Args, CallSpec, Latency, Rule, Script, ScriptError, Step, Text, DEFAULT_MODEL,
     EXHAUSTED_ANSWER,
 };
-use crate::input::{check_size, check_yaml_depth};
+use super::variables::{sample_context, TEMPLATE_VARIABLES};
+use crate::input::{check_size, check_yaml_depth, read_bounded, InputError};
 use crate::template_bounds::{explain, limit_work, render_bounded};
 
 /// Largest script file, in bytes.
-pub(super) const SCRIPT_BYTES: u64 = 4 * 1024 * 1024;
+const SCRIPT_BYTES: u64 = 4 * 1024 * 1024;
 /// Deepest nesting of flow collections in a script (deeper is refused before parsing: the
 /// YAML parser is slow on it).
 const SCRIPT_DEPTH: usize = 64;
 
-/// Parses and validates `text`; `origin` names it in error messages.
-pub(super) fn parse(text: &str, origin: &str) -> Result<Script, ScriptError> {
-    check_size(text, SCRIPT_BYTES)
-        .and_then(|()| check_yaml_depth(text, SCRIPT_DEPTH))
-        .map_err(|error| ScriptError::Invalid {
-            origin: origin.to_owned(),
-            key: "(file)".to_owned(),
-            message: format!("{error} (hint: see docs/llm-script.md)"),
+impl Script {
+    /// Reads and validates a script file (YAML, or JSON which is valid YAML).
+    pub fn load(path: &Path) -> Result<Script, ScriptError> {
+        let text = read_bounded(path, SCRIPT_BYTES).map_err(|error| match error {
+            InputError::Io(source) => ScriptError::Read {
+                path: path.display().to_string(),
+                source,
+            },
+            other => ScriptError::Invalid {
+                origin: path.display().to_string(),
+                key: "(file)".to_owned(),
+                message: format!("{other} (hint: see docs/llm-script.md)"),
+            },
         })?;
-    let raw: RawScript = serde_yaml::from_str(text).map_err(|e| {
-        let top_level = serde_yaml::from_str::<serde_yaml::Value>(text).ok();
-        if top_level.is_some_and(|v| !v.is_mapping()) {
-            return ScriptError::Invalid {
+        Script::from_yaml_str(&text, &path.display().to_string())
+    }
+
+    /// Parses a script; `origin` names it in error messages (usually the file path).
+    pub fn from_yaml_str(text: &str, origin: &str) -> Result<Script, ScriptError> {
+        check_size(text, SCRIPT_BYTES)
+            .and_then(|()| check_yaml_depth(text, SCRIPT_DEPTH))
+            .map_err(|error| ScriptError::Invalid {
                 origin: origin.to_owned(),
-                key: "(top level)".to_owned(),
-                message: "the script must be a mapping with `rules:` or `steps:`".to_owned(),
-            };
-        }
-        ScriptError::Parse {
-            origin: origin.to_owned(),
-            message: e.to_string(),
-        }
-    })?;
-    Loader::new(origin).script(raw)
+                key: "(file)".to_owned(),
+                message: format!("{error} (hint: see docs/llm-script.md)"),
+            })?;
+        let raw: RawScript = serde_yaml::from_str(text).map_err(|e| {
+            let top_level = serde_yaml::from_str::<serde_yaml::Value>(text).ok();
+            if top_level.is_some_and(|v| !v.is_mapping()) {
+                return ScriptError::Invalid {
+                    origin: origin.to_owned(),
+                    key: "(top level)".to_owned(),
+                    message: "the script must be a mapping with `rules:` or `steps:`".to_owned(),
+                };
+            }
+            ScriptError::Parse {
+                origin: origin.to_owned(),
+                message: e.to_string(),
+            }
+        })?;
+        Loader::new(origin).script(raw)
+    }
 }
 
 // ---- raw (serde) shapes -------------------------------------------------------------------
@@ -448,14 +470,14 @@ impl Loader {
         let check = self
             .templates
             .get_template(&name)
-            .and_then(|t| render_bounded(&t, super::respond::sample_context()));
+            .and_then(|t| render_bounded(&t, sample_context()));
         if let Err(e) = check {
             let reason = explain(&e).unwrap_or_else(|| e.to_string());
             return Err(self.invalid(
                 key,
                 format!(
                     "template fails to render: {reason} (hint: available variables are {})",
-                    super::respond::TEMPLATE_VARIABLES
+                    TEMPLATE_VARIABLES
                 ),
             ));
         }

@@ -2,8 +2,9 @@
 //! for tests, examples, benchmarks and offline use.
 //!
 //! # Layout
-//! - `script.rs`: the loaded model ([`Script`], [`ScriptError`]) and its entry points.
-//! - `load.rs`: the file format's serde shapes and validation.
+//! - `script.rs`: the loaded model ([`Script`], [`ScriptError`]).
+//! - `load.rs`: loading ([`Script::load`]): the file format's serde shapes and validation.
+//! - `variables.rs`: the variables templates may use ([`TEMPLATE_VARIABLES`]).
 //! - `latency.rs`: latency and wait durations ([`parse_latency`]), bounded.
 //! - `respond.rs`: rule matching, step selection, templating ([`ScriptedReply`]).
 //! - `validate.rs`: strict history validation ([`validate_history`]).
@@ -20,6 +21,7 @@ mod script;
 mod server;
 mod stats;
 mod validate;
+mod variables;
 
 #[cfg(test)]
 mod tests;
@@ -28,11 +30,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use latency::parse_latency;
-pub use respond::{ScriptedReply, TEMPLATE_VARIABLES};
+pub use respond::ScriptedReply;
 pub use script::{Latency, Script, ScriptError, DEFAULT_MODEL, EXHAUSTED_ANSWER};
 pub use server::{run_server_blocking, run_server_until, serve, ScriptServer, ServeError};
 pub use stats::{ServerStats, StatsSnapshot};
 pub use validate::validate_history;
+pub use variables::TEMPLATE_VARIABLES;
 
 use super::endpoint::{ChatBackend, CompletionFuture, LlmError, RequestMeta};
 use super::types::ChatRequest;

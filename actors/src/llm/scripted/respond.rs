@@ -7,18 +7,14 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::Value;
 
 use super::script::{Action, ArgTree, Args, CallSpec, Latency, Rule, Script, Step, Text};
 use super::validate::validate_history;
+use super::variables::TemplateContext;
 use crate::llm::endpoint::RequestMeta;
 use crate::llm::types::{ChatCompletion, ChatMessage, ChatRequest, Role, ToolCall, Usage};
 use crate::template_bounds::{explain, render_bounded};
-
-/// The variables a template may use, for error hints.
-pub const TEMPLATE_VARIABLES: &str =
-    "task, last_observation, last_user, step, agent, run_id, model";
 
 /// What the scripted model answers to one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,30 +55,6 @@ impl ScriptedReply {
 enum Play<'s> {
     Step(&'s Step),
     Reply(Box<ScriptedReply>),
-}
-
-#[derive(Serialize)]
-struct TemplateContext<'a> {
-    task: &'a str,
-    last_observation: &'a str,
-    last_user: &'a str,
-    step: usize,
-    agent: &'a str,
-    run_id: &'a str,
-    model: &'a str,
-}
-
-/// A context with every variable set, used to check templates at load time.
-pub(super) fn sample_context() -> impl Serialize {
-    TemplateContext {
-        task: "task",
-        last_observation: "observation",
-        last_user: "user",
-        step: 0,
-        agent: "agent",
-        run_id: "run",
-        model: "model",
-    }
 }
 
 impl Script {

@@ -1,11 +1,10 @@
 //! The loaded, validated form of a scripted-model script: [`Script`] and the rule / step /
 //! template model that `respond.rs` plays, plus [`ScriptError`].
 //!
-//! Owns the in-memory model and the public loading entry points only; parsing and
-//! validation live in `load.rs`, choosing and rendering a reply in `respond.rs`.
+//! Owns the in-memory model and its accessors only: loading (`Script::load`) and validation
+//! live in `load.rs`, choosing and rendering a reply in `respond.rs`.
 //! The file format is documented in `docs/llm-script.md`.
 
-use std::path::Path;
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -133,29 +132,6 @@ pub(super) enum Text {
 }
 
 impl Script {
-    /// Reads and validates a script file (YAML, or JSON which is valid YAML).
-    pub fn load(path: &Path) -> Result<Script, ScriptError> {
-        let text = crate::input::read_bounded(path, super::load::SCRIPT_BYTES).map_err(
-            |error| match error {
-                crate::input::InputError::Io(source) => ScriptError::Read {
-                    path: path.display().to_string(),
-                    source,
-                },
-                other => ScriptError::Invalid {
-                    origin: path.display().to_string(),
-                    key: "(file)".to_owned(),
-                    message: format!("{other} (hint: see docs/llm-script.md)"),
-                },
-            },
-        )?;
-        Script::from_yaml_str(&text, &path.display().to_string())
-    }
-
-    /// Parses a script; `origin` names it in error messages (usually the file path).
-    pub fn from_yaml_str(text: &str, origin: &str) -> Result<Script, ScriptError> {
-        super::load::parse(text, origin)
-    }
-
     /// The API key the HTTP endpoint demands (`require_api_key:`), if any.
     pub fn required_api_key(&self) -> Option<&str> {
         self.require_api_key.as_deref()

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value as Json};
 
-use super::template::{placeholders, substitute};
+use super::error::ArgumentError;
+use super::placeholder::{placeholders, substitute};
 use super::{CompiledTool, InjectAs, ParamType, ToolSyntax};
 
 /// Values the engine substitutes for `${AGENT_HOME}`, `${CWD}` and `${RUN_ID}`.
@@ -37,11 +38,6 @@ pub struct Invocation {
     pub argv: Vec<String>,
     pub stdin: Option<String>,
 }
-
-/// Bad model arguments; `Display` is the message the model sees as the tool result.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ArgumentError(pub String);
 
 /// Stringifies `value` for a parameter of `param_type`; `Err` carries the expected kind.
 pub(crate) fn stringify(param_type: ParamType, value: &Json) -> Result<String, &'static str> {

@@ -9,10 +9,10 @@ use std::path::Path;
 
 use serde_yaml::Value;
 
+use super::error::CompileError;
 use super::invocation::stringify;
 use super::{InjectAs, ParamType, ToolParameter};
-use crate::agent::fields::{closest, kind_of, Fields};
-use crate::agent::AgentError;
+use crate::yaml::{closest, kind_of, Fields};
 
 const PARAMETER_KEYS: [&str; 8] = [
     "name",
@@ -38,19 +38,20 @@ pub(crate) struct ExplicitParam {
     pub required: Option<bool>,
 }
 
-/// Builds tool-scoped errors: ``tool `name`: message``.
+/// Builds the errors of one named tool ([`CompileError::Tool`]).
 pub(crate) struct ToolContext<'a> {
     pub file: &'a Path,
     pub tool: &'a str,
 }
 
 impl ToolContext<'_> {
-    pub(crate) fn error(&self, message: impl AsRef<str>, hint: impl Into<String>) -> AgentError {
-        AgentError::invalid(
-            self.file,
-            format!("tool `{}`: {}", self.tool, message.as_ref()),
-            hint,
-        )
+    pub(crate) fn error(&self, message: impl AsRef<str>, hint: impl Into<String>) -> CompileError {
+        CompileError::Tool {
+            file: self.file.to_path_buf(),
+            tool: self.tool.to_string(),
+            message: message.as_ref().to_string(),
+            hint: hint.into(),
+        }
     }
 }
 
@@ -59,7 +60,7 @@ fn parse_enum<T: Copy>(
     key_path: &str,
     value: &str,
     options: &[(&'static str, T)],
-) -> Result<T, AgentError> {
+) -> Result<T, CompileError> {
     if let Some((_, v)) = options.iter().find(|(name, _)| *name == value) {
         return Ok(*v);
     }
@@ -77,7 +78,7 @@ pub(crate) fn parse_param_type(
     ctx: &ToolContext<'_>,
     key_path: &str,
     value: &str,
-) -> Result<ParamType, AgentError> {
+) -> Result<ParamType, CompileError> {
     parse_enum(
         ctx,
         key_path,
@@ -95,7 +96,7 @@ fn parse_inject_as(
     ctx: &ToolContext<'_>,
     key_path: &str,
     value: &str,
-) -> Result<InjectAs, AgentError> {
+) -> Result<InjectAs, CompileError> {
     parse_enum(
         ctx,
         key_path,
@@ -114,7 +115,7 @@ pub(crate) fn parse_explicit(
     prefix: &str,
     items: &[Value],
     warnings: &mut Vec<String>,
-) -> Result<Vec<ExplicitParam>, AgentError> {
+) -> Result<Vec<ExplicitParam>, CompileError> {
     let mut parsed: Vec<ExplicitParam> = Vec::new();
     for (index, item) in items.iter().enumerate() {
         let path = format!("{prefix}.parameters[{index}]");
@@ -187,7 +188,7 @@ fn finish(
     ctx: &ToolContext<'_>,
     mut param: ToolParameter,
     required: Option<bool>,
-) -> Result<ToolParameter, AgentError> {
+) -> Result<ToolParameter, CompileError> {
     if let Some(default) = &param.default {
         stringify(param.param_type, default).map_err(|expected| {
             ctx.error(
@@ -211,7 +212,7 @@ pub(crate) fn merge_inferred(
     ctx: &ToolContext<'_>,
     inferred: Vec<ToolParameter>,
     explicit: Vec<ExplicitParam>,
-) -> Result<Vec<ToolParameter>, AgentError> {
+) -> Result<Vec<ToolParameter>, CompileError> {
     let mut merged = inferred;
     let mut required_overrides: Vec<Option<bool>> = vec![None; merged.len()];
     for entry in explicit {
@@ -300,7 +301,7 @@ pub(crate) fn legacy_parameters(
     ctx: &ToolContext<'_>,
     explicit: Vec<ExplicitParam>,
     warnings: &mut Vec<String>,
-) -> Result<Vec<ToolParameter>, AgentError> {
+) -> Result<Vec<ToolParameter>, CompileError> {
     let mut params = Vec::new();
     let mut stdin_seen: Option<String> = None;
     for entry in explicit {

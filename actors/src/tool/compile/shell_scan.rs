@@ -9,7 +9,7 @@
 //! quotes break it, and a crafted value could run code). `${name:raw}` stays the expert's
 //! escape hatch inside `$((…))`. This file only reads text; it builds no command.
 
-use super::template::{placeholder_at, placeholders, template_error, TemplateError};
+use super::placeholder::{placeholder_at, placeholders, template_error, TemplateError};
 
 /// Where a placeholder stands in shell syntax, which decides how `$N` must be quoted.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -154,14 +154,6 @@ fn shell_refuses_mixed_raw_use() {
 }
 
 #[test]
-fn substitute_never_rescans_values() {
-    let out = substitute("a=${a} b=${b}", |n| {
-        Some(if n == "a" { "${b}".into() } else { "B".into() })
-    });
-    assert_eq!(out, "a=${b} b=B");
-}
-
-#[test]
 fn bare_shell_variables_are_found() {
     assert_eq!(
         bare_shell_variable("echo $HOME/x ${y}"),

@@ -5,7 +5,7 @@ use super::*;
 use proptest::prelude::*;
 use serde_json::json;
 
-fn compile_one(yaml: &str) -> Result<CompiledTool, AgentError> {
+fn compile_one(yaml: &str) -> Result<CompiledTool, CompileError> {
     let value: Value = serde_yaml::from_str(yaml).unwrap();
     compile_tool(&value, 0, Path::new("/agent/agent.yaml"), &mut Vec::new())
 }

@@ -1,23 +1,33 @@
-//! Typed access to YAML mappings with user-facing errors and unknown-key warnings.
+//! Typed access to parsed YAML mappings, shared by everything that reads a user's YAML
+//! (agent files, tool definitions): the [`Fields`] accessor, whose every getter names the file
+//! and the dotted key path in its [`FieldError`], unknown-key warnings with a "did you mean"
+//! suggestion, and the longest timeout a file may set.
 //!
-//! Owns reading a YAML file into a `serde_yaml::Value`, the `Fields` accessor (each getter
-//! names the file and the dotted key path in its error) and the "did you mean" suggestion.
-//! It knows no schema: callers list the keys they accept.
+//! Must not: read files (callers read and word their own I/O errors) or know any schema
+//! (callers list the keys they accept). It imports nothing from the crate.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_yaml::{Mapping, Value};
 
-use super::error::AgentError;
+/// A value of a YAML document has the wrong shape. `message` names the dotted key path
+/// (`llm.temperature`, `tools[2].name`); the text is complete: file, problem, hint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{}`: {message}\n  hint: {hint}", file.display())]
+pub(crate) struct FieldError {
+    pub(crate) file: PathBuf,
+    pub(crate) message: String,
+    pub(crate) hint: String,
+}
 
-/// Reads and parses one YAML file. An empty file parses as `Value::Null`.
-pub(crate) fn read_yaml(file: &Path) -> Result<Value, AgentError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| AgentError::io(file, e, "check that the file exists and is readable UTF-8"))?;
-    serde_yaml::from_str(&text).map_err(|e| AgentError::Yaml {
-        file: file.to_path_buf(),
-        message: e.to_string(),
-    })
+impl FieldError {
+    pub(crate) fn new(file: &Path, message: impl Into<String>, hint: impl Into<String>) -> Self {
+        FieldError {
+            file: file.to_path_buf(),
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
 }
 
 /// Longest timeout an agent file may set (tools, hooks, context generators): 7 days.
@@ -78,7 +88,7 @@ pub(crate) struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     /// `prefix` is the dotted path of this mapping (empty for a document root).
-    pub(crate) fn new(file: &'a Path, prefix: &str, value: &'a Value) -> Result<Self, AgentError> {
+    pub(crate) fn new(file: &'a Path, prefix: &str, value: &'a Value) -> Result<Self, FieldError> {
         match value {
             Value::Mapping(map) => Ok(Fields {
                 file,
@@ -91,7 +101,7 @@ impl<'a> Fields<'a> {
                 } else {
                     format!("`{prefix}`")
                 };
-                Err(AgentError::invalid(
+                Err(FieldError::new(
                     file,
                     format!(
                         "{what} must be a mapping of `key: value` lines, found {}",
@@ -125,8 +135,8 @@ impl<'a> Fields<'a> {
         self.get(key).is_some()
     }
 
-    fn type_error(&self, key: &str, expected: &str, found: &Value, hint: &str) -> AgentError {
-        AgentError::invalid(
+    fn type_error(&self, key: &str, expected: &str, found: &Value, hint: &str) -> FieldError {
+        FieldError::new(
             self.file,
             format!(
                 "`{}` must be {expected}, found {}",
@@ -137,7 +147,7 @@ impl<'a> Fields<'a> {
         )
     }
 
-    pub(crate) fn string(&self, key: &str) -> Result<Option<String>, AgentError> {
+    pub(crate) fn string(&self, key: &str) -> Result<Option<String>, FieldError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -148,10 +158,10 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub(crate) fn required_string(&self, key: &str, hint: &str) -> Result<String, AgentError> {
+    pub(crate) fn required_string(&self, key: &str, hint: &str) -> Result<String, FieldError> {
         match self.string(key)? {
             Some(s) if !s.trim().is_empty() => Ok(s),
-            _ => Err(AgentError::invalid(
+            _ => Err(FieldError::new(
                 self.file,
                 format!("`{}` is required", self.key_path(key)),
                 hint,
@@ -165,13 +175,13 @@ impl<'a> Fields<'a> {
         key: &str,
         min: f64,
         max: f64,
-    ) -> Result<Option<f64>, AgentError> {
+    ) -> Result<Option<f64>, FieldError> {
         let hint = format!("use a number between {min} and {max}");
         match self.get(key) {
             None => Ok(None),
             Some(Value::Number(n)) => match n.as_f64() {
                 Some(x) if (min..=max).contains(&x) => Ok(Some(x)),
-                _ => Err(AgentError::invalid(
+                _ => Err(FieldError::new(
                     self.file,
                     format!("`{}` is {n}, outside {min}..{max}", self.key_path(key)),
                     hint,
@@ -182,12 +192,12 @@ impl<'a> Fields<'a> {
     }
 
     /// A whole number greater than zero.
-    pub(crate) fn positive_integer(&self, key: &str) -> Result<Option<u64>, AgentError> {
+    pub(crate) fn positive_integer(&self, key: &str) -> Result<Option<u64>, FieldError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Number(n)) => match n.as_u64() {
                 Some(x) if x > 0 => Ok(Some(x)),
-                _ => Err(AgentError::invalid(
+                _ => Err(FieldError::new(
                     self.file,
                     format!(
                         "`{}` is {n}, but must be a whole number greater than 0",
@@ -207,9 +217,9 @@ impl<'a> Fields<'a> {
 
     /// A timeout in milliseconds: a whole number from 1 to [`MAX_TIMEOUT_MS`] (a week). A
     /// larger value is refused at load, never carried into a timer or a deadline.
-    pub(crate) fn timeout_ms(&self, key: &str) -> Result<Option<u64>, AgentError> {
+    pub(crate) fn timeout_ms(&self, key: &str) -> Result<Option<u64>, FieldError> {
         match self.positive_integer(key)? {
-            Some(ms) if ms > MAX_TIMEOUT_MS => Err(AgentError::invalid(
+            Some(ms) if ms > MAX_TIMEOUT_MS => Err(FieldError::new(
                 self.file,
                 format!(
                     "`{}` is {ms}, more than {MAX_TIMEOUT_MS} ms (7 days)",
@@ -222,11 +232,11 @@ impl<'a> Fields<'a> {
     }
 
     /// Like [`Fields::positive_integer`], narrowed to `u32`.
-    pub(crate) fn positive_u32(&self, key: &str) -> Result<Option<u32>, AgentError> {
+    pub(crate) fn positive_u32(&self, key: &str) -> Result<Option<u32>, FieldError> {
         match self.positive_integer(key)? {
             None => Ok(None),
             Some(x) => u32::try_from(x).map(Some).map_err(|_| {
-                AgentError::invalid(
+                FieldError::new(
                     self.file,
                     format!("`{}` is {x}, which is too large", self.key_path(key)),
                     "use a value below 4294967296",
@@ -235,7 +245,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub(crate) fn boolean(&self, key: &str) -> Result<Option<bool>, AgentError> {
+    pub(crate) fn boolean(&self, key: &str) -> Result<Option<bool>, FieldError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -248,7 +258,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub(crate) fn sequence(&self, key: &str) -> Result<Option<&'a [Value]>, AgentError> {
+    pub(crate) fn sequence(&self, key: &str) -> Result<Option<&'a [Value]>, FieldError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Sequence(items)) => Ok(Some(items.as_slice())),
@@ -262,7 +272,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A list of strings (e.g. an argv); `what` describes an element for the hint.
-    pub(crate) fn string_list(&self, key: &str) -> Result<Option<Vec<String>>, AgentError> {
+    pub(crate) fn string_list(&self, key: &str) -> Result<Option<Vec<String>>, FieldError> {
         let Some(items) = self.sequence(key)? else {
             return Ok(None);
         };
@@ -273,7 +283,7 @@ impl<'a> Fields<'a> {
                 Value::String(s) => Ok(s.clone()),
                 Value::Number(n) => Ok(n.to_string()),
                 Value::Bool(b) => Ok(b.to_string()),
-                other => Err(AgentError::invalid(
+                other => Err(FieldError::new(
                     self.file,
                     format!(
                         "`{}[{i}]` must be text, found {}",

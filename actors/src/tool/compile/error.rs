@@ -1,0 +1,57 @@
+//! The tool compiler's errors: [`CompileError`], why one tool definition does not compile
+//! (its `Display` is the complete user-facing message: file, tool or key, hint; agent loading
+//! turns it into an `AgentError` with the same text), and [`ArgumentError`], why a model's
+//! arguments do not fit a tool (user tools and the built-in `ask_human` alike).
+//!
+//! Must not: decide exit codes (agent loading and the binary do) or print.
+
+use std::path::{Path, PathBuf};
+
+use crate::yaml::FieldError;
+
+/// A tool definition that does not compile. Every variant names the file that defines the
+/// tool and ends with a `hint:` line telling the user what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// A key of the tool's entry has the wrong shape, before or apart from the tool's name:
+    /// `message` names the key path (for example `tools[2].name`).
+    #[error("`{}`: {message}\n  hint: {hint}", file.display())]
+    Field {
+        file: PathBuf,
+        message: String,
+        hint: String,
+    },
+
+    /// The tool named `tool` is wrong: its name, template or parameters.
+    #[error("`{}`: tool `{tool}`: {message}\n  hint: {hint}", file.display())]
+    Tool {
+        file: PathBuf,
+        tool: String,
+        message: String,
+        hint: String,
+    },
+}
+
+impl CompileError {
+    /// The file that defines the tool.
+    pub fn file(&self) -> &Path {
+        match self {
+            CompileError::Field { file, .. } | CompileError::Tool { file, .. } => file,
+        }
+    }
+}
+
+impl From<FieldError> for CompileError {
+    fn from(error: FieldError) -> Self {
+        CompileError::Field {
+            file: error.file,
+            message: error.message,
+            hint: error.hint,
+        }
+    }
+}
+
+/// Bad model arguments; `Display` is the message the model sees as the tool result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ArgumentError(pub String);

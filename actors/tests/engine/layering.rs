@@ -1,0 +1,134 @@
+//! Layering of the engine's source tree: no file imports a file that imports it back
+//! (directly or through other files), except the supervisor ↔ orchestrator actor pair (the
+//! supervisor spawns orchestrations and they report back to it).
+//!
+//! The graph is read from `src/` by `layering::scan` (see there for what counts as an
+//! import) and searched by `layering::cycles`; a failure prints each cycle with the line
+//! that makes every edge.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "layering/cycles.rs"]
+mod cycles;
+#[path = "layering/scan.rs"]
+mod scan;
+
+use std::path::Path;
+
+use scan::Graph;
+
+/// The one allowed back edge: an orchestration (a child actor) naming its supervisor.
+fn is_allowed(from: &str, to: &str) -> bool {
+    from.starts_with("runtime/orchestrator/") && to == "runtime/supervisor.rs"
+}
+
+fn engine_graph() -> Graph {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut graph = scan::import_graph(&root).unwrap();
+    for (from, edges) in graph.iter_mut() {
+        edges.retain(|to, _| !is_allowed(from, to));
+    }
+    graph
+}
+
+#[test]
+#[ignore = "fails until the cycles being moved by issue 12 are gone: api.rs <-> runtime/ \
+            (with protocol.rs, janitor.rs, metadata/, plan/state/; value types into \
+            protocol/, §2), plan/ graph/needs/stage_checks/validate (resolved types beside \
+            model.rs, §5) and runtime/run/ human.rs <-> setup.rs (the run loop, §1)"]
+fn no_file_imports_a_file_that_imports_it_back() {
+    let cycles = cycles::report(&engine_graph());
+    assert!(cycles.is_empty(), "{}", cycles.join("\n"));
+}
+
+/// Issue 12 §5: agent loading ↔ the tool compiler, and the scripted model's loader ↔ its
+/// model ↔ its player, imported each other.
+#[test]
+fn agent_tool_and_scripted_model_have_no_import_cycle() {
+    let graph = engine_graph();
+    let touched: Vec<String> = cycles::report(&graph)
+        .into_iter()
+        .filter(|cycle| {
+            ["agent/", "tool/", "llm/scripted/", "yaml.rs"]
+                .iter()
+                .any(|area| cycle.contains(area))
+        })
+        .collect();
+    assert!(touched.is_empty(), "{}", touched.join("\n"));
+}
+
+/// Writes a small crate and returns its import graph.
+fn graph_of(files: &[(&str, &str)]) -> Graph {
+    let root = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let path = root.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    scan::import_graph(root.path()).unwrap()
+}
+
+fn edges(graph: &Graph, from: &str) -> Vec<String> {
+    graph[from].keys().cloned().collect()
+}
+
+#[test]
+fn layering_scan_resolves_crate_super_self_and_inline_paths() {
+    let graph = graph_of(&[
+        ("lib.rs", "pub mod a;\npub mod b;\nmod c;\n"),
+        (
+            "a/mod.rs",
+            "mod inner;\npub use inner::Thing;\nuse crate::a::inner::Other;\n",
+        ),
+        (
+            "a/inner.rs",
+            "use super::super::b::{self, B as Bee};\npub struct Thing;\npub struct Other;\n",
+        ),
+        (
+            "b.rs",
+            "//! crate::c::Hidden in a comment\npub struct B;\n\
+             fn f() -> &'static str { let _ = '\\''; \"crate::c::Hidden\" }\n\
+             #[cfg(test)]\nmod tests {\n    use super::*;\n    use self::helper::x;\n    mod helper { pub fn x() {} }\n}\n",
+        ),
+        (
+            "c.rs",
+            "#[path = \"c_impl.rs\"]\nmod implementation;\n\
+             const QUOTES: [char; 2] = ['\\'','\"'];\nfn g() { crate::a::Thing; }\n",
+        ),
+        ("c_impl.rs", "fn h() -> u8 { super::super::b::f(); 1 }\n"),
+    ]);
+    assert_eq!(edges(&graph, "lib.rs"), Vec::<String>::new());
+    // A parent using its own child (`inner::`, `crate::a::inner::`) is composition.
+    assert_eq!(edges(&graph, "a/mod.rs"), Vec::<String>::new());
+    assert_eq!(edges(&graph, "a/inner.rs"), vec!["b.rs".to_string()]);
+    // Comments, strings and the inline test module's `super::*` name nothing outside.
+    assert_eq!(edges(&graph, "b.rs"), Vec::<String>::new());
+    assert_eq!(edges(&graph, "c.rs"), vec!["a/mod.rs".to_string()]);
+    // `#[path]` files keep their declared module path: `super::super` is the crate root.
+    assert_eq!(edges(&graph, "c_impl.rs"), vec!["b.rs".to_string()]);
+}
+
+#[test]
+fn layering_cycle_report_names_each_edge_and_its_line() {
+    let graph = graph_of(&[
+        ("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\n"),
+        ("a.rs", "use crate::b::B;\npub struct A;\n"),
+        ("b.rs", "\nfn f() { crate::c::g(); }\npub struct B;\n"),
+        ("c.rs", "use super::{a::A, d};\npub fn g() {}\n"),
+        ("d.rs", "use crate::a;\n"),
+    ]);
+    let report = cycles::report(&graph);
+    assert_eq!(report.len(), 1, "{report:?}");
+    assert_eq!(
+        report[0],
+        "import cycle among a.rs, b.rs, c.rs, d.rs:\n  \
+         a.rs:1 uses `crate::b::B` (b.rs)\n  \
+         b.rs:2 uses `crate::c::g` (c.rs)\n  \
+         c.rs:1 uses `super::a::A` (a.rs)\n"
+    );
+    let acyclic = graph_of(&[
+        ("lib.rs", "mod a;\nmod b;\n"),
+        ("a.rs", "use crate::b::B;\n"),
+        ("b.rs", "pub struct B;\n"),
+    ]);
+    assert!(cycles::report(&acyclic).is_empty());
+}
