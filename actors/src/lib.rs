@@ -7,7 +7,7 @@
 //!   keeps sensitive answers out of everything they write; [`context`]
 //!   turns a journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol and
 //!   hosts the scripted model; [`session`] owns shell and PTY sessions; [`plan`] models
-//!   `plan.yaml`.
+//!   `plan.yaml` and schedules it ([`plan::Scheduler`]: events in, effects out).
 //! - **Runtime** ([`runtime`]): actix actors that own state and mailboxes and call the
 //!   domain functions: `RunSupervisor`, `RunActor`, `ToolActor`, `LlmGateway`,
 //!   `SessionActor`, `JanitorActor`.

@@ -24,9 +24,24 @@ fn module_of(file: &str) -> Vec<String> {
     segments
 }
 
-/// The file's code without its unit tests and comments.
+/// The file's code without its inline unit tests (a `#[cfg(test)] mod tests { ... }` block
+/// ends the file) and comments.
 fn code_of(text: &str) -> String {
-    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let mut code = text;
+    let mut from = 0;
+    while let Some(found) = text[from..].find("#[cfg(test)]") {
+        let at = from + found;
+        let item = text[at..]
+            .lines()
+            .skip(1)
+            .find(|line| !line.trim_start().starts_with("#["))
+            .unwrap_or("");
+        if item.starts_with("mod ") && item.contains('{') {
+            code = &text[..at];
+            break;
+        }
+        from = at + "#[cfg(test)]".len();
+    }
     code.lines()
         .filter(|line| !line.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
@@ -215,7 +230,10 @@ fn the_check_finds_a_cycle_through_a_grouped_use_and_an_inline_path() {
         ),
         file("plan/a.rs", "use super::{b::{Y, Z}, PlanError};\n"),
         file("plan/b.rs", "fn f() -> crate::plan::c::W { todo!() }\n"),
-        file("plan/c.rs", "use crate::plan::a::X as Other;\n"),
+        file(
+            "plan/c.rs",
+            "#[cfg(test)]\nmod helpers;\nuse crate::plan::a::X as Other;\n#[cfg(test)]\nmod tests {\n    use crate::plan::b::Y;\n}\n",
+        ),
     ];
     assert_eq!(
         import_cycle(&files).map(|cycle| cycle.join(" -> ")),

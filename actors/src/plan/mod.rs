@@ -1,4 +1,4 @@
-//! `plan.yaml`: the orchestration plan model, validation and fan-out expansion.
+//! `plan.yaml`: the orchestration plan model, validation, fan-out expansion and scheduling.
 //!
 //! # Layout
 //! - [`model`]: the serde model of the file (strict: unknown keys are errors).
@@ -17,6 +17,9 @@
 //! - [`graph`]: stage ordering ([`topo_order`], [`ready_stages`]).
 //! - [`expand`]: [`expand_stage`] turns a stage plus finished stages' outputs into
 //!   [`PlannedRun`]s with deterministic run ids.
+//! - [`schedule`]: the pure [`Scheduler`]: stage order, submissions under `max_parallel`,
+//!   retries, `on_failure`, resume decisions; events in, effects out.
+//! - [`state`]: the orchestration's own files (scheduling journal, lock, summary).
 //!
 //! Must not: start runs, load agents (the `ResolvedPlan` keeps agent paths), import actix or
 //! read the process environment.
@@ -31,6 +34,7 @@ pub mod model;
 mod needs;
 mod parse;
 pub mod resolved;
+pub mod schedule;
 mod stage_checks;
 pub mod state;
 pub mod templates;
@@ -48,6 +52,7 @@ pub use model::{
     DurationValue, ForeachSpec, LlmLimits, Needs, OnFailure, OutputKind, PlanFile, StageSpec,
 };
 pub use resolved::{ResolvedForeach, ResolvedPlan, ResolvedStage};
+pub use schedule::Scheduler;
 pub use validate::{load_plan, load_plan_str, load_plan_with_vars, resolve_plan};
 
 /// Where every plan error's hint points: the plan.yaml reference.
