@@ -7,9 +7,10 @@
 //!   keeps sensitive answers out of everything they write; [`context`]
 //!   turns a journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol and
 //!   hosts the scripted model; [`session`] owns shell and PTY sessions; [`plan`] models
-//!   `plan.yaml`; [`blocking`] runs blocking file reads where they cannot stall an actor;
-//!   [`serve`] is the `delta serve` model (sessions, workers, persistence, activity
-//!   detection, the runs view).
+//!   `plan.yaml` and schedules it ([`plan::Scheduler`]: events in, effects out);
+//!   [`blocking`] runs blocking file reads where they cannot stall an actor; [`serve`] is
+//!   the `delta serve` model (sessions, workers, persistence, activity detection, the runs
+//!   view).
 //! - **Runtime** ([`runtime`]): actix actors that own state and mailboxes and call the
 //!   domain functions: `RunSupervisor`, `RunActor`, `ToolActor`, `LlmGateway`,
 //!   `SessionActor`, `JanitorActor`, and for `delta serve` `ServeManager`, `WorkerActor` and

@@ -15,9 +15,9 @@ use serde_json::Value;
 
 use super::limits::EXPANSION_TIME;
 use super::model::OutputKind;
+use super::resolved::{ResolvedPlan, ResolvedStage};
 use super::stage_checks::{stage_items, template_error};
 use super::templates::{environment, failure};
-use super::validate::{ResolvedPlan, ResolvedStage};
 use super::PlanError;
 use crate::protocol::RunStatus;
 use crate::template_bounds::render_bounded;

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::validate::ResolvedPlan;
+use super::resolved::ResolvedPlan;
 
 /// Finds a dependency cycle among `(id, needs)` pairs (needs already known to exist) and
 /// returns it as `a -> b -> a`, in plan order of its first stage.

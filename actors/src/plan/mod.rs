@@ -1,10 +1,12 @@
-//! `plan.yaml`: the orchestration plan model, validation and fan-out expansion.
+//! `plan.yaml`: the orchestration plan model, validation, fan-out expansion and scheduling.
 //!
 //! # Layout
 //! - [`model`]: the serde model of the file (strict: unknown keys are errors).
 //! - [`keys`]: the unknown-key check that names the key path and the closest known key.
 //! - [`duration`]: `"15m"`, `"1h30m"`, `500` (ms) parsing.
 //! - [`limits`]: the range of every number and the bounds on loading/expansion work.
+//! - [`resolved`]: the validated plan ([`ResolvedPlan`], [`ResolvedStage`]), beside the model
+//!   so that ordering, checks and expansion read it without importing validation.
 //! - [`validate`]: [`load_plan`] reads the file within bounds, resolves paths, checks ids,
 //!   numbers, templates and `foreach` forms into one immutable [`ResolvedPlan`];
 //!   `needs` (private) turns `needs` into stage ids (`previous` included) and refuses cycles.
@@ -15,6 +17,9 @@
 //! - [`graph`]: stage ordering ([`topo_order`], [`ready_stages`]).
 //! - [`expand`]: [`expand_stage`] turns a stage plus finished stages' outputs into
 //!   [`PlannedRun`]s with deterministic run ids.
+//! - [`schedule`]: the pure [`Scheduler`]: stage order, submissions under `max_parallel`,
+//!   retries, `on_failure`, resume decisions; events in, effects out.
+//! - [`state`]: the orchestration's own files (scheduling journal, lock, summary).
 //!
 //! Must not: start runs, load agents (the `ResolvedPlan` keeps agent paths), import actix or
 //! read the process environment.
@@ -28,6 +33,8 @@ pub mod limits;
 pub mod model;
 mod needs;
 mod parse;
+pub mod resolved;
+pub mod schedule;
 mod stage_checks;
 pub mod state;
 pub mod templates;
@@ -44,10 +51,9 @@ pub use graph::{ready_stages, topo_order};
 pub use model::{
     DurationValue, ForeachSpec, LlmLimits, Needs, OnFailure, OutputKind, PlanFile, StageSpec,
 };
-pub use validate::{
-    load_plan, load_plan_str, load_plan_with_vars, resolve_plan, ResolvedForeach, ResolvedPlan,
-    ResolvedStage,
-};
+pub use resolved::{ResolvedForeach, ResolvedPlan, ResolvedStage};
+pub use schedule::Scheduler;
+pub use validate::{load_plan, load_plan_str, load_plan_with_vars, resolve_plan};
 
 /// Where every plan error's hint points: the plan.yaml reference.
 pub const PLAN_REFERENCE: &str = "docs/plan.md";
@@ -99,3 +105,7 @@ impl PlanError {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod import_cycles;

@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::glob_walk::bounded_glob;
 use super::limits::FOREACH_ITEMS;
+use super::resolved::{ResolvedForeach, ResolvedPlan, ResolvedStage};
 use super::templates::{environment, evaluate_list, render, variables_read, TemplateFailure};
-use super::validate::{ResolvedForeach, ResolvedPlan, ResolvedStage};
 use super::PlanError;
 use crate::input::read_bounded;
 

@@ -45,7 +45,9 @@
 //!   reason) and the loop goes on; `on_run_end` runs after ENGINE_END with a bounded timeout.
 //! - Orchestrations: at most `max_parallel` of a plan's runs are in flight; a stage starts
 //!   only when its needs finished; run ids are deterministic, so a resumed plan reuses
-//!   COMPLETED runs and continues the others instead of running an item twice.
+//!   COMPLETED runs and continues the others instead of running an item twice. The
+//!   OrchestrationActor decides none of this itself: it carries out the effects of the pure
+//!   `plan::schedule::Scheduler`, in the order returned.
 //! - `delta serve`: a worker's viewers see its output in log order with byte offsets and no gap
 //!   (attach queues the snapshot and registers the viewer in one handler); a viewer more than
 //!   2 MiB behind gets a fresh snapshot instead; the PTY lives in a holder process, so the

@@ -11,7 +11,7 @@
 //! The runs' own metadata stays the truth about each run; this journal records scheduling
 //! decisions (attempts, stage outcomes) so a resume can count retries and explain itself.
 //!
-//! Must not: decide scheduling (the orchestrator actor does).
+//! Must not: decide scheduling (`plan::schedule` does).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

@@ -1,0 +1,158 @@
+//! What goes into the [`Scheduler`](super::Scheduler) and what comes out: [`Event`]s carry
+//! everything it needs to know (what earlier invocations recorded, what a stage's runs have
+//! on disk, how a run ended), [`Effect`]s everything it decided.
+//!
+//! Must not: hold behaviour beyond small conversions; the decisions live beside the
+//! scheduler.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::plan::expand::PlannedRun;
+use crate::plan::state::{OrchestrationStatus, SchedulingEvent, StageSummary, Totals};
+use crate::protocol::OrchestrationEvent;
+use crate::protocol::{RunStatus, TokenUsage};
+
+/// What earlier invocations of this orchestration recorded in its scheduling journal, per
+/// run id: retry budgets carry across resumes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Prior {
+    /// The highest attempt number submitted.
+    pub attempts: HashMap<String, u32>,
+    /// FAILED outcomes (an attempt an interruption cut short is not one).
+    pub failures: HashMap<String, u32>,
+}
+
+/// What a planned run's files say when its stage starts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OnDisk {
+    /// No run folder, or a folder a kill left without metadata: nothing ran.
+    Nothing,
+    /// `metadata.json` exists but does not read: the run is continued (its setup repairs or
+    /// refuses it).
+    Unreadable,
+    /// What the metadata records, once a run finished in its journal has been settled.
+    Recorded(RecordedRun),
+}
+
+/// A run's metadata, as far as scheduling cares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRun {
+    pub status: RunStatus,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub iterations: u32,
+    pub usage: TokenUsage,
+}
+
+/// A planned run of an expanded stage and what its files say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundRun {
+    pub planned: PlannedRun,
+    pub on_disk: OnDisk,
+}
+
+/// How a submitted run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    /// The run answered with its outcome.
+    Finished(RunOutcome),
+    /// No outcome: the run could not be handed over, or the engine stopped before it
+    /// answered. Never retried.
+    Lost(String),
+}
+
+/// A finished run's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub result: Option<String>,
+    /// `"<kind>: <message>"`, as the summary shows it.
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    pub iterations: u32,
+    pub usage: TokenUsage,
+    /// The run wrote its metadata, so a retry can continue it; a run whose setup failed
+    /// before that (too many open files, a full disk) is retried afresh.
+    pub metadata_written: bool,
+}
+
+/// How a planned run is (re)started.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Launch {
+    /// Started afresh with its task.
+    New,
+    /// Continued from its journal, with this message for the model if any (a retry says
+    /// why the previous attempt failed; an interrupted run is continued without one).
+    Continue(Option<String>),
+}
+
+impl Launch {
+    /// True when the run is continued rather than started.
+    pub fn continues(&self) -> bool {
+        matches!(self, Launch::Continue(_))
+    }
+}
+
+/// Something that happened, for the scheduler to decide on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The orchestration's folder is open (and locked) and the plan may start; `prior` is
+    /// what earlier invocations recorded (empty for a new orchestration).
+    Started { prior: Prior },
+    /// The orchestration's folder could not be opened or locked: finish FAILED at once.
+    SetupFailed { error: String },
+    /// The answer to [`Effect::ExpandStage`]: the stage's runs in item order, each with
+    /// what is on disk, or why the stage could not be expanded.
+    StageExpanded {
+        stage: String,
+        runs: Result<Vec<FoundRun>, String>,
+    },
+    /// The run of an [`Effect::SubmitRun`] was handed to the engine.
+    RunSubmitted { run_id: String },
+    /// A run of an [`Effect::SubmitRun`] ended (or could not be handed over).
+    RunFinished { run_id: String, end: RunEnd },
+    /// Ctrl-C, SIGTERM or an embedder's cancel: submit nothing more, cancel the runs in
+    /// flight, finish INTERRUPTED once they have ended.
+    CancelRequested { reason: String },
+}
+
+/// Something the scheduler decided, for the executor to carry out in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Expand the stage with the scheduler's [`StageContext`](crate::plan::StageContext),
+    /// look at each run's files, and answer with [`Event::StageExpanded`] before carrying
+    /// out the next effect.
+    ExpandStage { stage: String },
+    /// Start or continue this run in `work_dir`. Answer with [`Event::RunSubmitted`] once it
+    /// is handed over (or [`RunEnd::Lost`] if it cannot be), then [`Event::RunFinished`].
+    SubmitRun {
+        run: PlannedRun,
+        work_dir: PathBuf,
+        launch: Launch,
+    },
+    /// Interrupt a run in flight.
+    CancelRun { run_id: String, reason: String },
+    /// Append to the orchestration's scheduling journal.
+    Record(SchedulingEvent),
+    /// Flush the scheduling journal to disk (a stage ended).
+    SyncJournal,
+    /// Tell the orchestration's subscribers.
+    Emit(OrchestrationEvent),
+    /// The orchestration is over: write the summary, release the orchestration, answer the
+    /// caller. Nothing follows it.
+    Finish(Conclusion),
+}
+
+/// How the orchestration ended: the summary without what only the executor knows (ids,
+/// paths, clock).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conclusion {
+    pub status: OrchestrationStatus,
+    /// Every stage of the plan, in plan order.
+    pub stages: Vec<StageSummary>,
+    pub totals: Totals,
+    /// Why the orchestration could not run (setup, expansion) or was stopped.
+    pub error: Option<String>,
+}
