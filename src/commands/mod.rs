@@ -12,6 +12,7 @@ pub mod mock_llm;
 pub mod orchestrate;
 pub mod prompt;
 pub mod run;
+pub mod spawner;
 pub mod tool_expand;
 
 use crate::cli::{Command, ToolCommand};
@@ -33,6 +34,7 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Command::MockLlm(args) => mock_llm::run(args),
         Command::Init(args) => init::run(args),
         Command::Bench(command) => bench::run(command),
+        Command::Spawner => spawner::run(),
         Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => {
             tool_expand::run(args)
         }

@@ -1,0 +1,571 @@
+//! tool::spawner::client — the engine's handle on its spawner process: start it, ask it to
+//! start tools, learn when their leaders exit.
+//!
+//! Owns: starting the spawner and checking its `Ready`, creating the tool's pipes (the engine
+//! keeps its ends and reads/writes them exactly as for an in-process child), sending requests,
+//! and one reader thread that routes each reply to the request or leader waiting for it.
+//! A request abandoned halfway (its future dropped) kills its tool as soon as it starts.
+//! Must not: block an async task except in `sendmsg` (which waits only while the spawner's
+//! queue is full), or leave a waiter hanging when the spawner is gone (every pending reply and
+//! exit then resolves with an error).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+
+use super::protocol::{self, Reply, RequestHeader, PROTOCOL_VERSION};
+use super::sys;
+
+/// How long a new spawner may take to answer `Ready` (a busy machine execs slowly).
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long dropping the handle waits for the spawner to exit and be reaped.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// The program that serves as the spawner: it must call
+/// [`serve_stdin`](super::serve_stdin) (the `delta` binary: `delta __spawner`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnerCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+impl SpawnerCommand {
+    pub fn new(
+        program: impl Into<PathBuf>,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> Self {
+        Self {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// Why a spawner could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create the tool spawner's control socket: {0}")]
+    Socket(io::Error),
+    #[error("cannot start the tool spawner {program}: {source} (hint: the engine re-executes its own binary; check that it still exists)")]
+    Launch { program: PathBuf, source: io::Error },
+    #[error("the tool spawner {program} did not answer as one ({reason}); tools start in-process")]
+    NotReady { program: PathBuf, reason: String },
+}
+
+/// Why the spawner did not start a tool.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The request never reached a working spawner: starting the tool in-process is safe.
+    #[error("the tool spawner is not available: {0}")]
+    Unavailable(String),
+    /// The program could not be started; the error an in-process spawn gives.
+    #[error(transparent)]
+    Start(io::Error),
+    /// The spawner died while handling the request: the tool may have started.
+    #[error("the tool spawner exited while starting the tool (hint: it may have been killed; later tools start in-process)")]
+    Lost,
+}
+
+/// One tool to start.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    /// The resolved program (what `execve` gets).
+    pub program: &'a Path,
+    /// argv, `argv[0]` included.
+    pub argv: &'a [String],
+    /// The complete environment.
+    pub env: &'a [(&'a str, &'a str)],
+    pub cwd: &'a Path,
+    /// A pipe for stdin (else /dev/null).
+    pub stdin_pipe: bool,
+}
+
+/// A tool the spawner started: the leader of its own process group.
+pub struct SpawnedChild {
+    pub pid: u32,
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+    pub exit: ExitWatch,
+}
+
+/// The leader's exit, as the spawner reaps it. Holds the spawner alive meanwhile.
+pub struct ExitWatch {
+    receiver: oneshot::Receiver<i32>,
+    status: Option<ExitStatus>,
+    _spawner: Arc<Spawner>,
+}
+
+fn spawner_gone() -> io::Error {
+    io::Error::other("the tool spawner exited before reporting the tool's exit")
+}
+
+impl ExitWatch {
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let raw = (&mut self.receiver).await.map_err(|_| spawner_gone())?;
+        let status = ExitStatus::from_raw(raw);
+        self.status = Some(status);
+        Ok(status)
+    }
+
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(status) = self.status {
+            return Ok(Some(status));
+        }
+        match self.receiver.try_recv() {
+            Ok(raw) => {
+                self.status = Some(ExitStatus::from_raw(raw));
+                Ok(self.status)
+            }
+            Err(oneshot::error::TryRecvError::Empty) => Ok(None),
+            Err(oneshot::error::TryRecvError::Closed) => Err(spawner_gone()),
+        }
+    }
+}
+
+/// Handle on a running spawner process. Shared by every run (`Send + Sync`); dropping the
+/// last handle closes the control socket, and the spawner exits.
+pub struct Spawner {
+    shared: Arc<Shared>,
+    pid: u32,
+    fallback_warned: AtomicBool,
+    reader_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+struct Shared {
+    socket: OwnedFd,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    dead: bool,
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    exits: HashMap<u32, oneshot::Sender<i32>>,
+}
+
+struct Pending {
+    /// `None` once the requester gave up: its tool is killed as soon as it starts.
+    reply: Option<oneshot::Sender<Result<u32, i32>>>,
+    exit: oneshot::Sender<i32>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawner")
+            .field("pid", &self.pid)
+            .field("alive", &self.is_alive())
+            .finish()
+    }
+}
+
+impl Spawner {
+    /// Starts `command` with a new control socket as its stdin, in its own process group (so
+    /// a signal to the engine's group spares it: it must outlive the engine long enough to
+    /// kill the tools), and waits for its `Ready`.
+    pub fn start(command: &SpawnerCommand) -> Result<Spawner, StartError> {
+        let (engine_end, spawner_end) = sys::control_socket_pair().map_err(StartError::Socket)?;
+        let mut child = std::process::Command::new(&command.program)
+            .args(&command.args)
+            .stdin(Stdio::from(spawner_end))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|source| StartError::Launch {
+                program: command.program.clone(),
+                source,
+            })?;
+        let not_ready = |reason: String| StartError::NotReady {
+            program: command.program.clone(),
+            reason,
+        };
+        let pid = match await_ready(engine_end.as_fd()) {
+            Ok(pid) => pid,
+            Err(reason) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(not_ready(reason));
+            }
+        };
+        let shared = Arc::new(Shared {
+            socket: engine_end,
+            state: Mutex::new(State::default()),
+        });
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let reader_shared = shared.clone();
+        let reader = std::thread::Builder::new()
+            .name("delta-tool-spawner".into())
+            .spawn(move || {
+                read_replies(&reader_shared, &mut child);
+                let _ = done_tx.send(());
+            });
+        if let Err(error) = reader {
+            // The closure (and the child in it) is gone; closing the socket ends the spawner.
+            return Err(not_ready(format!(
+                "cannot start its reader thread: {error}"
+            )));
+        }
+        Ok(Spawner {
+            shared,
+            pid,
+            fallback_warned: AtomicBool::new(false),
+            reader_done: Mutex::new(Some(done_rx)),
+        })
+    }
+
+    /// The spawner's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// False once the spawner is gone (every later spawn returns `Unavailable`).
+    pub fn is_alive(&self) -> bool {
+        !self.shared.state().dead
+    }
+
+    /// True the first time it is called: the caller logs the one fallback warning.
+    pub fn first_fallback(&self) -> bool {
+        !self.fallback_warned.swap(true, Ordering::Relaxed)
+    }
+
+    /// Starts one tool. Must be called inside a tokio runtime (the pipe ends register with it).
+    pub async fn spawn(self: &Arc<Self>, launch: Launch<'_>) -> Result<SpawnedChild, SpawnError> {
+        if !self.is_alive() {
+            return Err(SpawnError::Unavailable("it exited".into()));
+        }
+        check_no_nul(&launch).map_err(SpawnError::Start)?;
+        let pipes = Pipes::new(launch.stdin_pipe).map_err(SpawnError::Start)?;
+        let spec = protocol::encode_spec(
+            launch.program.as_os_str().as_bytes(),
+            launch.argv.iter().map(|a| a.as_bytes()),
+            launch.env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+            launch.cwd.as_os_str().as_bytes(),
+        );
+        let memfd = if spec.len() > protocol::INLINE_SPEC_MAX {
+            Some(spec_memfd(&spec).map_err(SpawnError::Start)?)
+        } else {
+            None
+        };
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let (exit_tx, exit_rx) = oneshot::channel();
+        let id = {
+            let mut state = self.shared.state();
+            if state.dead {
+                return Err(SpawnError::Unavailable("it exited".into()));
+            }
+            let id = state.next_id;
+            state.next_id += 1;
+            let pending = Pending {
+                reply: Some(reply_tx),
+                exit: exit_tx,
+            };
+            state.pending.insert(id, pending);
+            id
+        };
+        let header = RequestHeader {
+            id,
+            stdin_pipe: launch.stdin_pipe,
+            spec_in_memfd: memfd.is_some(),
+        };
+        let inline: &[u8] = if memfd.is_some() { &[] } else { &spec };
+        let message = protocol::encode_request(header, inline);
+        let mut fds: Vec<BorrowedFd<'_>> = pipes.child_ends();
+        fds.extend(memfd.as_ref().map(AsFd::as_fd));
+        if let Err(error) = sys::send_with_fds(self.shared.socket.as_fd(), &message, &fds) {
+            self.shared.state().pending.remove(&id);
+            return Err(SpawnError::Unavailable(format!(
+                "cannot send it a request: {error}"
+            )));
+        }
+        drop(fds);
+        let (stdin, stdout, stderr) = pipes.into_engine_ends();
+        let mut waiting = AbandonGuard {
+            shared: &self.shared,
+            id,
+            reply: Some(reply_rx),
+        };
+        let answer = match waiting.reply.as_mut() {
+            Some(reply) => reply.await,
+            None => return Err(SpawnError::Lost),
+        };
+        waiting.reply = None;
+        let pid = match answer {
+            Ok(Ok(pid)) => pid,
+            Ok(Err(errno)) => return Err(SpawnError::Start(io::Error::from_raw_os_error(errno))),
+            Err(_) => return Err(SpawnError::Lost),
+        };
+        let registered = (|| -> io::Result<_> {
+            let stdin = stdin
+                .map(pipe::Sender::from_owned_fd_unchecked)
+                .transpose()?;
+            let stdout = pipe::Receiver::from_owned_fd_unchecked(stdout)?;
+            let stderr = pipe::Receiver::from_owned_fd_unchecked(stderr)?;
+            Ok((stdin, stdout, stderr))
+        })();
+        let (stdin, stdout, stderr) = match registered {
+            Ok(ends) => ends,
+            Err(error) => {
+                kill_group(pid);
+                return Err(SpawnError::Start(error));
+            }
+        };
+        Ok(SpawnedChild {
+            pid,
+            stdin,
+            stdout,
+            stderr,
+            exit: ExitWatch {
+                receiver: exit_rx,
+                status: None,
+                _spawner: self.clone(),
+            },
+        })
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        // Our EOF tells the spawner to exit; its EOF ends the reader, which reaps it.
+        // SAFETY: shutdown on our own open socket.
+        unsafe {
+            libc::shutdown(
+                std::os::fd::AsRawFd::as_raw_fd(&self.shared.socket),
+                libc::SHUT_RDWR,
+            );
+        }
+        let done = self
+            .reader_done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(done) = done {
+            let _ = done.recv_timeout(EXIT_WAIT);
+        }
+    }
+}
+
+/// While a spawn request waits for its reply: if the future is dropped, the tool (if it
+/// starts at all) is killed rather than left running unsupervised.
+struct AbandonGuard<'a> {
+    shared: &'a Shared,
+    id: u64,
+    reply: Option<oneshot::Receiver<Result<u32, i32>>>,
+}
+
+impl Drop for AbandonGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut reply) = self.reply.take() else {
+            return;
+        };
+        let mut state = self.shared.state();
+        if let Some(pending) = state.pending.get_mut(&self.id) {
+            pending.reply = None;
+        } else if let Ok(Ok(pid)) = reply.try_recv() {
+            // Answered already (under the lock, so the answer is in the channel): kill it.
+            state.exits.remove(&pid);
+            kill_group(pid);
+        }
+    }
+}
+
+fn kill_group(pid: u32) {
+    if let Ok(pgid) = i32::try_from(pid) {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+/// The tool's three pipes: the engine's ends (non-blocking) and the tool's ends.
+struct Pipes {
+    stdin: Option<(OwnedFd, OwnedFd)>,
+    stdout: (OwnedFd, OwnedFd),
+    stderr: (OwnedFd, OwnedFd),
+}
+
+impl Pipes {
+    fn new(stdin_pipe: bool) -> io::Result<Pipes> {
+        let stdin = if stdin_pipe {
+            let (read, write) = sys::cloexec_pipe()?;
+            sys::set_nonblocking(write.as_fd())?;
+            Some((read, write))
+        } else {
+            None
+        };
+        let output = || -> io::Result<(OwnedFd, OwnedFd)> {
+            let (read, write) = sys::cloexec_pipe()?;
+            sys::set_nonblocking(read.as_fd())?;
+            Ok((read, write))
+        };
+        Ok(Pipes {
+            stdin,
+            stdout: output()?,
+            stderr: output()?,
+        })
+    }
+
+    /// In request order: stdin's read end (when piped), stdout's and stderr's write ends.
+    fn child_ends(&self) -> Vec<BorrowedFd<'_>> {
+        let mut ends = Vec::with_capacity(4);
+        ends.extend(self.stdin.as_ref().map(|(read, _)| read.as_fd()));
+        ends.push(self.stdout.1.as_fd());
+        ends.push(self.stderr.1.as_fd());
+        ends
+    }
+
+    /// Drops the tool's ends (the sent request holds them) and returns ours.
+    fn into_engine_ends(self) -> (Option<OwnedFd>, OwnedFd, OwnedFd) {
+        (
+            self.stdin.map(|(_, write)| write),
+            self.stdout.0,
+            self.stderr.0,
+        )
+    }
+}
+
+/// The check `std::process::Command` makes, with its wording, so both paths fail alike.
+fn check_no_nul(launch: &Launch<'_>) -> io::Result<()> {
+    let strings = [
+        launch.program.as_os_str().as_bytes(),
+        launch.cwd.as_os_str().as_bytes(),
+    ];
+    let has_nul = strings.iter().any(|s| s.contains(&0))
+        || launch.argv.iter().any(|a| a.as_bytes().contains(&0))
+        || launch
+            .env
+            .iter()
+            .any(|(k, v)| k.as_bytes().contains(&0) || v.as_bytes().contains(&0));
+    if has_nul {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        ));
+    }
+    Ok(())
+}
+
+fn spec_memfd(spec: &[u8]) -> io::Result<OwnedFd> {
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let fd = memfd_create(c"delta-tool-spec", MemFdCreateFlag::MFD_CLOEXEC)?;
+    let mut file = File::from(fd);
+    file.write_all(spec)?;
+    Ok(file.into())
+}
+
+/// Waits for the spawner's `Ready`; its pid, or why it is not a spawner.
+fn await_ready(socket: BorrowedFd<'_>) -> Result<u32, String> {
+    match sys::wait_readable(socket, READY_TIMEOUT) {
+        Ok(true) => {}
+        Ok(false) => return Err(format!("no answer within {} s", READY_TIMEOUT.as_secs())),
+        Err(error) => return Err(error.to_string()),
+    }
+    let mut buffer = [0u8; protocol::REPLY_BUFFER];
+    let mut fds = Vec::new();
+    let received = sys::recv_with_fds(socket, &mut buffer, &mut fds).map_err(|e| e.to_string())?;
+    if received.len == 0 {
+        return Err("it exited without answering".into());
+    }
+    match Reply::decode(&buffer[..received.len]) {
+        Ok(Reply::Ready { version, pid }) if version == PROTOCOL_VERSION => Ok(pid),
+        Ok(Reply::Ready { version, .. }) => Err(format!(
+            "it speaks protocol {version}, this engine {PROTOCOL_VERSION}"
+        )),
+        Ok(other) => Err(format!("unexpected first message {other:?}")),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// The reader thread: routes replies until the spawner is gone, then fails every waiter,
+/// makes sure the spawner sees EOF too, and reaps it.
+fn read_replies(shared: &Shared, child: &mut Child) {
+    let mut buffer = [0u8; protocol::REPLY_BUFFER];
+    let mut fds = Vec::new();
+    loop {
+        fds.clear();
+        let received = match sys::recv_with_fds(shared.socket.as_fd(), &mut buffer, &mut fds) {
+            Ok(received) if received.len > 0 && !received.truncated => received,
+            Ok(_) => break,
+            Err(_) => break,
+        };
+        match Reply::decode(&buffer[..received.len]) {
+            Ok(reply) => route(shared, reply),
+            Err(error) => {
+                tracing::warn!(%error, "the tool spawner sent a damaged reply; tools start in-process from now on");
+                break;
+            }
+        }
+    }
+    {
+        let mut state = shared.state();
+        state.dead = true;
+        state.pending.clear();
+        state.exits.clear();
+    }
+    // SAFETY: shutdown on our own open socket (a no-op when the spawner already closed it).
+    unsafe {
+        libc::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&shared.socket),
+            libc::SHUT_RDWR,
+        );
+    }
+    let _ = child.wait();
+}
+
+fn route(shared: &Shared, reply: Reply) {
+    let mut state = shared.state();
+    match reply {
+        Reply::Spawned { id, pid } => {
+            let Some(pending) = state.pending.remove(&id) else {
+                return;
+            };
+            match pending.reply {
+                Some(reply) => {
+                    state.exits.insert(pid, pending.exit);
+                    if reply.send(Ok(pid)).is_err() {
+                        // The requester vanished between its last check and now.
+                        state.exits.remove(&pid);
+                        kill_group(pid);
+                    }
+                }
+                None => kill_group(pid),
+            }
+        }
+        Reply::Failed { id, errno } => {
+            if let Some(Pending {
+                reply: Some(reply), ..
+            }) = state.pending.remove(&id)
+            {
+                let _ = reply.send(Err(errno));
+            }
+        }
+        Reply::Exited { pid, status } => {
+            if let Some(exit) = state.exits.remove(&pid) {
+                let _ = exit.send(status);
+            }
+        }
+        Reply::Ready { .. } => {}
+    }
+}
