@@ -9,4 +9,6 @@ mod process;
 mod run;
 mod secrets;
 mod session;
+mod spawner_host;
 mod store;
+mod tool_spawner;

@@ -163,8 +163,8 @@ struct State {
 }
 
 struct Pending {
-    /// `None` once the requester gave up: its tool is killed as soon as it starts.
-    reply: Option<oneshot::Sender<Result<u32, i32>>>,
+    /// Closed when the requester gave up: its tool is then killed as soon as it starts.
+    reply: oneshot::Sender<Result<u32, i32>>,
     exit: oneshot::Sender<i32>,
 }
 
@@ -281,7 +281,7 @@ impl Spawner {
             let id = state.next_id;
             state.next_id += 1;
             let pending = Pending {
-                reply: Some(reply_tx),
+                reply: reply_tx,
                 exit: exit_tx,
             };
             state.pending.insert(id, pending);
@@ -382,14 +382,17 @@ impl Drop for AbandonGuard<'_> {
         let Some(mut reply) = self.reply.take() else {
             return;
         };
+        // Under the lock, the reader either answered already (the pid is in the channel) or
+        // will find the channel closed once this returns, and kill the tool itself.
         let mut state = self.shared.state();
-        if let Some(pending) = state.pending.get_mut(&self.id) {
-            pending.reply = None;
-        } else if let Ok(Ok(pid)) = reply.try_recv() {
-            // Answered already (under the lock, so the answer is in the channel): kill it.
-            state.exits.remove(&pid);
-            kill_group(pid);
+        if !state.pending.contains_key(&self.id) {
+            if let Ok(Ok(pid)) = reply.try_recv() {
+                state.exits.remove(&pid);
+                kill_group(pid);
+            }
         }
+        drop(state);
+        drop(reply);
     }
 }
 
@@ -541,24 +544,16 @@ fn route(shared: &Shared, reply: Reply) {
             let Some(pending) = state.pending.remove(&id) else {
                 return;
             };
-            match pending.reply {
-                Some(reply) => {
-                    state.exits.insert(pid, pending.exit);
-                    if reply.send(Ok(pid)).is_err() {
-                        // The requester vanished between its last check and now.
-                        state.exits.remove(&pid);
-                        kill_group(pid);
-                    }
-                }
-                None => kill_group(pid),
+            if pending.reply.send(Ok(pid)).is_ok() {
+                state.exits.insert(pid, pending.exit);
+            } else {
+                // The request was abandoned (see `AbandonGuard`).
+                kill_group(pid);
             }
         }
         Reply::Failed { id, errno } => {
-            if let Some(Pending {
-                reply: Some(reply), ..
-            }) = state.pending.remove(&id)
-            {
-                let _ = reply.send(Err(errno));
+            if let Some(pending) = state.pending.remove(&id) {
+                let _ = pending.reply.send(Err(errno));
             }
         }
         Reply::Exited { pid, status } => {
