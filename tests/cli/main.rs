@@ -15,3 +15,4 @@ mod run_env;
 mod secrets;
 mod sessions;
 mod sessions_pty;
+mod tool_spawner;
