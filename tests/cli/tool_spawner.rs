@@ -142,3 +142,45 @@ fn the_spawner_subcommand_run_by_hand_explains_itself_and_exits_2() {
         out.stderr
     );
 }
+
+#[test]
+fn bench_spawn_reports_three_phases_as_json() {
+    let output = assert_cmd::Command::cargo_bin("delta")
+        .unwrap()
+        .args(["bench", "spawn", "--spawns", "5", "--descriptors", "50"])
+        .args(["--format", "json"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let phases = report["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "in-process, few descriptors",
+            "in-process, many descriptors",
+            "tool spawner, many descriptors"
+        ]
+    );
+    let open = |i: usize| phases[i]["open_descriptors"].as_u64().unwrap();
+    assert!(open(1) >= open(0) + 50 && open(2) == open(1), "{phases:?}");
+    for phase in phases {
+        assert!(phase["cpu_ms_per_spawn"].as_f64().unwrap() > 0.0, "{phase}");
+    }
+    assert!(report["spawner_over_fresh"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_spawn_refuses_zero_spawns_with_a_usage_error() {
+    let output = assert_cmd::Command::cargo_bin("delta")
+        .unwrap()
+        .args(["bench", "spawn", "--spawns", "0"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--spawns must be 1..="), "{stderr}");
+}

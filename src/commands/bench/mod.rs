@@ -12,6 +12,7 @@ pub mod baseline;
 pub mod measure;
 pub mod plot;
 pub mod report;
+pub mod spawn;
 pub mod workload;
 
 use std::path::PathBuf;
@@ -32,6 +33,9 @@ use workload::{LatencySpec, Workload};
 pub enum BenchCommand {
     /// Many concurrent runs through the engine against a scripted (or external) model
     Load(LoadArgs),
+    /// CPU per tool start: from a small process, from one holding many descriptors, and
+    /// through the tool spawner
+    Spawn(spawn::SpawnArgs),
     /// Internal to `--baseline`: runs ARGV as a child and prints its exit status, peak RSS
     /// and CPU times as one JSON line (see `baseline::measure_child`).
     #[command(name = "__measure-child", hide = true)]
@@ -132,6 +136,7 @@ pub struct LoadArgs {
 pub fn run(command: &BenchCommand) -> Result<i32, CliError> {
     match command {
         BenchCommand::Load(args) => load(args),
+        BenchCommand::Spawn(args) => spawn::run(args),
         BenchCommand::MeasureChild { argv } => baseline::measure_child(argv),
     }
 }
