@@ -10,6 +10,9 @@
 //!                                   │    └──> OrchestrationActor (one per plan) ──SubmitRun──> RunSupervisor
 //!                                   └──> JanitorActor (orphaned runs; periodic inside orchestrations)
 //! SessionActor (one per session) — used by the sessions CLIs and by embedders
+//! tool spawner (a `delta __spawner` process, not an actor): started by the RunSupervisor
+//!   before anything else when `SupervisorConfig::tool_spawner` is set; tools, hooks and
+//!   context generators start through it (`tool::spawner`)
 //! ```
 //!
 //! # Messages
@@ -40,7 +43,12 @@
 //! - Orchestrations: at most `max_parallel` of a plan's runs are in flight; a stage starts
 //!   only when its needs finished; run ids are deterministic, so a resumed plan reuses
 //!   COMPLETED runs and continues the others instead of running an item twice.
-//! - Handlers never block: processes go through `tokio::process`, blocking prompts through
+//! - Tool processes die with the engine: each runs in its own process group, killed as a
+//!   group on timeout, cancellation and Ctrl-C by the engine; when the engine is gone
+//!   (`kill -9` included) the tool spawner SIGKILLs the group of every tool still running.
+//!   A spawner that died is replaced by in-process starts, with one warning.
+//! - Handlers never block: processes go through the tool spawner (a `sendmsg` that waits
+//!   only while the spawner's queue is full) or `tokio::process`, blocking prompts through
 //!   `spawn_blocking`; journal appends are short synchronous writes.
 
 pub mod gateway;

@@ -1,37 +1,32 @@
 //! tool::spawner::client — the engine's handle on its spawner process: start it, ask it to
 //! start tools, learn when their leaders exit.
 //!
-//! Owns: starting the spawner and checking its `Ready`, creating the tool's pipes (the engine
-//! keeps its ends and reads/writes them exactly as for an in-process child), sending requests,
-//! and one reader thread that routes each reply to the request or leader waiting for it.
-//! A request abandoned halfway (its future dropped) kills its tool as soon as it starts.
+//! Owns: starting the spawner (its own process group, the control socket as stdin) and
+//! checking its `Ready`, sending one request per tool with the tool's pipe ends, handing the
+//! caller its own pipe ends and the leader's exit. A request abandoned halfway (its future
+//! dropped) kills its tool as soon as it starts. Replies are routed by `replies.rs`.
 //! Must not: block an async task except in `sendmsg` (which waits only while the spawner's
 //! queue is full), or leave a waiter hanging when the spawner is gone (every pending reply and
 //! exit then resolves with an error).
 
-use std::collections::HashMap;
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-use super::protocol::{self, Reply, RequestHeader, PROTOCOL_VERSION};
+use super::protocol::{self, RequestHeader};
+use super::replies::{await_ready, kill_group, read_replies, Pending, Shared, State};
+use super::request::{check_no_nul, spec_memfd, Pipes};
 use super::sys;
-
-/// How long a new spawner may take to answer `Ready` (a busy machine execs slowly).
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long dropping the handle waits for the spawner to exit and be reaped.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 
@@ -147,31 +142,6 @@ pub struct Spawner {
     pid: u32,
     fallback_warned: AtomicBool,
     reader_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
-}
-
-struct Shared {
-    socket: OwnedFd,
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    dead: bool,
-    next_id: u64,
-    pending: HashMap<u64, Pending>,
-    exits: HashMap<u32, oneshot::Sender<i32>>,
-}
-
-struct Pending {
-    /// Closed when the requester gave up: its tool is then killed as soon as it starts.
-    reply: oneshot::Sender<Result<u32, i32>>,
-    exit: oneshot::Sender<i32>,
-}
-
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 impl std::fmt::Debug for Spawner {
@@ -309,10 +279,10 @@ impl Spawner {
             id,
             reply: Some(reply_rx),
         };
-        let answer = match waiting.reply.as_mut() {
-            Some(reply) => reply.await,
-            None => return Err(SpawnError::Lost),
+        let Some(reply) = waiting.reply.as_mut() else {
+            return Err(SpawnError::Lost);
         };
+        let answer = reply.await;
         waiting.reply = None;
         let pid = match answer {
             Ok(Ok(pid)) => pid,
@@ -382,8 +352,9 @@ impl Drop for AbandonGuard<'_> {
         let Some(mut reply) = self.reply.take() else {
             return;
         };
-        // Under the lock, the reader either answered already (the pid is in the channel) or
-        // will find the channel closed once this returns, and kill the tool itself.
+        // The reader answers under the lock: either it answered already (the pid is in the
+        // channel) or it will find the channel closed, and kill the tool itself. The channel
+        // must close before the lock is released, or an answer could slip in between.
         let mut state = self.shared.state();
         if !state.pending.contains_key(&self.id) {
             if let Ok(Ok(pid)) = reply.try_recv() {
@@ -391,176 +362,7 @@ impl Drop for AbandonGuard<'_> {
                 kill_group(pid);
             }
         }
-        drop(state);
         drop(reply);
-    }
-}
-
-fn kill_group(pid: u32) {
-    if let Ok(pgid) = i32::try_from(pid) {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    }
-}
-
-/// The tool's three pipes: the engine's ends (non-blocking) and the tool's ends.
-struct Pipes {
-    stdin: Option<(OwnedFd, OwnedFd)>,
-    stdout: (OwnedFd, OwnedFd),
-    stderr: (OwnedFd, OwnedFd),
-}
-
-impl Pipes {
-    fn new(stdin_pipe: bool) -> io::Result<Pipes> {
-        let stdin = if stdin_pipe {
-            let (read, write) = sys::cloexec_pipe()?;
-            sys::set_nonblocking(write.as_fd())?;
-            Some((read, write))
-        } else {
-            None
-        };
-        let output = || -> io::Result<(OwnedFd, OwnedFd)> {
-            let (read, write) = sys::cloexec_pipe()?;
-            sys::set_nonblocking(read.as_fd())?;
-            Ok((read, write))
-        };
-        Ok(Pipes {
-            stdin,
-            stdout: output()?,
-            stderr: output()?,
-        })
-    }
-
-    /// In request order: stdin's read end (when piped), stdout's and stderr's write ends.
-    fn child_ends(&self) -> Vec<BorrowedFd<'_>> {
-        let mut ends = Vec::with_capacity(4);
-        ends.extend(self.stdin.as_ref().map(|(read, _)| read.as_fd()));
-        ends.push(self.stdout.1.as_fd());
-        ends.push(self.stderr.1.as_fd());
-        ends
-    }
-
-    /// Drops the tool's ends (the sent request holds them) and returns ours.
-    fn into_engine_ends(self) -> (Option<OwnedFd>, OwnedFd, OwnedFd) {
-        (
-            self.stdin.map(|(_, write)| write),
-            self.stdout.0,
-            self.stderr.0,
-        )
-    }
-}
-
-/// The check `std::process::Command` makes, with its wording, so both paths fail alike.
-fn check_no_nul(launch: &Launch<'_>) -> io::Result<()> {
-    let strings = [
-        launch.program.as_os_str().as_bytes(),
-        launch.cwd.as_os_str().as_bytes(),
-    ];
-    let has_nul = strings.iter().any(|s| s.contains(&0))
-        || launch.argv.iter().any(|a| a.as_bytes().contains(&0))
-        || launch
-            .env
-            .iter()
-            .any(|(k, v)| k.as_bytes().contains(&0) || v.as_bytes().contains(&0));
-    if has_nul {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "nul byte found in provided data",
-        ));
-    }
-    Ok(())
-}
-
-fn spec_memfd(spec: &[u8]) -> io::Result<OwnedFd> {
-    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
-    let fd = memfd_create(c"delta-tool-spec", MemFdCreateFlag::MFD_CLOEXEC)?;
-    let mut file = File::from(fd);
-    file.write_all(spec)?;
-    Ok(file.into())
-}
-
-/// Waits for the spawner's `Ready`; its pid, or why it is not a spawner.
-fn await_ready(socket: BorrowedFd<'_>) -> Result<u32, String> {
-    match sys::wait_readable(socket, READY_TIMEOUT) {
-        Ok(true) => {}
-        Ok(false) => return Err(format!("no answer within {} s", READY_TIMEOUT.as_secs())),
-        Err(error) => return Err(error.to_string()),
-    }
-    let mut buffer = [0u8; protocol::REPLY_BUFFER];
-    let mut fds = Vec::new();
-    let received = sys::recv_with_fds(socket, &mut buffer, &mut fds).map_err(|e| e.to_string())?;
-    if received.len == 0 {
-        return Err("it exited without answering".into());
-    }
-    match Reply::decode(&buffer[..received.len]) {
-        Ok(Reply::Ready { version, pid }) if version == PROTOCOL_VERSION => Ok(pid),
-        Ok(Reply::Ready { version, .. }) => Err(format!(
-            "it speaks protocol {version}, this engine {PROTOCOL_VERSION}"
-        )),
-        Ok(other) => Err(format!("unexpected first message {other:?}")),
-        Err(error) => Err(error.to_string()),
-    }
-}
-
-/// The reader thread: routes replies until the spawner is gone, then fails every waiter,
-/// makes sure the spawner sees EOF too, and reaps it.
-fn read_replies(shared: &Shared, child: &mut Child) {
-    let mut buffer = [0u8; protocol::REPLY_BUFFER];
-    let mut fds = Vec::new();
-    loop {
-        fds.clear();
-        let received = match sys::recv_with_fds(shared.socket.as_fd(), &mut buffer, &mut fds) {
-            Ok(received) if received.len > 0 && !received.truncated => received,
-            Ok(_) => break,
-            Err(_) => break,
-        };
-        match Reply::decode(&buffer[..received.len]) {
-            Ok(reply) => route(shared, reply),
-            Err(error) => {
-                tracing::warn!(%error, "the tool spawner sent a damaged reply; tools start in-process from now on");
-                break;
-            }
-        }
-    }
-    {
-        let mut state = shared.state();
-        state.dead = true;
-        state.pending.clear();
-        state.exits.clear();
-    }
-    // SAFETY: shutdown on our own open socket (a no-op when the spawner already closed it).
-    unsafe {
-        libc::shutdown(
-            std::os::fd::AsRawFd::as_raw_fd(&shared.socket),
-            libc::SHUT_RDWR,
-        );
-    }
-    let _ = child.wait();
-}
-
-fn route(shared: &Shared, reply: Reply) {
-    let mut state = shared.state();
-    match reply {
-        Reply::Spawned { id, pid } => {
-            let Some(pending) = state.pending.remove(&id) else {
-                return;
-            };
-            if pending.reply.send(Ok(pid)).is_ok() {
-                state.exits.insert(pid, pending.exit);
-            } else {
-                // The request was abandoned (see `AbandonGuard`).
-                kill_group(pid);
-            }
-        }
-        Reply::Failed { id, errno } => {
-            if let Some(pending) = state.pending.remove(&id) {
-                let _ = pending.reply.send(Err(errno));
-            }
-        }
-        Reply::Exited { pid, status } => {
-            if let Some(exit) = state.exits.remove(&pid) {
-                let _ = exit.send(status);
-            }
-        }
-        Reply::Ready { .. } => {}
+        drop(state);
     }
 }

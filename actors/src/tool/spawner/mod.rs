@@ -17,8 +17,9 @@
 //! the spawner sees EOF on the socket, SIGKILLs the group of every leader still running, and
 //! exits.
 //!
-//! Layout: [`protocol`] (bytes), `sys` (socket and pipe system calls), [`client`] (the
-//! engine's [`Spawner`] handle), `zygote` + `exec` (the spawner process).
+//! Layout: [`protocol`] (bytes), `sys` (socket and pipe system calls); the engine side:
+//! [`client`] (the [`Spawner`] handle), `request` (pipes, memfd), `replies` (the reader
+//! thread); the spawner process: `zygote` (its loop) and `exec` (`posix_spawn`).
 //!
 //! One spawner serves the whole process: the `RunSupervisor` of a [`SupervisorConfig`] with
 //! `tool_spawner` set starts it (or joins the one already running) and keeps it alive; tools,
@@ -30,6 +31,8 @@
 pub mod client;
 mod exec;
 pub mod protocol;
+mod replies;
+mod request;
 mod sys;
 mod zygote;
 
