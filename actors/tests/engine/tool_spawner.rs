@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use delta_actors::tool::observation::format_observation;
 use delta_actors::tool::process::{run_process, ProcessOutcome, Termination};
-use delta_actors::tool::spawner::{Launch, Spawner};
+use delta_actors::tool::spawner::{Launch, Spawner, SpawnerCommand};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio_util::sync::CancellationToken;
@@ -276,15 +276,22 @@ async fn dropping_the_last_handle_stops_the_spawner() {
     assert!(eventually(LIMIT, || !is_alive(pid)).await);
 }
 
-#[test]
-fn a_program_that_is_not_a_spawner_is_refused_at_start() {
-    let command =
-        delta_actors::tool::spawner::SpawnerCommand::new("/bin/true", Vec::<String>::new());
-    let error = Spawner::start(&command).unwrap_err().to_string();
-    assert!(
-        error.contains("did not answer as one (it exited without answering)"),
-        "{error}"
+#[tokio::test]
+async fn a_program_that_never_answers_as_a_spawner_leaves_tools_to_start_in_process() {
+    // Started without waiting for it: the request queues in the socket, unread, until the
+    // program exits without ever answering `Ready`.
+    let command = SpawnerCommand::new("/bin/sleep", ["1"]);
+    let spawner = Arc::new(Spawner::start(&command).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_via(Via::Spawner, &["sh", "-c", "echo $PPID"], dir.path());
+    spec.spawner = Some(spawner.clone());
+    let outcome = run_process(spec, CancellationToken::new()).await;
+    assert_eq!(outcome.termination, Termination::Exited(0));
+    assert_eq!(
+        outcome.stdout.text_lossy().trim(),
+        std::process::id().to_string()
     );
+    assert!(!spawner.is_alive());
 }
 
 #[test]

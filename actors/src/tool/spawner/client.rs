@@ -24,7 +24,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
 use super::protocol::{self, RequestHeader};
-use super::replies::{await_ready, kill_group, read_replies, Pending, Shared, State};
+use super::replies::{kill_group, read_replies, Answer, Pending, Shared, State};
 use super::request::{check_no_nul, spec_memfd, Pipes};
 use super::sys;
 /// How long dropping the handle waits for the spawner to exit and be reaped.
@@ -57,8 +57,8 @@ pub enum StartError {
     Socket(io::Error),
     #[error("cannot start the tool spawner {program}: {source} (hint: the engine re-executes its own binary; check that it still exists)")]
     Launch { program: PathBuf, source: io::Error },
-    #[error("the tool spawner {program} did not answer as one ({reason}); tools start in-process")]
-    NotReady { program: PathBuf, reason: String },
+    #[error("cannot start the tool spawner's reader thread: {0}")]
+    Reader(io::Error),
 }
 
 /// Why the spawner did not start a tool.
@@ -156,7 +156,8 @@ impl std::fmt::Debug for Spawner {
 impl Spawner {
     /// Starts `command` with a new control socket as its stdin, in its own process group (so
     /// a signal to the engine's group spares it: it must outlive the engine long enough to
-    /// kill the tools), and waits for its `Ready`.
+    /// kill the tools). Returns without waiting for the spawner to be ready: requests queue
+    /// meanwhile, and if it never becomes ready they start in-process (one warning).
     pub fn start(command: &SpawnerCommand) -> Result<Spawner, StartError> {
         let (engine_end, spawner_end) = sys::control_socket_pair().map_err(StartError::Socket)?;
         let mut child = std::process::Command::new(&command.program)
@@ -170,18 +171,7 @@ impl Spawner {
                 program: command.program.clone(),
                 source,
             })?;
-        let not_ready = |reason: String| StartError::NotReady {
-            program: command.program.clone(),
-            reason,
-        };
-        let pid = match await_ready(engine_end.as_fd()) {
-            Ok(pid) => pid,
-            Err(reason) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(not_ready(reason));
-            }
-        };
+        let pid = child.id();
         let shared = Arc::new(Shared {
             socket: engine_end,
             state: Mutex::new(State::default()),
@@ -194,12 +184,9 @@ impl Spawner {
                 read_replies(&reader_shared, &mut child);
                 let _ = done_tx.send(());
             });
-        if let Err(error) = reader {
-            // The closure (and the child in it) is gone; closing the socket ends the spawner.
-            return Err(not_ready(format!(
-                "cannot start its reader thread: {error}"
-            )));
-        }
+        // Without its thread the closure (and the child in it) is gone; returning drops the
+        // socket, and the spawner, seeing EOF, exits.
+        reader.map_err(StartError::Reader)?;
         Ok(Spawner {
             shared,
             pid,
@@ -285,8 +272,13 @@ impl Spawner {
         let answer = reply.await;
         waiting.reply = None;
         let pid = match answer {
-            Ok(Ok(pid)) => pid,
-            Ok(Err(errno)) => return Err(SpawnError::Start(io::Error::from_raw_os_error(errno))),
+            Ok(Answer::Started(pid)) => pid,
+            Ok(Answer::Failed(errno)) => {
+                return Err(SpawnError::Start(io::Error::from_raw_os_error(errno)))
+            }
+            Ok(Answer::NotStarted) => {
+                return Err(SpawnError::Unavailable("it did not start".into()))
+            }
             Err(_) => return Err(SpawnError::Lost),
         };
         let registered = (|| -> io::Result<_> {
@@ -344,7 +336,7 @@ impl Drop for Spawner {
 struct AbandonGuard<'a> {
     shared: &'a Shared,
     id: u64,
-    reply: Option<oneshot::Receiver<Result<u32, i32>>>,
+    reply: Option<oneshot::Receiver<Answer>>,
 }
 
 impl Drop for AbandonGuard<'_> {
@@ -357,7 +349,7 @@ impl Drop for AbandonGuard<'_> {
         // must close before the lock is released, or an answer could slip in between.
         let mut state = self.shared.state();
         if !state.pending.contains_key(&self.id) {
-            if let Ok(Ok(pid)) = reply.try_recv() {
+            if let Ok(Answer::Started(pid)) = reply.try_recv() {
                 state.exits.remove(&pid);
                 kill_group(pid);
             }
