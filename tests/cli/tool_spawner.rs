@@ -184,3 +184,49 @@ fn bench_spawn_refuses_zero_spawns_with_a_usage_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--spawns must be 1..="), "{stderr}");
 }
+
+/// The command lines of the tools' parents, as the bench's tool recorded them.
+fn tool_parents(root: &std::path::Path) -> Vec<String> {
+    files_under(root)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "parent.txt"))
+        .map(|p| String::from_utf8_lossy(&std::fs::read(p).unwrap()).replace('\0', " "))
+        .collect()
+}
+
+#[test]
+fn bench_load_starts_tools_through_the_spawner_unless_told_not_to() {
+    for (mode, expected) in [("on", "__spawner"), ("off", "bench load")] {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        // A script file: exec-mode tools refuse shell syntax in their command.
+        let probe = dir.path().join("probe.sh");
+        std::fs::write(&probe, "cat /proc/$PPID/cmdline > parent.txt\n").unwrap();
+        let output = assert_cmd::Command::cargo_bin("delta")
+            .unwrap()
+            .args([
+                "bench",
+                "load",
+                "--runs",
+                "2",
+                "--max-parallel",
+                "2",
+                "--calls",
+                "2",
+            ])
+            .args(["--tool", &format!("sh {}", probe.display())])
+            .args(["--tool-spawner", mode, "--keep", "--format", "json"])
+            .arg("--work-dir")
+            .arg(&work)
+            .timeout(Duration::from_secs(120))
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{mode}: {output:?}");
+        let parents = tool_parents(&work);
+        assert_eq!(parents.len(), 2, "{mode}: {parents:?}");
+        assert!(
+            parents.iter().all(|p| p.contains(expected)),
+            "{mode}: {parents:?}"
+        );
+    }
+}

@@ -95,6 +95,10 @@ pub struct LoadArgs {
     /// fsync journal and metadata at status changes.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub journal_fsync: OnOff,
+    /// Start tools through the tool spawner, as `delta run` does (`off`: from the engine
+    /// process, to compare; see docs/tool-spawner.md).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub tool_spawner: OnOff,
     /// Where run work directories go (default: a new temporary directory).
     ///
     /// For repeatable figures give a new directory with --keep: on ext4 without a journal the
@@ -266,7 +270,7 @@ async fn measure_point(
     spawn_rate: f64,
 ) -> Result<LoadPoint, CliError> {
     let requests = workload.requests(index, runs, &target)?;
-    let config = SupervisorConfig {
+    let mut config = SupervisorConfig {
         max_parallel,
         journal_fsync: args.journal_fsync == OnOff::On,
         llm_max_in_flight: runs.max(max_parallel).max(1),
@@ -276,6 +280,9 @@ async fn measure_point(
             max_parallel,
         )
     };
+    if args.tool_spawner == OnOff::Off {
+        config.tool_spawner = None;
+    }
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let sampler = measure::Sampler::start();
     let usage_before = measure::CpuUsage::now();
