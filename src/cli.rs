@@ -78,6 +78,10 @@ pub enum Command {
     /// Same as `delta tool expand` (the original engine's spelling)
     #[command(name = "tool:expand", hide = true)]
     ToolExpandLegacy(ToolExpandArgs),
+
+    /// Internal: the tool spawner process the engine starts for itself
+    #[command(name = "__spawner", hide = true)]
+    Spawner,
 }
 
 #[derive(Debug, Subcommand)]

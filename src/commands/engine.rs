@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use delta_actors::agent::ResolvedAgent;
 use delta_actors::llm::{Endpoint, Script};
+use delta_actors::tool::spawner::SpawnerCommand;
 use delta_actors::{LlmTarget, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
@@ -101,14 +102,18 @@ pub fn with_model_override(agent: ResolvedAgent, env: &BTreeMap<String, String>)
     }
 }
 
-/// Supervisor settings for the CLI: tools find `delta-sessions` next to this executable.
+/// Supervisor settings for the CLI: tools find `delta-sessions` next to this executable, and
+/// start from this executable re-run as `delta __spawner` (started before any run).
 pub fn supervisor_config(arbiters: usize, max_parallel: usize) -> SupervisorConfig {
+    let executable = std::env::current_exe().ok();
     SupervisorConfig {
         arbiters,
         max_parallel,
-        tool_path_dir: std::env::current_exe()
-            .ok()
+        tool_path_dir: executable
+            .as_ref()
             .and_then(|p| p.parent().map(Path::to_path_buf)),
+        tool_spawner: executable
+            .map(|program| SpawnerCommand::new(program, [super::spawner::SUBCOMMAND])),
         ..SupervisorConfig::default()
     }
 }

@@ -14,6 +14,7 @@ pub mod orchestrate;
 pub mod prompt;
 pub mod run;
 pub mod serve;
+pub mod spawner;
 pub mod tool_expand;
 
 use crate::cli::{Command, ToolCommand};
@@ -51,6 +52,7 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Command::Serve(args) => serve::run(args),
         Command::Init(args) => init::run(args),
         Command::Bench(command) => bench::run(command),
+        Command::Spawner => spawner::run(),
         Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => {
             tool_expand::run(args)
         }

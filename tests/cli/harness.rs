@@ -425,7 +425,8 @@ pub fn kill_pid(pid: i32) {
     );
 }
 
-/// Kills a whole process group (a tool left behind on purpose by a SIGKILLed engine).
+/// Kills a whole process group: cleanup of a tool a test may have left running (an engine
+/// SIGKILLed by a test takes its tools with it, through its tool spawner).
 pub fn kill_group(pgid: i32) {
     let _ = nix::sys::signal::killpg(
         nix::unistd::Pid::from_raw(pgid),

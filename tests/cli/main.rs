@@ -23,4 +23,5 @@ mod secrets;
 mod serve;
 mod sessions;
 mod sessions_pty;
+mod tool_spawner;
 mod unwritable;

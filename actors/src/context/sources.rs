@@ -189,6 +189,7 @@ async fn run_generator(
             file_cap_bytes: 0,
             ..CaptureSpec::default()
         },
+        spawner: crate::tool::spawner::shared(),
     };
     let outcome = run_process(spec, cancel.clone()).await;
     let failure = match &outcome.termination {

@@ -209,6 +209,7 @@ pub async fn run_hook(
             full_output: None,
             ..CaptureSpec::default()
         },
+        spawner: crate::tool::spawner::shared(),
     };
     let started_at = now_rfc3339();
     let ran = run_process(process, cancel).await;

@@ -41,6 +41,12 @@ pub struct SupervisorConfig {
     pub tool_path_dir: Option<PathBuf>,
     /// Capacity of the event broadcast channel; slow subscribers miss events, never results.
     pub event_capacity: usize,
+    /// The program that starts tools, hooks and context generators on the engine's behalf
+    /// (the `delta` binary: `delta __spawner`), started with the supervisor so that starting a
+    /// tool stays cheap however many descriptors the engine holds. One spawner serves the
+    /// whole process (see `tool::spawner`). `None` (the default): tools start from this
+    /// process, as embedders without such a binary need.
+    pub tool_spawner: Option<crate::tool::spawner::SpawnerCommand>,
 }
 
 impl Default for SupervisorConfig {
@@ -62,6 +68,7 @@ impl Default for SupervisorConfig {
             default_tool_timeout: Duration::from_secs(300),
             tool_path_dir: None,
             event_capacity: 4096,
+            tool_spawner: None,
         }
     }
 }

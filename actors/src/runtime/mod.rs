@@ -12,6 +12,9 @@
 //! SessionActor (one per session) — used by the sessions CLIs and by embedders
 //! ServeManager (delta serve) ──> WorkerActor (one per worker epoch, on a pool of 2 arbiters)
 //!        └── RunsWatcher (polls the shown workspaces)      web/ (actix-web routes) asks both
+//! tool spawner (a `delta __spawner` process, not an actor): started by the RunSupervisor
+//!   before anything else when `SupervisorConfig::tool_spawner` is set; tools, hooks and
+//!   context generators start through it (`tool::spawner`)
 //! ```
 //!
 //! # Messages
@@ -52,7 +55,12 @@
 //!   (attach queues the snapshot and registers the viewer in one handler); a viewer more than
 //!   2 MiB behind gets a fresh snapshot instead; the PTY lives in a holder process, so the
 //!   server may stop at any instant and re-attach later.
-//! - Handlers never block: processes go through `tokio::process`, blocking prompts through
+//! - Tool processes die with the engine: each runs in its own process group, killed as a
+//!   group on timeout, cancellation and Ctrl-C by the engine; when the engine is gone
+//!   (`kill -9` included) the tool spawner SIGKILLs the group of every tool still running.
+//!   A spawner that died is replaced by in-process starts, with one warning.
+//! - Handlers never block: processes go through the tool spawner (a `sendmsg` that waits
+//!   only while the spawner's queue is full) or `tokio::process`, blocking prompts through
 //!   `spawn_blocking`, context files and generator outputs through `crate::blocking` (a
 //!   static pool a cancelled run walks away from, so a read that never returns cannot hold
 //!   the run's timeout, Ctrl-C or the process's exit); journal appends are short

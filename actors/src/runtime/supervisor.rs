@@ -23,6 +23,7 @@ use crate::protocol::{
 use crate::runtime::gateway::LlmGateway;
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{CancelRunActor, RunActor};
+use crate::tool::spawner::{self, Spawner};
 use crate::workspace::{generate_run_id, now_rfc3339, validate_run_id, RunPaths};
 
 /// Submit a run; replies with its run id once admitted or queued.
@@ -74,6 +75,8 @@ pub struct RunSupervisor {
     queue: VecDeque<Queued>,
     queued_ids: std::collections::HashSet<String>,
     orchestrations: HashMap<String, Addr<OrchestrationActor>>,
+    /// Keeps the process's tool spawner alive while this supervisor runs.
+    tool_spawner: Option<Arc<Spawner>>,
 }
 
 impl RunSupervisor {
@@ -89,6 +92,7 @@ impl RunSupervisor {
             queue: VecDeque::new(),
             queued_ids: std::collections::HashSet::new(),
             orchestrations: HashMap::new(),
+            tool_spawner: None,
         }
     }
 
@@ -279,6 +283,13 @@ impl Actor for RunSupervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, _ctx: &mut Self::Context) {
+        // First, while the process holds few descriptors and threads.
+        if let Some(command) = &self.config.tool_spawner {
+            match spawner::share_for_process(command) {
+                Ok(running) => self.tool_spawner = Some(running),
+                Err(error) => tracing::warn!(%error, "tools start from the engine process"),
+            }
+        }
         let n = self.config.arbiters.max(1);
         self.arbiters = (0..n).map(|_| Arbiter::new()).collect();
     }

@@ -78,6 +78,7 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
             file_cap_bytes: job.file_cap,
             secrets: job.secrets.clone(),
         },
+        spawner: crate::tool::spawner::shared(),
     };
     let outcome = run_process(spec, cancel).await;
     let observation = format_observation(&outcome, &job.display_root);

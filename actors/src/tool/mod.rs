@@ -1,6 +1,8 @@
 //! Tools: the template compiler (`exec:`, `shell:`, legacy `command:`), argv building from
 //! model arguments, the built-in `ask_human`, the classification of a model's tool call
-//! (`call`), and process execution with process groups, timeouts and output caps.
+//! (`call`), and process execution with process groups, timeouts and output caps, from this
+//! process or from the tool spawner (a small helper process started with the engine, so
+//! starting a tool does not cost more as the engine grows).
 
 pub mod ask_human;
 pub mod call;
@@ -8,5 +10,4 @@ pub mod compile;
 pub mod job;
 pub mod observation;
 pub mod process;
-
-pub use call::{plan_call, CallPlan};
+pub mod spawner;

@@ -1,35 +1,38 @@
 //! tool::process — runs one tool / hook / generator program as a child process group.
 //!
-//! Owns: spawning (direct argv, no shell of ours), the process group, stdin as a pipe only when
-//! there is stdin text (else /dev/null), the timeout and cancellation kill sequence (SIGTERM to
-//! the whole group, SIGKILL after the grace period), bounded output capture, and a registry of
-//! live groups so a Ctrl-C handler can kill them all.
+//! Owns: spawning (direct argv, no shell of ours; in-process or through the tool spawner, see
+//! `launch.rs`), the process group, stdin as a pipe only when there is stdin text (else
+//! /dev/null), the timeout and cancellation kill sequence (SIGTERM to the whole group, SIGKILL
+//! after the grace period), bounded output capture, and a registry of live groups so a Ctrl-C
+//! handler can kill them all.
 //! Must not: import actix, block the executor thread, format text for the model (that is
 //! `observation.rs`), or kill a group whose leader exited normally (daemons a tool starts on
 //! purpose survive it).
 
 mod capture;
 mod env;
+mod launch;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 pub use capture::StreamCapture;
 pub use env::{build_child_env, engine_vars, API_KEY_VAR};
 
 use capture::{capture_stream, StreamLimits};
+use launch::{Launched, Leader};
 
 use crate::redact::SecretSet;
+use crate::tool::spawner::Spawner;
 
 /// Default per-tool wall-clock limit.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(300_000);
@@ -61,6 +64,9 @@ pub struct ProcessSpec {
     /// SIGTERM -> SIGKILL delay.
     pub kill_grace: Duration,
     pub capture: CaptureSpec,
+    /// Start the program through this spawner (`None`: from this process). A spawner that
+    /// has died falls back to this process, with one warning.
+    pub spawner: Option<Arc<Spawner>>,
 }
 
 impl ProcessSpec {
@@ -74,6 +80,7 @@ impl ProcessSpec {
             timeout: DEFAULT_TIMEOUT,
             kill_grace: DEFAULT_KILL_GRACE,
             capture: CaptureSpec::default(),
+            spawner: None,
         }
     }
 }
@@ -236,45 +243,19 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
         outcome.termination = Termination::Cancelled;
         return outcome;
     }
-    let mut command = Command::new(&resolved);
-    command
-        .arg0(program)
-        .args(&spec.argv[1..])
-        .env_clear()
-        // Defence in depth: even a hand-built env never hands the engine's key to a child.
-        .envs(
-            spec.env
-                .iter()
-                .filter(|(name, _)| name != API_KEY_VAR)
-                .map(|(k, v)| (k, v)),
-        )
-        .current_dir(&spec.cwd)
-        .process_group(0)
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(error) => {
-            let reason = format!(
-                "{error}: {program} (hint: check that {} exists, is executable and that the workspace {} exists)",
-                resolved.display(),
-                spec.cwd.display()
-            );
-            return ProcessOutcome::spawn_failed(reason, spec.timeout);
-        }
+    let Launched {
+        pid,
+        mut leader,
+        stdin,
+        stdout,
+        stderr,
+    } = match launch::launch(&spec, program, &resolved).await {
+        Ok(launched) => launched,
+        Err(reason) => return ProcessOutcome::spawn_failed(reason, spec.timeout),
     };
-    let pid = child.id();
-    let Some(pgid) = pid.and_then(|pid| i32::try_from(pid).ok()) else {
-        return ProcessOutcome::spawn_failed(
-            "the child exited before it could be tracked",
-            spec.timeout,
-        );
-    };
+    // A pid always fits (pid_max <= 2^22); the group leader's pid is the group id.
+    let pgid = i32::try_from(pid).unwrap_or(i32::MAX);
+    let pid = Some(pid);
     let mut guard = GroupGuard::new(pgid);
 
     let stop_reading = CancellationToken::new();
@@ -289,22 +270,14 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
         file_cap_bytes: spec.capture.file_cap_bytes,
         secrets: spec.capture.secrets.clone(),
     };
-    let stdin_writer = feed_stdin(child.stdin.take(), spec.stdin, stop_reading.clone());
-    let stdout_reader = capture_stream(
-        child.stdout.take(),
-        limits(stdout_file),
-        stop_reading.clone(),
-    );
-    let stderr_reader = capture_stream(
-        child.stderr.take(),
-        limits(stderr_file),
-        stop_reading.clone(),
-    );
+    let stdin_writer = feed_stdin(stdin, spec.stdin, stop_reading.clone());
+    let stdout_reader = capture_stream(stdout, limits(stdout_file), stop_reading.clone());
+    let stderr_reader = capture_stream(stderr, limits(stderr_file), stop_reading.clone());
     let pipes = async move {
         let ((), stdout, stderr) = tokio::join!(stdin_writer, stdout_reader, stderr_reader);
         (stdout, stderr)
     };
-    let supervision = supervise(&mut child, pgid, spec.timeout, spec.kill_grace, &cancel);
+    let supervision = supervise(&mut leader, pgid, spec.timeout, spec.kill_grace, &cancel);
     tokio::pin!(pipes);
     tokio::pin!(supervision);
 
@@ -353,7 +326,11 @@ fn outcome(
     }
 }
 
-async fn feed_stdin(pipe: Option<ChildStdin>, text: Option<Vec<u8>>, stop: CancellationToken) {
+async fn feed_stdin<W: AsyncWrite + Unpin>(
+    pipe: Option<W>,
+    text: Option<Vec<u8>>,
+    stop: CancellationToken,
+) {
     let (Some(mut pipe), Some(text)) = (pipe, text) else {
         return;
     };
@@ -367,7 +344,7 @@ async fn feed_stdin(pipe: Option<ChildStdin>, text: Option<Vec<u8>>, stop: Cance
 
 /// Waits for the leader, or kills the group on timeout / cancellation.
 async fn supervise(
-    child: &mut Child,
+    child: &mut Leader,
     pgid: i32,
     timeout: Duration,
     kill_grace: Duration,
@@ -376,7 +353,11 @@ async fn supervise(
     let reason = tokio::select! {
         status = child.wait() => return match status {
             Ok(status) => from_exit_status(status),
-            Err(error) => (Termination::SpawnFailed(format!("cannot wait for the tool process: {error}")), None),
+            Err(error) => {
+                // Nobody can report this group's end any more: do not leave it unsupervised.
+                signal_group(pgid, Signal::SIGKILL);
+                (Termination::SpawnFailed(format!("cannot wait for the tool process: {error}")), None)
+            }
         },
         () = tokio::time::sleep(timeout) => Termination::TimedOut,
         () = cancel.cancelled() => Termination::Cancelled,
@@ -388,7 +369,7 @@ async fn supervise(
 
 /// SIGTERM to the group; once the group is empty or `kill_grace` passed, SIGKILL to whatever
 /// is left; then reaps the leader.
-async fn kill_group(child: &mut Child, pgid: i32, kill_grace: Duration) -> Option<ExitStatus> {
+async fn kill_group(child: &mut Leader, pgid: i32, kill_grace: Duration) -> Option<ExitStatus> {
     signal_group(pgid, Signal::SIGTERM);
     let deadline = Instant::now() + kill_grace;
     let mut leader = None;

@@ -11,4 +11,6 @@ mod process;
 mod run;
 mod secrets;
 mod session;
+mod spawner_host;
 mod store;
+mod tool_spawner;

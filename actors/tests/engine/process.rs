@@ -1,11 +1,15 @@
 //! Engine-level tests of `tool::process` + `tool::observation` against real programs:
 //! argv fidelity, big stdin/stdout, /dev/null stdin, timeouts and cancellation killing whole
-//! process groups, output cuts and caps, the child environment.
+//! process groups, output cuts and caps, the child environment. Every test runs twice: with
+//! the program started from this process (`in_process::`) and through the tool spawner
+//! (`via_spawner::`), which must behave the same.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use crate::spawner_host::{living_members, shared_spawner};
 
 use delta_actors::tool::observation::{format_observation, is_success};
 use delta_actors::tool::process::{
@@ -17,43 +21,69 @@ fn base_env() -> Vec<(String, String)> {
     vec![("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned())]
 }
 
-fn spec(argv: &[&str], cwd: &Path) -> ProcessSpec {
-    ProcessSpec::new(
+/// Where a test's programs start from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    InProcess,
+    Spawner,
+}
+
+/// Declares each listed `async fn name(via: Via)` as two tests, `in_process::name` and
+/// `via_spawner::name`.
+macro_rules! on_both_paths {
+    ($($name:ident),* $(,)?) => {
+        mod in_process {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Via::InProcess).await
+            })*
+        }
+        mod via_spawner {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Via::Spawner).await
+            })*
+        }
+    };
+}
+
+on_both_paths!(
+    hostile_argv_reaches_the_program_unchanged,
+    one_mebibyte_stdin_round_trips_through_cat,
+    stdin_is_dev_null_without_a_stdin_value,
+    timeout_kills_the_grandchild_too,
+    sigterm_ignoring_group_gets_sigkill_after_the_grace,
+    cancel_kills_the_group,
+    dropping_the_run_future_kills_the_group,
+    big_output_is_cut_to_head_and_tail_with_exact_counts,
+    full_output_file_is_capped_with_a_note,
+    api_key_and_named_secrets_do_not_reach_the_child,
+    prepended_path_dir_wins_program_lookup,
+    cwd_is_the_given_workspace,
+    missing_program_fails_to_start_with_a_hint,
+    exit_code_and_signal_are_reported,
+    a_daemon_started_on_purpose_survives_a_normal_exit,
+    kill_all_live_groups_kills_running_tools,
+);
+
+pub fn spec_via(via: Via, argv: &[&str], cwd: &Path) -> ProcessSpec {
+    let mut spec = ProcessSpec::new(
         argv.iter().map(|s| (*s).to_owned()).collect(),
         cwd.to_path_buf(),
         base_env(),
-    )
+    );
+    if via == Via::Spawner {
+        spec.spawner = Some(shared_spawner());
+    }
+    spec
 }
 
 async fn run(spec: ProcessSpec) -> ProcessOutcome {
     run_process(spec, CancellationToken::new()).await
 }
 
-/// Processes of process group `pgid` that are not zombies, read from /proc (zombies waiting
-/// for a reaper are dead already).
-fn living_members(pgid: u32) -> Vec<u32> {
-    let mut members = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some(after_name) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = after_name.split_whitespace().collect();
-        let (state, group) = (fields[0], fields[2].parse::<u32>().unwrap_or(0));
-        if group == pgid && state != "Z" && state != "X" {
-            members.push(pid);
-        }
-    }
-    members
-}
-
 /// Polls (bounded) until no living process of the group remains.
-async fn assert_group_gone(pgid: u32) {
+pub async fn assert_group_gone(pgid: u32) {
     for _ in 0..200 {
         if living_members(pgid).is_empty() {
             return;
@@ -63,20 +93,18 @@ async fn assert_group_gone(pgid: u32) {
     panic!("process group {pgid} still has {:?}", living_members(pgid));
 }
 
-#[tokio::test]
-async fn hostile_argv_reaches_the_program_unchanged() {
+async fn hostile_argv_reaches_the_program_unchanged(via: Via) {
     let dir = tempfile::tempdir().unwrap();
     let hostile = "a b; rm -rf / $(id) `x` 'q' \"d\" \\ * ${HOME} \n newline";
-    let outcome = run(spec(&["printf", "%s", hostile], dir.path())).await;
+    let outcome = run(spec_via(via, &["printf", "%s", hostile], dir.path())).await;
     assert_eq!(outcome.termination, Termination::Exited(0));
     assert_eq!(outcome.stdout.text_lossy(), hostile);
 }
 
-#[tokio::test]
-async fn one_mebibyte_stdin_round_trips_through_cat() {
+async fn one_mebibyte_stdin_round_trips_through_cat(via: Via) {
     let dir = tempfile::tempdir().unwrap();
     let input: Vec<u8> = (0..1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
-    let mut spec = spec(&["cat"], dir.path());
+    let mut spec = spec_via(via, &["cat"], dir.path());
     spec.stdin = Some(input.clone());
     spec.timeout = Duration::from_secs(30);
     spec.capture.full_output = Some((dir.path().join("out.log"), dir.path().join("err.log")));
@@ -90,20 +118,19 @@ async fn one_mebibyte_stdin_round_trips_through_cat() {
     );
 }
 
-#[tokio::test]
-async fn stdin_is_dev_null_without_a_stdin_value() {
+async fn stdin_is_dev_null_without_a_stdin_value(via: Via) {
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec(&["cat"], dir.path());
+    let mut spec = spec_via(via, &["cat"], dir.path());
     spec.timeout = Duration::from_secs(10);
     let outcome = run(spec).await;
     assert_eq!(outcome.termination, Termination::Exited(0));
     assert_eq!(outcome.stdout.total_bytes, 0);
 }
 
-#[tokio::test]
-async fn timeout_kills_the_grandchild_too() {
+async fn timeout_kills_the_grandchild_too(via: Via) {
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec(
+    let mut spec = spec_via(
+        via,
         &["sh", "-c", "echo before; sleep 100 & sleep 100"],
         dir.path(),
     );
@@ -121,10 +148,10 @@ async fn timeout_kills_the_grandchild_too() {
     assert!(!is_success(&outcome));
 }
 
-#[tokio::test]
-async fn sigterm_ignoring_group_gets_sigkill_after_the_grace() {
+async fn sigterm_ignoring_group_gets_sigkill_after_the_grace(via: Via) {
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec(
+    let mut spec = spec_via(
+        via,
         &["sh", "-c", "trap '' TERM; sleep 100 & echo ready; wait"],
         dir.path(),
     );
@@ -148,14 +175,13 @@ async fn wait_for_pid_file(marker: &Path) -> u32 {
     panic!("{} was never written", marker.display());
 }
 
-#[tokio::test]
-async fn cancel_kills_the_group() {
+async fn cancel_kills_the_group(via: Via) {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("pid");
     let script = format!("echo $$ > {}; sleep 100 & sleep 100", marker.display());
     let cancel = CancellationToken::new();
     let handle = tokio::spawn(run_process(
-        spec(&["sh", "-c", &script], dir.path()),
+        spec_via(via, &["sh", "-c", &script], dir.path()),
         cancel.clone(),
     ));
     let pgid = wait_for_pid_file(&marker).await;
@@ -168,12 +194,11 @@ async fn cancel_kills_the_group() {
         .ends_with("=== CANCELLED (process group killed) ==="));
 }
 
-#[tokio::test]
-async fn dropping_the_run_future_kills_the_group() {
+async fn dropping_the_run_future_kills_the_group(via: Via) {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("pid");
     let script = format!("echo $$ > {}; sleep 100", marker.display());
-    let spec = spec(&["sh", "-c", &script], dir.path());
+    let spec = spec_via(via, &["sh", "-c", &script], dir.path());
     let running = tokio::time::timeout(Duration::from_secs(30), async {
         let run = run_process(spec, CancellationToken::new());
         tokio::pin!(run);
@@ -196,11 +221,11 @@ async fn dropping_the_run_future_kills_the_group() {
     assert_group_gone(pgid).await;
 }
 
-#[tokio::test]
-async fn big_output_is_cut_to_head_and_tail_with_exact_counts() {
+async fn big_output_is_cut_to_head_and_tail_with_exact_counts(via: Via) {
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let mut spec = spec(
+    let mut spec = spec_via(
+        via,
         &["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x"],
         dir.path(),
     );
@@ -229,10 +254,10 @@ async fn big_output_is_cut_to_head_and_tail_with_exact_counts() {
     assert_eq!(full.len(), 100_000);
 }
 
-#[tokio::test]
-async fn full_output_file_is_capped_with_a_note() {
+async fn full_output_file_is_capped_with_a_note(via: Via) {
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec(
+    let mut spec = spec_via(
+        via,
         &["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' y >&2"],
         dir.path(),
     );
@@ -251,8 +276,7 @@ async fn full_output_file_is_capped_with_a_note() {
         .contains("full output (capped, see its last line): e.log"));
 }
 
-#[tokio::test]
-async fn api_key_and_named_secrets_do_not_reach_the_child() {
+async fn api_key_and_named_secrets_do_not_reach_the_child(via: Via) {
     let dir = tempfile::tempdir().unwrap();
     let base: BTreeMap<String, String> = [
         ("DELTA_API_KEY", "sk-delta"),
@@ -269,7 +293,7 @@ async fn api_key_and_named_secrets_do_not_reach_the_child() {
         &[("DELTA_RUN_ID".to_owned(), "run-1".to_owned())],
         None,
     );
-    let mut spec = spec(&["env"], dir.path());
+    let mut spec = spec_via(via, &["env"], dir.path());
     spec.env = env;
     let stdout = run(spec).await.stdout.text_lossy();
     assert!(!stdout.contains("sk-delta"), "{stdout}");
@@ -278,8 +302,7 @@ async fn api_key_and_named_secrets_do_not_reach_the_child() {
     assert!(stdout.contains("DELTA_RUN_ID=run-1"));
 }
 
-#[tokio::test]
-async fn prepended_path_dir_wins_program_lookup() {
+async fn prepended_path_dir_wins_program_lookup(via: Via) {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
@@ -290,16 +313,15 @@ async fn prepended_path_dir_wins_program_lookup() {
     let base: BTreeMap<String, String> = [("PATH".to_owned(), "/usr/bin:/bin".to_owned())]
         .into_iter()
         .collect();
-    let mut spec = spec(&["echo", "real"], dir.path());
+    let mut spec = spec_via(via, &["echo", "real"], dir.path());
     spec.env = build_child_env(&base, &[], &[], Some(&bin));
     let outcome = run(spec).await;
     assert_eq!(outcome.stdout.text_lossy(), "fake echo");
 }
 
-#[tokio::test]
-async fn cwd_is_the_given_workspace() {
+async fn cwd_is_the_given_workspace(via: Via) {
     let dir = tempfile::tempdir().unwrap();
-    let outcome = run(spec(&["pwd"], dir.path())).await;
+    let outcome = run(spec_via(via, &["pwd"], dir.path())).await;
     let shown = PathBuf::from(outcome.stdout.text_lossy().trim());
     assert_eq!(
         shown.canonicalize().unwrap(),
@@ -307,10 +329,14 @@ async fn cwd_is_the_given_workspace() {
     );
 }
 
-#[tokio::test]
-async fn missing_program_fails_to_start_with_a_hint() {
+async fn missing_program_fails_to_start_with_a_hint(via: Via) {
     let dir = tempfile::tempdir().unwrap();
-    let outcome = run(spec(&["definitely-not-a-program-xyz", "a"], dir.path())).await;
+    let outcome = run(spec_via(
+        via,
+        &["definitely-not-a-program-xyz", "a"],
+        dir.path(),
+    ))
+    .await;
     let text = format_observation(&outcome, dir.path());
     assert!(
         text.starts_with(
@@ -322,27 +348,31 @@ async fn missing_program_fails_to_start_with_a_hint() {
     assert!(!is_success(&outcome));
 }
 
-#[tokio::test]
-async fn exit_code_and_signal_are_reported() {
+async fn exit_code_and_signal_are_reported(via: Via) {
     let dir = tempfile::tempdir().unwrap();
-    let failed = run(spec(&["sh", "-c", "echo err >&2; exit 3"], dir.path())).await;
+    let failed = run(spec_via(
+        via,
+        &["sh", "-c", "echo err >&2; exit 3"],
+        dir.path(),
+    ))
+    .await;
     assert_eq!(
         format_observation(&failed, dir.path()),
         "=== STDERR ===\nerr\n=== EXIT CODE: 3 ==="
     );
-    let killed = run(spec(&["sh", "-c", "kill -KILL $$"], dir.path())).await;
+    let killed = run(spec_via(via, &["sh", "-c", "kill -KILL $$"], dir.path())).await;
     assert_eq!(
         format_observation(&killed, dir.path()),
         "(no output)\n=== KILLED BY SIGNAL 9 ==="
     );
-    let ok = run(spec(&["true"], dir.path())).await;
+    let ok = run(spec_via(via, &["true"], dir.path())).await;
     assert!(is_success(&ok));
 }
 
-#[tokio::test]
-async fn a_daemon_started_on_purpose_survives_a_normal_exit() {
+async fn a_daemon_started_on_purpose_survives_a_normal_exit(via: Via) {
     let dir = tempfile::tempdir().unwrap();
-    let outcome = run(spec(
+    let outcome = run(spec_via(
+        via,
         &["sh", "-c", "sleep 100 >/dev/null 2>&1 </dev/null & echo $!"],
         dir.path(),
     ))
@@ -362,11 +392,13 @@ async fn a_daemon_started_on_purpose_survives_a_normal_exit() {
 #[tokio::test]
 #[ignore = "helper: run only by kill_all_live_groups_kills_running_tools in a child process"]
 async fn helper_kill_all_live_groups() {
-    if std::env::var_os("DELTA_TEST_KILL_ALL_HELPER").is_none() {
-        return;
-    }
+    let via = match std::env::var("DELTA_TEST_KILL_ALL_HELPER").as_deref() {
+        Ok("in_process") => Via::InProcess,
+        Ok("spawner") => Via::Spawner,
+        _ => return,
+    };
     let dir = tempfile::tempdir().unwrap();
-    let spec = spec(&["sh", "-c", "sleep 100 & sleep 100"], dir.path());
+    let spec = spec_via(via, &["sh", "-c", "sleep 100 & sleep 100"], dir.path());
     let handle = tokio::spawn(run_process(spec, CancellationToken::new()));
     for _ in 0..1000 {
         if delta_actors::tool::process::live_group_count() == 1 {
@@ -381,8 +413,7 @@ async fn helper_kill_all_live_groups() {
     println!("\nKILLED_GROUP={}", outcome.pid.unwrap());
 }
 
-#[tokio::test]
-async fn kill_all_live_groups_kills_running_tools() {
+async fn kill_all_live_groups_kills_running_tools(via: Via) {
     let output = tokio::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -391,7 +422,13 @@ async fn kill_all_live_groups_kills_running_tools() {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("DELTA_TEST_KILL_ALL_HELPER", "1")
+        .env(
+            "DELTA_TEST_KILL_ALL_HELPER",
+            match via {
+                Via::InProcess => "in_process",
+                Via::Spawner => "spawner",
+            },
+        )
         .output()
         .await
         .unwrap();

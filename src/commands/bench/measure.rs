@@ -56,7 +56,8 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// CPU seconds of this process and of its reaped children.
+/// CPU seconds of this process and of its children: the reaped ones, plus the running tool
+/// spawner and the tools it reaped (tools are its children, not ours).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CpuUsage {
@@ -81,6 +82,11 @@ impl CpuUsage {
             usage.children_user_s = seconds(children.user_time());
             usage.children_sys_s = seconds(children.system_time());
         }
+        if let Some(spawner) = delta_actors::tool::spawner::shared() {
+            let (user_s, sys_s) = process_tree_cpu(spawner.pid());
+            usage.children_user_s += user_s;
+            usage.children_sys_s += sys_s;
+        }
         usage
     }
 
@@ -92,6 +98,33 @@ impl CpuUsage {
             children_sys_s: self.children_sys_s - earlier.children_sys_s,
         }
     }
+}
+
+/// (user, system) CPU seconds of running process `pid` and of the children it reaped, from
+/// /proc/<pid>/stat; zero when it is gone.
+pub fn process_tree_cpu(pid: u32) -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return (0.0, 0.0);
+    };
+    let Some((_, fields)) = stat.rsplit_once(')') else {
+        return (0.0, 0.0);
+    };
+    // utime, stime, cutime, cstime are fields 14-17 of proc(5); `fields` starts at field 3.
+    let ticks: Vec<u64> = fields
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|t| t.parse::<u64>().unwrap_or(0))
+        .collect();
+    let [utime, stime, cutime, cstime] = ticks[..] else {
+        return (0.0, 0.0);
+    };
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (
+        (utime + cutime) as f64 / per_second,
+        (stime + cstime) as f64 / per_second,
+    )
 }
 
 /// This process's high-water mark of resident memory since it started running delta:
@@ -244,6 +277,17 @@ pub fn tool_spawn_rate(argv: &[String]) -> Result<f64, String> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_tree_cpu_is_read_from_proc_stat() {
+        let busy_until = Instant::now() + Duration::from_millis(50);
+        while Instant::now() < busy_until {
+            std::hint::black_box(0u64);
+        }
+        let (user_s, sys_s) = process_tree_cpu(std::process::id());
+        assert!(user_s + sys_s > 0.0);
+        assert_eq!(process_tree_cpu(u32::MAX), (0.0, 0.0));
+    }
 
     #[test]
     fn peak_rss_is_read_from_vm_hwm() {

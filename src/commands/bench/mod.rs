@@ -14,6 +14,7 @@ pub mod plot;
 pub mod report;
 pub mod serve;
 pub mod serve_client;
+pub mod spawn;
 pub mod workload;
 
 use std::path::PathBuf;
@@ -36,6 +37,9 @@ pub enum BenchCommand {
     Load(LoadArgs),
     /// `delta serve` under load: workers printing to many WebSocket viewers, echo latency
     Serve(serve::ServeBenchArgs),
+    /// CPU per tool start: from a small process, from one holding many descriptors, and
+    /// through the tool spawner
+    Spawn(spawn::SpawnArgs),
     /// Internal to `--baseline`: runs ARGV as a child and prints its exit status, peak RSS
     /// and CPU times as one JSON line (see `baseline::measure_child`).
     #[command(name = "__measure-child", hide = true)]
@@ -95,6 +99,10 @@ pub struct LoadArgs {
     /// fsync journal and metadata at status changes.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub journal_fsync: OnOff,
+    /// Start tools through the tool spawner, as `delta run` does (`off`: from the engine
+    /// process, to compare; see docs/tool-spawner.md).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub tool_spawner: OnOff,
     /// Where run work directories go (default: a new temporary directory).
     ///
     /// For repeatable figures give a new directory with --keep: on ext4 without a journal the
@@ -137,6 +145,7 @@ pub fn run(command: &BenchCommand) -> Result<i32, CliError> {
     match command {
         BenchCommand::Load(args) => load(args),
         BenchCommand::Serve(args) => serve::run(args),
+        BenchCommand::Spawn(args) => spawn::run(args),
         BenchCommand::MeasureChild { argv } => baseline::measure_child(argv),
     }
 }
@@ -266,7 +275,7 @@ async fn measure_point(
     spawn_rate: f64,
 ) -> Result<LoadPoint, CliError> {
     let requests = workload.requests(index, runs, &target)?;
-    let config = SupervisorConfig {
+    let mut config = SupervisorConfig {
         max_parallel,
         journal_fsync: args.journal_fsync == OnOff::On,
         llm_max_in_flight: runs.max(max_parallel).max(1),
@@ -276,6 +285,9 @@ async fn measure_point(
             max_parallel,
         )
     };
+    if args.tool_spawner == OnOff::Off {
+        config.tool_spawner = None;
+    }
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let sampler = measure::Sampler::start();
     let usage_before = measure::CpuUsage::now();

@@ -1,0 +1,346 @@
+//! tool::spawner::client — the engine's handle on its spawner process: start it, ask it to
+//! start tools, learn when their leaders exit.
+//!
+//! Owns: starting the spawner (its own process group, the control socket as stdin) and
+//! checking its `Ready`, sending one request per tool with the tool's pipe ends, handing the
+//! caller its own pipe ends and the leader's exit. A request abandoned halfway (its future
+//! dropped) kills its tool as soon as it starts. Replies are routed by `replies.rs`.
+//! Must not: block an async task except in `sendmsg` (which waits only while the spawner's
+//! queue is full), or leave a waiter hanging when the spawner is gone (every pending reply and
+//! exit then resolves with an error).
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+
+use super::protocol::{self, RequestHeader};
+use super::replies::{kill_group, read_replies, Answer, Pending, Shared, State};
+use super::request::{check_no_nul, spec_memfd, Launch, Pipes};
+use super::sys;
+/// How long dropping the handle waits for the spawner to exit and be reaped.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// The program that serves as the spawner: it must call
+/// [`serve_stdin`](super::serve_stdin) (the `delta` binary: `delta __spawner`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnerCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+impl SpawnerCommand {
+    pub fn new(
+        program: impl Into<PathBuf>,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> Self {
+        Self {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// Why a spawner could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create the tool spawner's control socket: {0}")]
+    Socket(io::Error),
+    #[error("cannot start the tool spawner {program}: {source} (hint: the engine re-executes its own binary; check that it still exists)")]
+    Launch { program: PathBuf, source: io::Error },
+    #[error("cannot start the tool spawner's reader thread: {0}")]
+    Reader(io::Error),
+}
+
+/// Why the spawner did not start a tool.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The request never reached a working spawner: starting the tool in-process is safe.
+    #[error("the tool spawner is not available: {0}")]
+    Unavailable(String),
+    /// The program could not be started; the error an in-process spawn gives.
+    #[error(transparent)]
+    Start(io::Error),
+    /// The spawner died while handling the request: the tool may have started.
+    #[error("the tool spawner exited while starting the tool (hint: it may have been killed; later tools start in-process)")]
+    Lost,
+}
+
+/// A tool the spawner started: the leader of its own process group.
+pub struct SpawnedChild {
+    pub pid: u32,
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+    pub exit: ExitWatch,
+}
+
+/// The leader's exit, as the spawner reaps it. Holds the spawner alive meanwhile.
+pub struct ExitWatch {
+    receiver: oneshot::Receiver<i32>,
+    status: Option<ExitStatus>,
+    _spawner: Arc<Spawner>,
+}
+
+fn spawner_gone() -> io::Error {
+    io::Error::other("the tool spawner exited before reporting the tool's exit")
+}
+
+impl ExitWatch {
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let raw = (&mut self.receiver).await.map_err(|_| spawner_gone())?;
+        let status = ExitStatus::from_raw(raw);
+        self.status = Some(status);
+        Ok(status)
+    }
+
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(status) = self.status {
+            return Ok(Some(status));
+        }
+        match self.receiver.try_recv() {
+            Ok(raw) => {
+                self.status = Some(ExitStatus::from_raw(raw));
+                Ok(self.status)
+            }
+            Err(oneshot::error::TryRecvError::Empty) => Ok(None),
+            Err(oneshot::error::TryRecvError::Closed) => Err(spawner_gone()),
+        }
+    }
+}
+
+/// Handle on a running spawner process. Shared by every run (`Send + Sync`); dropping the
+/// last handle closes the control socket, and the spawner exits.
+pub struct Spawner {
+    shared: Arc<Shared>,
+    pid: u32,
+    fallback_warned: AtomicBool,
+    reader_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawner")
+            .field("pid", &self.pid)
+            .field("alive", &self.is_alive())
+            .finish()
+    }
+}
+
+impl Spawner {
+    /// Starts `command` with a new control socket as its stdin, in its own process group (so
+    /// a signal to the engine's group spares it: it must outlive the engine long enough to
+    /// kill the tools). Returns without waiting for the spawner to be ready: requests queue
+    /// meanwhile, and if it never becomes ready they start in-process (one warning).
+    pub fn start(command: &SpawnerCommand) -> Result<Spawner, StartError> {
+        let (engine_end, spawner_end) = sys::control_socket_pair().map_err(StartError::Socket)?;
+        let mut child = std::process::Command::new(&command.program)
+            .args(&command.args)
+            .stdin(Stdio::from(spawner_end))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|source| StartError::Launch {
+                program: command.program.clone(),
+                source,
+            })?;
+        let pid = child.id();
+        let shared = Arc::new(Shared {
+            socket: engine_end,
+            state: Mutex::new(State::default()),
+        });
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let reader_shared = shared.clone();
+        let reader = std::thread::Builder::new()
+            .name("delta-tool-spawner".into())
+            .spawn(move || {
+                read_replies(&reader_shared, &mut child);
+                let _ = done_tx.send(());
+            });
+        // Without its thread the closure (and the child in it) is gone; returning drops the
+        // socket, and the spawner, seeing EOF, exits.
+        reader.map_err(StartError::Reader)?;
+        Ok(Spawner {
+            shared,
+            pid,
+            fallback_warned: AtomicBool::new(false),
+            reader_done: Mutex::new(Some(done_rx)),
+        })
+    }
+
+    /// The spawner's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// False once the spawner is gone (every later spawn returns `Unavailable`).
+    pub fn is_alive(&self) -> bool {
+        !self.shared.state().dead
+    }
+
+    /// True the first time it is called: the caller logs the one fallback warning.
+    pub fn first_fallback(&self) -> bool {
+        !self.fallback_warned.swap(true, Ordering::Relaxed)
+    }
+
+    /// Starts one tool. Must be called inside a tokio runtime (the pipe ends register with it).
+    pub async fn spawn(self: &Arc<Self>, launch: Launch<'_>) -> Result<SpawnedChild, SpawnError> {
+        if !self.is_alive() {
+            return Err(SpawnError::Unavailable("it exited".into()));
+        }
+        check_no_nul(&launch).map_err(SpawnError::Start)?;
+        let pipes = Pipes::new(launch.stdin_pipe).map_err(SpawnError::Start)?;
+        let spec = protocol::encode_spec(
+            launch.program.as_os_str().as_bytes(),
+            launch.argv.iter().map(|a| a.as_bytes()),
+            launch.env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+            launch.cwd.as_os_str().as_bytes(),
+        );
+        let memfd = if spec.len() > protocol::INLINE_SPEC_MAX {
+            Some(spec_memfd(&spec).map_err(SpawnError::Start)?)
+        } else {
+            None
+        };
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let (exit_tx, exit_rx) = oneshot::channel();
+        let id = {
+            let mut state = self.shared.state();
+            if state.dead {
+                return Err(SpawnError::Unavailable("it exited".into()));
+            }
+            let id = state.next_id;
+            state.next_id += 1;
+            let pending = Pending {
+                reply: reply_tx,
+                exit: exit_tx,
+            };
+            state.pending.insert(id, pending);
+            id
+        };
+        let header = RequestHeader {
+            id,
+            stdin_pipe: launch.stdin_pipe,
+            spec_in_memfd: memfd.is_some(),
+        };
+        let inline: &[u8] = if memfd.is_some() { &[] } else { &spec };
+        let message = protocol::encode_request(header, inline);
+        let mut fds: Vec<BorrowedFd<'_>> = pipes.child_ends();
+        fds.extend(memfd.as_ref().map(AsFd::as_fd));
+        if let Err(error) = sys::send_with_fds(self.shared.socket.as_fd(), &message, &fds) {
+            self.shared.state().pending.remove(&id);
+            return Err(SpawnError::Unavailable(format!(
+                "cannot send it a request: {error}"
+            )));
+        }
+        drop(fds);
+        let (stdin, stdout, stderr) = pipes.into_engine_ends();
+        let mut waiting = AbandonGuard {
+            shared: &self.shared,
+            id,
+            reply: Some(reply_rx),
+        };
+        let Some(reply) = waiting.reply.as_mut() else {
+            return Err(SpawnError::Lost);
+        };
+        let answer = reply.await;
+        waiting.reply = None;
+        let pid = match answer {
+            Ok(Answer::Started(pid)) => pid,
+            Ok(Answer::Failed(errno)) => {
+                return Err(SpawnError::Start(io::Error::from_raw_os_error(errno)))
+            }
+            Ok(Answer::NotStarted) => {
+                return Err(SpawnError::Unavailable("it did not start".into()))
+            }
+            Err(_) => return Err(SpawnError::Lost),
+        };
+        let registered = (|| -> io::Result<_> {
+            let stdin = stdin
+                .map(pipe::Sender::from_owned_fd_unchecked)
+                .transpose()?;
+            let stdout = pipe::Receiver::from_owned_fd_unchecked(stdout)?;
+            let stderr = pipe::Receiver::from_owned_fd_unchecked(stderr)?;
+            Ok((stdin, stdout, stderr))
+        })();
+        let (stdin, stdout, stderr) = match registered {
+            Ok(ends) => ends,
+            Err(error) => {
+                kill_group(pid);
+                return Err(SpawnError::Start(error));
+            }
+        };
+        Ok(SpawnedChild {
+            pid,
+            stdin,
+            stdout,
+            stderr,
+            exit: ExitWatch {
+                receiver: exit_rx,
+                status: None,
+                _spawner: self.clone(),
+            },
+        })
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        // Our EOF tells the spawner to exit; its EOF ends the reader, which reaps it.
+        // SAFETY: shutdown on our own open socket.
+        unsafe {
+            libc::shutdown(
+                std::os::fd::AsRawFd::as_raw_fd(&self.shared.socket),
+                libc::SHUT_RDWR,
+            );
+        }
+        let done = self
+            .reader_done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(done) = done {
+            let _ = done.recv_timeout(EXIT_WAIT);
+        }
+    }
+}
+
+/// While a spawn request waits for its reply: if the future is dropped, the tool (if it
+/// starts at all) is killed rather than left running unsupervised.
+struct AbandonGuard<'a> {
+    shared: &'a Shared,
+    id: u64,
+    reply: Option<oneshot::Receiver<Answer>>,
+}
+
+impl Drop for AbandonGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut reply) = self.reply.take() else {
+            return;
+        };
+        // The reader answers under the lock: either it answered already (the pid is in the
+        // channel) or it will find the channel closed, and kill the tool itself. The channel
+        // must close before the lock is released, or an answer could slip in between.
+        let mut state = self.shared.state();
+        if !state.pending.contains_key(&self.id) {
+            if let Ok(Answer::Started(pid)) = reply.try_recv() {
+                state.exits.remove(&pid);
+                kill_group(pid);
+            }
+        }
+        drop(reply);
+        drop(state);
+    }
+}

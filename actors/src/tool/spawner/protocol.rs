@@ -1,0 +1,386 @@
+//! tool::spawner::protocol — the messages on the control socket between the engine and its
+//! tool spawner, as bytes.
+//!
+//! Engine → spawner: one `Spawn` request per tool, carrying the pipe ends the tool gets as
+//! descriptors (`SCM_RIGHTS`, in this order: stdin when piped, stdout, stderr, then a memfd
+//! holding the launch spec when it is too big to travel inline).
+//! Spawner → engine: `Ready` once at start, then `Spawned` or `Failed` per request (in
+//! request order) and `Exited` per tool leader it reaped. A leader's `Spawned` always comes
+//! before its `Exited`.
+//!
+//! Owns: the byte layout (little-endian, fixed headers, length-prefixed strings each followed
+//! by a NUL so the spawner can hand them to `execve` without copying).
+//! Must not: do I/O.
+
+use std::ffi::CStr;
+
+/// Bumped on any change of the layout; the engine refuses a spawner that answers another.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// A launch spec up to this size travels inside the request; a bigger one in a memfd.
+pub const INLINE_SPEC_MAX: usize = 48 * 1024;
+/// The largest launch spec the spawner reads from a memfd (well above the kernel's limit on
+/// argv + environment, which `execve` enforces anyway).
+pub const MEMFD_SPEC_MAX: usize = 64 * 1024 * 1024;
+/// Room the spawner needs to receive any request.
+pub const REQUEST_BUFFER: usize = REQUEST_HEADER + INLINE_SPEC_MAX;
+/// Room the engine needs to receive any reply.
+pub const REPLY_BUFFER: usize = 32;
+
+const KIND_SPAWN: u8 = 1;
+const KIND_READY: u8 = 0x10;
+const KIND_SPAWNED: u8 = 0x11;
+const KIND_FAILED: u8 = 0x12;
+const KIND_EXITED: u8 = 0x13;
+
+const FLAG_STDIN_PIPE: u8 = 1;
+const FLAG_SPEC_IN_MEMFD: u8 = 2;
+
+/// kind (1) + request id (8) + flags (1).
+const REQUEST_HEADER: usize = 10;
+
+/// The fixed part of a spawn request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub id: u64,
+    /// A stdin pipe end is attached (else the tool's stdin is /dev/null).
+    pub stdin_pipe: bool,
+    /// The launch spec is in an attached memfd, not after the header.
+    pub spec_in_memfd: bool,
+}
+
+impl RequestHeader {
+    /// Descriptors that must come with this request.
+    pub fn expected_fds(&self) -> usize {
+        2 + usize::from(self.stdin_pipe) + usize::from(self.spec_in_memfd)
+    }
+}
+
+/// A request's header followed by `spec` when it is inline (empty when in a memfd).
+pub fn encode_request(header: RequestHeader, inline_spec: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(REQUEST_HEADER + inline_spec.len());
+    out.push(KIND_SPAWN);
+    out.extend_from_slice(&header.id.to_le_bytes());
+    let mut flags = 0;
+    if header.stdin_pipe {
+        flags |= FLAG_STDIN_PIPE;
+    }
+    if header.spec_in_memfd {
+        flags |= FLAG_SPEC_IN_MEMFD;
+    }
+    out.push(flags);
+    out.extend_from_slice(inline_spec);
+    out
+}
+
+/// The header and the inline spec bytes of a request.
+pub fn decode_request(message: &[u8]) -> Result<(RequestHeader, &[u8]), ProtocolError> {
+    if message.len() < REQUEST_HEADER || message[0] != KIND_SPAWN {
+        return Err(ProtocolError("not a spawn request"));
+    }
+    let id = u64::from_le_bytes(fixed(&message[1..9])?);
+    let flags = message[9];
+    let header = RequestHeader {
+        id,
+        stdin_pipe: flags & FLAG_STDIN_PIPE != 0,
+        spec_in_memfd: flags & FLAG_SPEC_IN_MEMFD != 0,
+    };
+    Ok((header, &message[REQUEST_HEADER..]))
+}
+
+/// The request id of a message too damaged to decode, when its header survived.
+pub fn request_id(message: &[u8]) -> Option<u64> {
+    (message.len() >= 9 && message[0] == KIND_SPAWN)
+        .then(|| fixed(&message[1..9]).ok().map(u64::from_le_bytes))
+        .flatten()
+}
+
+/// What the spawner starts: the resolved program, argv (including argv[0]), the complete
+/// environment as `NAME=value`, and the working directory. No string may contain a NUL (the
+/// engine checks before encoding).
+pub fn encode_spec<'a>(
+    program: &[u8],
+    argv: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
+    env: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+    cwd: &[u8],
+) -> Vec<u8> {
+    let size = 16
+        + program.len()
+        + cwd.len()
+        + argv.clone().map(|a| a.len() + 5).sum::<usize>()
+        + env
+            .clone()
+            .map(|(k, v)| k.len() + v.len() + 6)
+            .sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    put_str(&mut out, &[program]);
+    out.extend_from_slice(&(argv.len() as u32).to_le_bytes());
+    for arg in argv {
+        put_str(&mut out, &[arg]);
+    }
+    let count_at = out.len();
+    out.extend_from_slice(&0u32.to_le_bytes());
+    let mut count: u32 = 0;
+    for (name, value) in env {
+        put_str(&mut out, &[name, b"=", value]);
+        count += 1;
+    }
+    out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+    put_str(&mut out, &[cwd]);
+    out
+}
+
+/// A launch spec read back, borrowing the strings from the message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Spec<'a> {
+    pub program: &'a CStr,
+    pub argv: Vec<&'a CStr>,
+    pub env: Vec<&'a CStr>,
+    pub cwd: &'a CStr,
+}
+
+/// Reads a spec written by [`encode_spec`].
+pub fn decode_spec(bytes: &[u8]) -> Result<Spec<'_>, ProtocolError> {
+    let mut reader = Reader { bytes, at: 0 };
+    let program = reader.string()?;
+    let argv = reader.strings()?;
+    let env = reader.strings()?;
+    let cwd = reader.string()?;
+    if reader.at != bytes.len() {
+        return Err(ProtocolError("trailing bytes after the launch spec"));
+    }
+    if argv.is_empty() {
+        return Err(ProtocolError("empty argv"));
+    }
+    Ok(Spec {
+        program,
+        argv,
+        env,
+        cwd,
+    })
+}
+
+/// Spawner → engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// The spawner runs and speaks `version`; `pid` is its own process id.
+    Ready { version: u32, pid: u32 },
+    /// Request `id` started process `pid` (the leader of its own new process group).
+    Spawned { id: u64, pid: u32 },
+    /// Request `id` could not start: `errno` as `posix_spawn` reported it.
+    Failed { id: u64, errno: i32 },
+    /// Leader `pid` was reaped with this raw wait status.
+    Exited { pid: u32, status: i32 },
+}
+
+impl Reply {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(REPLY_BUFFER);
+        match *self {
+            Reply::Ready { version, pid } => {
+                out.push(KIND_READY);
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&pid.to_le_bytes());
+            }
+            Reply::Spawned { id, pid } => {
+                out.push(KIND_SPAWNED);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&pid.to_le_bytes());
+            }
+            Reply::Failed { id, errno } => {
+                out.push(KIND_FAILED);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&errno.to_le_bytes());
+            }
+            Reply::Exited { pid, status } => {
+                out.push(KIND_EXITED);
+                out.extend_from_slice(&pid.to_le_bytes());
+                out.extend_from_slice(&status.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    pub fn decode(message: &[u8]) -> Result<Reply, ProtocolError> {
+        let (&kind, rest) = message.split_first().ok_or(ProtocolError("empty reply"))?;
+        let u32_at = |at: usize| fixed(rest.get(at..at + 4).unwrap_or(&[])).map(u32::from_le_bytes);
+        let i32_at = |at: usize| fixed(rest.get(at..at + 4).unwrap_or(&[])).map(i32::from_le_bytes);
+        let id = || fixed(rest.get(0..8).unwrap_or(&[])).map(u64::from_le_bytes);
+        let (reply, len) = match kind {
+            KIND_READY => (
+                Reply::Ready {
+                    version: u32_at(0)?,
+                    pid: u32_at(4)?,
+                },
+                8,
+            ),
+            KIND_SPAWNED => (
+                Reply::Spawned {
+                    id: id()?,
+                    pid: u32_at(8)?,
+                },
+                12,
+            ),
+            KIND_FAILED => (
+                Reply::Failed {
+                    id: id()?,
+                    errno: i32_at(8)?,
+                },
+                12,
+            ),
+            KIND_EXITED => (
+                Reply::Exited {
+                    pid: u32_at(0)?,
+                    status: i32_at(4)?,
+                },
+                8,
+            ),
+            _ => return Err(ProtocolError("unknown reply kind")),
+        };
+        if rest.len() != len {
+            return Err(ProtocolError("reply of the wrong length"));
+        }
+        Ok(reply)
+    }
+}
+
+/// A message that does not follow the layout (a bug or a version mismatch, never user input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("tool spawner protocol: {0}")]
+pub struct ProtocolError(pub &'static str);
+
+fn fixed<const N: usize>(bytes: &[u8]) -> Result<[u8; N], ProtocolError> {
+    bytes
+        .try_into()
+        .map_err(|_| ProtocolError("message too short"))
+}
+
+/// Length (u32, excluding the NUL) + the parts + NUL.
+fn put_str(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    out.push(0);
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn u32(&mut self) -> Result<usize, ProtocolError> {
+        let raw = fixed(self.bytes.get(self.at..self.at + 4).unwrap_or(&[]))?;
+        self.at += 4;
+        Ok(u32::from_le_bytes(raw) as usize)
+    }
+
+    fn string(&mut self) -> Result<&'a CStr, ProtocolError> {
+        let len = self.u32()?;
+        let end = self
+            .at
+            .checked_add(len + 1)
+            .filter(|end| *end <= self.bytes.len())
+            .ok_or(ProtocolError("string runs past the message"))?;
+        let text = CStr::from_bytes_with_nul(&self.bytes[self.at..end])
+            .map_err(|_| ProtocolError("string with a NUL inside or no NUL at its end"))?;
+        self.at = end;
+        Ok(text)
+    }
+
+    fn strings(&mut self) -> Result<Vec<&'a CStr>, ProtocolError> {
+        let count = self.u32()?;
+        // Every string takes at least 5 bytes: a count beyond that is a damaged message.
+        if count > (self.bytes.len() - self.at) / 5 {
+            return Err(ProtocolError("string count runs past the message"));
+        }
+        (0..count).map(|_| self.string()).collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn spec_bytes() -> Vec<u8> {
+        let argv: Vec<&[u8]> = vec![b"sh", b"-c", b"echo $X"];
+        let env: Vec<(&[u8], &[u8])> = vec![(b"X", b"1"), (b"PATH", b"/bin:/usr/bin")];
+        encode_spec(b"/bin/sh", argv.into_iter(), env.into_iter(), b"/tmp")
+    }
+
+    #[test]
+    fn a_spec_round_trips_with_env_as_name_equals_value() {
+        let bytes = spec_bytes();
+        let spec = decode_spec(&bytes).unwrap();
+        assert_eq!(spec.program.to_bytes(), b"/bin/sh");
+        let argv: Vec<&[u8]> = spec.argv.iter().map(|a| a.to_bytes()).collect();
+        assert_eq!(argv, vec![&b"sh"[..], b"-c", b"echo $X"]);
+        let env: Vec<&[u8]> = spec.env.iter().map(|a| a.to_bytes()).collect();
+        assert_eq!(env, vec![&b"X=1"[..], b"PATH=/bin:/usr/bin"]);
+        assert_eq!(spec.cwd.to_bytes(), b"/tmp");
+    }
+
+    #[test]
+    fn every_truncation_of_a_spec_is_refused_not_misread() {
+        let bytes = spec_bytes();
+        for cut in 0..bytes.len() {
+            assert!(decode_spec(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode_spec(&longer).is_err());
+    }
+
+    #[test]
+    fn a_huge_string_count_is_refused_without_allocating_for_it() {
+        let mut bytes = Vec::new();
+        put_str(&mut bytes, &[b"/bin/true"]);
+        bytes.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            decode_spec(&bytes),
+            Err(ProtocolError("string count runs past the message"))
+        );
+    }
+
+    #[test]
+    fn request_headers_round_trip() {
+        for (stdin_pipe, spec_in_memfd) in [(false, false), (true, false), (true, true)] {
+            let header = RequestHeader {
+                id: 0x0102_0304_0506_0708,
+                stdin_pipe,
+                spec_in_memfd,
+            };
+            let message = encode_request(header, b"spec");
+            assert_eq!(decode_request(&message).unwrap(), (header, &b"spec"[..]));
+            assert_eq!(request_id(&message), Some(header.id));
+        }
+        assert!(decode_request(&[KIND_SPAWN, 1, 2]).is_err());
+        assert_eq!(request_id(&[KIND_READY; 12]), None);
+    }
+
+    #[test]
+    fn replies_round_trip_and_wrong_lengths_are_refused() {
+        let replies = [
+            Reply::Ready {
+                version: 1,
+                pid: 42,
+            },
+            Reply::Spawned { id: 7, pid: 1234 },
+            Reply::Failed { id: 8, errno: 2 },
+            Reply::Exited {
+                pid: 1234,
+                status: 9,
+            },
+        ];
+        for reply in replies {
+            let bytes = reply.encode();
+            assert!(bytes.len() <= REPLY_BUFFER);
+            assert_eq!(Reply::decode(&bytes), Ok(reply));
+            assert!(Reply::decode(&bytes[..bytes.len() - 1]).is_err());
+        }
+        assert!(Reply::decode(&[]).is_err());
+        assert!(Reply::decode(&[0x7f, 0, 0]).is_err());
+    }
+}

@@ -1,0 +1,104 @@
+//! tool::spawner::request — what the engine prepares for one spawn request: the tool to start
+//! ([`Launch`]), its pipes
+//! (its ends are sent, ours kept non-blocking for the async runtime), the NUL check that
+//! `std::process::Command` would make, and a memfd for a spec too big to send inline.
+//!
+//! Must not: talk to the spawner (that is `client.rs`).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::sys;
+
+/// One tool to start.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    /// The resolved program (what `execve` gets).
+    pub program: &'a Path,
+    /// argv, `argv[0]` included.
+    pub argv: &'a [String],
+    /// The complete environment.
+    pub env: &'a [(&'a str, &'a str)],
+    pub cwd: &'a Path,
+    /// A pipe for stdin (else /dev/null).
+    pub stdin_pipe: bool,
+}
+
+/// The tool's three pipes: the engine's ends (non-blocking) and the tool's ends.
+pub(super) struct Pipes {
+    stdin: Option<(OwnedFd, OwnedFd)>,
+    stdout: (OwnedFd, OwnedFd),
+    stderr: (OwnedFd, OwnedFd),
+}
+
+impl Pipes {
+    pub(super) fn new(stdin_pipe: bool) -> io::Result<Pipes> {
+        let stdin = if stdin_pipe {
+            let (read, write) = sys::cloexec_pipe()?;
+            sys::set_nonblocking(write.as_fd())?;
+            Some((read, write))
+        } else {
+            None
+        };
+        let output = || -> io::Result<(OwnedFd, OwnedFd)> {
+            let (read, write) = sys::cloexec_pipe()?;
+            sys::set_nonblocking(read.as_fd())?;
+            Ok((read, write))
+        };
+        Ok(Pipes {
+            stdin,
+            stdout: output()?,
+            stderr: output()?,
+        })
+    }
+
+    /// In request order: stdin's read end (when piped), stdout's and stderr's write ends.
+    pub(super) fn child_ends(&self) -> Vec<BorrowedFd<'_>> {
+        let mut ends = Vec::with_capacity(4);
+        ends.extend(self.stdin.as_ref().map(|(read, _)| read.as_fd()));
+        ends.push(self.stdout.1.as_fd());
+        ends.push(self.stderr.1.as_fd());
+        ends
+    }
+
+    /// Drops the tool's ends (the sent request holds them) and returns ours.
+    pub(super) fn into_engine_ends(self) -> (Option<OwnedFd>, OwnedFd, OwnedFd) {
+        (
+            self.stdin.map(|(_, write)| write),
+            self.stdout.0,
+            self.stderr.0,
+        )
+    }
+}
+
+/// The check `std::process::Command` makes, with its wording, so both paths fail alike.
+pub(super) fn check_no_nul(launch: &Launch<'_>) -> io::Result<()> {
+    let strings = [
+        launch.program.as_os_str().as_bytes(),
+        launch.cwd.as_os_str().as_bytes(),
+    ];
+    let has_nul = strings.iter().any(|s| s.contains(&0))
+        || launch.argv.iter().any(|a| a.as_bytes().contains(&0))
+        || launch
+            .env
+            .iter()
+            .any(|(k, v)| k.as_bytes().contains(&0) || v.as_bytes().contains(&0));
+    if has_nul {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn spec_memfd(spec: &[u8]) -> io::Result<OwnedFd> {
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let fd = memfd_create(c"delta-tool-spec", MemFdCreateFlag::MFD_CLOEXEC)?;
+    let mut file = File::from(fd);
+    file.write_all(spec)?;
+    Ok(file.into())
+}

@@ -1,0 +1,306 @@
+//! tool::spawner::zygote — the spawner process's main loop (`delta __spawner`): starts tools
+//! on the engine's behalf and reports when their leaders exit, until the engine is gone.
+//!
+//! The engine starts this process before any run opened a file, with one end of a SEQPACKET
+//! socket as its stdin. A process this small starts a tool in ~0.6 ms; the engine itself, once
+//! it holds thousands of descriptors, pays ~1.4 ms (fork copies the descriptor table and exec
+//! closes it). Single-threaded: `poll` on the control socket and a SIGCHLD self-pipe.
+//!
+//! Owns: request handling (one `posix_spawn` per request, answered in order), reaping its
+//! children (`waitpid`, raw status reported), and the engine's death: EOF on the control
+//! socket — whichever way the engine ended, `kill -9` included — SIGKILLs the process group
+//! of every tool whose leader still runs, then returns. (`PR_SET_PDEATHSIG` is not used: it
+//! fires when the engine *thread* that started us exits, not the engine.)
+//! Must not: write to stdout or stderr, ignore a request (every one gets `Spawned` or
+//! `Failed`), or keep a descriptor a tool could inherit (all are close-on-exec). It ignores
+//! SIGINT, SIGTERM, SIGHUP and SIGQUIT: a Ctrl-C is the engine's to handle, and the tools it
+//! is still supervising need their exit reported; tools get those signals back at default.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{killpg, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::unistd::Pid;
+
+use super::exec::Launcher;
+use super::protocol::{self, Reply, RequestHeader, PROTOCOL_VERSION};
+use super::sys;
+
+/// Why the spawner could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "this command is internal to delta: the engine starts it with its control socket as \
+         stdin, and stdin here is not a SOCK_SEQPACKET socket (nothing to do; run `delta run` \
+         or `delta orchestrate` instead)"
+    )]
+    NotAControlSocket,
+    #[error("the tool spawner cannot {action}: {source}")]
+    Setup {
+        action: &'static str,
+        source: io::Error,
+    },
+}
+
+fn setup(action: &'static str) -> impl FnOnce(io::Error) -> ServeError {
+    move |source| ServeError::Setup { action, source }
+}
+
+/// Serves the engine whose control socket is this process's stdin, until the engine is gone.
+/// The hidden `delta __spawner` subcommand calls this; an embedder that ships its own binary
+/// can call it the same way (see [`super::SpawnerCommand`]).
+pub fn serve_stdin() -> Result<(), ServeError> {
+    // SAFETY: descriptor 0 stays open for the life of the process (nothing here closes it).
+    let control = unsafe { BorrowedFd::borrow_raw(0) };
+    if sys::socket_type(control).ok() != Some(libc::SOCK_SEQPACKET) {
+        return Err(ServeError::NotAControlSocket);
+    }
+    sys::set_cloexec(control).map_err(setup("mark its control socket close-on-exec"))?;
+    ignore_stop_signals()?;
+    let (wake_read, wake_write) = sys::cloexec_pipe().map_err(setup("create its wake pipe"))?;
+    for end in [&wake_read, &wake_write] {
+        sys::set_nonblocking(end.as_fd()).map_err(setup("configure its wake pipe"))?;
+    }
+    install_sigchld_wake(&wake_write)?;
+    let dev_null = File::open("/dev/null").map_err(setup("open /dev/null"))?;
+    let launcher = Launcher::new().map_err(setup("prepare posix_spawn attributes"))?;
+    let mut zygote = Zygote {
+        control,
+        dev_null: dev_null.into(),
+        launcher,
+        live: HashSet::new(),
+        buffer: vec![0; protocol::REQUEST_BUFFER],
+        spec: Vec::new(),
+        fds: Vec::new(),
+    };
+    let ready = Reply::Ready {
+        version: PROTOCOL_VERSION,
+        pid: std::process::id(),
+    };
+    if zygote.send(ready) {
+        zygote.serve(wake_read.as_fd());
+    }
+    zygote.kill_live_groups();
+    drop(wake_write);
+    Ok(())
+}
+
+fn ignore_stop_signals() -> Result<(), ServeError> {
+    let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGPIPE,
+    ] {
+        // SAFETY: installing SIG_IGN runs no code of ours in a signal context.
+        unsafe { sigaction(signal, &ignore) }
+            .map_err(|e| setup("ignore stop signals")(e.into()))?;
+    }
+    Ok(())
+}
+
+/// The write end of the wake pipe, for the SIGCHLD handler (-1 before it is set).
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_sigchld(_: libc::c_int) {
+    let fd = WAKE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: write(2) and errno access are async-signal-safe; errno is restored so the
+        // interrupted code sees its own. A full pipe (EAGAIN) already holds a wake-up.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::write(fd, [1u8].as_ptr().cast(), 1);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// A self-pipe rather than a blocked SIGCHLD + signalfd: a process-directed signal goes to
+/// any thread that does not block it, and a host binary (a test harness) may have others.
+fn install_sigchld_wake(wake_write: &OwnedFd) -> Result<(), ServeError> {
+    WAKE_FD.store(wake_write.as_raw_fd(), Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(on_sigchld),
+        SaFlags::SA_RESTART | SaFlags::SA_NOCLDSTOP,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only performs async-signal-safe calls (see `on_sigchld`).
+    unsafe { sigaction(Signal::SIGCHLD, &action) }
+        .map_err(|e| setup("watch its children")(e.into()))?;
+    Ok(())
+}
+
+struct Zygote<'a> {
+    control: BorrowedFd<'a>,
+    dev_null: OwnedFd,
+    launcher: Launcher,
+    /// Leaders started and not yet reaped: their groups die with the engine.
+    live: HashSet<u32>,
+    buffer: Vec<u8>,
+    spec: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+impl Zygote<'_> {
+    /// Serves requests and reports exits until the engine is gone.
+    fn serve(&mut self, wake: BorrowedFd<'_>) {
+        loop {
+            if !self.report_exits() {
+                return;
+            }
+            let mut fds = [
+                PollFd::new(self.control, PollFlags::POLLIN),
+                PollFd::new(wake, PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return,
+            }
+            let control_ready = fds[0].any().unwrap_or(true);
+            let woken = fds[1].any().unwrap_or(false);
+            if woken {
+                drain(wake);
+            }
+            if control_ready && !self.handle_request() {
+                return;
+            }
+        }
+    }
+
+    /// Sends `Exited` for every child that ended. False when the engine is gone.
+    fn report_exits(&mut self) -> bool {
+        loop {
+            let mut status: libc::c_int = 0;
+            // SAFETY: waitpid writes the status into a valid int.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            let Ok(pid) = u32::try_from(pid) else {
+                return true; // -1: no child at all (ECHILD)
+            };
+            if pid == 0 {
+                return true;
+            }
+            if self.live.remove(&pid) && !self.send(Reply::Exited { pid, status }) {
+                return false;
+            }
+        }
+    }
+
+    /// Receives one request and answers it. False when the engine is gone.
+    fn handle_request(&mut self) -> bool {
+        self.fds.clear();
+        let received = match sys::recv_with_fds(self.control, &mut self.buffer, &mut self.fds) {
+            Ok(received) => received,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        };
+        if received.len == 0 {
+            return false;
+        }
+        let message = &self.buffer[..received.len];
+        let Some(id) = protocol::request_id(message) else {
+            return true; // not a request of ours: nothing to answer
+        };
+        let outcome = if received.truncated {
+            Err(libc::EPROTO)
+        } else {
+            launch_request(
+                &self.launcher,
+                self.dev_null.as_fd(),
+                message,
+                &mut self.fds,
+                &mut self.spec,
+            )
+        };
+        // The tool holds its own copies now; ours must not outlive the request.
+        self.fds.clear();
+        let reply = match outcome {
+            Ok(pid) => {
+                self.live.insert(pid);
+                Reply::Spawned { id, pid }
+            }
+            Err(errno) => Reply::Failed { id, errno },
+        };
+        self.send(reply)
+    }
+
+    fn send(&self, reply: Reply) -> bool {
+        sys::send_with_fds(self.control, &reply.encode(), &[]).is_ok()
+    }
+
+    fn kill_live_groups(&mut self) {
+        for pid in self.live.drain() {
+            if let Ok(pgid) = i32::try_from(pid) {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+fn drain(wake: BorrowedFd<'_>) {
+    let mut sink = [0u8; 64];
+    // Bounded: the pipe holds at most its capacity, and it is non-blocking.
+    for _ in 0..1024 {
+        match nix::unistd::read(wake.as_raw_fd(), &mut sink) {
+            Ok(n) if n == sink.len() => continue,
+            _ => return,
+        }
+    }
+}
+
+/// Decodes one request and starts its tool; the errno on failure.
+fn launch_request(
+    launcher: &Launcher,
+    dev_null: BorrowedFd<'_>,
+    message: &[u8],
+    fds: &mut Vec<OwnedFd>,
+    spec_buffer: &mut Vec<u8>,
+) -> Result<u32, i32> {
+    let (header, inline_spec) = protocol::decode_request(message).map_err(|_| libc::EPROTO)?;
+    if fds.len() != header.expected_fds() {
+        return Err(libc::EPROTO);
+    }
+    let spec_bytes = if header.spec_in_memfd {
+        let memfd = fds.pop().ok_or(libc::EPROTO)?;
+        read_spec(memfd, spec_buffer)?;
+        &spec_buffer[..]
+    } else {
+        inline_spec
+    };
+    let spec = protocol::decode_spec(spec_bytes).map_err(|_| libc::EPROTO)?;
+    let (stdin, streams) = stdin_and_streams(&header, fds, dev_null)?;
+    launcher.launch(&spec, stdin, streams[0], streams[1])
+}
+
+fn stdin_and_streams(
+    header: &RequestHeader,
+    fds: &[OwnedFd],
+    dev_null: BorrowedFd<'_>,
+) -> Result<(i32, [i32; 2]), i32> {
+    let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    match (header.stdin_pipe, raw.as_slice()) {
+        (true, [stdin, stdout, stderr]) => Ok((*stdin, [*stdout, *stderr])),
+        (false, [stdout, stderr]) => Ok((dev_null.as_raw_fd(), [*stdout, *stderr])),
+        _ => Err(libc::EPROTO),
+    }
+}
+
+/// Reads a memfd spec from offset 0 (the engine's writes moved the shared file offset).
+fn read_spec(memfd: OwnedFd, buffer: &mut Vec<u8>) -> Result<(), i32> {
+    let file = File::from(memfd);
+    let errno = |e: io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    let len = file.metadata().map_err(errno)?.len();
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|len| *len <= protocol::MEMFD_SPEC_MAX)
+        .ok_or(libc::E2BIG)?;
+    buffer.clear();
+    buffer.resize(len, 0);
+    file.read_exact_at(buffer, 0).map_err(errno)
+}

@@ -1,0 +1,327 @@
+//! Engine-level tests of the tool spawner beyond the process tests it shares with the
+//! in-process path (`process.rs`): failures worded alike, what a tool inherits, big argv, the
+//! spawner's own descriptors, its death (fallback, running tools), abandoned requests, its
+//! shutdown, and a Supervisor whose runs use it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use delta_actors::tool::observation::format_observation;
+use delta_actors::tool::process::{run_process, ProcessOutcome, Termination};
+use delta_actors::tool::spawner::{Launch, Spawner, SpawnerCommand};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{drive, fast_config, new_run, script, TestAgent};
+use crate::process::{assert_group_gone, spec_via, Via};
+use crate::spawner_host::{
+    eventually, is_alive, living_processes, private_spawner, shared_spawner, spawner_command,
+};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+async fn run_on(via: Via, argv: &[&str], cwd: &Path) -> ProcessOutcome {
+    run_process(spec_via(via, argv, cwd), CancellationToken::new()).await
+}
+
+fn signal(pid: u32, signal: Signal) {
+    kill(Pid::from_raw(pid as i32), signal).unwrap();
+}
+
+#[tokio::test]
+async fn via_spawner_tools_are_children_of_the_spawner() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = |outcome: ProcessOutcome| outcome.stdout.text_lossy().trim().to_owned();
+    let spawned = run_on(Via::Spawner, &["sh", "-c", "echo $PPID"], dir.path()).await;
+    assert_eq!(parent(spawned), shared_spawner().pid().to_string());
+    let in_process = run_on(Via::InProcess, &["sh", "-c", "echo $PPID"], dir.path()).await;
+    assert_eq!(parent(in_process), std::process::id().to_string());
+}
+
+#[tokio::test]
+async fn spawn_failures_read_the_same_as_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("plain.sh"), "echo never\n").unwrap();
+    let missing_cwd = dir.path().join("gone");
+    let cases: [(&[&str], &Path, &str); 3] = [
+        (
+            &["./plain.sh"],
+            dir.path(),
+            "=== FAILED TO START: Permission denied (os error 13): ./plain.sh (hint: check that",
+        ),
+        (
+            &["true"],
+            &missing_cwd,
+            "=== FAILED TO START: No such file or directory (os error 2): true (hint: check that",
+        ),
+        (
+            &["echo", "nul\0byte"],
+            dir.path(),
+            "=== FAILED TO START: nul byte found in provided data: echo (hint: check that",
+        ),
+    ];
+    for (argv, cwd, expected) in cases {
+        let in_process = run_on(Via::InProcess, argv, cwd).await;
+        let spawned = run_on(Via::Spawner, argv, cwd).await;
+        assert!(
+            matches!(spawned.termination, Termination::SpawnFailed(_)),
+            "{argv:?}"
+        );
+        let text = format_observation(&spawned, dir.path());
+        assert!(text.starts_with(expected), "{argv:?}: {text}");
+        assert_eq!(
+            text,
+            format_observation(&in_process, dir.path()),
+            "{argv:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tools_inherit_the_same_descriptors_and_signal_state_on_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    // Descriptors of ours that no tool may inherit, whichever path starts it.
+    let held: Vec<std::fs::File> = (0..50)
+        .map(|_| std::fs::File::open("/dev/null").unwrap())
+        .collect();
+    // The leaders themselves report what they got at exec (a shell would show its own
+    // mask while it forks).
+    let mut seen = Vec::new();
+    for probe in [
+        &["ls", "/proc/self/fd"][..],
+        &["grep", "-E", "^Sig(Blk|Ign|Cgt)", "/proc/self/status"],
+    ] {
+        let in_process = run_on(Via::InProcess, probe, dir.path()).await;
+        let spawned = run_on(Via::Spawner, probe, dir.path()).await;
+        assert_eq!(spawned.termination, Termination::Exited(0));
+        let text = spawned.stdout.text_lossy();
+        assert_eq!(text, in_process.stdout.text_lossy(), "{probe:?}");
+        seen.push(text);
+    }
+    assert!(seen[1].contains("SigBlk:\t0000000000000000"), "{}", seen[1]);
+    let fds: Vec<&str> = seen[0].lines().collect();
+    for held in &held {
+        let fd = held.as_raw_fd().to_string();
+        assert!(
+            !fds.contains(&fd.as_str()),
+            "fd {fd} leaked into the tool: {fds:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_argv_too_big_for_one_message_travels_in_a_memfd() {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 x 60 KiB: above the inline limit (48 KiB), below the kernel's per-string limit.
+    let chunk = "x".repeat(60 * 1024);
+    let mut argv = vec!["sh", "-c", "printf %s \"$@\" | wc -c", "sh"];
+    argv.extend([chunk.as_str(); 4]);
+    let outcome = run_on(Via::Spawner, &argv, dir.path()).await;
+    assert_eq!(outcome.termination, Termination::Exited(0));
+    assert_eq!(
+        outcome.stdout.text_lossy().trim(),
+        (4 * 60 * 1024).to_string()
+    );
+}
+
+/// Descriptors of this process that a child inherits (no close-on-exec), from fd 3 on.
+fn inheritable_fds() -> usize {
+    std::fs::read_dir("/proc/self/fdinfo")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let fd: i32 = entry.file_name().to_string_lossy().parse().unwrap_or(0);
+            let info = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+                .unwrap_or(0o2000000);
+            fd >= 3 && flags & 0o2000000 == 0
+        })
+        .count()
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+#[tokio::test]
+async fn the_spawner_holds_a_handful_of_descriptors_while_the_engine_holds_many() {
+    let held: Vec<std::fs::File> = (0..300)
+        .map(|_| std::fs::File::open("/dev/null").unwrap())
+        .collect();
+    // Started even after the engine grew: it keeps only what it needs.
+    let spawner = private_spawner();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_via(Via::Spawner, &["true"], dir.path());
+    spec.spawner = Some(spawner.clone());
+    let outcome = run_process(spec, CancellationToken::new()).await;
+    assert_eq!(outcome.termination, Termination::Exited(0));
+    let engine = open_fds(std::process::id());
+    let own = open_fds(spawner.pid());
+    // stdio (the control socket as stdin), the SIGCHLD wake pipe, /dev/null.
+    assert!(
+        own <= 6 + inheritable_fds(),
+        "the spawner holds {own} descriptors"
+    );
+    assert!(
+        engine >= held.len(),
+        "the engine holds {engine} descriptors"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_spawner_falls_back_to_starting_tools_in_process() {
+    let spawner = private_spawner();
+    signal(spawner.pid(), Signal::SIGKILL);
+    assert!(eventually(LIMIT, || !spawner.is_alive()).await);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_via(Via::Spawner, &["sh", "-c", "echo $PPID"], dir.path());
+    spec.spawner = Some(spawner.clone());
+    let outcome = run_process(spec, CancellationToken::new()).await;
+    assert_eq!(outcome.termination, Termination::Exited(0));
+    assert_eq!(
+        outcome.stdout.text_lossy().trim(),
+        std::process::id().to_string(),
+        "started by this process"
+    );
+    assert!(
+        !spawner.first_fallback(),
+        "the fallback was warned about once already"
+    );
+}
+
+#[tokio::test]
+async fn the_spawner_dying_under_a_running_tool_gets_the_tool_group_killed() {
+    let spawner = private_spawner();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("pid");
+    let script = format!("echo $$ > {}; sleep 100 & sleep 100", marker.display());
+    let mut spec = spec_via(Via::Spawner, &["sh", "-c", &script], dir.path());
+    spec.spawner = Some(spawner.clone());
+    let running = tokio::spawn(run_process(spec, CancellationToken::new()));
+    assert!(
+        eventually(LIMIT, || std::fs::read_to_string(&marker)
+            .is_ok_and(|t| t.ends_with('\n')))
+        .await
+    );
+    signal(spawner.pid(), Signal::SIGKILL);
+    let outcome = tokio::time::timeout(LIMIT, running).await.unwrap().unwrap();
+    match &outcome.termination {
+        Termination::SpawnFailed(reason) => assert!(
+            reason.contains("cannot wait for the tool process: the tool spawner exited"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_group_gone(outcome.pid.unwrap()).await;
+}
+
+fn launch<'a>(argv: &'a [String], env: &'a [(&'a str, &'a str)], cwd: &'a Path) -> Launch<'a> {
+    Launch {
+        program: Path::new("/bin/sh"),
+        argv,
+        env,
+        cwd,
+        stdin_pipe: false,
+    }
+}
+
+#[tokio::test]
+async fn an_abandoned_spawn_request_kills_its_tool_when_it_starts() {
+    let spawner = private_spawner();
+    let dir = tempfile::tempdir().unwrap();
+    let token = format!("sleep 1000.{}", std::process::id());
+    let argv: Vec<String> = vec!["sh".into(), "-c".into(), format!("exec {token}")];
+    let env = [("PATH", "/usr/bin:/bin")];
+    // Paused, the spawner cannot answer before the request is abandoned.
+    signal(spawner.pid(), Signal::SIGSTOP);
+    {
+        let request = spawner.spawn(launch(&argv, &env, dir.path()));
+        tokio::pin!(request);
+        tokio::select! {
+            biased;
+            _ = &mut request => panic!("answered by a stopped spawner"),
+            () = std::future::ready(()) => {}
+        }
+    }
+    signal(spawner.pid(), Signal::SIGCONT);
+    // Requests are answered in order: once this one is, the abandoned one was handled.
+    let quick: Vec<String> = vec!["sh".into(), "-c".into(), "exit 0".into()];
+    let mut child = spawner
+        .spawn(launch(&quick, &env, dir.path()))
+        .await
+        .unwrap();
+    assert!(child.exit.wait().await.unwrap().success());
+    let tool_alive = || !living_processes(|_, _, cmdline| cmdline.trim() == token).is_empty();
+    assert!(
+        eventually(LIMIT, || !tool_alive()).await,
+        "{token} still runs"
+    );
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_stops_the_spawner() {
+    let spawner = private_spawner();
+    let pid = spawner.pid();
+    assert!(is_alive(pid));
+    drop(spawner);
+    assert!(eventually(LIMIT, || !is_alive(pid)).await);
+}
+
+#[tokio::test]
+async fn a_program_that_never_answers_as_a_spawner_leaves_tools_to_start_in_process() {
+    // Started without waiting for it: the request queues in the socket, unread, until the
+    // program exits without ever answering `Ready`.
+    let command = SpawnerCommand::new("/bin/sleep", ["1"]);
+    let spawner = Arc::new(Spawner::start(&command).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_via(Via::Spawner, &["sh", "-c", "echo $PPID"], dir.path());
+    spec.spawner = Some(spawner.clone());
+    let outcome = run_process(spec, CancellationToken::new()).await;
+    assert_eq!(outcome.termination, Termination::Exited(0));
+    assert_eq!(
+        outcome.stdout.text_lossy().trim(),
+        std::process::id().to_string()
+    );
+    assert!(!spawner.is_alive());
+}
+
+#[test]
+fn a_supervisor_with_a_tool_spawner_starts_run_tools_through_it() {
+    let agent = TestAgent::new(
+        "spawned",
+        "",
+        "  - name: parent\n    description: the tool's parent\n    exec: \"sh ${AGENT_HOME}/parent.sh\"\n",
+    );
+    std::fs::write(
+        agent.path().join("parent.sh"),
+        "tr '\\0' ' ' < /proc/$PPID/cmdline\n",
+    )
+    .unwrap();
+    let config = delta_actors::SupervisorConfig {
+        tool_spawner: Some(spawner_command()),
+        ..fast_config()
+    };
+    let supervisor = delta_actors::Supervisor::start(config).unwrap();
+    let script = script(
+        "rules:\n  - steps:\n      - tool: parent\n      - answer: \"{{ last_observation }}\"\n",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let result = drive(
+        &supervisor,
+        new_run(agent.load(), work.path(), script, "go"),
+    );
+    let answer = result.result.clone().unwrap_or_default();
+    assert!(answer.contains("serve_as_tool_spawner"), "{answer}");
+    let shared: Arc<Spawner> = delta_actors::tool::spawner::shared().unwrap();
+    assert!(shared.is_alive());
+    supervisor.shutdown();
+}
