@@ -13,12 +13,14 @@
 
 use std::path::Path;
 
+use crate::clock::now_rfc3339;
 use crate::journal::{read_journal, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
     current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, Takeover,
 };
 use crate::protocol::RunStatus;
-use crate::workspace::{now_rfc3339, RunPaths};
+use crate::protocol::{RecordedError, RunErrorKind};
+use crate::workspace::RunPaths;
 
 /// What the janitor did to one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +117,10 @@ pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAc
             }
             meta.status = RunStatus::Interrupted;
             meta.updated_at = now_rfc3339();
-            meta.error = Some(format!("interrupted: {reason}"));
+            meta.error = Some(RecordedError {
+                kind: RunErrorKind::Interrupted,
+                message: reason.clone(),
+            });
             if let Err(e) = write_metadata(&paths.run_dir, &meta) {
                 return cannot_record(reason, e.to_string());
             }
@@ -186,7 +191,15 @@ fn restore_final_status(paths: &RunPaths, meta: &mut crate::metadata::RunMetadat
     meta.status = *status;
     meta.iterations = *final_iteration;
     meta.result = result.clone();
-    meta.error = error.clone();
+    // ENGINE_END holds the message; its kind is on the ERROR event just before it.
+    let kind = events.iter().rev().find_map(|e| match &e.event {
+        Event::Error { error_type, .. } => Some(RunErrorKind::parse(error_type)),
+        _ => None,
+    });
+    meta.error = error.as_ref().map(|message| RecordedError {
+        kind: kind.unwrap_or_else(|| RunErrorKind::Other("error".into())),
+        message: message.clone(),
+    });
     meta.end_time = Some(timestamp.clone());
     meta.updated_at = now_rfc3339();
     match write_metadata(&paths.run_dir, meta) {

@@ -24,6 +24,7 @@
 pub mod agent;
 pub mod api;
 pub mod blocking;
+pub mod clock;
 pub mod context;
 pub mod hooks;
 pub mod input;
@@ -46,6 +47,7 @@ pub(crate) mod yaml;
 pub use api::{OrchestrationHandle, RunHandle, Supervisor};
 pub use protocol::{
     EngineError, HumanPrompter, InteractionInfo, LlmTarget, OrchestrationEvent,
-    OrchestrationRequest, RunErrorInfo, RunEvent, RunMetrics, RunRequest, RunResult,
-    RunResultMetadata, RunStart, RunStatus, SupervisorConfig, TokenUsage, UsageReport,
+    OrchestrationRequest, RecordedError, RunErrorInfo, RunErrorKind, RunEvent, RunMetrics,
+    RunRequest, RunResult, RunResultMetadata, RunStart, RunStatus, SupervisorConfig, TokenUsage,
+    UsageReport,
 };

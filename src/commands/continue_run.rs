@@ -141,7 +141,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
                 if args.message.is_none() {
                     // Nothing left to do: report the run's own outcome, as its process would have.
                     let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;
-                    let result = delta_actors::RunResult::from_metadata(&meta, &paths.run_dir);
+                    let result = meta.recorded_result(&paths.run_dir);
                     crate::output::run_result::print(&result, args.format);
                     return Ok(result.exit_code());
                 }

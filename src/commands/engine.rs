@@ -10,7 +10,9 @@ use std::time::Duration;
 use delta_actors::agent::ResolvedAgent;
 use delta_actors::llm::{Endpoint, Script};
 use delta_actors::tool::spawner::SpawnerCommand;
-use delta_actors::{LlmTarget, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig};
+use delta_actors::{
+    LlmTarget, RunErrorKind, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig,
+};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -188,20 +190,14 @@ pub fn drive_single(
     })
 }
 
-/// The error kind the engine gives a run it refused to take (already exists, locked by
-/// another process, not found...). Nothing of the run changed, so printing a FAILED
-/// RunResult would misreport it: the CLI says why on stderr and exits 126.
-const SETUP_ERROR_KIND: &str = "setup_error";
-
+/// A run the engine could not take changed nothing, so printing a FAILED RunResult would
+/// misreport it: the CLI says why on stderr instead — exit 126 for a refusal (already exists,
+/// locked by another process, not found...), 1 when its files could not be written (a full
+/// disk...), which is not a configuration error.
 fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
-    match &result.error {
-        Some(error) if error.kind == SETUP_ERROR_KIND => {
-            Err(CliError::Config(error.message.clone()))
-        }
-        // The run's files could not be written (a full disk...): not a configuration error.
-        Some(error) if error.kind == delta_actors::runtime::run::SETUP_IO_ERROR_KIND => {
-            Err(CliError::Runtime(error.message.clone()))
-        }
+    match result.error.as_ref().map(|e| (&e.kind, &e.message)) {
+        Some((RunErrorKind::SetupError, message)) => Err(CliError::Config(message.clone())),
+        Some((RunErrorKind::SetupIoError, message)) => Err(CliError::Runtime(message.clone())),
         _ => Ok(result),
     }
 }

@@ -18,9 +18,10 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{expand_path_vars, HookName, HookSpec};
+use crate::clock::now_rfc3339;
 use crate::redact::SecretSet;
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
-use crate::workspace::{hook_record_path, now_rfc3339, write_redacted_json_file, RunPaths};
+use crate::workspace::{hook_record_path, write_redacted_json_file, RunPaths};
 
 pub use control::{apply_request_override, parse_tool_control, OverrideReport, ToolControl};
 

@@ -20,8 +20,8 @@ use super::format::{check_file_name, parse_journal, Tail};
 use super::repeats::{drop_repeated_lines, seq_list};
 use super::secrets::{redact_event, restore_event};
 use super::{JournalError, JOURNAL_FILE};
+use crate::clock::now_rfc3339;
 use crate::redact::Redactor;
-use crate::workspace::now_rfc3339;
 
 /// How hard to push each event to disk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

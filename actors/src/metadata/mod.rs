@@ -9,6 +9,7 @@
 
 mod liveness;
 mod lock;
+mod recorded;
 mod redact;
 
 pub use liveness::{assess_liveness, try_take_over, Liveness, Takeover};
@@ -22,8 +23,8 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{RunStatus, TokenUsage};
-use crate::workspace::now_rfc3339;
+use crate::clock::now_rfc3339;
+use crate::protocol::{RecordedError, RunStatus, TokenUsage};
 
 /// File name of the metadata record inside a run directory.
 pub const METADATA_FILE: &str = "metadata.json";
@@ -58,8 +59,10 @@ pub struct RunMetadata {
     pub iterations: u32,
     #[serde(default)]
     pub max_iterations: u32,
+    /// Why the run failed or stopped: `{"type": ..., "message": ...}` (the older
+    /// `"type: message"` string is read too).
     #[serde(default)]
-    pub error: Option<String>,
+    pub error: Option<RecordedError>,
     pub agent_home: String,
     pub work_dir: String,
     #[serde(default)]
@@ -334,7 +337,7 @@ fn from_original(
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
         max_iterations: ORIGINAL_DEFAULT_MAX_ITERATIONS,
-        error: text("error"),
+        error: text("error").map(|e| RecordedError::from_legacy(&e)),
         agent_home,
         work_dir,
         pid: number("pid")

@@ -78,7 +78,9 @@ mod tests {
             5,
         );
         meta.result = Some(format!("answer {CANARY}"));
-        meta.error = Some(format!("llm_error: echoed {CANARY}"));
+        meta.error = Some(crate::protocol::RecordedError::from_legacy(&format!(
+            "llm_error: echoed {CANARY}"
+        )));
         let secrets = SecretSet::new([("call_1", CANARY)]);
         write_metadata_redacted(tmp.path(), &meta, false, &secrets).unwrap();
         let text = std::fs::read_to_string(tmp.path().join(METADATA_FILE)).unwrap();

@@ -15,6 +15,7 @@ pub use request::{
     HumanPrompter, LlmTarget, OrchestrationRequest, RunRequest, RunStart, SupervisorConfig,
 };
 pub use result::{
-    InteractionInfo, RunErrorInfo, RunMetrics, RunResult, RunResultMetadata, UsageReport,
+    InteractionInfo, RecordedError, RunErrorInfo, RunErrorKind, RunMetrics, RunResult,
+    RunResultMetadata, UsageReport,
 };
 pub use status::{RunStatus, TokenUsage};

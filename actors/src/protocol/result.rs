@@ -7,19 +7,208 @@ use serde::{Deserialize, Serialize};
 
 use super::status::{RunStatus, TokenUsage};
 
+/// Why a run failed, was interrupted or could not be taken: the `type` of a RunResult's
+/// `error`, of a journal `ERROR` event and of metadata.json's `error`. Serialised as the
+/// snake_case strings on disk (`llm_error`, `setup_error`...); a kind written by another
+/// version that this one does not know is kept as [`RunErrorKind::Other`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RunErrorKind {
+    /// The iteration cap was reached without a final answer.
+    MaxIterations,
+    /// The model call failed for good (after retries).
+    LlmError,
+    /// Every attempt of the model call ran past `llm.request_timeout` / `llm.idle_timeout`.
+    LlmTimeout,
+    /// The reply was cut at the output limit before an answer or a tool call.
+    Truncated,
+    /// A `context.yaml` source failed.
+    ContextError,
+    /// The journal could not be written.
+    JournalError,
+    /// The run ended, but its metadata.json could not be written.
+    MetadataError,
+    /// The run's actor died without answering.
+    EnginePanic,
+    /// The run was stopped (Ctrl-C, a cancel).
+    Interrupted,
+    /// The run's own time limit expired.
+    Timeout,
+    /// The run was refused: it exists already, is locked, cannot be continued as asked...
+    SetupError,
+    /// The run could not be taken because its files could not be written or read.
+    SetupIoError,
+    /// `ask_human` got no answer on the terminal (EOF, no terminal).
+    HumanInputError,
+    /// A kind this version does not know (read from a file written by another one).
+    Other(String),
+}
+
+impl RunErrorKind {
+    /// Every kind this version writes, for documentation and tests.
+    pub const KNOWN: [RunErrorKind; 13] = [
+        RunErrorKind::MaxIterations,
+        RunErrorKind::LlmError,
+        RunErrorKind::LlmTimeout,
+        RunErrorKind::Truncated,
+        RunErrorKind::ContextError,
+        RunErrorKind::JournalError,
+        RunErrorKind::MetadataError,
+        RunErrorKind::EnginePanic,
+        RunErrorKind::Interrupted,
+        RunErrorKind::Timeout,
+        RunErrorKind::SetupError,
+        RunErrorKind::SetupIoError,
+        RunErrorKind::HumanInputError,
+    ];
+
+    /// The on-disk spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            RunErrorKind::MaxIterations => "max_iterations",
+            RunErrorKind::LlmError => "llm_error",
+            RunErrorKind::LlmTimeout => "llm_timeout",
+            RunErrorKind::Truncated => "truncated",
+            RunErrorKind::ContextError => "context_error",
+            RunErrorKind::JournalError => "journal_error",
+            RunErrorKind::MetadataError => "metadata_error",
+            RunErrorKind::EnginePanic => "engine_panic",
+            RunErrorKind::Interrupted => "interrupted",
+            RunErrorKind::Timeout => "timeout",
+            RunErrorKind::SetupError => "setup_error",
+            RunErrorKind::SetupIoError => "setup_io_error",
+            RunErrorKind::HumanInputError => "human_input_error",
+            RunErrorKind::Other(kind) => kind,
+        }
+    }
+
+    /// Parses the on-disk spelling; an unknown one is kept as [`RunErrorKind::Other`].
+    pub fn parse(text: &str) -> RunErrorKind {
+        RunErrorKind::KNOWN
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+            .unwrap_or_else(|| RunErrorKind::Other(text.to_string()))
+    }
+}
+
+/// Compares with the on-disk spelling: `kind == "llm_error"`.
+impl PartialEq<str> for RunErrorKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for RunErrorKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for RunErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RunErrorKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunErrorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Ok(RunErrorKind::parse(&text))
+    }
+}
+
 /// `error` of a RunResult (spec §2.6.6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunErrorInfo {
-    /// `max_iterations`, `llm_error`, `llm_timeout`, `truncated`, `context_error`,
-    /// `journal_error`, `metadata_error`, `engine_panic`, `interrupted`, `timeout`,
-    /// `setup_error` (refused), `setup_io_error` (its files could not be written).
-    /// A run whose final record could not be written keeps its status and carries
-    /// `metadata_error` here (or, when it already has an error, in `details`).
+    /// What kind of failure. A run whose final record could not be written keeps its status
+    /// and carries [`RunErrorKind::MetadataError`] here (or, when it already has an error,
+    /// that cause in `details`).
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: RunErrorKind,
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<String>,
+}
+
+impl RunErrorInfo {
+    /// An error of `kind` with `message` and no details.
+    pub fn new(kind: RunErrorKind, message: impl Into<String>) -> RunErrorInfo {
+        RunErrorInfo {
+            kind,
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+/// A run's error as metadata.json records it: `{"type": "llm_error", "message": "..."}`.
+/// Records written before this shape held one string, `"llm_error: ..."`; both are read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordedError {
+    #[serde(rename = "type")]
+    pub kind: RunErrorKind,
+    pub message: String,
+}
+
+impl RecordedError {
+    /// The record of `error` (its details are in the journal's ERROR event).
+    pub fn of(error: &RunErrorInfo) -> RecordedError {
+        RecordedError {
+            kind: error.kind.clone(),
+            message: error.message.clone(),
+        }
+    }
+
+    /// Reads the older `"kind: message"` form (a text without a kind is kind `error`).
+    pub fn from_legacy(text: &str) -> RecordedError {
+        let (kind, message) = text.split_once(": ").unwrap_or(("error", text));
+        RecordedError {
+            kind: RunErrorKind::parse(kind),
+            message: message.to_string(),
+        }
+    }
+
+    /// The error as a RunResult carries it.
+    pub fn to_info(&self) -> RunErrorInfo {
+        RunErrorInfo::new(self.kind.clone(), self.message.clone())
+    }
+}
+
+/// `kind: message`, as summaries and listings show it.
+impl std::fmt::Display for RecordedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+impl<'de> Deserialize<'de> for RecordedError {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields {
+            #[serde(rename = "type")]
+            kind: RunErrorKind,
+            #[serde(default)]
+            message: String,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Legacy(String),
+            Fields(Fields),
+        }
+        Ok(match Either::deserialize(deserializer)? {
+            Either::Legacy(text) => RecordedError::from_legacy(&text),
+            Either::Fields(f) => RecordedError {
+                kind: f.kind,
+                message: f.message,
+            },
+        })
+    }
 }
 
 /// `interaction` of a RunResult: the pending ask_human question.
@@ -82,53 +271,6 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    /// The RunResult a finished run recorded, rebuilt from its metadata (for a run whose
-    /// process died after its journal's end but before it could answer).
-    pub fn from_metadata(
-        meta: &crate::metadata::RunMetadata,
-        run_dir: &std::path::Path,
-    ) -> RunResult {
-        let error = meta.error.as_ref().map(|e| {
-            let (kind, message) = e.split_once(": ").unwrap_or(("error", e.as_str()));
-            RunErrorInfo {
-                kind: kind.to_string(),
-                message: message.to_string(),
-                details: None,
-            }
-        });
-        RunResult {
-            schema_version: "2.0".into(),
-            run_id: meta.run_id.clone(),
-            status: meta.status,
-            result: meta.result.clone(),
-            error,
-            interaction: None,
-            metrics: RunMetrics {
-                iterations: meta.iterations,
-                duration_ms: 0,
-                model_time_ms: 0,
-                queue_time_ms: 0,
-                tool_time_ms: 0,
-                start_time: meta.created_at.clone(),
-                end_time: meta
-                    .end_time
-                    .clone()
-                    .unwrap_or_else(|| meta.updated_at.clone()),
-                usage: UsageReport {
-                    total_cost_usd: 0.0,
-                    input_tokens: meta.usage.input_tokens,
-                    output_tokens: meta.usage.output_tokens,
-                    model_usage: BTreeMap::new(),
-                },
-            },
-            metadata: RunResultMetadata {
-                agent_name: meta.agent_name.clone(),
-                workspace_path: meta.work_dir.clone(),
-                run_dir: run_dir.to_string_lossy().into_owned(),
-            },
-        }
-    }
-
     /// The documented exit code for this status: 0 COMPLETED, 1 FAILED, 101
     /// WAITING_FOR_INPUT, 130 INTERRUPTED.
     pub fn exit_code(&self) -> i32 {
@@ -138,5 +280,50 @@ impl RunResult {
             RunStatus::Interrupted => 130,
             RunStatus::Failed | RunStatus::Running => 1,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kinds_keep_their_on_disk_spelling_both_ways() {
+        for kind in RunErrorKind::KNOWN {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+            assert_eq!(serde_json::from_str::<RunErrorKind>(&json).unwrap(), kind);
+        }
+        let foreign: RunErrorKind = serde_json::from_str("\"quota_exceeded\"").unwrap();
+        assert_eq!(foreign, RunErrorKind::Other("quota_exceeded".into()));
+        assert_eq!(
+            serde_json::to_string(&foreign).unwrap(),
+            "\"quota_exceeded\""
+        );
+    }
+
+    #[test]
+    fn a_recorded_error_is_written_as_type_and_message_and_read_in_both_forms() {
+        let error = RecordedError {
+            kind: RunErrorKind::LlmError,
+            message: "model call failed: 500".into(),
+        };
+        let json = serde_json::to_value(&error).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"type": "llm_error", "message": "model call failed: 500"})
+        );
+        assert_eq!(
+            serde_json::from_value::<RecordedError>(json).unwrap(),
+            error
+        );
+        let legacy: RecordedError =
+            serde_json::from_str("\"llm_error: model call failed: 500\"").unwrap();
+        assert_eq!(legacy, error);
+        let bare: RecordedError = serde_json::from_str("\"something broke\"").unwrap();
+        assert_eq!(bare.kind, RunErrorKind::Other("error".into()));
+        assert_eq!(bare.message, "something broke");
+        assert_eq!(error.to_string(), "llm_error: model call failed: 500");
     }
 }

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::agent::HookName;
 use crate::hooks::{parse_tool_control, HookOutcome, ToolControl};
 use crate::journal::{ActionStatus, Event, ToolCallRecord};
-use crate::protocol::{InteractionInfo, RunEvent};
+use crate::protocol::{InteractionInfo, RunErrorKind, RunEvent};
 use crate::runtime::run::setup::PendingQuestion;
 use crate::tool::call::{plan_call, CallPlan};
 use crate::tool::compile::EngineVars;
@@ -401,14 +401,14 @@ impl Run {
                 Ok(())
             }
             Settled::Answered(_, Err(message)) => Err(Halt::Failed(error_info(
-                "human_input_error",
+                RunErrorKind::HumanInputError,
                 format!("no answer to ask_human: {message}"),
             ))),
             Settled::Answered(question, Ok(answer)) => self
                 .rec
                 .borrow_mut()
                 .record_answer(&self.paths, &question, &answer, &self.secrets)
-                .map_err(|e| Halt::Failed(error_info("journal_error", e))),
+                .map_err(|e| Halt::Failed(error_info(RunErrorKind::JournalError, e))),
             Settled::Result(r) => {
                 let preview: String = r.observation.chars().take(200).collect();
                 let success = r.status == ActionStatus::Success;

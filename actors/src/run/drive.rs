@@ -19,18 +19,19 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::agent::HookName;
+use crate::clock::now_rfc3339;
 use crate::journal::{Event, ToolCallRecord};
 use crate::llm::ChatCompletion;
 use crate::metadata::{write_metadata_redacted, RunLock, RunMetadata};
 use crate::protocol::TokenUsage;
-use crate::protocol::{InteractionInfo, RunErrorInfo, RunEvent, RunResult, RunStart};
+use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, RunResult, RunStart};
 use crate::redact::Redactor;
 use crate::runtime::run::setup::{
     recorded_final_answer, take_run, PendingQuestion, SetupError, TakenRun,
 };
 use crate::runtime::supervisor::setup_failure;
 use crate::tool::compile::{ask_human_schema, CompiledTool};
-use crate::workspace::{now_rfc3339, validate_run_id, RunPaths};
+use crate::workspace::{validate_run_id, RunPaths};
 
 use super::calls::PlannedCall;
 use super::end::Ending;
@@ -40,7 +41,7 @@ use super::hooks::HookVars;
 use super::model::completion_payload;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
-use super::{RunLoop, DEFAULT_MAX_ITERATIONS, SETUP_IO_ERROR_KIND, TRUNCATED_FINISH_REASON};
+use super::{RunLoop, DEFAULT_MAX_ITERATIONS, TRUNCATED_FINISH_REASON};
 
 /// How often a live run's metadata.json shows its progress.
 const PROGRESS_WRITE_INTERVAL: Duration = Duration::from_secs(2);
@@ -54,12 +55,8 @@ pub(super) enum Halt {
 }
 
 /// The error record of a failed run.
-pub(super) fn error_info(kind: &str, message: String) -> RunErrorInfo {
-    RunErrorInfo {
-        kind: kind.to_string(),
-        message,
-        details: None,
-    }
+pub(super) fn error_info(kind: RunErrorKind, message: String) -> RunErrorInfo {
+    RunErrorInfo::new(kind, message)
 }
 
 /// Where this driving's wall time went (for RunMetrics and benchmarks).
@@ -134,7 +131,7 @@ impl RunLoop {
                 let mut result = setup_failure(&self.request, &self.run_id, &e.to_string());
                 if let (SetupError::Io(_), Some(error)) = (&e, result.error.as_mut()) {
                     // Not a refusal: the files could not be written (a full disk...).
-                    error.kind = SETUP_IO_ERROR_KIND.into();
+                    error.kind = RunErrorKind::SetupIoError;
                 }
                 redact_result(&mut result, &secrets.snapshot());
                 return result;
@@ -266,7 +263,7 @@ impl Run {
             if calls.is_empty() && cut {
                 let message = self.truncation_message(text.is_some());
                 self.log(&message);
-                return Ok(Ending::failed(error_info("truncated", message)));
+                return Ok(Ending::failed(error_info(RunErrorKind::Truncated, message)));
             }
             if calls.is_empty() {
                 // The final answer ends the iteration, and the run.
@@ -314,7 +311,7 @@ impl Run {
 
     fn iteration_cap_error(&self) -> RunErrorInfo {
         error_info(
-            "max_iterations",
+            RunErrorKind::MaxIterations,
             format!(
                 "the run reached its iteration cap ({}) without a final answer; continue it with `delta continue --run-id {} -w {} -m \"...\"` or raise --max-iterations",
                 self.max_iterations,
@@ -397,7 +394,7 @@ impl Run {
         );
         if let Err(e) = written {
             return Err(Halt::Failed(error_info(
-                "setup_error",
+                RunErrorKind::SetupError,
                 format!("cannot write interaction/request.json: {e}"),
             )));
         }
@@ -422,7 +419,11 @@ impl Run {
         }) {
             return Ending::failed(error);
         }
-        let kind = if timeout { "timeout" } else { "interrupted" };
+        let kind = if timeout {
+            RunErrorKind::Timeout
+        } else {
+            RunErrorKind::Interrupted
+        };
         Ending::interrupted(error_info(kind, reason))
     }
 
@@ -469,7 +470,7 @@ impl Run {
         self.rec
             .borrow_mut()
             .append(event)
-            .map_err(|e| Halt::Failed(error_info("journal_error", e)))
+            .map_err(|e| Halt::Failed(error_info(RunErrorKind::JournalError, e)))
     }
 }
 

@@ -9,12 +9,13 @@
 use serde_json::json;
 
 use crate::agent::HookName;
+use crate::clock::now_rfc3339;
 use crate::journal::Event;
 use crate::protocol::RunStatus;
 use crate::protocol::{
-    InteractionInfo, RunErrorInfo, RunEvent, RunMetrics, RunResult, RunResultMetadata, UsageReport,
+    InteractionInfo, RecordedError, RunErrorInfo, RunErrorKind, RunEvent, RunMetrics, RunResult,
+    RunResultMetadata, UsageReport,
 };
-use crate::workspace::now_rfc3339;
 
 use super::drive::Run;
 use super::hooks::HookVars;
@@ -80,7 +81,7 @@ impl Run {
         self.lp.control.token().cancel();
         if let Some(e) = &error {
             let _ = self.rec.borrow_mut().append(Event::Error {
-                error_type: e.kind.clone(),
+                error_type: e.kind.to_string(),
                 error_message: e.message.clone(),
                 error_details: e.details.clone().map(serde_json::Value::String),
             });
@@ -120,7 +121,7 @@ impl Run {
         let end_time = now_rfc3339();
         self.meta.status = status;
         self.meta.end_time = Some(end_time.clone());
-        self.meta.error = error.as_ref().map(|e| format!("{}: {}", e.kind, e.message));
+        self.meta.error = error.as_ref().map(RecordedError::of);
         self.meta.result = result.clone();
         let mut error = error;
         if !self.save_metadata(self.lp.config.journal_fsync) {
@@ -193,7 +194,7 @@ impl Run {
                 });
                 error
             }
-            None => super::drive::error_info("metadata_error", message),
+            None => super::drive::error_info(RunErrorKind::MetadataError, message),
         }
     }
 

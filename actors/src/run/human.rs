@@ -11,9 +11,10 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 
 use serde_json::json;
 
+use crate::clock::now_rfc3339;
 use crate::journal::{ActionStatus, Event, Journal, JournalError, JournalEvent};
 use crate::redact::{marker, secret_id, Redactor, SecretSet, MIN_SECRET_CHARS};
-use crate::workspace::{now_rfc3339, RunPaths};
+use crate::workspace::RunPaths;
 
 use crate::runtime::run::setup::PendingQuestion;
 

@@ -61,10 +61,6 @@ pub const DEFAULT_MAX_ITERATIONS: u32 = 30;
 /// The finish reason of a reply cut at the output limit (`max_tokens`).
 pub const TRUNCATED_FINISH_REASON: &str = "length";
 
-/// Error kind of a run that could not be taken because its files could not be written or
-/// read (as opposed to `setup_error`, a refusal). Nothing of the run was changed either way.
-pub const SETUP_IO_ERROR_KIND: &str = "setup_io_error";
-
 /// One model call through the endpoint's in-flight cap, rate limit and retries.
 pub trait ModelPort {
     /// Sends `request`; ends early (a cancelled [`CallFailure`]) when `cancel` fires.

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, HookOutcome};
 use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta};
-use crate::protocol::RunEvent;
 use crate::protocol::TokenUsage;
+use crate::protocol::{RunErrorKind, RunEvent};
 use crate::workspace::{invocation_record_path, write_redacted_json_file};
 
 use super::drive::{error_info, Halt, Run};
@@ -46,7 +46,10 @@ impl Run {
             Err(e) => {
                 let message = e.to_string();
                 self.log(&message);
-                return Err(Halt::Failed(error_info("context_error", message)));
+                return Err(Halt::Failed(error_info(
+                    RunErrorKind::ContextError,
+                    message,
+                )));
             }
         };
         let llm = &agent.llm;
@@ -168,8 +171,8 @@ impl Run {
                 );
                 self.log(&message);
                 let kind = match failure.error {
-                    LlmError::Timeout { .. } => "llm_timeout",
-                    _ => "llm_error",
+                    LlmError::Timeout { .. } => RunErrorKind::LlmTimeout,
+                    _ => RunErrorKind::LlmError,
                 };
                 return Err(Halt::Failed(error_info(kind, message)));
             }

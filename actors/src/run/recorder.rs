@@ -15,10 +15,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::clock::now_rfc3339;
 use crate::journal::{Event, Journal, JournalEvent};
 use crate::redact::Redactor;
 use crate::runtime::run::setup::PendingQuestion;
-use crate::workspace::{now_rfc3339, RunPaths};
+use crate::workspace::RunPaths;
 
 use super::human::record_answer;
 

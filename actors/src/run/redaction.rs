@@ -138,12 +138,11 @@ pub(super) fn redact_result(result: &mut RunResult, secrets: &SecretSet) {
         text(answer);
     }
     if let Some(RunErrorInfo {
-        kind,
+        kind: _,
         message,
         details,
     }) = error
     {
-        text(kind);
         text(message);
         if let Some(details) = details {
             text(details);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
+use crate::clock::now_rfc3339;
 use crate::journal::{Event, Journal};
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
 use crate::metadata::write_metadata;
@@ -17,14 +18,14 @@ use crate::plan::state::OrchestrationSummary;
 use crate::plan::LlmLimits;
 use crate::protocol::RunStatus;
 use crate::protocol::{
-    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunErrorInfo, RunEvent,
-    RunRequest, RunResult, RunStart, SupervisorConfig,
+    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RecordedError, RunErrorInfo,
+    RunErrorKind, RunEvent, RunRequest, RunResult, RunStart, SupervisorConfig,
 };
 use crate::runtime::gateway::LlmGateway;
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{CancelRunActor, RunActor};
 use crate::tool::spawner::{self, Spawner};
-use crate::workspace::{generate_run_id, now_rfc3339, validate_run_id, RunPaths};
+use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
 
 /// Submit a run; replies with its run id once admitted or queued.
 #[derive(Message)]
@@ -205,18 +206,14 @@ impl RunSupervisor {
 
 /// A RunResult for a run that could not even start (its files were never created).
 pub(crate) fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -> RunResult {
-    let now = crate::workspace::now_rfc3339();
+    let now = crate::clock::now_rfc3339();
     let paths = RunPaths::new(&request.work_dir, run_id);
     RunResult {
         schema_version: "2.0".into(),
         run_id: run_id.to_string(),
         status: crate::protocol::RunStatus::Failed,
         result: None,
-        error: Some(RunErrorInfo {
-            kind: "setup_error".into(),
-            message: message.to_string(),
-            details: None,
-        }),
+        error: Some(RunErrorInfo::new(RunErrorKind::SetupError, message)),
         interaction: None,
         metrics: crate::protocol::RunMetrics {
             iterations: 0,
@@ -243,7 +240,7 @@ fn record_panic_failure(request: &RunRequest, run_id: &str) -> RunResult {
     let paths = RunPaths::new(&request.work_dir, run_id);
     if let Ok((mut journal, _)) = Journal::open(&paths.run_dir, Default::default()) {
         let _ = journal.append(Event::Error {
-            error_type: "engine_panic".into(),
+            error_type: RunErrorKind::EnginePanic.to_string(),
             error_message: message.clone(),
             error_details: None,
         });
@@ -257,13 +254,16 @@ fn record_panic_failure(request: &RunRequest, run_id: &str) -> RunResult {
     }
     if let Ok(mut meta) = crate::metadata::read_metadata(&paths.run_dir) {
         meta.status = RunStatus::Failed;
-        meta.error = Some(format!("engine_panic: {message}"));
+        meta.error = Some(RecordedError {
+            kind: RunErrorKind::EnginePanic,
+            message: message.clone(),
+        });
         meta.end_time = Some(now_rfc3339());
         let _ = write_metadata(&paths.run_dir, &meta);
     }
     let mut result = setup_failure(request, run_id, &message);
     if let Some(e) = result.error.as_mut() {
-        e.kind = "engine_panic".into();
+        e.kind = RunErrorKind::EnginePanic;
     }
     result
 }
@@ -274,7 +274,7 @@ fn unstarted_interrupted(request: &RunRequest, run_id: &str, reason: &str) -> Ru
     let mut result = setup_failure(request, run_id, reason);
     result.status = RunStatus::Interrupted;
     if let Some(e) = result.error.as_mut() {
-        e.kind = "interrupted".into();
+        e.kind = RunErrorKind::Interrupted;
     }
     result
 }

@@ -90,12 +90,6 @@ pub fn control_dir(work_dir: &Path) -> PathBuf {
     work_dir.join(CONTROL_DIR)
 }
 
-/// Current UTC time as RFC 3339 with milliseconds, e.g. `2026-11-22T01:42:34.123Z`.
-/// The one timestamp format of journal lines and metadata.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
 /// Checks that `id` is safe as a single path segment: `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
 pub fn validate_run_id(id: &str) -> Result<(), WorkspaceError> {
     let invalid = |reason: &str| {
@@ -321,7 +315,7 @@ mod tests {
 
     #[test]
     fn now_rfc3339_is_utc_with_millis() {
-        let ts = now_rfc3339();
+        let ts = crate::clock::now_rfc3339();
         assert_eq!(ts.len(), 24, "{ts}");
         assert!(ts.ends_with('Z'));
         assert_eq!(&ts[19..20], ".");

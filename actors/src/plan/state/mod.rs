@@ -20,9 +20,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::now_rfc3339;
 use crate::metadata::RunLock;
 use crate::protocol::RunStatus;
-use crate::workspace::{control_dir, now_rfc3339, validate_run_id, WorkspaceError};
+use crate::workspace::{control_dir, validate_run_id, WorkspaceError};
 
 pub mod listing;
 mod summary;

@@ -24,12 +24,12 @@ mod resume;
 mod runs;
 mod summary;
 
+use crate::clock::now_rfc3339;
 use crate::plan::schedule::{Effect, Event, Prior, Scheduler};
 use crate::plan::state::{OrchestrationState, OrchestrationSummary, SchedulingEvent};
 use crate::protocol::{OrchestrationEvent, OrchestrationRequest};
 use crate::runtime::janitor::JanitorActor;
 use crate::runtime::supervisor::{CancelRun, RunSupervisor};
-use crate::workspace::now_rfc3339;
 
 /// Stop submitting, interrupt the plan's runs, finish INTERRUPTED.
 #[derive(Message)]

@@ -50,7 +50,7 @@ fn on_disk(work_dir: &Path, run_id: &str) -> OnDisk {
         Ok(meta) => OnDisk::Recorded(RecordedRun {
             status: meta.status,
             result: meta.result,
-            error: meta.error,
+            error: meta.error.map(|e| e.to_string()),
             iterations: meta.iterations,
             usage: meta.usage,
         }),

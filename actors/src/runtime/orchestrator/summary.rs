@@ -4,11 +4,11 @@
 
 use actix::prelude::*;
 
+use crate::clock::now_rfc3339;
 use crate::plan::schedule::Conclusion;
 use crate::plan::state::OrchestrationSummary;
 use crate::protocol::OrchestrationEvent;
 use crate::runtime::janitor::StopJanitor;
-use crate::workspace::now_rfc3339;
 
 use super::OrchestrationActor;
 
