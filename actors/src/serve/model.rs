@@ -46,10 +46,6 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", &hex[..12])
 }
 
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum SessionType {
@@ -149,7 +145,7 @@ impl Worker {
         Worker {
             id,
             name,
-            created_at: now_rfc3339(),
+            created_at: crate::clock::now_rfc3339(),
             kind,
             epoch: 0,
             pid: None,

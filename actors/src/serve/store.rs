@@ -132,7 +132,7 @@ fn migrate_session(old: &Value) -> Result<Session, String> {
     let location = text("worktreePath")
         .or_else(|| text("locationPath"))
         .ok_or("old-format entry without `worktreePath`")?;
-    let created_at = text("createdAt").unwrap_or_else(super::model::now_rfc3339);
+    let created_at = text("createdAt").unwrap_or_else(crate::clock::now_rfc3339);
     let repository = text("repositoryId").filter(|r| r != "default");
     let kind = match repository {
         Some(repository_id) => SessionType::Worktree {

@@ -29,9 +29,7 @@ pub(crate) fn check_session_id(id: &str) -> Result<(), SessionError> {
     }
 }
 
-pub(crate) fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
+pub(crate) use crate::clock::now_rfc3339;
 
 /// Creates `dir` (and missing parents) and makes `dir` itself 0700.
 pub(crate) fn create_private_dir(dir: &Path) -> Result<(), SessionError> {
