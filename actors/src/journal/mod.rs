@@ -6,6 +6,8 @@
 //!   wrong file names), per-line parsing with line numbers, torn-tail detection.
 //! - `legacy`: converting lines written by the original TypeScript engine
 //!   (`{"seq","timestamp","type","payload":{…}}`) into our events.
+//! - `queries`: what a resumed run asks of its journal (a pending question, calls left
+//!   without a result, a final answer journaled before a crash).
 //! - `writer`: [`Journal`], the open handle that appends one line per `write`.
 //! - `secrets`: sensitive answers redacted from each event written, restored when read back.
 //! - `repeats`: repeated lines (same seq, same event) replayed once.
@@ -16,12 +18,17 @@
 mod event;
 mod format;
 mod legacy;
+mod queries;
 mod repeats;
 mod secrets;
 mod writer;
 
 pub use event::{ActionStatus, Event, JournalEvent, ToolCallRecord, REDACTED};
 pub use format::read_journal;
+pub use queries::{
+    pending_ask_human, recorded_final_answer, unanswered_calls, PendingQuestion,
+    TRUNCATED_FINISH_REASON,
+};
 pub use secrets::{redact_event, restore_event};
 pub use writer::{Journal, JournalOptions};
 

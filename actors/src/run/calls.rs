@@ -17,9 +17,9 @@ use serde_json::{json, Value};
 
 use crate::agent::HookName;
 use crate::hooks::{parse_tool_control, HookOutcome, ToolControl};
+use crate::journal::PendingQuestion;
 use crate::journal::{ActionStatus, Event, ToolCallRecord};
 use crate::protocol::{InteractionInfo, RunErrorKind, RunEvent};
-use crate::runtime::run::setup::PendingQuestion;
 use crate::tool::call::{plan_call, CallPlan};
 use crate::tool::compile::EngineVars;
 use crate::tool::job::{ToolExecution, ToolJob};

@@ -20,15 +20,13 @@ use serde_json::{json, Value};
 
 use crate::agent::HookName;
 use crate::clock::now_rfc3339;
+use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
 use crate::llm::ChatCompletion;
 use crate::metadata::{write_metadata_redacted, RunLock, RunMetadata};
 use crate::protocol::TokenUsage;
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, RunResult, RunStart};
 use crate::redact::Redactor;
-use crate::runtime::run::setup::{
-    recorded_final_answer, take_run, PendingQuestion, SetupError, TakenRun,
-};
 use crate::runtime::supervisor::setup_failure;
 use crate::tool::compile::{ask_human_schema, CompiledTool};
 use crate::workspace::{validate_run_id, RunPaths};
@@ -41,7 +39,8 @@ use super::hooks::HookVars;
 use super::model::completion_payload;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
-use super::{RunLoop, DEFAULT_MAX_ITERATIONS, TRUNCATED_FINISH_REASON};
+use super::take::{take_run, SetupError, TakenRun};
+use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
 
 /// How often a live run's metadata.json shows its progress.
 const PROGRESS_WRITE_INTERVAL: Duration = Duration::from_secs(2);

@@ -16,7 +16,7 @@ use crate::journal::{ActionStatus, Event, Journal, JournalError, JournalEvent};
 use crate::redact::{marker, secret_id, Redactor, SecretSet, MIN_SECRET_CHARS};
 use crate::workspace::RunPaths;
 
-use crate::runtime::run::setup::PendingQuestion;
+use crate::journal::PendingQuestion;
 
 /// Writes `interaction/request.json` (spec §2.5.3); a prompt that repeats an earlier
 /// sensitive answer shows its marker.

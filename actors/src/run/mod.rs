@@ -13,6 +13,8 @@
 //! - `hooks.rs`: firing a configured hook and journaling `HOOK_EXECUTED` / WARNING;
 //! - `recorder.rs`: the journal, its in-memory prefix and `engine.log`;
 //! - `env.rs`: the environments of the run's tools and context generators;
+//! - `take.rs`: taking the run: its files created, or reopened under its lock for a
+//!   continue, with what a crash left behind repaired;
 //! - `human.rs`: ask_human bookkeeping (request file, answers, sensitive values);
 //! - `redaction.rs`: sensitive answers kept out of RunEvents and the RunResult.
 //!
@@ -39,6 +41,7 @@ pub mod human;
 mod model;
 mod recorder;
 mod redaction;
+mod take;
 
 #[cfg(test)]
 mod tests;
@@ -57,9 +60,6 @@ use crate::tool::job::{ToolExecution, ToolJob};
 
 /// Default iteration cap when neither the request nor the agent sets one.
 pub const DEFAULT_MAX_ITERATIONS: u32 = 30;
-
-/// The finish reason of a reply cut at the output limit (`max_tokens`).
-pub const TRUNCATED_FINISH_REASON: &str = "length";
 
 /// One model call through the endpoint's in-flight cap, rate limit and retries.
 pub trait ModelPort {

@@ -16,9 +16,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::clock::now_rfc3339;
+use crate::journal::PendingQuestion;
 use crate::journal::{Event, Journal, JournalEvent};
 use crate::redact::Redactor;
-use crate::runtime::run::setup::PendingQuestion;
 use crate::workspace::RunPaths;
 
 use super::human::record_answer;

@@ -322,8 +322,8 @@ fn reply_cut_at_the_output_limit_fails_as_truncated_and_can_be_continued() {
 /// on `continue` (a recorded final answer is reused without asking the model again).
 #[test]
 fn a_journaled_cut_reply_is_not_taken_as_the_final_answer() {
+    use delta_actors::journal::recorded_final_answer;
     use delta_actors::journal::{Event, JournalEvent};
-    use delta_actors::runtime::run::setup::recorded_final_answer;
     let event = |seq, event| JournalEvent {
         seq,
         timestamp: "t".into(),

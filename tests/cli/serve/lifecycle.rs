@@ -24,7 +24,9 @@ fn serve_worker_restart_fresh_and_with_continue_args() {
         assert_eq!(fresh["worker"]["epoch"], 2);
         let mut viewer = server.viewer(&session, worker_id).await;
         let mut transcript = Transcript::start(&mut viewer).await;
-        transcript.until(&mut viewer, "working 1").await;
+        transcript
+            .until_after(&mut viewer, "epoch 2", "working 1")
+            .await;
         let after_seam = transcript
             .text
             .rsplit("epoch 2")

@@ -368,6 +368,29 @@ impl Transcript {
         }
     }
 
+    /// Reads until `needle` is in the text after the last `seam` (an epoch's marker): the
+    /// snapshot after a restart may still show the earlier epoch's output, needle included.
+    pub async fn until_after(&mut self, viewer: &mut Viewer, seam: &str, needle: &str) {
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        loop {
+            let after = self.text.rsplit_once(seam).map(|(_, after)| after);
+            if after.is_some_and(|after| after.contains(needle)) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {needle:?} after {seam:?} in {:?}",
+                self.tail()
+            );
+            let frame = viewer.json().await;
+            assert_ne!(
+                frame["type"], "history",
+                "an unexpected snapshot: the viewer lagged"
+            );
+            self.take(&frame);
+        }
+    }
+
     /// Reads until `needle` is in the text; every output must start where the last ended.
     pub async fn until(&mut self, viewer: &mut Viewer, needle: &str) {
         let deadline = tokio::time::Instant::now() + LIMIT;

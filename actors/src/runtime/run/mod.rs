@@ -5,8 +5,6 @@
 //!
 //! Must not: make decisions about the run (the loop does), or block its arbiter.
 
-pub mod setup;
-
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;

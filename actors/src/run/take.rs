@@ -1,19 +1,21 @@
 //! Taking a run: creating a new run's files, or reopening an existing run for `continue`
 //! under its lock, repairing what a crash left behind, and applying the continue state table
-//! (spec §2.6.2). Runs before the first iteration, synchronously, inside the RunActor.
+//! (spec §2.6.2). Runs before the first iteration, synchronously, at the top of
+//! [`super::RunLoop::drive`].
 //!
 //! Must not: talk to the model or run tools.
 
 use std::path::Path;
 
 use crate::context::INTERRUPTED_OBSERVATION;
-use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
+use crate::journal::{
+    pending_ask_human, unanswered_calls, ActionStatus, Event, Journal, JournalEvent, JournalOptions,
+};
 use crate::metadata::{
     current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, RunMetadata,
     Takeover, LOCK_FILE,
 };
-use crate::protocol::RunStatus;
-use crate::protocol::{RunRequest, RunStart};
+use crate::protocol::{RunRequest, RunStart, RunStatus};
 use crate::redact::Redactor;
 use crate::workspace::{create_run_dir, ensure_control_dir, open_run_dir, RunPaths};
 
@@ -322,122 +324,6 @@ fn restore_task(
         content: meta.initial_message.clone(),
     })?);
     Ok(())
-}
-
-/// The ask_human call still waiting for its answer, if any.
-pub struct PendingQuestion {
-    pub iteration: u32,
-    pub action_id: String,
-    pub sensitive: bool,
-}
-
-fn pending_ask_human(events: &[JournalEvent]) -> Option<PendingQuestion> {
-    let answered = answered_ids(events);
-    let journaled = events.iter().rev().find_map(|e| match &e.event {
-        Event::HumanInputRequest {
-            iteration,
-            action_id,
-            sensitive,
-            input_type,
-            ..
-        } if !answered.contains(action_id.as_str()) => Some(PendingQuestion {
-            iteration: *iteration,
-            action_id: action_id.clone(),
-            sensitive: *sensitive || input_type == "password",
-        }),
-        _ => None,
-    });
-    journaled.or_else(|| unanswered_ask_human_call(events, &answered))
-}
-
-/// The original engine journals no HUMAN_INPUT_REQUEST when it pauses: the question is the
-/// last unanswered `ask_human` call, and its sensitivity is read from the call's arguments.
-fn unanswered_ask_human_call(
-    events: &[JournalEvent],
-    answered: &std::collections::HashSet<&str>,
-) -> Option<PendingQuestion> {
-    events.iter().rev().find_map(|e| match &e.event {
-        Event::Thought {
-            iteration,
-            tool_calls,
-            ..
-        } => tool_calls
-            .iter()
-            .rev()
-            .find(|c| c.name == "ask_human" && !answered.contains(c.id.as_str()))
-            .map(|call| {
-                let args: serde_json::Value =
-                    serde_json::from_str(&call.arguments).unwrap_or_default();
-                PendingQuestion {
-                    iteration: *iteration,
-                    action_id: call.id.clone(),
-                    sensitive: args["sensitive"] == true || args["input_type"] == "password",
-                }
-            }),
-        _ => None,
-    })
-}
-
-fn answered_ids(events: &[JournalEvent]) -> std::collections::HashSet<&str> {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::ActionResult { action_id, .. } => Some(action_id.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Calls requested by the model (THOUGHT tool_calls) that have no ACTION_RESULT.
-pub fn unanswered_calls(events: &[JournalEvent]) -> Vec<(u32, String, String)> {
-    let answered = answered_ids(events);
-    let mut out = Vec::new();
-    for e in events {
-        if let Event::Thought {
-            iteration,
-            tool_calls,
-            ..
-        } = &e.event
-        {
-            for call in tool_calls {
-                if !answered.contains(call.id.as_str()) {
-                    out.push((*iteration, call.id.clone(), call.name.clone()));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The final answer a resumed run already has: the last conversation event is a THOUGHT
-/// without tool calls (the process died after journaling it, before ENGINE_END). Asking the
-/// model again would add a turn the original run never had, so the run completes with it.
-pub fn recorded_final_answer(events: &[JournalEvent]) -> Option<String> {
-    let last = events.iter().rev().find(|e| {
-        matches!(
-            e.event,
-            Event::UserMessage { .. }
-                | Event::Thought { .. }
-                | Event::ActionRequest { .. }
-                | Event::ActionResult { .. }
-                | Event::HumanInputRequest { .. }
-                | Event::HumanInputReceived { .. }
-        )
-    })?;
-    match &last.event {
-        // A reply cut at the output limit is not an answer (the run failed `truncated`).
-        Event::Thought {
-            content,
-            tool_calls,
-            finish_reason,
-            ..
-        } if tool_calls.is_empty()
-            && finish_reason.as_deref() != Some(crate::run::TRUNCATED_FINISH_REASON) =>
-        {
-            Some(content.clone().unwrap_or_default())
-        }
-        _ => None,
-    }
 }
 
 /// The answer left in `interaction/response.txt`, if any. Only a regular file is read: this
