@@ -105,7 +105,3 @@ impl PlanError {
         }
     }
 }
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod import_cycles;

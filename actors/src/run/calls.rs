@@ -25,8 +25,7 @@ use crate::tool::compile::EngineVars;
 use crate::tool::job::{ToolExecution, ToolJob};
 use crate::workspace::tool_record_path;
 
-use super::drive::{error_info, Halt, Run};
-use super::hooks::{AuditKind, HookVars};
+use super::state::{error_info, AuditKind, Halt, HookVars, Run};
 
 const NOT_RUN_INTERRUPTED: &str =
     "Error: not run: the run was interrupted before this call started.";

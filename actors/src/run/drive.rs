@@ -23,80 +23,23 @@ use crate::clock::now_rfc3339;
 use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
 use crate::llm::ChatCompletion;
-use crate::metadata::{write_metadata_redacted, RunLock, RunMetadata};
+use crate::metadata::write_metadata_redacted;
 use crate::protocol::TokenUsage;
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, RunResult, RunStart};
 use crate::redact::Redactor;
-use crate::runtime::supervisor::setup_failure;
 use crate::tool::compile::{ask_human_schema, CompiledTool};
-use crate::workspace::{validate_run_id, RunPaths};
+use crate::workspace::validate_run_id;
 
-use super::calls::PlannedCall;
-use super::end::Ending;
 use super::env::child_environments;
-use super::hooks::AuditKind;
-use super::hooks::HookVars;
-use super::model::completion_payload;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
+use super::state::{error_info, Ending, Halt, HookVars, Run, Timings};
 use super::take::{take_run, SetupError, TakenRun};
+use super::unstarted::setup_failure;
 use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
 
 /// How often a live run's metadata.json shows its progress.
 const PROGRESS_WRITE_INTERVAL: Duration = Duration::from_secs(2);
-
-/// Why the iterations ended before an answer, a pause or the cap.
-pub(super) enum Halt {
-    /// A stop was requested (Ctrl-C, a cancel, the run's time limit).
-    Stopped,
-    /// The run cannot go on.
-    Failed(RunErrorInfo),
-}
-
-/// The error record of a failed run.
-pub(super) fn error_info(kind: RunErrorKind, message: String) -> RunErrorInfo {
-    RunErrorInfo::new(kind, message)
-}
-
-/// Where this driving's wall time went (for RunMetrics and benchmarks).
-#[derive(Default)]
-pub(super) struct Timings {
-    pub model: Duration,
-    pub queue: Duration,
-    pub tools: Duration,
-}
-
-/// A taken run being driven: everything a run needs once its files are open.
-pub(super) struct Run {
-    pub lp: RunLoop,
-    pub paths: RunPaths,
-    pub rec: RefCell<Recorder>,
-    pub meta: RunMetadata,
-    pub lock: Option<RunLock>,
-    pub resumed: bool,
-    /// Sensitive answers of the run (loaded from `secrets/` on continue, grown by ask_human).
-    pub secrets: Redactor,
-    /// The run's progress events, redacted on the way out.
-    pub events: EventSink,
-    pub child_env: Arc<Vec<(String, String)>>,
-    pub generator_env: Arc<BTreeMap<String, String>>,
-    pub tool_schemas: Arc<Vec<Value>>,
-    pub max_iterations: u32,
-    /// Iteration number across the run's whole life (THOUGHTs so far).
-    pub iteration: u32,
-    /// Iterations driven by this start or continuation (the cap applies to these).
-    pub iterations_this_start: u32,
-    pub started_at: Instant,
-    pub start_time: String,
-    pub usage: TokenUsage,
-    pub model_usage: BTreeMap<String, TokenUsage>,
-    pub timings: Timings,
-    pub last_progress_write: Instant,
-    /// The first failure to write metadata.json in this driving, with its path and cause.
-    pub metadata_failure: Option<String>,
-    /// Audit record kinds already warned about (one WARNING per kind per run).
-    pub audit_warned: RefCell<std::collections::HashSet<AuditKind>>,
-}
 
 impl RunLoop {
     /// Drives the run to a final status and returns its RunResult (for every status).
@@ -251,7 +194,7 @@ impl Run {
             let (completion, record_ref) = self.call_model(request).await?;
             self.hook(
                 HookName::PostLlmResponse,
-                || completion_payload(iteration, &completion),
+                || self.completion_payload(iteration, &completion),
                 HookVars::default(),
             )
             .await?;
@@ -272,7 +215,7 @@ impl Run {
                 return Ok(Ending::completed(text.unwrap_or_default()));
             }
 
-            let planned: Vec<PlannedCall> = self.plan_calls(calls)?;
+            let planned = self.plan_calls(calls)?;
             let pause = self.act(planned).await?;
             let payload = self.iteration_end_payload(false);
             self.hook(HookName::OnIterationEnd, || payload, HookVars::default())

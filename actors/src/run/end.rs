@@ -17,55 +17,8 @@ use crate::protocol::{
     RunResultMetadata, UsageReport,
 };
 
-use super::drive::Run;
-use super::hooks::HookVars;
 use super::redaction::redact_result;
-
-/// How a run ends.
-pub(super) struct Ending {
-    status: RunStatus,
-    result: Option<String>,
-    error: Option<RunErrorInfo>,
-    interaction: Option<InteractionInfo>,
-}
-
-impl Ending {
-    pub(super) fn completed(answer: String) -> Ending {
-        Ending {
-            status: RunStatus::Completed,
-            result: Some(answer),
-            error: None,
-            interaction: None,
-        }
-    }
-
-    pub(super) fn failed(error: RunErrorInfo) -> Ending {
-        Ending {
-            status: RunStatus::Failed,
-            result: None,
-            error: Some(error),
-            interaction: None,
-        }
-    }
-
-    pub(super) fn interrupted(error: RunErrorInfo) -> Ending {
-        Ending {
-            status: RunStatus::Interrupted,
-            result: None,
-            error: Some(error),
-            interaction: None,
-        }
-    }
-
-    pub(super) fn waiting(interaction: InteractionInfo) -> Ending {
-        Ending {
-            status: RunStatus::WaitingForInput,
-            result: None,
-            error: None,
-            interaction: Some(interaction),
-        }
-    }
-}
+use super::state::{error_info, Ending, HookVars, Run};
 
 impl Run {
     /// Records the ending and returns the RunResult. Nothing of the run is still running:
@@ -194,7 +147,7 @@ impl Run {
                 });
                 error
             }
-            None => super::drive::error_info(RunErrorKind::MetadataError, message),
+            None => error_info(RunErrorKind::MetadataError, message),
         }
     }
 

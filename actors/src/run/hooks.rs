@@ -16,39 +16,13 @@ use crate::agent::HookName;
 use crate::hooks::{run_hook, HookContext, HookOutcome};
 use crate::journal::Event;
 
-use super::drive::{Halt, Run};
+use super::state::{AuditKind, Halt, HookVars, Run};
 
 /// Upper bound on the end hooks' timeout (`on_error` and `on_run_end` run before the RunResult
 /// is sent, so they must not hold a batch up for long).
 pub const END_HOOK_MAX_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upper bound when the run is being stopped (Ctrl-C, run timeout): exit promptly.
 pub const END_HOOK_MAX_TIMEOUT_WHEN_STOPPING: Duration = Duration::from_secs(2);
-
-/// The kinds of io/ audit records, each warned about once per run when it cannot be written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum AuditKind {
-    Invocation,
-    ToolExecution,
-    Hook,
-}
-
-impl AuditKind {
-    fn records(self) -> &'static str {
-        match self {
-            AuditKind::Invocation => "model call records (io/invocations)",
-            AuditKind::ToolExecution => "tool execution records (io/tool_executions)",
-            AuditKind::Hook => "hook records (io/hooks)",
-        }
-    }
-}
-
-/// Hook-specific variables of one invocation.
-#[derive(Default)]
-pub(super) struct HookVars {
-    pub tool_name: Option<String>,
-    pub tool_result: Option<String>,
-    pub error_message: Option<String>,
-}
 
 impl Run {
     /// Whether a hook is configured for `name`.

@@ -3,6 +3,8 @@
 //! runtime.
 //!
 //! # Layout
+//! - `state.rs`: the taken run's state and the value types the steps pass around (every
+//!   other file of the loop imports from it, none from each other);
 //! - `drive.rs`: take the run, iterate (hooks → context → model → tool calls → loop), end —
 //!   the whole life of a run, read top to bottom;
 //! - `model.rs`: the model step: the request from the context builder, a `pre_llm_request`
@@ -15,6 +17,8 @@
 //! - `env.rs`: the environments of the run's tools and context generators;
 //! - `take.rs`: taking the run: its files created, or reopened under its lock for a
 //!   continue, with what a crash left behind repaired;
+//! - `unstarted.rs`: the RunResults of runs never driven to an end (refused, cancelled in
+//!   the queue, or whose actor panicked);
 //! - `human.rs`: ask_human bookkeeping (request file, answers, sensitive values);
 //! - `redaction.rs`: sensitive answers kept out of RunEvents and the RunResult.
 //!
@@ -41,7 +45,9 @@ pub mod human;
 mod model;
 mod recorder;
 mod redaction;
+mod state;
 mod take;
+mod unstarted;
 
 #[cfg(test)]
 mod tests;
@@ -57,6 +63,8 @@ use tokio_util::sync::CancellationToken;
 use crate::llm::{CallFailure, CallOutcome, ChatRequest, RequestMeta, RetryObserver};
 use crate::protocol::{RunEvent, RunRequest, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
+
+pub use unstarted::{record_panic_failure, setup_failure, unstarted_interrupted};
 
 /// Default iteration cap when neither the request nor the agent sets one.
 pub const DEFAULT_MAX_ITERATIONS: u32 = 30;

@@ -15,8 +15,7 @@ use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
 use crate::workspace::{invocation_record_path, write_redacted_json_file};
 
-use super::drive::{error_info, Halt, Run};
-use super::hooks::AuditKind;
+use super::state::{error_info, AuditKind, Halt, Run};
 
 impl Run {
     /// The messages for this iteration, from the journal through the context builder.
@@ -216,15 +215,15 @@ impl Run {
             Err(e) => self.audit_write_failed(AuditKind::Invocation, e.to_string()),
         }
     }
-}
 
-/// `post_llm_response` payload: the provider's response body (synthesised in its shape when
-/// the backend kept none) and the iteration.
-pub(super) fn completion_payload(iteration: u32, completion: &ChatCompletion) -> Value {
-    let response = if completion.raw.is_null() {
-        completion.to_openai_json(chrono::Utc::now().timestamp())
-    } else {
-        completion.raw.clone()
-    };
-    json!({"iteration": iteration, "response": response})
+    /// `post_llm_response` payload: the provider's response body (synthesised in its shape when
+    /// the backend kept none) and the iteration.
+    pub(super) fn completion_payload(&self, iteration: u32, completion: &ChatCompletion) -> Value {
+        let response = if completion.raw.is_null() {
+            completion.to_openai_json(chrono::Utc::now().timestamp())
+        } else {
+            completion.raw.clone()
+        };
+        json!({"iteration": iteration, "response": response})
+    }
 }

@@ -1,8 +1,9 @@
 //! `RunSupervisor`: admits runs up to `max_parallel`, spreads `RunActor`s over an arbiter
 //! pool, shares one `LlmGateway` per endpoint, and turns a run that died without a result
-//! (an actor panic) into a FAILED RunResult.
+//! (an actor panic) into a FAILED RunResult (`run::record_panic_failure`).
 //!
-//! Must not: do file or process work itself; every run's I/O happens in its own actor.
+//! Must not: do file or process work itself; every run's I/O happens in its own actor or
+//! in the domain functions it calls.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -10,22 +11,19 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::clock::now_rfc3339;
-use crate::journal::{Event, Journal};
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
-use crate::metadata::write_metadata;
 use crate::plan::state::OrchestrationSummary;
 use crate::plan::LlmLimits;
-use crate::protocol::RunStatus;
 use crate::protocol::{
-    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RecordedError, RunErrorInfo,
-    RunErrorKind, RunEvent, RunRequest, RunResult, RunStart, SupervisorConfig,
+    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunEvent, RunRequest,
+    RunResult, RunStart, SupervisorConfig,
 };
+use crate::run::{record_panic_failure, setup_failure, unstarted_interrupted};
 use crate::runtime::gateway::LlmGateway;
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{CancelRunActor, RunActor};
 use crate::tool::spawner::{self, Spawner};
-use crate::workspace::{generate_run_id, validate_run_id, RunPaths};
+use crate::workspace::{generate_run_id, validate_run_id};
 
 /// Submit a run; replies with its run id once admitted or queued.
 #[derive(Message)]
@@ -202,81 +200,6 @@ impl RunSupervisor {
             }
         }
     }
-}
-
-/// A RunResult for a run that could not even start (its files were never created).
-pub(crate) fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -> RunResult {
-    let now = crate::clock::now_rfc3339();
-    let paths = RunPaths::new(&request.work_dir, run_id);
-    RunResult {
-        schema_version: "2.0".into(),
-        run_id: run_id.to_string(),
-        status: crate::protocol::RunStatus::Failed,
-        result: None,
-        error: Some(RunErrorInfo::new(RunErrorKind::SetupError, message)),
-        interaction: None,
-        metrics: crate::protocol::RunMetrics {
-            iterations: 0,
-            duration_ms: 0,
-            model_time_ms: 0,
-            queue_time_ms: 0,
-            tool_time_ms: 0,
-            start_time: now.clone(),
-            end_time: now,
-            usage: Default::default(),
-        },
-        metadata: crate::protocol::RunResultMetadata {
-            agent_name: request.agent.name.clone(),
-            workspace_path: request.work_dir.to_string_lossy().into_owned(),
-            run_dir: paths.run_dir.to_string_lossy().into_owned(),
-        },
-    }
-}
-
-/// Records the failure of a run whose actor died without answering (a panic). Best effort:
-/// metadata goes FAILED with the reason, the journal gets an ERROR and an ENGINE_END.
-fn record_panic_failure(request: &RunRequest, run_id: &str) -> RunResult {
-    let message = "the run's actor stopped unexpectedly (engine panic); see engine.log".to_string();
-    let paths = RunPaths::new(&request.work_dir, run_id);
-    if let Ok((mut journal, _)) = Journal::open(&paths.run_dir, Default::default()) {
-        let _ = journal.append(Event::Error {
-            error_type: RunErrorKind::EnginePanic.to_string(),
-            error_message: message.clone(),
-            error_details: None,
-        });
-        let _ = journal.append(Event::EngineEnd {
-            run_id: run_id.to_string(),
-            status: RunStatus::Failed,
-            final_iteration: 0,
-            result: None,
-            error: Some(message.clone()),
-        });
-    }
-    if let Ok(mut meta) = crate::metadata::read_metadata(&paths.run_dir) {
-        meta.status = RunStatus::Failed;
-        meta.error = Some(RecordedError {
-            kind: RunErrorKind::EnginePanic,
-            message: message.clone(),
-        });
-        meta.end_time = Some(now_rfc3339());
-        let _ = write_metadata(&paths.run_dir, &meta);
-    }
-    let mut result = setup_failure(request, run_id, &message);
-    if let Some(e) = result.error.as_mut() {
-        e.kind = RunErrorKind::EnginePanic;
-    }
-    result
-}
-
-/// The RunResult of a queued run cancelled before it started (nothing of it was written):
-/// INTERRUPTED, whether one run or every run was cancelled.
-fn unstarted_interrupted(request: &RunRequest, run_id: &str, reason: &str) -> RunResult {
-    let mut result = setup_failure(request, run_id, reason);
-    result.status = RunStatus::Interrupted;
-    if let Some(e) = result.error.as_mut() {
-        e.kind = RunErrorKind::Interrupted;
-    }
-    result
 }
 
 impl Actor for RunSupervisor {

@@ -30,11 +30,8 @@ fn engine_graph() -> Graph {
     graph
 }
 
+/// Issue 12: no file of the engine imports a file that imports it back.
 #[test]
-#[ignore = "fails until the cycles being moved by issue 12 are gone: api.rs <-> runtime/ \
-            (with protocol.rs, janitor.rs, metadata/, plan/state/; value types into \
-            protocol/, §2), plan/ graph/needs/stage_checks/validate (resolved types beside \
-            model.rs, §5) and runtime/run/ human.rs <-> setup.rs (the run loop, §1)"]
 fn no_file_imports_a_file_that_imports_it_back() {
     let cycles = cycles::report(&engine_graph());
     assert!(cycles.is_empty(), "{}", cycles.join("\n"));
@@ -54,6 +51,38 @@ fn agent_tool_and_scripted_model_have_no_import_cycle() {
         })
         .collect();
     assert!(touched.is_empty(), "{}", touched.join("\n"));
+}
+
+/// DESIGN.md §2: the domain knows nothing of the actor runtime. Only `runtime/`, the handles
+/// (`api.rs`) and the crate root name `crate::runtime`, and only `runtime/` and the handles
+/// use actix.
+#[test]
+fn the_domain_imports_neither_the_runtime_nor_actix() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = engine_graph();
+    let mut offenders = Vec::new();
+    for (from, edges) in &graph {
+        let above = from.starts_with("runtime/") || from == "api.rs" || from == "lib.rs";
+        if above {
+            continue;
+        }
+        for (to, evidence) in edges {
+            if to.starts_with("runtime/") {
+                let (line, path) = (evidence.line, &evidence.path);
+                offenders.push(format!("{from}:{line} imports {to} (`{path}`)"));
+            }
+        }
+        let text = std::fs::read_to_string(root.join(from)).unwrap();
+        for (n, l) in text.lines().enumerate() {
+            let code = l.trim_start();
+            if (code.starts_with("use actix") || code.contains("actix::"))
+                && !code.starts_with("//")
+            {
+                offenders.push(format!("{from}:{} uses actix: {code}", n + 1));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }
 
 /// Writes a small crate and returns its import graph.

@@ -1,0 +1,148 @@
+//! The state of a run being driven, shared by the files of the loop: the taken [`Run`] (its
+//! files, counters and secrets), why the iterations may end early ([`Halt`]), how the run
+//! ends ([`Ending`]), and the small value types the steps pass around. The steps themselves
+//! (`drive.rs`, `model.rs`, `calls.rs`, `hooks.rs`, `end.rs`) add methods to [`Run`] and
+//! import only from here, so no file of the loop imports another that imports it back.
+//!
+//! Must not: do anything (no I/O, no decisions): types only.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::metadata::{RunLock, RunMetadata};
+use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
+use crate::redact::Redactor;
+use crate::workspace::RunPaths;
+
+use super::recorder::Recorder;
+use super::redaction::EventSink;
+use super::RunLoop;
+
+/// Why the iterations ended before an answer, a pause or the cap.
+pub(super) enum Halt {
+    /// A stop was requested (Ctrl-C, a cancel, the run's time limit).
+    Stopped,
+    /// The run cannot go on.
+    Failed(RunErrorInfo),
+}
+
+/// The error record of a failed run.
+pub(super) fn error_info(kind: RunErrorKind, message: String) -> RunErrorInfo {
+    RunErrorInfo::new(kind, message)
+}
+
+/// Where this driving's wall time went (for RunMetrics and benchmarks).
+#[derive(Default)]
+pub(super) struct Timings {
+    pub model: Duration,
+    pub queue: Duration,
+    pub tools: Duration,
+}
+
+/// A taken run being driven: everything a run needs once its files are open.
+pub(super) struct Run {
+    pub lp: RunLoop,
+    pub paths: RunPaths,
+    pub rec: RefCell<Recorder>,
+    pub meta: RunMetadata,
+    pub lock: Option<RunLock>,
+    pub resumed: bool,
+    /// Sensitive answers of the run (loaded from `secrets/` on continue, grown by ask_human).
+    pub secrets: Redactor,
+    /// The run's progress events, redacted on the way out.
+    pub events: EventSink,
+    pub child_env: Arc<Vec<(String, String)>>,
+    pub generator_env: Arc<BTreeMap<String, String>>,
+    pub tool_schemas: Arc<Vec<Value>>,
+    pub max_iterations: u32,
+    /// Iteration number across the run's whole life (THOUGHTs so far).
+    pub iteration: u32,
+    /// Iterations driven by this start or continuation (the cap applies to these).
+    pub iterations_this_start: u32,
+    pub started_at: Instant,
+    pub start_time: String,
+    pub usage: TokenUsage,
+    pub model_usage: BTreeMap<String, TokenUsage>,
+    pub timings: Timings,
+    pub last_progress_write: Instant,
+    /// The first failure to write metadata.json in this driving, with its path and cause.
+    pub metadata_failure: Option<String>,
+    /// Audit record kinds already warned about (one WARNING per kind per run).
+    pub audit_warned: RefCell<HashSet<AuditKind>>,
+}
+
+/// How a run ends.
+pub(super) struct Ending {
+    pub status: RunStatus,
+    pub result: Option<String>,
+    pub error: Option<RunErrorInfo>,
+    pub interaction: Option<InteractionInfo>,
+}
+
+impl Ending {
+    pub(super) fn completed(answer: String) -> Ending {
+        Ending {
+            status: RunStatus::Completed,
+            result: Some(answer),
+            error: None,
+            interaction: None,
+        }
+    }
+
+    pub(super) fn failed(error: RunErrorInfo) -> Ending {
+        Ending {
+            status: RunStatus::Failed,
+            result: None,
+            error: Some(error),
+            interaction: None,
+        }
+    }
+
+    pub(super) fn interrupted(error: RunErrorInfo) -> Ending {
+        Ending {
+            status: RunStatus::Interrupted,
+            result: None,
+            error: Some(error),
+            interaction: None,
+        }
+    }
+
+    pub(super) fn waiting(interaction: InteractionInfo) -> Ending {
+        Ending {
+            status: RunStatus::WaitingForInput,
+            result: None,
+            error: None,
+            interaction: Some(interaction),
+        }
+    }
+}
+
+/// The kinds of io/ audit records, each warned about once per run when it cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum AuditKind {
+    Invocation,
+    ToolExecution,
+    Hook,
+}
+
+impl AuditKind {
+    pub(super) fn records(self) -> &'static str {
+        match self {
+            AuditKind::Invocation => "model call records (io/invocations)",
+            AuditKind::ToolExecution => "tool execution records (io/tool_executions)",
+            AuditKind::Hook => "hook records (io/hooks)",
+        }
+    }
+}
+
+/// Hook-specific variables of one invocation.
+#[derive(Default)]
+pub(super) struct HookVars {
+    pub tool_name: Option<String>,
+    pub tool_result: Option<String>,
+    pub error_message: Option<String>,
+}
