@@ -36,7 +36,7 @@ pub mod plan;
 pub mod protocol;
 pub mod redact;
 pub mod run;
-pub mod runtime;
+mod runtime;
 pub mod serve;
 pub mod session;
 pub mod template_bounds;
@@ -44,7 +44,7 @@ pub mod tool;
 pub mod workspace;
 pub(crate) mod yaml;
 
-pub use api::{OrchestrationHandle, RunHandle, Supervisor};
+pub use api::{OrchestrationHandle, RunHandle, SessionManager, Supervisor};
 pub use protocol::{
     EngineError, HumanPrompter, InteractionInfo, LlmTarget, OrchestrationEvent,
     OrchestrationRequest, RecordedError, RunErrorInfo, RunErrorKind, RunEvent, RunMetrics,

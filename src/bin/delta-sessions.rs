@@ -1,5 +1,5 @@
 //! `delta-sessions`: persistent shell sessions for agents (spec v1.5). Thin: clap parsing →
-//! `delta_actors::runtime::session::SessionManager` → pretty JSON on stdout. Usage errors:
+//! `delta_actors::SessionManager` → pretty JSON on stdout. Usage errors:
 //! clap's text on stderr, exit 2. Other errors: message on stderr, `{"error": ...}` on stdout,
 //! exit 1. A failing command is exit 0 with its `exit_code` in the JSON, unless `exec --raw`
 //! asks for the original engine's contract (its output as is, its exit code). Owns no
@@ -12,12 +12,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use delta_actors::runtime::session::SessionManager;
 use delta_actors::session::shell::{
     ExecOptions, ExecOutcome, ShellConfig, ShellMetadata, ShellStatus, StartOptions,
     DEFAULT_OUTPUT_CAP,
 };
 use delta_actors::session::SessionError;
+use delta_actors::SessionManager;
 use serde::Serialize;
 use serde_json::json;
 

@@ -1,13 +1,13 @@
 //! `delta serve`: the session/worker server — agents and terminals in PTYs that survive page
 //! reloads and server restarts, watched and steered from a browser, plus the runs and
 //! orchestrations of workspaces. Resolves the options (address, token, folders, binaries)
-//! and hands them to `delta_actors::runtime::web::run_server`; prints the URL.
+//! and hands them to `delta_actors::api::serve::run`; prints the URL.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use delta_actors::runtime::web::{auth::new_token, run_server, ServeOptions};
+use delta_actors::api::serve::{new_token, run as run_server, ServeOptions};
 use delta_actors::session::pty::socket_dir::default_runtime_dir;
 
 use crate::error::CliError;

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use delta_actors::runtime::session::SessionManager;
 use delta_actors::session::shell::{ExecOptions, ShellConfig, StartOptions};
+use delta_actors::SessionManager;
 
 fn start_options(dir: &std::path::Path) -> StartOptions {
     StartOptions {

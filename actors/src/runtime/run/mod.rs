@@ -21,8 +21,6 @@ use crate::runtime::gateway::{Complete, LlmGateway};
 use crate::runtime::tool::{Execute, ToolActor};
 use crate::tool::job::{ToolExecution, ToolJob};
 
-pub use crate::run::DEFAULT_MAX_ITERATIONS;
-
 /// Stop at the next await point and finish INTERRUPTED.
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use super::rest::{error_response, serve_error};
 use super::WebState;
 use crate::runtime::serve::messages::FindWorker;
+use crate::runtime::worker::messages::ServerMessage;
 use crate::runtime::worker::viewers::{ViewerFrame, ViewerQueue};
 use crate::runtime::worker::{Attach, Detach, Input, Resize, Resync, WorkerActor};
 
@@ -46,7 +47,7 @@ enum ClientMessage {
 }
 
 fn error_frame(error: &str, code: &str) -> String {
-    serde_json::json!({"type": "error", "error": error, "code": code}).to_string()
+    serde_json::to_string(&ServerMessage::Error { error, code }).unwrap_or_default()
 }
 
 pub async fn worker_socket(

@@ -40,18 +40,6 @@ async fn read_frame(input: &mut (impl AsyncBufReadExt + Unpin)) -> io::Result<Re
     serde_json::from_slice(&line).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// One request on a fresh connection.
-pub async fn request(socket: &Path, request: &Request) -> io::Result<Response> {
-    let exchange = async {
-        let mut stream = UnixStream::connect(socket).await?;
-        write_frame(&mut stream, request).await?;
-        read_frame(&mut BufReader::new(stream)).await
-    };
-    tokio::time::timeout(REPLY_LIMIT, exchange)
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the holder did not answer"))?
-}
-
 type Pending = (Request, Option<oneshot::Sender<io::Result<Response>>>);
 
 /// A worker's ordered line to its holder: requests are sent one after the other on one

@@ -298,6 +298,10 @@ impl StreamHandler<TailItem> for WorkerActor {
         match item {
             TailItem::Bytes(bytes) => self.take_output(&bytes),
             TailItem::End | TailItem::Failed(_) => {
+                if let TailItem::Failed(reason) = &item {
+                    // The holder is asked below whether the program ended or it is gone.
+                    tracing::debug!(worker = %self.spec.worker_id, "tail of the holder's log broke: {reason}");
+                }
                 let Some(control) = self.control.clone() else {
                     return;
                 };

@@ -89,10 +89,6 @@ impl Viewers {
         self.viewers.remove(&id);
     }
 
-    pub fn len(&self) -> usize {
-        self.viewers.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.viewers.is_empty()
     }

@@ -3,8 +3,15 @@
 //! [`OrchestrationHandle`] one plan's summary; [`RunEvent`]s stream progress. The values they
 //! carry are in [`crate::protocol`].
 //!
+//! [`SessionManager`] is the handle on shell sessions, and [`serve`] starts `delta serve`.
+//!
 //! No actix type crosses this module: an embedder calls it from its own tokio runtime or from
 //! plain synchronous code (`*_blocking` methods). The `delta` CLI is the first embedder.
+
+pub mod serve;
+mod sessions;
+
+pub use sessions::SessionManager;
 
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
