@@ -298,20 +298,12 @@ fn engine(c: &mut Criterion) {
     })
     .unwrap();
     let rt = runtime();
-    let request = |run_id: String| RunRequest {
-        agent: Arc::clone(&agent),
-        work_dir: work.path().to_path_buf(),
-        run_id: Some(run_id),
-        start: RunStart::New {
+    let request = |run_id: String| {
+        let start = RunStart::New {
             task: "bench".into(),
-        },
-        max_iterations: None,
-        llm: LlmTarget::Scripted(Arc::clone(&answer_at_once)),
-        env: Arc::new(BTreeMap::new()),
-        timeout: None,
-        prompter: None,
-        workspace_id: None,
-        orchestration_id: None,
+        };
+        let llm = LlmTarget::Scripted(Arc::clone(&answer_at_once));
+        RunRequest::new(Arc::clone(&agent), work.path(), start, llm).with_run_id(run_id)
     };
     // A submission the supervisor actor refuses (invalid run id): one mailbox send and reply,
     // no run started.

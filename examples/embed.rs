@@ -38,21 +38,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let mut events = supervisor.subscribe();
     let handle = supervisor
-        .submit(RunRequest {
-            agent,
-            work_dir: scratch.path().join("hello"),
-            run_id: Some("embedded-hello".into()),
-            start: RunStart::New {
-                task: "greet the embedding program".into(),
-            },
-            max_iterations: None,
-            llm: LlmTarget::Scripted(script),
-            env: Arc::new(env.clone()),
-            timeout: None,
-            prompter: None,
-            workspace_id: None,
-            orchestration_id: None,
-        })
+        .submit(
+            RunRequest::new(
+                agent,
+                scratch.path().join("hello"),
+                RunStart::New {
+                    task: "greet the embedding program".into(),
+                },
+                LlmTarget::Scripted(script),
+            )
+            .with_run_id("embedded-hello")
+            .with_env(Arc::new(env.clone())),
+        )
         .await?;
     let watcher = tokio::spawn(async move {
         let mut tools = 0;
@@ -92,18 +89,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let workspace = scratch.path().join("map-reduce");
     std::fs::create_dir_all(&workspace)?;
+    let id = orchestration_id(plan.name.as_deref());
     let mut orchestration = supervisor
-        .orchestrate(OrchestrationRequest {
-            orchestration_id: orchestration_id(plan.name.as_deref()),
-            plan: Arc::new(plan),
-            workspace: workspace.clone(),
-            agents,
-            llm_by_agent: HashMap::new(),
-            llm: LlmTarget::Scripted(script),
-            env: Arc::new(env),
-            resume: false,
-            max_parallel: 8,
-        })
+        .orchestrate(
+            OrchestrationRequest::new(Arc::new(plan), id, &workspace, LlmTarget::Scripted(script))
+                .with_agents(agents)
+                .with_env(Arc::new(env))
+                .with_max_parallel(8),
+        )
         .await?;
     let mut stage_events = 0;
     while let Ok(event) = orchestration.events.try_recv() {

@@ -187,21 +187,19 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         llm,
         supervisor,
     } = run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
-    let request = RunRequest {
-        agent: Arc::new(with_llm_timeout(agent, args.llm_timeout)),
-        work_dir,
-        run_id: Some(args.run_id.clone()),
-        start: RunStart::Continue {
-            message: args.message.clone(),
-            force: args.force,
-        },
-        max_iterations: args.max_iterations,
-        llm,
-        env: Arc::new(env),
-        timeout: None,
-        prompter: args.interactive.then(|| Arc::new(TerminalPrompter) as _),
-        workspace_id: meta.workspace_id.clone(),
-        orchestration_id: meta.orchestration_id.clone(),
+    let start = RunStart::Continue {
+        message: args.message.clone(),
+        force: args.force,
     };
+    let agent = Arc::new(with_llm_timeout(agent, args.llm_timeout));
+    let mut request = RunRequest::new(agent, work_dir, start, llm)
+        .with_run_id(args.run_id.clone())
+        .with_env(Arc::new(env));
+    request.max_iterations = args.max_iterations;
+    request.workspace_id = meta.workspace_id.clone();
+    request.orchestration_id = meta.orchestration_id.clone();
+    if args.interactive {
+        request = request.with_prompter(Arc::new(TerminalPrompter));
+    }
     run_one(request, supervisor, verbosity, args.format)
 }

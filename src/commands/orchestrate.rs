@@ -154,17 +154,15 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let config = with_retry_override(config, &env.vars)?;
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let plan_file = plan.file.clone();
-    let request = OrchestrationRequest {
-        plan: Arc::new(plan),
-        orchestration_id: id.clone(),
-        workspace: workspace.clone(),
-        agents: loaded,
-        llm_by_agent,
-        llm: default_llm,
-        env: Arc::new(env.vars),
-        resume: args.resume.is_some(),
-        max_parallel,
-    };
+    let mut request =
+        OrchestrationRequest::new(Arc::new(plan), id.clone(), &workspace, default_llm)
+            .with_agents(loaded)
+            .with_llm_by_agent(llm_by_agent)
+            .with_env(Arc::new(env.vars))
+            .with_max_parallel(max_parallel);
+    if args.resume.is_some() {
+        request = request.resuming();
+    }
     let summary = drive(&supervisor, request)?;
     supervisor.shutdown();
     let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then(|| {

@@ -96,21 +96,17 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         supervisor,
     } = run_inputs(agent, &choice.dir, args.llm_script.as_deref(), verbosity)?;
     let (work_dir, workspace_id) = choice.create()?;
-    let request = RunRequest {
-        agent: Arc::new(with_llm_timeout(agent, args.llm_timeout)),
-        work_dir,
-        run_id: args.run_id.clone(),
-        start: RunStart::New {
-            task: args.message.clone(),
-        },
-        max_iterations: args.max_iterations,
-        llm,
-        env: Arc::new(env),
-        timeout: None,
-        prompter: args.interactive.then(|| Arc::new(TerminalPrompter) as _),
-        workspace_id,
-        orchestration_id: None,
+    let start = RunStart::New {
+        task: args.message.clone(),
     };
+    let agent = Arc::new(with_llm_timeout(agent, args.llm_timeout));
+    let mut request = RunRequest::new(agent, work_dir, start, llm).with_env(Arc::new(env));
+    request.run_id = args.run_id.clone();
+    request.max_iterations = args.max_iterations;
+    request.workspace_id = workspace_id;
+    if args.interactive {
+        request = request.with_prompter(Arc::new(TerminalPrompter));
+    }
     run_one(request, supervisor, verbosity, args.format)
 }
 

@@ -127,8 +127,19 @@ pub trait HumanPrompter: Send + Sync + 'static {
     fn ask(&self, prompt: &str, input_type: &str, sensitive: bool) -> Result<String, String>;
 }
 
-/// A request to start or continue one run.
+/// A request to start or continue one run: build it with [`RunRequest::new`] and the
+/// `with_*` setters (new fields may be added; they get defaults).
+///
+/// ```
+/// # fn demo(agent: std::sync::Arc<delta_actors::agent::ResolvedAgent>, llm: delta_actors::LlmTarget) {
+/// use delta_actors::{RunRequest, RunStart};
+/// let request = RunRequest::new(agent, "/tmp/ws", RunStart::New { task: "say hello".into() }, llm)
+///     .with_run_id("hello-1")
+///     .with_max_iterations(5);
+/// # }
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct RunRequest {
     pub agent: Arc<ResolvedAgent>,
     pub work_dir: PathBuf,
@@ -151,6 +162,74 @@ pub struct RunRequest {
     pub orchestration_id: Option<String>,
 }
 
+impl RunRequest {
+    /// A request to run `agent` in `work_dir`, starting as `start`, with its model calls going
+    /// to `llm`. Everything else has its default: a generated run id (for a new run), the
+    /// agent's iteration cap, an empty environment, no time limit, no terminal for ask_human.
+    pub fn new(
+        agent: Arc<ResolvedAgent>,
+        work_dir: impl Into<PathBuf>,
+        start: RunStart,
+        llm: LlmTarget,
+    ) -> RunRequest {
+        RunRequest {
+            agent,
+            work_dir: work_dir.into(),
+            run_id: None,
+            start,
+            max_iterations: None,
+            llm,
+            env: Arc::new(BTreeMap::new()),
+            timeout: None,
+            prompter: None,
+            workspace_id: None,
+            orchestration_id: None,
+        }
+    }
+
+    /// The run's id (validated when submitted; required to continue a run).
+    pub fn with_run_id(mut self, run_id: impl Into<String>) -> RunRequest {
+        self.run_id = Some(run_id.into());
+        self
+    }
+
+    /// The iteration cap of this start or continuation.
+    pub fn with_max_iterations(mut self, max_iterations: u32) -> RunRequest {
+        self.max_iterations = Some(max_iterations);
+        self
+    }
+
+    /// The complete environment tools, hooks and generators inherit.
+    pub fn with_env(mut self, env: Arc<BTreeMap<String, String>>) -> RunRequest {
+        self.env = env;
+        self
+    }
+
+    /// A wall-clock limit: on expiry the run is INTERRUPTED with error type `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> RunRequest {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Asks ask_human questions through `prompter` instead of pausing the run.
+    pub fn with_prompter(mut self, prompter: Arc<dyn HumanPrompter>) -> RunRequest {
+        self.prompter = Some(prompter);
+        self
+    }
+
+    /// The workspace's name (`W001`) recorded in the run's metadata.
+    pub fn with_workspace_id(mut self, workspace_id: impl Into<String>) -> RunRequest {
+        self.workspace_id = Some(workspace_id.into());
+        self
+    }
+
+    /// The orchestration the run belongs to, recorded in its metadata.
+    pub fn with_orchestration_id(mut self, orchestration_id: impl Into<String>) -> RunRequest {
+        self.orchestration_id = Some(orchestration_id.into());
+        self
+    }
+}
+
 impl std::fmt::Debug for RunRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunRequest")
@@ -163,8 +242,10 @@ impl std::fmt::Debug for RunRequest {
     }
 }
 
-/// A whole plan to run in this engine (`delta orchestrate`).
+/// A whole plan to run in this engine (`delta orchestrate`): build it with
+/// [`OrchestrationRequest::new`] and the `with_*` setters.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct OrchestrationRequest {
     pub plan: Arc<crate::plan::ResolvedPlan>,
     pub orchestration_id: String,
@@ -182,4 +263,67 @@ pub struct OrchestrationRequest {
     pub resume: bool,
     /// Runs in flight for this plan at most.
     pub max_parallel: usize,
+}
+
+impl OrchestrationRequest {
+    /// The plan `plan` as orchestration `orchestration_id` in `workspace`, every run's model
+    /// calls going to `llm` unless [`with_llm_by_agent`](Self::with_llm_by_agent) says
+    /// otherwise. Defaults: no agents loaded (each run's agent must then be added with
+    /// [`with_agents`](Self::with_agents)), an empty environment, a new orchestration, and the
+    /// plan's own `max_parallel`.
+    pub fn new(
+        plan: Arc<crate::plan::ResolvedPlan>,
+        orchestration_id: impl Into<String>,
+        workspace: impl Into<PathBuf>,
+        llm: LlmTarget,
+    ) -> OrchestrationRequest {
+        let max_parallel = plan.max_parallel;
+        OrchestrationRequest {
+            plan,
+            orchestration_id: orchestration_id.into(),
+            workspace: workspace.into(),
+            agents: std::collections::HashMap::new(),
+            llm_by_agent: std::collections::HashMap::new(),
+            llm,
+            env: Arc::new(BTreeMap::new()),
+            resume: false,
+            max_parallel,
+        }
+    }
+
+    /// Every agent the plan names, loaded once, by the path the plan resolved.
+    pub fn with_agents(
+        mut self,
+        agents: std::collections::HashMap<PathBuf, Arc<ResolvedAgent>>,
+    ) -> OrchestrationRequest {
+        self.agents = agents;
+        self
+    }
+
+    /// Where each agent's model calls go, when not to the request's `llm`.
+    pub fn with_llm_by_agent(
+        mut self,
+        llm_by_agent: std::collections::HashMap<PathBuf, LlmTarget>,
+    ) -> OrchestrationRequest {
+        self.llm_by_agent = llm_by_agent;
+        self
+    }
+
+    /// The complete environment every run's tools, hooks and generators inherit.
+    pub fn with_env(mut self, env: Arc<BTreeMap<String, String>>) -> OrchestrationRequest {
+        self.env = env;
+        self
+    }
+
+    /// Continue the earlier orchestration with this id (COMPLETED runs are reused).
+    pub fn resuming(mut self) -> OrchestrationRequest {
+        self.resume = true;
+        self
+    }
+
+    /// Runs in flight for this plan at most.
+    pub fn with_max_parallel(mut self, max_parallel: usize) -> OrchestrationRequest {
+        self.max_parallel = max_parallel;
+        self
+    }
 }

@@ -2,7 +2,6 @@
 //! or take too long, and the cancellation that must still end such runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,17 +46,10 @@ fn orchestration_over_an_agent_with_a_fifo_context_file_ends() {
         .iter()
         .map(|s| (s.agent.clone(), Arc::new(load_agent(&s.agent).unwrap())))
         .collect();
-    let request = OrchestrationRequest {
-        max_parallel: plan.max_parallel,
-        plan,
-        orchestration_id: "fifo".into(),
-        workspace: ws.path().to_path_buf(),
-        agents,
-        llm_by_agent: HashMap::new(),
-        llm: LlmTarget::Scripted(script("steps:\n  - answer: never\n")),
-        env: test_env(),
-        resume: false,
-    };
+    let llm = LlmTarget::Scripted(script("steps:\n  - answer: never\n"));
+    let request = OrchestrationRequest::new(plan, "fifo", ws.path(), llm)
+        .with_agents(agents)
+        .with_env(test_env());
     let supervisor = Supervisor::start(fast_config()).unwrap();
     let summary = supervisor
         .orchestrate_blocking(request)
@@ -149,17 +141,11 @@ fn plan_llm_request_timeout_overrides_the_agents_and_fails_runs_as_llm_timeout()
         .iter()
         .map(|s| (s.agent.clone(), Arc::new(load_agent(&s.agent).unwrap())))
         .collect();
-    let request = OrchestrationRequest {
-        max_parallel: 1,
-        plan,
-        orchestration_id: "silent".into(),
-        workspace: ws.path().to_path_buf(),
-        agents,
-        llm_by_agent: HashMap::new(),
-        llm: LlmTarget::Http(delta_actors::llm::Endpoint::new(base_url.clone(), None)),
-        env: test_env(),
-        resume: false,
-    };
+    let llm = LlmTarget::Http(delta_actors::llm::Endpoint::new(base_url.clone(), None));
+    let request = OrchestrationRequest::new(plan, "silent", ws.path(), llm)
+        .with_agents(agents)
+        .with_env(test_env())
+        .with_max_parallel(1);
     let supervisor = Supervisor::start(fast_config()).unwrap();
     let summary = supervisor
         .orchestrate_blocking(request)

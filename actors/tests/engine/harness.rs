@@ -90,21 +90,10 @@ pub fn new_run(
     script: Arc<Script>,
     task: &str,
 ) -> RunRequest {
-    RunRequest {
-        agent,
-        work_dir: work_dir.to_path_buf(),
-        run_id: None,
-        start: RunStart::New {
-            task: task.to_string(),
-        },
-        max_iterations: None,
-        llm: LlmTarget::Scripted(script),
-        env: test_env(),
-        timeout: None,
-        prompter: None,
-        workspace_id: None,
-        orchestration_id: None,
-    }
+    let start = RunStart::New {
+        task: task.to_string(),
+    };
+    RunRequest::new(agent, work_dir, start, LlmTarget::Scripted(script)).with_env(test_env())
 }
 
 pub fn continue_run(request: &RunRequest, run_id: &str, message: Option<&str>) -> RunRequest {

@@ -12,7 +12,6 @@ mod needs;
 mod resume;
 mod scheduling;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -97,16 +96,13 @@ impl PlanDir {
             .iter()
             .map(|s| (s.agent.clone(), Arc::new(load_agent(&s.agent).unwrap())))
             .collect();
-        OrchestrationRequest {
-            max_parallel: plan.max_parallel,
-            plan,
-            orchestration_id: id.to_string(),
-            workspace: self.ws().to_path_buf(),
-            agents,
-            llm_by_agent: HashMap::new(),
-            llm,
-            env: test_env(),
-            resume,
+        let request = OrchestrationRequest::new(plan, id, self.ws(), llm)
+            .with_agents(agents)
+            .with_env(test_env());
+        if resume {
+            request.resuming()
+        } else {
+            request
         }
     }
 }

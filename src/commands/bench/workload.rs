@@ -196,20 +196,13 @@ impl Workload {
         Ok(dirs
             .into_iter()
             .enumerate()
-            .map(|(i, work_dir)| RunRequest {
-                agent: Arc::clone(&self.agent),
-                work_dir,
-                run_id: Some(format!("bench-{i:05}")),
-                start: RunStart::New {
+            .map(|(i, work_dir)| {
+                let start = RunStart::New {
                     task: format!("bench task {i}"),
-                },
-                max_iterations: None,
-                llm: target.clone(),
-                env: Arc::clone(&self.env),
-                timeout: None,
-                prompter: None,
-                workspace_id: None,
-                orchestration_id: None,
+                };
+                RunRequest::new(Arc::clone(&self.agent), work_dir, start, target.clone())
+                    .with_run_id(format!("bench-{i:05}"))
+                    .with_env(Arc::clone(&self.env))
             })
             .collect())
     }
