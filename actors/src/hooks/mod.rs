@@ -23,7 +23,7 @@ use crate::redact::SecretSet;
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
 use crate::workspace::{hook_record_path, write_redacted_json_file, RunPaths};
 
-pub use control::{apply_request_override, parse_tool_control, OverrideReport, ToolControl};
+pub use control::{apply_request_override, parse_tool_control, ToolControl, OVERRIDABLE_FIELDS};
 
 /// Timeout of a hook that sets no `timeout_ms`.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::context::{build_messages, ContextError, ContextInputs};
-use crate::hooks::{apply_request_override, HookOutcome};
+use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
 use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta};
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
@@ -94,8 +94,9 @@ impl Run {
                     return Ok(());
                 }
                 self.warn(format!(
-                    "pre_llm_request hook: ignored key(s) {} (only messages, model, temperature and max_tokens can be replaced)",
-                    report.ignored_keys.join(", ")
+                    "pre_llm_request hook: ignored key(s) {} (only {} can be replaced)",
+                    report.ignored_keys.join(", "),
+                    OVERRIDABLE_FIELDS.join(", ")
                 ))
             }
             Err(problem) => self.warn(format!(

@@ -72,10 +72,6 @@ impl ActivityDetector {
         }
     }
 
-    pub fn state(&self) -> ActivityState {
-        self.state
-    }
-
     fn suppressed(&self, now: Instant) -> bool {
         self.typed_at.is_some_and(|typed| {
             now.saturating_duration_since(typed) < self.config.typing_suppression

@@ -16,4 +16,4 @@ pub mod screen;
 pub mod store;
 
 pub use error::{ErrorClass, ServeError};
-pub use model::{Session, SessionType, Worker, WorkerKind};
+pub use model::SessionType;

@@ -31,6 +31,7 @@ impl RevivalBudget {
         true
     }
 
+    #[cfg(test)]
     pub fn forget(&mut self, worker: &str) {
         self.recent.remove(worker);
     }

@@ -43,10 +43,6 @@ impl SessionStore {
         })
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     pub fn path(&self) -> PathBuf {
         self.dir.join(SESSIONS_FILE)
     }
