@@ -1,22 +1,34 @@
 //! # delta-actors: the delta engine as a library
 //!
-//! Layers, from the bottom up:
-//! - **Domain** (no actix): [`agent`] loads an agent folder into one immutable
-//!   [`agent::ResolvedAgent`]; [`tool`] compiles tool templates and runs processes;
-//!   [`journal`], [`metadata`] and [`workspace`] own the on-disk contracts, and [`redact`]
-//!   keeps sensitive answers out of everything they write; [`context`]
-//!   turns a journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol and
-//!   hosts the scripted model; [`session`] owns shell and PTY sessions; [`plan`] models
-//!   `plan.yaml` and schedules it ([`plan::Scheduler`]: events in, effects out);
-//!   [`blocking`] runs blocking file reads where they cannot stall an actor; [`serve`] is
-//!   the `delta serve` model (sessions, workers, persistence, activity detection, the runs
-//!   view).
-//! - **Runtime** ([`runtime`]): actix actors that own state and mailboxes and call the
-//!   domain functions: `RunSupervisor`, `RunActor`, `ToolActor`, `LlmGateway`,
-//!   `SessionActor`, `JanitorActor`, and for `delta serve` `ServeManager`, `WorkerActor` and
-//!   the actix-web routes (`runtime::web`).
-//! - **API** ([`api`], [`protocol`]): the [`api::Supervisor`] handle that embedders and the
-//!   `delta` CLI use. No actix type crosses it.
+//! Start here: [`Supervisor`] runs agents ([`Supervisor::submit`] one run,
+//! [`Supervisor::orchestrate`] a whole plan), [`SessionManager`] keeps shell sessions, and
+//! [`api::serve`] starts `delta serve`. What they take and give back — [`RunRequest`],
+//! [`RunResult`], [`RunEvent`], [`OrchestrationRequest`]... — is re-exported here from
+//! [`protocol`]. No actix type crosses this surface: call it from your own tokio runtime or
+//! from plain synchronous code (`*_blocking`).
+//!
+//! # Layout, from the ground up
+//! - **Values** ([`protocol`], [`clock`]): requests, results, events, statuses and error
+//!   kinds as plain serde types; one timestamp format.
+//! - **Domain** (no actix, unit-tested without an actor system): [`agent`] loads an agent
+//!   folder into one immutable [`agent::ResolvedAgent`]; [`tool`] compiles tool templates,
+//!   classifies a model's calls and runs processes (through a small spawner process when the
+//!   engine is big); [`journal`], [`metadata`] and [`workspace`] own the on-disk contracts,
+//!   and [`redact`] keeps sensitive answers out of everything written; [`context`] turns a
+//!   journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol (limits,
+//!   retries, timeouts) and hosts the scripted model; [`plan`] loads `plan.yaml` and decides
+//!   its schedule ([`plan::Scheduler`]: events in, effects out); [`session`] owns shell and
+//!   PTY sessions. Inside the crate: the run loop (`run`: one async function over a model
+//!   port and a tool port), hooks, and the `delta serve` model.
+//! - **Runtime** (private): actix actors that own mailboxes and state and call the domain:
+//!   `RunSupervisor` (admission, arbiter pool), `RunActor` (a run's mailbox around the run
+//!   loop), `ToolActor`, `LlmGateway` (one per endpoint), `OrchestrationActor` (carries out
+//!   the scheduler's effects), `JanitorActor`, `SessionActor`, and `delta serve`'s
+//!   `ServeManager`, `WorkerActor` and web routes.
+//! - **Handles** ([`api`]): [`Supervisor`], [`SessionManager`], [`api::serve`].
+//!
+//! No file imports a file that imports it back, and the domain imports neither the runtime
+//! nor actix (both checked by the `layering` engine test).
 //!
 //! The library never prints: user-facing text is the binary's job.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
