@@ -305,6 +305,34 @@ mod tests {
         assert_eq!(read_journal(&paths.journal).unwrap().len(), 1);
     }
 
+    /// A kill between the journal's end and the metadata write, after a janitor had called
+    /// the run INTERRUPTED: the journal's final status is recorded, once.
+    #[test]
+    fn an_interrupted_record_of_a_finished_run_is_settled_once() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = never_locked_run(work.path(), "ended", 0);
+        let (mut journal, _) = Journal::open(&paths.run_dir, JournalOptions::default()).unwrap();
+        journal
+            .append(Event::EngineEnd {
+                run_id: "ended".into(),
+                status: RunStatus::Completed,
+                final_iteration: 1,
+                result: Some("go".into()),
+                error: None,
+            })
+            .unwrap();
+        let mut meta = read_metadata(&paths.run_dir).unwrap();
+        meta.status = RunStatus::Interrupted;
+        write_metadata(&paths.run_dir, &meta).unwrap();
+        assert_eq!(
+            settle_from_journal(work.path(), "ended"),
+            Some(RunStatus::Completed)
+        );
+        let meta = read_metadata(&paths.run_dir).unwrap();
+        assert_eq!(meta.result.as_deref(), Some("go"));
+        assert_eq!(settle_from_journal(work.path(), "ended"), None, "settled");
+    }
+
     /// The lock decides: a free lock means nobody drives the run, even when the recorded
     /// pid is alive (here: this very process) and the metadata says RUNNING.
     #[test]
