@@ -64,6 +64,9 @@ pub enum CliError {
     /// `delta serve` could not start or stopped on an error (exit 126).
     #[error(transparent)]
     Serve(#[from] delta_actors::api::serve::ServeError),
+    /// The tool spawner process could not be started (exit 1).
+    #[error(transparent)]
+    ToolSpawner(#[from] delta_actors::tool::spawner::StartError),
     /// The operating system refused the CLI something it needs (a signal handler, the
     /// current folder, the terminal) (exit 1).
     #[error(transparent)]
@@ -93,7 +96,10 @@ impl CliError {
             // bad request.
             CliError::Continue(ContinueError::CannotRecord { .. }) => Self::RUNTIME_EXIT,
             CliError::Continue(_) => Self::CONFIG_EXIT,
-            CliError::Runtime(_) | CliError::Engine(_) | CliError::Io(_) => Self::RUNTIME_EXIT,
+            CliError::Runtime(_)
+            | CliError::Engine(_)
+            | CliError::ToolSpawner(_)
+            | CliError::Io(_) => Self::RUNTIME_EXIT,
         }
     }
 }
