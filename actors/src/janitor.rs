@@ -26,18 +26,36 @@ use crate::workspace::RunPaths;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JanitorAction {
     /// RUNNING → INTERRUPTED, with the reason.
-    Interrupted { run_id: String, reason: String },
+    Interrupted {
+        /// The run.
+        run_id: String,
+        /// Why it has no live owner (journaled and recorded).
+        reason: String,
+    },
     /// Left alone: recorded on another host (use `--force`).
-    SkippedOtherHost { run_id: String, hostname: String },
+    SkippedOtherHost {
+        /// The run.
+        run_id: String,
+        /// The host its metadata names.
+        hostname: String,
+    },
     /// RUNNING, but its journal already ends with ENGINE_END (the process died before the
     /// metadata write): the journal's final status is recorded.
-    Settled { run_id: String, status: RunStatus },
+    Settled {
+        /// The run.
+        run_id: String,
+        /// The final status now recorded.
+        status: RunStatus,
+    },
     /// RUNNING and not driven by anyone (`reason`), but its new status could not be recorded:
     /// `error` is the first failure, naming the file (a full disk, an unwritable spare or
     /// lock file). Nothing was changed.
     CannotRecord {
+        /// The run.
         run_id: String,
+        /// Why it has no live owner.
         reason: String,
+        /// The first failure, naming the file.
         error: String,
     },
 }
