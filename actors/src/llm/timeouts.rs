@@ -100,7 +100,7 @@ impl LlmTimeoutSettings {
 }
 
 /// Refuses a limit outside [`MIN_LLM_TIMEOUT`]..=[`MAX_LLM_TIMEOUT`]; the text completes
-/// "`<key>` is <value>: ...".
+/// "`<key>` is `<value>`: ...".
 pub fn check_llm_timeout(value: Duration) -> Result<Duration, String> {
     if (MIN_LLM_TIMEOUT..=MAX_LLM_TIMEOUT).contains(&value) {
         Ok(value)

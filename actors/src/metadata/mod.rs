@@ -255,8 +255,8 @@ fn write_spare_and_swap(
     }
 }
 
-/// Reads `<run_dir>/metadata.json`, ours or the original engine's (converted, see
-/// [`from_original`]). A record that does not parse is read once more: the file this reader
+/// Reads `<run_dir>/metadata.json`, ours or the original engine's (converted by
+/// `from_original`). A record that does not parse is read once more: the file this reader
 /// opened may have become the writer's spare and be mid-rewrite (see
 /// [`write_metadata_with`]); a second open gets the current record.
 pub fn read_metadata(run_dir: &Path) -> Result<RunMetadata, MetadataError> {

@@ -5,7 +5,7 @@
 //!
 //! # Layout
 //! - `mod.rs`: the folder, its id rule, the scheduling journal.
-//! - [`summary`]: the summary types the CLI prints and the one tally of run outcomes.
+//! - `summary.rs`: the summary types the CLI prints and the one tally of run outcomes.
 //! - [`listing`]: reading every orchestration of a workspace (`delta list-orchestrations`).
 //!
 //! The runs' own metadata stays the truth about each run; this journal records scheduling

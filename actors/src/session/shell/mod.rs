@@ -3,7 +3,7 @@
 //! the saved shell state (`env.sh`: variables, functions, aliases; `options.sh`;
 //! `work_dir.txt`; all files 0600), the last exec's full `stdout.log`/`stderr.log`,
 //! `history.log` and a `lock` file. There is no long-lived process: each exec is a fresh shell
-//! (see [`exec`]), so state survives separate invocations and crashes.
+//! (see `exec.rs`), so state survives separate invocations and crashes.
 //!
 //! [`ShellSessions`] manages the folder (start, list, status, end, cleanup); [`ShellSession`]
 //! is one session (exec, end). Serialising execs in-process is the `SessionActor`'s job; the
@@ -304,7 +304,7 @@ impl ShellSession {
         describe(&self.dir)
     }
 
-    /// Runs `command` in the session; see [`exec`](self::exec) for the mechanics.
+    /// Runs `command` in the session; see `exec.rs` for the mechanics.
     pub async fn exec(
         &self,
         command: &str,

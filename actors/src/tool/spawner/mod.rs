@@ -26,7 +26,7 @@
 //! hooks and context generators find it through [`shared`] and fall back to starting
 //! in-process, with one warning, when it has died.
 //!
-//! [`SupervisorConfig`]: crate::api::SupervisorConfig
+//! [`SupervisorConfig`]: crate::protocol::SupervisorConfig
 
 pub mod client;
 mod exec;
