@@ -34,7 +34,6 @@
 
 #[allow(missing_docs)] // documented module by module
 pub mod agent;
-#[allow(missing_docs)] // documented module by module
 pub mod api;
 pub(crate) mod blocking;
 pub mod clock;
@@ -52,12 +51,10 @@ pub mod llm;
 pub mod metadata;
 #[allow(missing_docs)] // documented module by module
 pub mod plan;
-#[allow(missing_docs)] // documented module by module
 pub mod protocol;
 #[allow(missing_docs)] // documented module by module
 pub mod redact;
 pub(crate) mod run;
-#[allow(missing_docs)] // documented module by module
 mod runtime;
 #[allow(missing_docs)] // documented module by module
 pub(crate) mod serve;
