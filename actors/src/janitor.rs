@@ -26,18 +26,37 @@ use crate::workspace::RunPaths;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JanitorAction {
     /// RUNNING → INTERRUPTED, with the reason.
-    Interrupted { run_id: String, reason: String },
+    Interrupted {
+        /// The run.
+        run_id: String,
+        /// Why its owner is known to be gone (e.g. the lock is free and the recorded pid is
+        /// not running), as journaled.
+        reason: String,
+    },
     /// Left alone: recorded on another host (use `--force`).
-    SkippedOtherHost { run_id: String, hostname: String },
+    SkippedOtherHost {
+        /// The run.
+        run_id: String,
+        /// The host its metadata.json names.
+        hostname: String,
+    },
     /// RUNNING, but its journal already ends with ENGINE_END (the process died before the
     /// metadata write): the journal's final status is recorded.
-    Settled { run_id: String, status: RunStatus },
+    Settled {
+        /// The run.
+        run_id: String,
+        /// The final status now recorded in metadata.json.
+        status: RunStatus,
+    },
     /// RUNNING and not driven by anyone (`reason`), but its new status could not be recorded:
     /// `error` is the first failure, naming the file (a full disk, an unwritable spare or
     /// lock file). Nothing was changed.
     CannotRecord {
+        /// The run.
         run_id: String,
+        /// Why its owner is known to be gone.
         reason: String,
+        /// The failure that kept the new status from being recorded.
         error: String,
     },
 }

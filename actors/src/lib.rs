@@ -41,7 +41,6 @@ pub mod clock;
 pub mod context;
 pub(crate) mod hooks;
 pub(crate) mod input;
-#[allow(missing_docs)] // documented module by module
 pub mod janitor;
 #[allow(missing_docs)] // documented module by module
 pub mod journal;
@@ -52,7 +51,6 @@ pub mod metadata;
 #[allow(missing_docs)] // documented module by module
 pub mod plan;
 pub mod protocol;
-#[allow(missing_docs)] // documented module by module
 pub mod redact;
 pub(crate) mod run;
 mod runtime;

@@ -355,7 +355,7 @@ impl Redactor {
         Redactor::with_set(SecretSet::load_dir(secrets_dir))
     }
 
-    pub fn with_set(set: SecretSet) -> Redactor {
+    fn with_set(set: SecretSet) -> Redactor {
         Redactor {
             current: Arc::new(RwLock::new(set)),
         }
