@@ -46,7 +46,6 @@ pub mod janitor;
 pub mod journal;
 #[allow(missing_docs)] // documented module by module
 pub mod llm;
-#[allow(missing_docs)] // documented module by module
 pub mod metadata;
 #[allow(missing_docs)] // documented module by module
 pub mod plan;
@@ -61,7 +60,6 @@ pub mod session;
 pub(crate) mod template_bounds;
 #[allow(missing_docs)] // documented module by module
 pub mod tool;
-#[allow(missing_docs)] // documented module by module
 pub mod workspace;
 pub(crate) mod yaml;
 
