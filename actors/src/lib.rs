@@ -1,32 +1,34 @@
 //! # delta-actors: the delta engine as a library
 //!
-//! An embedder starts one [`Supervisor`] (it owns the actix System on its own threads), submits
-//! a [`RunRequest`] (one agent run: a new task or a continuation) or an
-//! [`OrchestrationRequest`] (a whole `plan.yaml`), follows [`RunEvent`]s and
-//! [`OrchestrationEvent`]s, and awaits a [`RunResult`] or the plan's summary. Shell sessions go
-//! through [`SessionManager`]. The `delta` CLI uses exactly this surface; `examples/embed.rs`
-//! is a complete offline program. Everything a run does is appended to
-//! `<work_dir>/.delta/<run_id>/journal.jsonl`, so a killed run can be continued.
+//! Start here: [`Supervisor`] runs agents ([`Supervisor::submit`] one run,
+//! [`Supervisor::orchestrate`] a whole plan), [`SessionManager`] keeps shell sessions, and
+//! [`api::serve`] starts `delta serve`. What they take and give back — [`RunRequest`],
+//! [`RunResult`], [`RunEvent`], [`OrchestrationRequest`]... — is re-exported here from
+//! [`protocol`]. No actix type crosses this surface: call it from your own tokio runtime or
+//! from plain synchronous code (`*_blocking`).
 //!
-//! Layers, from the bottom up (a layer imports only from the layers below it):
-//! - **Ground floor**: [`clock`] (the one timestamp format), typed YAML field access, bounds
-//!   on user input files and on template rendering.
-//! - **Domain** (no actix): [`agent`] loads an agent folder into one immutable
-//!   [`agent::ResolvedAgent`]; [`tool`] compiles tool templates and runs processes;
-//!   [`journal`], [`metadata`] and [`workspace`] own the on-disk contracts, and [`redact`]
-//!   keeps sensitive answers out of everything they write; [`context`] turns a journal into
-//!   chat messages; [`llm`] speaks the OpenAI-compatible protocol and hosts the scripted
-//!   model; [`session`] owns shell and PTY sessions; [`plan`] models `plan.yaml` and
-//!   schedules it ([`plan::Scheduler`]: events in, effects out); [`janitor`] finds runs whose
-//!   owner died. Crate-private beside them: the run loop (one async function over a model
-//!   port and a tool port), lifecycle hooks, and the `delta serve` model.
-//! - **Runtime** (crate-private): actix actors that own state and mailboxes and call the
-//!   domain: `RunSupervisor`, `RunActor`, `ToolActor`, `LlmGateway`, `OrchestrationActor`,
-//!   `SessionActor`, `JanitorActor`, and for `delta serve` `ServeManager`, `WorkerActor` and
-//!   the actix-web routes.
-//! - **API**: [`api`] holds the handles ([`Supervisor`], [`SessionManager`], [`api::serve`]);
-//!   [`protocol`] the plain values they carry (requests, results, events, statuses, error
-//!   kinds), re-exported here. No actix type crosses it.
+//! # Layout, from the ground up
+//! - **Values** ([`protocol`], [`clock`]): requests, results, events, statuses and error
+//!   kinds as plain serde types; one timestamp format.
+//! - **Domain** (no actix, unit-tested without an actor system): [`agent`] loads an agent
+//!   folder into one immutable [`agent::ResolvedAgent`]; [`tool`] compiles tool templates,
+//!   classifies a model's calls and runs processes (through a small spawner process when the
+//!   engine is big); [`journal`], [`metadata`] and [`workspace`] own the on-disk contracts,
+//!   and [`redact`] keeps sensitive answers out of everything written; [`context`] turns a
+//!   journal into chat messages; [`llm`] speaks the OpenAI-compatible protocol (limits,
+//!   retries, timeouts) and hosts the scripted model; [`plan`] loads `plan.yaml` and decides
+//!   its schedule ([`plan::Scheduler`]: events in, effects out); [`session`] owns shell and
+//!   PTY sessions. Inside the crate: the run loop (`run`: one async function over a model
+//!   port and a tool port), hooks, and the `delta serve` model.
+//! - **Runtime** (private): actix actors that own mailboxes and state and call the domain:
+//!   `RunSupervisor` (admission, arbiter pool), `RunActor` (a run's mailbox around the run
+//!   loop), `ToolActor`, `LlmGateway` (one per endpoint), `OrchestrationActor` (carries out
+//!   the scheduler's effects), `JanitorActor`, `SessionActor`, and `delta serve`'s
+//!   `ServeManager`, `WorkerActor` and web routes.
+//! - **Handles** ([`api`]): [`Supervisor`], [`SessionManager`], [`api::serve`].
+//!
+//! No file imports a file that imports it back, and the domain imports neither the runtime
+//! nor actix (both checked by the `layering` engine test).
 //!
 //! The library never prints: user-facing text is the binary's job.
 #![deny(clippy::print_stdout, clippy::print_stderr)]

@@ -84,6 +84,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     }
     let agents = load_agents(&plan)?;
     if args.dry_run {
+        warn_without_model(args, &plan, &agents);
         print_dry_run(&plan, &agents, args.format);
         return Ok(0);
     }
@@ -319,6 +320,28 @@ fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
                 journal.display()
             ))
         })
+}
+
+/// `--dry-run` runs nothing, but a plan that could not reach a model would fail at its first
+/// run: say so now (on stderr), for each agent without a model.
+fn warn_without_model(
+    args: &OrchestrateArgs,
+    plan: &ResolvedPlan,
+    agents: &BTreeMap<PathBuf, ResolvedAgent>,
+) {
+    let Ok(cwd) = std::env::current_dir() else {
+        return;
+    };
+    let workspace = args.work_dir.clone().or_else(|| plan.workspace.clone());
+    let Ok(env) = load_env_cascade(workspace.as_deref(), &plan.dir, &cwd, &process_env()) else {
+        return;
+    };
+    for agent in agents.values() {
+        let agent = with_model_override(agent.clone(), &env.vars);
+        if let Err(e) = llm_target(&agent, &env.vars, args.llm_script.as_deref()) {
+            eprintln!("warning: agent {} has no model configured: {e}", agent.name);
+        }
+    }
 }
 
 fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, CliError> {

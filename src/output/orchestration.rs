@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use delta_actors::agent::ResolvedAgent;
 use delta_actors::plan::state::{OrchestrationSummary, StageStatus};
-use delta_actors::plan::{topo_order, ResolvedForeach, ResolvedPlan};
+use delta_actors::plan::{planned_runs, topo_order, ResolvedForeach, ResolvedPlan};
 use delta_actors::OrchestrationEvent;
 use delta_actors::RunStatus;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -114,16 +114,21 @@ pub fn print_dry_run(
         .stages
         .iter()
         .map(|s| {
+            let now = match planned_runs(plan, s) {
+                Ok(Some(n)) => format!(" ({n} now)"),
+                Ok(None) => " (known when its needs finish)".to_string(),
+                Err(e) => format!(" (cannot count them yet: {e})"),
+            };
             let fanout = match &s.foreach {
                 None => "one run".to_string(),
                 Some(ResolvedForeach::Items(items)) => format!("{} runs (items)", items.len()),
                 Some(ResolvedForeach::Files { pattern }) => {
-                    format!("one run per file matching {pattern}")
+                    format!("one run per file matching {pattern}{now}")
                 }
                 Some(ResolvedForeach::Lines(path)) => {
-                    format!("one run per line of {}", path.display())
+                    format!("one run per line of {}{now}", path.display())
                 }
-                Some(ResolvedForeach::Template(t)) => format!("one run per item of {t}"),
+                Some(ResolvedForeach::Template(t)) => format!("one run per item of {t}{now}"),
             };
             serde_json::json!({
                 "id": s.id,

@@ -527,3 +527,66 @@ fn a_max_parallel_beyond_the_open_files_limit_is_warned_about_with_a_fit() {
         "{stderr}"
     );
 }
+
+/// Issue 11 item 17: `--dry-run` says how many runs a `foreach` makes when that is known, and
+/// warns (stderr) about agents that could not reach a model.
+#[test]
+fn dry_run_counts_the_items_it_can_and_warns_when_no_model_is_configured() {
+    let ws = tempfile::tempdir().unwrap();
+    let plan = repo_root().join("examples/plans/map-reduce/plan.yaml");
+    let script = repo_root().join("examples/plans/map-reduce/llm-script.yaml");
+    let mut bare = delta_in(ws.path());
+    bare.env_remove("DELTA_API_KEY")
+        .env_remove("DELTA_BASE_URL")
+        .args(["orchestrate", plan.to_str().unwrap(), "--dry-run"]);
+    let out = bare.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("*.txt (20 now)"), "{stdout}");
+    assert!(
+        stderr.contains("warning: agent processor has no model configured")
+            && stderr.contains("--llm-script"),
+        "{stderr}"
+    );
+    let scripted = run(
+        ws.path(),
+        &[
+            "orchestrate",
+            plan.to_str().unwrap(),
+            "--dry-run",
+            "--llm-script",
+            script.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(scripted.code, 0, "{}", scripted.stderr);
+    assert!(
+        !scripted.stderr.contains("no model configured"),
+        "{}",
+        scripted.stderr
+    );
+
+    let later = plan_dir(
+        "name: later\nstages:\n  - id: plan\n    agent: agents/worker\n    message: plan\n    output: json\n  - id: work\n    agent: agents/worker\n    needs: plan\n    foreach: \"{{ stages.plan.output.steps }}\"\n    message: \"{{ item }}\"\n",
+        "steps:\n  - answer: done\n",
+        "",
+    );
+    let out = run(
+        later.path(),
+        &[
+            "orchestrate",
+            "plan.yaml",
+            "--dry-run",
+            "--llm-script",
+            "script.yaml",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("(known when its needs finish)"),
+        "{}",
+        out.stdout
+    );
+}

@@ -53,6 +53,7 @@ pub use model::{
 };
 pub use resolved::{ResolvedForeach, ResolvedPlan, ResolvedStage};
 pub use schedule::Scheduler;
+pub use stage_checks::planned_runs;
 pub use validate::{load_plan, load_plan_str, load_plan_with_vars, resolve_plan};
 
 /// Where every plan error's hint points: the plan.yaml reference.

@@ -126,6 +126,17 @@ pub(crate) fn stage_items(
     Ok(Some(items))
 }
 
+/// How many runs `stage` will fan out to, when that is known before anything runs (`None`
+/// when its items come from an earlier stage's output, or when it has no `foreach`): what
+/// `delta orchestrate --dry-run` shows. Globs and line files are read (bounded, as at
+/// expansion).
+pub fn planned_runs(
+    plan: &ResolvedPlan,
+    stage: &ResolvedStage,
+) -> Result<Option<usize>, PlanError> {
+    Ok(stage_items(plan, stage, None)?.map(|items| items.len()))
+}
+
 /// Checks a stage's `message` and `foreach` template before running: syntax, variables that
 /// cannot exist, and — when no earlier stage's output is involved — a trial render with the
 /// first item.
