@@ -44,7 +44,6 @@ pub mod context;
 pub(crate) mod hooks;
 pub(crate) mod input;
 pub mod janitor;
-#[allow(missing_docs)] // documented module by module
 pub mod journal;
 #[allow(missing_docs)] // documented module by module
 pub mod llm;
