@@ -39,7 +39,6 @@ pub mod agent;
 pub mod api;
 pub(crate) mod blocking;
 pub mod clock;
-#[allow(missing_docs)] // documented module by module
 pub mod context;
 pub(crate) mod hooks;
 pub(crate) mod input;
