@@ -57,10 +57,10 @@ pub struct ContextInputs<'a> {
 }
 
 /// A source that could not be built. Fatal for the run.
-#[derive(Debug, thiserror::Error)]
 ///
 /// `id` is always the source's `id` in context.yaml; paths are as resolved (variables
 /// expanded).
+#[derive(Debug, thiserror::Error)]
 pub enum ContextError {
     /// A `file` source (or a generator's output) does not exist and `on_missing` is not
     /// `skip`.

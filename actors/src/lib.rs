@@ -34,7 +34,6 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 #![warn(missing_docs)]
 
-#[allow(missing_docs)] // documented module by module
 pub mod agent;
 pub mod api;
 pub(crate) mod blocking;

@@ -72,10 +72,10 @@ impl ActionStatus {
 }
 
 /// Everything a run records. The `type` tag is the SCREAMING_SNAKE_CASE variant name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 ///
 /// Paths in `*_ref` fields are relative to the run folder (`io/invocations/...`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Event {
     /// The run's first event.
     EngineStart {

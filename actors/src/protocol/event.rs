@@ -6,12 +6,12 @@ use serde::{Deserialize, Serialize};
 use super::status::RunStatus;
 
 /// Progress, streamed to every subscriber. Lossy for slow subscribers; results never are.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
 ///
 /// Serialised with an `"event"` tag in snake_case (`{"event":"tool_started",...}`), the form
 /// `delta run --format json` streams. Sensitive ask_human answers are already redacted in
 /// every text field. Every variant names its `run_id`, so one subscriber can follow many runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum RunEvent {
     /// The run was taken (its files created, or reopened under its lock) and is about to
     /// iterate.
@@ -125,11 +125,11 @@ impl RunEvent {
 }
 
 /// Progress of an orchestration. Lossy for slow subscribers; the summary never is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
 ///
 /// Serialised like [`RunEvent`] (an `"event"` tag in snake_case). A stage's runs are named
 /// by their `index` in the stage's fan-out (0-based) and their deterministic `run_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum OrchestrationEvent {
     /// A stage expanded into `runs` runs, of which `already_done` finished before this
     /// invocation (a resume) and are not started again.

@@ -217,8 +217,8 @@ impl<'de> Deserialize<'de> for RecordedError {
 }
 
 /// `interaction` of a RunResult: the pending ask_human question.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 /// Present when the status is WAITING_FOR_INPUT; `delta continue --message` answers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InteractionInfo {
     /// The question the model asked.
     pub prompt: String,
