@@ -43,7 +43,6 @@ pub(crate) mod hooks;
 pub(crate) mod input;
 pub mod janitor;
 pub mod journal;
-#[allow(missing_docs)] // documented module by module
 pub mod llm;
 pub mod metadata;
 #[allow(missing_docs)] // documented module by module
