@@ -56,7 +56,6 @@ pub(crate) mod serve;
 #[allow(missing_docs)] // documented module by module
 pub mod session;
 pub(crate) mod template_bounds;
-#[allow(missing_docs)] // documented module by module
 pub mod tool;
 pub mod workspace;
 pub(crate) mod yaml;
