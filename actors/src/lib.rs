@@ -51,7 +51,6 @@ pub mod protocol;
 pub mod redact;
 pub(crate) mod run;
 mod runtime;
-#[allow(missing_docs)] // documented module by module
 pub(crate) mod serve;
 #[allow(missing_docs)] // documented module by module
 pub mod session;
