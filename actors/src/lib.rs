@@ -52,7 +52,6 @@ pub mod redact;
 pub(crate) mod run;
 mod runtime;
 pub(crate) mod serve;
-#[allow(missing_docs)] // documented module by module
 pub mod session;
 pub(crate) mod template_bounds;
 pub mod tool;
