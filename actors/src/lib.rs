@@ -45,7 +45,6 @@ pub mod janitor;
 pub mod journal;
 pub mod llm;
 pub mod metadata;
-#[allow(missing_docs)] // documented module by module
 pub mod plan;
 pub mod protocol;
 pub mod redact;
