@@ -1,50 +1,106 @@
-//! `CliError`: the three outcomes a command can fail with, and their exit codes.
+//! `CliError`: why a command failed, with the library error that caused it as its source,
+//! and the one mapping from a failure to its exit code (configuration 126, usage 2,
+//! runtime 1) that `main.rs` applies.
 //!
-//! Owns the mapping error → exit code (configuration 126, usage 2, runtime 1) used by
-//! `main.rs` in one place. It does not print; `main.rs` writes `error: <message>`.
+//! It does not print; `main.rs` writes `error: <message>`. The message is the library
+//! error's own text (file, key, hint), unchanged: a variant wrapping one is `transparent`.
 
-use std::fmt;
+use std::path::PathBuf;
 
 use delta_actors::agent::AgentError;
+use delta_actors::llm::scripted::ScriptError;
+use delta_actors::plan::state::StateError;
+use delta_actors::plan::PlanError;
+use delta_actors::workspace::{ContinueError, WorkspaceError};
+use delta_actors::EngineError;
 
-/// A failed command. The message is complete and user-facing (file, key, hint).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A failed command. Every message is complete and user-facing (file, key, hint).
+#[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// The agent or another configuration file is invalid (exit 126, spec §2.6.5).
+    /// The agent or another configuration file is invalid, in the CLI's own words (exit
+    /// 126, spec §2.6.5).
+    #[error("{0}")]
     Config(String),
     /// The command line asks for something impossible (exit 2, like clap's own errors).
+    #[error("{0}")]
     Usage(String),
-    /// Anything that went wrong while doing the work (exit 1).
+    /// Anything that went wrong while doing the work, in the CLI's own words (exit 1).
+    #[error("{0}")]
     Runtime(String),
+    /// The agent folder is invalid (exit 126).
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    /// The agent of one of the plan's stages is invalid (exit 126).
+    #[error("{}: stage `{stage}`: {source}", plan.display())]
+    StageAgent {
+        /// The plan file.
+        plan: PathBuf,
+        /// The stage's id.
+        stage: String,
+        /// What is wrong with its agent.
+        source: Box<AgentError>,
+    },
+    /// The plan is invalid (exit 126).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The scripted model's script is invalid (exit 126).
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// A run id or a workspace is invalid, or a run is missing (exit 126).
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    /// An orchestration id is invalid, or the orchestration cannot be resumed (exit 126).
+    #[error(transparent)]
+    Orchestration(#[from] StateError),
+    /// The run cannot be continued (exit 126; 1 when its record cannot be written).
+    #[error(transparent)]
+    Continue(#[from] ContinueError),
+    /// The engine refused a request (exit 126) or could not run it (exit 1).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// `delta mock-llm` could not serve its script (exit 126).
+    #[error(transparent)]
+    MockLlm(#[from] delta_actors::llm::scripted::ServeError),
+    /// `delta serve` could not start or stopped on an error (exit 126).
+    #[error(transparent)]
+    Serve(#[from] delta_actors::api::serve::ServeError),
+    /// The tool spawner process could not be started (exit 1).
+    #[error(transparent)]
+    ToolSpawner(#[from] delta_actors::tool::spawner::StartError),
+    /// The operating system refused the CLI something it needs (a signal handler, the
+    /// current folder, the terminal) (exit 1).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 impl CliError {
-    pub const CONFIG_EXIT: i32 = 126;
-    pub const USAGE_EXIT: i32 = 2;
-    pub const RUNTIME_EXIT: i32 = 1;
+    pub const CONFIG_EXIT: u8 = 126;
+    pub const USAGE_EXIT: u8 = 2;
+    pub const RUNTIME_EXIT: u8 = 1;
 
-    pub fn exit_code(&self) -> i32 {
+    /// The process exit code for this failure: the one place that decides it.
+    pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Config(_) => Self::CONFIG_EXIT,
             CliError::Usage(_) => Self::USAGE_EXIT,
-            CliError::Runtime(_) => Self::RUNTIME_EXIT,
+            CliError::Config(_)
+            | CliError::Agent(_)
+            | CliError::StageAgent { .. }
+            | CliError::Plan(_)
+            | CliError::Script(_)
+            | CliError::Workspace(_)
+            | CliError::Orchestration(_)
+            | CliError::MockLlm(_)
+            | CliError::Serve(_)
+            | CliError::Engine(EngineError::Rejected(_)) => Self::CONFIG_EXIT,
+            // Nobody drives the run but its record cannot be written: a full disk, not a
+            // bad request.
+            CliError::Continue(ContinueError::CannotRecord { .. }) => Self::RUNTIME_EXIT,
+            CliError::Continue(_) => Self::CONFIG_EXIT,
+            CliError::Runtime(_)
+            | CliError::Engine(_)
+            | CliError::ToolSpawner(_)
+            | CliError::Io(_) => Self::RUNTIME_EXIT,
         }
-    }
-}
-
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CliError::Config(m) | CliError::Usage(m) | CliError::Runtime(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for CliError {}
-
-impl From<AgentError> for CliError {
-    fn from(err: AgentError) -> Self {
-        CliError::Config(err.to_string())
     }
 }
 
@@ -60,5 +116,44 @@ mod tests {
         let from_agent = CliError::from(AgentError::NoConfig { dir: "/x".into() });
         assert_eq!(from_agent.exit_code(), 126);
         assert!(from_agent.to_string().contains("/x"));
+    }
+
+    #[test]
+    fn engine_refusals_are_configuration_errors_and_failures_are_not() {
+        let refused = CliError::from(EngineError::Rejected("run 'x' is locked".into()));
+        assert_eq!(refused.exit_code(), 126);
+        assert_eq!(refused.to_string(), "run 'x' is locked");
+        assert_eq!(CliError::from(EngineError::Stopped).exit_code(), 1);
+    }
+
+    #[test]
+    fn a_run_whose_record_cannot_be_written_is_a_runtime_failure() {
+        let cannot = CliError::from(ContinueError::CannotRecord {
+            run_id: "r".into(),
+            reason: "no owning process was recorded".into(),
+            error: "disk full".into(),
+        });
+        assert_eq!(cannot.exit_code(), 1);
+        let waiting = CliError::from(ContinueError::NeedsAnswer {
+            run_id: "r".into(),
+            response_file: "/w/.delta/r/interaction/response.txt".into(),
+        });
+        assert_eq!(waiting.exit_code(), 126);
+    }
+
+    #[test]
+    fn a_wrapped_library_error_keeps_its_words_and_kind() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let error = CliError::from(io);
+        assert_eq!(error.to_string(), "denied");
+        assert_eq!(error.exit_code(), 1);
+        let invalid = WorkspaceError::InvalidRunId {
+            id: "../x".into(),
+            reason: "it starts with '.'".into(),
+        };
+        let text = invalid.to_string();
+        let error = CliError::from(invalid);
+        assert_eq!(error.to_string(), text);
+        assert!(matches!(error, CliError::Workspace(_)));
     }
 }

@@ -137,6 +137,6 @@ mod tests {
 
     #[test]
     fn a_satisfied_limit_is_left_alone() {
-        assert_eq!(ensure_open_files(1), Ok(()));
+        assert_eq!(ensure_open_files(1).map_err(|e| e.to_string()), Ok(()));
     }
 }

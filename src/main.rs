@@ -1,13 +1,16 @@
 //! `delta`: parse the command line, install logging, dispatch, map the outcome to an exit code.
 //!
-//! This is the only place that turns a `CliError` into a process exit code and the
-//! `error: <message>` line on stderr (an exhausted open-files limit is worded as such). Usage errors are clap's own (exit 2).
+//! This is the only place that turns a `CliError` into the `error: <message>` line on
+//! stderr (an exhausted open-files limit is worded as such) and the process exit code that
+//! `error.rs` maps it to. Usage errors are clap's own (exit 2).
 
 mod cli;
 mod commands;
 mod error;
 mod limits;
 mod output;
+
+use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -27,19 +30,19 @@ fn install_logging(verbose: u8) {
         .try_init();
 }
 
-fn main() {
+fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     install_logging(cli.verbose);
-    let code = match commands::dispatch(&cli.command, cli.verbose) {
-        Ok(code) => code,
+    match commands::dispatch(&cli.command, cli.verbose) {
+        // A command's own outcome (0, 1, 101, 126, 130), from a run or an orchestration.
+        Ok(code) => u8::try_from(code).map_or(ExitCode::FAILURE, ExitCode::from),
         Err(err) => {
             let message = err.to_string();
             match limits::explain_open_files(&message, commands::open_files_baseline()) {
                 Some(explained) => eprintln!("error: {explained}\ncaused by: {message}"),
                 None => eprintln!("error: {message}"),
             }
-            err.exit_code()
+            ExitCode::from(err.exit_code())
         }
-    };
-    std::process::exit(code);
+    }
 }

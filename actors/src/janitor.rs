@@ -29,15 +29,14 @@ pub enum JanitorAction {
     Interrupted {
         /// The run.
         run_id: String,
-        /// Why its owner is known to be gone (e.g. the lock is free and the recorded pid is
-        /// not running), as journaled.
+        /// Why it has no live owner (journaled and recorded).
         reason: String,
     },
     /// Left alone: recorded on another host (use `--force`).
     SkippedOtherHost {
         /// The run.
         run_id: String,
-        /// The host its metadata.json names.
+        /// The host its metadata names.
         hostname: String,
     },
     /// RUNNING, but its journal already ends with ENGINE_END (the process died before the
@@ -45,7 +44,7 @@ pub enum JanitorAction {
     Settled {
         /// The run.
         run_id: String,
-        /// The final status now recorded in metadata.json.
+        /// The final status now recorded.
         status: RunStatus,
     },
     /// RUNNING and not driven by anyone (`reason`), but its new status could not be recorded:
@@ -54,9 +53,9 @@ pub enum JanitorAction {
     CannotRecord {
         /// The run.
         run_id: String,
-        /// Why its owner is known to be gone.
+        /// Why it has no live owner.
         reason: String,
-        /// The failure that kept the new status from being recorded.
+        /// The first failure, naming the file.
         error: String,
     },
 }
@@ -322,6 +321,34 @@ mod tests {
             Some(JanitorAction::Interrupted { .. })
         ));
         assert_eq!(read_journal(&paths.journal).unwrap().len(), 1);
+    }
+
+    /// A kill between the journal's end and the metadata write, after a janitor had called
+    /// the run INTERRUPTED: the journal's final status is recorded, once.
+    #[test]
+    fn an_interrupted_record_of_a_finished_run_is_settled_once() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = never_locked_run(work.path(), "ended", 0);
+        let (mut journal, _) = Journal::open(&paths.run_dir, JournalOptions::default()).unwrap();
+        journal
+            .append(Event::EngineEnd {
+                run_id: "ended".into(),
+                status: RunStatus::Completed,
+                final_iteration: 1,
+                result: Some("go".into()),
+                error: None,
+            })
+            .unwrap();
+        let mut meta = read_metadata(&paths.run_dir).unwrap();
+        meta.status = RunStatus::Interrupted;
+        write_metadata(&paths.run_dir, &meta).unwrap();
+        assert_eq!(
+            settle_from_journal(work.path(), "ended"),
+            Some(RunStatus::Completed)
+        );
+        let meta = read_metadata(&paths.run_dir).unwrap();
+        assert_eq!(meta.result.as_deref(), Some("go"));
+        assert_eq!(settle_from_journal(work.path(), "ended"), None, "settled");
     }
 
     /// The lock decides: a free lock means nobody drives the run, even when the recorded

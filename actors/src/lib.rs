@@ -41,7 +41,7 @@ pub mod clock;
 pub mod context;
 pub(crate) mod hooks;
 pub(crate) mod input;
-pub mod janitor;
+pub(crate) mod janitor;
 pub mod journal;
 pub mod llm;
 pub mod metadata;

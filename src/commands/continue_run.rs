@@ -7,11 +7,10 @@ use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::load_agent;
-use delta_actors::janitor::{check_run, JanitorAction};
-use delta_actors::metadata::{lock_is_held, read_metadata, RunMetadata, LOCK_FILE};
-use delta_actors::workspace::{open_run_dir, validate_run_id};
-use delta_actors::RunStatus;
-use delta_actors::{RunRequest, RunStart};
+use delta_actors::workspace::{
+    prepare_continue, validate_run_id, ContinueReadiness, JanitorAction,
+};
+use delta_actors::{RunRequest, RunStart, RunStatus};
 
 use crate::commands::engine::{
     parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
@@ -66,7 +65,7 @@ pub struct ContinueArgs {
 
 /// The workspace folder, canonical; a missing or unreadable one is a configuration error
 /// that says what `-w` must point at.
-fn resolve_work_dir(work_dir: &std::path::Path) -> Result<PathBuf, CliError> {
+fn resolve_work_dir(work_dir: &Path) -> Result<PathBuf, CliError> {
     let hint = "hint: -w is the workspace holding the run (the folder that contains .delta/), \
          e.g. -w my-agent/workspaces/W001; `delta list-runs -w <folder>` shows its runs";
     match work_dir.canonicalize() {
@@ -86,98 +85,31 @@ fn resolve_work_dir(work_dir: &std::path::Path) -> Result<PathBuf, CliError> {
     }
 }
 
-/// Why a run the janitor left RUNNING cannot be continued, worded from what its lock says:
-/// held (a live owner), absent (a run of the original engine whose process is alive), or
-/// free (the janitor could not record the interruption).
-fn still_running(run_id: &str, run_dir: &Path, meta: &RunMetadata) -> String {
-    let lock = run_dir.join(LOCK_FILE);
-    match lock_is_held(run_dir) {
-        Ok(true) => format!(
-            "run '{run_id}' is still active: its lock {} is held (pid {} on host '{}'); wait for it to finish or interrupt it first",
-            lock.display(),
-            meta.pid,
-            meta.hostname
-        ),
-        _ if !lock.exists() => format!(
-            "run '{run_id}' is still RUNNING: it has no lock file (written by the original engine) and its process (pid {} on host '{}') is still alive; wait for it to finish or stop it first",
-            meta.pid, meta.hostname
-        ),
-        _ => format!(
-            "run '{run_id}' is RUNNING on disk but nobody holds its lock {}, and it could not be marked INTERRUPTED; check that {} is writable (and the disk not full), then continue again",
-            lock.display(),
-            run_dir.join("metadata.json").display()
-        ),
-    }
-}
-
 pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
-    validate_run_id(&args.run_id).map_err(|e| CliError::Config(e.to_string()))?;
+    validate_run_id(&args.run_id)?;
     let work_dir = resolve_work_dir(&args.work_dir)?;
-    let paths =
-        open_run_dir(&work_dir, &args.run_id).map_err(|e| CliError::Config(e.to_string()))?;
-    if let Some(action) = check_run(&work_dir, &args.run_id, args.force) {
-        match action {
-            JanitorAction::Interrupted { reason, .. } => {
-                eprintln!("janitor: run {} was RUNNING but {reason}; marked INTERRUPTED", args.run_id)
-            }
-            JanitorAction::SkippedOtherHost { hostname, .. } => {
-                return Err(CliError::Config(format!(
-                    "run '{}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force.",
+    let readiness = prepare_continue(&work_dir, &args.run_id, args.message.as_deref(), args.force)?;
+    let meta = match readiness {
+        ContinueReadiness::Ready { janitor, metadata } => {
+            match janitor {
+                Some(JanitorAction::Interrupted { reason, .. }) => eprintln!(
+                    "janitor: run {} was RUNNING but {reason}; marked INTERRUPTED",
                     args.run_id
-                )))
+                ),
+                Some(JanitorAction::Settled { status, .. }) => note_settled(&args.run_id, status),
+                // The other actions are refusals: `prepare_continue` returns them as errors.
+                _ => {}
             }
-            JanitorAction::CannotRecord { reason, error, .. } => {
-                // The first real cause (a full disk, an unwritable file), not "still active".
-                return Err(CliError::Runtime(format!(
-                    "run '{}' is not driven by any process ({reason}), but its record cannot be updated: {error}\nNothing was changed; fix the cause, then run this command again.",
-                    args.run_id
-                )));
-            }
-            JanitorAction::Settled { status, .. } => {
-                eprintln!(
-                    "janitor: run {} had already finished ({status}) before its process died; its record is repaired",
-                    args.run_id
-                );
-                if args.message.is_none() {
-                    // Nothing left to do: report the run's own outcome, as its process would have.
-                    let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;
-                    let result = meta.recorded_result(&paths.run_dir);
-                    crate::output::run_result::print(&result, args.format);
-                    return Ok(result.exit_code());
-                }
-            }
+            metadata
         }
-    }
-    let meta = read_metadata(&paths.run_dir).map_err(|e| CliError::Config(e.to_string()))?;
-    let has_response_file = paths.interaction_dir.join("response.txt").exists();
-    match meta.status {
-        RunStatus::WaitingForInput if args.message.is_none() && !has_response_file => {
-            return Err(CliError::Config(format!(
-                "run '{}' is WAITING_FOR_INPUT: give the answer with -m \"...\" (or write it to {})",
-                args.run_id,
-                paths.interaction_dir.join("response.txt").display()
-            )))
+        ContinueReadiness::Finished { status, result } => {
+            note_settled(&args.run_id, status);
+            // Nothing left to do: report the run's own outcome, as its process would have.
+            crate::output::run_result::print(&result, args.format);
+            return Ok(result.exit_code());
         }
-        RunStatus::Completed | RunStatus::Failed if args.message.is_none() => {
-            return Err(CliError::Config(format!(
-                "run '{}' is {}: to continue it, give a message with -m \"...\"\nExample: delta continue --run-id {} -w {} -m \"Now do something else\"",
-                args.run_id,
-                meta.status,
-                args.run_id,
-                work_dir.display()
-            )))
-        }
-        RunStatus::Running => {
-            return Err(CliError::Config(still_running(
-                &args.run_id,
-                &paths.run_dir,
-                &meta,
-            )))
-        }
-        _ => {}
-    }
-    let agent = load_agent(std::path::Path::new(&meta.agent_home))
-        .map_err(|e| CliError::Config(e.to_string()))?;
+    };
+    let agent = load_agent(Path::new(&meta.agent_home))?;
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }
@@ -202,4 +134,11 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         request = request.with_prompter(Arc::new(TerminalPrompter));
     }
     run_one(request, supervisor, verbosity, args.format)
+}
+
+/// The janitor found the run finished in its journal and recorded that (stderr).
+fn note_settled(run_id: &str, status: RunStatus) {
+    eprintln!(
+        "janitor: run {run_id} had already finished ({status}) before its process died; its record is repaired"
+    );
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delta_actors::agent::ResolvedAgent;
+use delta_actors::agent::{load_env_cascade, ResolvedAgent};
 use delta_actors::llm::{Endpoint, Script};
 use delta_actors::tool::spawner::SpawnerCommand;
 use delta_actors::{
@@ -39,7 +39,7 @@ pub fn llm_target(
             .map(PathBuf::from)
     });
     if let Some(path) = script {
-        let script = Script::load(&path).map_err(|e| CliError::Config(e.to_string()))?;
+        let script = Script::load(&path)?;
         return Ok(LlmTarget::Scripted(Arc::new(script)));
     }
     let key_var = agent
@@ -159,14 +159,9 @@ pub fn drive_single(
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async {
         let mut events = supervisor.subscribe();
-        let handle: RunHandle = supervisor
-            .submit(request)
-            .await
-            .map_err(|e| CliError::Config(e.to_string()))?;
-        let mut sigint =
-            signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?;
-        let mut sigterm =
-            signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let handle: RunHandle = supervisor.submit(request).await?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
         let mut interrupted = false;
         let wait = handle.wait();
         tokio::pin!(wait);
@@ -185,8 +180,7 @@ pub fn drive_single(
         while let Ok(ev) = events.try_recv() {
             print_event(&ev, verbosity, false);
         }
-        let result = result.map_err(|e| CliError::Runtime(e.to_string()))?;
-        refusal_as_error(result)
+        refusal_as_error(result?)
     })
 }
 
@@ -206,7 +200,7 @@ fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
 /// environment after the `.env` cascade, the model target and the engine settings. Building
 /// it validates every setting, so a command creates nothing before it succeeds.
 pub struct RunInputs {
-    pub agent: delta_actors::agent::ResolvedAgent,
+    pub agent: ResolvedAgent,
     pub env: BTreeMap<String, String>,
     pub llm: LlmTarget,
     pub supervisor: SupervisorConfig,
@@ -220,10 +214,8 @@ pub fn run_inputs(
     llm_script: Option<&Path>,
     verbosity: Verbosity,
 ) -> Result<RunInputs, CliError> {
-    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
-    let env =
-        delta_actors::agent::load_env_cascade(Some(work_dir), &agent.home, &cwd, &process_env())
-            .map_err(|e| CliError::Config(e.to_string()))?;
+    let cwd = std::env::current_dir()?;
+    let env = load_env_cascade(Some(work_dir), &agent.home, &cwd, &process_env())?;
     if verbosity == Verbosity::Verbose {
         for file in &env.files_loaded {
             eprintln!("loaded {}", file.display());
@@ -247,7 +239,7 @@ pub fn run_one(
     verbosity: Verbosity,
     format: crate::output::Format,
 ) -> Result<i32, CliError> {
-    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let supervisor = Supervisor::start(config)?;
     let result = drive_single(&supervisor, request, verbosity)?;
     supervisor.shutdown();
     if let Some(error) = &result.error {
@@ -264,7 +256,7 @@ pub fn run_one(
 /// signal: kill every tool process group now and exit 130 without waiting.
 pub fn interrupt(supervisor: &Supervisor, already: &mut bool, signal_name: &str) {
     if *already {
-        delta_actors::tool::process::kill_all_live_groups();
+        supervisor.kill_running_tools();
         eprintln!(
             "interrupted again: exiting now (runs left RUNNING are recovered by `delta continue`)"
         );
@@ -307,6 +299,7 @@ mod tests {
     fn retry_base_override_absent_keeps_default() {
         let default = SupervisorConfig::default().retry.base_delay;
         let config = with_retry_override(SupervisorConfig::default(), &env(&[]));
+        let config = config.map_err(|e| e.to_string());
         assert_eq!(config.map(|c| c.retry.base_delay), Ok(default));
     }
 

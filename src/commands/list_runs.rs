@@ -6,8 +6,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use delta_actors::janitor::{sweep_workspace, JanitorAction};
-use delta_actors::workspace::{list_runs_with_warnings, RunSummary};
+use delta_actors::workspace::{
+    list_runs_with_warnings, recover_orphaned_runs, JanitorAction, RunSummary,
+};
 use delta_actors::RunStatus;
 
 use crate::error::CliError;
@@ -55,7 +56,7 @@ pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
             args.work_dir.display()
         )));
     }
-    for action in sweep_workspace(&args.work_dir, false) {
+    for action in recover_orphaned_runs(&args.work_dir) {
         match action {
             JanitorAction::Interrupted { run_id, reason } => {
                 eprintln!("janitor: run {run_id} was RUNNING but {reason}; marked INTERRUPTED")
@@ -73,8 +74,7 @@ pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
             JanitorAction::SkippedOtherHost { .. } => {}
         }
     }
-    let listing =
-        list_runs_with_warnings(&args.work_dir).map_err(|e| CliError::Config(e.to_string()))?;
+    let listing = list_runs_with_warnings(&args.work_dir)?;
     let mut runs: Vec<RunSummary> = listing
         .runs
         .into_iter()

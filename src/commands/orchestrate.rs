@@ -9,11 +9,10 @@ use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
-use delta_actors::metadata::{lock_is_held, LOCK_FILE};
 use delta_actors::plan::limits::MAX_PARALLEL;
 use delta_actors::plan::state::{
-    find_workspace, next_plan_workspace, validate_orchestration_id, OrchestrationState,
-    OrchestrationStatus, SchedulingEvent, SchedulingRecord, StateError,
+    check_resumable, find_workspace, next_plan_workspace, recorded_plan, validate_orchestration_id,
+    OrchestrationState, OrchestrationStatus, OrchestrationSummary,
 };
 use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
 use delta_actors::{OrchestrationRequest, Supervisor};
@@ -75,10 +74,10 @@ pub struct OrchestrateArgs {
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let overrides = parse_vars(&args.vars)?;
     if let Some(id) = &args.resume {
-        validate_orchestration_id(id).map_err(config)?;
+        validate_orchestration_id(id)?;
     }
     let plan_path = plan_path(args)?;
-    let mut plan = load_plan(&plan_path, &overrides).map_err(config)?;
+    let mut plan = load_plan(&plan_path, &overrides)?;
     if let Some(limit) = args.llm_timeout {
         plan.llm_timeouts.request = Some(limit);
     }
@@ -91,32 +90,17 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let workspace = workspace_for(args, &plan)?;
     let id = match &args.resume {
         Some(id) => {
-            let dir = OrchestrationState::dir_for(&workspace, id).map_err(config)?;
-            if !dir.is_dir() {
-                let missing = StateError::NotFound {
-                    id: id.clone(),
-                    path: dir,
-                };
-                return Err(CliError::Config(missing.to_string()));
-            }
-            if lock_is_held(&dir).unwrap_or(false) {
-                let locked = StateError::Locked {
-                    id: id.clone(),
-                    path: dir.join(LOCK_FILE),
-                };
-                return Err(CliError::Config(locked.to_string()));
-            }
+            let dir = check_resumable(&workspace, id)?;
             // The vars the orchestration started with, so later stages get the same messages.
             if let Some(serde_json::Value::Object(saved)) = OrchestrationState::saved_vars(&dir) {
-                plan = load_plan_with_vars(&plan_path, &saved, &overrides).map_err(config)?;
+                plan = load_plan_with_vars(&plan_path, &saved, &overrides)?;
             }
             id.clone()
         }
         None => orchestration_id(plan.name.as_deref()),
     };
-    let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
-    let env =
-        load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env()).map_err(config)?;
+    let cwd = std::env::current_dir()?;
+    let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())?;
     let mut llm_by_agent = HashMap::new();
     let mut loaded = HashMap::new();
     for (path, agent) in agents {
@@ -153,7 +137,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
     // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
     let config = with_retry_override(config, &env.vars)?;
-    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let supervisor = Supervisor::start(config)?;
     let plan_file = plan.file.clone();
     let mut request =
         OrchestrationRequest::new(Arc::new(plan), id.clone(), &workspace, default_llm)
@@ -179,10 +163,6 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     });
     print_summary(&summary, args.format, resume_hint.as_deref());
     Ok(summary.exit_code())
-}
-
-fn config(error: impl std::fmt::Display) -> CliError {
-    CliError::Config(error.to_string())
 }
 
 /// What a resume needs to be given again, each path absolute.
@@ -234,22 +214,16 @@ fn resume_command(parts: &ResumeParts<'_>) -> String {
 fn drive(
     supervisor: &Supervisor,
     request: OrchestrationRequest,
-) -> Result<delta_actors::plan::state::OrchestrationSummary, CliError> {
+) -> Result<OrchestrationSummary, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()
-        .map_err(|e| CliError::Runtime(e.to_string()))?;
+        .build()?;
     rt.block_on(async {
-        let handle = supervisor
-            .orchestrate(request)
-            .await
-            .map_err(|e| CliError::Config(e.to_string()))?;
+        let handle = supervisor.orchestrate(request).await?;
         eprintln!("orchestration {}", handle.orchestration_id);
         let mut progress = Progress::new();
-        let mut sigint =
-            signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?;
-        let mut sigterm =
-            signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
         // The handle's own receiver holds every event since the start; a resubscribed one
         // would miss those sent before this line (the first stages' StageStarted).
@@ -272,7 +246,7 @@ fn drive(
             progress.on_event(&ev);
         }
         progress.done();
-        summary.map_err(|e| CliError::Runtime(e.to_string()))
+        Ok(summary?)
     })
 }
 
@@ -297,29 +271,7 @@ fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
             "give the plan file (delta orchestrate plan.yaml), or --resume <id> with -w <workspace>".into(),
         ));
     };
-    let journal = OrchestrationState::dir_for(ws, id)
-        .map_err(config)?
-        .join("journal.jsonl");
-    let text = std::fs::read_to_string(&journal).map_err(|e| {
-        CliError::Config(format!(
-            "orchestration '{id}' not found in {}: cannot read {} ({e}); hint: list the orchestrations with `delta list-orchestrations -w {}` and check the workspace given with -w",
-            ws.display(),
-            journal.display(),
-            ws.display()
-        ))
-    })?;
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<SchedulingRecord>(l).ok())
-        .find_map(|r| match r.event {
-            SchedulingEvent::OrchestrationStarted { plan, .. } => Some(PathBuf::from(plan)),
-            _ => None,
-        })
-        .ok_or_else(|| {
-            CliError::Config(format!(
-                "{}: no plan recorded; hint: pass the plan file",
-                journal.display()
-            ))
-        })
+    Ok(recorded_plan(ws, id)?)
 }
 
 /// `--dry-run` runs nothing, but a plan that could not reach a model would fail at its first
@@ -350,12 +302,10 @@ fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, 
         if agents.contains_key(&stage.agent) {
             continue;
         }
-        let agent = load_agent(&stage.agent).map_err(|e| {
-            CliError::Config(format!(
-                "{}: stage `{}`: {e}",
-                plan.file.display(),
-                stage.id
-            ))
+        let agent = load_agent(&stage.agent).map_err(|source| CliError::StageAgent {
+            plan: plan.file.clone(),
+            stage: stage.id.clone(),
+            source: Box::new(source),
         })?;
         for warning in &agent.warnings {
             eprintln!("warning: {warning}");
@@ -377,7 +327,7 @@ fn workspace_for(args: &OrchestrateArgs, plan: &ResolvedPlan) -> Result<PathBuf,
                 plan.dir.display()
             ))
         })?,
-        (None, None, None) => next_plan_workspace(&plan.dir).map_err(config)?,
+        (None, None, None) => next_plan_workspace(&plan.dir)?,
     };
     if args.resume.is_none() {
         std::fs::create_dir_all(&chosen).map_err(|e| {

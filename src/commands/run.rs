@@ -66,7 +66,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
-    let agent = load_agent(&args.agent).map_err(|e| CliError::Config(e.to_string()))?;
+    let agent = load_agent(&args.agent)?;
     for warning in &agent.warnings {
         eprintln!("warning: {warning}");
     }
@@ -74,7 +74,7 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     // leave an empty workspace behind or move LAST_USED.
     let choice = choose_workspace(&agent.home, args.work_dir.as_deref(), args.yes)?;
     if let Some(id) = &args.run_id {
-        validate_run_id(id).map_err(|e| CliError::Config(e.to_string()))?;
+        validate_run_id(id)?;
         // A folder without metadata.json is a run killed while being created: the engine
         // reclaims it, so only a started run blocks the id.
         if RunPaths::new(&choice.dir, id)
@@ -125,8 +125,7 @@ impl WorkspaceChoice {
         match self.agent_workspace {
             Some((agent_home, name)) => {
                 let existed = self.dir.is_dir();
-                let dir = create_workspace(&agent_home, &name)
-                    .map_err(|e| CliError::Config(e.to_string()))?;
+                let dir = create_workspace(&agent_home, &name)?;
                 if !existed {
                     eprintln!("Using new workspace {name}");
                 }
@@ -162,11 +161,10 @@ fn choose_workspace(
             agent_workspace: None,
         });
     }
-    let config = |e: delta_actors::workspace::WorkspaceError| CliError::Config(e.to_string());
-    let existing = list_workspaces(agent_home).map_err(config)?;
+    let existing = list_workspaces(agent_home)?;
     let interactive = !yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let name = if !interactive || existing.is_empty() {
-        next_workspace_name(agent_home).map_err(config)?
+        next_workspace_name(agent_home)?
     } else {
         menu(agent_home, &existing)?
     };
@@ -178,7 +176,7 @@ fn choose_workspace(
 
 fn menu(agent_home: &Path, existing: &[String]) -> Result<String, CliError> {
     let last = last_used_workspace(agent_home);
-    let next = next_workspace_name(agent_home).map_err(|e| CliError::Config(e.to_string()))?;
+    let next = next_workspace_name(agent_home)?;
     eprintln!("Workspaces in {}/workspaces:", agent_home.display());
     for (i, name) in existing.iter().enumerate() {
         let mark = if Some(name) == last.as_ref() {
@@ -197,10 +195,7 @@ fn menu(agent_home: &Path, existing: &[String]) -> Result<String, CliError> {
         eprint!("Choose a workspace [Enter = {default}]: ");
         let _ = std::io::stderr().flush();
         let mut line = String::new();
-        let read = std::io::stdin()
-            .lock()
-            .read_line(&mut line)
-            .map_err(|e| CliError::Runtime(e.to_string()))?;
+        let read = std::io::stdin().lock().read_line(&mut line)?;
         if read == 0 {
             return Ok(default);
         }

@@ -128,9 +128,11 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
         crate::output::emit(&format!("http://{}/?token={token}\n", ready.address));
         eprintln!("delta serve listening on http://{} (state in {}, {} session(s); Ctrl-C stops the server, not the workers)", ready.address, state_dir.display(), ready.sessions);
         if let Some(backup) = ready.migrated_backup {
-            eprintln!("migrated an old-format sessions.json; the original is kept as {}", backup.display());
+            eprintln!(
+                "migrated an old-format sessions.json; the original is kept as {}",
+                backup.display()
+            );
         }
-    })
-    .map_err(|e| CliError::Config(e.to_string()))?;
+    })?;
     Ok(0)
 }

@@ -124,6 +124,16 @@ impl Supervisor {
         });
     }
 
+    /// Kills every tool process group still running, now (SIGKILL), without waiting for the
+    /// runs: for a program about to exit on a second Ctrl-C, so no tool outlives it. A run
+    /// left driving sees its tool killed by signal 9; one the program abandons by exiting
+    /// stays RUNNING on disk until the janitor marks it INTERRUPTED (`delta continue` and
+    /// `delta list-runs` run it). The tool registry is the process's, so this reaches the
+    /// tools of every engine in the process. Returns how many groups were signalled.
+    pub fn kill_running_tools(&self) -> usize {
+        crate::tool::process::kill_all_live_groups()
+    }
+
     /// Stops the actor system and joins its thread. Runs still in flight are abandoned
     /// (call [`Supervisor::cancel_all`] and wait for their handles first for a clean stop).
     pub fn shutdown(mut self) {

@@ -437,3 +437,56 @@ async fn supervisor_embeds_in_a_plain_tokio_program() {
         RunStart::New { .. }
     ));
 }
+
+/// Runs in a child copy of this test binary (see the test below): `kill_running_tools`
+/// kills every tool group of the process, so it must not run beside the other tests.
+#[test]
+#[ignore = "helper: run only by kill_running_tools_kills_a_runs_tool_at_once in a child process"]
+fn helper_kill_running_tools() {
+    if std::env::var_os("DELTA_TEST_KILL_TOOLS_HELPER").is_none() {
+        return;
+    }
+    let agent = TestAgent::new("killed", "", "  - name: wait\n    exec: \"sleep 30\"\n");
+    let ws = tempfile::tempdir().unwrap();
+    let s = script("steps:\n  - tool: wait\n  - answer: went on\n");
+    let sup = Supervisor::start(fast_config()).unwrap();
+    let handle = submit_until_tool_started(&sup, new_run(agent.load(), ws.path(), s, "t"));
+    // ToolStarted is sent as the process starts; its group is registered right after.
+    for _ in 0..1000 {
+        if delta_actors::tool::process::live_group_count() == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(sup.kill_running_tools(), 1);
+    let result = handle.wait_blocking().unwrap();
+    assert!(
+        result.metrics.duration_ms < 10_000,
+        "the sleeping tool was killed: {result:?}"
+    );
+    let obs = observations(&journal(&result));
+    assert!(obs[0].contains("KILLED BY SIGNAL 9"), "{obs:?}");
+    println!("\nKILL_RUNNING_TOOLS_OK");
+}
+
+/// The second Ctrl-C of `delta run`: the handle kills the tools without waiting for the run.
+#[test]
+fn kill_running_tools_kills_a_runs_tool_at_once() {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "run::helper_kill_running_tools",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DELTA_TEST_KILL_TOOLS_HELPER", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("KILL_RUNNING_TOOLS_OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -288,7 +288,7 @@ async fn measure_point(
     if args.tool_spawner == OnOff::Off {
         config.tool_spawner = None;
     }
-    let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let supervisor = Supervisor::start(config)?;
     let sampler = measure::Sampler::start();
     let usage_before = measure::CpuUsage::now();
     let started = Instant::now();

@@ -80,16 +80,13 @@ pub fn run(args: &ServeBenchArgs) -> Result<i32, CliError> {
         .tempdir()
         .map_err(|e| CliError::Runtime(format!("cannot create a temporary folder: {e}")))?;
     for sub in ["state", "rt", "ws"] {
-        std::fs::create_dir_all(dir.path().join(sub))
-            .map_err(|e| CliError::Runtime(e.to_string()))?;
+        std::fs::create_dir_all(dir.path().join(sub))?;
     }
-    std::fs::write(dir.path().join("serve.yaml"), "agents: []\n")
-        .map_err(|e| CliError::Runtime(e.to_string()))?;
+    std::fs::write(dir.path().join("serve.yaml"), "agents: []\n")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()
-        .map_err(|e| CliError::Runtime(e.to_string()))?;
+        .build()?;
     let report = runtime
         .block_on(measure(args, dir.path()))
         .map_err(CliError::Runtime)?;

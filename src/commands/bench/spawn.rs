@@ -93,8 +93,7 @@ pub fn run(args: &SpawnArgs) -> Result<i32, CliError> {
         .map_err(|e| CliError::Runtime(format!("cannot find the delta executable: {e}")))?;
     // Like the engine: the spawner starts before the descriptors exist, as the process's
     // shared one (so CpuUsage counts it).
-    let spawner = share_for_process(&SpawnerCommand::new(program, [SUBCOMMAND]))
-        .map_err(|e| CliError::Runtime(e.to_string()))?;
+    let spawner = share_for_process(&SpawnerCommand::new(program, [SUBCOMMAND]))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -7,6 +7,7 @@
 //! - `mod.rs`: the folder, its id rule, the scheduling journal.
 //! - `summary.rs`: the summary types the CLI prints and the one tally of run outcomes.
 //! - [`listing`]: reading every orchestration of a workspace (`delta list-orchestrations`).
+//! - `resume` (private): the checks before `--resume` ([`check_resumable`], [`recorded_plan`]).
 //!
 //! The runs' own metadata stays the truth about each run; this journal records scheduling
 //! decisions (attempts, stage outcomes) so a resume can count retries and explain itself.
@@ -26,9 +27,11 @@ use crate::protocol::RunStatus;
 use crate::workspace::{control_dir, validate_run_id, WorkspaceError};
 
 pub mod listing;
+mod resume;
 mod summary;
 
 pub use listing::{list_orchestrations, ListedStatus, OrchestrationListing};
+pub use resume::{check_resumable, recorded_plan};
 pub use summary::{
     OrchestrationStatus, OrchestrationSummary, RunCounts, RunRow, StageStatus, StageSummary, Totals,
 };
@@ -156,6 +159,30 @@ pub enum StateError {
         id: String,
         /// The folder looked for.
         path: PathBuf,
+    },
+    /// The scheduling journal cannot be read (a wrong workspace or id): the resume cannot
+    /// find the plan it recorded.
+    #[error(
+        "orchestration '{id}' not found in {}: cannot read {} ({source}); hint: list the \
+         orchestrations with `delta list-orchestrations -w {}` and check the workspace given \
+         with -w",
+        workspace.display(), journal.display(), workspace.display()
+    )]
+    Unreadable {
+        /// The orchestration id.
+        id: String,
+        /// The workspace searched.
+        workspace: PathBuf,
+        /// Its scheduling journal.
+        journal: PathBuf,
+        /// Why it cannot be read.
+        source: std::io::Error,
+    },
+    /// The scheduling journal records no start, so no plan: the resume needs the plan file.
+    #[error("{}: no plan recorded; hint: pass the plan file", journal.display())]
+    NoRecordedPlan {
+        /// The scheduling journal.
+        journal: PathBuf,
     },
 }
 

@@ -5,10 +5,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use delta_actors::janitor;
 use delta_actors::metadata::{read_metadata, write_metadata};
 use delta_actors::plan::state::{OrchestrationState, OrchestrationStatus, StageStatus};
-use delta_actors::workspace::RunPaths;
+use delta_actors::workspace::{prepare_continue, ContinueReadiness, RunPaths};
 use delta_actors::RunStatus;
 use delta_actors::{LlmTarget, OrchestrationEvent, Supervisor};
 
@@ -165,7 +164,9 @@ fn resume_repairs_what_a_kill_leaves_between_two_writes() {
 }
 
 /// The janitor (`delta list-runs`, `delta continue`) settles a run that finished in its
-/// journal but not in its metadata instead of calling it INTERRUPTED.
+/// journal but not in its metadata instead of calling it INTERRUPTED; a continue without a
+/// message reports that outcome. (Settling an INTERRUPTED record is in
+/// `resume_repairs_what_a_kill_leaves_between_two_writes`.)
 #[test]
 fn the_janitor_settles_a_run_finished_in_its_journal() {
     let p = PlanDir::new();
@@ -179,28 +180,17 @@ fn the_janitor_settles_a_run_finished_in_its_journal() {
     let ws = p.ws();
     let run_dir = RunPaths::new(ws, "t-one-0").run_dir;
     set_status(ws, "t-one-0", RunStatus::Running);
-    assert_eq!(
-        janitor::check_run(ws, "t-one-0", false),
-        Some(janitor::JanitorAction::Settled {
-            run_id: "t-one-0".into(),
-            status: RunStatus::Completed
-        })
-    );
+    let Ok(ContinueReadiness::Finished { status, result }) =
+        prepare_continue(ws, "t-one-0", None, false)
+    else {
+        panic!("a run finished in its journal is reported as finished");
+    };
+    assert_eq!(status, RunStatus::Completed);
+    assert_eq!(result.result.as_deref(), Some("go"));
     let meta = read_metadata(&run_dir).unwrap();
     assert_eq!(meta.status, RunStatus::Completed);
     assert_eq!(meta.result.as_deref(), Some("go"));
     assert!(meta.end_time.is_some());
-
-    set_status(ws, "t-one-0", RunStatus::Interrupted);
-    assert_eq!(
-        janitor::settle_from_journal(ws, "t-one-0"),
-        Some(RunStatus::Completed)
-    );
-    assert_eq!(
-        janitor::settle_from_journal(ws, "t-one-0"),
-        None,
-        "already settled"
-    );
     assert_eq!(completed_ends(&run_journal(ws, "t-one-0")), 1);
 }
 
