@@ -40,52 +40,95 @@ pub const INTERRUPTED_OBSERVATION: &str =
 /// What a source needs from the run besides the recipe.
 #[derive(Debug, Clone)]
 pub struct ContextInputs<'a> {
+    /// The agent's folder: `${AGENT_HOME}` in source paths, one of the two folders sources
+    /// may be read from, and `DELTA_AGENT_HOME` for generators.
     pub agent_home: &'a Path,
+    /// The run's workspace: `${CWD}` in source paths, the base of relative paths, the other
+    /// readable folder, and the generators' working directory (`DELTA_CWD`).
     pub work_dir: &'a Path,
+    /// The run's id (`DELTA_RUN_ID` for generators).
     pub run_id: &'a str,
+    /// The run's folder (`DELTA_RUN_DIR` for generators).
     pub run_dir: &'a Path,
+    /// The run's journal (`JOURNAL_PATH` for generators).
     pub journal_path: &'a Path,
     /// Complete environment for generator processes (already scrubbed of secrets).
     pub child_env: &'a BTreeMap<String, String>,
 }
 
 /// A source that could not be built. Fatal for the run.
+///
+/// `id` is always the source's `id` in context.yaml; paths are as resolved (variables
+/// expanded).
 #[derive(Debug, thiserror::Error)]
 pub enum ContextError {
+    /// A `file` source (or a generator's output) does not exist and `on_missing` is not
+    /// `skip`.
     #[error("context source '{id}': file not found: {path} (set `on_missing: skip` in context.yaml to make it optional)")]
-    FileMissing { id: String, path: String },
+    FileMissing {
+        /// The source's id.
+        id: String,
+        /// The file looked for.
+        path: String,
+    },
+    /// The file exists but could not be read (permissions, not UTF-8, an I/O error).
     #[error("context source '{id}': cannot read {path}: {message}")]
     FileUnreadable {
+        /// The source's id.
         id: String,
+        /// The file.
         path: String,
+        /// The system's or decoder's complaint.
         message: String,
     },
+    /// A `computed_file` generator exited non-zero, was killed, timed out or could not
+    /// start.
     #[error("context source '{id}': generator {command:?} {reason}")]
     GeneratorFailed {
+        /// The source's id.
         id: String,
+        /// The generator's argv, variables expanded.
         command: Vec<String>,
+        /// How it ended (`exited with code 2`, `timed out after 30000 ms`...), with its
+        /// stderr when it wrote any.
         reason: String,
     },
+    /// A generator succeeded but its `output_path` is not there.
     #[error("context source '{id}': generator {command:?} finished but did not create {path}")]
     GeneratorOutputMissing {
+        /// The source's id.
         id: String,
+        /// The generator's argv.
         command: Vec<String>,
+        /// The output file expected.
         path: String,
     },
+    /// The file resolves (after symlinks) outside both the agent folder and the workspace:
+    /// its text would go to the model provider, so it is refused.
     #[error("context source '{id}': {path} resolves to {resolved}, outside the agent folder {agent_home} and the workspace {work_dir} (hint: keep context files in one of them; symlinks are followed)")]
     OutsideAllowedFolders {
+        /// The source's id.
         id: String,
+        /// The path as context.yaml gives it (variables expanded).
         path: String,
+        /// Where it really is.
         resolved: String,
+        /// The agent folder.
         agent_home: String,
+        /// The workspace.
         work_dir: String,
     },
+    /// The path is a FIFO, device, socket or folder: reading it could block the run.
     #[error("context source '{id}': {path} is {kind}, not a regular file (hint: context sources are read whole at every iteration, so a pipe, device or socket could block the run forever; write the text to a regular file, or produce it with a `computed_file` generator)")]
     NotRegularFile {
+        /// The source's id.
         id: String,
+        /// The path.
         path: String,
+        /// What it is instead (`a FIFO`, `a directory`...).
         kind: String,
     },
+    /// The run was stopped while the context was built (not a failure of the source).
     #[error("context build cancelled")]
     Cancelled,
 }

@@ -32,6 +32,7 @@
 //!
 //! The library never prints: user-facing text is the binary's job.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
+#![warn(missing_docs)]
 
 pub mod agent;
 pub mod api;

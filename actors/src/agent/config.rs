@@ -43,11 +43,17 @@ const LLM_KEYS: [&str; 10] = [
 /// Model settings of one agent. Unset values are not sent to the provider.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LlmSettings {
+    /// `model`: the provider's model name (required).
     pub model: String,
+    /// `temperature`, 0 to 2.
     pub temperature: Option<f64>,
+    /// `max_tokens`: the cap on each reply's length, in tokens (positive).
     pub max_tokens: Option<u32>,
+    /// `top_p`, 0 to 1.
     pub top_p: Option<f64>,
+    /// `frequency_penalty`, -2 to 2.
     pub frequency_penalty: Option<f64>,
+    /// `presence_penalty`, -2 to 2.
     pub presence_penalty: Option<f64>,
     /// OpenAI-compatible endpoint for this agent (overrides `DELTA_BASE_URL`).
     pub base_url: Option<String>,

@@ -54,34 +54,55 @@ pub fn default_context_yaml() -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnMissing {
+    /// The run fails, naming the source (the default).
     Error,
+    /// The source is left out of the context.
     Skip,
 }
 
 /// One context source, in recipe order. Paths and argv still contain `${AGENT_HOME}` and
-/// `${CWD}`; expand them with [`expand_path_vars`] at run time.
+/// `${CWD}`; the engine expands them when the run builds its context.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContextSource {
+    /// `type: file`: a file's text, as one system message.
     File {
+        /// The source's name, unique in the recipe (the message's `# Context Block: <id>`).
         id: String,
+        /// The file; relative paths are taken from the workspace. It must resolve inside
+        /// the agent folder or the workspace.
         path: String,
+        /// What to do when the file does not exist.
         on_missing: OnMissing,
     },
+    /// `type: computed_file`: a generator writes a file, whose text becomes one system
+    /// message.
     ComputedFile {
+        /// The source's name, unique in the recipe.
         id: String,
+        /// The generator's argv (no shell), run in the workspace.
         command: Vec<String>,
+        /// The generator's timeout, in milliseconds (default
+        /// [`DEFAULT_GENERATOR_TIMEOUT_MS`]).
         timeout_ms: u64,
+        /// The file the generator writes.
         output_path: String,
+        /// What to do when the generator succeeded but wrote no file (a failing generator
+        /// always fails the run).
         on_missing: OnMissing,
     },
+    /// `type: journal`: the conversation so far.
     Journal {
+        /// The source's name, unique in the recipe.
         id: String,
+        /// Keep only the last this many iterations (the task is always kept); `None` keeps
+        /// everything.
         max_iterations: Option<u32>,
     },
 }
 
 impl ContextSource {
+    /// The source's `id`, whatever its type.
     pub fn id(&self) -> &str {
         match self {
             ContextSource::File { id, .. }
@@ -94,11 +115,12 @@ impl ContextSource {
 /// The parsed `context.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContextRecipe {
+    /// The sources, in the order their messages are sent.
     pub sources: Vec<ContextSource>,
 }
 
 /// Replaces `${AGENT_HOME}` and `${CWD}` in a path or argv element.
-pub fn expand_path_vars(template: &str, agent_home: &Path, cwd: &Path) -> String {
+pub(crate) fn expand_path_vars(template: &str, agent_home: &Path, cwd: &Path) -> String {
     template
         .replace("${AGENT_HOME}", &agent_home.to_string_lossy())
         .replace("${CWD}", &cwd.to_string_lossy())

@@ -16,7 +16,9 @@ use super::error::AgentError;
 /// The merged environment and the `.env` files that contributed, highest priority first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnvCascade {
+    /// The complete environment: the process's, plus every variable the files add.
     pub vars: BTreeMap<String, String>,
+    /// The `.env` files found and read, the most local first.
     pub files_loaded: Vec<PathBuf>,
 }
 

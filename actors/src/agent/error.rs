@@ -16,35 +16,58 @@ use crate::yaml::FieldError;
 pub enum AgentError {
     /// The path given for the agent does not exist.
     #[error("agent path `{}` does not exist\n  hint: pass the agent folder (the one holding agent.yaml) or the path of its agent.yaml", path.display())]
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The path as given.
+        path: PathBuf,
+    },
 
     /// The folder holds neither `agent.yaml` nor `config.yaml`.
     #[error("no agent.yaml (or legacy config.yaml) in `{}`\n  hint: create an agent with `delta init <name>`, or pass the folder that holds agent.yaml", dir.display())]
-    NoConfig { dir: PathBuf },
+    NoConfig {
+        /// The folder (canonical).
+        dir: PathBuf,
+    },
 
     /// A file exists (or must exist) but could not be read.
     #[error("cannot read `{}`: {source}\n  hint: {hint}", file.display())]
     Io {
+        /// The file.
         file: PathBuf,
+        /// The system's error.
         #[source]
         source: std::io::Error,
+        /// What to check.
         hint: String,
     },
 
     /// A YAML file does not parse. `message` carries serde_yaml's line and column.
     #[error("`{}` is not valid YAML: {message}\n  hint: check the indentation and quoting at that line", file.display())]
-    Yaml { file: PathBuf, message: String },
+    Yaml {
+        /// The file.
+        file: PathBuf,
+        /// The parser's complaint, with line and column.
+        message: String,
+    },
 
     /// `context.yaml` is missing: the message carries the ready-to-paste default recipe.
     #[error("`{}` not found: every agent needs a context.yaml (it is the recipe of what the model sees)\n  hint: create it with this default recipe:\n\n{recipe}", path.display())]
-    MissingContext { path: PathBuf, recipe: &'static str },
+    MissingContext {
+        /// The context.yaml looked for.
+        path: PathBuf,
+        /// The default recipe, to paste into it.
+        recipe: &'static str,
+    },
 
     /// A `.env` file has a line that is not `KEY=VALUE`.
     #[error("`{}` line {line}: {message}\n  hint: {hint}", file.display())]
     EnvFile {
+        /// The `.env` file.
         file: PathBuf,
+        /// The line's number, 1-based.
         line: usize,
+        /// What is wrong with the line.
         message: String,
+        /// How to write it.
         hint: String,
     },
 
@@ -52,8 +75,11 @@ pub enum AgentError {
     /// (for example `llm.temperature` or ``tool `grep`: ...``).
     #[error("`{}`: {message}\n  hint: {hint}", file.display())]
     Invalid {
+        /// The file.
         file: PathBuf,
+        /// What is wrong, naming the key path.
         message: String,
+        /// What to write instead.
         hint: String,
     },
 }

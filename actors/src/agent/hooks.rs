@@ -14,20 +14,32 @@ use super::error::AgentError;
 use crate::yaml::{closest, Fields};
 
 /// A point in the run where a hook may be invoked.
+///
+/// Hooks never stop a run: a failing hook is journaled (`HOOK_EXECUTED`) and the run goes
+/// on. `docs/hooks.md` lists each hook's payload and environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HookName {
+    /// The request is built, before it is sent; it may replace parts of the request.
     PreLlmRequest,
+    /// The model answered, before the THOUGHT is journaled.
     PostLlmResponse,
+    /// Before each tool call starts; it may skip the call and answer in its place.
     PreToolExecution,
+    /// After each executed call, before its result is journaled.
     PostToolExecution,
+    /// The run is about to end FAILED.
     OnError,
+    /// Every final status, after ENGINE_END and metadata.json are written.
     OnRunEnd,
+    /// Start of an iteration, before the context is built.
     OnIterationStart,
+    /// After the iteration's results are journaled.
     OnIterationEnd,
 }
 
 impl HookName {
+    /// Every hook.
     pub const ALL: [HookName; 8] = [
         HookName::PreLlmRequest,
         HookName::PostLlmResponse,
@@ -39,6 +51,7 @@ impl HookName {
         HookName::OnIterationEnd,
     ];
 
+    /// The key in hooks.yaml (and the journal's `hook_name`), e.g. `pre_tool_execution`.
     pub fn as_str(self) -> &'static str {
         match self {
             HookName::PreLlmRequest => "pre_llm_request",
@@ -52,7 +65,8 @@ impl HookName {
         }
     }
 
-    /// Parses a hook key, also accepting the original engine's short names.
+    /// Parses a hook key, also accepting the original engine's short names; the flag is
+    /// true for a short name (deprecated).
     pub fn parse(key: &str) -> Option<(HookName, bool)> {
         if let Some(name) = HookName::ALL.into_iter().find(|h| h.as_str() == key) {
             return Some((name, false));
@@ -71,7 +85,10 @@ impl HookName {
 /// One hook: the argv to run (no shell; `${AGENT_HOME}` etc. still unexpanded) and its timeout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HookSpec {
+    /// The argv; `${AGENT_HOME}` and `${CWD}` are expanded when it runs.
     pub command: Vec<String>,
+    /// The timeout in milliseconds; `None` means 30 s. On expiry the process group is
+    /// killed.
     pub timeout_ms: Option<u64>,
 }
 
@@ -82,10 +99,12 @@ pub struct Hooks {
 }
 
 impl Hooks {
+    /// The hook configured for `name`, if any.
     pub fn get(&self, name: HookName) -> Option<&HookSpec> {
         self.by_name.get(&name)
     }
 
+    /// No hook is configured.
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }

@@ -23,9 +23,9 @@ mod imports;
 use std::path::{Path, PathBuf};
 
 pub use config::LlmSettings;
+pub(crate) use context_recipe::expand_path_vars;
 pub use context_recipe::{
-    default_context_yaml, expand_path_vars, ContextRecipe, ContextSource, OnMissing,
-    DEFAULT_GENERATOR_TIMEOUT_MS,
+    default_context_yaml, ContextRecipe, ContextSource, OnMissing, DEFAULT_GENERATOR_TIMEOUT_MS,
 };
 pub use dotenv::{load_env_cascade, parse_dotenv, EnvCascade};
 pub use error::AgentError;
@@ -41,18 +41,26 @@ pub struct ResolvedAgent {
     pub home: PathBuf,
     /// The agent.yaml (or config.yaml) actually used.
     pub config_file: PathBuf,
+    /// `name`: shown in listings, metadata and RunResults.
     pub name: String,
+    /// `version` (default `1.0.0`); informational.
     pub version: String,
+    /// `description`; informational.
     pub description: Option<String>,
+    /// `llm`: the model and its sampling settings, endpoint and timeouts.
     pub llm: LlmSettings,
     /// Resolved system prompt file, checked to be non-blank.
     pub system_prompt_path: PathBuf,
+    /// `max_iterations`: the iteration cap of each start or continuation (a request's cap
+    /// wins; unset means 30).
     pub max_iterations: Option<u32>,
     /// agent.yaml `parallel_tool_calls` (default false).
     pub parallel_tool_calls: bool,
     /// Imported and local tools, merged, in final order.
     pub tools: Vec<CompiledTool>,
+    /// `context.yaml`: what the model sees at every call.
     pub context: ContextRecipe,
+    /// `hooks.yaml` (or the deprecated `lifecycle_hooks`).
     pub hooks: Hooks,
     /// Deprecations and unknown keys, each naming its file, for the caller to show.
     pub warnings: Vec<String>,
@@ -77,8 +85,11 @@ impl ResolvedAgent {
 /// A standalone tools file (e.g. `tools/file-ops.yaml`) with its imports resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolLibrary {
+    /// The file loaded, canonical.
     pub file: PathBuf,
+    /// Its tools and those it imports, merged, in final order.
     pub tools: Vec<CompiledTool>,
+    /// Deprecations and unknown keys, each naming its file.
     pub warnings: Vec<String>,
 }
 

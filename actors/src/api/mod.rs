@@ -22,19 +22,22 @@ use crate::protocol::{
 };
 use crate::runtime::supervisor::{CancelAll, CancelRun, RunSupervisor, SubmitRun};
 
-/// Awaits one run's result.
+/// Awaits one run's result. Dropping it does not stop the run (use [`Supervisor::cancel`]).
 pub struct RunHandle {
+    /// The run's id: the request's, or the one generated for a new run.
     pub run_id: String,
     receiver: oneshot::Receiver<RunResult>,
 }
 
 impl RunHandle {
-    /// Waits for the run to reach a final status.
+    /// Waits for the run to reach a final status. Every final status is an `Ok` (a failed run
+    /// is a FAILED [`RunResult`]); [`EngineError::Stopped`] means the engine shut down first.
     pub async fn wait(self) -> Result<RunResult, EngineError> {
         self.receiver.await.map_err(|_| EngineError::Stopped)
     }
 
-    /// Synchronous variant for code without an async runtime.
+    /// Synchronous variant of [`RunHandle::wait`] for code without an async runtime (it
+    /// panics if called on an async runtime's thread, as any blocking receive does).
     pub fn wait_blocking(self) -> Result<RunResult, EngineError> {
         self.receiver
             .blocking_recv()
@@ -155,16 +158,23 @@ impl Drop for Supervisor {
 
 /// Awaits one orchestration's summary and streams its events.
 pub struct OrchestrationHandle {
+    /// The request's orchestration id.
     pub orchestration_id: String,
+    /// This plan's progress, from its first event on (4096 buffered; a slower reader gets
+    /// `Lagged` and misses events, never the summary).
     pub events: broadcast::Receiver<OrchestrationEvent>,
     receiver: oneshot::Receiver<crate::plan::state::OrchestrationSummary>,
 }
 
 impl OrchestrationHandle {
+    /// Waits for the plan to end and returns its summary (every final status is an `Ok`);
+    /// [`EngineError::Stopped`] means the engine shut down first.
     pub async fn wait(self) -> Result<crate::plan::state::OrchestrationSummary, EngineError> {
         self.receiver.await.map_err(|_| EngineError::Stopped)
     }
 
+    /// Synchronous variant of [`OrchestrationHandle::wait`] for code without an async
+    /// runtime.
     pub fn wait_blocking(self) -> Result<crate::plan::state::OrchestrationSummary, EngineError> {
         self.receiver
             .blocking_recv()

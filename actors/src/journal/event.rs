@@ -15,8 +15,11 @@ pub const REDACTED: &str = "[REDACTED]";
 /// One journal line: sequence number, time, and the event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JournalEvent {
+    /// 1-based, strictly increasing within the file (a continued run goes on counting).
     pub seq: u64,
+    /// When the event was appended (UTC, RFC 3339 with milliseconds).
     pub timestamp: String,
+    /// The event's type and fields, flattened into the same JSON object.
     #[serde(flatten)]
     pub event: Event,
 }
@@ -24,7 +27,10 @@ pub struct JournalEvent {
 /// A tool call as the model sent it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCallRecord {
+    /// The model's id for the call (an `ACTION_REQUEST`/`ACTION_RESULT` pair carries it as
+    /// `action_id`).
     pub id: String,
+    /// The tool's name as the model wrote it.
     pub name: String,
     /// The raw JSON text of the arguments, exactly as the model produced it.
     pub arguments: String,
@@ -34,8 +40,13 @@ pub struct ToolCallRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ActionStatus {
+    /// The tool exited by itself with code 0 (or a `pre_tool_execution` hook answered in
+    /// its place, or ask_human got its answer).
     Success,
+    /// The tool ran and failed: a non-zero exit, a signal, its timeout.
     Failed,
+    /// The call could not run: arguments the tool refused, an unknown tool, a run stopped
+    /// before it started, or a crash that left it without a result.
     Error,
 }
 
@@ -61,90 +72,153 @@ impl ActionStatus {
 }
 
 /// Everything a run records. The `type` tag is the SCREAMING_SNAKE_CASE variant name.
+///
+/// Paths in `*_ref` fields are relative to the run folder (`io/invocations/...`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Event {
+    /// The run's first event.
     EngineStart {
+        /// The run's id.
         run_id: String,
+        /// The agent's folder.
         agent_home: String,
+        /// The run's workspace.
         work_dir: String,
+        /// `name` from the agent's `agent.yaml`.
         agent_name: String,
+        /// The task the run was started with.
         task: String,
     },
+    /// A user message the model sees: the task at the start, a `delta continue` message
+    /// later.
     UserMessage {
+        /// The message text.
         content: String,
     },
+    /// One model reply: its text and the tool calls it asked for.
     Thought {
+        /// The iteration the reply belongs to, 1-based.
         iteration: u32,
+        /// The reply's text; `None` for a reply with tool calls only.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
+        /// The calls asked for, in the model's order; none for a final answer.
         #[serde(default)]
         tool_calls: Vec<ToolCallRecord>,
+        /// The record of the model call in `io/invocations/`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         llm_invocation_ref: Option<String>,
+        /// The provider's finish reason (`stop`, `tool_calls`, `length` for a reply cut at
+        /// the output limit...).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finish_reason: Option<String>,
     },
+    /// A tool call about to be carried out (after argument checks and hooks decided it).
     ActionRequest {
+        /// The iteration whose reply asked for it.
         iteration: u32,
+        /// The model's id for the call.
         action_id: String,
+        /// The tool's name.
         tool_name: String,
+        /// The arguments as parsed JSON (an object; the raw text is in the THOUGHT).
         tool_args: serde_json::Value,
+        /// What will run: the command line for a tool, the question for ask_human, empty
+        /// for a call that does not run.
         resolved_command: String,
     },
+    /// A tool call's result: what the model sees next.
     ActionResult {
+        /// The iteration whose reply asked for it.
         iteration: u32,
+        /// The model's id for the call, pairing it with its ACTION_REQUEST.
         action_id: String,
+        /// The tool's name.
         tool_name: String,
+        /// How the call ended.
         status: ActionStatus,
+        /// The observation the model gets: output (head and tail when long) and a status
+        /// line, or the error text.
         observation_content: String,
+        /// The process's exit code, when it exited by itself.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
+        /// The record with the full output in `io/tool_executions/`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         execution_ref: Option<String>,
     },
+    /// The run failed; ENGINE_END follows.
     Error {
+        /// The error kind's on-disk spelling (`llm_error`, `max_iterations`...; see
+        /// [`crate::RunErrorKind`]).
         error_type: String,
+        /// The message, as in the RunResult.
         error_message: String,
+        /// More detail when there is some (a string, or any JSON in original-engine files).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error_details: Option<serde_json::Value>,
     },
+    /// A start or continuation of the run ended; a continuation appends after it.
     EngineEnd {
+        /// The run's id.
         run_id: String,
+        /// The status the run ended with.
         status: RunStatus,
+        /// The last iteration number.
         final_iteration: u32,
+        /// The final answer, when COMPLETED.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         result: Option<String>,
+        /// The error message, when the run failed or was interrupted.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// An ask_human question put to a person (on a terminal, or left pending for
+    /// `delta continue`).
     HumanInputRequest {
+        /// The iteration whose reply asked it.
         iteration: u32,
+        /// The ask_human call's id.
         action_id: String,
+        /// The question.
         prompt: String,
+        /// `text`, `password` or `confirmation`.
         input_type: String,
+        /// The answer is secret and is redacted everywhere it is written.
         sensitive: bool,
     },
+    /// The answer to an ask_human question.
     HumanInputReceived {
+        /// The iteration of the question.
         iteration: u32,
+        /// The ask_human call's id.
         action_id: String,
         /// The answer, or [`REDACTED`] when the question was sensitive.
         response: String,
+        /// `response` is [`REDACTED`] (the real answer is under the run's `secrets/`).
         redacted: bool,
     },
+    /// A lifecycle hook ran (or was skipped); hooks never stop a run.
     HookExecuted {
+        /// The hook (`pre_llm_request`, `post_tool_execution`, `on_run_end`...).
         hook_name: String,
+        /// `SUCCESS`, `FAILED`, `TIMED_OUT`, `CANCELLED` or `SKIPPED`.
         status: String,
+        /// What went wrong, for every status but SUCCESS.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// The hook's record in `io/hooks/`.
         io_path_ref: String,
     },
     /// Something the engine noticed that did not stop the run (e.g. a torn tail repaired).
     Warning {
+        /// What happened and what was done about it.
         message: String,
     },
     /// A RUNNING → INTERRUPTED transition (signal, janitor).
     Interrupted {
+        /// Why: the cancel's reason, or why the janitor found the owner gone.
         reason: String,
     },
 }

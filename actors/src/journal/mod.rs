@@ -25,11 +25,10 @@ mod writer;
 
 pub use event::{ActionStatus, Event, JournalEvent, ToolCallRecord, REDACTED};
 pub use format::read_journal;
-pub use queries::{
-    pending_ask_human, recorded_final_answer, unanswered_calls, PendingQuestion,
-    TRUNCATED_FINISH_REASON,
+pub use queries::recorded_final_answer;
+pub(crate) use queries::{
+    pending_ask_human, unanswered_calls, PendingQuestion, TRUNCATED_FINISH_REASON,
 };
-pub use secrets::{redact_event, restore_event};
 pub use writer::{Journal, JournalOptions};
 
 use std::io;
@@ -42,22 +41,37 @@ pub const JOURNAL_FILE: &str = "journal.jsonl";
 /// happened and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
+    /// The file cannot be a journal and is left untouched: a JSON array, a pretty-printed
+    /// file, a wrong file name. The message starts with `FATAL` and says what to do.
     #[error("{message}")]
-    Fatal { path: PathBuf, message: String },
+    Fatal {
+        /// The file refused.
+        path: PathBuf,
+        /// The whole message, hint included.
+        message: String,
+    },
+    /// Creating, reading, appending to or fsyncing the file failed (an existing file on
+    /// create included).
     #[error("{}", io_message(path, source))]
     Io {
+        /// The journal file.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: io::Error,
     },
+    /// A complete line (not a torn tail) is not an event.
     #[error(
         "journal {} line {line} is not a valid event: {message}; hint: the journal is \
          append-only — restore it from a backup, or remove the run directory",
         path.display()
     )]
     Parse {
+        /// The journal file.
         path: PathBuf,
+        /// The line's number, 1-based.
         line: usize,
+        /// The JSON parser's complaint.
         message: String,
     },
 }

@@ -9,17 +9,22 @@ use std::collections::HashSet;
 use super::{Event, JournalEvent};
 
 /// The finish reason of a reply cut at the output limit (`max_tokens`): not an answer.
-pub const TRUNCATED_FINISH_REASON: &str = "length";
+pub(crate) const TRUNCATED_FINISH_REASON: &str = "length";
 
 /// The ask_human call still waiting for its answer, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingQuestion {
+pub(crate) struct PendingQuestion {
+    /// The iteration of the question.
     pub iteration: u32,
+    /// The ask_human call's id.
     pub action_id: String,
+    /// The answer must be kept secret (`sensitive`, or `input_type: password`).
     pub sensitive: bool,
 }
 
-pub fn pending_ask_human(events: &[JournalEvent]) -> Option<PendingQuestion> {
+/// The last ask_human question without an answer: a journaled request, or (in a journal of
+/// the original engine, which journals none) the last unanswered `ask_human` call.
+pub(crate) fn pending_ask_human(events: &[JournalEvent]) -> Option<PendingQuestion> {
     let answered = answered_ids(events);
     let journaled = events.iter().rev().find_map(|e| match &e.event {
         Event::HumanInputRequest {
@@ -77,7 +82,7 @@ fn answered_ids(events: &[JournalEvent]) -> HashSet<&str> {
 }
 
 /// Calls requested by the model (THOUGHT tool_calls) that have no ACTION_RESULT.
-pub fn unanswered_calls(events: &[JournalEvent]) -> Vec<(u32, String, String)> {
+pub(crate) fn unanswered_calls(events: &[JournalEvent]) -> Vec<(u32, String, String)> {
     let answered = answered_ids(events);
     let mut out = Vec::new();
     for e in events {

@@ -144,7 +144,7 @@ impl Journal {
     /// `journal.jsonl` nor an editor-renamed `journal.json`), a fresh journal whose first
     /// event is a WARNING saying so: the original engine continued such runs from scratch,
     /// and the caller restores the task from the run's metadata.
-    pub fn open_or_start(
+    pub(crate) fn open_or_start(
         run_dir: &Path,
         options: JournalOptions,
     ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
@@ -165,7 +165,7 @@ impl Journal {
 
     /// [`Journal::open_or_start`] for a run with sensitive answers: the events come back with the
     /// markers restored (what the model saw), and later appends are redacted.
-    pub fn open_with_secrets(
+    pub(crate) fn open_with_secrets(
         run_dir: &Path,
         options: JournalOptions,
         secrets: Redactor,
@@ -180,7 +180,7 @@ impl Journal {
     }
 
     /// Redacts the run's sensitive answers from every line written from now on.
-    pub fn set_secrets(&mut self, secrets: Redactor) {
+    pub(crate) fn set_secrets(&mut self, secrets: Redactor) {
         self.secrets = secrets;
     }
 

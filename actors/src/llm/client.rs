@@ -91,6 +91,7 @@ impl HttpBackend {
         })
     }
 
+    /// The endpoint this backend calls.
     pub fn endpoint(&self) -> &Endpoint {
         &self.inner.endpoint
     }

@@ -21,11 +21,14 @@ pub const HEADER_RUN_ID: &str = "x-delta-run-id";
 /// `https://llm.example.com/v1`; requests go to `{base_url}/chat/completions`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    /// The base URL, version prefix included; a trailing slash is tolerated.
     pub base_url: String,
+    /// Sent as `Authorization: Bearer <key>`; `None` sends no header (local servers).
     pub api_key: Option<String>,
 }
 
 impl Endpoint {
+    /// An endpoint at `base_url`, authenticated with `api_key` when given.
     pub fn new(base_url: impl Into<String>, api_key: Option<String>) -> Self {
         Endpoint {
             base_url: base_url.into(),
@@ -70,7 +73,9 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 /// each attempt may take.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestMeta {
+    /// The asking agent's name.
     pub agent_name: String,
+    /// The asking run's id.
     pub run_id: String,
     /// Applied to every attempt (the asking run's resolved `llm.request_timeout` and
     /// `llm.idle_timeout`).
@@ -78,6 +83,7 @@ pub struct RequestMeta {
 }
 
 impl RequestMeta {
+    /// Meta for `agent_name`'s run `run_id`, with the default timeouts.
     pub fn new(agent_name: impl Into<String>, run_id: impl Into<String>) -> Self {
         RequestMeta {
             agent_name: agent_name.into(),
@@ -128,23 +134,34 @@ pub fn decode_header_value(value: &str) -> String {
 /// What one attempt can fail with. Messages carry the status and the provider's own words.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LlmError {
+    /// The endpoint answered with a non-2xx status.
     #[error("the LLM endpoint answered HTTP {status}: {message}{}", status_hint(*status))]
     Http {
+        /// The HTTP status.
         status: u16,
+        /// The provider's error message (its `error.message`, else the body's start).
         message: String,
+        /// The provider's `Retry-After`, when it sent one.
         retry_after: Option<Duration>,
     },
+    /// No answer at all: connection refused or reset, DNS, TLS.
     #[error("could not reach the LLM endpoint: {0} (hint: check DELTA_BASE_URL and that the server is up)")]
     Transport(String),
+    /// A 2xx answer that is not a usable chat completion (see
+    /// [`parse_completion`](super::parse_completion)).
     #[error("the LLM endpoint sent an invalid chat completion: {0}")]
     InvalidResponse(String),
+    /// The in-process scripted model could not answer (no rule matched, a template failed).
     #[error("scripted model: {0}")]
     Scripted(String),
+    /// The attempt ran into one of its limits; retried like a 5xx.
     #[error("the LLM endpoint timed out: {target}: {} (hint: check that the endpoint is healthy; raise `llm.request_timeout` / `llm.idle_timeout` in agent.yaml or the plan's `llm:`, or pass --llm-timeout)", phase.describe(*limit))]
     Timeout {
         /// What was called, e.g. `POST https://host/v1/chat/completions`.
         target: String,
+        /// Which limit was hit.
         phase: TimeoutPhase,
+        /// The limit's value.
         limit: Duration,
     },
 }
@@ -193,6 +210,9 @@ pub type CompletionFuture = Pin<Box<dyn Future<Output = Result<ChatCompletion, L
 /// One attempt, no retry. Implemented by [`super::HttpBackend`] and
 /// [`super::ScriptedBackend`]; the gateway adds admission, rate limiting and retries.
 pub trait ChatBackend: Send + Sync + 'static {
+    /// Makes one attempt at `req`. It should honour `meta.timeouts` (the gate bounds the
+    /// whole attempt by `meta.timeouts.request` in any case) and return a retryable error
+    /// kind when another attempt could succeed.
     fn complete(&self, req: ChatRequest, meta: RequestMeta) -> CompletionFuture;
 
     /// What a call goes to, for messages (a timeout names it).

@@ -24,6 +24,7 @@ pub struct GateConfig {
     pub max_in_flight: usize,
     /// `None` (or 0) means unlimited.
     pub requests_per_minute: Option<u32>,
+    /// Attempts and backoff of each call.
     pub retry: RetryPolicy,
 }
 
@@ -40,6 +41,7 @@ impl Default for GateConfig {
 /// A successful call and what it cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateOutcome {
+    /// The model's reply.
     pub completion: ChatCompletion,
     /// Attempts made, the successful one included.
     pub attempts: u32,
@@ -66,6 +68,7 @@ impl std::fmt::Debug for LlmGate {
 }
 
 impl LlmGate {
+    /// A gate in front of `backend` with `config`'s limits (its rate limiter starts empty).
     pub fn new(backend: Arc<dyn ChatBackend>, config: GateConfig) -> Self {
         let max_in_flight = if config.max_in_flight == 0 {
             Semaphore::MAX_PERMITS

@@ -10,9 +10,10 @@
 //! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`].
 //! - [`timeouts`]: [`LlmTimeouts`] per attempt (whole request, idle) and their layered
 //!   settings (`--llm-timeout` > plan `llm:` > agent.yaml `llm:` > default).
-//! - [`rate`]: [`RateLimiter`], requests-per-minute spacing plus a Retry-After barrier.
-//! - [`call`]: [`complete_call`], one model call as a run sees it (cancellable, failed
-//!   attempts kept), and its [`CallOutcome`] / [`CallFailure`].
+//! - `rate` (crate-private): the rate limiter, requests-per-minute spacing plus a
+//!   Retry-After barrier.
+//! - `call` (crate-private): one model call as a run sees it (cancellable, failed attempts
+//!   kept), and its outcome or failure.
 //! - [`gate`]: [`LlmGate`], one per endpoint: in-flight cap + rate limiter + Retry-After
 //!   barrier + retries, as plain tokio code for the `LlmGateway` actor to own.
 //! - [`scripted`]: the scripted model ([`Script`]), its in-process [`ScriptedBackend`], the
@@ -21,21 +22,20 @@
 //! This module never imports actix: the `LlmGateway` actor in `runtime/` owns an
 //! [`LlmGate`] per endpoint (keyed by [`Endpoint::key`]) and calls it.
 
-pub mod call;
+pub(crate) mod call;
 pub mod client;
 pub mod endpoint;
 pub mod gate;
-pub mod rate;
+pub(crate) mod rate;
 pub mod retry;
 pub mod scripted;
 pub mod timeouts;
 pub mod types;
 
-pub use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
+pub(crate) use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
 pub use gate::{GateConfig, GateOutcome, LlmGate};
-pub use rate::RateLimiter;
 pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,

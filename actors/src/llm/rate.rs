@@ -31,6 +31,7 @@ impl RateLimiter {
     }
 
     /// The spacing between two requests, when limited.
+    #[cfg(test)]
     pub fn interval(&self) -> Option<Duration> {
         self.interval
     }

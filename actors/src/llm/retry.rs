@@ -16,6 +16,7 @@ use super::endpoint::LlmError;
 pub struct RetryPolicy {
     /// Total attempts including the first (1 = never retry).
     pub max_attempts: u32,
+    /// The backoff after the first failure; it doubles after each further one.
     pub base_delay: Duration,
     /// Cap on any single wait, Retry-After included, so a misbehaving provider cannot park
     /// a run for hours.
@@ -108,7 +109,9 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 pub struct RetryNotice {
     /// The attempt that failed (1-based).
     pub failed_attempt: u32,
+    /// Why it failed.
     pub error: LlmError,
+    /// How long the gate waits before the next attempt.
     pub wait: Duration,
 }
 

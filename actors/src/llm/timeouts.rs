@@ -73,7 +73,9 @@ impl TimeoutPhase {
 /// One configuration layer's timeouts; `None` = not set at this layer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LlmTimeoutSettings {
+    /// `request_timeout`: the whole attempt.
     pub request: Option<Duration>,
+    /// `idle_timeout`: silence before the response headers and between body chunks.
     pub idle: Option<Duration>,
 }
 
@@ -94,13 +96,14 @@ impl LlmTimeoutSettings {
         }
     }
 
+    /// Neither limit is set at this layer.
     pub fn is_empty(&self) -> bool {
         self.request.is_none() && self.idle.is_none()
     }
 }
 
 /// Refuses a limit outside [`MIN_LLM_TIMEOUT`]..=[`MAX_LLM_TIMEOUT`]; the text completes
-/// "`<key>` is <value>: ...".
+/// "`<key>` is `<value>`: ...".
 pub fn check_llm_timeout(value: Duration) -> Result<Duration, String> {
     if (MIN_LLM_TIMEOUT..=MAX_LLM_TIMEOUT).contains(&value) {
         Ok(value)

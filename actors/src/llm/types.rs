@@ -17,8 +17,11 @@ pub enum Role {
     /// Also accepts OpenAI's newer `developer` role, which plays the same part.
     #[serde(alias = "developer")]
     System,
+    /// The task and later user messages (an ask_human answer is a tool result, not this).
     User,
+    /// The model's turns: text and/or tool calls.
     Assistant,
+    /// A tool call's result, answering one call by its id.
     Tool,
 }
 
@@ -38,20 +41,27 @@ impl Role {
 /// requires the key on assistant turns that only carry tool calls.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
+    /// Who said it.
     pub role: Role,
+    /// The text; `None` on assistant turns with tool calls only. The array-of-parts form
+    /// is read too (its text parts joined).
     #[serde(default, deserialize_with = "deserialize_content")]
     pub content: Option<String>,
+    /// Assistant turns: the calls asked for (left out of the JSON when empty).
     #[serde(default, skip_serializing_if = "no_tool_calls")]
     pub tool_calls: Option<Vec<ToolCall>>,
+    /// Tool turns: the id of the call this answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
+    /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
         Self::plain(Role::System, Some(content.into()))
     }
 
+    /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
         Self::plain(Role::User, Some(content.into()))
     }
@@ -120,10 +130,14 @@ fn deserialize_content<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>
 /// One function call requested by the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The call's id, which its tool result must name (generated when a provider sends
+    /// none).
     #[serde(default)]
     pub id: String,
+    /// `type` on the wire: always `function` today.
     #[serde(rename = "type", default = "function_kind")]
     pub kind: String,
+    /// The function and its arguments.
     pub function: FunctionCall,
 }
 
@@ -152,6 +166,7 @@ fn function_kind() -> String {
 /// The function name and its arguments as a JSON string (as OpenAI sends them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionCall {
+    /// The tool's name.
     pub name: String,
     /// Some providers send an object instead of a JSON string; it is re-encoded.
     #[serde(default, deserialize_with = "deserialize_arguments")]
@@ -170,18 +185,26 @@ fn deserialize_arguments<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::E
 /// A chat-completions request. `None` fields are omitted, as are `tools` when empty.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ChatRequest {
+    /// The model name.
     pub model: String,
+    /// The conversation, system messages first.
     pub messages: Vec<ChatMessage>,
+    /// Sampling temperature, 0 to 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Cap on the reply's length, in tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Nucleus sampling, 0 to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// -2 to 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frequency_penalty: Option<f64>,
+    /// -2 to 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence_penalty: Option<f64>,
+    /// The tools offered, as OpenAI function definitions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<Value>,
     /// Only the string forms (`auto`, `none`, `required`) are modelled; an object form
@@ -224,10 +247,13 @@ fn deserialize_tool_choice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Str
 /// Token accounting reported by the provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens of the request.
     #[serde(default)]
     pub prompt_tokens: u64,
+    /// Tokens of the reply.
     #[serde(default)]
     pub completion_tokens: u64,
+    /// As the provider reports it.
     #[serde(default)]
     pub total_tokens: u64,
 }
@@ -236,11 +262,17 @@ pub struct Usage {
 /// provider's full body so it can be stored beside the journal.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatCompletion {
+    /// The provider's completion id.
     pub id: Option<String>,
+    /// The model that answered, as the provider names it.
     pub model: Option<String>,
+    /// The reply (`choices[0].message`).
     pub message: ChatMessage,
+    /// `stop`, `tool_calls`, `length` (cut at `max_tokens`)...
     pub finish_reason: Option<String>,
+    /// Token accounting, when the provider sent it.
     pub usage: Option<Usage>,
+    /// The provider's whole body.
     pub raw: Value,
 }
 

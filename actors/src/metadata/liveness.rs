@@ -18,11 +18,22 @@ use super::{MetadataError, RunMetadata};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Liveness {
     /// The lock is held: a live process owns the run; leave it alone.
-    Alive { pid: u32, hostname: String },
-    /// Nobody holds the lock: safe to mark INTERRUPTED. `reason` is for humans.
-    Orphaned { reason: String },
+    Alive {
+        /// The owner's pid, as metadata.json records it.
+        pid: u32,
+        /// The owner's host, as metadata.json records it.
+        hostname: String,
+    },
+    /// Nobody holds the lock: safe to mark INTERRUPTED.
+    Orphaned {
+        /// Why, for humans: the lock's state and what became of the recorded pid.
+        reason: String,
+    },
     /// Started on another host and no `force`: this host cannot judge.
-    OtherHost { hostname: String },
+    OtherHost {
+        /// The host metadata.json names.
+        hostname: String,
+    },
 }
 
 /// Decides whether a RUNNING run is still owned: lock held → [`Liveness::Alive`]; lock free
@@ -108,21 +119,34 @@ fn looks_like_owner(meta: &RunMetadata, name: &Option<String>) -> bool {
 
 /// Outcome of [`try_take_over`].
 #[derive(Debug)]
-pub enum Takeover {
+pub(crate) enum Takeover {
     /// The lock was free and is now held by the caller; the previous owner is gone.
     /// `reason` says why the run was ownerless (for the INTERRUPTED journal event).
-    Acquired { lock: RunLock, reason: String },
+    Acquired {
+        /// The run's lock, now the caller's.
+        lock: RunLock,
+        /// Why the run was ownerless.
+        reason: String,
+    },
     /// Another live owner holds the lock (or, for a never-locked run, is still running).
-    Alive { pid: u32, hostname: String },
+    Alive {
+        /// The owner's pid, as recorded.
+        pid: u32,
+        /// The owner's host, as recorded.
+        hostname: String,
+    },
     /// Started on another host and no `force`; the lock was not kept.
-    OtherHost { hostname: String },
+    OtherHost {
+        /// The host metadata.json names.
+        hostname: String,
+    },
 }
 
 /// Race-free form of [`assess_liveness`] for the janitor and `continue --force`: instead
 /// of probing and then acting (a concurrent `continue` could claim the run in between), it
 /// takes the lock itself. On [`Takeover::Acquired`] the caller owns the run and may write
 /// INTERRUPTED (or RUNNING) knowing nobody else can. Otherwise the lock is not kept.
-pub fn try_take_over(
+pub(crate) fn try_take_over(
     run_dir: &Path,
     meta: &RunMetadata,
     this_host: &str,

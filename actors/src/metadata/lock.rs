@@ -22,8 +22,11 @@ pub const LOCK_FILE: &str = "lock";
 /// Who this process is, as recorded in metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessIdentity {
+    /// This process's id.
     pub pid: u32,
+    /// This host's name (`localhost` when it cannot be read).
     pub hostname: String,
+    /// The executable's file name (`delta` when it cannot be read).
     pub process_name: String,
     /// Milliseconds since the Unix epoch; taken the first time the identity is asked for
     /// in this process (the engine asks at start-up), then stable.

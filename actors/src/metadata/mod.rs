@@ -12,9 +12,10 @@ mod lock;
 mod recorded;
 mod redact;
 
-pub use liveness::{assess_liveness, try_take_over, Liveness, Takeover};
+pub use liveness::{assess_liveness, Liveness};
+pub(crate) use liveness::{try_take_over, Takeover};
 pub use lock::{current_process_identity, lock_is_held, ProcessIdentity, RunLock, LOCK_FILE};
-pub use redact::write_metadata_redacted;
+pub(crate) use redact::write_metadata_redacted;
 
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -34,50 +35,70 @@ pub const METADATA_SPARE: &str = ".metadata.json.next";
 /// `max_iterations` assumed for original-engine runs, which did not record it (its default).
 pub const ORIGINAL_DEFAULT_MAX_ITERATIONS: u32 = 30;
 
-/// The status record of one run.
+/// The status record of one run. Times are UTC RFC 3339 with milliseconds; fields a record
+/// of the original engine lacks read as their defaults.
 ///
-/// `error` is a plain string (the human-readable failure message, `None` unless FAILED):
-/// the structured detail of a failure is in the journal's `ERROR` event, so the record
-/// stays greppable and matches the spec's `"error": null | string`.
+/// `error` is the short form (`{type, message}`): the structured detail of a failure is in
+/// the journal's `ERROR` event. Progress fields (`iterations`, `usage`) are rewritten while
+/// the run goes (at most every 2 s); status fields at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunMetadata {
+    /// The run's id, equal to its folder's name under `.delta/` (readers trust the folder).
     pub run_id: String,
+    /// The agent workspace's name (`W001`) when the run used one.
     #[serde(default)]
     pub workspace_id: Option<String>,
+    /// `name` from the agent's `agent.yaml`.
     pub agent_name: String,
+    /// The run's status; RUNNING also when its owner died (the janitor's job to find).
     pub status: RunStatus,
+    /// When the run was created.
     pub created_at: String,
+    /// The last write of this record.
     pub updated_at: String,
+    /// When the run last reached a final status; `None` while it runs.
     #[serde(default)]
     pub end_time: Option<String>,
+    /// The task the run was started with.
     pub initial_message: String,
     /// The same text under the original engine's name (reference §8.2), which its tests and
     /// users' scripts read. Always equal to `initial_message`.
     #[serde(default)]
     pub task: String,
+    /// Iterations so far, counted over the run's whole life.
     #[serde(default)]
     pub iterations: u32,
+    /// The iteration cap of the run's last start or continuation.
     #[serde(default)]
     pub max_iterations: u32,
     /// Why the run failed or stopped: `{"type": ..., "message": ...}` (the older
     /// `"type: message"` string is read too).
     #[serde(default)]
     pub error: Option<RecordedError>,
+    /// The agent's folder.
     pub agent_home: String,
+    /// The run's workspace (where its tools start; the record is in its `.delta/`).
     pub work_dir: String,
+    /// The pid of the process that last took the run (for people and the original
+    /// engine's heuristic; ownership is the lock's).
     #[serde(default)]
     pub pid: u32,
+    /// The host of that process; another host's run is only taken with `--force`.
     #[serde(default)]
     pub hostname: String,
     /// Milliseconds since the Unix epoch when the owning process started.
     #[serde(default)]
     pub start_time_unix: u64,
+    /// The executable name of that process (e.g. `delta`).
     #[serde(default)]
     pub process_name: String,
+    /// The final answer, once COMPLETED.
     #[serde(default)]
     pub result: Option<String>,
+    /// Token usage of the run's last start or continuation.
     #[serde(default)]
     pub usage: TokenUsage,
+    /// The orchestration the run belongs to, for runs of a plan.
     #[serde(default)]
     pub orchestration_id: Option<String>,
 }
@@ -138,25 +159,41 @@ impl RunMetadata {
 /// Errors of the metadata layer; every message names the file and gives a hint.
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
+    /// The run folder has no metadata.json (not a run, or one whose creation was cut short).
     #[error(
         "metadata file {} not found; hint: is {} a delta run directory? list runs with \
          `delta list-runs -w <work-dir>`",
         path.display(), path.parent().map(Path::display).unwrap_or(path.display())
     )]
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The metadata.json looked for.
+        path: PathBuf,
+    },
+    /// A file operation on the record, its spare or the lock failed.
     #[error("cannot {action} {}: {source}; hint: check that the run directory exists and is writable", path.display())]
     Io {
+        /// What was being done, as a verb phrase (`read`, `write`, `fsync`, `replace`,
+        /// `lock`...).
         action: &'static str,
+        /// The file it was done to.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: io::Error,
     },
+    /// The file exists but is not a run record (ours or the original engine's), even on a
+    /// second read.
     #[error(
         "metadata file {} is not valid run metadata: {message}; hint: restore it from a backup \
          or remove the run directory",
         path.display()
     )]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file that does not parse.
+        path: PathBuf,
+        /// The JSON parser's complaint.
+        message: String,
+    },
 }
 
 impl MetadataError {
@@ -255,8 +292,8 @@ fn write_spare_and_swap(
     }
 }
 
-/// Reads `<run_dir>/metadata.json`, ours or the original engine's (converted, see
-/// [`from_original`]). A record that does not parse is read once more: the file this reader
+/// Reads `<run_dir>/metadata.json`, ours or the original engine's (converted by
+/// `from_original`). A record that does not parse is read once more: the file this reader
 /// opened may have become the writer's spare and be mid-rewrite (see
 /// [`write_metadata_with`]); a second open gets the current record.
 pub fn read_metadata(run_dir: &Path) -> Result<RunMetadata, MetadataError> {

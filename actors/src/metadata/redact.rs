@@ -31,7 +31,7 @@ const NOT_FREE_TEXT: [&str; 13] = [
 
 /// [`write_metadata_with`], with every sensitive answer in the record's free text replaced
 /// by its marker.
-pub fn write_metadata_redacted(
+pub(crate) fn write_metadata_redacted(
     run_dir: &Path,
     meta: &RunMetadata,
     durable: bool,

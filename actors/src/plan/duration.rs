@@ -9,7 +9,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{input}` is not a duration: {reason}")]
 pub struct DurationError {
+    /// The text given.
     pub input: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 

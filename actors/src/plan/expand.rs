@@ -25,21 +25,26 @@ use crate::template_bounds::render_bounded;
 /// One finished run as later stages see it (`stages.<id>.runs[i]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// The run's id.
     pub run_id: String,
+    /// Its final status.
     pub status: RunStatus,
     /// The run's final answer (raw text).
     pub result: Option<String>,
+    /// Its error, `"<kind>: <message>"`, when it did not complete.
     pub error: Option<String>,
 }
 
 /// The outputs of finished stages plus the orchestration id, for expanding later stages.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StageContext {
+    /// The orchestration the runs belong to (it starts their ids).
     pub orchestration_id: String,
     stages: serde_json::Map<String, Value>,
 }
 
 impl StageContext {
+    /// A context with no finished stage yet.
     pub fn new(orchestration_id: impl Into<String>) -> Self {
         Self {
             orchestration_id: orchestration_id.into(),
@@ -101,14 +106,21 @@ impl StageContext {
 /// One run to start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedRun {
+    /// The stage's id.
     pub stage_id: String,
+    /// The item's position in the stage's fan-out, 0-based (0 without `foreach`).
     pub index: usize,
     /// `null` for a stage without `foreach`.
     pub item: Value,
+    /// The rendered task of the run.
     pub message: String,
+    /// The agent folder (absolute).
     pub agent: PathBuf,
+    /// The iteration cap; `None` = the agent's own.
     pub max_iterations: Option<u32>,
+    /// Wall-clock limit of each attempt; `None` = none.
     pub timeout: Option<Duration>,
+    /// How many times a FAILED attempt is tried again.
     pub retries: u32,
     /// `<orchestration_id>-<stage>-<index zero-padded to the width of the count>`.
     pub run_id: String,

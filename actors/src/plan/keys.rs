@@ -66,17 +66,22 @@ pub fn known_key_paths() -> Vec<String> {
 /// An unknown key, its path, and what the user probably meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownKey {
+    /// The key's path, e.g. `stages[1].retires`.
     pub path: String,
+    /// A hint naming the closest known key, or listing the keys accepted there.
     pub suggestion: String,
 }
 
 /// A structural problem found before typed parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyProblem {
+    /// A key the format does not have.
     Unknown(UnknownKey),
     /// A `foreach` mapping must have exactly one of items / files / lines.
     ForeachForm {
+        /// The `foreach` key's path.
         path: String,
+        /// The keys it has.
         found: Vec<String>,
     },
 }

@@ -7,7 +7,7 @@
 //! Duration`, or hangs. Every limit is checked when the plan is loaded, `--dry-run`
 //! included, and named in the error with its key, the value and the range.
 //!
-//! Owns: the ranges, and [`check_numbers`] applying them to a plan model.
+//! Owns: the ranges, and `check_numbers` applying them to a plan model.
 //! Must not: apply defaults or resolve anything (`validate.rs`).
 
 use std::ops::RangeInclusive;

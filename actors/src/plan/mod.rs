@@ -12,8 +12,9 @@
 //!   `needs` (private) turns `needs` into stage ids (`previous` included) and refuses cycles.
 //! - `parse` (private): text to [`PlanFile`], bounded, with readable errors.
 //! - `glob_walk` (private): `foreach: {files: ...}` expansion within bounds.
-//! - [`templates`]: the strict minijinja environment (`tojson`, undefined = error) and
-//!   template analysis; `stage_checks` (private) applies it to a stage's message/foreach.
+//! - `templates` (crate-private): the strict minijinja environment (`tojson`, undefined =
+//!   error) and template analysis; `stage_checks` (private) applies it to a stage's
+//!   message/foreach.
 //! - [`graph`]: stage ordering ([`topo_order`], [`ready_stages`]).
 //! - [`expand`]: [`expand_stage`] turns a stage plus finished stages' outputs into
 //!   [`PlannedRun`]s with deterministic run ids.
@@ -37,7 +38,7 @@ pub mod resolved;
 pub mod schedule;
 mod stage_checks;
 pub mod state;
-pub mod templates;
+pub(crate) mod templates;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -64,21 +65,39 @@ pub const PLAN_REFERENCE: &str = "docs/plan.md";
 /// ends with the reference page ([`PLAN_REFERENCE`]).
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// The file could not be read, or is not a regular file within the size limit.
     #[error("{file}: cannot read the plan: {message} (hint: check the path given to `delta orchestrate`; the format is in docs/plan.md)")]
-    Read { file: PathBuf, message: String },
+    Read {
+        /// The plan file.
+        file: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A key is missing, unknown, of the wrong type or out of range, or stages contradict
+    /// each other (a cycle in `needs`, a duplicate id...).
     #[error("{file}: {key}: {message} (hint: {hint}; see docs/plan.md)")]
     Invalid {
+        /// The plan file.
         file: PathBuf,
+        /// The key path, e.g. `stages[2].timeout`.
         key: String,
+        /// What is wrong.
         message: String,
+        /// What to write instead.
         hint: String,
     },
+    /// A template does not parse, reads a variable it cannot have, or fails to render.
     #[error("{file}: {key}: template error in `{expression}`: {message} (hint: {hint}; see docs/plan.md)")]
     Template {
+        /// The plan file.
         file: PathBuf,
+        /// The key holding the template, e.g. `stages.work.message`.
         key: String,
+        /// The failing expression, quoted.
         expression: String,
+        /// The template engine's complaint.
         message: String,
+        /// What to write instead.
         hint: String,
     },
 }

@@ -24,10 +24,13 @@ pub struct PlanFile {
     /// Template variables (`vars.<name>`); `--var key=value` overrides.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, serde_json::Value>,
+    /// Stage keys every stage inherits unless it sets them.
     #[serde(default)]
     pub defaults: StageDefaults,
+    /// Shared limits of the model endpoints for this plan's runs.
     #[serde(default)]
     pub llm: LlmLimits,
+    /// The stages, in any order (at least one).
     pub stages: Vec<StageSpec>,
 }
 
@@ -36,18 +39,25 @@ pub struct PlanFile {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StageDefaults {
+    /// The agent folder of stages without `agent` (relative to the plan file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// As [`StageSpec::max_iterations`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iterations: Option<u32>,
+    /// As [`StageSpec::timeout`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<DurationValue>,
+    /// As [`StageSpec::retries`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
+    /// As [`StageSpec::on_failure`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+    /// As [`StageSpec::isolate`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolate: Option<bool>,
+    /// As [`StageSpec::output`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputKind>,
 }
@@ -56,8 +66,11 @@ pub struct StageDefaults {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmLimits {
+    /// Model requests in flight at once per endpoint, shared by every run of the plan
+    /// (1..=10000; default `max_parallel`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<usize>,
+    /// Requests per minute per endpoint, evenly spaced (1..=1000000; default unlimited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u32>,
     /// Limit on each model call attempt of the plan's runs (overrides agent.yaml's).
@@ -74,25 +87,33 @@ pub struct LlmLimits {
 pub struct StageSpec {
     /// `[a-z0-9_-]+`, unique in the plan.
     pub id: String,
+    /// The agent folder, relative to the plan file (default `defaults.agent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// A minijinja template over `vars`, `item`, `index`, `stages`.
     pub message: String,
+    /// How each run's result is exposed to later stages (default text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputKind>,
+    /// One run per item; absent: a single run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub foreach: Option<ForeachSpec>,
     /// Stages this one waits for; absent = none (it starts at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needs: Option<Needs>,
+    /// What a failed run does to the stage's dependants (default stop).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+    /// Each run works in its own folder `<workspace>/<stage id>/<index>` (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolate: Option<bool>,
+    /// Iteration cap of each run (1..=100000; default the agent's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iterations: Option<u32>,
+    /// Wall-clock limit of each run attempt (1 ms to 30 days; default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<DurationValue>,
+    /// How many times a FAILED run is tried again (0..=100; default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
 }
@@ -102,7 +123,9 @@ pub struct StageSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Needs {
+    /// One stage id (or `previous`).
     One(String),
+    /// Several stage ids.
     Many(Vec<String>),
 }
 
@@ -125,6 +148,7 @@ pub const PREVIOUS: &str = "previous";
 pub enum OutputKind {
     /// The result must parse as JSON; later stages see the parsed value.
     Json,
+    /// The answer's text as it is (the default).
     #[default]
     Text,
 }
@@ -147,17 +171,28 @@ pub enum ForeachSpec {
     /// A template yielding a list, e.g. `"{{ stages.plan.output.steps }}"`.
     Template(String),
     /// A literal list.
-    Items { items: Vec<serde_json::Value> },
+    Items {
+        /// The items, any JSON values.
+        items: Vec<serde_json::Value>,
+    },
     /// A glob relative to the plan file; one item per matching path (absolute), sorted.
-    Files { files: String },
+    Files {
+        /// The pattern (`*` stays within a folder, `**` spans folders).
+        files: String,
+    },
     /// A text file relative to the plan file; one item per non-empty line.
-    Lines { lines: String },
+    Lines {
+        /// The file.
+        lines: String,
+    },
 }
 
 /// `"15m"`, `"30s"`, `"1h30m"`, `"250ms"` or an integer number of milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum DurationValue {
+    /// A number: milliseconds.
     Millis(u64),
+    /// Text with units, parsed by [`super::parse_duration`].
     Text(String),
 }

@@ -2,7 +2,7 @@
 //! template before running, render a message and evaluate a `foreach` template to a list.
 //!
 //! Owns: template syntax/strictness settings (undefined variables are errors, `tojson`
-//! available, work and output bounded by [`crate::template_bounds`]), the "which variables
+//! available, work and output bounded by the crate's template bounds), the "which variables
 //! does this template read" analysis, and error text that quotes the failing expression.
 //! Must not: know plan keys or stage semantics (`validate.rs` / `expand.rs` add them).
 

@@ -30,10 +30,14 @@ pub struct SupervisorConfig {
     /// Limits on each model call attempt when neither the agent nor the plan sets them
     /// (default: 120 s for the whole request, 60 s of silence).
     pub llm_timeouts: LlmTimeouts,
-    /// Bytes of each output stream kept at the head and at the tail of what the model sees.
+    /// Bytes of each output stream (stdout, stderr) kept at the head of the observation the
+    /// model sees when a tool's output is longer than head + tail (default 8 KiB); the middle
+    /// is cut, and the full output stays in `io/tool_executions/`.
     pub observation_head_bytes: usize,
+    /// Bytes of each output stream kept at the tail of the observation (default 8 KiB).
     pub observation_tail_bytes: usize,
-    /// Cap of the full output files kept per stream in `io/tool_executions/`.
+    /// Cap, in bytes, of the full output file kept per stream in `io/tool_executions/`
+    /// (default 64 MiB); output past it is counted but not stored.
     pub tool_output_file_cap: u64,
     /// Tool timeout when the tool sets none (default 300 s).
     pub default_tool_timeout: Duration,
@@ -82,7 +86,9 @@ pub enum LlmTarget {
     Scripted(Arc<Script>),
     /// Any backend an embedder provides; `key` identifies it for gateway sharing.
     Custom {
+        /// Names the backend: targets with equal keys share one gateway.
         key: String,
+        /// The backend that answers the calls.
         backend: Arc<dyn ChatBackend>,
     },
 }
@@ -112,18 +118,28 @@ impl LlmTarget {
 #[derive(Debug, Clone)]
 pub enum RunStart {
     /// A new run with this task.
-    New { task: String },
+    New {
+        /// The user's task: the run's first user message.
+        task: String,
+    },
     /// Continue an existing run (`delta continue`), optionally with a message whose meaning
     /// depends on the run's status (an answer when WAITING_FOR_INPUT, else a user message).
     Continue {
+        /// The answer or the new user message; `None` to resume as the journal left it.
         message: Option<String>,
+        /// Take over a run recorded as RUNNING on another host, whose process cannot be
+        /// checked from here (`--force`). A run whose lock is held is never taken.
         force: bool,
     },
 }
 
 /// Asks a human on a terminal (`-i`). The CLI provides one; embedders may provide their own.
 pub trait HumanPrompter: Send + Sync + 'static {
-    /// Returns the answer, or an error text when no answer can be had (EOF, no terminal).
+    /// Asks `prompt` and returns the answer, or an error text when no answer can be had
+    /// (EOF, no terminal); an error fails the run (`human_input_error`) quoting the text.
+    /// `input_type` is `text`, `password` (hide the typing) or `confirmation` (yes or no);
+    /// `sensitive` answers are redacted everywhere the engine writes, so echo none of them.
+    /// Called on a blocking thread: it may block.
     fn ask(&self, prompt: &str, input_type: &str, sensitive: bool) -> Result<String, String>;
 }
 
@@ -141,13 +157,18 @@ pub trait HumanPrompter: Send + Sync + 'static {
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct RunRequest {
+    /// The loaded agent (see [`crate::agent::load_agent`]).
     pub agent: Arc<ResolvedAgent>,
+    /// The workspace: tools start here, and the run's files go to
+    /// `<work_dir>/.delta/<run_id>/`.
     pub work_dir: PathBuf,
     /// Generated (`YYYYMMDD_HHMMSS_xxxxxx`) when absent for a new run; required to continue.
     pub run_id: Option<String>,
+    /// A new task, or the continuation of the run `run_id`.
     pub start: RunStart,
     /// Iteration cap for this start or continuation (default: the agent's, else 30).
     pub max_iterations: Option<u32>,
+    /// Where the run's model calls go.
     pub llm: LlmTarget,
     /// The complete environment tools, hooks and generators inherit (secrets are scrubbed
     /// from it before any child sees it).
@@ -247,7 +268,10 @@ impl std::fmt::Debug for RunRequest {
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct OrchestrationRequest {
+    /// The validated plan (see [`crate::plan::load_plan`]).
     pub plan: Arc<crate::plan::ResolvedPlan>,
+    /// Names the orchestration's folder and seeds its runs' deterministic ids (see
+    /// [`crate::plan::orchestration_id`]); resuming needs the same id.
     pub orchestration_id: String,
     /// The shared workspace (runs of `isolate: true` stages get `<workspace>/<stage>/<index>`).
     pub workspace: PathBuf,
@@ -256,7 +280,10 @@ pub struct OrchestrationRequest {
     /// Where each agent's model calls go (agents may use different endpoints); runs of
     /// agents missing here use `llm`.
     pub llm_by_agent: std::collections::HashMap<PathBuf, LlmTarget>,
+    /// Where model calls go for agents not in `llm_by_agent`.
     pub llm: LlmTarget,
+    /// The complete environment every run's tools, hooks and generators inherit (secrets
+    /// are scrubbed from it before any child sees it).
     pub env: Arc<BTreeMap<String, String>>,
     /// Continue an earlier orchestration with this id: COMPLETED runs are reused,
     /// INTERRUPTED ones continued, the rest started.

@@ -130,7 +130,10 @@ pub struct RunErrorInfo {
     /// that cause in `details`).
     #[serde(rename = "type")]
     pub kind: RunErrorKind,
+    /// One line for a person: what failed, naming the file, key or endpoint involved.
     pub message: String,
+    /// More context when there is some: the provider's reply, a second failure (e.g. the
+    /// metadata write that failed after the run had already failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<String>,
 }
@@ -150,8 +153,10 @@ impl RunErrorInfo {
 /// Records written before this shape held one string, `"llm_error: ..."`; both are read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecordedError {
+    /// The error's kind (`type` on disk).
     #[serde(rename = "type")]
     pub kind: RunErrorKind,
+    /// The error's message, as in the RunResult.
     pub message: String,
 }
 
@@ -212,25 +217,40 @@ impl<'de> Deserialize<'de> for RecordedError {
 }
 
 /// `interaction` of a RunResult: the pending ask_human question.
+/// Present when the status is WAITING_FOR_INPUT; `delta continue --message` answers it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InteractionInfo {
+    /// The question the model asked.
     pub prompt: String,
+    /// `text`, `password` or `confirmation`, as the model asked.
     pub input_type: String,
+    /// The answer will be kept out of every file and event (asked with `sensitive: true` or
+    /// `input_type: password`).
     pub sensitive: bool,
 }
 
+/// `metrics.usage` of a RunResult: tokens of this start or continuation's model calls, as
+/// the provider reported them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageReport {
+    /// Always 0: the engine knows no prices (kept for the RunResult schema).
     pub total_cost_usd: f64,
+    /// Prompt tokens over every model.
     pub input_tokens: u64,
+    /// Completion tokens over every model.
     pub output_tokens: u64,
     /// Per model: `{input_tokens, output_tokens, total_tokens}`.
     pub model_usage: BTreeMap<String, TokenUsage>,
 }
 
+/// `metrics` of a RunResult. Times are in milliseconds and cover this start or
+/// continuation only ("this driving"), except `iterations`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunMetrics {
+    /// The run's last iteration number, counted over its whole life (continuations
+    /// included); 0 for a run that never started.
     pub iterations: u32,
+    /// Wall time of this driving, from taking the run to its end.
     pub duration_ms: u64,
     /// Time the model spent answering (calls minus queueing and backoff), this driving only.
     #[serde(default)]
@@ -241,15 +261,22 @@ pub struct RunMetrics {
     /// Wall time of the tool phases (parallel calls count once).
     #[serde(default)]
     pub tool_time_ms: u64,
+    /// When this driving began (UTC, RFC 3339 with milliseconds).
     pub start_time: String,
+    /// When it ended (same format).
     pub end_time: String,
+    /// Token usage of this driving.
     pub usage: UsageReport,
 }
 
+/// `metadata` of a RunResult: which agent ran and where its files are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResultMetadata {
+    /// `name` from the agent's `agent.yaml`.
     pub agent_name: String,
+    /// The run's workspace (the request's `work_dir`).
     pub workspace_path: String,
+    /// `<workspace>/.delta/<run_id>`: journal.jsonl, metadata.json, io/.
     pub run_dir: String,
 }
 
@@ -257,16 +284,24 @@ pub struct RunResultMetadata {
 /// final status.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
+    /// Always `"2.0"`.
     pub schema_version: String,
+    /// The run's id (generated or given in the request).
     pub run_id: String,
+    /// The final status (never RUNNING).
     pub status: RunStatus,
+    /// The model's final answer, when COMPLETED.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// Why the run failed or was interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunErrorInfo>,
+    /// The pending question, when WAITING_FOR_INPUT.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interaction: Option<InteractionInfo>,
+    /// Iterations, times and token usage.
     pub metrics: RunMetrics,
+    /// The agent and where the run's files are.
     pub metadata: RunResultMetadata,
 }
 

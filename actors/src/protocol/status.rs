@@ -6,10 +6,18 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RunStatus {
+    /// Being driven, or its process died without recording an end (the janitor turns a
+    /// RUNNING run whose lock is free into INTERRUPTED).
     Running,
+    /// Stopped at an `ask_human` call without a terminal to ask on; `delta continue` with the
+    /// answer resumes it (the CLI exits 101).
     WaitingForInput,
+    /// The model answered without a tool call: the run's final answer is recorded.
     Completed,
+    /// Ended by an error (see the RunResult's error kind), including the iteration cap.
     Failed,
+    /// Stopped from outside (cancel, Ctrl-C, a dead owner found by the janitor); it can be
+    /// continued.
     Interrupted,
 }
 
@@ -49,15 +57,20 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
-/// Token usage summed over a run's model calls.
+/// Token usage summed over a run's model calls, as the provider reported it (a reply without
+/// a `usage` object adds nothing).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
+    /// Prompt tokens (the provider's `prompt_tokens`).
     pub input_tokens: u64,
+    /// Completion tokens (the provider's `completion_tokens`).
     pub output_tokens: u64,
+    /// The provider's `total_tokens` (not recomputed, so it may differ from the sum).
     pub total_tokens: u64,
 }
 
 impl TokenUsage {
+    /// Adds `other`'s counts to these, field by field.
     pub fn add(&mut self, other: TokenUsage) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;

@@ -15,9 +15,9 @@
 //! - Overlapping secrets: the longest match starting leftmost wins, and text already inside
 //!   a marker is never redacted again (so redacting twice changes nothing).
 //! - Spellings: raw, JSON-escaped once or twice (several encoders' styles) and shell-quoted
-//!   ([`forms`]); each restores to its own spelling.
+//!   (`forms.rs`); each restores to its own spelling.
 //! - Full tool outputs are redacted while they stream, holding back only as many bytes as
-//!   the longest spelling, so a secret split across two reads is still found ([`stream`]).
+//!   the longest spelling, so a secret split across two reads is still found ([`StreamRedactor`]).
 //!
 //! Must not: import actix, write files other than reading `secrets/`, or print.
 
@@ -355,7 +355,7 @@ impl Redactor {
         Redactor::with_set(SecretSet::load_dir(secrets_dir))
     }
 
-    pub fn with_set(set: SecretSet) -> Redactor {
+    fn with_set(set: SecretSet) -> Redactor {
         Redactor {
             current: Arc::new(RwLock::new(set)),
         }

@@ -18,47 +18,85 @@ pub enum ErrorClass {
     Internal,
 }
 
+/// Why `delta serve` could not start (from [`crate::api::serve::run`]) or a request to it
+/// failed. Each has a stable [`code`](ServeError::code) for JSON error bodies.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// An id or name from a request that cannot be used (it would leave its folder).
     #[error("invalid {what} `{value}`: {hint}")]
     InvalidId {
+        /// What it names (`session id`, `run id`...).
         what: &'static str,
+        /// The value given.
         value: String,
+        /// What a valid one looks like.
         hint: &'static str,
     },
+    /// The request body or its parameters are malformed.
     #[error("invalid request: {0}")]
     BadRequest(String),
+    /// No session with this id.
     #[error("no session `{0}`")]
     SessionNotFound(String),
+    /// No worker with this id in the session.
     #[error("no worker `{worker}` in session `{session}`")]
-    WorkerNotFound { session: String, worker: String },
+    WorkerNotFound {
+        /// The session's id.
+        session: String,
+        /// The worker's id.
+        worker: String,
+    },
+    /// The agent named is neither built in nor in serve.yaml.
     #[error("unknown agent `{0}`; list the agents with GET /api/agents or add it to serve.yaml")]
     UnknownAgent(String),
+    /// A session's folder does not exist.
     #[error("folder {} does not exist (locationPath must be an existing folder)", .0.display())]
     NoSuchFolder(PathBuf),
+    /// A request carried more than a limit allows.
     #[error("{what} is {size} bytes, more than the limit of {limit}")]
     TooLarge {
+        /// What was too big (`input data`, `answer`...).
         what: &'static str,
+        /// Its size, in bytes.
         size: usize,
+        /// The limit, in bytes.
         limit: usize,
     },
+    /// The request is valid but the current state forbids it (a worker still starting, a
+    /// run no longer waiting).
     #[error("{0}")]
     Conflict(String),
+    /// serve.yaml or the state folder's files are invalid.
     #[error("{}: {reason}", .path.display())]
-    Config { path: PathBuf, reason: String },
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with a hint.
+        reason: String,
+    },
+    /// A file, folder or socket operation failed.
     #[error("{action} {}: {source}", .path.display())]
     Io {
+        /// What was being done (`cannot read`, `cannot listen on`...).
         action: &'static str,
+        /// The path or address involved.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
+    /// A worker's PTY holder or program could not be started or reached.
     #[error("{0}")]
     Worker(String),
 }
 
 impl ServeError {
-    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    /// An [`Io`](ServeError::Io) error.
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
         ServeError::Io {
             action,
             path: path.into(),
@@ -66,7 +104,8 @@ impl ServeError {
         }
     }
 
-    pub fn class(&self) -> ErrorClass {
+    /// How the web layer reports it (the HTTP status class).
+    pub(crate) fn class(&self) -> ErrorClass {
         match self {
             ServeError::InvalidId { .. }
             | ServeError::BadRequest(_)

@@ -6,64 +6,142 @@ use std::path::PathBuf;
 /// What went wrong with a session command.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
+    /// A session id that is not `sess_` plus hex digits (it could name a path elsewhere).
     #[error(
         "session id `{id}` is malformed; ids look like `sess_` followed by hex digits (see `list`)"
     )]
-    InvalidId { id: String },
+    InvalidId {
+        /// The id as given.
+        id: String,
+    },
 
+    /// No session with this id in the sessions folder.
     #[error("session {id} not found in {dir}; run `list` to see the sessions of this folder (or pass --sessions-dir)")]
-    NotFound { id: String, dir: PathBuf },
+    NotFound {
+        /// The session's id.
+        id: String,
+        /// The sessions folder searched.
+        dir: PathBuf,
+    },
 
+    /// The shell session was ended; it takes no more commands.
     #[error("session {id} is terminated; start a new one with `start`")]
-    Terminated { id: String },
+    Terminated {
+        /// The session's id.
+        id: String,
+    },
 
+    /// An exec with an empty (or blank) command.
     #[error("no command provided for session {id}: pass it as an argument or on stdin")]
-    EmptyCommand { id: String },
+    EmptyCommand {
+        /// The session's id.
+        id: String,
+    },
 
+    /// `start` was asked for a program that is not bash or a POSIX sh.
     #[error("`{command}` is not a shell this tool can keep state for (bash, or sh/dash/ash); for REPLs such as python3 use `delta-sessions-pty start {command}`")]
-    NotAShell { command: String },
+    NotAShell {
+        /// The program asked for.
+        command: String,
+    },
 
+    /// The shell asked for is not on PATH.
     #[error("shell `{command}` was not found on PATH; give an absolute path or install it")]
-    ShellNotFound { command: String },
+    ShellNotFound {
+        /// The program asked for.
+        command: String,
+    },
 
+    /// A file or folder operation failed.
     #[error("{action} {path}: {source}")]
     Io {
+        /// What was being done (`cannot read`, `cannot create`...).
         action: &'static str,
+        /// The path involved.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
 
+    /// A session's metadata.json does not parse (or could not be serialised).
     #[error(
         "metadata file {path} is unreadable ({reason}); remove the session folder if it is stale"
     )]
-    CorruptMetadata { path: PathBuf, reason: String },
+    CorruptMetadata {
+        /// The file.
+        path: PathBuf,
+        /// The parser's complaint.
+        reason: String,
+    },
 
+    /// The session's lock file could not be taken.
     #[error("could not lock {path}: {reason}")]
-    Lock { path: PathBuf, reason: String },
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 
+    /// The shell process of an exec could not be started or waited for.
     #[error("could not run the shell for session {id}: {reason}")]
-    Spawn { id: String, reason: String },
+    Spawn {
+        /// The session's id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
 
+    /// The PTY holders' socket folder is not private to this user (owner, mode, symlink).
     #[error("socket directory {path} is unsafe: {reason}; remove it or set XDG_RUNTIME_DIR to a private folder")]
-    UnsafeSocketDir { path: PathBuf, reason: String },
+    UnsafeSocketDir {
+        /// The folder.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 
+    /// The PTY session's program exited or its holder is gone.
     #[error("session {id} is not running (its program exited or its holder is gone); check `status {id}`, then `cleanup`")]
-    Dead { id: String },
+    Dead {
+        /// The session's id.
+        id: String,
+    },
 
+    /// `write-key` with a key name it does not know.
     #[error("invalid key name `{key}`; valid keys: arrow_up/down/left/right, enter, tab, escape, space, backspace, ctrl+a..ctrl+z, f1..f12, home, end, page_up, page_down, delete, insert")]
-    InvalidKey { key: String },
+    InvalidKey {
+        /// The key name given.
+        key: String,
+    },
 
+    /// The PTY holder answered something unexpected (or nothing).
     #[error("session {id}: holder protocol error: {reason}")]
-    Protocol { id: String, reason: String },
+    Protocol {
+        /// The session's id.
+        id: String,
+        /// What was wrong with the exchange.
+        reason: String,
+    },
 
+    /// The [`SessionManager`](crate::api::SessionManager)'s actor system stopped.
     #[error("session {id}: the session runtime stopped ({reason}); create a new SessionManager")]
-    RuntimeGone { id: String, reason: String },
+    RuntimeGone {
+        /// The session's id.
+        id: String,
+        /// Why, as far as known.
+        reason: String,
+    },
 
+    /// A PTY session's holder or program could not be started.
     #[error("session {id} could not start `{command}`: {reason}")]
     StartFailed {
+        /// The session's id.
         id: String,
+        /// The command line asked for.
         command: String,
+        /// Why (the holder's `start_error` when it wrote one).
         reason: String,
     },
 }

@@ -11,7 +11,7 @@
 //! - [`error`]: the typed errors of both, each naming the session/file and giving a hint.
 //!
 //! The embedder API that serialises execs per session through a `SessionActor` is
-//! `crate::runtime::session::SessionManager`; the `delta-sessions` CLI goes through it.
+//! [`crate::api::SessionManager`]; the `delta-sessions` CLI goes through it.
 //!
 //! # Differences from the spec and the original (deliberate)
 //! - Shell state really persists (cwd, exported and plain variables, functions, aliases,

@@ -1,6 +1,6 @@
 //! The built-in `ask_human` tool: its parameters (one table used for the schema the model
 //! sees, `delta tool expand` and the README), and the validation of the model's arguments
-//! into an [`AskHumanArgs`], exactly as strict as for any other tool: an unknown or missing
+//! into an `AskHumanArgs`, exactly as strict as for any other tool: an unknown or missing
 //! key, a wrong type or an unknown `input_type` is an [`ArgumentError`] the model reads.
 //!
 //! Must not: prompt anyone, pause a run or touch files (the run actor does that).
@@ -18,7 +18,7 @@ pub const DESCRIPTION: &str =
 
 /// How the answer is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InputType {
+pub(crate) enum InputType {
     /// A line of text (the default).
     Text,
     /// Hidden input; the answer is treated as sensitive.
@@ -28,12 +28,14 @@ pub enum InputType {
 }
 
 impl InputType {
+    /// Every input type, in the order they are documented.
     pub const ALL: [InputType; 3] = [
         InputType::Text,
         InputType::Password,
         InputType::Confirmation,
     ];
 
+    /// The spelling the model writes, e.g. `password`.
     pub fn as_str(self) -> &'static str {
         match self {
             InputType::Text => "text",
@@ -50,10 +52,13 @@ impl InputType {
 /// One parameter of the built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BuiltinParameter {
+    /// The argument's key.
     pub name: &'static str,
     /// JSON-schema type name.
     pub param_type: &'static str,
+    /// The model must give it.
     pub required: bool,
+    /// What the model is told it means.
     pub description: &'static str,
     /// The accepted values, when the parameter is an enumeration.
     pub values: &'static [&'static str],
@@ -86,8 +91,10 @@ pub const PARAMETERS: [BuiltinParameter; 3] = [
 
 /// Validated arguments of one `ask_human` call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AskHumanArgs {
+pub(crate) struct AskHumanArgs {
+    /// The question, not empty.
     pub prompt: String,
+    /// How the answer is asked for (default text).
     pub input_type: InputType,
     /// Explicitly sensitive, or a password.
     pub sensitive: bool,
@@ -137,7 +144,7 @@ fn bad(message: String) -> ArgumentError {
 
 /// Validates the model's arguments object. `null` counts as absent, like for other tools.
 /// `sensitive` also accepts the strings `"true"`/`"false"` (the original engine did).
-pub fn parse(args: &Map<String, Json>) -> Result<AskHumanArgs, ArgumentError> {
+pub(crate) fn parse(args: &Map<String, Json>) -> Result<AskHumanArgs, ArgumentError> {
     let known: Vec<&str> = PARAMETERS.iter().map(|p| p.name).collect();
     if let Some(unknown) = args.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(bad(format!(

@@ -43,12 +43,16 @@ const TOOL_KEYS: [&str; 8] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolSyntax {
+    /// `exec:`: a command line split into argv, no shell; each `${param}` is one argument.
     Exec,
+    /// `shell:`: a `sh -c` script; parameters arrive as positional arguments, quoted.
     Shell,
+    /// The original engine's `command:` list plus `parameters:` (deprecated).
     Legacy,
 }
 
 impl ToolSyntax {
+    /// The form's name as `delta tool expand` shows it: `exec`, `shell` or `legacy`.
     pub fn as_str(self) -> &'static str {
         match self {
             ToolSyntax::Exec => "exec",
@@ -62,9 +66,13 @@ impl ToolSyntax {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ParamType {
+    /// Text (numbers and booleans the model sends are accepted as their text).
     String,
+    /// A whole number (also accepted as a string of digits).
     Integer,
+    /// A finite number (also accepted as a numeric string).
     Number,
+    /// `true` or `false` (also as strings).
     Boolean,
 }
 
@@ -84,12 +92,17 @@ impl ParamType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InjectAs {
+    /// As one argument: where the template places it (`exec:`, `shell:`), or appended
+    /// after the command (legacy).
     Argument,
+    /// Written to the process's stdin (at most one parameter per tool).
     Stdin,
+    /// Legacy tools: `option_name` then the value, appended after the command.
     Option,
 }
 
 impl InjectAs {
+    /// The YAML spelling: `argument`, `stdin` or `option`.
     pub fn as_str(self) -> &'static str {
         match self {
             InjectAs::Argument => "argument",
@@ -102,8 +115,11 @@ impl InjectAs {
 /// One parameter the model fills in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolParameter {
+    /// The argument's key in the model's JSON.
     pub name: String,
+    /// The type the value must have (default string).
     pub param_type: ParamType,
+    /// How the value reaches the process.
     pub inject_as: InjectAs,
     /// The flag written before the value, for `inject_as: option`.
     pub option_name: Option<String>,
@@ -112,7 +128,9 @@ pub struct ToolParameter {
     pub position: Option<usize>,
     /// `${name:raw}` in a shell template: expanded unquoted.
     pub raw: bool,
+    /// What the model is told the parameter means.
     pub description: Option<String>,
+    /// The value used when the model leaves the argument out (or sends null).
     pub default: Option<Json>,
     /// False when a default exists or `required: false` was written.
     pub required: bool,
@@ -121,15 +139,20 @@ pub struct ToolParameter {
 /// A validated tool, ready to build invocations from model arguments.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CompiledTool {
+    /// The tool's name (1-64 characters from `[A-Za-z0-9_-]`), unique in the agent.
     pub name: String,
+    /// What the model is told the tool does (default: `Runs: <template>`).
     pub description: Option<String>,
+    /// The form it was written in.
     pub syntax: ToolSyntax,
     /// The original `exec:`/`shell:` text.
     pub template: Option<String>,
     /// exec: tokens with `${p}` kept in place; shell: `["sh","-c",script,"--", engine slots…]`;
     /// legacy: as written. Engine variables stay as `${AGENT_HOME}` etc. until invocation.
     pub command: Vec<String>,
+    /// The parameters, in schema order.
     pub parameters: Vec<ToolParameter>,
+    /// The tool's time limit in milliseconds; `None` uses the engine's default (300 s).
     pub timeout_ms: Option<u64>,
     /// The YAML file that defined the tool.
     pub source_file: PathBuf,

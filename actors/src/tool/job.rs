@@ -49,7 +49,7 @@ pub struct ToolExecution {
     pub record_error: Option<String>,
 }
 
-/// Runs one job to completion (embedders and benches may call it without actors).
+/// Runs one job to completion (the `ToolActor` calls it; it needs no actor system).
 pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
     let stem = job
         .record_path

@@ -5,9 +5,9 @@
 //! starting a tool does not cost more as the engine grows).
 
 pub mod ask_human;
-pub mod call;
+pub(crate) mod call;
 pub mod compile;
-pub mod job;
+pub(crate) mod job;
 pub mod observation;
 pub mod process;
 pub mod spawner;

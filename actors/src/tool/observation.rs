@@ -15,7 +15,9 @@ use super::process::{
 /// captured is the upper bound: asking for more here than was captured shows what was captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObservationLimits {
+    /// Bytes shown from the start of each stream.
     pub head_bytes: usize,
+    /// Bytes shown from the end of each stream.
     pub tail_bytes: usize,
 }
 

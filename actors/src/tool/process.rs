@@ -57,12 +57,15 @@ pub struct ProcessSpec {
     pub argv: Vec<String>,
     /// `Some` => a pipe written concurrently with reading the outputs; `None` => /dev/null.
     pub stdin: Option<Vec<u8>>,
+    /// The working directory.
     pub cwd: PathBuf,
     /// The COMPLETE environment (the parent's is cleared); build it with [`build_child_env`].
     pub env: Vec<(String, String)>,
+    /// Wall-clock limit; on expiry the group gets SIGTERM, then SIGKILL after `kill_grace`.
     pub timeout: Duration,
     /// SIGTERM -> SIGKILL delay.
     pub kill_grace: Duration,
+    /// How much output to keep, in memory and on disk.
     pub capture: CaptureSpec,
     /// Start the program through this spawner (`None`: from this process). A spawner that
     /// has died falls back to this process, with one warning.
@@ -88,10 +91,13 @@ impl ProcessSpec {
 /// How much output to keep, in memory and on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureSpec {
+    /// Bytes kept in memory from the start of each stream (default 8 KiB).
     pub head_bytes: usize,
+    /// Bytes kept in memory from the end of each stream (default 8 KiB).
     pub tail_bytes: usize,
     /// stdout / stderr files for the full text, created only when the stream is non-empty.
     pub full_output: Option<(PathBuf, PathBuf)>,
+    /// Cap of each full-output file in bytes (default 64 MiB); a note ends a capped file.
     pub file_cap_bytes: u64,
     /// Sensitive answers, replaced by their markers in the full-output files as they are
     /// written (the captured head and tail keep the real text).
@@ -128,13 +134,18 @@ pub enum Termination {
 /// What happened, with the captured output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessOutcome {
+    /// How it ended.
     pub termination: Termination,
     /// The leader's exit code when it exited by itself (also after a timeout, if it exited
     /// with a code on SIGTERM).
     pub exit_code: Option<i32>,
+    /// What stdout produced.
     pub stdout: StreamCapture,
+    /// What stderr produced.
     pub stderr: StreamCapture,
+    /// Wall time from start to the end of output capture.
     pub duration: Duration,
+    /// The leader's pid (also its process group id); `None` when it never started.
     pub pid: Option<u32>,
     /// The limit the run had, so a timeout can be reported exactly.
     pub timeout: Duration,

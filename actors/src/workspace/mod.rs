@@ -16,9 +16,8 @@ mod runs;
 pub use agent_workspaces::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name,
 };
-pub use audit::{
-    hook_record_path, invocation_record_path, sanitize_file_component, tool_record_path,
-    write_json_file, write_redacted_json_file,
+pub(crate) use audit::{
+    hook_record_path, invocation_record_path, tool_record_path, write_redacted_json_file,
 };
 pub use recovery::{
     prepare_continue, recover_orphaned_runs, ContinueError, ContinueReadiness, JanitorAction,
@@ -43,38 +42,71 @@ pub const RESERVED_CONTROL_NAMES: [&str; 2] = ["VERSION", "orchestrations"];
 /// Errors of the workspace layer. Every message names the id or path and gives a hint.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
+    /// A run id that cannot be a folder name under `.delta/`.
     #[error(
         "invalid run id '{id}': {reason}; hint: a run id is 1-128 characters from [A-Za-z0-9._-] \
          and starts with a letter or digit (e.g. 20261122_014234_915ade)"
     )]
-    InvalidRunId { id: String, reason: String },
+    InvalidRunId {
+        /// The id as given.
+        id: String,
+        /// What is wrong with it (empty, too long, a character outside `[A-Za-z0-9._-]`,
+        /// a reserved name).
+        reason: String,
+    },
+    /// A new run's folder exists already (the run id is taken).
     #[error(
         "run '{run_id}' already exists in {}; hint: pick another --run-id, continue it with \
          `delta continue --run-id {run_id} -w {}`, or list runs with `delta list-runs -w {}`",
         control_dir(work_dir).display(), work_dir.display(), work_dir.display()
     )]
-    AlreadyExists { run_id: String, work_dir: PathBuf },
+    AlreadyExists {
+        /// The run id asked for.
+        run_id: String,
+        /// The workspace it was asked in.
+        work_dir: PathBuf,
+    },
+    /// The run to open has no folder under `<work_dir>/.delta/`.
     #[error(
         "run '{run_id}' not found in {}; hint: list the runs of this work dir with \
          `delta list-runs -w {}`",
         control_dir(work_dir).display(), work_dir.display()
     )]
-    NotFound { run_id: String, work_dir: PathBuf },
+    NotFound {
+        /// The run id asked for.
+        run_id: String,
+        /// The workspace it was looked for in.
+        work_dir: PathBuf,
+    },
+    /// The workspace has no `.delta/` folder: no run was ever started in it.
     #[error(
         "no .delta directory found in work directory {}; hint: runs live in <work-dir>/.delta — \
          pass the work dir a run used (`delta list-runs -w <dir>`)",
         work_dir.display()
     )]
-    NoControlDir { work_dir: PathBuf },
+    NoControlDir {
+        /// The workspace given.
+        work_dir: PathBuf,
+    },
+    /// An agent workspace name (`W001`) that cannot be a folder name.
     #[error(
         "invalid workspace name '{name}': {reason}; hint: use a plain folder name such as W004 \
          (no '/', no '..', not starting with '.')"
     )]
-    InvalidWorkspaceName { name: String, reason: String },
+    InvalidWorkspaceName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A folder or file could not be created, read or written.
     #[error("cannot {action} {}: {source}; hint: check that the path exists and is writable", path.display())]
     Io {
+        /// What was being done, as a verb phrase (`create`, `read`, `write`...).
         action: &'static str,
+        /// The path it was done to.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: io::Error,
     },
@@ -129,7 +161,7 @@ pub fn validate_run_id(id: &str) -> Result<(), WorkspaceError> {
 
 /// A fresh run id `YYYYMMDD_HHMMSS_xxxxxx`: local time plus 6 hex digits of a v4 UUID
 /// (the original engine's format, so ids sort chronologically).
-pub fn generate_run_id() -> String {
+pub(crate) fn generate_run_id() -> String {
     let stamp = chrono::Local::now().format("%Y%m%d_%H%M%S");
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("{stamp}_{}", &random[..6])
@@ -137,7 +169,7 @@ pub fn generate_run_id() -> String {
 
 /// Creates `<work>/.delta` (mode 0700; the work dir too if missing) and writes `VERSION`
 /// only when it is missing, so concurrent runs never rewrite it. Returns the control dir.
-pub fn ensure_control_dir(work_dir: &Path) -> Result<PathBuf, WorkspaceError> {
+pub(crate) fn ensure_control_dir(work_dir: &Path) -> Result<PathBuf, WorkspaceError> {
     std::fs::create_dir_all(work_dir)
         .map_err(|e| WorkspaceError::io("create work directory", work_dir, e))?;
     let control = control_dir(work_dir);
@@ -166,13 +198,21 @@ pub fn ensure_control_dir(work_dir: &Path) -> Result<PathBuf, WorkspaceError> {
 /// Every path of one run directory `<work>/.delta/<run_id>/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunPaths {
+    /// `<work>/.delta/<run_id>`.
     pub run_dir: PathBuf,
+    /// `journal.jsonl`: the run's append-only event log, its source of truth.
     pub journal: PathBuf,
+    /// `metadata.json`: the run's status record.
     pub metadata: PathBuf,
+    /// `engine.log`: the engine's own log lines for this run, for people.
     pub engine_log: PathBuf,
+    /// `lock`: held (flock) by the process driving the run.
     pub lock: PathBuf,
+    /// `io/invocations/`: one record per model call (request, response, timings).
     pub invocations_dir: PathBuf,
+    /// `io/tool_executions/`: one record per tool call, with its full output.
     pub tool_executions_dir: PathBuf,
+    /// `io/hooks/`: one record per lifecycle hook run.
     pub hooks_dir: PathBuf,
     /// Async ask_human exchange; created only while a question is pending.
     pub interaction_dir: PathBuf,

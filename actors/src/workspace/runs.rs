@@ -17,29 +17,40 @@ const TASK_SUMMARY_CHARS: usize = 60;
 /// One line of `delta list-runs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunSummary {
+    /// The run's folder name (what `delta continue --run-id` needs).
     pub run_id: String,
+    /// The status metadata.json records (RUNNING includes runs whose owner died and that
+    /// the janitor has not seen yet).
     pub status: RunStatus,
     /// First line of the initial message, at most 60 characters plus `…`.
     pub task_summary: String,
     /// The whole initial message (the original engine's `task`).
     pub task: String,
+    /// When the run was created (UTC, RFC 3339).
     pub created_at: String,
+    /// The last write of its metadata.
     pub last_updated: String,
+    /// When it last reached a final status.
     pub end_time: Option<String>,
+    /// Iterations so far.
     pub iterations: u32,
 }
 
 /// A run directory whose metadata cannot be read (or whose name is not a run id), and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SkippedRun {
+    /// The folder's name under `.delta/`.
     pub run_id: String,
+    /// Why it was skipped (the metadata error, or why the name is not a run id).
     pub reason: String,
 }
 
 /// The result of a scan: readable runs (newest first) and skipped directories.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RunListing {
+    /// Runs whose metadata was read, newest first.
     pub runs: Vec<RunSummary>,
+    /// Folders that could not be listed as runs.
     pub skipped: Vec<SkippedRun>,
 }
 

@@ -50,6 +50,7 @@ pub struct ScriptedBackend {
 }
 
 impl ScriptedBackend {
+    /// A backend playing `script`, with fresh counters.
     pub fn new(script: Arc<Script>) -> Self {
         ScriptedBackend {
             script,
@@ -57,10 +58,12 @@ impl ScriptedBackend {
         }
     }
 
+    /// The script played.
     pub fn script(&self) -> &Arc<Script> {
         &self.script
     }
 
+    /// The backend's counters.
     pub fn stats(&self) -> &Arc<ServerStats> {
         &self.stats
     }

@@ -19,14 +19,23 @@ use crate::template_bounds::{explain, render_bounded};
 /// What the scripted model answers to one request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ScriptedReply {
+    /// A chat completion: an answer or tool calls.
     Completion {
+        /// The reply.
         completion: ChatCompletion,
+        /// How long to wait before delivering it (drawn from the step's or rule's latency).
         latency: Duration,
     },
+    /// An HTTP failure: a scripted `fail:` step, an unmatched request (400), or an invalid
+    /// history in strict mode (400).
     Failure {
+        /// The HTTP status.
         status: u16,
+        /// The error message, in the OpenAI error body.
         message: String,
+        /// Sent as `Retry-After` (a 429 always has one over HTTP).
         retry_after: Option<Duration>,
+        /// How long to wait before delivering it.
         latency: Duration,
     },
 }

@@ -19,18 +19,32 @@ pub const DEFAULT_MODEL: &str = "delta-scripted";
 /// Why a script could not be loaded. Every message names the file and, when known, the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
+    /// The file could not be read (missing, unreadable, not a regular file, too big).
     #[error("cannot read LLM script {path}: {source} (hint: check the --llm-script / DELTA_LLM_SCRIPT path)")]
     Read {
+        /// The file.
         path: String,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The text is not YAML/JSON of the script's shape.
     #[error("LLM script {origin} is not valid YAML/JSON for the script format: {message} (hint: see docs/llm-script.md)")]
-    Parse { origin: String, message: String },
+    Parse {
+        /// The file, or `inline` for a script given as text.
+        origin: String,
+        /// The parser's complaint.
+        message: String,
+    },
+    /// A key has a value the format does not accept (a bad template, a latency out of
+    /// range, a step without an action...).
     #[error("LLM script {origin}, key `{key}`: {message}")]
     Invalid {
+        /// The file, or `inline`.
         origin: String,
+        /// The dotted key path, e.g. `rules[0].steps[2].latency`.
         key: String,
+        /// What is wrong and what to write.
         message: String,
     },
 }
@@ -54,11 +68,14 @@ pub struct Script {
 /// A uniformly drawn delay in `[min, max]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Latency {
+    /// The shortest delay.
     pub min: Duration,
+    /// The longest delay (equal to `min` for a fixed delay).
     pub max: Duration,
 }
 
 impl Latency {
+    /// Draws one delay.
     pub fn sample(&self) -> Duration {
         if self.max <= self.min {
             return self.min;

@@ -39,16 +39,21 @@ const LISTEN_BACKLOG: u32 = 4096;
 /// Why the server could not start or keep running.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The script file could not be loaded.
     #[error(transparent)]
     Script(#[from] ScriptError),
+    /// The address could not be bound.
     #[error(
         "cannot listen on {addr}: {source} (hint: is the port in use? --port 0 picks a free one)"
     )]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The tokio runtime of a blocking server could not be built.
     #[error("cannot start the scripted model's runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -56,6 +61,7 @@ pub enum ServeError {
 /// A running scripted-model server. Dropping it stops accepting connections.
 #[derive(Debug)]
 pub struct ScriptServer {
+    /// The address bound (with the real port when port 0 was asked for).
     pub addr: SocketAddr,
     stats: Arc<ServerStats>,
     shutdown: CancellationToken,
@@ -63,6 +69,7 @@ pub struct ScriptServer {
 }
 
 impl ScriptServer {
+    /// The server's counters.
     pub fn stats(&self) -> &Arc<ServerStats> {
         &self.stats
     }

@@ -28,14 +28,21 @@ pub struct ServerStats {
 /// A point-in-time copy of [`ServerStats`], served as JSON by GET `/v1/stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsSnapshot {
+    /// Chat requests received (valid or not).
     pub requests_total: u64,
+    /// Chat requests being handled at the time of the snapshot.
     pub in_flight: u64,
+    /// The most chat requests handled at the same time.
     pub max_in_flight: u64,
+    /// Requests refused with 400 because their history was invalid (strict mode).
     pub rejected_invalid: u64,
+    /// Successful completions served.
     pub completions: u64,
+    /// Error responses served (scripted failures, invalid requests, unmatched rules).
     pub failures: u64,
     /// Most chat requests that arrived within any 60 s window.
     pub max_requests_per_minute: u64,
+    /// Milliseconds since the model started.
     pub uptime_ms: u64,
 }
 
@@ -109,6 +116,7 @@ impl ServerStats {
         self.completions.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Every counter at once (each read on its own: not an atomic view).
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             requests_total: self.requests_total(),

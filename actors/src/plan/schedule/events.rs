@@ -38,17 +38,24 @@ pub enum OnDisk {
 /// A run's metadata, as far as scheduling cares.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedRun {
+    /// The recorded status (a COMPLETED run is reused, not run again).
     pub status: RunStatus,
+    /// The final answer, when COMPLETED.
     pub result: Option<String>,
+    /// The recorded error, `"<kind>: <message>"`.
     pub error: Option<String>,
+    /// Iterations recorded.
     pub iterations: u32,
+    /// Token usage recorded.
     pub usage: TokenUsage,
 }
 
 /// A planned run of an expanded stage and what its files say.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FoundRun {
+    /// The run as the stage's expansion planned it.
     pub planned: PlannedRun,
+    /// What its folder holds.
     pub on_disk: OnDisk,
 }
 
@@ -65,13 +72,19 @@ pub enum RunEnd {
 /// A finished run's outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
+    /// The run's id.
     pub run_id: String,
+    /// Its final status.
     pub status: RunStatus,
+    /// The final answer, when COMPLETED.
     pub result: Option<String>,
     /// `"<kind>: <message>"`, as the summary shows it.
     pub error: Option<String>,
+    /// Wall time of the attempt, in milliseconds.
     pub duration_ms: u64,
+    /// The run's iteration count.
     pub iterations: u32,
+    /// Token usage of the attempt.
     pub usage: TokenUsage,
     /// The run wrote its metadata, so a retry can continue it; a run whose setup failed
     /// before that (too many open files, a full disk) is retried afresh.
@@ -100,22 +113,41 @@ impl Launch {
 pub enum Event {
     /// The orchestration's folder is open (and locked) and the plan may start; `prior` is
     /// what earlier invocations recorded (empty for a new orchestration).
-    Started { prior: Prior },
+    Started {
+        /// What earlier invocations recorded.
+        prior: Prior,
+    },
     /// The orchestration's folder could not be opened or locked: finish FAILED at once.
-    SetupFailed { error: String },
+    SetupFailed {
+        /// Why, for the summary.
+        error: String,
+    },
     /// The answer to [`Effect::ExpandStage`]: the stage's runs in item order, each with
     /// what is on disk, or why the stage could not be expanded.
     StageExpanded {
+        /// The stage's id.
         stage: String,
+        /// Its runs, or the expansion's error (the orchestration then fails).
         runs: Result<Vec<FoundRun>, String>,
     },
     /// The run of an [`Effect::SubmitRun`] was handed to the engine.
-    RunSubmitted { run_id: String },
+    RunSubmitted {
+        /// The run's id.
+        run_id: String,
+    },
     /// A run of an [`Effect::SubmitRun`] ended (or could not be handed over).
-    RunFinished { run_id: String, end: RunEnd },
+    RunFinished {
+        /// The run's id.
+        run_id: String,
+        /// How it ended.
+        end: RunEnd,
+    },
     /// Ctrl-C, SIGTERM or an embedder's cancel: submit nothing more, cancel the runs in
     /// flight, finish INTERRUPTED once they have ended.
-    CancelRequested { reason: String },
+    CancelRequested {
+        /// Why, for the runs' INTERRUPTED record and the summary.
+        reason: String,
+    },
 }
 
 /// Something the scheduler decided, for the executor to carry out in order.
@@ -124,16 +156,27 @@ pub enum Effect {
     /// Expand the stage with the scheduler's [`StageContext`](crate::plan::StageContext),
     /// look at each run's files, and answer with [`Event::StageExpanded`] before carrying
     /// out the next effect.
-    ExpandStage { stage: String },
+    ExpandStage {
+        /// The stage's id.
+        stage: String,
+    },
     /// Start or continue this run in `work_dir`. Answer with [`Event::RunSubmitted`] once it
     /// is handed over (or [`RunEnd::Lost`] if it cannot be), then [`Event::RunFinished`].
     SubmitRun {
+        /// The run.
         run: PlannedRun,
+        /// Its workspace (the shared one, or its isolated folder).
         work_dir: PathBuf,
+        /// New, or continued with an optional message.
         launch: Launch,
     },
     /// Interrupt a run in flight.
-    CancelRun { run_id: String, reason: String },
+    CancelRun {
+        /// The run's id.
+        run_id: String,
+        /// Why.
+        reason: String,
+    },
     /// Append to the orchestration's scheduling journal.
     Record(SchedulingEvent),
     /// Flush the scheduling journal to disk (a stage ended).
@@ -149,9 +192,11 @@ pub enum Effect {
 /// paths, clock).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conclusion {
+    /// The orchestration's final status.
     pub status: OrchestrationStatus,
     /// Every stage of the plan, in plan order.
     pub stages: Vec<StageSummary>,
+    /// Run counts and tokens over the whole plan.
     pub totals: Totals,
     /// Why the orchestration could not run (setup, expansion) or was stopped.
     pub error: Option<String>,

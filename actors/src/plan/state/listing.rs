@@ -24,15 +24,21 @@ use crate::protocol::RunStatus;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ListedStatus {
+    /// Its lock is held: a process drives it now.
     Running,
+    /// It finished COMPLETED.
     Completed,
+    /// It finished FAILED.
     Failed,
+    /// It was interrupted, or its process died (the lock is free but no summary says it
+    /// finished).
     Interrupted,
     /// The folder could not be read; `error` says why.
     Unreadable,
 }
 
 impl ListedStatus {
+    /// The spelling listings show, e.g. `UNREADABLE`.
     pub fn as_str(self) -> &'static str {
         match self {
             ListedStatus::Running => "RUNNING",
@@ -58,7 +64,9 @@ impl From<OrchestrationStatus> for ListedStatus {
 /// One orchestration folder.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OrchestrationListing {
+    /// The orchestration's id (its folder's name).
     pub orchestration_id: String,
+    /// Where it stands.
     pub status: ListedStatus,
     /// The plan file it was started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,10 +77,13 @@ pub struct OrchestrationListing {
     /// RFC 3339, when it last finished (absent while running or after a kill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
+    /// Its runs' outcomes, from the summary (or from the scheduling journal while it runs
+    /// or after a kill).
     pub counts: RunCounts,
     /// Why the folder is UNREADABLE, or a note (how a RUNNING-looking one ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The orchestration's folder.
     pub dir: PathBuf,
 }
 

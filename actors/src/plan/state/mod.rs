@@ -5,7 +5,7 @@
 //!
 //! # Layout
 //! - `mod.rs`: the folder, its id rule, the scheduling journal.
-//! - [`summary`]: the summary types the CLI prints and the one tally of run outcomes.
+//! - `summary.rs`: the summary types the CLI prints and the one tally of run outcomes.
 //! - [`listing`]: reading every orchestration of a workspace (`delta list-orchestrations`).
 //! - `resume` (private): the checks before `--resume` ([`check_resumable`], [`recorded_plan`]).
 //!
@@ -43,45 +43,73 @@ pub const ORCHESTRATIONS_DIR: &str = "orchestrations";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SchedulingEvent {
+    /// An invocation took the orchestration (the first, or a resume).
     OrchestrationStarted {
+        /// The plan file.
         plan: String,
+        /// The shared workspace.
         workspace: String,
+        /// `true` for a resume.
         resumed: bool,
     },
+    /// A stage was expanded.
     StageStarted {
+        /// The stage's id.
         stage: String,
+        /// How many runs it planned.
         runs: usize,
     },
+    /// A run was handed to the engine.
     RunSubmitted {
+        /// The stage's id.
         stage: String,
+        /// The run's position in the fan-out, 0-based.
         index: usize,
+        /// The run's id.
         run_id: String,
+        /// 1-based, counted over every invocation.
         attempt: u32,
+        /// Continued rather than started afresh.
         resume: bool,
     },
+    /// A run ended.
     RunFinished {
+        /// The stage's id.
         stage: String,
+        /// The run's position in the fan-out.
         index: usize,
+        /// The run's id.
         run_id: String,
+        /// Its final status.
         status: RunStatus,
+        /// The attempt that ended.
         attempt: u32,
+        /// Its error, `"<kind>: <message>"`.
         error: Option<String>,
     },
+    /// Every run of a stage has its outcome.
     StageFinished {
+        /// The stage's id.
         stage: String,
+        /// Its outcome.
         status: StageStatus,
         /// Older journals carry only `completed` and `failed`; the rest reads as 0.
         #[serde(flatten)]
         counts: RunCounts,
     },
+    /// The invocation ended.
     OrchestrationFinished {
+        /// The orchestration's status at the end of this invocation.
         status: OrchestrationStatus,
     },
 }
 
+/// One line of the scheduling journal: the time and the event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchedulingRecord {
+    /// When it was appended (UTC, RFC 3339 with milliseconds).
     pub timestamp: String,
+    /// The event, flattened into the same JSON object.
     #[serde(flatten)]
     pub event: SchedulingEvent,
 }
@@ -89,27 +117,49 @@ pub struct SchedulingRecord {
 /// Errors of the orchestration's own files.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// An orchestration id that cannot be a folder name.
     #[error(
         "invalid orchestration id '{id}': {reason}; hint: an orchestration id is what `delta \
          orchestrate` printed (e.g. nightly-20261122-101500-ab12): 1-128 characters from \
          [A-Za-z0-9._-], starting with a letter or digit; list them with `delta \
          list-orchestrations -w <workspace>`"
     )]
-    InvalidId { id: String, reason: String },
+    InvalidId {
+        /// The id as given.
+        id: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Another process holds the orchestration's lock.
     #[error(
         "orchestration '{id}' is being driven by another process (its lock {} is held); hint: \
          wait for it to finish or stop it, then resume",
         path.display()
     )]
-    Locked { id: String, path: PathBuf },
+    Locked {
+        /// The orchestration's id.
+        id: String,
+        /// Its lock file.
+        path: PathBuf,
+    },
+    /// A file of the orchestration could not be created, read or written.
     #[error("cannot {action} {path}: {source}")]
     Io {
+        /// What was being done (`create`, `read`, `write`...).
         action: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The system's error.
         source: std::io::Error,
     },
+    /// No orchestration with this id in the workspace.
     #[error("orchestration '{id}' not found: no {path} (hint: list them with `delta list-orchestrations -w <workspace>`, and check the workspace given with -w)")]
-    NotFound { id: String, path: PathBuf },
+    NotFound {
+        /// The id asked for.
+        id: String,
+        /// The folder looked for.
+        path: PathBuf,
+    },
     /// The scheduling journal cannot be read (a wrong workspace or id): the resume cannot
     /// find the plan it recorded.
     #[error(
@@ -153,6 +203,7 @@ pub fn validate_orchestration_id(id: &str) -> Result<(), StateError> {
 
 /// The orchestration folder, its lock and its append-only scheduling journal.
 pub struct OrchestrationState {
+    /// `<workspace>/.delta/orchestrations/<orchestration_id>`.
     pub dir: PathBuf,
     journal: File,
     /// Held while this process drives the orchestration (released by [`Self::release`]).
@@ -320,6 +371,7 @@ impl OrchestrationState {
             })
     }
 
+    /// fsyncs the scheduling journal (best effort: a failure only loses durability).
     pub fn sync(&self) {
         let _ = self.journal.sync_data();
     }

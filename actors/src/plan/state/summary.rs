@@ -12,13 +12,18 @@ use crate::protocol::{RunStatus, TokenUsage};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OrchestrationStatus {
+    /// Being driven (or its process died before it finished).
     Running,
+    /// Every stage completed (with or without failures under `on_failure: continue`).
     Completed,
+    /// A stage failed, or the orchestration could not run.
     Failed,
+    /// Stopped by Ctrl-C, SIGTERM or a cancel; resume it with `--resume`.
     Interrupted,
 }
 
 impl OrchestrationStatus {
+    /// The on-disk spelling, e.g. `COMPLETED`.
     pub fn as_str(self) -> &'static str {
         match self {
             OrchestrationStatus::Running => "RUNNING",
@@ -39,30 +44,44 @@ impl std::fmt::Display for OrchestrationStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StageStatus {
+    /// Waiting for the stages it needs.
     Pending,
+    /// Its runs are being driven.
     Running,
+    /// Every run completed.
     Completed,
     /// Finished with failed items under `on_failure: continue`.
     CompletedWithFailures,
+    /// A run failed under `on_failure: stop`.
     Failed,
     /// Never started because a stage it needs failed (or the orchestration was interrupted).
     Skipped,
+    /// Stopped while its runs were being driven.
     Interrupted,
 }
 
 /// One run's line in the summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
+    /// The run's id.
     pub run_id: String,
+    /// Its position in the stage's fan-out, 0-based.
     pub index: usize,
+    /// Its final status (an `output: json` answer that does not parse counts as FAILED).
     pub status: RunStatus,
+    /// The final answer, when COMPLETED.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// Why it did not complete, `"<kind>: <message>"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Wall time of the last attempt, in milliseconds.
     pub duration_ms: u64,
+    /// The run's iteration count.
     pub iterations: u32,
+    /// Attempts made, over every invocation.
     pub attempts: u32,
+    /// Token usage of the last attempt.
     pub usage: TokenUsage,
     /// True when the run was already COMPLETED before this invocation (resume).
     #[serde(default)]
@@ -76,6 +95,7 @@ pub struct RunRow {
 pub struct RunCounts {
     /// Runs planned (stages never expanded plan none).
     pub total: usize,
+    /// COMPLETED.
     pub completed: usize,
     /// FAILED, including `output: json` answers that did not parse.
     pub failed: usize,
@@ -155,35 +175,54 @@ impl RunCounts {
     }
 }
 
+/// One stage's line in the summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageSummary {
+    /// The stage's id.
     pub id: String,
+    /// Its outcome.
     pub status: StageStatus,
+    /// Its runs' outcomes (flattened into the stage's JSON object).
     #[serde(flatten)]
     pub counts: RunCounts,
+    /// Every run with a final row, in item order.
     pub runs: Vec<RunRow>,
 }
 
+/// Counts and tokens over the whole plan.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
+    /// Every planned run's outcome (flattened into the JSON object).
     #[serde(flatten)]
     pub counts: RunCounts,
+    /// Prompt tokens of every run's last attempt.
     pub input_tokens: u64,
+    /// Completion tokens of every run's last attempt.
     pub output_tokens: u64,
 }
 
 /// What `delta orchestrate` prints and writes to `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OrchestrationSummary {
+    /// The orchestration's id.
     pub orchestration_id: String,
+    /// Its final status.
     pub status: OrchestrationStatus,
+    /// The plan file.
     pub plan: String,
+    /// The shared workspace.
     pub workspace: String,
+    /// When this invocation started (UTC, RFC 3339).
     pub started_at: String,
+    /// When it ended.
     pub ended_at: String,
+    /// Wall time of this invocation, in milliseconds.
     pub duration_ms: u64,
+    /// Every stage of the plan, in plan order.
     pub stages: Vec<StageSummary>,
+    /// Counts and tokens over the whole plan.
     pub totals: Totals,
+    /// Why the orchestration could not run (setup, expansion) or was stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -45,7 +45,10 @@ pub const MAX_JSON_BODY: usize = 256 * 1024;
 /// Everything `delta serve` needs, resolved by the CLI.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
+    /// The address to listen on (the CLI defaults to loopback).
     pub listen: SocketAddr,
+    /// The bearer token every request must carry (header, cookie, or `?token=` once); see
+    /// [`crate::api::serve::new_token`].
     pub token: String,
     /// `sessions.json`, the PTY holders' folders, pasted images.
     pub state_dir: PathBuf,
@@ -53,8 +56,11 @@ pub struct ServeOptions {
     pub runtime_dir: PathBuf,
     /// The `delta-sessions-pty` binary (runs each worker's holder).
     pub holder_exe: PathBuf,
+    /// The `delta` binary, which workers of the built-in delta agent run.
     pub delta_exe: PathBuf,
+    /// A `serve.yaml` whose `agents:` add to or replace the built-in agent definitions.
     pub agents_config: Option<PathBuf>,
+    /// The user named `agents_config`: a missing file is then an error, not the default.
     pub agents_config_explicit: bool,
     /// Workspaces shown in the runs view besides the sessions' folders.
     pub workspaces: Vec<PathBuf>,
@@ -65,8 +71,11 @@ pub struct ServeOptions {
 /// What the CLI prints once the server listens.
 #[derive(Debug, Clone)]
 pub struct ServeReady {
+    /// The address actually bound (the port is real even when `listen` asked for 0).
     pub address: SocketAddr,
+    /// Where an old-format `sessions.json` was kept when it was migrated at this start.
     pub migrated_backup: Option<PathBuf>,
+    /// Sessions loaded from the state folder.
     pub sessions: usize,
 }
 

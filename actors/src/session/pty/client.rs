@@ -43,15 +43,26 @@ pub struct ReadOptions {
 /// What `start`, `status` and `list` report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PtySessionInfo {
+    /// The session's id (`sess_` plus hex digits).
     pub session_id: String,
+    /// What the holder last recorded.
     pub status: PtyStatus,
+    /// The holder answered just now and its program has not exited (a recorded `running`
+    /// whose holder is gone is not alive).
     pub alive: bool,
+    /// The program's pid, once it started.
     pub pid: Option<u32>,
+    /// The holder process's pid.
     pub holder_pid: u32,
+    /// The program's argv.
     pub command: Vec<String>,
+    /// When the session started (UTC, RFC 3339).
     pub created_at: String,
+    /// The last request a client made to it.
     pub last_accessed_at: String,
+    /// Seconds since `created_at`.
     pub uptime_seconds: u64,
+    /// The program's exit code, once it exited by itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
 }
@@ -63,6 +74,7 @@ pub struct PtySessions {
 }
 
 impl PtySessions {
+    /// The sessions of `config.sessions_dir`.
     pub fn new(config: PtyConfig) -> Self {
         PtySessions { config }
     }

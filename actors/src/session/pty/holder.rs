@@ -40,11 +40,17 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 /// Everything the holder needs, passed on its command line by the CLI.
 #[derive(Debug, Clone)]
 pub struct HolderArgs {
+    /// The session's id.
     pub session_id: String,
+    /// The session's folder (metadata.json, output.log, input.log).
     pub session_dir: PathBuf,
+    /// The Unix socket to listen on, in the private socket folder.
     pub socket_path: PathBuf,
+    /// The program's working directory.
     pub work_dir: PathBuf,
+    /// The PTY's size.
     pub size: TerminalSize,
+    /// The program's argv.
     pub command: Vec<OsString>,
 }
 

@@ -3,17 +3,17 @@
 //! `<sessions_dir>/<id>/` (default `.sessions-pty/`, 0700) with `metadata.json`, `output.log`
 //! and `input.log`. The CLI is a short-lived client: [`PtySessions`] talks to the holder over
 //! a Unix socket in a private per-user folder ([`socket_dir`]) with newline-delimited JSON
-//! ([`protocol`]). `write` input goes through [`escape::parse_escapes`]; `write-key` through
+//! (`protocol.rs`). `write` input goes through [`escape::parse_escapes`]; `write-key` through
 //! [`keys::key_bytes`].
 //!
 //! Nothing here reads the process environment: [`PtyConfig`] is resolved at the edge,
 //! including the path of the executable that runs the holder. No actix, no printing.
 
-pub mod buffer;
+pub(crate) mod buffer;
 pub mod escape;
 pub mod holder;
 pub mod keys;
-pub mod protocol;
+pub(crate) mod protocol;
 pub mod socket_dir;
 
 mod client;
@@ -46,7 +46,9 @@ pub struct PtyConfig {
 /// the layout of full-screen programs). Fixed for the session's life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TerminalSize {
+    /// Columns (characters per line).
     pub cols: u16,
+    /// Rows (lines).
     pub rows: u16,
 }
 
@@ -64,16 +66,19 @@ impl Default for TerminalSize {
     }
 }
 
+/// Whether a PTY session's program is still running, as its holder records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PtyStatus {
+    /// The program runs.
     Running,
+    /// The program exited (its output may still be read for a short grace period).
     Dead,
 }
 
 /// `metadata.json` of a PTY session, written by its holder.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PtyMetadata {
+pub(crate) struct PtyMetadata {
     pub session_id: String,
     pub command: Vec<String>,
     pub pid: Option<u32>,

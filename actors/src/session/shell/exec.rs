@@ -44,15 +44,22 @@ pub const TIMEOUT_EXIT_CODE: i32 = 124;
 /// What an exec returns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecOutcome {
+    /// The command's stdout, at most `output_cap` bytes (cut at a UTF-8 boundary).
     pub stdout: String,
+    /// The command's stderr, likewise capped.
     pub stderr: String,
+    /// The exit code; 124 on timeout, 128 + N when killed by signal N.
     pub exit_code: i32,
+    /// Wall time of the exec, in milliseconds.
     pub execution_time_ms: u64,
+    /// The timeout killed it (the session's state is then left as it was before).
     pub timed_out: bool,
     /// True when either stream was cut at the cap; the full text is in the files below.
     pub truncated: bool,
+    /// The full stdout (`stdout.log` in the session folder), when cut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout_file: Option<PathBuf>,
+    /// The full stderr, when cut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_file: Option<PathBuf>,
 }

@@ -21,7 +21,9 @@ const SHELL_OWNED_VARS: &[&str] = &["PWD", "SHLVL", "_", "PPID", "OPTIND"];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ShellFlavor {
+    /// bash: variables, functions, aliases and options persist.
     Bash,
+    /// A POSIX sh (sh, dash, ash): cwd, variables, exports and `set -o` persist.
     Posix,
 }
 

@@ -3,7 +3,7 @@
 //! the saved shell state (`env.sh`: variables, functions, aliases; `options.sh`;
 //! `work_dir.txt`; all files 0600), the last exec's full `stdout.log`/`stderr.log`,
 //! `history.log` and a `lock` file. There is no long-lived process: each exec is a fresh shell
-//! (see [`exec`]), so state survives separate invocations and crashes.
+//! (see `exec.rs`), so state survives separate invocations and crashes.
 //!
 //! [`ShellSessions`] manages the folder (start, list, status, end, cleanup); [`ShellSession`]
 //! is one session (exec, end). Serialising execs in-process is the `SessionActor`'s job; the
@@ -43,12 +43,14 @@ pub(crate) const METADATA_FILE: &str = "metadata.json";
 /// Where sessions live and which variables are secret.
 #[derive(Debug, Clone)]
 pub struct ShellConfig {
+    /// The folder holding one folder per session (the CLI's default: `.sessions`).
     pub sessions_dir: PathBuf,
     /// Variable names never written into state (always includes `DELTA_API_KEY`).
     pub secret_vars: Vec<String>,
 }
 
 impl ShellConfig {
+    /// Sessions in `sessions_dir`, with `DELTA_API_KEY` as the only secret variable.
     pub fn new(sessions_dir: impl Into<PathBuf>) -> Self {
         ShellConfig {
             sessions_dir: sessions_dir.into(),
@@ -73,7 +75,9 @@ impl ShellConfig {
 pub struct StartOptions {
     /// `bash` (default), `sh`, or a path to one of them.
     pub shell: Option<String>,
+    /// The session's first working directory.
     pub work_dir: PathBuf,
+    /// The session's first environment (secret variables are left out of the saved state).
     pub env: Vec<(OsString, OsString)>,
 }
 
@@ -93,6 +97,8 @@ impl StartOptions {
 /// Per-exec limits.
 #[derive(Debug, Clone, Copy)]
 pub struct ExecOptions {
+    /// Wall-clock limit (default 120 s); on expiry the shell's group is killed and the exit
+    /// code is 124.
     pub timeout: Duration,
     /// Bytes of each stream returned to the caller; the full text stays in the session folder.
     pub output_cap: usize,
@@ -107,10 +113,13 @@ impl Default for ExecOptions {
     }
 }
 
+/// Whether a shell session takes commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ShellStatus {
+    /// It takes commands.
     Active,
+    /// `end` was called; `cleanup` removes it.
     Terminated,
 }
 
@@ -119,22 +128,33 @@ pub enum ShellStatus {
 /// `work_dir.txt` and `history.log`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShellMetadata {
+    /// The session's id (`sess_` plus hex digits).
     pub session_id: String,
+    /// The shell as asked for (`bash`, `sh`, or a path).
     pub command: String,
+    /// The shell's resolved path.
     pub shell_path: PathBuf,
+    /// How its state is saved.
     pub flavor: ShellFlavor,
+    /// When it started (UTC, RFC 3339).
     pub created_at: String,
+    /// When the last exec ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_executed_at: Option<String>,
+    /// Whether it takes commands.
     pub status: ShellStatus,
+    /// The working directory the last exec left.
     pub work_dir: PathBuf,
+    /// Execs run so far.
     pub execution_count: u64,
 }
 
 /// Result of `cleanup`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CleanupReport {
+    /// Ids of the sessions removed.
     pub cleaned: Vec<String>,
+    /// Ids of the sessions left (active, in use, or unreadable).
     pub remaining: Vec<String>,
 }
 
@@ -145,12 +165,14 @@ pub struct ShellSessions {
 }
 
 impl ShellSessions {
+    /// The sessions of `config.sessions_dir` (nothing is created until `start`).
     pub fn new(config: ShellConfig) -> Self {
         ShellSessions {
             config: Arc::new(config),
         }
     }
 
+    /// The configuration given.
     pub fn config(&self) -> &ShellConfig {
         &self.config
     }
@@ -291,10 +313,12 @@ pub struct ShellSession {
 }
 
 impl ShellSession {
+    /// The session's id.
     pub fn id(&self) -> &str {
         &self.id
     }
 
+    /// The session's folder.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -304,7 +328,7 @@ impl ShellSession {
         describe(&self.dir)
     }
 
-    /// Runs `command` in the session; see [`exec`](self::exec) for the mechanics.
+    /// Runs `command` in the session; see `exec.rs` for the mechanics.
     pub async fn exec(
         &self,
         command: &str,

@@ -17,17 +17,24 @@ pub enum CompileError {
     /// `message` names the key path (for example `tools[2].name`).
     #[error("`{}`: {message}\n  hint: {hint}", file.display())]
     Field {
+        /// The file that defines the tool.
         file: PathBuf,
+        /// What is wrong, naming the key path.
         message: String,
+        /// What to write instead.
         hint: String,
     },
 
     /// The tool named `tool` is wrong: its name, template or parameters.
     #[error("`{}`: tool `{tool}`: {message}\n  hint: {hint}", file.display())]
     Tool {
+        /// The file that defines the tool.
         file: PathBuf,
+        /// The tool's name.
         tool: String,
+        /// What is wrong.
         message: String,
+        /// What to write instead.
         hint: String,
     },
 }

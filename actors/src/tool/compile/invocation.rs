@@ -16,8 +16,11 @@ use super::{CompiledTool, InjectAs, ParamType, ToolSyntax};
 /// Values the engine substitutes for `${AGENT_HOME}`, `${CWD}` and `${RUN_ID}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineVars {
+    /// `${AGENT_HOME}`: the agent's folder.
     pub agent_home: PathBuf,
+    /// `${CWD}`: the run's workspace.
     pub cwd: PathBuf,
+    /// `${RUN_ID}`: the run's id.
     pub run_id: String,
 }
 
@@ -35,7 +38,10 @@ impl EngineVars {
 /// What to run: the full argv (program first) and the text piped to stdin, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
+    /// The program (resolved through the tool's `PATH` when it has no `/`) and its
+    /// arguments.
     pub argv: Vec<String>,
+    /// The text for stdin (an `inject_as: stdin` parameter); `None` gives /dev/null.
     pub stdin: Option<String>,
 }
 

@@ -34,11 +34,14 @@ const EXIT_WAIT: Duration = Duration::from_secs(2);
 /// [`serve_stdin`](super::serve_stdin) (the `delta` binary: `delta __spawner`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnerCommand {
+    /// The executable.
     pub program: PathBuf,
+    /// Its arguments (for `delta`: `__spawner`).
     pub args: Vec<OsString>,
 }
 
 impl SpawnerCommand {
+    /// `program` run with `args`.
     pub fn new(
         program: impl Into<PathBuf>,
         args: impl IntoIterator<Item = impl Into<OsString>>,
@@ -53,10 +56,18 @@ impl SpawnerCommand {
 /// Why a spawner could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The socket pair could not be created (descriptor limit).
     #[error("cannot create the tool spawner's control socket: {0}")]
     Socket(io::Error),
+    /// The program could not be started.
     #[error("cannot start the tool spawner {program}: {source} (hint: the engine re-executes its own binary; check that it still exists)")]
-    Launch { program: PathBuf, source: io::Error },
+    Launch {
+        /// The program.
+        program: PathBuf,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// The thread reading the spawner's replies could not be started.
     #[error("cannot start the tool spawner's reader thread: {0}")]
     Reader(io::Error),
 }
@@ -77,10 +88,15 @@ pub enum SpawnError {
 
 /// A tool the spawner started: the leader of its own process group.
 pub struct SpawnedChild {
+    /// The leader's pid, which is also its process group id.
     pub pid: u32,
+    /// Our end of its stdin pipe, when [`Launch::stdin_pipe`] asked for one.
     pub stdin: Option<pipe::Sender>,
+    /// Our end of its stdout.
     pub stdout: pipe::Receiver,
+    /// Our end of its stderr.
     pub stderr: pipe::Receiver,
+    /// Its exit status, when the spawner reaps it.
     pub exit: ExitWatch,
 }
 
@@ -96,6 +112,7 @@ fn spawner_gone() -> io::Error {
 }
 
 impl ExitWatch {
+    /// Waits for the leader's exit status; an error when the spawner died first.
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
         if let Some(status) = self.status {
             return Ok(status);
@@ -106,6 +123,8 @@ impl ExitWatch {
         Ok(status)
     }
 
+    /// The exit status if the leader has exited, `None` while it runs; an error when the
+    /// spawner died first.
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         if let Some(status) = self.status {
             return Ok(Some(status));

@@ -17,7 +17,7 @@
 //! the spawner sees EOF on the socket, SIGKILLs the group of every leader still running, and
 //! exits.
 //!
-//! Layout: [`protocol`] (bytes), `sys` (socket and pipe system calls); the engine side:
+//! Layout: `protocol` (bytes), `sys` (socket and pipe system calls); the engine side:
 //! [`client`] (the [`Spawner`] handle), `request` (pipes, memfd), `replies` (the reader
 //! thread); the spawner process: `zygote` (its loop) and `exec` (`posix_spawn`).
 //!
@@ -26,11 +26,11 @@
 //! hooks and context generators find it through [`shared`] and fall back to starting
 //! in-process, with one warning, when it has died.
 //!
-//! [`SupervisorConfig`]: crate::api::SupervisorConfig
+//! [`SupervisorConfig`]: crate::protocol::SupervisorConfig
 
 pub mod client;
 mod exec;
-pub mod protocol;
+pub(crate) mod protocol;
 mod replies;
 mod request;
 mod sys;

@@ -94,7 +94,7 @@ pub fn request_id(message: &[u8]) -> Option<u64> {
         .flatten()
 }
 
-/// What the spawner starts: the resolved program, argv (including argv[0]), the complete
+/// What the spawner starts: the resolved program, argv (including `argv[0]`), the complete
 /// environment as `NAME=value`, and the working directory. No string may contain a NUL (the
 /// engine checks before encoding).
 pub fn encode_spec<'a>(

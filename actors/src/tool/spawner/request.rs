@@ -22,6 +22,7 @@ pub struct Launch<'a> {
     pub argv: &'a [String],
     /// The complete environment.
     pub env: &'a [(&'a str, &'a str)],
+    /// The working directory (the spawner `chdir`s there before `execve`).
     pub cwd: &'a Path,
     /// A pipe for stdin (else /dev/null).
     pub stdin_pipe: bool,

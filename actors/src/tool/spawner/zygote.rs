@@ -34,15 +34,19 @@ use super::sys;
 /// Why the spawner could not serve.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// Stdin is not the engine's control socket: the command was run by hand.
     #[error(
         "this command is internal to delta: the engine starts it with its control socket as \
          stdin, and stdin here is not a SOCK_SEQPACKET socket (nothing to do; run `delta run` \
          or `delta orchestrate` instead)"
     )]
     NotAControlSocket,
+    /// A system call needed to serve failed.
     #[error("the tool spawner cannot {action}: {source}")]
     Setup {
+        /// What it was doing, as a verb phrase.
         action: &'static str,
+        /// The system's error.
         source: io::Error,
     },
 }
