@@ -24,6 +24,7 @@
 pub mod agent;
 pub mod api;
 pub mod blocking;
+pub mod cluster;
 pub mod context;
 pub mod hooks;
 pub mod input;

@@ -23,5 +23,6 @@ mod secrets;
 mod serve;
 mod sessions;
 mod sessions_pty;
+mod slurm;
 mod tool_spawner;
 mod unwritable;

@@ -28,6 +28,9 @@ pub struct PlanFile {
     pub defaults: StageDefaults,
     #[serde(default)]
     pub llm: LlmLimits,
+    /// Where the runs execute (default: this process). See `plan::executor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<super::executor::ExecutorSpec>,
     pub stages: Vec<StageSpec>,
 }
 

@@ -1,0 +1,118 @@
+//! The gate of the tests that need a Slurm cluster, and what they share: is one reachable
+//! (`sinfo` answers and a node accepts jobs)? If not, say so loudly and fail, unless
+//! DELTA_SKIP_SLURM=1 (then print SKIPPED and pass).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// True when the test may go on; false when it was skipped knowingly. Panics when no
+/// cluster answers and skipping was not asked for.
+pub fn cluster_or_skip(test: &str) -> bool {
+    let up = Command::new("sinfo")
+        .args(["-h", "-o", "%t"])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| {
+            let states = String::from_utf8_lossy(&o.stdout);
+            o.status.success()
+                && states
+                    .lines()
+                    .any(|s| matches!(s.trim(), "idle" | "mix" | "alloc" | "comp"))
+        })
+        .unwrap_or(false);
+    if up {
+        return true;
+    }
+    eprintln!(
+        "\n!!!!!!!!!! SKIPPED {test}: no Slurm cluster answers (start one: sudo scripts/slurm-local.sh up) !!!!!!!!!!\n"
+    );
+    assert_eq!(
+        std::env::var("DELTA_SKIP_SLURM").as_deref(),
+        Ok("1"),
+        "the Slurm tests need a cluster: run scripts/slurm-local.sh up, or set DELTA_SKIP_SLURM=1 to skip them knowingly"
+    );
+    false
+}
+
+/// Polls `check` every 100 ms for at most `limit`; true once it holds.
+pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check()
+}
+
+/// `squeue --me -h -r -o '%i %j %k'` lines naming this orchestration's comment tag.
+pub fn queued_tasks(orchestration_id: &str) -> Vec<String> {
+    let out = Command::new("squeue")
+        .args(["--me", "-h", "-r", "-o", "%i|%j|%k|%T"])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let tag = format!("orchestration={orchestration_id} ");
+    out.lines()
+        .filter(|l| l.contains(&tag))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Cancels every job whose comment names `orchestration_id` (cleanup after a failed test).
+pub fn cancel_orchestration_jobs(orchestration_id: &str) {
+    let ids: Vec<String> = queued_tasks(orchestration_id)
+        .iter()
+        .filter_map(|l| l.split('|').next().map(str::to_owned))
+        .collect();
+    if !ids.is_empty() {
+        let _ = Command::new("scancel").args(&ids).status();
+    }
+}
+
+/// Every file under `dir` (bounded walk).
+pub fn files_under(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if out.len() > 200_000 {
+            return;
+        }
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => files_under(&path, out),
+            Ok(t) if t.is_file() => out.push(path),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn slurm_check_probes_the_shared_workspace() {
+    if !cluster_or_skip("slurm_check_probes_the_shared_workspace") {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plans/map-reduce");
+    let out = Command::new(assert_cmd::cargo::cargo_bin("delta"))
+        .current_dir(&example)
+        .args([
+            "orchestrate",
+            "plan.yaml",
+            "--executor",
+            "slurm",
+            "--check",
+            "-w",
+        ])
+        .arg(ws.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("wrote into the workspace"), "{stderr}");
+}
