@@ -103,6 +103,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             env: Arc::new(env),
             resume: false,
             max_parallel: 8,
+            executor: Default::default(),
         })
         .await?;
     let mut stage_events = 0;

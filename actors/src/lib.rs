@@ -35,6 +35,7 @@ pub mod metadata;
 pub mod plan;
 pub mod protocol;
 pub mod redact;
+pub mod relay;
 pub mod run;
 pub mod runtime;
 pub mod serve;

@@ -24,7 +24,7 @@ use crate::commands::engine::{
     with_model_override, with_retry_override,
 };
 use crate::commands::orchestrate_slurm::{
-    dry_run_previews, run_check, slurm_settings, ExecutorArg,
+    dry_run_previews, run_check, slurm_settings, start_slurm, ExecutorArg,
 };
 use crate::error::CliError;
 use crate::output::orchestration::{print_dry_run, print_summary, Progress};
@@ -184,6 +184,17 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
     // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
     let config = with_retry_override(config, &env.vars)?;
+    let slurm_run = match slurm {
+        Some(settings) => Some(start_slurm(
+            settings,
+            &plan,
+            &loaded,
+            &llm_by_agent,
+            args.relay_listen,
+            max_parallel,
+        )?),
+        None => None,
+    };
     let supervisor = Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let plan_file = plan.file.clone();
     let request = OrchestrationRequest {
@@ -196,9 +207,16 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         env: Arc::new(env.vars),
         resume: args.resume.is_some(),
         max_parallel,
+        executor: slurm_run
+            .as_ref()
+            .map(|s| s.executor.clone())
+            .unwrap_or_default(),
     };
     let summary = drive(&supervisor, request)?;
     supervisor.shutdown();
+    if let Some(slurm_run) = slurm_run {
+        slurm_run.relay.stop();
+    }
     let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then(|| {
         resume_command(&ResumeParts {
             plan: &plan_file,
@@ -207,6 +225,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             script: script.as_deref(),
             max_parallel: args.max_parallel,
             llm_timeout: args.llm_timeout,
+            executor: args.executor,
             cwd: &cwd,
         })
     });
@@ -226,6 +245,7 @@ struct ResumeParts<'a> {
     script: Option<&'a Path>,
     max_parallel: Option<u64>,
     llm_timeout: Option<std::time::Duration>,
+    executor: Option<ExecutorArg>,
     cwd: &'a Path,
 }
 
@@ -260,6 +280,9 @@ fn resume_command(parts: &ResumeParts<'_>) -> String {
             "--llm-timeout".to_owned(),
             format!("{}ms", limit.as_millis()),
         ]);
+    }
+    if parts.executor == Some(ExecutorArg::Slurm) {
+        argv.extend(["--executor".to_owned(), "slurm".to_owned()]);
     }
     shell_words::join(argv)
 }

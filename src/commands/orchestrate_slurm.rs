@@ -3,18 +3,25 @@
 //! commands, the `--check` probe job, and the environment the jobs get — this process's
 //! minus every provider key, plus the relay's address and token.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::ValueEnum;
+use delta_actors::agent::ResolvedAgent;
 use delta_actors::cluster::slurm::probe::run_probe;
 use delta_actors::cluster::slurm::sbatch::{plan_submissions, JobTemplate};
 use delta_actors::cluster::slurm::{SlurmSettings, SlurmTools};
+use delta_actors::cluster::{RunExecutor, SlurmJobs};
 use delta_actors::plan::executor::{resolve_executor, ExecutorChoice, ExecutorKind};
 use delta_actors::plan::state::OrchestrationState;
 use delta_actors::plan::{expand_stage, orchestration_id, ResolvedPlan, StageContext};
+use delta_actors::relay::{new_relay_token, Relay, RelayConfig, RelayRoute};
 use delta_actors::LlmTarget;
+
+use crate::commands::engine::process_env;
 
 use crate::error::CliError;
 use crate::output::orchestration::SbatchPreview;
@@ -153,6 +160,83 @@ pub fn job_env(
     env.insert(RELAY_URL_VAR.to_owned(), relay_url.to_owned());
     env.insert(RELAY_TOKEN_VAR.to_owned(), relay_token.to_owned());
     env.into_iter().collect()
+}
+
+/// The running parts of `--executor slurm`: the relay (kept alive while the plan runs) and
+/// the executor handed to the engine.
+pub struct SlurmRun {
+    pub relay: Relay,
+    pub executor: RunExecutor,
+}
+
+/// Starts the relay for every agent's endpoint and prepares the jobs' submission:
+/// `sbatch`/`squeue`/`scancel` must be on PATH, the relay must bind.
+pub fn start_slurm(
+    settings: SlurmSettings,
+    plan: &ResolvedPlan,
+    agents: &HashMap<PathBuf, Arc<ResolvedAgent>>,
+    llm_by_agent: &HashMap<PathBuf, LlmTarget>,
+    relay_listen: Option<SocketAddr>,
+    max_parallel: usize,
+) -> Result<SlurmRun, CliError> {
+    let process = process_env();
+    let tools = slurm_tools(&process)?;
+    let delta_path = delta_path(&settings)?;
+    let mut paths: Vec<&PathBuf> = llm_by_agent.keys().collect();
+    paths.sort();
+    let mut routes = HashMap::new();
+    let mut relay_routes = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let name = format!("a{i}");
+        routes.insert((*path).clone(), name.clone());
+        relay_routes.push(RelayRoute {
+            name,
+            target: llm_by_agent[*path].clone(),
+        });
+    }
+    let token = new_relay_token();
+    let listen = relay_listen.unwrap_or_else(default_relay_address);
+    let relay = Relay::start(RelayConfig {
+        listen,
+        token: token.clone(),
+        routes: relay_routes,
+        max_in_flight: plan.llm.max_in_flight.unwrap_or(max_parallel),
+        requests_per_minute: plan.llm.requests_per_minute,
+        request_timeout: plan
+            .llm_timeouts
+            .request
+            .unwrap_or(delta_actors::llm::DEFAULT_REQUEST_TIMEOUT),
+    })
+    .map_err(|e| CliError::Config(format!("--relay-listen: {e}")))?;
+    let mut key_vars: Vec<String> = agents
+        .values()
+        .filter_map(|a| a.llm.api_key_env.clone())
+        .collect();
+    key_vars.push("DELTA_API_KEY".into());
+    let targets: Vec<&LlmTarget> = llm_by_agent.values().collect();
+    let job_env = job_env(&process, &key_vars, &targets, &relay.url(), &token);
+    let executor = RunExecutor::Slurm(Arc::new(SlurmJobs {
+        settings,
+        tools,
+        delta_path,
+        job_env,
+        routes,
+    }));
+    Ok(SlurmRun { relay, executor })
+}
+
+/// This host's address as the cluster sees it (its name resolved), any free port; loopback
+/// when the name does not resolve to another address.
+fn default_relay_address() -> SocketAddr {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    (host.as_str(), 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.find(|a| a.is_ipv4() && !a.ip().is_loopback()))
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
 /// `--executor slurm --check`: the probe job; prints what it found on stderr.

@@ -41,6 +41,8 @@ pub struct PlannedRunFile {
     pub agent: PathBuf,
     /// Where the run works (absolute, on the shared filesystem).
     pub work_dir: PathBuf,
+    /// The plan's folder: its `.env` is part of the run's environment, as on the submitting host.
+    pub plan_dir: PathBuf,
     pub launch: HandoffLaunch,
     pub max_iterations: Option<u32>,
     pub timeout_ms: Option<u64>,
@@ -196,6 +198,7 @@ mod tests {
             index,
             agent: "/agents/a".into(),
             work_dir: "/ws".into(),
+            plan_dir: "/plan".into(),
             launch: HandoffLaunch::New {
                 task: "Summarize x".into(),
             },

@@ -10,5 +10,8 @@
 //! Must not: import actix, decide scheduling (the plan's scheduler does), or hold secrets:
 //! nothing here ever sees a provider key.
 
+pub mod executor;
 pub mod handoff;
 pub mod slurm;
+
+pub use executor::{RunExecutor, SlurmJobs};

@@ -182,4 +182,6 @@ pub struct OrchestrationRequest {
     pub resume: bool,
     /// Runs in flight for this plan at most.
     pub max_parallel: usize,
+    /// Where the runs execute: this process (default) or Slurm jobs.
+    pub executor: crate::cluster::RunExecutor,
 }

@@ -49,6 +49,7 @@ fn orchestration_over_an_agent_with_a_fifo_context_file_ends() {
         .collect();
     let request = OrchestrationRequest {
         max_parallel: plan.max_parallel,
+        executor: Default::default(),
         plan,
         orchestration_id: "fifo".into(),
         workspace: ws.path().to_path_buf(),
@@ -151,6 +152,7 @@ fn plan_llm_request_timeout_overrides_the_agents_and_fails_runs_as_llm_timeout()
         .collect();
     let request = OrchestrationRequest {
         max_parallel: 1,
+        executor: Default::default(),
         plan,
         orchestration_id: "silent".into(),
         workspace: ws.path().to_path_buf(),

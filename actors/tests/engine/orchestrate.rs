@@ -99,6 +99,7 @@ impl PlanDir {
             .collect();
         OrchestrationRequest {
             max_parallel: plan.max_parallel,
+            executor: Default::default(),
             plan,
             orchestration_id: id.to_string(),
             workspace: self.ws().to_path_buf(),
