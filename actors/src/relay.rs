@@ -44,6 +44,9 @@ pub struct RelayConfig {
     pub requests_per_minute: Option<u32>,
     /// The longest one forwarded attempt may take.
     pub request_timeout: Duration,
+    /// SHA-256 digests (hex) of earlier tokens still accepted: jobs of an orchestration
+    /// resumed after a kill keep the token they were started with.
+    pub accepted_token_digests: Vec<String>,
 }
 
 /// Why the relay could not start.
@@ -132,6 +135,15 @@ impl Drop for Relay {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// The hex SHA-256 of a token: what may be written down to accept it again later.
+pub fn token_digest(token: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A fresh random token.

@@ -192,6 +192,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             &llm_by_agent,
             args.relay_listen,
             max_parallel,
+            &OrchestrationState::dir_for(&workspace, &id)
+                .map_err(|e| CliError::Config(e.to_string()))?,
         )?),
         None => None,
     };

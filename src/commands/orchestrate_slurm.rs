@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use delta_actors::agent::ResolvedAgent;
+use delta_actors::cluster::relay_record::{read_record, write_record};
 use delta_actors::cluster::slurm::probe::run_probe;
 use delta_actors::cluster::slurm::sbatch::{plan_submissions, JobTemplate};
 use delta_actors::cluster::slurm::{SlurmSettings, SlurmTools};
@@ -18,7 +19,7 @@ use delta_actors::cluster::{RunExecutor, SlurmJobs};
 use delta_actors::plan::executor::{resolve_executor, ExecutorChoice, ExecutorKind};
 use delta_actors::plan::state::OrchestrationState;
 use delta_actors::plan::{expand_stage, orchestration_id, ResolvedPlan, StageContext};
-use delta_actors::relay::{new_relay_token, Relay, RelayConfig, RelayRoute};
+use delta_actors::relay::{new_relay_token, token_digest, Relay, RelayConfig, RelayRoute};
 use delta_actors::LlmTarget;
 
 use crate::commands::engine::process_env;
@@ -178,6 +179,7 @@ pub fn start_slurm(
     llm_by_agent: &HashMap<PathBuf, LlmTarget>,
     relay_listen: Option<SocketAddr>,
     max_parallel: usize,
+    orchestration_dir: &Path,
 ) -> Result<SlurmRun, CliError> {
     let process = process_env();
     let tools = slurm_tools(&process)?;
@@ -195,7 +197,15 @@ pub fn start_slurm(
         });
     }
     let token = new_relay_token();
-    let listen = relay_listen.unwrap_or_else(default_relay_address);
+    // A resume listens where the jobs still running were told the relay is, and accepts
+    // their tokens.
+    let earlier = read_record(orchestration_dir);
+    let listen = match (relay_listen, earlier.listen) {
+        (Some(asked), Some(before)) if asked.port() == 0 && asked.ip() == before.ip() => before,
+        (Some(asked), _) => asked,
+        (None, Some(before)) => before,
+        (None, None) => default_relay_address(),
+    };
     let relay = Relay::start(RelayConfig {
         listen,
         token: token.clone(),
@@ -206,8 +216,16 @@ pub fn start_slurm(
             .llm_timeouts
             .request
             .unwrap_or(delta_actors::llm::DEFAULT_REQUEST_TIMEOUT),
+        accepted_token_digests: earlier.token_digests,
     })
     .map_err(|e| CliError::Config(format!("--relay-listen: {e}")))?;
+    create_private_dir(orchestration_dir)?;
+    write_record(orchestration_dir, relay.addr(), token_digest(&token)).map_err(|e| {
+        CliError::Runtime(format!(
+            "cannot record the relay in {}: {e}",
+            orchestration_dir.display()
+        ))
+    })?;
     let mut key_vars: Vec<String> = agents
         .values()
         .filter_map(|a| a.llm.api_key_env.clone())
@@ -223,6 +241,16 @@ pub fn start_slurm(
         routes,
     }));
     Ok(SlurmRun { relay, executor })
+}
+
+/// The orchestration's folder, created 0700 as the engine would (it may not exist yet).
+fn create_private_dir(dir: &Path) -> Result<(), CliError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| CliError::Runtime(format!("cannot create {}: {e}", dir.display())))
 }
 
 /// This host's address as the cluster sees it (its name resolved), any free port; loopback

@@ -84,6 +84,7 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(64),
         requests_per_minute: args.requests_per_minute,
         request_timeout: delta_actors::llm::DEFAULT_REQUEST_TIMEOUT,
+        accepted_token_digests: Vec::new(),
     })
     .map_err(|e| CliError::Config(e.to_string()))?;
     let mut out = format!("{}/v1\n", relay.url());

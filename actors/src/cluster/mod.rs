@@ -12,6 +12,7 @@
 
 pub mod executor;
 pub mod handoff;
+pub mod relay_record;
 pub mod slurm;
 
 pub use executor::{RunExecutor, SlurmJobs};

@@ -18,7 +18,7 @@ use crate::llm::{
     ScriptedBackend,
 };
 use crate::protocol::LlmTarget;
-use crate::relay::{RelayConfig, RelayError};
+use crate::relay::{token_digest, RelayConfig, RelayError};
 use crate::runtime::web::auth::same_token;
 
 /// Largest request body forwarded.
@@ -32,6 +32,7 @@ struct Upstream {
 
 struct RelayState {
     token: String,
+    accepted_digests: Vec<String>,
     routes: HashMap<String, Arc<Upstream>>,
     default_route: String,
     request_timeout: std::time::Duration,
@@ -137,6 +138,7 @@ fn build_state(config: &RelayConfig) -> Result<RelayState, RelayError> {
         .ok_or(RelayError::NoRoute)?;
     Ok(RelayState {
         token: config.token.clone(),
+        accepted_digests: config.accepted_token_digests.clone(),
         routes,
         default_route,
         request_timeout: config.request_timeout,
@@ -155,7 +157,16 @@ fn authorized(request: &HttpRequest, state: &RelayState) -> bool {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| same_token(given, &state.token))
+        .is_some_and(|given| {
+            same_token(given, &state.token)
+                || (!state.accepted_digests.is_empty() && {
+                    let digest = token_digest(given);
+                    state
+                        .accepted_digests
+                        .iter()
+                        .any(|accepted| same_token(&digest, accepted))
+                })
+        })
 }
 
 fn header_text(request: &HttpRequest, name: &str) -> String {

@@ -116,3 +116,110 @@ fn slurm_check_probes_the_shared_workspace() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("wrote into the workspace"), "{stderr}");
 }
+
+/// A `delta orchestrate` running in the background: its stderr collected line by line.
+pub struct Orchestration {
+    pub child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stdout: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Orchestration {
+    pub fn spawn(mut command: Command) -> Orchestration {
+        use std::io::{BufRead, BufReader, Read};
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let mut stdout = child.stdout.take().unwrap();
+        let stdout = Some(std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        }));
+        Orchestration {
+            child,
+            lines,
+            stdout,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// The id printed as `orchestration <id>` (waits up to 30 s).
+    pub fn id(&mut self) -> String {
+        let mut id = None;
+        let seen = wait_until(Duration::from_secs(30), || {
+            id = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find_map(|l| l.strip_prefix("orchestration ").map(str::to_owned));
+            id.is_some()
+        });
+        assert!(seen, "no orchestration id on stderr: {}", self.stderr());
+        id.unwrap()
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Waits up to `limit` for the exit; (code, stdout, stderr). Killed past the limit.
+    pub fn finish(mut self, limit: Duration) -> (Option<i32>, String, String) {
+        let ended = wait_until(limit, || !self.running());
+        if !ended {
+            let _ = self.child.kill();
+        }
+        let status = self.child.wait().unwrap();
+        let stdout = self.stdout.take().unwrap().join().unwrap_or_default();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            ended,
+            "delta orchestrate did not finish within {limit:?}: {}",
+            self.stderr()
+        );
+        (status.code(), stdout, self.stderr())
+    }
+
+    pub fn sigkill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `delta` in `dir`, without inherited logging or model settings.
+pub fn delta_in(dir: &Path) -> Command {
+    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("delta"));
+    cmd.current_dir(dir)
+        .env_remove("DELTA_LOG")
+        .env_remove("DELTA_LLM_SCRIPT")
+        .env_remove("DELTA_API_KEY")
+        .env_remove("DELTA_BASE_URL");
+    cmd
+}
+
+/// `ENGINE_END` events of a run's journal, as (status) strings.
+pub fn engine_ends(work_dir: &Path, run_id: &str) -> Vec<String> {
+    let journal = work_dir.join(".delta").join(run_id).join("journal.jsonl");
+    std::fs::read_to_string(&journal)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["type"] == "ENGINE_END")
+        .map(|e| e["status"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}

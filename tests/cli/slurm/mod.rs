@@ -10,3 +10,5 @@
 
 mod cluster;
 mod dry_run;
+mod faults;
+mod map_reduce;

@@ -22,9 +22,10 @@ use tokio::sync::oneshot;
 
 use crate::cluster::handoff::{read_result, result_path};
 use crate::cluster::slurm::sbatch::{logs_dir, plan_submissions, JobTemplate};
+use crate::cluster::slurm::TaskState;
 use crate::cluster::SlurmJobs;
 use crate::plan::schedule::RunEnd;
-use crate::protocol::RunResult;
+use crate::protocol::{RunErrorInfo, RunResult, RunStatus};
 
 mod settle;
 
@@ -83,6 +84,9 @@ pub struct SlurmExecutor {
     to_cancel: Vec<String>,
     busy: bool,
     again: bool,
+    /// Jobs whose run this executor has already taken the end of: never adopted again
+    /// (a cancelled job stays in the queue, COMPLETING, for a while).
+    ended_jobs: HashSet<String>,
 }
 
 /// What one cycle learned, applied when it ends.
@@ -92,6 +96,8 @@ struct CycleOutcome {
     live: Option<HashSet<String>>,
     jobs: Vec<(String, String)>,
     lost: Vec<(String, String)>,
+    /// Asked to run, but already COMPLETED on disk.
+    completed: Vec<String>,
     results: Vec<(String, RunResult)>,
     /// Runs whose jobs were known when the cycle started (the only ones a miss counts for).
     watched: Vec<String>,
@@ -116,11 +122,15 @@ impl SlurmExecutor {
             to_cancel: Vec::new(),
             busy: false,
             again: false,
+            ended_jobs: HashSet::new(),
         }
     }
 
     fn reply(&mut self, run_id: &str, end: RunEnd) {
         if let Some(mut run) = self.runs.remove(run_id) {
+            if let Some(job) = run.job.take() {
+                self.ended_jobs.insert(job);
+            }
             if let Some(reply) = run.reply.take() {
                 let _ = reply.send(end);
             }
@@ -135,11 +145,11 @@ impl SlurmExecutor {
         }
         self.busy = true;
         self.again = false;
-        let submit: Vec<(String, String, usize)> = std::mem::take(&mut self.to_submit)
+        let submit: Vec<(String, String, usize, PathBuf)> = std::mem::take(&mut self.to_submit)
             .into_iter()
             .filter_map(|id| {
                 let run = self.runs.get(&id)?;
-                Some((id, run.stage.clone(), run.index))
+                Some((id, run.stage.clone(), run.index, run.work_dir.clone()))
             })
             .collect();
         let cancel: Vec<String> = std::mem::take(&mut self.to_cancel)
@@ -152,6 +162,7 @@ impl SlurmExecutor {
             .filter(|(_, r)| r.job.is_some())
             .map(|(id, r)| (id.clone(), r.result.clone()))
             .collect();
+        let ended_jobs = self.ended_jobs.clone();
         let jobs = self.jobs.clone();
         let orchestration_id = self.orchestration_id.clone();
         let dir = self.orchestration_dir.clone();
@@ -166,19 +177,30 @@ impl SlurmExecutor {
                     Vec::new()
                 }
             };
+            let live: HashSet<String> = queue
+                .iter()
+                .filter(|t| t.item_of(&orchestration_id).is_some())
+                .map(|t| t.job_id.clone())
+                .collect();
+            // Adoptable: queued or running, and not a job whose end was already taken.
             let ours: HashMap<(String, usize), String> = queue
                 .iter()
+                .filter(|t| matches!(t.state, TaskState::Pending | TaskState::Running))
+                .filter(|t| !ended_jobs.contains(&t.job_id))
                 .filter_map(|t| {
                     let (stage, index) = t.item_of(&orchestration_id)?;
                     Some(((stage.to_owned(), index), t.job_id.clone()))
                 })
                 .collect();
-            outcome.live = Some(ours.values().cloned().collect());
+            outcome.live = Some(live);
             // Runs a job of this orchestration already runs: adopted, not submitted again.
             let mut by_stage: HashMap<String, Vec<(String, usize)>> = HashMap::new();
-            for (id, stage, index) in submit {
+            for (id, stage, index, work_dir) in submit {
                 match ours.get(&(stage.clone(), index)) {
                     Some(job) => outcome.jobs.push((id, job.clone())),
+                    // Its job finished between the stage's expansion (a resume saw it
+                    // RUNNING) and now: nothing to submit.
+                    None if completed_on_disk(&work_dir, &id) => outcome.completed.push(id),
                     None => by_stage.entry(stage).or_default().push((id, index)),
                 }
             }
@@ -259,11 +281,30 @@ impl SlurmExecutor {
         for (id, message) in outcome.lost {
             self.reply(&id, RunEnd::Lost(message));
         }
+        for id in outcome.completed {
+            if let Some(end) = self.settle(&id) {
+                self.reply(&id, end);
+            }
+        }
         let finished: HashSet<String> = outcome.results.iter().map(|(id, _)| id.clone()).collect();
-        for (id, result) in outcome.results {
+        for (id, mut result) in outcome.results {
             let Some(run) = self.runs.get(&id) else {
                 continue;
             };
+            // SIGTERM from someone else's scancel, a preemption or the time limit: the run
+            // stopped cleanly, but was not asked to stop by the orchestration: a failure the
+            // scheduler may retry, like a job that vanished.
+            if result.status == RunStatus::Interrupted && !run.cancelled {
+                result.status = RunStatus::Failed;
+                result.error = Some(RunErrorInfo {
+                    kind: "slurm_job_stopped".into(),
+                    message: format!(
+                        "Slurm job {} was stopped before the run finished (scancel, preemption or time limit)",
+                        run.job.as_deref().unwrap_or("?")
+                    ),
+                    details: None,
+                });
+            }
             let end = crate::runtime::orchestrator::run_end(Ok(result), &run.work_dir, &id);
             self.reply(&id, end);
         }
@@ -290,6 +331,13 @@ impl SlurmExecutor {
             }
         }
     }
+}
+
+/// True when the run's files say COMPLETED (its journal settled first).
+fn completed_on_disk(work_dir: &std::path::Path, run_id: &str) -> bool {
+    crate::janitor::settle_from_journal(work_dir, run_id);
+    let run_dir = crate::workspace::RunPaths::new(work_dir, run_id).run_dir;
+    crate::metadata::read_metadata(&run_dir).is_ok_and(|m| m.status == RunStatus::Completed)
 }
 
 impl Actor for SlurmExecutor {
