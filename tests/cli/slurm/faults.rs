@@ -198,3 +198,56 @@ fn slurm_sigkill_at_five_moments_then_resume_completes_each_item_once() {
         "{logs:?}"
     );
 }
+
+#[test]
+fn slurm_sigint_cancels_the_jobs_then_resume_finishes() {
+    if !cluster_or_skip("slurm_sigint_cancels_the_jobs_then_resume_finishes") {
+        return;
+    }
+    // Each pause sleeps until the test creates `fast` beside the workspace.
+    let dir = plan(3, "20");
+    std::fs::write(
+        dir.path().join("agents/worker/wait.sh"),
+        "i=0; while [ ! -e ../fast ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done\n",
+    )
+    .unwrap();
+    crate::orchestrate::write_agent(
+        dir.path(),
+        "worker",
+        "  - name: pause\n    exec: \"sh ${AGENT_HOME}/wait.sh\"\n",
+    );
+    let ws = dir.path().join("ws");
+    let mut run = orchestrate(dir.path(), None);
+    let id = run.id();
+    let all_started = wait_until(Duration::from_secs(60), || {
+        (0..3).all(|i| {
+            ws.join(".delta")
+                .join(format!("{id}-map-{i}"))
+                .join("journal.jsonl")
+                .exists()
+        })
+    });
+    if !all_started {
+        cancel_orchestration_jobs(&id);
+        panic!("the runs never started: {}", run.stderr());
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run.finish(Duration::from_secs(90));
+    let gone = wait_until(Duration::from_secs(30), || queued_tasks(&id).is_empty());
+    cancel_orchestration_jobs(&id);
+    assert_eq!(code, Some(130), "{stderr}\n{stdout}");
+    assert!(gone, "the jobs were not cancelled: {:?}", queued_tasks(&id));
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["status"], "INTERRUPTED", "{summary:#}");
+
+    std::fs::write(dir.path().join("fast"), "").unwrap();
+    let (code, stdout, stderr) =
+        orchestrate(dir.path(), Some(&id)).finish(Duration::from_secs(120));
+    cancel_orchestration_jobs(&id);
+    assert_eq!(code, Some(0), "{stderr}\n{stdout}");
+    every_item_completed_once(&ws, &id, 3);
+}

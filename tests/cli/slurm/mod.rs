@@ -12,3 +12,4 @@ mod cluster;
 mod dry_run;
 mod faults;
 mod map_reduce;
+mod relay;
