@@ -150,3 +150,83 @@ pub fn token_digest(token: &str) -> String {
 pub fn new_relay_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_digest_is_sha256_hex() {
+        assert_eq!(
+            token_digest("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn route_names_that_are_not_path_words_are_refused() {
+        let script = std::sync::Arc::new(
+            crate::llm::Script::from_yaml_str("steps: [{answer: x}]", "s.yaml").unwrap(),
+        );
+        for name in ["", "a/b", "../x", "a b"] {
+            let config = RelayConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                token: "t".repeat(32),
+                routes: vec![RelayRoute {
+                    name: name.into(),
+                    target: LlmTarget::Scripted(script.clone()),
+                }],
+                max_in_flight: 1,
+                requests_per_minute: None,
+                request_timeout: Duration::from_secs(1),
+                accepted_token_digests: vec![],
+            };
+            assert!(
+                matches!(Relay::start(config), Err(RelayError::Route { .. })),
+                "{name:?}"
+            );
+        }
+    }
+
+    /// A token accepted only by its digest (a resumed orchestration's earlier jobs).
+    #[test]
+    fn an_earlier_token_is_accepted_by_its_digest() {
+        let script = std::sync::Arc::new(
+            crate::llm::Script::from_yaml_str("steps: [{answer: x}]", "s.yaml").unwrap(),
+        );
+        let relay = Relay::start(RelayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            token: "new-token-0123456789".into(),
+            routes: vec![RelayRoute {
+                name: "a0".into(),
+                target: LlmTarget::Scripted(script),
+            }],
+            max_in_flight: 4,
+            requests_per_minute: None,
+            request_timeout: Duration::from_secs(5),
+            accepted_token_digests: vec![token_digest("old-token-0123456789")],
+        })
+        .unwrap();
+        let status = |token: &str| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                reqwest::Client::new()
+                    .get(format!("{}/r/a0/v1/models", relay.url()))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        };
+        assert_eq!(status("new-token-0123456789"), 200);
+        assert_eq!(status("old-token-0123456789"), 200);
+        assert_eq!(status("another-token-0123456"), 401);
+        relay.stop();
+    }
+}

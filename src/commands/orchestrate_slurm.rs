@@ -19,7 +19,9 @@ use delta_actors::cluster::{RunExecutor, SlurmJobs};
 use delta_actors::plan::executor::{resolve_executor, ExecutorChoice, ExecutorKind};
 use delta_actors::plan::state::OrchestrationState;
 use delta_actors::plan::{expand_stage, orchestration_id, ResolvedPlan, StageContext};
-use delta_actors::relay::{new_relay_token, token_digest, Relay, RelayConfig, RelayRoute};
+use delta_actors::relay::{
+    new_relay_token, token_digest, Relay, RelayConfig, RelayError, RelayRoute,
+};
 use delta_actors::LlmTarget;
 
 use crate::commands::engine::process_env;
@@ -206,7 +208,7 @@ pub fn start_slurm(
         (None, Some(before)) => before,
         (None, None) => default_relay_address(),
     };
-    let relay = Relay::start(RelayConfig {
+    let config = RelayConfig {
         listen,
         token: token.clone(),
         routes: relay_routes,
@@ -217,8 +219,21 @@ pub fn start_slurm(
             .request
             .unwrap_or(delta_actors::llm::DEFAULT_REQUEST_TIMEOUT),
         accepted_token_digests: earlier.token_digests,
-    })
-    .map_err(|e| CliError::Config(format!("--relay-listen: {e}")))?;
+    };
+    let fallback = (Some(listen) == earlier.listen).then(|| RelayConfig {
+        listen: relay_listen.unwrap_or_else(default_relay_address),
+        ..config.clone()
+    });
+    let relay = match (Relay::start(config), fallback) {
+        (Ok(relay), _) => relay,
+        // The earlier address is taken: new jobs get the new one; jobs still running from
+        // before cannot reach the model and are retried after they fail.
+        (Err(RelayError::Bind { addr, message }), Some(fallback)) => {
+            eprintln!("warning: the relay cannot listen where it did before ({addr}: {message}); jobs still running from before will fail their model calls and be retried");
+            Relay::start(fallback).map_err(|e| CliError::Config(format!("--relay-listen: {e}")))?
+        }
+        (Err(e), _) => return Err(CliError::Config(format!("--relay-listen: {e}"))),
+    };
     create_private_dir(orchestration_dir)?;
     write_record(orchestration_dir, relay.addr(), token_digest(&token)).map_err(|e| {
         CliError::Runtime(format!(

@@ -223,7 +223,17 @@ impl SlurmExecutor {
                         .iter()
                         .filter(|(_, i)| submission.indices().contains(i))
                         .collect();
-                    match jobs.tools.submit(&submission, &jobs.job_env).await {
+                    let started = std::time::Instant::now();
+                    let submitted = jobs.tools.submit(&submission, &jobs.job_env).await;
+                    if let Ok(job) = &submitted {
+                        tracing::info!(
+                            target: "delta::slurm",
+                            "submitted {} run(s) of stage {stage} as Slurm job {job} in {} ms",
+                            covered.len(),
+                            started.elapsed().as_millis()
+                        );
+                    }
+                    match submitted {
                         Ok(job) => outcome.jobs.extend(
                             covered
                                 .iter()
