@@ -9,18 +9,26 @@ use std::time::{Duration, Instant};
 /// True when the test may go on; false when it was skipped knowingly. Panics when no
 /// cluster answers and skipping was not asked for.
 pub fn cluster_or_skip(test: &str) -> bool {
-    let up = Command::new("sinfo")
-        .args(["-h", "-o", "%t"])
-        .stdin(Stdio::null())
-        .output()
-        .map(|o| {
-            let states = String::from_utf8_lossy(&o.stdout);
-            o.status.success()
-                && states
-                    .lines()
-                    .any(|s| matches!(s.trim(), "idle" | "mix" | "alloc" | "comp"))
-        })
-        .unwrap_or(false);
+    // A busy node may answer late or be flagged for a moment (`mix*`): look for 20 s.
+    let answers = || {
+        Command::new("sinfo")
+            .args(["-h", "-o", "%t"])
+            .stdin(Stdio::null())
+            .output()
+            .map(|o| {
+                let states = String::from_utf8_lossy(&o.stdout);
+                o.status.success()
+                    && states.lines().any(|s| {
+                        let state = s
+                            .trim()
+                            .trim_end_matches(|c: char| !c.is_ascii_alphabetic());
+                        matches!(state, "idle" | "mix" | "alloc" | "comp" | "plnd")
+                    })
+            })
+            .unwrap_or(false)
+    };
+    let installed = Command::new("sinfo").arg("--version").output().is_ok();
+    let up = installed && wait_until(Duration::from_secs(20), answers);
     if up {
         return true;
     }
