@@ -1,4 +1,4 @@
-//! plan::executor — the plan's `executor:` key as written, and its resolution into an
+//! plan::executor — the plan's `executor:` key (its model is in `model.rs`) resolved into an
 //! [`ExecutorChoice`]: the runs execute in this process (`type: local`, the default) or as
 //! Slurm jobs (`type: slurm`, with the partition, account, time limit, extra sbatch
 //! arguments, the largest array and the `delta` binary on the nodes).
@@ -6,51 +6,13 @@
 //! Owns: the spellings and the checks of every `executor.*` key, worded with the key.
 //! Must not: run any Slurm command (that is `cluster::slurm`).
 
-use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 use super::duration::{parse_duration, DURATION_HINT};
 use super::model::DurationValue;
+pub use super::model::{ExecutorKind, ExecutorSpec};
 use super::PlanError;
 use crate::cluster::slurm::{SettingsError, SlurmSettings};
-
-/// `executor:` as written.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecutorSpec {
-    /// `local` (default) or `slurm`.
-    #[serde(rename = "type", default)]
-    pub kind: ExecutorKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub partition: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub account: Option<String>,
-    /// Slurm's `--time` (`30`, `1:00:00`, `1-12:00:00`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_limit: Option<String>,
-    /// Added to every `sbatch` command line, e.g. `["--mem=2G", "--qos=batch"]`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sbatch_args: Vec<String>,
-    /// Largest array one `sbatch` submits (the cluster's `MaxArraySize` - 1 at most).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_array: Option<usize>,
-    /// The `delta` binary as the compute nodes see it (default: this one's path).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delta_path: Option<PathBuf>,
-    /// How often the queue and the runs' files are looked at (default 1s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_interval: Option<DurationValue>,
-}
-
-/// `executor.type`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExecutorKind {
-    #[default]
-    Local,
-    Slurm,
-}
 
 /// Where a plan's runs execute, validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
