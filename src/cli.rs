@@ -7,11 +7,13 @@
 use clap::{Parser, Subcommand};
 
 use crate::commands::continue_run::ContinueArgs;
+use crate::commands::exec_planned::ExecPlannedArgs;
 use crate::commands::init::InitArgs;
 use crate::commands::list_orchestrations::ListOrchestrationsArgs;
 use crate::commands::list_runs::ListRunsArgs;
 use crate::commands::mock_llm::MockLlmArgs;
 use crate::commands::orchestrate::OrchestrateArgs;
+use crate::commands::relay::RelayArgs;
 use crate::commands::run::RunArgs;
 use crate::commands::serve::ServeArgs;
 use crate::commands::tool_expand::ToolExpandArgs;
@@ -67,6 +69,13 @@ pub enum Command {
     /// Serve the built-in scripted model as an OpenAI-compatible endpoint on 127.0.0.1
     #[command(name = "mock-llm")]
     MockLlm(MockLlmArgs),
+
+    /// Serve an LLM relay: one shared rate limit and no provider key on the machines that call it
+    Relay(RelayArgs),
+
+    /// Run one planned run of an orchestration (inside a job of `orchestrate --executor slurm`)
+    #[command(name = "exec-planned")]
+    ExecPlanned(ExecPlannedArgs),
 
     /// Watch and steer agents and terminals in the browser; see runs and batches live
     Serve(ServeArgs),

@@ -6,12 +6,15 @@
 pub mod bench;
 pub mod continue_run;
 pub mod engine;
+pub mod exec_planned;
 pub mod init;
 pub mod list_orchestrations;
 pub mod list_runs;
 pub mod mock_llm;
 pub mod orchestrate;
+pub mod orchestrate_slurm;
 pub mod prompt;
+pub mod relay;
 pub mod run;
 pub mod serve;
 pub mod spawner;
@@ -37,7 +40,12 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
     };
     if matches!(
         command,
-        Command::Run(_) | Command::Continue(_) | Command::Orchestrate(_) | Command::MockLlm(_)
+        Command::Run(_)
+            | Command::Continue(_)
+            | Command::Orchestrate(_)
+            | Command::MockLlm(_)
+            | Command::ExecPlanned(_)
+            | Command::Relay(_)
     ) {
         // Before any engine thread exists: too few descriptors used to panic in an arbiter.
         crate::limits::ensure_open_files(open_files_baseline())?;
@@ -49,6 +57,8 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Command::ListRuns(args) => list_runs::run(args),
         Command::ListOrchestrations(args) => list_orchestrations::run(args),
         Command::MockLlm(args) => mock_llm::run(args),
+        Command::ExecPlanned(args) => exec_planned::run(args),
+        Command::Relay(args) => relay::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Init(args) => init::run(args),
         Command::Bench(command) => bench::run(command),

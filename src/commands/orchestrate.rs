@@ -22,6 +22,9 @@ use crate::commands::engine::{
     interrupt, llm_target, parse_llm_timeout_arg, process_env, supervisor_config,
     with_model_override, with_retry_override,
 };
+use crate::commands::orchestrate_slurm::{
+    dry_run_previews, run_check, slurm_settings, start_slurm, ExecutorArg,
+};
 use crate::error::CliError;
 use crate::output::orchestration::{print_dry_run, print_summary, Progress};
 use crate::output::Format;
@@ -33,6 +36,9 @@ use crate::output::Format;
   delta orchestrate plan.yaml --var repo=acme/api --max-parallel 32 --format json
   delta orchestrate plan.yaml --llm-timeout 3m          # bound each model call attempt of every run
   delta orchestrate plan.yaml --resume nightly-20261122-101500-ab12 -w ws   # after a crash or Ctrl-C
+  delta orchestrate plan.yaml --executor slurm --dry-run # print the sbatch commands it would submit
+  delta orchestrate plan.yaml --executor slurm --check   # probe: do the nodes share the workspace?
+  delta orchestrate plan.yaml --executor slurm           # every run as a Slurm job (docs/scale-out.md)
   delta list-orchestrations -w ws                        # the ids, statuses and counts of a workspace
 
 The plan format (every key, templates, foreach, needs, limits): docs/plan.md.
@@ -69,6 +75,18 @@ pub struct OrchestrateArgs {
     /// and the agents' `llm.request_timeout`; default 120s). A timed-out attempt is retried.
     #[arg(long, value_name = "DURATION", value_parser = parse_llm_timeout_arg)]
     pub llm_timeout: Option<std::time::Duration>,
+    /// Where the runs execute: local (this process) or slurm (Slurm job arrays; see
+    /// docs/scale-out.md). Overrides the plan's `executor.type` (default local).
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub executor: Option<ExecutorArg>,
+    /// With --executor slurm: submit a probe job that checks the workspace is on a
+    /// filesystem the nodes share and that they find delta, then exit (0 = ready).
+    #[arg(long)]
+    pub check: bool,
+    /// With --executor slurm: the address the LLM relay listens on, reachable from the
+    /// nodes (default: this host's address, any free port).
+    #[arg(long, value_name = "ADDR")]
+    pub relay_listen: Option<std::net::SocketAddr>,
 }
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
@@ -82,12 +100,26 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         plan.llm_timeouts.request = Some(limit);
     }
     let agents = load_agents(&plan)?;
+    let slurm = slurm_settings(&plan, args.executor)?;
+    if args.check && slurm.is_none() {
+        return Err(CliError::Usage(
+            "--check probes a Slurm cluster: add --executor slurm (or executor: {type: slurm} in the plan)".into(),
+        ));
+    }
     if args.dry_run {
         warn_without_model(args, &plan, &agents);
-        print_dry_run(&plan, &agents, args.format);
+        let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| n as usize);
+        let previews = match &slurm {
+            Some(settings) => Some(dry_run_previews(&plan, settings, max_parallel)?),
+            None => None,
+        };
+        print_dry_run(&plan, &agents, args.format, previews.as_deref());
         return Ok(0);
     }
     let workspace = workspace_for(args, &plan)?;
+    if let (true, Some(settings)) = (args.check, &slurm) {
+        return run_check(settings, &workspace, &process_env());
+    }
     let id = match &args.resume {
         Some(id) => {
             let dir = check_resumable(&workspace, id)?;
@@ -137,6 +169,18 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
     // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
     let config = with_retry_override(config, &env.vars)?;
+    let slurm_run = match slurm {
+        Some(settings) => Some(start_slurm(
+            settings,
+            &plan,
+            &loaded,
+            &llm_by_agent,
+            args.relay_listen,
+            max_parallel,
+            &OrchestrationState::dir_for(&workspace, &id)?,
+        )?),
+        None => None,
+    };
     let supervisor = Supervisor::start(config)?;
     let plan_file = plan.file.clone();
     let mut request =
@@ -145,11 +189,17 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             .with_llm_by_agent(llm_by_agent)
             .with_env(Arc::new(env.vars))
             .with_max_parallel(max_parallel);
+    if let Some(slurm) = &slurm_run {
+        request = request.with_executor(slurm.executor.clone());
+    }
     if args.resume.is_some() {
         request = request.resuming();
     }
     let summary = drive(&supervisor, request)?;
     supervisor.shutdown();
+    if let Some(slurm_run) = slurm_run {
+        slurm_run.relay.stop();
+    }
     let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then(|| {
         resume_command(&ResumeParts {
             plan: &plan_file,
@@ -158,6 +208,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             script: script.as_deref(),
             max_parallel: args.max_parallel,
             llm_timeout: args.llm_timeout,
+            executor: args.executor,
             cwd: &cwd,
         })
     });
@@ -173,6 +224,7 @@ struct ResumeParts<'a> {
     script: Option<&'a Path>,
     max_parallel: Option<u64>,
     llm_timeout: Option<std::time::Duration>,
+    executor: Option<ExecutorArg>,
     cwd: &'a Path,
 }
 
@@ -207,6 +259,9 @@ fn resume_command(parts: &ResumeParts<'_>) -> String {
             "--llm-timeout".to_owned(),
             format!("{}ms", limit.as_millis()),
         ]);
+    }
+    if parts.executor == Some(ExecutorArg::Slurm) {
+        argv.extend(["--executor".to_owned(), "slurm".to_owned()]);
     }
     shell_words::join(argv)
 }

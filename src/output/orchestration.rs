@@ -108,6 +108,7 @@ pub fn print_dry_run(
     plan: &ResolvedPlan,
     agents: &BTreeMap<PathBuf, ResolvedAgent>,
     format: Format,
+    sbatch: Option<&[SbatchPreview]>,
 ) {
     let layers = topo_order(plan);
     let stages: Vec<serde_json::Value> = plan
@@ -145,13 +146,22 @@ pub fn print_dry_run(
         })
         .collect();
     match format {
-        Format::Json | Format::Raw => emit_json(&serde_json::json!({
-            "plan": plan.file,
-            "valid": true,
-            "max_parallel": plan.max_parallel,
-            "layers": layers,
-            "stages": stages,
-        })),
+        Format::Json | Format::Raw => {
+            let mut value = serde_json::json!({
+                "plan": plan.file,
+                "valid": true,
+                "max_parallel": plan.max_parallel,
+                "layers": layers,
+                "stages": stages,
+            });
+            if let Some(previews) = sbatch {
+                value["sbatch"] = serde_json::json!(previews
+                    .iter()
+                    .map(|p| serde_json::json!({"stage": p.stage, "command": p.command}))
+                    .collect::<Vec<_>>());
+            }
+            emit_json(&value)
+        }
         Format::Text => {
             let mut out = format!("Plan {} is valid.\n", plan.file.display());
             out.push_str(&format!("max_parallel: {}\n", plan.max_parallel));
@@ -184,9 +194,26 @@ pub fn print_dry_run(
                     }
                 }
             }
+            if let Some(previews) = sbatch {
+                out.push_str(
+                    "\nsbatch commands (--executor slurm; the orchestration id and workspace are \
+                     chosen when the plan starts, later stages are submitted as their needs finish):\n",
+                );
+                for preview in previews {
+                    out.push_str(&format!("\n# stage {}\n{}", preview.stage, preview.command));
+                }
+            }
             emit(&out);
         }
     }
+}
+
+/// One `sbatch` a `--executor slurm` plan would run, as `--dry-run` shows it.
+pub struct SbatchPreview {
+    pub stage: String,
+    /// A shell snippet: the command and its job script as a here-document (or why the
+    /// stage's items are not known before the plan runs).
+    pub command: String,
 }
 
 /// One stage's live counts.

@@ -15,6 +15,7 @@ const ROOT_KEYS: &[&str] = &[
     "vars",
     "defaults",
     "llm",
+    "executor",
     "stages",
 ];
 const DEFAULTS_KEYS: &[&str] = &[
@@ -31,6 +32,16 @@ const LLM_KEYS: &[&str] = &[
     "requests_per_minute",
     "request_timeout",
     "idle_timeout",
+];
+const EXECUTOR_KEYS: &[&str] = &[
+    "type",
+    "partition",
+    "account",
+    "time_limit",
+    "sbatch_args",
+    "max_array",
+    "delta_path",
+    "poll_interval",
 ];
 const STAGE_KEYS: &[&str] = &[
     "id",
@@ -57,6 +68,7 @@ pub fn known_key_paths() -> Vec<String> {
         level("", ROOT_KEYS),
         level("defaults.", DEFAULTS_KEYS),
         level("llm.", LLM_KEYS),
+        level("executor.", EXECUTOR_KEYS),
         level("stages[].", STAGE_KEYS),
         level("stages[].foreach.", FOREACH_KEYS),
     ]
@@ -97,6 +109,9 @@ pub fn check_keys(document: &Value) -> Result<(), KeyProblem> {
     }
     if let Some(Value::Mapping(llm)) = root.get("llm") {
         check_level(llm, "llm.", LLM_KEYS)?;
+    }
+    if let Some(Value::Mapping(executor)) = root.get("executor") {
+        check_level(executor, "executor.", EXECUTOR_KEYS)?;
     }
     if let Some(Value::Sequence(stages)) = root.get("stages") {
         for (index, stage) in stages.iter().enumerate() {

@@ -4,6 +4,7 @@
 //! - [`model`]: the serde model of the file (strict: unknown keys are errors).
 //! - [`keys`]: the unknown-key check that names the key path and the closest known key.
 //! - [`duration`]: `"15m"`, `"1h30m"`, `500` (ms) parsing.
+//! - [`executor`]: the `executor:` key (local, or Slurm job arrays) as written.
 //! - [`limits`]: the range of every number and the bounds on loading/expansion work.
 //! - [`resolved`]: the validated plan ([`ResolvedPlan`], [`ResolvedStage`]), beside the model
 //!   so that ordering, checks and expansion read it without importing validation.
@@ -26,6 +27,7 @@
 //! read the process environment.
 
 pub mod duration;
+pub mod executor;
 pub mod expand;
 mod glob_walk;
 pub mod graph;

@@ -30,6 +30,9 @@ pub struct PlanFile {
     /// Shared limits of the model endpoints for this plan's runs.
     #[serde(default)]
     pub llm: LlmLimits,
+    /// Where the runs execute (default: this process). See `plan::executor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<ExecutorSpec>,
     /// The stages, in any order (at least one).
     pub stages: Vec<StageSpec>,
 }
@@ -195,4 +198,41 @@ pub enum DurationValue {
     Millis(u64),
     /// Text with units, parsed by [`super::parse_duration`].
     Text(String),
+}
+
+/// `executor:` as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorSpec {
+    /// `local` (default) or `slurm`.
+    #[serde(rename = "type", default)]
+    pub kind: ExecutorKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// Slurm's `--time` (`30`, `1:00:00`, `1-12:00:00`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<String>,
+    /// Added to every `sbatch` command line, e.g. `["--mem=2G", "--qos=batch"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sbatch_args: Vec<String>,
+    /// Largest array one `sbatch` submits (the cluster's `MaxArraySize` - 1 at most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_array: Option<usize>,
+    /// The `delta` binary as the compute nodes see it (default: this one's path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_path: Option<std::path::PathBuf>,
+    /// How often the queue and the runs' files are looked at (default 1s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval: Option<DurationValue>,
+}
+
+/// `executor.type`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    #[default]
+    Local,
+    Slurm,
 }

@@ -290,6 +290,8 @@ pub struct OrchestrationRequest {
     pub resume: bool,
     /// Runs in flight for this plan at most.
     pub max_parallel: usize,
+    /// Where the runs execute: this process (default) or Slurm jobs.
+    pub executor: crate::cluster::RunExecutor,
 }
 
 impl OrchestrationRequest {
@@ -315,6 +317,7 @@ impl OrchestrationRequest {
             env: Arc::new(BTreeMap::new()),
             resume: false,
             max_parallel,
+            executor: Default::default(),
         }
     }
 
@@ -351,6 +354,12 @@ impl OrchestrationRequest {
     /// Runs in flight for this plan at most.
     pub fn with_max_parallel(mut self, max_parallel: usize) -> OrchestrationRequest {
         self.max_parallel = max_parallel;
+        self
+    }
+
+    /// Where the plan's runs execute (default: this process's engine).
+    pub fn with_executor(mut self, executor: crate::cluster::RunExecutor) -> OrchestrationRequest {
+        self.executor = executor;
         self
     }
 }

@@ -39,13 +39,19 @@ pub enum RunErrorKind {
     SetupIoError,
     /// `ask_human` got no answer on the terminal (EOF, no terminal).
     HumanInputError,
+    /// The run's Slurm job ended (node failure, `scancel`, preemption, time limit) without
+    /// finishing the run (`delta orchestrate --executor slurm`; retried like a failure).
+    SlurmJobLost,
+    /// The run's Slurm job was stopped cleanly by someone other than the orchestration
+    /// (`scancel`, preemption, time limit); retried like a failure.
+    SlurmJobStopped,
     /// A kind this version does not know (read from a file written by another one).
     Other(String),
 }
 
 impl RunErrorKind {
     /// Every kind this version writes, for documentation and tests.
-    pub const KNOWN: [RunErrorKind; 13] = [
+    pub const KNOWN: [RunErrorKind; 15] = [
         RunErrorKind::MaxIterations,
         RunErrorKind::LlmError,
         RunErrorKind::LlmTimeout,
@@ -59,6 +65,8 @@ impl RunErrorKind {
         RunErrorKind::SetupError,
         RunErrorKind::SetupIoError,
         RunErrorKind::HumanInputError,
+        RunErrorKind::SlurmJobLost,
+        RunErrorKind::SlurmJobStopped,
     ];
 
     /// The on-disk spelling.
@@ -77,6 +85,8 @@ impl RunErrorKind {
             RunErrorKind::SetupError => "setup_error",
             RunErrorKind::SetupIoError => "setup_io_error",
             RunErrorKind::HumanInputError => "human_input_error",
+            RunErrorKind::SlurmJobLost => "slurm_job_lost",
+            RunErrorKind::SlurmJobStopped => "slurm_job_stopped",
             RunErrorKind::Other(kind) => kind,
         }
     }

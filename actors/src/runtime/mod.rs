@@ -71,9 +71,11 @@
 pub mod gateway;
 pub mod janitor;
 pub mod orchestrator;
+pub mod relay;
 pub mod run;
 pub mod serve;
 pub mod session;
+pub mod slurm;
 pub mod supervisor;
 pub mod tool;
 pub mod web;

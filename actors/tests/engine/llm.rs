@@ -318,6 +318,7 @@ async fn models_stats_and_unknown_routes() {
             "in_flight",
             "max_in_flight",
             "max_requests_per_minute",
+            "min_interval_ms",
             "rejected_invalid",
             "requests_total",
             "uptime_ms"

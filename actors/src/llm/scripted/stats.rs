@@ -42,6 +42,10 @@ pub struct StatsSnapshot {
     pub failures: u64,
     /// Most chat requests that arrived within any 60 s window.
     pub max_requests_per_minute: u64,
+    /// The shortest time between two consecutive chat requests (0 with fewer than two):
+    /// what a requests-per-minute limit upstream of this model spaces them by.
+    #[serde(default)]
+    pub min_interval_ms: u64,
     /// Milliseconds since the model started.
     pub uptime_ms: u64,
 }
@@ -103,6 +107,19 @@ impl ServerStats {
         best as u64
     }
 
+    /// The shortest gap between consecutive arrivals, in ms (0 with fewer than two).
+    pub fn min_interval_ms(&self) -> u64 {
+        let arrivals = self
+            .arrivals_ms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        arrivals
+            .windows(2)
+            .map(|pair| pair[1] - pair[0])
+            .min()
+            .unwrap_or(0)
+    }
+
     pub(super) fn record_rejected(&self) {
         self.rejected_invalid.fetch_add(1, Ordering::SeqCst);
         self.record_failure();
@@ -126,6 +143,7 @@ impl ServerStats {
             completions: self.completions(),
             failures: self.failures(),
             max_requests_per_minute: self.max_requests_in_window(Duration::from_secs(60)),
+            min_interval_ms: self.min_interval_ms(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
         }
     }

@@ -22,13 +22,19 @@ use tokio::sync::{broadcast, oneshot};
 
 mod resume;
 mod runs;
+mod slurm;
 mod summary;
+
+pub(crate) use runs::run_end;
+
+use crate::cluster::RunExecutor;
 
 use crate::clock::now_rfc3339;
 use crate::plan::schedule::{Effect, Event, Prior, Scheduler};
 use crate::plan::state::{OrchestrationState, OrchestrationSummary, SchedulingEvent};
 use crate::protocol::{OrchestrationEvent, OrchestrationRequest};
 use crate::runtime::janitor::JanitorActor;
+use crate::runtime::slurm::{CancelPlanned, Flush, SlurmExecutor};
 use crate::runtime::supervisor::{CancelRun, RunSupervisor};
 
 /// Stop submitting, interrupt the plan's runs, finish INTERRUPTED.
@@ -50,6 +56,10 @@ pub struct OrchestrationActor {
     started_at: Instant,
     started_at_text: String,
     janitor: Option<Addr<JanitorActor>>,
+    /// The executor of `--executor slurm` (`None`: the runs go to the `RunSupervisor`).
+    slurm: Option<Addr<SlurmExecutor>>,
+    /// Submissions or cancels were handed to the Slurm executor in this batch of effects.
+    slurm_batch_open: bool,
 }
 
 impl OrchestrationActor {
@@ -110,6 +120,8 @@ impl OrchestrationActor {
             started_at: Instant::now(),
             started_at_text: now_rfc3339(),
             janitor: None,
+            slurm: None,
+            slurm_batch_open: false,
         }
     }
 
@@ -125,6 +137,11 @@ impl OrchestrationActor {
                 }
             }
         }
+        if std::mem::take(&mut self.slurm_batch_open) {
+            if let Some(executor) = &self.slurm {
+                executor.do_send(Flush);
+            }
+        }
     }
 
     fn carry_out(&mut self, effect: Effect, ctx: &mut Context<Self>) -> Option<Event> {
@@ -134,9 +151,18 @@ impl OrchestrationActor {
                 run,
                 work_dir,
                 launch,
-            } => Some(self.submit(run, work_dir, launch, ctx)),
+            } => Some(match self.slurm {
+                Some(_) => self.submit_to_slurm(run, work_dir, launch, ctx),
+                None => self.submit(run, work_dir, launch, ctx),
+            }),
             Effect::CancelRun { run_id, reason } => {
-                self.supervisor.do_send(CancelRun { run_id, reason });
+                match &self.slurm {
+                    Some(executor) => {
+                        executor.do_send(CancelPlanned { run_id });
+                        self.slurm_batch_open = true;
+                    }
+                    None => self.supervisor.do_send(CancelRun { run_id, reason }),
+                }
                 None
             }
             Effect::Record(event) => {
@@ -172,6 +198,18 @@ impl Actor for OrchestrationActor {
         let Some(opened) = self.opened.take() else {
             return;
         };
+        if let (RunExecutor::Slurm(jobs), Some(state)) = (&self.request.executor, &self.state) {
+            self.slurm = Some(
+                SlurmExecutor::new(
+                    jobs.clone(),
+                    self.request.orchestration_id.clone(),
+                    state.dir.clone(),
+                    self.request.workspace.clone(),
+                    self.request.max_parallel,
+                )
+                .start(),
+            );
+        }
         if self.state.is_some() {
             // Runs of this workspace orphaned by other processes are noticed while we work.
             self.janitor = Some(

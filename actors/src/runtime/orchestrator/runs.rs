@@ -101,7 +101,11 @@ impl OrchestrationActor {
 
 /// What the scheduler needs of a run's result (and of its files: whether it got as far as
 /// writing its metadata).
-fn run_end(result: Result<RunResult, String>, work_dir: &std::path::Path, run_id: &str) -> RunEnd {
+pub(crate) fn run_end(
+    result: Result<RunResult, String>,
+    work_dir: &std::path::Path,
+    run_id: &str,
+) -> RunEnd {
     match result {
         Ok(r) => {
             let metadata_written = RunPaths::new(work_dir, run_id).metadata.exists();

@@ -20,6 +20,9 @@ impl OrchestrationActor {
         if let Some(janitor) = self.janitor.take() {
             janitor.do_send(StopJanitor);
         }
+        if let Some(executor) = self.slurm.take() {
+            executor.do_send(crate::runtime::slurm::StopExecutor);
+        }
         let status = conclusion.status;
         let summary = OrchestrationSummary {
             orchestration_id: self.request.orchestration_id.clone(),

@@ -1,0 +1,250 @@
+//! cluster::handoff — what the orchestrating process and a compute node exchange through the
+//! orchestration's folder on the shared filesystem, per planned run:
+//! `<orchestration dir>/slurm/runs/<stage>/<index>.json` (the [`PlannedRunFile`]: agent,
+//! workspace, run id, how to start or continue it, limits, which relay route its model
+//! calls take), written before each submission; and `<index>.result.json` (the run's
+//! [`RunResult`]), written by `delta exec-planned` when the run ends.
+//!
+//! The task text lives here, on the shared filesystem, and never in a job script or argv.
+//! No secret is ever written: the relay token reaches the job through its environment.
+//!
+//! Must not: decide anything about the run (the scheduler did), or accept a stage name
+//! that would make a path outside the orchestration's folder.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::RunResult;
+
+/// Largest handoff file read (a task message is bounded by the plan's template limits).
+const FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How the compute node starts the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum HandoffLaunch {
+    /// A new run with this task.
+    New { task: String },
+    /// Continue the run from its journal, with this message for the model if any.
+    Continue { message: Option<String> },
+}
+
+/// One planned run, as the compute node needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedRunFile {
+    pub orchestration_id: String,
+    pub run_id: String,
+    pub stage: String,
+    pub index: usize,
+    /// The agent folder (absolute, on the shared filesystem).
+    pub agent: PathBuf,
+    /// Where the run works (absolute, on the shared filesystem).
+    pub work_dir: PathBuf,
+    /// The plan's folder: its `.env` is part of the run's environment, as on the submitting host.
+    pub plan_dir: PathBuf,
+    pub launch: HandoffLaunch,
+    pub max_iterations: Option<u32>,
+    pub timeout_ms: Option<u64>,
+    /// The relay route of the agent's model endpoint (`<relay>/r/<route>/v1`).
+    pub llm_route: String,
+    /// The plan's `llm.request_timeout` / `llm.idle_timeout`, which win over the agent's.
+    pub llm_request_timeout_ms: Option<u64>,
+    pub llm_idle_timeout_ms: Option<u64>,
+}
+
+/// A handoff file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    #[error("invalid stage {stage:?}: a stage id is 1-48 characters from [a-z0-9_-] (hint: pass the stage id as the plan writes it)")]
+    InvalidStage { stage: String },
+    #[error("cannot {action} {}: {message} (hint: is the orchestration folder on a filesystem this node shares with the submitting host? `delta orchestrate --executor slurm --check`)", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("{}: not a planned run: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+fn check_stage(stage: &str) -> Result<(), HandoffError> {
+    let valid = !stage.is_empty()
+        && stage.len() <= crate::plan::limits::STAGE_ID_LEN
+        && stage
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if valid {
+        Ok(())
+    } else {
+        Err(HandoffError::InvalidStage {
+            stage: stage.to_owned(),
+        })
+    }
+}
+
+/// `<orchestration dir>/slurm/runs/<stage>` (the stage checked first).
+fn stage_dir(orchestration_dir: &Path, stage: &str) -> Result<PathBuf, HandoffError> {
+    check_stage(stage)?;
+    Ok(orchestration_dir.join("slurm").join("runs").join(stage))
+}
+
+/// Where the planned run of `stage`/`index` is described.
+pub fn planned_path(
+    orchestration_dir: &Path,
+    stage: &str,
+    index: usize,
+) -> Result<PathBuf, HandoffError> {
+    Ok(stage_dir(orchestration_dir, stage)?.join(format!("{index}.json")))
+}
+
+/// Where the result of the planned run of `stage`/`index` is written when it ends.
+pub fn result_path(
+    orchestration_dir: &Path,
+    stage: &str,
+    index: usize,
+) -> Result<PathBuf, HandoffError> {
+    Ok(stage_dir(orchestration_dir, stage)?.join(format!("{index}.result.json")))
+}
+
+/// Writes `value` to `path` atomically (a reader never sees half a file).
+fn write_atomically(path: &Path, value: &impl Serialize) -> Result<(), HandoffError> {
+    let io = |action: &'static str, e: std::io::Error| HandoffError::Io {
+        action,
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io("create the folder of", e))?;
+    }
+    let text = serde_json::to_vec(value).map_err(|e| HandoffError::Invalid {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let spare = path.with_extension("json.tmp");
+    std::fs::write(&spare, text).map_err(|e| io("write", e))?;
+    std::fs::rename(&spare, path).map_err(|e| io("replace", e))
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, HandoffError> {
+    let bytes = crate::input::read_bounded(path, FILE_BYTES).map_err(|e| HandoffError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    serde_json::from_str(&bytes).map_err(|e| HandoffError::Invalid {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// Describes a planned run for the node that will run it (replacing an earlier attempt's).
+pub fn write_planned(orchestration_dir: &Path, run: &PlannedRunFile) -> Result<(), HandoffError> {
+    write_atomically(
+        &planned_path(orchestration_dir, &run.stage, run.index)?,
+        run,
+    )
+}
+
+/// Reads the planned run of `stage`/`index`.
+pub fn read_planned(
+    orchestration_dir: &Path,
+    stage: &str,
+    index: usize,
+) -> Result<PlannedRunFile, HandoffError> {
+    let path = planned_path(orchestration_dir, stage, index)?;
+    let run: PlannedRunFile = read_json(&path)?;
+    if run.stage != stage || run.index != index {
+        return Err(HandoffError::Invalid {
+            path,
+            message: format!("it describes {}/{}", run.stage, run.index),
+        });
+    }
+    crate::workspace::validate_run_id(&run.run_id).map_err(|e| HandoffError::Invalid {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    Ok(run)
+}
+
+/// Records how the run ended (`delta exec-planned`, on the node).
+pub fn write_result(
+    orchestration_dir: &Path,
+    stage: &str,
+    index: usize,
+    result: &RunResult,
+) -> Result<(), HandoffError> {
+    write_atomically(&result_path(orchestration_dir, stage, index)?, result)
+}
+
+/// The recorded result, if the run's job wrote one.
+pub fn read_result(path: &Path) -> Option<RunResult> {
+    if !path.exists() {
+        return None;
+    }
+    read_json(path).ok()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn planned(stage: &str, index: usize) -> PlannedRunFile {
+        PlannedRunFile {
+            orchestration_id: "o-1".into(),
+            run_id: format!("o-1-{stage}-{index}"),
+            stage: stage.into(),
+            index,
+            agent: "/agents/a".into(),
+            work_dir: "/ws".into(),
+            plan_dir: "/plan".into(),
+            launch: HandoffLaunch::New {
+                task: "Summarize x".into(),
+            },
+            max_iterations: Some(3),
+            timeout_ms: None,
+            llm_route: "0".into(),
+            llm_request_timeout_ms: None,
+            llm_idle_timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_planned_run_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = planned("map", 7);
+        write_planned(dir.path(), &run).unwrap();
+        assert_eq!(read_planned(dir.path(), "map", 7).unwrap(), run);
+        assert!(dir.path().join("slurm/runs/map/7.json").is_file());
+        assert!(read_planned(dir.path(), "map", 8).is_err());
+    }
+
+    #[test]
+    fn a_stage_that_would_leave_the_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for stage in ["../x", "a/b", "", ".", "UP"] {
+            let error = read_planned(dir.path(), stage, 0).unwrap_err();
+            assert!(
+                matches!(error, HandoffError::InvalidStage { .. }),
+                "{stage}: {error}"
+            );
+        }
+        let mut run = planned("map", 0);
+        run.stage = "../../etc".into();
+        assert!(write_planned(dir.path(), &run).is_err());
+    }
+
+    #[test]
+    fn a_file_for_another_item_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = planned("map", 1);
+        let path = planned_path(dir.path(), "map", 2).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, serde_json::to_string(&run).unwrap()).unwrap();
+        assert!(matches!(
+            read_planned(dir.path(), "map", 2),
+            Err(HandoffError::Invalid { .. })
+        ));
+    }
+}

@@ -1,0 +1,74 @@
+//! cluster::relay_record — `<orchestration dir>/slurm/relay.json`: where the orchestration's
+//! relay listened and the SHA-256 digests of the tokens its jobs were given. A resumed
+//! orchestration listens on the same address and accepts those tokens again, so jobs that
+//! kept running while the orchestrating process was dead reach the model once it is back.
+//! Only digests are written: a digest cannot be sent as a token.
+//!
+//! Must not: write a token.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What a resumed orchestration needs of its earlier relays.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayRecord {
+    pub listen: Option<SocketAddr>,
+    pub token_digests: Vec<String>,
+}
+
+/// At most this many digests are kept (one per start or resume).
+const DIGESTS: usize = 64;
+
+pub fn record_path(orchestration_dir: &Path) -> PathBuf {
+    orchestration_dir.join("slurm").join("relay.json")
+}
+
+/// The record, or an empty one when there is none (or it does not read).
+pub fn read_record(orchestration_dir: &Path) -> RelayRecord {
+    std::fs::read_to_string(record_path(orchestration_dir))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default()
+}
+
+/// Records `listen` and adds `digest` (the oldest dropped past the cap).
+pub fn write_record(
+    orchestration_dir: &Path,
+    listen: SocketAddr,
+    digest: String,
+) -> std::io::Result<()> {
+    let mut record = read_record(orchestration_dir);
+    record.listen = Some(listen);
+    record.token_digests.push(digest);
+    let excess = record.token_digests.len().saturating_sub(DIGESTS);
+    record.token_digests.drain(..excess);
+    let path = record_path(orchestration_dir);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let spare = path.with_extension("json.tmp");
+    std::fs::write(&spare, serde_json::to_vec(&record).unwrap_or_default())?;
+    std::fs::rename(spare, path)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_accumulate_and_no_token_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let token = "secret-token-0123456789";
+        write_record(dir.path(), addr, crate::relay::token_digest(token)).unwrap();
+        write_record(dir.path(), addr, "d2".into()).unwrap();
+        let record = read_record(dir.path());
+        assert_eq!(record.listen, Some(addr));
+        assert_eq!(record.token_digests.len(), 2);
+        let text = std::fs::read_to_string(record_path(dir.path())).unwrap();
+        assert!(!text.contains(token));
+    }
+}

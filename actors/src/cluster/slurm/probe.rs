@@ -1,0 +1,143 @@
+//! cluster::slurm::probe — `delta orchestrate --executor slurm --check`: a tiny job that
+//! writes a file into the workspace from a compute node and runs the node's `delta
+//! --version`; the submitting host then reads the file. Seeing it proves the workspace is
+//! on a filesystem both share and that the nodes find the delta binary.
+//!
+//! Must not: leave the probe's job behind (cancelled when the wait runs out) or wait
+//! unbounded.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::commands::{SlurmCommandError, SlurmTools};
+use super::sbatch::{Submission, SubmissionShape};
+use super::settings::SlurmSettings;
+
+/// What the probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeReport {
+    pub job_id: String,
+    /// The node's hostname, as the job wrote it.
+    pub node: String,
+    /// The node's `delta --version`.
+    pub delta_version: String,
+    pub waited: Duration,
+}
+
+/// Why the check failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Slurm(#[from] SlurmCommandError),
+    #[error("cannot write the probe's folder {}: {message}", path.display())]
+    Io { path: PathBuf, message: String },
+    #[error("the probe job {job_id} did not write {} within {} s (hint: the workspace must be on a filesystem the compute nodes share with this host — NFS, Lustre, GPFS...; its output is in {})", path.display(), waited.as_secs(), log.display())]
+    NotSeen {
+        job_id: String,
+        path: PathBuf,
+        log: PathBuf,
+        waited: Duration,
+    },
+    #[error("the probe job {job_id} ran but `{delta}` did not run on the node: {output} (hint: set executor.delta_path to the delta binary as the nodes see it)", delta = delta.display())]
+    NoDelta {
+        job_id: String,
+        delta: PathBuf,
+        output: String,
+    },
+}
+
+/// The probe's job: one plain job writing `<nonce>\n<hostname>\n<delta --version>`.
+pub fn probe_submission(
+    settings: &SlurmSettings,
+    workspace: &Path,
+    probe_file: &Path,
+    log: &Path,
+    delta: &Path,
+    nonce: &str,
+) -> Submission {
+    let mut args = vec![
+        "--parsable".to_owned(),
+        "--job-name=delta-probe".to_owned(),
+        "--comment=delta probe".to_owned(),
+        format!("--output={}", log.display()),
+        format!("--chdir={}", workspace.display()),
+        "--export=ALL".to_owned(),
+    ];
+    if let Some(partition) = &settings.partition {
+        args.push(format!("--partition={partition}"));
+    }
+    if let Some(account) = &settings.account {
+        args.push(format!("--account={account}"));
+    }
+    args.push("--time=5".to_owned());
+    args.extend(settings.sbatch_args.iter().cloned());
+    let q = |p: &Path| shell_words::quote(&p.to_string_lossy()).into_owned();
+    let script = format!(
+        "#!/bin/sh\n# delta: shared-filesystem probe\nv=$({delta} --version 2>&1) || v=\"FAILED: $v\"\nprintf '%s\\n%s\\n%s\\n' {nonce} \"$(hostname)\" \"$v\" > {tmp} && mv {tmp} {file}\n",
+        delta = q(delta),
+        tmp = q(&probe_file.with_extension("tmp")),
+        file = q(probe_file),
+    );
+    Submission {
+        stage: "probe".to_owned(),
+        shape: SubmissionShape::Single { index: 0 },
+        args,
+        script,
+    }
+}
+
+/// Submits the probe and waits up to `limit` for its file.
+pub async fn run_probe(
+    tools: &SlurmTools,
+    settings: &SlurmSettings,
+    workspace: &Path,
+    delta: &Path,
+    env: &[(String, String)],
+    limit: Duration,
+) -> Result<ProbeReport, ProbeError> {
+    let dir = workspace.join(".delta").join("slurm-probe");
+    std::fs::create_dir_all(&dir).map_err(|e| ProbeError::Io {
+        path: dir.clone(),
+        message: e.to_string(),
+    })?;
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let file = dir.join(format!("{nonce}.txt"));
+    let log = dir.join(format!("{nonce}.out"));
+    let submission = probe_submission(settings, workspace, &file, &log, delta, &nonce);
+    let started = Instant::now();
+    let job_id = tools.submit(&submission, env).await?;
+    let mut pause = Duration::from_millis(100);
+    while started.elapsed() < limit {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            let mut lines = text.lines();
+            if lines.next() == Some(nonce.as_str()) {
+                let node = lines.next().unwrap_or("").to_owned();
+                let version = lines.next().unwrap_or("").to_owned();
+                let _ = std::fs::remove_file(&file);
+                let _ = std::fs::remove_file(&log);
+                if version.starts_with("FAILED") || version.is_empty() {
+                    return Err(ProbeError::NoDelta {
+                        job_id,
+                        delta: delta.to_path_buf(),
+                        output: version,
+                    });
+                }
+                return Ok(ProbeReport {
+                    job_id,
+                    node,
+                    delta_version: version,
+                    waited: started.elapsed(),
+                });
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+    let _ = tools.cancel(std::slice::from_ref(&job_id)).await;
+    Err(ProbeError::NotSeen {
+        job_id,
+        path: file,
+        log,
+        waited: started.elapsed(),
+    })
+}

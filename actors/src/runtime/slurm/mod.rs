@@ -1,0 +1,429 @@
+//! `SlurmExecutor`: one orchestration's runs as Slurm jobs. The OrchestrationActor hands it
+//! planned runs (their handoff files already written) and gets each run's end back, as it
+//! would from the local `RunSupervisor`; every decision stays with the scheduler.
+//!
+//! One work cycle at a time (submissions, cancels and the periodic look are never
+//! interleaved): `squeue` first, then — runs asked for since the last cycle — adopt the
+//! ones a job of this orchestration already runs (a resume after a kill), submit the others
+//! grouped per stage (`sbatch` job arrays), `scancel` the cancelled ones, then read the
+//! result files of the runs whose jobs were known. A run whose job has left the queue
+//! without a result (node failure, `scancel`, preemption, time limit) is settled from its
+//! own files (`settle.rs`): the journal and metadata are the truth.
+//!
+//! Must not: decide retries (a vanished run is reported FAILED; the scheduler retries),
+//! block its arbiter on a Slurm command (they run as futures), or see a provider key.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::cluster::handoff::{read_result, result_path};
+use crate::cluster::slurm::sbatch::{logs_dir, plan_submissions, JobTemplate};
+use crate::cluster::slurm::TaskState;
+use crate::cluster::SlurmJobs;
+use crate::plan::schedule::RunEnd;
+use crate::protocol::{RunErrorInfo, RunErrorKind, RunResult, RunStatus};
+
+mod settle;
+
+/// Queue looks in a row that must miss a job before its run is settled (the queue and the
+/// shared filesystem are not updated at the same instant).
+const MISSES_BEFORE_SETTLING: u32 = 2;
+
+/// Run (or adopt the job already running) one planned run whose handoff file is written.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubmitPlanned {
+    pub run_id: String,
+    pub stage: String,
+    pub index: usize,
+    pub work_dir: PathBuf,
+    pub reply: oneshot::Sender<RunEnd>,
+}
+
+/// `scancel` the run's job (a run not submitted yet ends INTERRUPTED at once).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelPlanned {
+    pub run_id: String,
+}
+
+/// Carry out the submissions and cancels asked for so far (sent after each batch).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Flush;
+
+/// The orchestration is over: stop looking at the queue.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopExecutor;
+
+struct Tracked {
+    stage: String,
+    index: usize,
+    work_dir: PathBuf,
+    result: PathBuf,
+    /// `<job>_<task>` or `<job>` once submitted or adopted.
+    job: Option<String>,
+    reply: Option<oneshot::Sender<RunEnd>>,
+    cancelled: bool,
+    misses: u32,
+}
+
+pub struct SlurmExecutor {
+    jobs: Arc<SlurmJobs>,
+    orchestration_id: String,
+    orchestration_dir: PathBuf,
+    workspace: PathBuf,
+    max_parallel: usize,
+    runs: HashMap<String, Tracked>,
+    to_submit: Vec<String>,
+    to_cancel: Vec<String>,
+    busy: bool,
+    again: bool,
+    /// Jobs whose run this executor has already taken the end of: never adopted again
+    /// (a cancelled job stays in the queue, COMPLETING, for a while).
+    ended_jobs: HashSet<String>,
+}
+
+/// What one cycle learned, applied when it ends.
+#[derive(Default)]
+struct CycleOutcome {
+    /// `None` when `squeue` failed (nothing is settled on a failed look).
+    live: Option<HashSet<String>>,
+    jobs: Vec<(String, String)>,
+    lost: Vec<(String, String)>,
+    /// Asked to run, but already COMPLETED on disk.
+    completed: Vec<String>,
+    results: Vec<(String, RunResult)>,
+    /// Runs whose jobs were known when the cycle started (the only ones a miss counts for).
+    watched: Vec<String>,
+}
+
+impl SlurmExecutor {
+    pub fn new(
+        jobs: Arc<SlurmJobs>,
+        orchestration_id: String,
+        orchestration_dir: PathBuf,
+        workspace: PathBuf,
+        max_parallel: usize,
+    ) -> Self {
+        SlurmExecutor {
+            jobs,
+            orchestration_id,
+            orchestration_dir,
+            workspace,
+            max_parallel,
+            runs: HashMap::new(),
+            to_submit: Vec::new(),
+            to_cancel: Vec::new(),
+            busy: false,
+            again: false,
+            ended_jobs: HashSet::new(),
+        }
+    }
+
+    fn reply(&mut self, run_id: &str, end: RunEnd) {
+        if let Some(mut run) = self.runs.remove(run_id) {
+            if let Some(job) = run.job.take() {
+                self.ended_jobs.insert(job);
+            }
+            if let Some(reply) = run.reply.take() {
+                let _ = reply.send(end);
+            }
+        }
+    }
+
+    /// Starts a cycle, or asks for another after the one running.
+    fn kick(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            self.again = true;
+            return;
+        }
+        self.busy = true;
+        self.again = false;
+        let submit: Vec<(String, String, usize, PathBuf)> = std::mem::take(&mut self.to_submit)
+            .into_iter()
+            .filter_map(|id| {
+                let run = self.runs.get(&id)?;
+                Some((id, run.stage.clone(), run.index, run.work_dir.clone()))
+            })
+            .collect();
+        let cancel: Vec<String> = std::mem::take(&mut self.to_cancel)
+            .into_iter()
+            .filter_map(|id| self.runs.get(&id)?.job.clone())
+            .collect();
+        let watched: Vec<(String, PathBuf)> = self
+            .runs
+            .iter()
+            .filter(|(_, r)| r.job.is_some())
+            .map(|(id, r)| (id.clone(), r.result.clone()))
+            .collect();
+        let ended_jobs = self.ended_jobs.clone();
+        let jobs = self.jobs.clone();
+        let orchestration_id = self.orchestration_id.clone();
+        let dir = self.orchestration_dir.clone();
+        let workspace = self.workspace.clone();
+        let max_parallel = self.max_parallel;
+        async move {
+            let mut outcome = CycleOutcome::default();
+            let queue = match jobs.tools.queue().await {
+                Ok(queue) => queue,
+                Err(e) => {
+                    tracing::warn!(target: "delta::slurm", "{e}");
+                    Vec::new()
+                }
+            };
+            let live: HashSet<String> = queue
+                .iter()
+                .filter(|t| t.item_of(&orchestration_id).is_some())
+                .map(|t| t.job_id.clone())
+                .collect();
+            // Adoptable: queued or running, and not a job whose end was already taken.
+            let ours: HashMap<(String, usize), String> = queue
+                .iter()
+                .filter(|t| matches!(t.state, TaskState::Pending | TaskState::Running))
+                .filter(|t| !ended_jobs.contains(&t.job_id))
+                .filter_map(|t| {
+                    let (stage, index) = t.item_of(&orchestration_id)?;
+                    Some(((stage.to_owned(), index), t.job_id.clone()))
+                })
+                .collect();
+            outcome.live = Some(live);
+            // Runs a job of this orchestration already runs: adopted, not submitted again.
+            let mut by_stage: HashMap<String, Vec<(String, usize)>> = HashMap::new();
+            for (id, stage, index, work_dir) in submit {
+                match ours.get(&(stage.clone(), index)) {
+                    Some(job) => outcome.jobs.push((id, job.clone())),
+                    // Its job finished between the stage's expansion (a resume saw it
+                    // RUNNING) and now: nothing to submit.
+                    None if completed_on_disk(&work_dir, &id) => outcome.completed.push(id),
+                    None => by_stage.entry(stage).or_default().push((id, index)),
+                }
+            }
+            if !by_stage.is_empty() {
+                let _ = std::fs::create_dir_all(logs_dir(&dir));
+            }
+            let template = JobTemplate {
+                orchestration_id: &orchestration_id,
+                orchestration_dir: &dir,
+                workspace: &workspace,
+                delta_path: &jobs.delta_path,
+                max_parallel,
+            };
+            let mut stages: Vec<_> = by_stage.into_iter().collect();
+            stages.sort();
+            for (stage, runs) in stages {
+                let indices: Vec<usize> = runs.iter().map(|(_, i)| *i).collect();
+                for submission in plan_submissions(&jobs.settings, &template, &stage, &indices) {
+                    let covered: Vec<&(String, usize)> = runs
+                        .iter()
+                        .filter(|(_, i)| submission.indices().contains(i))
+                        .collect();
+                    let started = std::time::Instant::now();
+                    let submitted = jobs.tools.submit(&submission, &jobs.job_env).await;
+                    if let Ok(job) = &submitted {
+                        tracing::info!(
+                            target: "delta::slurm",
+                            "submitted {} run(s) of stage {stage} as Slurm job {job} in {} ms",
+                            covered.len(),
+                            started.elapsed().as_millis()
+                        );
+                    }
+                    match submitted {
+                        Ok(job) => outcome.jobs.extend(
+                            covered
+                                .iter()
+                                .map(|(id, i)| (id.clone(), submission.task_job_id(&job, *i))),
+                        ),
+                        Err(e) => outcome
+                            .lost
+                            .extend(covered.iter().map(|(id, _)| (id.clone(), e.to_string()))),
+                    }
+                }
+            }
+            if !cancel.is_empty() {
+                if let Err(e) = jobs.tools.cancel(&cancel).await {
+                    tracing::warn!(target: "delta::slurm", "{e}");
+                }
+            }
+            // After the queue was read: a job gone from it wrote its result before leaving.
+            let found = tokio::task::spawn_blocking(move || {
+                watched
+                    .into_iter()
+                    .map(|(id, path)| (id.clone(), read_result(&path), id))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            for (id, result, watched_id) in found {
+                outcome.watched.push(watched_id);
+                if let Some(result) = result {
+                    outcome.results.push((id, result));
+                }
+            }
+            outcome
+        }
+        .into_actor(self)
+        .map(|outcome, act, ctx| {
+            act.apply(outcome);
+            act.busy = false;
+            if act.again || !act.to_submit.is_empty() {
+                act.kick(ctx);
+            }
+        })
+        .spawn(ctx);
+    }
+
+    fn apply(&mut self, outcome: CycleOutcome) {
+        for (id, job) in outcome.jobs {
+            if let Some(run) = self.runs.get_mut(&id) {
+                run.job = Some(job);
+                if run.cancelled {
+                    self.to_cancel.push(id);
+                    self.again = true;
+                }
+            }
+        }
+        for (id, message) in outcome.lost {
+            self.reply(&id, RunEnd::Lost(message));
+        }
+        for id in outcome.completed {
+            if let Some(end) = self.settle(&id) {
+                self.reply(&id, end);
+            }
+        }
+        let finished: HashSet<String> = outcome.results.iter().map(|(id, _)| id.clone()).collect();
+        for (id, mut result) in outcome.results {
+            let Some(run) = self.runs.get(&id) else {
+                continue;
+            };
+            // SIGTERM from someone else's scancel, a preemption or the time limit: the run
+            // stopped cleanly, but was not asked to stop by the orchestration: a failure the
+            // scheduler may retry, like a job that vanished.
+            if result.status == RunStatus::Interrupted && !run.cancelled {
+                result.status = RunStatus::Failed;
+                result.error = Some(RunErrorInfo::new(
+                    RunErrorKind::SlurmJobStopped,
+                    format!(
+                        "Slurm job {} was stopped before the run finished (scancel, preemption or time limit)",
+                        run.job.as_deref().unwrap_or("?")
+                    ),
+                ));
+            }
+            let end = crate::runtime::orchestrator::run_end(Ok(result), &run.work_dir, &id);
+            self.reply(&id, end);
+        }
+        let Some(live) = outcome.live else {
+            return;
+        };
+        for id in outcome.watched {
+            if finished.contains(&id) {
+                continue;
+            }
+            let Some(run) = self.runs.get_mut(&id) else {
+                continue;
+            };
+            let present = run.job.as_ref().is_some_and(|job| live.contains(job));
+            if present {
+                run.misses = 0;
+                continue;
+            }
+            run.misses += 1;
+            if run.misses >= MISSES_BEFORE_SETTLING {
+                if let Some(end) = self.settle(&id) {
+                    self.reply(&id, end);
+                }
+            }
+        }
+    }
+}
+
+/// True when the run's files say COMPLETED (its journal settled first).
+fn completed_on_disk(work_dir: &std::path::Path, run_id: &str) -> bool {
+    crate::janitor::settle_from_journal(work_dir, run_id);
+    let run_dir = crate::workspace::RunPaths::new(work_dir, run_id).run_dir;
+    crate::metadata::read_metadata(&run_dir).is_ok_and(|m| m.status == RunStatus::Completed)
+}
+
+impl Actor for SlurmExecutor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let every = self.jobs.settings.poll_interval;
+        ctx.run_interval(every, |act, ctx| {
+            if act.runs.values().any(|r| r.job.is_some()) {
+                act.kick(ctx);
+            }
+        });
+    }
+}
+
+impl Handler<SubmitPlanned> for SlurmExecutor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubmitPlanned, _ctx: &mut Self::Context) {
+        let result = match result_path(&self.orchestration_dir, &msg.stage, msg.index) {
+            Ok(path) => path,
+            Err(e) => {
+                let _ = msg.reply.send(RunEnd::Lost(e.to_string()));
+                return;
+            }
+        };
+        self.to_submit.push(msg.run_id.clone());
+        self.runs.insert(
+            msg.run_id,
+            Tracked {
+                stage: msg.stage,
+                index: msg.index,
+                work_dir: msg.work_dir,
+                result,
+                job: None,
+                reply: Some(msg.reply),
+                cancelled: false,
+                misses: 0,
+            },
+        );
+    }
+}
+
+impl Handler<CancelPlanned> for SlurmExecutor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CancelPlanned, _ctx: &mut Self::Context) {
+        let Some(run) = self.runs.get_mut(&msg.run_id) else {
+            return;
+        };
+        run.cancelled = true;
+        if run.job.is_some() {
+            self.to_cancel.push(msg.run_id);
+        } else if let Some(pos) = self.to_submit.iter().position(|id| *id == msg.run_id) {
+            // Not submitted yet: nothing ran.
+            self.to_submit.remove(pos);
+            let end = self.unstarted_interrupted(&msg.run_id);
+            self.reply(&msg.run_id, end);
+        }
+        // Submitting in the cycle running now: cancelled when its job id comes back.
+    }
+}
+
+impl Handler<Flush> for SlurmExecutor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Flush, ctx: &mut Self::Context) {
+        if !self.to_submit.is_empty() || !self.to_cancel.is_empty() {
+            self.kick(ctx);
+        }
+    }
+}
+
+impl Handler<StopExecutor> for SlurmExecutor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopExecutor, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
