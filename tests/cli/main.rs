@@ -19,6 +19,7 @@ mod orchestrate_interrupt;
 mod path_ids;
 mod run;
 mod run_env;
+mod run_lock;
 mod secrets;
 mod serve;
 mod sessions;

@@ -90,15 +90,13 @@ pub fn take_run(
                 }
                 Err(e) => return Err(SetupError::Refused(e.to_string())),
             };
-            let lock = RunLock::try_acquire(&paths.run_dir)
-                .map_err(io)?
-                .ok_or_else(|| {
-                    SetupError::Refused(format!(
-                        "run '{run_id}' is locked by another process (lock file {})",
-                        paths.run_dir.join(LOCK_FILE).display()
-                    ))
-                })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
+            let lock = lock_new_run(&paths, &journal)?.ok_or_else(|| {
+                SetupError::Refused(format!(
+                    "run '{run_id}' is locked by another process (lock file {})",
+                    paths.run_dir.join(LOCK_FILE).display()
+                ))
+            })?;
             journal.set_secrets(secrets.clone());
             let mut meta = RunMetadata::new_running(
                 run_id,
@@ -151,8 +149,13 @@ pub fn take_run(
             let mut meta =
                 read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
             let (mut journal, mut events) =
-                Journal::open_with_secrets(&paths.run_dir, opts, secrets.clone())
-                    .map_err(journal_refusal)?;
+                Journal::open_with_secrets(
+                    &paths.run_dir,
+                    opts,
+                    secrets.clone(),
+                    lock.shares_file_with(&paths.journal),
+                )
+                .map_err(journal_refusal)?;
             // Decide everything first: a refusal below must leave the run as it was.
             let interrupted = (meta.status == RunStatus::Running).then(|| {
                 // We hold the lock, so whoever recorded RUNNING no longer drives the run.
@@ -255,6 +258,17 @@ pub fn take_run(
                 resumed: true,
             })
         }
+    }
+}
+
+/// Locks a new run through its journal's descriptor (one descriptor for both; see
+/// `metadata::lock`), or through a plain `lock` file when one appeared first.
+fn lock_new_run(paths: &RunPaths, journal: &Journal) -> Result<Option<RunLock>, SetupError> {
+    match RunLock::on_new_journal(&paths.run_dir, journal.path(), journal.file_handle())
+        .map_err(io)?
+    {
+        Some(lock) => Ok(Some(lock)),
+        None => RunLock::try_acquire(&paths.run_dir).map_err(io),
     }
 }
 
