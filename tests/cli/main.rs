@@ -20,6 +20,7 @@ mod path_ids;
 mod run;
 mod run_env;
 mod run_lock;
+mod scale;
 mod secrets;
 mod serve;
 mod sessions;

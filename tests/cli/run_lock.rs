@@ -71,7 +71,10 @@ fn an_older_version_cannot_take_a_run_this_version_drives() {
     kill_group(tool_pid);
     release(older);
     assert!(same_inode, "`lock` is a second name of the journal");
-    assert_eq!(verdict, "busy", "an older version took a run this one drives");
+    assert_eq!(
+        verdict, "busy",
+        "an older version took a run this one drives"
+    );
 }
 
 #[test]
@@ -97,7 +100,11 @@ fn a_run_an_older_version_drives_through_its_lock_file_is_honoured() {
     release(older);
     refused.assert_code(126);
     assert!(refused.stderr.contains("is held"), "{}", refused.stderr);
-    assert_eq!(case.journal("r1").len(), journal_before, "refused runs are untouched");
+    assert_eq!(
+        case.journal("r1").len(),
+        journal_before,
+        "refused runs are untouched"
+    );
 
     // Its process gone, the run is taken over through the same `lock` file.
     let out = case.continue_run("r1", &["-m", "again"]);

@@ -295,7 +295,8 @@ impl Journal {
 fn set_append(file: &File) -> std::io::Result<()> {
     // SAFETY: fcntl F_GETFL/F_SETFL only read and set flags of a descriptor `file` keeps open.
     let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_APPEND) } < 0
+    if flags < 0
+        || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_APPEND) } < 0
     {
         return Err(std::io::Error::last_os_error());
     }
@@ -492,7 +493,8 @@ mod tests {
         drop(journal);
 
         let (_, events) =
-            Journal::open_with_secrets(tmp.path(), JournalOptions::default(), secrets, None).unwrap();
+            Journal::open_with_secrets(tmp.path(), JournalOptions::default(), secrets, None)
+                .unwrap();
         assert_eq!(events[1].event, thought);
         let (_, plain) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
         assert_ne!(plain[1].event, thought);

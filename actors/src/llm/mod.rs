@@ -33,7 +33,10 @@ pub mod types;
 
 pub use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
-pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
+pub use endpoint::{
+    ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError, RequestMeta,
+    MAX_CONNECTIONS_LIMIT,
+};
 pub use gate::{GateConfig, GateOutcome, LlmGate};
 pub use rate::RateLimiter;
 pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};

@@ -240,9 +240,11 @@ mod tests {
         let journal_path = tmp.path().join("journal.jsonl");
         let journal = Arc::new(File::create(&journal_path).unwrap());
         std::fs::write(tmp.path().join(LOCK_FILE), "").unwrap();
-        assert!(RunLock::on_new_journal(tmp.path(), &journal_path, journal.clone())
-            .unwrap()
-            .is_none());
+        assert!(
+            RunLock::on_new_journal(tmp.path(), &journal_path, journal.clone())
+                .unwrap()
+                .is_none()
+        );
         let lock = RunLock::try_acquire(tmp.path()).unwrap().unwrap();
         assert!(lock.shares_file_with(&journal_path).is_none());
         // The journal itself was left unlocked.

@@ -148,14 +148,13 @@ pub fn take_run(
             // Re-read under the lock: the previous owner may have finished in between.
             let mut meta =
                 read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let (mut journal, mut events) =
-                Journal::open_with_secrets(
-                    &paths.run_dir,
-                    opts,
-                    secrets.clone(),
-                    lock.shares_file_with(&paths.journal),
-                )
-                .map_err(journal_refusal)?;
+            let (mut journal, mut events) = Journal::open_with_secrets(
+                &paths.run_dir,
+                opts,
+                secrets.clone(),
+                lock.shares_file_with(&paths.journal),
+            )
+            .map_err(journal_refusal)?;
             // Decide everything first: a refusal below must leave the run as it was.
             let interrupted = (meta.status == RunStatus::Running).then(|| {
                 // We hold the lock, so whoever recorded RUNNING no longer drives the run.
