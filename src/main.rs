@@ -27,6 +27,12 @@ fn install_logging(verbose: u8) {
         .try_init();
 }
 
+/// mimalloc instead of glibc's malloc: with thousands of runs on a handful of threads, glibc
+/// spent a fifth of the engine's CPU in its arenas (`_int_malloc`, `malloc_consolidate`,
+/// `unlink_chunk`; BENCHMARKS.md, "Engine CPU per iteration").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = cli::Cli::parse();
     install_logging(cli.verbose);

@@ -15,8 +15,8 @@ pub use agent_workspaces::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name,
 };
 pub use audit::{
-    hook_record_path, invocation_record_path, sanitize_file_component, tool_record_path,
-    write_json_file, write_redacted_json_file,
+    hook_record_path, invocation_record_path, overwrite, sanitize_file_component, tool_record_path,
+    write_invocation_record, write_json_file, write_redacted_json_file,
 };
 pub use runs::{list_runs, list_runs_with_warnings, RunListing, RunSummary, SkippedRun};
 

@@ -9,8 +9,8 @@ use std::path::Path;
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{ActionStatus, Event, Journal, JournalEvent, JournalOptions};
 use crate::metadata::{
-    current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, RunMetadata,
-    Takeover, LOCK_FILE,
+    current_process_identity, read_metadata, try_take_over, write_metadata_with, RunLock,
+    RunMetadata, Takeover, LOCK_FILE,
 };
 use crate::protocol::RunStatus;
 use crate::protocol::{RunRequest, RunStart};
@@ -71,11 +71,12 @@ fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) -> bool {
     }
 }
 
+/// `durable`: fsync the run's first metadata record (the engine's `journal_fsync`).
 pub fn take_run(
     run_id: &str,
     request: &RunRequest,
     max_iterations: u32,
-    fsync_every_event: bool,
+    (fsync_every_event, durable): (bool, bool),
     secrets: &Redactor,
 ) -> Result<TakenRun, SetupError> {
     let opts = JournalOptions { fsync_every_event };
@@ -129,7 +130,7 @@ pub fn take_run(
             );
             // Metadata last: a run folder with metadata.json always has a journal holding
             // the task, and one without it never started (see reclaim_unstarted_run_dir).
-            write_metadata(&paths.run_dir, &meta).map_err(io)?;
+            write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
             Ok(TakenRun {
                 paths,
                 journal,
@@ -202,7 +203,7 @@ pub fn take_run(
             meta.result = None;
             meta.max_iterations = max_iterations;
             meta.agent_home = request.agent.home.to_string_lossy().into_owned();
-            write_metadata(&paths.run_dir, &meta).map_err(io)?;
+            write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
             restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
             if let Some(reason) = interrupted {
                 events.push(
