@@ -27,10 +27,10 @@ fn install_logging(verbose: u8) {
         .try_init();
 }
 
-/// mimalloc instead of glibc's malloc: with thousands of runs on a handful of threads, glibc
-/// spent a fifth of the engine's CPU in its arenas (`_int_malloc`, `malloc_consolidate`,
-/// `unlink_chunk`; BENCHMARKS.md, "Engine CPU per iteration"). Built without its transparent
-/// huge pages (`no_thp`): they took a single run from 13 to 29 MiB resident.
+/// With `--features mimalloc`: glibc's malloc spent a fifth of the engine's CPU in its arenas
+/// (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`; BENCHMARKS.md). Built without
+/// mimalloc's transparent huge pages, which took a single run from 13 to 29 MiB resident.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
