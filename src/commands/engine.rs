@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delta_actors::agent::{load_env_cascade, ResolvedAgent};
-use delta_actors::llm::{Endpoint, Script};
+use delta_actors::llm::{Endpoint, HttpTransport, Script};
 use delta_actors::tool::spawner::SpawnerCommand;
 use delta_actors::{
     LlmTarget, RunErrorKind, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig,
@@ -67,11 +67,35 @@ pub fn llm_target(
              OpenAI-compatible base URL, including /v1"
                 .to_string(),
         )),
-        (Some(key), Some(base_url)) => Ok(LlmTarget::Http(Endpoint {
-            base_url,
-            api_key: Some(key),
-        })),
+        (Some(key), Some(base_url)) => Ok(LlmTarget::Http(
+            Endpoint::new(base_url, Some(key)).with_transport(transport(agent, env)?),
+        )),
     }
+}
+
+/// The environment variable that overrides `llm.http2`: `1`/`true` (HTTP/2, also without
+/// TLS), `0`/`false` (HTTP/1.1 only).
+pub const HTTP2_VAR: &str = "DELTA_LLM_HTTP2";
+
+/// The agent's `llm.http2` / `llm.max_connections`, with `DELTA_LLM_HTTP2` over the former.
+fn transport(
+    agent: &ResolvedAgent,
+    env: &BTreeMap<String, String>,
+) -> Result<HttpTransport, CliError> {
+    let mut transport = agent.llm.transport;
+    if let Some(raw) = env.get(HTTP2_VAR).filter(|v| !v.trim().is_empty()) {
+        transport.http2 = Some(match raw.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "on" | "yes" => true,
+            "0" | "false" | "off" | "no" => false,
+            _ => {
+                return Err(CliError::Config(format!(
+                    "{HTTP2_VAR}='{raw}' is not on or off; set {HTTP2_VAR}=1 to speak HTTP/2 to the \
+                     endpoint (also over plain http://), {HTTP2_VAR}=0 for HTTP/1.1 only, or unset it"
+                )))
+            }
+        });
+    }
+    Ok(transport)
 }
 
 /// `--llm-timeout DURATION`: the whole-request limit on each model call attempt, with a

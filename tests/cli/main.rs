@@ -20,6 +20,8 @@ mod path_ids;
 mod relay;
 mod run;
 mod run_env;
+mod run_lock;
+mod scale;
 mod secrets;
 mod serve;
 mod sessions;

@@ -27,7 +27,7 @@ pub(crate) const AGENT_KEYS: [&str; 11] = [
     "timeout_seconds",
 ];
 
-const LLM_KEYS: [&str; 10] = [
+const LLM_KEYS: [&str; 12] = [
     "model",
     "temperature",
     "max_tokens",
@@ -38,6 +38,8 @@ const LLM_KEYS: [&str; 10] = [
     "api_key_env",
     "request_timeout",
     "idle_timeout",
+    "http2",
+    "max_connections",
 ];
 
 /// Model settings of one agent. Unset values are not sent to the provider.
@@ -63,6 +65,10 @@ pub struct LlmSettings {
     /// `llm:` and `--llm-timeout` override them). Not sent to the provider.
     #[serde(skip)]
     pub timeouts: LlmTimeoutSettings,
+    /// `http2` / `max_connections`: how requests reach the endpoint (see
+    /// [`crate::llm::HttpTransport`]). Not sent to the provider.
+    #[serde(skip)]
+    pub transport: crate::llm::HttpTransport,
 }
 
 /// The scalar part of agent.yaml.
@@ -146,6 +152,10 @@ pub(crate) fn parse_agent_config(
             request: llm_timeout(&llm, "request_timeout")?,
             idle: llm_timeout(&llm, "idle_timeout")?,
         },
+        transport: crate::llm::HttpTransport {
+            http2: llm.boolean("http2")?,
+            max_connections: max_connections(&llm)?,
+        },
     };
     Ok(AgentConfig {
         name,
@@ -158,6 +168,22 @@ pub(crate) fn parse_agent_config(
         max_iterations: root.positive_u32("max_iterations")?,
         parallel_tool_calls: root.boolean("parallel_tool_calls")?.unwrap_or(false),
     })
+}
+
+/// `llm.max_connections`: 1..=[`crate::llm::MAX_CONNECTIONS_LIMIT`].
+fn max_connections(llm: &Fields<'_>) -> Result<Option<u32>, AgentError> {
+    let limit = crate::llm::MAX_CONNECTIONS_LIMIT;
+    match llm.positive_u32("max_connections")? {
+        Some(n) if n > limit => Err(AgentError::invalid(
+            llm.file(),
+            format!(
+                "`{}` is {n}, above the limit of {limit}",
+                llm.key_path("max_connections")
+            ),
+            "cap the connections to what the endpoint accepts, e.g. `max_connections: 64`",
+        )),
+        n => Ok(n),
+    }
 }
 
 /// `llm.request_timeout` / `llm.idle_timeout`: a duration with a unit, 100ms..24h.

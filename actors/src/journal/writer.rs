@@ -4,16 +4,20 @@
 //! `write_all` on an `O_APPEND` descriptor, so a crash can only tear the last line — which
 //! [`Journal::open`] repairs (and where lines were repeated, replays each once: `repeats`).
 //! Appending never re-reads the file. The handle assumes its
-//! caller owns the run (holds [`crate::metadata::RunLock`]); it takes no lock itself.
+//! caller owns the run (holds [`crate::metadata::RunLock`]); it takes no lock itself, but
+//! it can append through the run lock's own descriptor ([`Journal::open_on`]) and hand its
+//! descriptor to the lock ([`Journal::file_handle`]): one descriptor per run for both.
 //!
 //! With the run's [`Redactor`] set, every sensitive answer in an event is replaced by its
 //! marker in the line written, while the caller keeps the event as it was; reading back
 //! through [`Journal::open_with_secrets`] restores the markers.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::event::{Event, JournalEvent};
 use super::format::{check_file_name, parse_journal, Tail};
@@ -34,7 +38,8 @@ pub struct JournalOptions {
 /// An open journal; appends are serialized by `&mut self`.
 #[derive(Debug)]
 pub struct Journal {
-    file: File,
+    /// Shared with the run's lock when the run's `lock` is a link to this journal.
+    file: Arc<File>,
     path: PathBuf,
     next_seq: u64,
     /// File length after our last successful write, to cut back a failed partial write.
@@ -56,7 +61,7 @@ impl Journal {
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
         Ok(Journal {
-            file,
+            file: Arc::new(file),
             path,
             next_seq: 1,
             len: 0,
@@ -76,8 +81,26 @@ impl Journal {
         run_dir: &Path,
         options: JournalOptions,
     ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
+        Journal::open_on(run_dir, options, None)
+    }
+
+    /// [`Journal::open`] reading and appending through `locked`, the run lock's descriptor
+    /// of this same file (opened read-write at offset 0), instead of opening another one.
+    pub fn open_on(
+        run_dir: &Path,
+        options: JournalOptions,
+        locked: Option<Arc<File>>,
+    ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
         let path = run_dir.join(JOURNAL_FILE);
         check_file_name(&path)?;
+        if let Some(file) = locked {
+            let mut bytes = Vec::new();
+            (&*file)
+                .read_to_end(&mut bytes)
+                .and_then(|_| set_append(&file))
+                .map_err(|e| JournalError::io(&path, e))?;
+            return Journal::from_bytes(path, options, file, &bytes);
+        }
         let bytes = std::fs::read(&path).map_err(|e| {
             // A journal renamed by an editor (journal.json) is the known corruption: say so.
             let renamed = run_dir.join("journal.json");
@@ -88,11 +111,21 @@ impl Journal {
             }
             JournalError::io(&path, e)
         })?;
-        let parsed = parse_journal(&path, &bytes)?;
         let file = OpenOptions::new()
             .append(true)
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
+        Journal::from_bytes(path, options, Arc::new(file), &bytes)
+    }
+
+    /// The journal read as `bytes`, appending through `file`: parsed, repaired, warned.
+    fn from_bytes(
+        path: PathBuf,
+        options: JournalOptions,
+        file: Arc<File>,
+        bytes: &[u8],
+    ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
+        let parsed = parse_journal(&path, bytes)?;
         let next_seq = parsed.next_seq();
         let skip_warnings = parsed.pending_skip_warnings();
         let mut journal = Journal {
@@ -144,13 +177,15 @@ impl Journal {
     /// `journal.jsonl` nor an editor-renamed `journal.json`), a fresh journal whose first
     /// event is a WARNING saying so: the original engine continued such runs from scratch,
     /// and the caller restores the task from the run's metadata.
+    /// `locked` as in [`Journal::open_on`].
     pub(crate) fn open_or_start(
         run_dir: &Path,
         options: JournalOptions,
+        locked: Option<Arc<File>>,
     ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
         let path = run_dir.join(JOURNAL_FILE);
         if path.exists() || run_dir.join("journal.json").exists() {
-            return Journal::open(run_dir, options);
+            return Journal::open_on(run_dir, options, locked);
         }
         let mut journal = Journal::create(run_dir, options)?;
         let warning = journal.append(Event::Warning {
@@ -165,12 +200,14 @@ impl Journal {
 
     /// [`Journal::open_or_start`] for a run with sensitive answers: the events come back with the
     /// markers restored (what the model saw), and later appends are redacted.
+    /// `locked` as in [`Journal::open_on`].
     pub(crate) fn open_with_secrets(
         run_dir: &Path,
         options: JournalOptions,
         secrets: Redactor,
+        locked: Option<Arc<File>>,
     ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
-        let (mut journal, mut events) = Journal::open_or_start(run_dir, options)?;
+        let (mut journal, mut events) = Journal::open_or_start(run_dir, options, locked)?;
         let known = secrets.snapshot();
         for record in &mut events {
             restore_event(&mut record.event, &known);
@@ -215,7 +252,7 @@ impl Journal {
     /// Writes `line` with one `write_all`; on failure cuts the file back to its previous
     /// length so a half-written line never sits in front of the next one.
     fn write_line(&mut self, line: Vec<u8>) -> Result<(), JournalError> {
-        let result = self.file.write_all(&line);
+        let result = (&*self.file).write_all(&line);
         let line_len = line.len() as u64;
         self.line = line;
         match result {
@@ -237,6 +274,12 @@ impl Journal {
             .map_err(|e| JournalError::io(&self.path, e))
     }
 
+    /// The journal's descriptor, to lock the run through it
+    /// ([`crate::metadata::RunLock::on_new_journal`]).
+    pub fn file_handle(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
     /// Path of the journal file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -246,6 +289,18 @@ impl Journal {
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }
+}
+
+/// Makes every write through `file` an append (`O_APPEND` on its open file description).
+fn set_append(file: &File) -> std::io::Result<()> {
+    // SAFETY: fcntl F_GETFL/F_SETFL only read and set flags of a descriptor `file` keeps open.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0
+        || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_APPEND) } < 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -438,7 +493,8 @@ mod tests {
         drop(journal);
 
         let (_, events) =
-            Journal::open_with_secrets(tmp.path(), JournalOptions::default(), secrets).unwrap();
+            Journal::open_with_secrets(tmp.path(), JournalOptions::default(), secrets, None)
+                .unwrap();
         assert_eq!(events[1].event, thought);
         let (_, plain) = Journal::open(tmp.path(), JournalOptions::default()).unwrap();
         assert_ne!(plain[1].event, thought);

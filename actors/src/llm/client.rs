@@ -1,5 +1,7 @@
 //! [`HttpBackend`]: one chat-completion attempt against an OpenAI-compatible endpoint over
-//! HTTP (reqwest with a shared connection pool).
+//! HTTP (reqwest with a shared connection pool): HTTP/1.1, or HTTP/2 where the endpoint's
+//! [`HttpTransport`] asks for it or an `https://` endpoint offers it, with the optional cap
+//! on connections (`llm.max_connections`).
 //!
 //! Owns the mapping from HTTP outcomes to [`LlmError`] (status, provider message,
 //! Retry-After) and the per-attempt limits carried by [`RequestMeta::timeouts`]: the whole
@@ -14,8 +16,8 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use serde_json::Value;
 
 use super::endpoint::{
-    encode_header_value, ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta,
-    HEADER_AGENT, HEADER_RUN_ID,
+    encode_header_value, ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError,
+    RequestMeta, HEADER_AGENT, HEADER_RUN_ID,
 };
 use super::retry::parse_retry_after;
 use super::timeouts::{TimeoutPhase, MAX_LLM_TIMEOUT};
@@ -27,6 +29,9 @@ pub const DEFAULT_TIMEOUT: Duration = MAX_LLM_TIMEOUT;
 
 /// Longest provider error text kept in an [`LlmError::Http`] message.
 const MAX_ERROR_CHARS: usize = 2_000;
+/// HTTP/2 flow-control windows: many calls share one connection's window.
+const HTTP2_CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
+const HTTP2_STREAM_WINDOW: u32 = 1024 * 1024;
 
 /// Talks to one endpoint. Cheap to clone (the client and its pool are shared).
 #[derive(Clone)]
@@ -39,6 +44,8 @@ struct Inner {
     url: String,
     client: reqwest::Client,
     timeout: Duration,
+    /// `llm.max_connections`: one permit per request open on the wire.
+    connections: Option<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for HttpBackend {
@@ -65,15 +72,20 @@ impl HttpBackend {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .default_headers(headers)
             .user_agent(concat!("delta/", env!("CARGO_PKG_VERSION")))
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(30)))
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(Duration::from_secs(90));
+        let client = with_transport(builder, endpoint.transport)
             .build()
             .map_err(|e| LlmError::Transport(format!("cannot build the HTTP client: {e}")))?;
+        let connections = endpoint
+            .transport
+            .max_connections
+            .map(|n| tokio::sync::Semaphore::new(n.max(1) as usize));
         let url = endpoint.chat_completions_url();
         reqwest::Url::parse(&url).map_err(|e| {
             LlmError::Transport(format!(
@@ -87,6 +99,7 @@ impl HttpBackend {
                 url,
                 client,
                 timeout,
+                connections,
             }),
         })
     }
@@ -106,6 +119,12 @@ impl HttpBackend {
     ) -> Result<super::ChatCompletion, LlmError> {
         let inner = &self.inner;
         let limits = meta.timeouts;
+        let _connection = match &inner.connections {
+            Some(cap) => Some(cap.acquire().await.map_err(|_| {
+                LlmError::Transport("the HTTP client's connection cap was closed".into())
+            })?),
+            None => None,
+        };
         let mut builder = inner
             .client
             .post(&inner.url)
@@ -189,6 +208,25 @@ impl ChatBackend for HttpBackend {
 
     fn target(&self) -> String {
         format!("POST {}", self.inner.url)
+    }
+}
+
+/// HTTP version and pool settings for `transport`.
+fn with_transport(
+    builder: reqwest::ClientBuilder,
+    transport: HttpTransport,
+) -> reqwest::ClientBuilder {
+    let builder = match transport.http2 {
+        Some(true) => builder.http2_prior_knowledge(),
+        Some(false) => builder.http1_only(),
+        None => builder,
+    };
+    let builder = builder
+        .http2_initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+        .http2_initial_stream_window_size(HTTP2_STREAM_WINDOW);
+    match transport.max_connections {
+        Some(n) => builder.pool_max_idle_per_host(n as usize),
+        None => builder,
     }
 }
 

@@ -25,7 +25,25 @@ pub struct Endpoint {
     pub base_url: String,
     /// Sent as `Authorization: Bearer <key>`; `None` sends no header (local servers).
     pub api_key: Option<String>,
+    /// How requests travel: HTTP version and connection cap.
+    pub transport: HttpTransport,
 }
+
+/// `llm.http2` and `llm.max_connections` (agent.yaml), or `DELTA_LLM_HTTP2`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HttpTransport {
+    /// `Some(true)`: HTTP/2 to `http://` endpoints without asking first (h2c prior
+    /// knowledge; the endpoint must speak it). `Some(false)`: HTTP/1.1 only. `None`: HTTP/2
+    /// when an `https://` endpoint offers it during the TLS handshake (ALPN), else HTTP/1.1.
+    pub http2: Option<bool>,
+    /// At most this many requests open at once to the endpoint (over HTTP/1.1: this many
+    /// connections); idle connections beyond it are closed. `None`: no cap besides the
+    /// gateway's in-flight limit.
+    pub max_connections: Option<u32>,
+}
+
+/// Largest `llm.max_connections` accepted.
+pub const MAX_CONNECTIONS_LIMIT: u32 = 65_536;
 
 impl Endpoint {
     /// An endpoint at `base_url`, authenticated with `api_key` when given.
@@ -33,17 +51,33 @@ impl Endpoint {
         Endpoint {
             base_url: base_url.into(),
             api_key,
+            transport: HttpTransport::default(),
         }
     }
 
+    /// The same endpoint reached with `transport`.
+    pub fn with_transport(mut self, transport: HttpTransport) -> Self {
+        self.transport = transport;
+        self
+    }
+
     /// A stable identity for sharing one gateway per endpoint: the normalised base URL plus
-    /// a hash of the key (two keys on one URL are two rate-limit buckets).
+    /// a hash of the key (two keys on one URL are two rate-limit buckets), plus the
+    /// transport when it is not the default (it needs its own client).
     pub fn key(&self) -> String {
         let url = self.base_url.trim_end_matches('/');
-        match &self.api_key {
+        let mut key = match &self.api_key {
             Some(key) => format!("{url}#{:016x}", fnv1a64(key.as_bytes())),
             None => format!("{url}#nokey"),
+        };
+        if self.transport != HttpTransport::default() {
+            let HttpTransport {
+                http2,
+                max_connections,
+            } = self.transport;
+            key.push_str(&format!("#h2={http2:?},max={max_connections:?}"));
         }
+        key
     }
 
     /// `{base_url}/chat/completions`, tolerating a trailing slash on the base URL.
@@ -57,6 +91,7 @@ impl fmt::Debug for Endpoint {
         f.debug_struct("Endpoint")
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("transport", &self.transport)
             .finish()
     }
 }

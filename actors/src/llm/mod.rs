@@ -34,7 +34,10 @@ pub mod types;
 
 pub(crate) use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
-pub use endpoint::{ChatBackend, CompletionFuture, Endpoint, LlmError, RequestMeta};
+pub use endpoint::{
+    ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError, RequestMeta,
+    MAX_CONNECTIONS_LIMIT,
+};
 pub use gate::{GateConfig, GateOutcome, LlmGate};
 pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{

@@ -4,12 +4,23 @@
 //! The lock is the primary liveness signal: the kernel drops it when the owning process
 //! dies, and its descriptor is close-on-exec so tool processes never inherit it. Judging a
 //! run from the lock is `liveness`'s job; this file never reads or changes metadata.
+//!
+//! One descriptor per run: a run created by this version has `lock` as a second name (hard
+//! link) of its `journal.jsonl`, so the flock on the journal's own descriptor *is* the run
+//! lock ([`RunLock::on_new_journal`]), and `continue` appends through the descriptor it
+//! locked ([`RunLock::shares_file_with`]). Whoever opens `lock` — an older version, the
+//! janitor, `list-runs` — locks or probes that same inode, so the rule "the run is owned
+//! while someone holds the flock on `<run_dir>/lock`" is unchanged. Runs locked by older
+//! versions keep a separate `lock` file; they are locked through it as before (two
+//! descriptors for such a run). flock, not an fcntl/OFD lock: older versions flock `lock`,
+//! and on Linux flock and fcntl locks do not see each other.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -61,11 +72,25 @@ fn this_hostname() -> String {
 
 /// The exclusive lock on `<run_dir>/lock`; the run is owned while this value lives.
 /// flock locks belong to an open file description, so a second `try_acquire` — even in
-/// the same process — sees the lock as held.
+/// the same process — sees the lock as held. The descriptor may be shared with the run's
+/// journal (see the file header); dropping the lock unlocks it explicitly either way.
 #[derive(Debug)]
 pub struct RunLock {
-    _lock: Flock<File>,
+    file: Arc<File>,
     path: PathBuf,
+}
+
+/// `flock(2)` on `file` without waiting; `Ok(false)` when another description holds it.
+fn flock_nonblocking(file: &File, operation: libc::c_int) -> io::Result<bool> {
+    // SAFETY: flock only reads the descriptor number, which `file` keeps open.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), operation | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    match Errno::last() {
+        Errno::EWOULDBLOCK => Ok(false),
+        errno => Err(io::Error::from(errno)),
+    }
 }
 
 impl RunLock {
@@ -80,16 +105,64 @@ impl RunLock {
             .mode(0o600)
             .open(&path)
             .map_err(|e| MetadataError::io("open lock file", &path, e))?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(Some(RunLock { _lock: lock, path })),
-            Err((_, Errno::EWOULDBLOCK)) => Ok(None),
-            Err((_, errno)) => Err(MetadataError::io("lock", &path, io::Error::from(errno))),
+        match flock_nonblocking(&file, libc::LOCK_EX) {
+            Ok(true) => Ok(Some(RunLock {
+                file: Arc::new(file),
+                path,
+            })),
+            Ok(false) => Ok(None),
+            Err(e) => Err(MetadataError::io("lock", &path, e)),
+        }
+    }
+
+    /// Locks a run through the descriptor of its freshly created journal and gives the run
+    /// its `lock` name as a hard link to that journal, so the run holds one descriptor for
+    /// both. `Ok(None)` when `lock` already exists (another process got to the new run
+    /// folder first: an older version creates a plain `lock` file) or is held; the caller
+    /// then takes the lock the old way, with [`RunLock::try_acquire`].
+    pub fn on_new_journal(
+        run_dir: &Path,
+        journal_path: &Path,
+        journal: Arc<File>,
+    ) -> Result<Option<RunLock>, MetadataError> {
+        let path = run_dir.join(LOCK_FILE);
+        match flock_nonblocking(&journal, libc::LOCK_EX) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => return Err(MetadataError::io("lock", journal_path, e)),
+        }
+        let lock = RunLock {
+            file: journal,
+            path,
+        };
+        match std::fs::hard_link(journal_path, &lock.path) {
+            Ok(()) => Ok(Some(lock)),
+            // Dropping `lock` unlocks the journal again.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(MetadataError::io("link lock file", &lock.path, e)),
         }
     }
 
     /// Path of the lock file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The locked descriptor when it is also `path`'s file (the run's `lock` is a link to
+    /// its journal): the journal appends through it instead of opening a second descriptor.
+    /// `None` for a run locked by an older version (a separate `lock` file) or when `path`
+    /// cannot be read.
+    pub fn shares_file_with(&self, path: &Path) -> Option<Arc<File>> {
+        let locked = self.file.metadata().ok()?;
+        let other = std::fs::metadata(path).ok()?;
+        (locked.dev() == other.dev() && locked.ino() == other.ino()).then(|| self.file.clone())
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        // The journal may keep this descriptor open after the lock is released.
+        let _ = flock_nonblocking(&self.file, libc::LOCK_UN);
     }
 }
 
@@ -133,6 +206,52 @@ mod tests {
         drop(lock);
         assert!(!lock_is_held(tmp.path()).unwrap());
         assert!(RunLock::try_acquire(tmp.path()).unwrap().is_some());
+    }
+
+    /// One descriptor per run: a new run's lock is the flock on its journal's descriptor,
+    /// and `lock` names the journal's inode, so a process that opens `lock` the way older
+    /// versions do (read-write, create, flock) is refused while the run is owned.
+    #[test]
+    fn a_new_run_is_locked_through_its_journal_descriptor() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let journal_path = tmp.path().join("journal.jsonl");
+        let journal = Arc::new(File::create(&journal_path).unwrap());
+        let lock = RunLock::on_new_journal(tmp.path(), &journal_path, journal.clone())
+            .unwrap()
+            .expect("a fresh folder");
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        assert_eq!(ino(&tmp.path().join(LOCK_FILE)), ino(&journal_path));
+        assert!(lock_is_held(tmp.path()).unwrap());
+        assert!(RunLock::try_acquire(tmp.path()).unwrap().is_none());
+        let shared = lock.shares_file_with(&journal_path).expect("same inode");
+        assert!(Arc::ptr_eq(&shared, &journal));
+        drop(shared);
+        // The journal keeps its descriptor open after the run lets go of the lock.
+        drop(lock);
+        assert!(!lock_is_held(tmp.path()).unwrap());
+        let again = RunLock::try_acquire(tmp.path()).unwrap().expect("released");
+        assert!(again.shares_file_with(&journal_path).is_some());
+        drop(journal);
+    }
+
+    /// A `lock` file that exists before the journal is linked (an older version created it
+    /// in the same folder) is not replaced: the caller falls back to locking that file.
+    #[test]
+    fn an_existing_lock_file_is_left_to_the_old_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal_path = tmp.path().join("journal.jsonl");
+        let journal = Arc::new(File::create(&journal_path).unwrap());
+        std::fs::write(tmp.path().join(LOCK_FILE), "").unwrap();
+        assert!(
+            RunLock::on_new_journal(tmp.path(), &journal_path, journal.clone())
+                .unwrap()
+                .is_none()
+        );
+        let lock = RunLock::try_acquire(tmp.path()).unwrap().unwrap();
+        assert!(lock.shares_file_with(&journal_path).is_none());
+        // The journal itself was left unlocked.
+        assert!(flock_nonblocking(&File::open(&journal_path).unwrap(), libc::LOCK_EX).unwrap());
     }
 
     #[test]
@@ -183,7 +302,7 @@ mod tests {
             .unwrap();
         assert_eq!(line, "ready\n", "cat has exec'd");
         // A crash closes our descriptor without the unlock that Drop would do.
-        let fd = lock._lock.as_raw_fd();
+        let fd = lock.file.as_raw_fd();
         std::mem::forget(lock);
         nix::unistd::close(fd).unwrap();
         let held_after_crash = lock_is_held(tmp.path()).unwrap();

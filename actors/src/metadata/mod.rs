@@ -17,7 +17,7 @@ pub(crate) use liveness::{try_take_over, Takeover};
 pub use lock::{current_process_identity, lock_is_held, ProcessIdentity, RunLock, LOCK_FILE};
 pub(crate) use redact::write_metadata_redacted;
 
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -255,16 +255,19 @@ fn write_spare_and_swap(
     durable: bool,
 ) -> Result<(), MetadataError> {
     let spare = run_dir.join(METADATA_SPARE);
+    // Not O_TRUNC: ext4 flushes a file truncated to zero when it is closed (its
+    // `auto_da_alloc` guard for replace-by-truncate), which put a disk write on the run's
+    // thread at every update. The old text is overwritten and cut to the new length instead.
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o600)
         // The run dir is private, but a planted symlink must still not redirect the write.
         .custom_flags(libc::O_NOFOLLOW)
         .open(&spare)
         .map_err(|e| MetadataError::io("create", &spare, e))?;
-    file.write_all(bytes)
+    crate::workspace::overwrite(&mut file, bytes)
         .map_err(|e| MetadataError::io("write", &spare, e))?;
     if durable {
         file.sync_all()

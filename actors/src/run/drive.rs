@@ -63,7 +63,7 @@ impl RunLoop {
             &self.run_id,
             &self.request,
             max_iterations,
-            self.config.fsync_every_event,
+            (self.config.fsync_every_event, self.config.journal_fsync),
             &secrets,
         );
         let taken = match taken {

@@ -13,7 +13,7 @@ use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
 use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta};
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
-use crate::workspace::{invocation_record_path, write_redacted_json_file};
+use crate::workspace::write_invocation_record;
 
 use super::state::{error_info, AuditKind, Halt, Run};
 
@@ -141,10 +141,6 @@ impl Run {
             outcome = call => outcome,
             _ = token.cancelled() => return Err(Halt::Stopped),
         };
-        let record_path = invocation_record_path(&self.paths, self.iteration);
-        let record_ref = record_path
-            .file_name()
-            .map(|n| format!("io/invocations/{}", n.to_string_lossy()));
         let CallOutcome {
             completion,
             attempts,
@@ -155,16 +151,13 @@ impl Run {
             Ok(outcome) => outcome,
             Err(failure) if failure.cancelled => return Err(Halt::Stopped),
             Err(failure) => {
-                self.write_invocation_record(
-                    &record_path,
-                    json!({
+                self.write_invocation_record(json!({
                         "iteration": self.iteration,
                         "request": request,
                         "error": failure.error.to_string(),
                         "attempts": failure.attempts,
                         "failed_attempts": failure.failed_attempts,
-                    }),
-                )?;
+                }))?;
                 let message = format!(
                     "model call failed after {} attempt(s): {}",
                     failure.attempts, failure.error
@@ -179,18 +172,15 @@ impl Run {
         };
         self.timings.model += duration.saturating_sub(waited);
         self.timings.queue += waited;
-        self.write_invocation_record(
-            &record_path,
-            json!({
-                "iteration": self.iteration,
-                "request": request,
-                "response": completion.raw,
-                "duration_ms": duration.as_millis() as u64,
-                "waited_ms": waited.as_millis() as u64,
-                "attempts": attempts,
-                "failed_attempts": failed_attempts,
-            }),
-        )?;
+        let record_ref = self.write_invocation_record(json!({
+            "iteration": self.iteration,
+            "request": request,
+            "response": completion.raw,
+            "duration_ms": duration.as_millis() as u64,
+            "waited_ms": waited.as_millis() as u64,
+            "attempts": attempts,
+            "failed_attempts": failed_attempts,
+        }))?;
         if let Some(usage) = &completion.usage {
             let used = TokenUsage {
                 input_tokens: usage.prompt_tokens,
@@ -210,11 +200,20 @@ impl Run {
     /// io/invocations keeps the request as sent and the response as received, except
     /// sensitive answers (kept only in the run's 0600 secrets files). Best effort: an audit
     /// record never fails a run.
-    fn write_invocation_record(&self, path: &std::path::Path, record: Value) -> Result<(), Halt> {
-        match write_redacted_json_file(path, &record, &self.secrets.snapshot()) {
-            Ok(()) => Ok(()),
-            Err(e) => self.audit_write_failed(AuditKind::Invocation, e.to_string()),
+    /// Returns the record's reference for the THOUGHT (`io/invocations/<file>`).
+    fn write_invocation_record(&self, record: Value) -> Result<Option<String>, Halt> {
+        let (path, written) = write_invocation_record(
+            &self.paths,
+            self.iteration,
+            &record,
+            &self.secrets.snapshot(),
+        );
+        if let Err(e) = written {
+            self.audit_write_failed(AuditKind::Invocation, e.to_string())?;
         }
+        Ok(path
+            .file_name()
+            .map(|n| format!("io/invocations/{}", n.to_string_lossy())))
     }
 
     /// `post_llm_response` payload: the provider's response body (synthesised in its shape when

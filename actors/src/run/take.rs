@@ -12,8 +12,8 @@ use crate::journal::{
     pending_ask_human, unanswered_calls, ActionStatus, Event, Journal, JournalEvent, JournalOptions,
 };
 use crate::metadata::{
-    current_process_identity, read_metadata, try_take_over, write_metadata, RunLock, RunMetadata,
-    Takeover, LOCK_FILE,
+    current_process_identity, read_metadata, try_take_over, write_metadata_with, RunLock,
+    RunMetadata, Takeover, LOCK_FILE,
 };
 use crate::protocol::{RunRequest, RunStart, RunStatus};
 use crate::redact::Redactor;
@@ -73,11 +73,12 @@ fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) -> bool {
     }
 }
 
+/// `durable`: fsync the run's first metadata record (the engine's `journal_fsync`).
 pub fn take_run(
     run_id: &str,
     request: &RunRequest,
     max_iterations: u32,
-    fsync_every_event: bool,
+    (fsync_every_event, durable): (bool, bool),
     secrets: &Redactor,
 ) -> Result<TakenRun, SetupError> {
     let opts = JournalOptions { fsync_every_event };
@@ -92,15 +93,13 @@ pub fn take_run(
                 }
                 Err(e) => return Err(SetupError::Refused(e.to_string())),
             };
-            let lock = RunLock::try_acquire(&paths.run_dir)
-                .map_err(io)?
-                .ok_or_else(|| {
-                    SetupError::Refused(format!(
-                        "run '{run_id}' is locked by another process (lock file {})",
-                        paths.run_dir.join(LOCK_FILE).display()
-                    ))
-                })?;
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
+            let lock = lock_new_run(&paths, &journal)?.ok_or_else(|| {
+                SetupError::Refused(format!(
+                    "run '{run_id}' is locked by another process (lock file {})",
+                    paths.run_dir.join(LOCK_FILE).display()
+                ))
+            })?;
             journal.set_secrets(secrets.clone());
             let mut meta = RunMetadata::new_running(
                 run_id,
@@ -133,7 +132,7 @@ pub fn take_run(
             );
             // Metadata last: a run folder with metadata.json always has a journal holding
             // the task, and one without it never started (see reclaim_unstarted_run_dir).
-            write_metadata(&paths.run_dir, &meta).map_err(io)?;
+            write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
             Ok(TakenRun {
                 paths,
                 journal,
@@ -152,9 +151,13 @@ pub fn take_run(
             // Re-read under the lock: the previous owner may have finished in between.
             let mut meta =
                 read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let (mut journal, mut events) =
-                Journal::open_with_secrets(&paths.run_dir, opts, secrets.clone())
-                    .map_err(journal_refusal)?;
+            let (mut journal, mut events) = Journal::open_with_secrets(
+                &paths.run_dir,
+                opts,
+                secrets.clone(),
+                lock.shares_file_with(&paths.journal),
+            )
+            .map_err(journal_refusal)?;
             // Decide everything first: a refusal below must leave the run as it was.
             let interrupted = (meta.status == RunStatus::Running).then(|| {
                 // We hold the lock, so whoever recorded RUNNING no longer drives the run.
@@ -202,7 +205,7 @@ pub fn take_run(
             meta.result = None;
             meta.max_iterations = max_iterations;
             meta.agent_home = request.agent.home.to_string_lossy().into_owned();
-            write_metadata(&paths.run_dir, &meta).map_err(io)?;
+            write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
             restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
             if let Some(reason) = interrupted {
                 events.push(
@@ -257,6 +260,17 @@ pub fn take_run(
                 resumed: true,
             })
         }
+    }
+}
+
+/// Locks a new run through its journal's descriptor (one descriptor for both; see
+/// `metadata::lock`), or through a plain `lock` file when one appeared first.
+fn lock_new_run(paths: &RunPaths, journal: &Journal) -> Result<Option<RunLock>, SetupError> {
+    match RunLock::on_new_journal(&paths.run_dir, journal.path(), journal.file_handle())
+        .map_err(io)?
+    {
+        Some(lock) => Ok(Some(lock)),
+        None => RunLock::try_acquire(&paths.run_dir).map_err(io),
     }
 }
 

@@ -9,6 +9,7 @@
 //! `observation.rs`), or kill a group whose leader exited normally (daemons a tool starts on
 //! purpose survive it).
 
+mod budget;
 mod capture;
 mod env;
 mod launch;
@@ -25,6 +26,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+pub use budget::{default_max_tool_processes, max_tool_processes, set_max_tool_processes};
 pub use capture::StreamCapture;
 pub use env::{build_child_env, engine_vars, API_KEY_VAR};
 
@@ -254,6 +256,15 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
         outcome.termination = Termination::Cancelled;
         return outcome;
     }
+    // Held until this function returns, when the process's pipes are closed.
+    let _descriptors = tokio::select! {
+        slot = budget::acquire() => slot,
+        _ = cancel.cancelled() => {
+            let mut outcome = ProcessOutcome::spawn_failed(String::new(), spec.timeout);
+            outcome.termination = Termination::Cancelled;
+            return outcome;
+        }
+    };
     let Launched {
         pid,
         mut leader,

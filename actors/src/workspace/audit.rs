@@ -49,6 +49,45 @@ pub fn sanitize_file_component(raw: &str) -> String {
 /// Reserves `<dir>/<stem>.json`, or `<stem>_2.json`, `<stem>_3.json`, … if taken. If the
 /// directory is unusable the first candidate is returned and the later write reports it.
 fn reserve(dir: &Path, stem: &str) -> PathBuf {
+    create_unique(dir, stem).0
+}
+
+/// Creates and writes the record of one LLM call, `io/invocations/<ts>_<iteration>.json`,
+/// in one open (reserving the name first, as the other records do, costs a second open of
+/// the file at every iteration). Returns the record's path, also when writing failed (the
+/// error names it).
+pub fn write_invocation_record(
+    paths: &RunPaths,
+    iteration: u32,
+    value: &serde_json::Value,
+    secrets: &SecretSet,
+) -> (PathBuf, Result<(), WorkspaceError>) {
+    let stem = format!("{}_{iteration}", audit_timestamp());
+    let (path, file) = create_unique(&paths.invocations_dir, &stem);
+    let Some(mut file) = file else {
+        let written = write_redacted_json_file(&path, value, secrets);
+        return (path, written);
+    };
+    let bytes = if secrets.is_empty() {
+        serde_json::to_vec_pretty(value)
+    } else {
+        let mut shown = value.clone();
+        secrets.redact_json(&mut shown);
+        serde_json::to_vec_pretty(&shown)
+    };
+    let written = bytes
+        .map_err(|e| WorkspaceError::io("serialize JSON for", &path, io::Error::other(e)))
+        .and_then(|mut bytes| {
+            bytes.push(b'\n');
+            file.write_all(&bytes)
+                .map_err(|e| WorkspaceError::io("write", &path, e))
+        });
+    (path, written)
+}
+
+/// Creates `<dir>/<stem>.json` (or `_2`, `_3`, … when taken) and returns it open. When the
+/// directory is unusable: the first candidate and no file (the write then reports why).
+fn create_unique(dir: &Path, stem: &str) -> (PathBuf, Option<std::fs::File>) {
     let first = dir.join(format!("{stem}.json"));
     for attempt in 1..=MAX_SUFFIX {
         let candidate = if attempt == 1 {
@@ -62,16 +101,18 @@ fn reserve(dir: &Path, stem: &str) -> PathBuf {
             .mode(0o600)
             .open(&candidate)
         {
-            Ok(_) => return candidate,
+            Ok(file) => return (candidate, Some(file)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(_) => return first,
+            Err(_) => return (first, None),
         }
     }
     let random = uuid::Uuid::new_v4().simple().to_string();
-    dir.join(format!("{stem}_{random}.json"))
+    (dir.join(format!("{stem}_{random}.json")), None)
 }
 
-/// A fresh path for the record of one LLM call: `io/invocations/<ts>_<iteration>.json`.
+/// A fresh path for the record of one LLM call: `io/invocations/<ts>_<iteration>.json`
+/// (the engine creates it and writes it in one open: [`write_invocation_record`]).
+#[cfg(test)]
 pub fn invocation_record_path(paths: &RunPaths, iteration: u32) -> PathBuf {
     reserve(
         &paths.invocations_dir,
@@ -104,6 +145,10 @@ pub fn hook_record_path(paths: &RunPaths, hook_name: &str) -> PathBuf {
 }
 
 /// Writes `value` as 2-space pretty JSON plus a newline; new files get mode 0600.
+///
+/// Not with `O_TRUNC`: ext4 flushes a file truncated to zero at close (`auto_da_alloc`), a
+/// disk write on the run's thread for every record (records are reserved empty first). An
+/// existing file is overwritten and cut to the new length instead.
 pub fn write_json_file(path: &Path, value: &serde_json::Value) -> Result<(), WorkspaceError> {
     let mut bytes = serde_json::to_vec_pretty(value)
         .map_err(|e| WorkspaceError::io("serialize JSON for", path, io::Error::other(e)))?;
@@ -111,12 +156,24 @@ pub fn write_json_file(path: &Path, value: &serde_json::Value) -> Result<(), Wor
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o600)
         .open(path)
         .map_err(|e| WorkspaceError::io("open", path, e))?;
-    file.write_all(&bytes)
-        .map_err(|e| WorkspaceError::io("write", path, e))
+    overwrite(&mut file, &bytes).map_err(|e| WorkspaceError::io("write", path, e))
+}
+
+/// Writes `bytes` over `file` from its start and cuts off what an older, longer text left
+/// behind; a file no longer than `bytes` is not truncated at all (ext4 charges a truncate
+/// even to the same length).
+pub fn overwrite(file: &mut std::fs::File, bytes: &[u8]) -> io::Result<()> {
+    let old_len = file.metadata()?.len();
+    file.write_all(bytes)?;
+    let new_len = bytes.len() as u64;
+    if old_len > new_len {
+        file.set_len(new_len)?;
+    }
+    Ok(())
 }
 
 /// [`write_json_file`] with every sensitive answer in `value` (strings and keys) replaced by
@@ -226,6 +283,46 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains("canary-55"), "{text}");
         assert!(text.contains(&crate::redact::marker("call_1")), "{text}");
+    }
+
+    #[test]
+    fn invocation_records_are_written_in_one_go_and_never_overwrite() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(tmp.path(), "r").unwrap();
+        let secrets = SecretSet::new([("call_1", "canary-9")]);
+        let value = serde_json::json!({"request": "pw canary-9"});
+        let (first, written) = write_invocation_record(&paths, 3, &value, &secrets);
+        written.unwrap();
+        let (second, written) = write_invocation_record(&paths, 3, &value, &SecretSet::default());
+        written.unwrap();
+        assert_ne!(first, second);
+        assert!(file_name(&first).ends_with("_3.json"), "{first:?}");
+        let text = std::fs::read_to_string(&first).unwrap();
+        assert!(
+            !text.contains("canary-9") && text.ends_with("}\n"),
+            "{text}"
+        );
+        assert!(std::fs::read_to_string(&second)
+            .unwrap()
+            .contains("canary-9"));
+        let mode = std::fs::metadata(&first).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let gone = tmp.path().join("gone");
+        let missing = RunPaths::new(&gone, "r");
+        let (path, written) = write_invocation_record(&missing, 1, &value, &secrets);
+        assert!(written
+            .unwrap_err()
+            .to_string()
+            .contains(&path.display().to_string()));
+    }
+
+    #[test]
+    fn rewriting_a_longer_file_leaves_only_the_new_text() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.json");
+        write_json_file(&path, &serde_json::json!({"long": "x".repeat(100)})).unwrap();
+        write_json_file(&path, &serde_json::json!(1)).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n");
     }
 
     #[test]

@@ -314,7 +314,9 @@ async fn models_stats_and_unknown_routes() {
         keys,
         [
             "completions",
+            "connections",
             "failures",
+            "http2_requests",
             "in_flight",
             "max_in_flight",
             "max_requests_per_minute",

@@ -3,6 +3,7 @@ mod agent_loading;
 mod faults;
 mod harness;
 mod hooks;
+mod http2;
 mod layering;
 mod llm;
 mod orchestrate;

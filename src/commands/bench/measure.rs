@@ -3,7 +3,7 @@
 //! before a run, or a clear error), and the tool-spawn rate that bounds any workload.
 //! It must not drive runs or format reports.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -11,20 +11,46 @@ use std::time::{Duration, Instant};
 use nix::sys::resource::{getrlimit, getrusage, setrlimit, Resource, UsageWho};
 use serde::{Deserialize, Serialize};
 
-/// Descriptors one concurrent run holds: measured 5 while it waits for the model (its
-/// lock, journal and engine.log, and the model connection on both ends, since the scripted
-/// server lives in this process), briefly more while a tool's pipes are open.
-const FDS_PER_CONCURRENT_RUN: u64 = 6;
+/// Descriptors one waiting run holds besides its model connection: the journal, which is
+/// also its lock (engine.log is opened per line).
+const FDS_PER_RUN: u64 = 1;
 /// Descriptors the process needs besides the runs (runtime, listeners, std streams).
 const FDS_BASE: u64 = 512;
+/// Descriptors of one tool process in the engine: its stdout and stderr pipes, and stdin's
+/// when it is fed.
+const FDS_PER_TOOL: u64 = 3;
+/// The fewest tools the bench lets run at once, whatever the descriptor arithmetic says.
+const MIN_TOOLS_IN_FLIGHT: u64 = 16;
 /// Listing /proc/self/fd costs kernel time proportional to the open descriptors (8% of the
 /// samples at 1,000 runs when sampled every 25 ms), so sample sparingly.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 const SPAWN_CALIBRATION_PER_THREAD: usize = 100;
+/// Starts through the tool spawner to calibrate its rate, and how many at once.
+const SPAWNER_CALIBRATION_STARTS: usize = 400;
+const SPAWNER_CALIBRATION_CONCURRENCY: usize = 8;
 
-/// Open files needed to drive `concurrency` runs at once.
-pub fn open_files_needed(concurrency: usize) -> u64 {
-    FDS_BASE + FDS_PER_CONCURRENT_RUN * concurrency as u64
+/// Descriptors of one waiting run's model connection: none over HTTP/2 (thousands of calls
+/// share a connection), one per call over HTTP/1.1, two with the scripted model in this
+/// process (both ends).
+pub fn connection_fds_per_run(http2: bool, in_process_server: bool) -> u64 {
+    match (http2, in_process_server) {
+        (true, _) => 0,
+        (false, false) => 1,
+        (false, true) => 2,
+    }
+}
+
+/// Open files needed to drive `concurrency` runs at once, each with `connection_fds`
+/// descriptors for its model call, before any tool starts.
+pub fn open_files_needed(concurrency: usize, connection_fds: u64) -> u64 {
+    FDS_BASE + (FDS_PER_RUN + connection_fds) * concurrency as u64
+}
+
+/// Tool processes the engine may run at once within `limit` descriptors once `concurrency`
+/// runs hold theirs (the engine's tool descriptor budget).
+pub fn tools_in_flight(limit: u64, concurrency: usize, connection_fds: u64) -> usize {
+    let spare = limit.saturating_sub(open_files_needed(concurrency, connection_fds));
+    (spare / FDS_PER_TOOL).max(MIN_TOOLS_IN_FLIGHT) as usize
 }
 
 /// Makes sure `RLIMIT_NOFILE` allows `needed` descriptors, raising the soft (and, when
@@ -32,12 +58,14 @@ pub fn open_files_needed(concurrency: usize) -> u64 {
 pub fn ensure_open_files(needed: u64) -> Result<u64, String> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)
         .map_err(|e| format!("cannot read the open-files limit (RLIMIT_NOFILE): {e}"))?;
-    if soft >= needed {
+    if soft >= needed && soft >= hard {
         return Ok(soft);
     }
+    // As high as allowed: tools take what the runs leave.
     let new_hard = hard.max(needed);
-    match setrlimit(Resource::RLIMIT_NOFILE, needed, new_hard) {
-        Ok(()) => Ok(needed),
+    match setrlimit(Resource::RLIMIT_NOFILE, new_hard, new_hard) {
+        Ok(()) => Ok(new_hard),
+        Err(_) if soft >= needed => Ok(soft),
         Err(e) => Err(format!(
             "this bench needs about {needed} open files for its concurrency, but the open-files \
              limit is {soft} (hard limit {hard}) and raising it failed: {e}.\n\
@@ -160,15 +188,20 @@ pub struct Peaks {
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Peaks>>,
+    /// The sampling thread's kernel id (its CPU is the bench's, not the engine's).
+    tid: Arc<AtomicI32>,
 }
 
 impl Sampler {
     pub fn start() -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let tid = Arc::new(AtomicI32::new(-1));
+        let tid_slot = Arc::clone(&tid);
         let thread = std::thread::Builder::new()
             .name("bench-sampler".into())
             .spawn(move || {
+                tid_slot.store(super::server_thread::this_thread_id(), Ordering::SeqCst);
                 let mut peaks = sample_once(Peaks::default());
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(SAMPLE_EVERY);
@@ -177,7 +210,12 @@ impl Sampler {
                 peaks
             })
             .ok();
-        Sampler { stop, thread }
+        Sampler { stop, thread, tid }
+    }
+
+    /// CPU seconds the sampling thread used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        super::server_thread::thread_cpu_seconds(self.tid.load(Ordering::SeqCst))
     }
 
     /// Stops sampling and returns the peaks (including one last sample).
@@ -237,7 +275,7 @@ pub fn open_fds() -> u64 {
 
 /// How many tool processes per second this machine can start and reap: one spawner per CPU,
 /// each starting the tool with piped output (as the engine does) and waiting for it.
-pub fn tool_spawn_rate(argv: &[String]) -> Result<f64, String> {
+pub fn tool_spawn_rate(argv: &[String], cwd: &std::path::Path) -> Result<f64, String> {
     let Some((program, rest)) = argv.split_first() else {
         return Err("--tool is empty: give a command such as `true`".into());
     };
@@ -251,10 +289,12 @@ pub fn tool_spawn_rate(argv: &[String]) -> Result<f64, String> {
         .map(|_| {
             let program = program.clone();
             let rest = rest.to_vec();
+            let cwd = cwd.to_path_buf();
             std::thread::spawn(move || -> Result<(), String> {
                 for _ in 0..SPAWN_CALIBRATION_PER_THREAD {
                     std::process::Command::new(&program)
                         .args(&rest)
+                        .current_dir(&cwd)
                         .stdin(std::process::Stdio::null())
                         .output()
                         .map_err(|e| {
@@ -271,6 +311,43 @@ pub fn tool_spawn_rate(argv: &[String]) -> Result<f64, String> {
             .map_err(|_| "the spawn-rate calibration thread panicked".to_string())??;
     }
     Ok((threads * SPAWN_CALIBRATION_PER_THREAD) as f64 / super::secs(started.elapsed()))
+}
+
+/// Tool starts per second through the tool spawner, as the engine starts tools: a few
+/// concurrent loops of `run_process` with piped output, each waiting for its tool.
+pub async fn spawner_spawn_rate(
+    argv: &[String],
+    cwd: &std::path::Path,
+    spawner: Arc<delta_actors::tool::spawner::Spawner>,
+) -> Result<f64, String> {
+    use delta_actors::tool::process::{run_process, ProcessSpec, Termination};
+    let env = vec![(
+        "PATH".to_owned(),
+        std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+    )];
+    let per_loop = SPAWNER_CALIBRATION_STARTS / SPAWNER_CALIBRATION_CONCURRENCY;
+    let started = Instant::now();
+    let loops = (0..SPAWNER_CALIBRATION_CONCURRENCY).map(|_| {
+        let (argv, env, spawner) = (argv.to_vec(), env.clone(), Arc::clone(&spawner));
+        let cwd = cwd.to_path_buf();
+        async move {
+            for _ in 0..per_loop {
+                let mut spec = ProcessSpec::new(argv.clone(), cwd.clone(), env.clone());
+                spec.spawner = Some(Arc::clone(&spawner));
+                let outcome = run_process(spec, Default::default()).await;
+                if let Termination::SpawnFailed(reason) = &outcome.termination {
+                    return Err(format!(
+                        "--tool cannot start through the tool spawner: {reason}"
+                    ));
+                }
+            }
+            Ok(())
+        }
+    });
+    for result in futures_util::future::join_all(loops).await {
+        result?;
+    }
+    Ok((per_loop * SPAWNER_CALIBRATION_CONCURRENCY) as f64 / super::secs(started.elapsed()))
 }
 
 #[cfg(test)]
@@ -346,10 +423,11 @@ mod tests {
 
     #[test]
     fn spawn_rate_is_positive_and_bad_tools_fail_clearly() {
-        assert!(tool_spawn_rate(&["true".to_string()]).unwrap() > 0.0);
+        let here = std::env::temp_dir();
+        assert!(tool_spawn_rate(&["true".to_string()], &here).unwrap() > 0.0);
         assert!(resolve_on_path("true").starts_with('/'));
         assert_eq!(resolve_on_path("./x"), "./x");
-        let err = tool_spawn_rate(&["/nonexistent/tool".to_string()]).unwrap_err();
+        let err = tool_spawn_rate(&["/nonexistent/tool".to_string()], &here).unwrap_err();
         assert!(err.contains("/nonexistent/tool"));
     }
 }

@@ -14,6 +14,7 @@ pub mod plot;
 pub mod report;
 pub mod serve;
 pub mod serve_client;
+pub mod server_thread;
 pub mod spawn;
 pub mod workload;
 
@@ -22,13 +23,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
-use delta_actors::llm::{Endpoint, Script};
+use delta_actors::llm::{Endpoint, HttpTransport, Script};
+use delta_actors::tool::process::set_max_tool_processes;
+use delta_actors::tool::spawner::{share_for_process, SpawnerCommand};
 use delta_actors::RunStatus;
 use delta_actors::{LlmTarget, Supervisor, SupervisorConfig};
 
 use crate::commands::engine::supervisor_config;
 use crate::error::CliError;
-use report::{BenchReport, Comparison, LoadPoint, RunSample};
+use report::{ApartCpu, BenchReport, Comparison, LoadPoint, RunSample};
+use server_thread::ServerThread;
 use workload::{LatencySpec, Workload};
 
 #[derive(Debug, Subcommand)]
@@ -73,13 +77,17 @@ pub enum BaselineKind {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   delta bench load --runs 1000 --max-parallel 1000 --calls 6 --latency-ms 200
+  delta bench load --runs 10000 --max-parallel 10000 --calls 6 --latency-ms 200 --work-dir NEW_DIR --keep
+  delta bench load --runs 1000 --max-parallel 1000 --http2 off --max-connections 256
   delta bench load --runs 50 --max-parallel 50 --calls 6 --latency-ms 200 --baseline process-per-run
   delta bench load --sweep 10,100,1000 --calls 6 --latency-ms 200 --plot docs/bench/sweep.svg
   delta bench load --runs 100 --endpoint http://127.0.0.1:8000/v1 --model my-model
 
 Every run is a real delta run (agent, journal, metadata, tool processes) in its own work
 directory under --work-dir. Each of the first calls-1 model replies calls the tool once;
-the last reply is the final answer.")]
+the last reply is the final answer. The report gives the engine's own CPU per iteration
+(this process less the scripted model's and the sampler's threads; tools and the tool
+spawner are other processes) and its descriptors per concurrent run.")]
 pub struct LoadArgs {
     /// Number of runs.
     #[arg(long, default_value_t = 100)]
@@ -103,6 +111,15 @@ pub struct LoadArgs {
     /// process, to compare; see docs/tool-spawner.md).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub tool_spawner: OnOff,
+    /// Talk to the model over HTTP/2 (`off`: HTTP/1.1, one connection per call in flight).
+    /// The built-in scripted model speaks both; an --endpoint must speak HTTP/2 without TLS
+    /// for `on` with an http:// URL (see `llm.http2` in the README).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub http2: OnOff,
+    /// Cap on connections (HTTP/1.1) or requests open at once to the endpoint, as
+    /// `llm.max_connections` does.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_connections: Option<u32>,
     /// Where run work directories go (default: a new temporary directory).
     ///
     /// For repeatable figures give a new directory with --keep: on ext4 without a journal the
@@ -159,7 +176,8 @@ fn load(args: &LoadArgs) -> Result<i32, CliError> {
     };
     let widest = points_spec.iter().map(|p| p.1.min(p.0)).max().unwrap_or(1);
     let fd_limit =
-        measure::ensure_open_files(measure::open_files_needed(widest)).map_err(CliError::Config)?;
+        measure::ensure_open_files(measure::open_files_needed(widest, connection_fds(args)))
+            .map_err(CliError::Config)?;
     let workload = Workload::create(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -177,6 +195,11 @@ fn load(args: &LoadArgs) -> Result<i32, CliError> {
     let failed = report.points.iter().any(|p| p.failed_runs > 0)
         || report.baseline.as_ref().is_some_and(|b| b.failed_runs > 0);
     Ok(if failed { 1 } else { 0 })
+}
+
+/// Descriptors of one waiting run's model connection in this process.
+fn connection_fds(args: &LoadArgs) -> u64 {
+    measure::connection_fds_per_run(args.http2 == OnOff::On, args.endpoint.is_none())
 }
 
 fn validate(args: &LoadArgs) -> Result<(), CliError> {
@@ -217,32 +240,58 @@ async fn measure_all(
 ) -> Result<BenchReport, CliError> {
     let server = match &args.endpoint {
         Some(_) => None,
-        None => Some(workload.serve_script().await?),
+        None => Some(ServerThread::start(script_arc(&workload.script_yaml)?)?),
     };
-    let endpoint = Endpoint {
-        base_url: match (&args.endpoint, &server) {
+    let endpoint = Endpoint::new(
+        match (&args.endpoint, &server) {
             (Some(url), _) => url.clone(),
             (None, Some(s)) => s.base_url(),
             (None, None) => String::new(),
         },
-        api_key: Some(std::env::var("DELTA_API_KEY").unwrap_or_else(|_| "bench".into())),
+        Some(std::env::var("DELTA_API_KEY").unwrap_or_else(|_| "bench".into())),
+    )
+    .with_transport(HttpTransport {
+        http2: Some(args.http2 == OnOff::On),
+        max_connections: args.max_connections,
+    });
+    // Calibration tools run in a folder of the bench's own, not wherever it was started.
+    let calibration_dir = workload.calibration_dir()?;
+    let spawn_rate = measure::tool_spawn_rate(&workload.tool_argv, &calibration_dir)
+        .map_err(CliError::Config)?;
+    let spawner = match args.tool_spawner {
+        OnOff::On => Some(
+            share_for_process(&spawner_command()?).map_err(|e| CliError::Runtime(e.to_string()))?,
+        ),
+        OnOff::Off => None,
     };
-    let spawn_rate = measure::tool_spawn_rate(&workload.tool_argv).map_err(CliError::Config)?;
+    let spawner_rate = match &spawner {
+        Some(spawner) => {
+            measure::spawner_spawn_rate(&workload.tool_argv, &calibration_dir, spawner.clone())
+                .await
+                .map_err(CliError::Config)?
+        }
+        None => 0.0,
+    };
     let mut points = Vec::new();
     for (index, &(runs, max_parallel)) in points_spec.iter().enumerate() {
+        set_max_tool_processes(measure::tools_in_flight(
+            fd_limit,
+            max_parallel.min(runs),
+            connection_fds(args),
+        ));
         let target = LlmTarget::Http(endpoint.clone());
         let point = measure_point(
             args,
             workload,
             target,
-            index,
-            runs,
-            max_parallel,
+            (index, runs, max_parallel),
             spawn_rate,
+            server.as_ref(),
         )
         .await?;
         points.push(point);
     }
+    drop(spawner);
     let baseline = match (args.baseline, &server) {
         (Some(BaselineKind::ProcessPerRun), Some(server)) => {
             let (runs, max_parallel) = points_spec[0];
@@ -252,27 +301,37 @@ async fn measure_all(
     };
     let comparison = baseline.as_ref().map(|b| Comparison::new(&points[0], b));
     if let Some(server) = server {
-        server.shutdown().await;
+        server.stop();
     }
     Ok(BenchReport {
         schema_version: report::SCHEMA_VERSION.to_string(),
         machine: report::Machine::detect(fd_limit),
         workload: report::WorkloadInfo::from_args(args, workload),
         tool_spawn_rate_per_s: spawn_rate,
+        spawner_spawn_rate_per_s: spawner_rate,
         points,
         baseline,
         comparison,
     })
 }
 
+/// `delta __spawner`, as the engine starts it.
+fn spawner_command() -> Result<SpawnerCommand, CliError> {
+    let program = std::env::current_exe()
+        .map_err(|e| CliError::Runtime(format!("cannot find the delta executable: {e}")))?;
+    Ok(SpawnerCommand::new(
+        program,
+        [crate::commands::spawner::SUBCOMMAND],
+    ))
+}
+
 async fn measure_point(
     args: &LoadArgs,
     workload: &Workload,
     target: LlmTarget,
-    index: usize,
-    runs: usize,
-    max_parallel: usize,
+    (index, runs, max_parallel): (usize, usize, usize),
     spawn_rate: f64,
+    server: Option<&ServerThread>,
 ) -> Result<LoadPoint, CliError> {
     let requests = workload.requests(index, runs, &target)?;
     let mut config = SupervisorConfig {
@@ -289,8 +348,10 @@ async fn measure_point(
         config.tool_spawner = None;
     }
     let supervisor = Supervisor::start(config)?;
+    let fds_before = measure::open_fds();
     let sampler = measure::Sampler::start();
     let usage_before = measure::CpuUsage::now();
+    let apart_before = apart_cpu(&sampler, server);
     let started = Instant::now();
     let mut waiters = tokio::task::JoinSet::new();
     for request in requests {
@@ -322,6 +383,7 @@ async fn measure_point(
     }
     let wall = started.elapsed();
     let cpu = measure::CpuUsage::now().since(&usage_before);
+    let apart = apart_cpu(&sampler, server) - apart_before;
     let peaks = sampler.stop();
     supervisor.shutdown();
     let lower = report::LowerBound::for_workload(
@@ -331,7 +393,7 @@ async fn measure_point(
         args.latency_ms.mean_ms(),
         spawn_rate,
     );
-    Ok(LoadPoint::summarise(
+    let mut point = LoadPoint::summarise(
         runs,
         max_parallel,
         args.calls,
@@ -341,7 +403,18 @@ async fn measure_point(
         cpu,
         peaks,
         lower,
-    ))
+    );
+    point.add_engine_figures(apart, server.is_some(), fds_before);
+    Ok(point)
+}
+
+/// CPU seconds of this process's threads that are not the engine: the sampler's and the
+/// in-process scripted model's.
+fn apart_cpu(sampler: &measure::Sampler, server: Option<&ServerThread>) -> ApartCpu {
+    ApartCpu {
+        sampler_s: sampler.cpu_seconds(),
+        server_s: server.map(ServerThread::cpu_seconds).unwrap_or(0.0),
+    }
 }
 
 /// Elapsed seconds as a float, for rates.

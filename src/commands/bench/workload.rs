@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use delta_actors::agent::{load_agent, ResolvedAgent};
-use delta_actors::llm::scripted::{serve, ScriptServer};
 use delta_actors::{LlmTarget, RunRequest, RunStart};
 
 use super::LoadArgs;
@@ -160,13 +159,16 @@ impl Workload {
         })
     }
 
-    /// Serves the script over HTTP on 127.0.0.1 (a free port) in the current runtime.
-    pub async fn serve_script(&self) -> Result<ScriptServer, CliError> {
-        let script = super::script_arc(&self.script_yaml)?;
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        serve(script, addr)
-            .await
-            .map_err(|e| CliError::Runtime(format!("cannot serve the scripted model: {e}")))
+    /// `calibration/`: where the spawn-rate calibration runs the tool.
+    pub fn calibration_dir(&self) -> Result<PathBuf, CliError> {
+        let dir = self.root.join("calibration");
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            CliError::Runtime(format!(
+                "cannot create {}: {e} (hint: is the disk full?)",
+                dir.display()
+            ))
+        })?;
+        Ok(dir)
     }
 
     /// One work directory per run, under `p<point>/`.

@@ -21,6 +21,9 @@ pub struct ServerStats {
     rejected_invalid: AtomicU64,
     completions: AtomicU64,
     failures: AtomicU64,
+    /// Connections accepted, and chat requests that arrived over HTTP/2.
+    connections: AtomicU64,
+    http2_requests: AtomicU64,
     /// Arrival time of every chat request, in ms since `started`, in arrival order.
     arrivals_ms: Mutex<Vec<u64>>,
 }
@@ -48,6 +51,12 @@ pub struct StatsSnapshot {
     pub min_interval_ms: u64,
     /// Milliseconds since the model started.
     pub uptime_ms: u64,
+    /// Connections accepted (over HTTP/2 many requests share one).
+    #[serde(default)]
+    pub connections: u64,
+    /// Chat requests that arrived over HTTP/2 (the rest came over HTTP/1.1).
+    #[serde(default)]
+    pub http2_requests: u64,
 }
 
 impl ServerStats {
@@ -60,6 +69,8 @@ impl ServerStats {
             rejected_invalid: AtomicU64::new(0),
             completions: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            http2_requests: AtomicU64::new(0),
             arrivals_ms: Mutex::new(Vec::new()),
         }
     }
@@ -120,6 +131,23 @@ impl ServerStats {
             .unwrap_or(0)
     }
 
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::SeqCst)
+    }
+    /// Chat requests that arrived over HTTP/2.
+    pub fn http2_requests(&self) -> u64 {
+        self.http2_requests.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn record_connection(&self) {
+        self.connections.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(super) fn record_http2(&self) {
+        self.http2_requests.fetch_add(1, Ordering::SeqCst);
+    }
+
     pub(super) fn record_rejected(&self) {
         self.rejected_invalid.fetch_add(1, Ordering::SeqCst);
         self.record_failure();
@@ -145,6 +173,8 @@ impl ServerStats {
             max_requests_per_minute: self.max_requests_in_window(Duration::from_secs(60)),
             min_interval_ms: self.min_interval_ms(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
+            connections: self.connections(),
+            http2_requests: self.http2_requests(),
         }
     }
 

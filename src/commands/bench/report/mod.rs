@@ -1,4 +1,4 @@
-//! The bench report: its JSON schema (`schema_version` "1", every field required, documented
+//! The bench report: its JSON schema (`schema_version` "2", every field required, documented
 //! in BENCHMARKS.md and checked by tests/cli/bench.rs), the summaries computed from run
 //! samples, and (in `text`) the text rendering. It must not run or time anything.
 
@@ -16,7 +16,7 @@ mod text;
 
 pub use text::render_text;
 
-pub const SCHEMA_VERSION: &str = "1";
+pub const SCHEMA_VERSION: &str = "2";
 const ERRORS_KEPT: usize = 5;
 
 /// The whole `delta bench load` result.
@@ -28,6 +28,9 @@ pub struct BenchReport {
     pub workload: WorkloadInfo,
     /// Tool processes per second this machine starts and reaps (calibrated before measuring).
     pub tool_spawn_rate_per_s: f64,
+    /// The same through the tool spawner, as the engine starts tools (0 with
+    /// `--tool-spawner off`).
+    pub spawner_spawn_rate_per_s: f64,
     /// One point, or one per `--sweep` value.
     pub points: Vec<LoadPoint>,
     pub baseline: Option<BaselineResult>,
@@ -97,6 +100,9 @@ pub struct WorkloadInfo {
     pub journal_fsync: bool,
     /// `in-process scripted model over HTTP` or the `--endpoint` URL.
     pub endpoint: String,
+    /// Model calls over HTTP/2 (`--http2`).
+    pub http2: bool,
+    pub max_connections: Option<u32>,
     pub sweep: Vec<usize>,
 }
 
@@ -114,6 +120,8 @@ impl WorkloadInfo {
                 .endpoint
                 .clone()
                 .unwrap_or_else(|| "in-process scripted model over HTTP".into()),
+            http2: args.http2 == OnOff::On,
+            max_connections: args.max_connections,
             sweep: args.sweep.clone(),
         }
     }
@@ -235,8 +243,40 @@ pub struct LoadPoint {
     /// Highest resident memory sampled during this point only.
     pub peak_rss_sampled_bytes: u64,
     pub peak_open_fds: u64,
+    /// Descriptors open just before the point's first run.
+    pub open_fds_before: u64,
+    /// (peak descriptors − those before) / runs driven at once.
+    pub fds_per_run: f64,
+    /// Tool processes allowed to hold their pipes at once (the engine's descriptor budget).
+    pub max_tool_processes: usize,
     pub cpu: CpuUsage,
+    /// Model calls made (each one iteration).
+    pub iterations: u64,
+    /// This process's CPU seconds less the scripted model's thread and the sampler's: the
+    /// engine alone (tools and the tool spawner are other processes, in `cpu.children_*`).
+    pub engine_cpu_s: f64,
+    /// `engine_cpu_s` / iterations, in milliseconds.
+    pub engine_cpu_per_iteration_ms: f64,
+    /// CPU seconds of the in-process scripted model's thread (0 with --endpoint).
+    pub scripted_server_cpu_s: f64,
     pub lower_bound: LowerBound,
+}
+
+/// CPU seconds of the bench's own threads, kept out of the engine's figure.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ApartCpu {
+    pub sampler_s: f64,
+    pub server_s: f64,
+}
+
+impl std::ops::Sub for ApartCpu {
+    type Output = ApartCpu;
+    fn sub(self, earlier: ApartCpu) -> ApartCpu {
+        ApartCpu {
+            sampler_s: self.sampler_s - earlier.sampler_s,
+            server_s: self.server_s - earlier.server_s,
+        }
+    }
 }
 
 impl LoadPoint {
@@ -284,9 +324,38 @@ impl LoadPoint {
             peak_rss_bytes: measure::max_rss_bytes(),
             peak_rss_sampled_bytes: peaks.rss_bytes,
             peak_open_fds: peaks.open_fds,
+            open_fds_before: 0,
+            fds_per_run: 0.0,
+            max_tool_processes: delta_actors::tool::process::max_tool_processes(),
             cpu,
+            iterations: model_calls,
+            engine_cpu_s: cpu.user_s + cpu.sys_s,
+            engine_cpu_per_iteration_ms: (cpu.user_s + cpu.sys_s) * 1000.0
+                / model_calls.max(1) as f64,
+            scripted_server_cpu_s: 0.0,
             lower_bound,
         }
+    }
+
+    /// Takes the bench's own threads out of the CPU figure and relates descriptors to runs.
+    pub fn add_engine_figures(
+        &mut self,
+        apart: ApartCpu,
+        in_process_server: bool,
+        fds_before: u64,
+    ) {
+        let process_s = self.cpu.user_s + self.cpu.sys_s;
+        self.engine_cpu_s = (process_s - apart.sampler_s - apart.server_s).max(0.0);
+        self.engine_cpu_per_iteration_ms =
+            self.engine_cpu_s * 1000.0 / self.iterations.max(1) as f64;
+        self.scripted_server_cpu_s = if in_process_server {
+            apart.server_s
+        } else {
+            0.0
+        };
+        self.open_fds_before = fds_before;
+        let concurrent = self.max_parallel.min(self.runs).max(1);
+        self.fds_per_run = self.peak_open_fds.saturating_sub(fds_before) as f64 / concurrent as f64;
     }
 }
 
@@ -408,6 +477,22 @@ mod tests {
         assert!((p.tool_executions_per_s - 25.0).abs() < 1e-9);
         assert!((p.lower_bound.achieved_ratio - 2.0 / 1.2).abs() < 1e-9);
         assert!((p.engine_overhead_per_iteration_ms.p99 - 50.0 / 6.0).abs() < 1e-9);
+        let mut p = p;
+        p.cpu.user_s = 0.5;
+        p.cpu.sys_s = 0.1;
+        p.peak_open_fds = 40;
+        p.add_engine_figures(
+            ApartCpu {
+                sampler_s: 0.05,
+                server_s: 0.25,
+            },
+            true,
+            20,
+        );
+        assert!((p.engine_cpu_s - 0.3).abs() < 1e-9);
+        assert!((p.engine_cpu_per_iteration_ms - 300.0 / 60.0).abs() < 1e-9);
+        assert!((p.scripted_server_cpu_s - 0.25).abs() < 1e-9);
+        assert!((p.fds_per_run - 2.0).abs() < 1e-9);
         let text = render_text(&BenchReport {
             schema_version: SCHEMA_VERSION.into(),
             machine: Machine::detect(1024),
@@ -420,14 +505,18 @@ mod tests {
                 latency_jitter_ms: 0,
                 journal_fsync: false,
                 endpoint: "x".into(),
+                http2: true,
+                max_connections: None,
                 sweep: vec![],
             },
             tool_spawn_rate_per_s: 1.0,
+            spawner_spawn_rate_per_s: 1.0,
             points: vec![p],
             baseline: None,
             comparison: None,
         });
         assert!(text.contains("10 completed, 0 failed"), "{text}");
         assert!(text.contains("engine overhead"));
+        assert!(text.contains("engine CPU per iteration"), "{text}");
     }
 }

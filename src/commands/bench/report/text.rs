@@ -44,8 +44,13 @@ pub fn render_text(report: &BenchReport) -> String {
     );
     let _ = writeln!(
         out,
-        "tool spawn rate: {:.0}/s",
-        report.tool_spawn_rate_per_s
+        "tool spawn rate: {:.0}/s (fresh processes), {:.0}/s through the tool spawner; model over {}{}",
+        report.tool_spawn_rate_per_s,
+        report.spawner_spawn_rate_per_s,
+        if w.http2 { "HTTP/2" } else { "HTTP/1.1" },
+        w.max_connections
+            .map(|n| format!(", at most {n} connections"))
+            .unwrap_or_default()
     );
     for p in &report.points {
         render_point(&mut out, p);
@@ -118,7 +123,14 @@ fn render_point(out: &mut String, p: &LoadPoint) {
             mib(p.peak_rss_sampled_bytes)
         ),
     );
-    row(out, "peak open fds", format_args!("{}", p.peak_open_fds));
+    row(
+        out,
+        "peak open fds",
+        format_args!(
+            "{} ({} before the runs: {:.2} per concurrent run); at most {} tools at once",
+            p.peak_open_fds, p.open_fds_before, p.fds_per_run, p.max_tool_processes
+        ),
+    );
     let c = &p.cpu;
     row(
         out,
@@ -126,6 +138,14 @@ fn render_point(out: &mut String, p: &LoadPoint) {
         format_args!(
             "{:.2} s user, {:.2} s sys; tools {:.2} s user, {:.2} s sys",
             c.user_s, c.sys_s, c.children_user_s, c.children_sys_s
+        ),
+    );
+    row(
+        out,
+        "engine cpu",
+        format_args!(
+            "{:.3} ms engine CPU per iteration ({:.2} s over {} iterations; scripted model thread {:.2} s apart)",
+            p.engine_cpu_per_iteration_ms, p.engine_cpu_s, p.iterations, p.scripted_server_cpu_s
         ),
     );
     let b = &p.lower_bound;

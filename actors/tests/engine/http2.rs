@@ -1,0 +1,135 @@
+//! HTTP/2 to the model (issue 14): the scripted server speaks HTTP/1.1 and HTTP/2 without
+//! TLS on one port; `llm.http2: true` (h2c prior knowledge) carries many calls in flight
+//! over one connection, HTTP/1.1 keeps working, and `llm.max_connections` caps it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use delta_actors::llm::{
+    scripted, ChatBackend, ChatMessage, ChatRequest, Endpoint, HttpBackend, HttpTransport,
+    RequestMeta, Script, ScriptServer,
+};
+use delta_actors::{LlmTarget, RunStatus, Supervisor};
+
+use crate::harness::{fast_config, new_run, script, TestAgent};
+
+async fn start(yaml: &str) -> ScriptServer {
+    let script = Arc::new(Script::from_yaml_str(yaml, "h2.yaml").unwrap());
+    scripted::serve(script, SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap()
+}
+
+fn backend(server: &ScriptServer, transport: HttpTransport) -> HttpBackend {
+    let endpoint =
+        Endpoint::new(server.base_url(), Some("sk-test".into())).with_transport(transport);
+    HttpBackend::new(endpoint, Duration::from_secs(30)).unwrap()
+}
+
+fn request(task: &str) -> ChatRequest {
+    ChatRequest {
+        model: "delta-scripted".into(),
+        messages: vec![ChatMessage::system("sys"), ChatMessage::user(task)],
+        ..Default::default()
+    }
+}
+
+/// `calls` requests at once through `backend`; every one must succeed.
+async fn concurrently(backend: &HttpBackend, calls: usize) {
+    let sends = (0..calls).map(|i| {
+        let backend = backend.clone();
+        async move {
+            backend
+                .complete(request(&format!("t{i}")), RequestMeta::default())
+                .await
+        }
+    });
+    for reply in futures_util::future::join_all(sends).await {
+        assert_eq!(reply.unwrap().message.content.as_deref(), Some("ok"));
+    }
+}
+
+const SLOW_OK: &str = "default_latency: 150\nsteps:\n  - answer: ok\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_prior_knowledge_carries_many_calls_over_one_connection() {
+    let server = start(SLOW_OK).await;
+    let h2 = backend(
+        &server,
+        HttpTransport {
+            http2: Some(true),
+            max_connections: None,
+        },
+    );
+    concurrently(&h2, 40).await;
+    let stats = server.stats().snapshot();
+    assert_eq!(stats.http2_requests, 40, "{stats:?}");
+    assert_eq!(stats.connections, 1, "{stats:?}");
+    assert!(stats.max_in_flight >= 20, "multiplexed: {stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_still_works_and_max_connections_caps_it() {
+    let server = start(SLOW_OK).await;
+    let h1 = backend(
+        &server,
+        HttpTransport {
+            http2: Some(false),
+            max_connections: Some(3),
+        },
+    );
+    concurrently(&h1, 12).await;
+    let stats = server.stats().snapshot();
+    assert_eq!(stats.http2_requests, 0, "{stats:?}");
+    assert_eq!(stats.completions, 12, "{stats:?}");
+    assert!(stats.max_in_flight <= 3, "{stats:?}");
+    assert!(stats.connections <= 3, "{stats:?}");
+    // Without a cap (and without asking for HTTP/2) a plain http:// endpoint gets HTTP/1.1.
+    let default = backend(&server, HttpTransport::default());
+    concurrently(&default, 6).await;
+    assert_eq!(server.stats().snapshot().http2_requests, 0);
+}
+
+#[test]
+fn a_run_over_h2c_completes_through_the_supervisor() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime.block_on(start(
+        "steps:\n  - tool: echo\n    args: {text: hi}\n  - answer: \"done: {{ last_observation }}\"\n",
+    ));
+    let agent = TestAgent::new(
+        "h2",
+        "",
+        "  - name: echo\n    exec: \"echo ${text}\"\n    parameters:\n      - name: text\n        type: string\n",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let mut request = new_run(agent.load(), work.path(), script("steps: []"), "go");
+    request.llm = LlmTarget::Http(
+        Endpoint::new(server.base_url(), Some("sk-test".into())).with_transport(HttpTransport {
+            http2: Some(true),
+            max_connections: None,
+        }),
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let result = supervisor
+        .submit_blocking(request)
+        .unwrap()
+        .wait_blocking()
+        .unwrap();
+    supervisor.shutdown();
+    let stats = server.stats().snapshot();
+    runtime.block_on(server.shutdown());
+    assert_eq!(result.status, RunStatus::Completed, "{:?}", result.error);
+    let answer = result.result.unwrap_or_default();
+    assert!(
+        answer.starts_with("done: ") && answer.contains("hi"),
+        "{answer}"
+    );
+    assert_eq!(stats.http2_requests, 2, "{stats:?}");
+    assert_eq!(stats.connections, 1, "{stats:?}");
+}

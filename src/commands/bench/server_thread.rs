@@ -1,0 +1,173 @@
+//! The bench's scripted model on a thread of its own (a single-threaded tokio runtime), so
+//! its CPU time can be told apart from the engine's: [`ServerThread::cpu_seconds`] reads the
+//! thread's user + system time from `/proc/self/task/<tid>/stat`.
+//!
+//! Must not: drive runs or measure anything but its own thread.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use delta_actors::llm::scripted::serve;
+use delta_actors::llm::Script;
+use tokio::sync::oneshot;
+
+use crate::error::CliError;
+
+/// A scripted model served on 127.0.0.1 from its own thread; stops when dropped.
+pub struct ServerThread {
+    base_url: String,
+    tid: i32,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ServerThread {
+    /// Starts serving `script` on a free loopback port and waits until it listens.
+    pub fn start(script: Arc<Script>) -> Result<ServerThread, CliError> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(String, i32), String>>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("scripted-model".into())
+            .spawn(move || {
+                let tid = this_thread_id();
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("cannot start its runtime: {e}")));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+                    match serve(script, addr).await {
+                        Ok(server) => {
+                            let _ = ready_tx.send(Ok((server.base_url(), tid)));
+                            let _ = stop_rx.await;
+                            server.shutdown().await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                        }
+                    }
+                });
+            })
+            .map_err(|e| {
+                CliError::Runtime(format!("cannot start the scripted model's thread: {e}"))
+            })?;
+        let started = ready_rx
+            .recv()
+            .map_err(|_| "its thread ended before it listened".to_string())
+            .and_then(|ready| ready);
+        match started {
+            Ok((base_url, tid)) => Ok(ServerThread {
+                base_url,
+                tid,
+                stop: Some(stop_tx),
+                thread: Some(thread),
+            }),
+            Err(e) => {
+                let _ = thread.join();
+                Err(CliError::Runtime(format!(
+                    "cannot serve the scripted model: {e}"
+                )))
+            }
+        }
+    }
+
+    /// The base URL clients use, e.g. `http://127.0.0.1:4321/v1`.
+    pub fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    /// User + system CPU seconds the server's thread used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        thread_cpu_seconds(self.tid)
+    }
+
+    /// Stops accepting, lets open connections finish, and joins the thread.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+/// The calling thread's kernel id (its `/proc/self/task/<tid>` entry).
+pub fn this_thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// User + system CPU seconds of thread `tid` of this process, from
+/// `/proc/self/task/<tid>/stat`; 0 when it cannot be read (the thread ended).
+pub fn thread_cpu_seconds(tid: i32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return 0.0;
+    };
+    let Some((_, fields)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    // utime and stime are fields 14 and 15 of proc(5); `fields` starts at field 3.
+    let ticks: u64 = fields
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|t| t.parse::<u64>().unwrap_or(0))
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / per_second
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_thread_shows_its_own_cpu_and_no_other() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let busy = std::thread::spawn(move || {
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(120);
+            while std::time::Instant::now() < until {
+                std::hint::black_box(0u64);
+            }
+            tx.send(this_thread_id()).unwrap();
+            // Stay alive until the reading is taken.
+            std::thread::park();
+        });
+        let tid = rx.recv().unwrap();
+        let busy_cpu = thread_cpu_seconds(tid);
+        let idle_cpu = thread_cpu_seconds(this_thread_id());
+        busy.thread().unpark();
+        busy.join().unwrap();
+        assert!(busy_cpu >= 0.05, "{busy_cpu}");
+        assert!(idle_cpu < busy_cpu, "{idle_cpu} vs {busy_cpu}");
+        assert_eq!(thread_cpu_seconds(-1), 0.0);
+    }
+
+    #[test]
+    fn the_server_answers_from_its_thread_and_stops() {
+        let script = Arc::new(Script::from_yaml_str("steps:\n  - answer: hi\n", "s.yaml").unwrap());
+        let server = ServerThread::start(script).unwrap();
+        assert!(server.base_url().starts_with("http://127.0.0.1:"));
+        assert!(server.cpu_seconds() >= 0.0);
+        server.stop();
+    }
+}
