@@ -27,12 +27,14 @@ use crate::protocol::LlmTarget;
 pub struct RelayRoute {
     /// `[A-Za-z0-9_-]+`.
     pub name: String,
+    /// The real endpoint (with its key) or script that the route's requests go to.
     pub target: LlmTarget,
 }
 
 /// What the relay serves.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
+    /// The address to bind; port 0 picks a free one (see [`Relay::addr`]).
     pub listen: SocketAddr,
     /// Callers must send it as `Authorization: Bearer <token>`.
     pub token: String,
@@ -52,14 +54,27 @@ pub struct RelayConfig {
 /// Why the relay could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
+    /// The listen address could not be bound.
     #[error(
         "cannot listen on {addr}: {message} (hint: is the port in use? port 0 picks a free one)"
     )]
-    Bind { addr: SocketAddr, message: String },
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The operating system's error.
+        message: String,
+    },
+    /// A route's name is not 1-64 characters from `[A-Za-z0-9_-]`.
     #[error("invalid relay route {name:?}: a route name is 1-64 characters from [A-Za-z0-9_-]")]
-    Route { name: String },
+    Route {
+        /// The name as given.
+        name: String,
+    },
+    /// The config has no route.
     #[error("the relay needs at least one route (an LLM endpoint or --llm-script)")]
     NoRoute,
+    /// The relay's thread or an upstream's HTTP client could not be started; the text
+    /// says why.
     #[error("cannot start the relay: {0}")]
     Start(String),
 }

@@ -24,7 +24,10 @@ pub enum RunExecutor {
 /// What the Slurm executor submits with.
 #[derive(Clone)]
 pub struct SlurmJobs {
+    /// The plan's validated `executor:` settings: partition, account, time limit, extra
+    /// `sbatch` arguments, array width and how often the queue is polled.
     pub settings: SlurmSettings,
+    /// `sbatch`, `squeue` and `scancel` as found on the orchestrating host's PATH.
     pub tools: SlurmTools,
     /// The `delta` binary on the nodes.
     pub delta_path: PathBuf,

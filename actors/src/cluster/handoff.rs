@@ -25,17 +25,28 @@ const FILE_BYTES: u64 = 16 * 1024 * 1024;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum HandoffLaunch {
     /// A new run with this task.
-    New { task: String },
+    New {
+        /// The run's rendered task: its first user message.
+        task: String,
+    },
     /// Continue the run from its journal, with this message for the model if any.
-    Continue { message: Option<String> },
+    Continue {
+        /// The answer or next user message; `None` resumes as the journal left it.
+        message: Option<String>,
+    },
 }
 
 /// One planned run, as the compute node needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedRunFile {
+    /// The orchestration the run belongs to, recorded in the run's metadata.
     pub orchestration_id: String,
+    /// The id the run is started or continued under; checked as a run id when read.
     pub run_id: String,
+    /// The stage id; must match the `<stage>` folder the file is read from.
     pub stage: String,
+    /// The item's 0-based position in the stage (0 without `foreach`); must match the
+    /// file's name.
     pub index: usize,
     /// The agent folder (absolute, on the shared filesystem).
     pub agent: PathBuf,
@@ -43,29 +54,50 @@ pub struct PlannedRunFile {
     pub work_dir: PathBuf,
     /// The plan's folder: its `.env` is part of the run's environment, as on the submitting host.
     pub plan_dir: PathBuf,
+    /// Whether the node starts the run afresh or continues it from its journal.
     pub launch: HandoffLaunch,
+    /// The iteration cap; `None` = the agent's own.
     pub max_iterations: Option<u32>,
+    /// Wall-clock limit of this attempt, in milliseconds; `None` = no limit.
     pub timeout_ms: Option<u64>,
     /// The relay route of the agent's model endpoint (`<relay>/r/<route>/v1`).
     pub llm_route: String,
-    /// The plan's `llm.request_timeout` / `llm.idle_timeout`, which win over the agent's.
+    /// The plan's `llm.request_timeout` in milliseconds, which wins over the agent's;
+    /// `None` = the agent's own.
     pub llm_request_timeout_ms: Option<u64>,
+    /// The plan's `llm.idle_timeout` in milliseconds, which wins over the agent's; `None` =
+    /// the agent's own.
     pub llm_idle_timeout_ms: Option<u64>,
 }
 
 /// A handoff file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum HandoffError {
+    /// The stage is not a stage id, so it cannot name a folder inside the orchestration's.
     #[error("invalid stage {stage:?}: a stage id is 1-48 characters from [a-z0-9_-] (hint: pass the stage id as the plan writes it)")]
-    InvalidStage { stage: String },
+    InvalidStage {
+        /// The stage as given.
+        stage: String,
+    },
+    /// The file, or its folder, could not be created, written, replaced or read.
     #[error("cannot {action} {}: {message} (hint: is the orchestration folder on a filesystem this node shares with the submitting host? `delta orchestrate --executor slurm --check`)", path.display())]
     Io {
+        /// What failed, as a verb phrase: `read`, `write`, `replace`, `create the folder of`.
         action: &'static str,
+        /// The handoff file concerned.
         path: PathBuf,
+        /// The operating system's error.
         message: String,
     },
+    /// The file is not a usable planned run: bad JSON, another item's file, or an invalid
+    /// run id.
     #[error("{}: not a planned run: {message}", path.display())]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The handoff file concerned.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 fn check_stage(stage: &str) -> Result<(), HandoffError> {

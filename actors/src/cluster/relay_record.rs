@@ -14,13 +14,16 @@ use serde::{Deserialize, Serialize};
 /// What a resumed orchestration needs of its earlier relays.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelayRecord {
+    /// The address the latest relay listened on; `None` when no relay was recorded.
     pub listen: Option<SocketAddr>,
+    /// Hex SHA-256 digests of the tokens given to jobs, oldest first, at most 64.
     pub token_digests: Vec<String>,
 }
 
 /// At most this many digests are kept (one per start or resume).
 const DIGESTS: usize = 64;
 
+/// Where the record is kept: `<orchestration dir>/slurm/relay.json`.
 pub fn record_path(orchestration_dir: &Path) -> PathBuf {
     orchestration_dir.join("slurm").join("relay.json")
 }

@@ -207,8 +207,10 @@ pub struct ExecutorSpec {
     /// `local` (default) or `slurm`.
     #[serde(rename = "type", default)]
     pub kind: ExecutorKind,
+    /// Slurm partition of every job (`--partition`; default the cluster's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// Slurm account the jobs are charged to (`--account`; default the user's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
     /// Slurm's `--time` (`30`, `1:00:00`, `1-12:00:00`).
@@ -232,7 +234,9 @@ pub struct ExecutorSpec {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExecutorKind {
+    /// `local`: every run in this process (the default).
     #[default]
     Local,
+    /// `slurm`: every run as a Slurm job, a stage's fan-out as job arrays.
     Slurm,
 }

@@ -25,27 +25,55 @@ const CANCEL_BATCH: usize = 500;
 /// Why a Slurm command did not do its job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SlurmCommandError {
+    /// The command is in none of the PATH's folders (or is not executable there).
     #[error("`{tool}` is not on PATH (hint: run on a Slurm login node, or load the Slurm module; `--executor slurm` needs sbatch, squeue and scancel)")]
-    NotFound { tool: String },
+    NotFound {
+        /// `sbatch`, `squeue` or `scancel`.
+        tool: String,
+    },
+    /// The command was found but could not be started or waited for.
     #[error("cannot start `{tool}`: {message}")]
-    Spawn { tool: String, message: String },
+    Spawn {
+        /// `sbatch`, `squeue` or `scancel`.
+        tool: String,
+        /// The operating system's error.
+        message: String,
+    },
+    /// The command ran and exited unsuccessfully; `stderr` says why.
     #[error("`{command}` failed ({status}): {stderr} (hint: check the plan's executor: settings — partition, account, time_limit, sbatch_args — and `sinfo`)")]
     Failed {
+        /// The command line as run, shell-quoted (its environment left out).
         command: String,
+        /// How it exited, as the OS words it (e.g. `exit status: 1`).
         status: String,
+        /// Slurm's own message, trimmed.
         stderr: String,
     },
+    /// The command did not exit within [`COMMAND_TIME`]; it was killed.
     #[error("`{tool}` did not answer within {} s (hint: is slurmctld up? `scontrol ping`)", limit.as_secs())]
-    TimedOut { tool: String, limit: Duration },
+    TimedOut {
+        /// `sbatch`, `squeue` or `scancel`.
+        tool: String,
+        /// The limit it exceeded.
+        limit: Duration,
+    },
+    /// `sbatch` succeeded but its first line does not start with a numeric job id.
     #[error("`sbatch --parsable` printed {output:?}, not a job id")]
-    BadJobId { output: String },
+    BadJobId {
+        /// What `sbatch` printed, trimmed.
+        output: String,
+    },
 }
 
 /// The three client commands, found on a PATH.
 #[derive(Debug, Clone)]
 pub struct SlurmTools {
+    /// Where `sbatch` is; it runs with exactly the environment given to
+    /// [`SlurmTools::submit`].
     pub sbatch: PathBuf,
+    /// Where `squeue` is, which lists this user's queued and running tasks.
     pub squeue: PathBuf,
+    /// Where `scancel` is, which cancels jobs and array tasks.
     pub scancel: PathBuf,
 }
 

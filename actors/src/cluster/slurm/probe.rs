@@ -16,32 +16,51 @@ use super::settings::SlurmSettings;
 /// What the probe found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeReport {
+    /// The probe job's Slurm id.
     pub job_id: String,
     /// The node's hostname, as the job wrote it.
     pub node: String,
     /// The node's `delta --version`.
     pub delta_version: String,
+    /// From the submission until the probe's file was seen.
     pub waited: Duration,
 }
 
 /// Why the check failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
+    /// Submitting the probe job failed: `sbatch` missing, refusing it or not answering.
     #[error(transparent)]
     Slurm(#[from] SlurmCommandError),
+    /// The probe's folder in the workspace (`.delta/slurm-probe`) could not be created.
     #[error("cannot write the probe's folder {}: {message}", path.display())]
-    Io { path: PathBuf, message: String },
+    Io {
+        /// The folder.
+        path: PathBuf,
+        /// The operating system's error.
+        message: String,
+    },
+    /// The probe's file did not appear in time (the workspace is not shared, or the job
+    /// did not run); the job is cancelled before this is returned.
     #[error("the probe job {job_id} did not write {} within {} s (hint: the workspace must be on a filesystem the compute nodes share with this host — NFS, Lustre, GPFS...; its output is in {})", path.display(), waited.as_secs(), log.display())]
     NotSeen {
+        /// The probe job's Slurm id.
         job_id: String,
+        /// The file the job should have written.
         path: PathBuf,
+        /// The job's stdout and stderr, where Slurm or the node said what went wrong.
         log: PathBuf,
+        /// How long the check waited.
         waited: Duration,
     },
+    /// The job ran and wrote its file, but the `delta` binary did not run on the node.
     #[error("the probe job {job_id} ran but `{delta}` did not run on the node: {output} (hint: set executor.delta_path to the delta binary as the nodes see it)", delta = delta.display())]
     NoDelta {
+        /// The probe job's Slurm id.
         job_id: String,
+        /// The binary the job tried to run, as the nodes see it.
         delta: PathBuf,
+        /// The job's `delta --version` line: `FAILED: ` and what the shell printed, or empty.
         output: String,
     },
 }

@@ -29,7 +29,11 @@ pub fn logs_dir(orchestration_dir: &Path) -> PathBuf {
 /// What every job of one orchestration shares.
 #[derive(Debug, Clone, Copy)]
 pub struct JobTemplate<'a> {
+    /// Goes into every job's name and comment, so `squeue` shows whose a job is and a
+    /// resumed orchestration finds its jobs.
     pub orchestration_id: &'a str,
+    /// The orchestration's folder on the shared filesystem: the job script passes it to
+    /// `delta exec-planned`, and the jobs' output goes to its `slurm/logs`.
     pub orchestration_dir: &'a Path,
     /// The jobs' working directory (the plan's shared workspace).
     pub workspace: &'a Path,
@@ -43,18 +47,30 @@ pub struct JobTemplate<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SubmissionShape {
     /// A plain job for the item `index`.
-    Single { index: usize },
+    Single {
+        /// The item's index in the stage.
+        index: usize,
+    },
     /// An array whose task `t` runs the item `offset + t`; `indices` are the items.
-    Array { offset: usize, indices: Vec<usize> },
+    Array {
+        /// Subtracted from an item to give its task id: a multiple of `max_array`.
+        offset: usize,
+        /// The items' indices in the stage (not task ids), ascending.
+        indices: Vec<usize>,
+    },
 }
 
 /// One `sbatch` to run: its arguments (after the program name) and the job script it reads
 /// on stdin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submission {
+    /// The stage whose items it runs (`probe` for the `--check` job).
     pub stage: String,
+    /// A plain job or an array, and which items it runs.
     pub shape: SubmissionShape,
+    /// The `sbatch` arguments, `--parsable` first and the plan's `sbatch_args` last.
     pub args: Vec<String>,
+    /// The job script, a `#!/bin/sh` text that `sbatch` reads on stdin.
     pub script: String,
 }
 
@@ -105,14 +121,19 @@ pub enum ItemBase {
 /// A delta job's comment, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobComment {
+    /// The orchestration that submitted the job.
     pub orchestration_id: String,
+    /// The stage whose items the job runs.
     pub stage: String,
+    /// How a task's item is found: the array offset plus its task id, or the item itself.
     pub base: ItemBase,
 }
 
 /// The prefix of every delta job comment.
 const COMMENT_TAG: &str = "delta";
 
+/// The `--comment` of a delta job: `delta orchestration=<id> stage=<stage> offset=<k>` (an
+/// array) or `... index=<i>` (a plain job).
 pub fn job_comment(orchestration_id: &str, stage: &str, base: ItemBase) -> String {
     let base = match base {
         ItemBase::Offset(offset) => format!("offset={offset}"),

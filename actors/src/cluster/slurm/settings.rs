@@ -20,6 +20,7 @@ pub const POLL_INTERVAL: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(100)..=Duration::from_secs(600);
 /// At most this many `executor.sbatch_args`, each at most [`ARG_LEN`] bytes.
 pub const SBATCH_ARGS: usize = 64;
+/// The longest one of `executor.sbatch_args`, in bytes.
 pub const ARG_LEN: usize = 1024;
 
 /// Options `delta` sets itself on every `sbatch`; a plan's `sbatch_args` may not repeat them.
@@ -45,7 +46,9 @@ const OWNED_OPTIONS: &[&str] = &[
 /// How a plan's runs are submitted to Slurm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlurmSettings {
+    /// `--partition`; `None` = the cluster's default partition.
     pub partition: Option<String>,
+    /// `--account` to charge; `None` = the user's default account.
     pub account: Option<String>,
     /// `--time`, in Slurm's own format.
     pub time_limit: Option<String>,
@@ -55,6 +58,8 @@ pub struct SlurmSettings {
     pub max_array: usize,
     /// The `delta` binary on the nodes; `None` = this process's own executable.
     pub delta_path: Option<PathBuf>,
+    /// How often the queue and the runs' result files are read (100 ms to 10 min; default
+    /// [`DEFAULT_POLL_INTERVAL`]).
     pub poll_interval: Duration,
 }
 
@@ -76,8 +81,11 @@ impl Default for SlurmSettings {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("executor.{key}: {message} (hint: {hint})")]
 pub struct SettingsError {
+    /// The key below `executor.`, e.g. `max_array` or `sbatch_args[2]`.
     pub key: String,
+    /// What is wrong with the value.
     pub message: String,
+    /// How to write it instead.
     pub hint: String,
 }
 

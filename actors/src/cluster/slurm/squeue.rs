@@ -13,7 +13,9 @@ pub const SQUEUE_FORMAT: &str = "%i|%F|%K|%j|%k|%T";
 /// Where a queued task stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskState {
+    /// `PENDING`: waiting for resources, priority or its array's throttle.
     Pending,
+    /// `RUNNING`: on a node.
     Running,
     /// COMPLETING, CONFIGURING, SUSPENDED, ...: still in the queue.
     Other(String),
@@ -24,10 +26,14 @@ pub enum TaskState {
 pub struct QueuedTask {
     /// What `scancel` takes: `<job>_<task>` or `<job>`.
     pub job_id: String,
+    /// The array task id; `None` for a plain job.
     pub array_task: Option<usize>,
+    /// The job name (for delta's jobs `<orchestration>-<stage>` for an array,
+    /// `<orchestration>-<stage>-<index>` for a plain job).
     pub name: String,
     /// Parsed when the job is delta's.
     pub comment: Option<JobComment>,
+    /// Pending, running, or another state that keeps it in the queue.
     pub state: TaskState,
 }
 
