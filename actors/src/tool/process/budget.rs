@@ -79,7 +79,8 @@ fn budget() -> &'static Budget {
     BUDGET.get_or_init(|| Budget::new(default_max_tool_processes()))
 }
 
-/// Half of what the open-files limit leaves after [`RESERVED_FDS`], in processes.
+/// Half of what the open-files limit leaves after the descriptors reserved for the engine
+/// itself (`RESERVED_FDS`), in processes of three pipe ends each.
 pub fn default_max_tool_processes() -> usize {
     let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .map(|(soft, _)| soft)
