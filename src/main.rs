@@ -30,7 +30,7 @@ fn install_logging(verbose: u8) {
         .try_init();
 }
 
-/// With `--features mimalloc`: glibc's malloc spent a fifth of the engine's CPU in its arenas
+/// mimalloc (the default `mimalloc` feature): glibc's malloc spent a fifth of the engine's CPU in its arenas
 /// (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`; BENCHMARKS.md). Built without
 /// mimalloc's transparent huge pages, which took a single run from 13 to 29 MiB resident.
 #[cfg(feature = "mimalloc")]

@@ -209,12 +209,20 @@ pub fn write_result(
     write_atomically(&result_path(orchestration_dir, stage, index)?, result)
 }
 
-/// The recorded result, if the run's job wrote one.
+/// The recorded result, if the run's job wrote one. A file that exists but cannot be read is
+/// logged (naming the file and why) and treated as absent: the run is then settled from its
+/// own folder, as a job that died before writing its result is.
 pub fn read_result(path: &Path) -> Option<RunResult> {
     if !path.exists() {
         return None;
     }
-    read_json(path).ok()
+    match read_json(path) {
+        Ok(result) => Some(result),
+        Err(e) => {
+            tracing::warn!(target: "delta::slurm", "ignoring an unreadable run result: {e}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,10 @@ pub struct ServeChild {
 impl ServeChild {
     pub fn start(dir: &Path) -> Result<ServeChild, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot locate delta: {e}"))?;
+        // To a file, not a pipe: a pipe nobody reads would stall the server once full.
+        let stderr_path = dir.join("serve.stderr");
+        let stderr = std::fs::File::create(&stderr_path)
+            .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
         let mut child = std::process::Command::new(exe)
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(dir.join("state"))
@@ -37,7 +41,7 @@ impl ServeChild {
             .env_remove("DELTA_SERVE_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .map_err(|e| format!("cannot start delta serve: {e}"))?;
         let mut line = String::new();
@@ -47,7 +51,11 @@ impl ServeChild {
         let Some((base, token)) = line.trim().split_once("/?token=") else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("delta serve did not print its URL (got {line:?})"));
+            let said = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            return Err(format!(
+                "delta serve did not print its URL (got {line:?}); it said: {}",
+                said.trim()
+            ));
         };
         Ok(ServeChild {
             base: base.to_string(),

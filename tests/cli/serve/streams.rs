@@ -109,8 +109,10 @@ fn serve_a_slow_viewer_gets_a_fresh_snapshot_and_does_not_stall_a_fast_one() {
             })
         });
         ready_rx.recv_timeout(super::LIMIT).unwrap();
-        // ~24 MiB of output; the slow viewer reads nothing meanwhile.
-        server.input(&session, worker_id, "head -c 24000000 /dev/zero | tr '\\0' 'x' | fold -w 100; echo slow-$((6*7))-done\r").await;
+        // ~24 MiB of output while the slow viewer reads nothing. Written in 240 paced chunks
+        // (at most ~10 MB/s) so that "fast" means faster than the producer, not faster than
+        // the server: a debug-built client must not fall behind a release-speed server.
+        server.input(&session, worker_id, "for i in $(seq 240); do head -c 100000 /dev/zero | tr '\\0' 'x' | fold -w 100; sleep 0.01; done; echo slow-$((6*7))-done\r").await;
         let fast_end = fast.join().unwrap();
         assert!(fast_end > 24_000_000, "the fast viewer got every byte without a snapshot");
         let mut snapshots = 0;
