@@ -11,8 +11,9 @@
 //! request and answers the endpoint's errors (with their Retry-After) to the caller, whose
 //! own engine retries.
 //!
-//! [`Relay`] is the handle: it owns an actix System on its own thread (the routes are in
-//! `runtime::relay`); no actix type crosses it.
+//! This module holds the relay's values (its config, errors and token digests);
+//! [`Relay`](crate::api::Relay) is the handle: it owns an actix System on its own thread (the
+//! routes are in `runtime::relay`); no actix type crosses it.
 //!
 //! Must not: write the key anywhere, log request bodies, or accept a request without the
 //! token.
@@ -34,7 +35,7 @@ pub struct RelayRoute {
 /// What the relay serves.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
-    /// The address to bind; port 0 picks a free one (see [`Relay::addr`]).
+    /// The address to bind; port 0 picks a free one (see [`Relay::addr`](crate::api::Relay::addr)).
     pub listen: SocketAddr,
     /// Callers must send it as `Authorization: Bearer <token>`.
     pub token: String,
@@ -49,6 +50,30 @@ pub struct RelayConfig {
     /// SHA-256 digests (hex) of earlier tokens still accepted: jobs of an orchestration
     /// resumed after a kill keep the token they were started with.
     pub accepted_token_digests: Vec<String>,
+}
+
+impl RelayConfig {
+    /// Checks what can be checked before binding: at least one route, and route names
+    /// that are path words.
+    pub fn validate(&self) -> Result<(), RelayError> {
+        if self.routes.is_empty() {
+            return Err(RelayError::NoRoute);
+        }
+        for route in &self.routes {
+            let valid = !route.name.is_empty()
+                && route.name.len() <= 64
+                && route
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !valid {
+                return Err(RelayError::Route {
+                    name: route.name.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why the relay could not start.
@@ -79,79 +104,6 @@ pub enum RelayError {
     Start(String),
 }
 
-/// A running relay; stopped when dropped.
-pub struct Relay {
-    addr: SocketAddr,
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Relay {
-    /// Binds `config.listen` and serves until stopped.
-    pub fn start(config: RelayConfig) -> Result<Relay, RelayError> {
-        if config.routes.is_empty() {
-            return Err(RelayError::NoRoute);
-        }
-        for route in &config.routes {
-            let valid = !route.name.is_empty()
-                && route.name.len() <= 64
-                && route
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            if !valid {
-                return Err(RelayError::Route {
-                    name: route.name.clone(),
-                });
-            }
-        }
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("delta-relay".into())
-            .spawn(move || crate::runtime::relay::serve(config, ready_tx, stop_rx))
-            .map_err(|e| RelayError::Start(e.to_string()))?;
-        let addr = ready_rx
-            .recv()
-            .map_err(|_| RelayError::Start("the relay thread exited early".into()))??;
-        Ok(Relay {
-            addr,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
-    }
-
-    /// The address it listens on (the port chosen when 0 was asked for).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `http://HOST:PORT`: callers use `<url>/v1` or `<url>/r/<route>/v1` as base URL.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Stops serving and joins the relay's thread.
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.shutdown();
-    }
-}
-
 /// The hex SHA-256 of a token: what may be written down to accept it again later.
 pub fn token_digest(token: &str) -> String {
     ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
@@ -177,71 +129,5 @@ mod tests {
             token_digest("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-    }
-
-    #[test]
-    fn route_names_that_are_not_path_words_are_refused() {
-        let script = std::sync::Arc::new(
-            crate::llm::Script::from_yaml_str("steps: [{answer: x}]", "s.yaml").unwrap(),
-        );
-        for name in ["", "a/b", "../x", "a b"] {
-            let config = RelayConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                token: "t".repeat(32),
-                routes: vec![RelayRoute {
-                    name: name.into(),
-                    target: LlmTarget::Scripted(script.clone()),
-                }],
-                max_in_flight: 1,
-                requests_per_minute: None,
-                request_timeout: Duration::from_secs(1),
-                accepted_token_digests: vec![],
-            };
-            assert!(
-                matches!(Relay::start(config), Err(RelayError::Route { .. })),
-                "{name:?}"
-            );
-        }
-    }
-
-    /// A token accepted only by its digest (a resumed orchestration's earlier jobs).
-    #[test]
-    fn an_earlier_token_is_accepted_by_its_digest() {
-        let script = std::sync::Arc::new(
-            crate::llm::Script::from_yaml_str("steps: [{answer: x}]", "s.yaml").unwrap(),
-        );
-        let relay = Relay::start(RelayConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            token: "new-token-0123456789".into(),
-            routes: vec![RelayRoute {
-                name: "a0".into(),
-                target: LlmTarget::Scripted(script),
-            }],
-            max_in_flight: 4,
-            requests_per_minute: None,
-            request_timeout: Duration::from_secs(5),
-            accepted_token_digests: vec![token_digest("old-token-0123456789")],
-        })
-        .unwrap();
-        let status = |token: &str| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                reqwest::Client::new()
-                    .get(format!("{}/r/a0/v1/models", relay.url()))
-                    .bearer_auth(token)
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16()
-            })
-        };
-        assert_eq!(status("new-token-0123456789"), 200);
-        assert_eq!(status("old-token-0123456789"), 200);
-        assert_eq!(status("another-token-0123456"), 401);
-        relay.stop();
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use delta_actors::agent::ResolvedAgent;
+use delta_actors::api::Relay;
 use delta_actors::cluster::relay_record::{read_record, write_record};
 use delta_actors::cluster::slurm::probe::run_probe;
 use delta_actors::cluster::slurm::sbatch::{plan_submissions, JobTemplate};
@@ -19,9 +20,7 @@ use delta_actors::cluster::{RunExecutor, SlurmJobs};
 use delta_actors::plan::executor::{resolve_executor, ExecutorChoice, ExecutorKind};
 use delta_actors::plan::state::OrchestrationState;
 use delta_actors::plan::{expand_stage, orchestration_id, ResolvedPlan, StageContext};
-use delta_actors::relay::{
-    new_relay_token, token_digest, Relay, RelayConfig, RelayError, RelayRoute,
-};
+use delta_actors::relay::{new_relay_token, token_digest, RelayConfig, RelayError, RelayRoute};
 use delta_actors::LlmTarget;
 
 use crate::commands::engine::process_env;

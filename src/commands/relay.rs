@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
+use delta_actors::api::Relay;
 use delta_actors::llm::{Endpoint, Script};
-use delta_actors::relay::{new_relay_token, Relay, RelayConfig, RelayRoute};
+use delta_actors::relay::{new_relay_token, RelayConfig, RelayRoute};
 use delta_actors::LlmTarget;
 use tokio::signal::unix::{signal, SignalKind};
 

@@ -8,9 +8,11 @@
 //! No actix type crosses this module: an embedder calls it from its own tokio runtime or from
 //! plain synchronous code (`*_blocking` methods). The `delta` CLI is the first embedder.
 
+mod relay;
 pub mod serve;
 mod sessions;
 
+pub use relay::Relay;
 pub use sessions::SessionManager;
 
 use actix::prelude::*;

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use crate::plan::expand::PlannedRun;
 use crate::plan::state::{OrchestrationStatus, SchedulingEvent, StageSummary, Totals};
 use crate::protocol::OrchestrationEvent;
-use crate::protocol::{RunStatus, TokenUsage};
+use crate::protocol::{RunResult, RunStatus, TokenUsage};
+use crate::workspace::RunPaths;
 
 /// What earlier invocations of this orchestration recorded in its scheduling journal, per
 /// run id: retry budgets carry across resumes.
@@ -67,6 +68,37 @@ pub enum RunEnd {
     /// No outcome: the run could not be handed over, or the engine stopped before it
     /// answered. Never retried.
     Lost(String),
+}
+
+impl RunEnd {
+    /// What the scheduler needs of a run's result (and of its files: whether it got as far
+    /// as writing its metadata). `Err` is why no result came back.
+    pub fn from_result(
+        result: Result<RunResult, String>,
+        work_dir: &std::path::Path,
+        run_id: &str,
+    ) -> RunEnd {
+        match result {
+            Ok(r) => {
+                let metadata_written = RunPaths::new(work_dir, run_id).metadata.exists();
+                RunEnd::Finished(RunOutcome {
+                    status: r.status,
+                    result: r.result,
+                    error: r.error.map(|e| format!("{}: {}", e.kind, e.message)),
+                    duration_ms: r.metrics.duration_ms,
+                    iterations: r.metrics.iterations,
+                    usage: TokenUsage {
+                        input_tokens: r.metrics.usage.input_tokens,
+                        output_tokens: r.metrics.usage.output_tokens,
+                        total_tokens: r.metrics.usage.input_tokens + r.metrics.usage.output_tokens,
+                    },
+                    metadata_written,
+                    run_id: r.run_id,
+                })
+            }
+            Err(message) => RunEnd::Lost(message),
+        }
+    }
 }
 
 /// A finished run's outcome.

@@ -25,8 +25,6 @@ mod runs;
 mod slurm;
 mod summary;
 
-pub(crate) use runs::run_end;
-
 use crate::cluster::RunExecutor;
 
 use crate::clock::now_rfc3339;

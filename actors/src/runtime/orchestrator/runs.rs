@@ -7,12 +7,10 @@ use std::path::PathBuf;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::plan::schedule::{Event, Launch, RunEnd, RunOutcome};
+use crate::plan::schedule::{Event, Launch, RunEnd};
 use crate::plan::PlannedRun;
-use crate::protocol::TokenUsage;
-use crate::protocol::{RunRequest, RunResult, RunStart};
+use crate::protocol::{RunRequest, RunStart};
 use crate::runtime::supervisor::SubmitRun;
-use crate::workspace::RunPaths;
 
 use super::OrchestrationActor;
 
@@ -85,7 +83,7 @@ impl OrchestrationActor {
         }
         .into_actor(self)
         .map(move |result, act, ctx| {
-            let end = run_end(result, &work_dir, &finished_id);
+            let end = RunEnd::from_result(result, &work_dir, &finished_id);
             act.apply(
                 Event::RunFinished {
                     run_id: finished_id,
@@ -96,34 +94,5 @@ impl OrchestrationActor {
         })
         .spawn(ctx);
         Event::RunSubmitted { run_id }
-    }
-}
-
-/// What the scheduler needs of a run's result (and of its files: whether it got as far as
-/// writing its metadata).
-pub(crate) fn run_end(
-    result: Result<RunResult, String>,
-    work_dir: &std::path::Path,
-    run_id: &str,
-) -> RunEnd {
-    match result {
-        Ok(r) => {
-            let metadata_written = RunPaths::new(work_dir, run_id).metadata.exists();
-            RunEnd::Finished(RunOutcome {
-                status: r.status,
-                result: r.result,
-                error: r.error.map(|e| format!("{}: {}", e.kind, e.message)),
-                duration_ms: r.metrics.duration_ms,
-                iterations: r.metrics.iterations,
-                usage: TokenUsage {
-                    input_tokens: r.metrics.usage.input_tokens,
-                    output_tokens: r.metrics.usage.output_tokens,
-                    total_tokens: r.metrics.usage.input_tokens + r.metrics.usage.output_tokens,
-                },
-                metadata_written,
-                run_id: r.run_id,
-            })
-        }
-        Err(message) => RunEnd::Lost(message),
     }
 }

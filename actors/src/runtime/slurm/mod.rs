@@ -314,7 +314,7 @@ impl SlurmExecutor {
                     ),
                 ));
             }
-            let end = crate::runtime::orchestrator::run_end(Ok(result), &run.work_dir, &id);
+            let end = RunEnd::from_result(Ok(result), &run.work_dir, &id);
             self.reply(&id, end);
         }
         let Some(live) = outcome.live else {

@@ -1,0 +1,143 @@
+//! [`Relay`]: the handle of a running LLM relay (what it serves and why is in
+//! [`crate::relay`]). It owns an actix System on its own thread, where `runtime::relay`
+//! serves the routes; no actix type crosses it.
+//!
+//! Must not: outlive its thread (dropping it stops the relay and joins the thread).
+
+use std::net::SocketAddr;
+
+use crate::relay::{RelayConfig, RelayError};
+
+/// A running relay; stopped when dropped.
+pub struct Relay {
+    addr: SocketAddr,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Binds `config.listen` and serves until stopped.
+    pub fn start(config: RelayConfig) -> Result<Relay, RelayError> {
+        config.validate()?;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("delta-relay".into())
+            .spawn(move || crate::runtime::relay::serve(config, ready_tx, stop_rx))
+            .map_err(|e| RelayError::Start(e.to_string()))?;
+        let addr = ready_rx
+            .recv()
+            .map_err(|_| RelayError::Start("the relay thread exited early".into()))??;
+        Ok(Relay {
+            addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on (the port chosen when 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://HOST:PORT`: callers use `<url>/v1` or `<url>/r/<route>/v1` as base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving and joins the relay's thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::protocol::LlmTarget;
+    use crate::relay::{token_digest, RelayRoute};
+
+    #[test]
+    fn route_names_that_are_not_path_words_are_refused() {
+        let script = std::sync::Arc::new(
+            crate::llm::Script::from_yaml_str("steps: [{answer: x}]", "s.yaml").unwrap(),
+        );
+        for name in ["", "a/b", "../x", "a b"] {
+            let config = RelayConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                token: "t".repeat(32),
+                routes: vec![RelayRoute {
+                    name: name.into(),
+                    target: LlmTarget::Scripted(script.clone()),
+                }],
+                max_in_flight: 1,
+                requests_per_minute: None,
+                request_timeout: Duration::from_secs(1),
+                accepted_token_digests: vec![],
+            };
+            assert!(
+                matches!(Relay::start(config), Err(RelayError::Route { .. })),
+                "{name:?}"
+            );
+        }
+    }
+
+    /// A token accepted only by its digest (a resumed orchestration's earlier jobs).
+    #[test]
+    fn an_earlier_token_is_accepted_by_its_digest() {
+        let script = std::sync::Arc::new(
+            crate::llm::Script::from_yaml_str("steps: [{answer: x}]", "s.yaml").unwrap(),
+        );
+        let relay = Relay::start(RelayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            token: "new-token-0123456789".into(),
+            routes: vec![RelayRoute {
+                name: "a0".into(),
+                target: LlmTarget::Scripted(script),
+            }],
+            max_in_flight: 4,
+            requests_per_minute: None,
+            request_timeout: Duration::from_secs(5),
+            accepted_token_digests: vec![token_digest("old-token-0123456789")],
+        })
+        .unwrap();
+        let status = |token: &str| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                reqwest::Client::new()
+                    .get(format!("{}/r/a0/v1/models", relay.url()))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        };
+        assert_eq!(status("new-token-0123456789"), 200);
+        assert_eq!(status("old-token-0123456789"), 200);
+        assert_eq!(status("another-token-0123456"), 401);
+        relay.stop();
+    }
+}
