@@ -1,12 +1,13 @@
 //! cluster::slurm::sbatch — a stage's runs to submit, as `sbatch` command lines.
 //!
 //! Shapes: one run is a plain job; several are job arrays whose task ids are the items'
-//! indices (so `squeue` shows `<job>_<item>`), chunked so that no task id reaches
-//! `max_array` (items from `k * max_array` on go into an array with that offset), each
-//! throttled with `%P` (`P` = the plan's `max_parallel`).
+//! indices less the array's offset (so `squeue` shows `<job>_<task>`), chunked so that no
+//! task id reaches `max_array` (items from `k * max_array` on go into an array with offset
+//! `k * max_array`), each throttled with `%P` (`P` = the plan's `max_parallel`).
 //!
-//! Identity: the job name is `<orchestration>-<stage>` (an array; with the task id it reads
-//! as the run id) or the run id (a plain job); the comment
+//! Identity: the job name is `<orchestration>-<stage>` for an array and
+//! `<orchestration>-<stage>-<index>` for a plain job (unpadded: a run id pads the index, so
+//! names are for reading, not matching); the comment
 //! `delta orchestration=<id> stage=<stage> offset=<k>` (or `index=<i>`) lets a resumed
 //! orchestration find its jobs still queued or running and adopt them.
 //!
