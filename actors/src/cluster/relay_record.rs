@@ -23,14 +23,18 @@ pub struct RelayRecord {
 /// At most this many digests are kept (one per start or resume).
 const DIGESTS: usize = 64;
 
+/// The largest record read back.
+const RECORD_BYTES: u64 = 64 * 1024;
+
 /// Where the record is kept: `<orchestration dir>/slurm/relay.json`.
 pub fn record_path(orchestration_dir: &Path) -> PathBuf {
     orchestration_dir.join("slurm").join("relay.json")
 }
 
-/// The record, or an empty one when there is none (or it does not read).
+/// The record, or an empty one when there is none (or it does not read). Bounded: 64 digests
+/// and an address are well under 64 KiB, so a larger file is not ours to parse.
 pub fn read_record(orchestration_dir: &Path) -> RelayRecord {
-    std::fs::read_to_string(record_path(orchestration_dir))
+    crate::input::read_bounded(&record_path(orchestration_dir), RECORD_BYTES)
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or_default()
@@ -52,7 +56,8 @@ pub fn write_record(
         std::fs::create_dir_all(parent)?;
     }
     let spare = path.with_extension("json.tmp");
-    std::fs::write(&spare, serde_json::to_vec(&record).unwrap_or_default())?;
+    let text = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+    std::fs::write(&spare, text)?;
     std::fs::rename(spare, path)
 }
 
@@ -73,5 +78,17 @@ mod tests {
         assert_eq!(record.token_digests.len(), 2);
         let text = std::fs::read_to_string(record_path(dir.path())).unwrap();
         assert!(!text.contains(token));
+    }
+
+    #[test]
+    fn an_oversized_record_reads_as_none_instead_of_being_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = record_path(dir.path());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let digests = vec!["d".repeat(64); 2000];
+        let huge = serde_json::json!({"listen": "127.0.0.1:4000", "token_digests": digests});
+        std::fs::write(&path, huge.to_string()).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > RECORD_BYTES);
+        assert_eq!(read_record(dir.path()).token_digests.len(), 0);
     }
 }
