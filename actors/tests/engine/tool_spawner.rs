@@ -177,6 +177,55 @@ async fn the_spawner_holds_a_handful_of_descriptors_while_the_engine_holds_many(
     );
 }
 
+/// Regression: under `nohup` (or `cmd &` in a script) the engine ignores SIGHUP (and SIGINT,
+/// SIGQUIT), and tools it starts itself inherit that; the spawner reset them to default, so
+/// the same tool behaved differently on the two paths.
+#[tokio::test]
+async fn signals_the_engine_ignores_stay_ignored_for_tools_started_by_the_spawner() {
+    let base = spawner_command();
+    // The spawner is exec'd by a shell that ignores SIGHUP first, as nohup does.
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "-c".into(),
+        "trap '' HUP; exec \"$0\" \"$@\"".into(),
+        base.program.clone().into(),
+    ];
+    args.extend(base.args.iter().cloned());
+    let spawner = Arc::new(Spawner::start(&SpawnerCommand::new("/bin/sh", args)).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_via(
+        Via::Spawner,
+        &["grep", "^SigIgn", "/proc/self/status"],
+        dir.path(),
+    );
+    spec.spawner = Some(spawner.clone());
+    let outcome = run_process(spec, CancellationToken::new()).await;
+    assert_eq!(outcome.termination, Termination::Exited(0));
+    let line = outcome.stdout.text_lossy();
+    let mask = u64::from_str_radix(line.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    let bit = |signal: Signal| 1u64 << (signal as i32 - 1);
+    assert_ne!(
+        mask & bit(Signal::SIGHUP),
+        0,
+        "SIGHUP reset for the tool: {line}"
+    );
+    // What the spawner itself ignores for its own sake is still reset for tools.
+    if !ignored_here(Signal::SIGTERM) {
+        assert_eq!(
+            mask & bit(Signal::SIGTERM),
+            0,
+            "SIGTERM left ignored: {line}"
+        );
+    }
+}
+
+/// Whether this test process ignores `signal` (then every child inherits it ignored).
+fn ignored_here(signal: Signal) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("SigIgn:")).unwrap();
+    let mask = u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    mask & (1u64 << (signal as i32 - 1)) != 0
+}
+
 #[tokio::test]
 async fn a_dead_spawner_falls_back_to_starting_tools_in_process() {
     let spawner = private_spawner();

@@ -43,7 +43,9 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 }
 
 impl Launcher {
-    pub(super) fn new() -> io::Result<Launcher> {
+    /// `keep_ignored`: signals the engine itself ignores, which tools inherit ignored (as
+    /// from a fork of the engine) rather than reset to their default.
+    pub(super) fn new(keep_ignored: SigSet) -> io::Result<Launcher> {
         let mut attributes = Box::new(MaybeUninit::<libc::posix_spawnattr_t>::uninit());
         let attr = attributes.as_mut_ptr();
         // SAFETY: `attr` points at storage that lives (boxed, never moved) as long as the
@@ -52,7 +54,9 @@ impl Launcher {
         let launcher = Launcher { attributes };
         let mut defaults = SigSet::empty();
         for signal in RESET_FOR_TOOLS {
-            defaults.add(signal);
+            if !keep_ignored.contains(signal) {
+                defaults.add(signal);
+            }
         }
         let flags = libc::POSIX_SPAWN_SETPGROUP
             | libc::POSIX_SPAWN_SETSIGMASK

@@ -14,7 +14,9 @@
 //! Must not: write to stdout or stderr, ignore a request (every one gets `Spawned` or
 //! `Failed`), or keep a descriptor a tool could inherit (all are close-on-exec). It ignores
 //! SIGINT, SIGTERM, SIGHUP and SIGQUIT: a Ctrl-C is the engine's to handle, and the tools it
-//! is still supervising need their exit reported; tools get those signals back at default.
+//! is still supervising need their exit reported; tools get those signals back at default
+//! (except the ones the engine itself ignored, e.g. under `nohup`: tools inherit those ignored,
+//! as they would from the engine).
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -65,14 +67,15 @@ pub fn serve_stdin() -> Result<(), ServeError> {
         return Err(ServeError::NotAControlSocket);
     }
     sys::set_cloexec(control).map_err(setup("mark its control socket close-on-exec"))?;
-    ignore_stop_signals()?;
+    let ignored_by_the_engine = ignore_stop_signals()?;
     let (wake_read, wake_write) = sys::cloexec_pipe().map_err(setup("create its wake pipe"))?;
     for end in [&wake_read, &wake_write] {
         sys::set_nonblocking(end.as_fd()).map_err(setup("configure its wake pipe"))?;
     }
     install_sigchld_wake(&wake_write)?;
     let dev_null = File::open("/dev/null").map_err(setup("open /dev/null"))?;
-    let launcher = Launcher::new().map_err(setup("prepare posix_spawn attributes"))?;
+    let launcher =
+        Launcher::new(ignored_by_the_engine).map_err(setup("prepare posix_spawn attributes"))?;
     let mut zygote = Zygote {
         control,
         dev_null: dev_null.into(),
@@ -94,8 +97,13 @@ pub fn serve_stdin() -> Result<(), ServeError> {
     Ok(())
 }
 
-fn ignore_stop_signals() -> Result<(), ServeError> {
+/// Ignores the stop signals in the spawner itself, and answers which of them it was already
+/// ignoring when it started: those were ignored by the engine (under `nohup`, or started in
+/// the background by a shell), and a tool the engine started itself would inherit that, so
+/// they stay ignored for tools instead of being reset to their default.
+fn ignore_stop_signals() -> Result<SigSet, ServeError> {
     let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    let mut inherited = SigSet::empty();
     for signal in [
         Signal::SIGINT,
         Signal::SIGTERM,
@@ -104,10 +112,15 @@ fn ignore_stop_signals() -> Result<(), ServeError> {
         Signal::SIGPIPE,
     ] {
         // SAFETY: installing SIG_IGN runs no code of ours in a signal context.
-        unsafe { sigaction(signal, &ignore) }
+        let before = unsafe { sigaction(signal, &ignore) }
             .map_err(|e| setup("ignore stop signals")(e.into()))?;
+        // SIGPIPE is no evidence: the Rust runtime ignores it in every Rust program at
+        // start (this one too), and the engine's own starts reset it for tools.
+        if before.handler() == SigHandler::SigIgn && signal != Signal::SIGPIPE {
+            inherited.add(signal);
+        }
     }
-    Ok(())
+    Ok(inherited)
 }
 
 /// The write end of the wake pipe, for the SIGCHLD handler (-1 before it is set).
