@@ -209,8 +209,12 @@ async fn handle(
                     "bad_resize",
                 ));
             }
-            worker.do_send(Resize { cols, rows });
-            None
+            // Awaited, not fire-and-forget: a client spamming resizes waits for each one, so
+            // the worker's mailbox holds at most one per viewer instead of growing unbounded.
+            match worker.send(Resize { cols, rows }).await {
+                Ok(_) => None,
+                Err(_) => Some(error_frame("the worker stopped", "stopped")),
+            }
         }
         ClientMessage::Image { data, mime_type } => match save_image(images, &data, &mime_type) {
             // The agent reads the picture from the path typed into its prompt.
