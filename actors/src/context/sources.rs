@@ -190,6 +190,7 @@ async fn run_generator(
             ..CaptureSpec::default()
         },
         spawner: crate::tool::spawner::shared(),
+        programs: None,
     };
     let outcome = run_process(spec, cancel.clone()).await;
     let failure = match &outcome.termination {

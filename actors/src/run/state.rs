@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::metadata::{RunLock, RunMetadata};
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
 use crate::redact::Redactor;
+use crate::tool::process::ProgramCache;
 use crate::workspace::RunPaths;
 
 use super::recorder::Recorder;
@@ -56,6 +57,8 @@ pub(super) struct Run {
     /// The run's progress events, redacted on the way out.
     pub events: EventSink,
     pub child_env: Arc<Vec<(String, String)>>,
+    /// Where the run's tool programs were found on `child_env`'s `PATH`.
+    pub programs: ProgramCache,
     pub generator_env: Arc<BTreeMap<String, String>>,
     pub tool_schemas: Arc<Vec<Value>>,
     pub max_iterations: u32,
