@@ -128,6 +128,7 @@ impl Run {
             secrets,
             child_env: Arc::new(child_env),
             programs: ProgramCache::new(),
+            context_folders: Default::default(),
             generator_env: Arc::new(generator_env),
             max_iterations,
             iteration,

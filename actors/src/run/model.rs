@@ -30,6 +30,7 @@ impl Run {
             run_dir: &self.paths.run_dir,
             journal_path: &self.paths.journal,
             child_env: &self.generator_env,
+            folders: &self.context_folders,
         };
         let built = build_messages(
             &agent.context,
