@@ -16,7 +16,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use delta_actors::agent::load_agent;
 use delta_actors::context::{
-    build_messages, journal_to_messages, CancellationToken, ContextInputs,
+    build_messages, journal_to_messages, CancellationToken, ContextFolders, ContextInputs,
 };
 use delta_actors::journal::{
     read_journal, ActionStatus, Event, Journal, JournalOptions, ToolCallRecord,
@@ -200,6 +200,7 @@ fn context(c: &mut Criterion) {
     .unwrap();
     let agent = load_agent(agent_dir.path()).unwrap();
     let env = BTreeMap::new();
+    let folders = ContextFolders::default();
     let inputs = ContextInputs {
         agent_home: agent_dir.path(),
         work_dir: work_dir.path(),
@@ -207,6 +208,7 @@ fn context(c: &mut Criterion) {
         run_dir: dir.path(),
         journal_path: &journal_path,
         child_env: &env,
+        folders: &folders,
     };
     let cancel = CancellationToken::new();
     let rt = runtime();

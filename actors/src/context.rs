@@ -26,6 +26,7 @@ use std::path::Path;
 
 pub use tokio_util::sync::CancellationToken;
 
+pub use source_file::ContextFolders;
 pub use sources::{build_messages, source_paths};
 
 use crate::journal::{Event, JournalEvent, ToolCallRecord};
@@ -54,6 +55,9 @@ pub struct ContextInputs<'a> {
     pub journal_path: &'a Path,
     /// Complete environment for generator processes (already scrubbed of secrets).
     pub child_env: &'a BTreeMap<String, String>,
+    /// `agent_home` and `work_dir` with symlinks resolved, kept from one build to the next
+    /// (a run keeps one for its whole life; a fresh default resolves them again).
+    pub folders: &'a ContextFolders,
 }
 
 /// A source that could not be built. Fatal for the run.

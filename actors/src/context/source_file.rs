@@ -14,6 +14,7 @@ use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use tokio_util::sync::CancellationToken;
 
@@ -22,12 +23,30 @@ use crate::blocking::{run_blocking, BlockingError};
 
 /// Reads the context files of one build on the blocking pool, a batch per trip: consecutive
 /// `file` sources (the usual system prompt + workspace guide) cost one trip, not one each.
-/// The two allowed folders are resolved on the first trip and kept for the build.
+/// The two allowed folders are resolved on the first trip and kept in `folders`.
 #[derive(Debug)]
-pub(super) struct SourceReader {
+pub(super) struct SourceReader<'a> {
     agent_home: PathBuf,
     work_dir: PathBuf,
-    roots: Option<SourceRoots>,
+    folders: &'a ContextFolders,
+}
+
+/// The two folders context files may be read from, with symlinks resolved once and kept for
+/// the builds that follow (a run's: its agent folder and workspace do not change). Kept only
+/// when both resolved; a folder that does not exist yet is resolved again next time.
+#[derive(Debug, Default)]
+pub struct ContextFolders(Mutex<Option<SourceRoots>>);
+
+impl ContextFolders {
+    fn take(&self) -> Option<SourceRoots> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    fn keep(&self, roots: SourceRoots) {
+        if roots.resolved {
+            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(roots);
+        }
+    }
 }
 
 /// A file to read: the source id and the path as written (variables expanded).
@@ -36,12 +55,16 @@ pub(super) struct SourceFile {
     pub(super) path: String,
 }
 
-impl SourceReader {
-    pub(super) fn new(agent_home: &Path, work_dir: &Path) -> SourceReader {
+impl<'a> SourceReader<'a> {
+    pub(super) fn new(
+        agent_home: &Path,
+        work_dir: &Path,
+        folders: &'a ContextFolders,
+    ) -> SourceReader<'a> {
         SourceReader {
             agent_home: agent_home.to_path_buf(),
             work_dir: work_dir.to_path_buf(),
-            roots: None,
+            folders,
         }
     }
 
@@ -59,7 +82,7 @@ impl SourceReader {
             .first()
             .map(|f| (f.id.clone(), f.path.clone()))
             .unwrap_or_default();
-        let roots = self.roots.take();
+        let roots = self.folders.take();
         let (agent_home, work_dir) = (self.agent_home.clone(), self.work_dir.clone());
         let (roots, texts) = run_blocking(
             move || {
@@ -74,7 +97,7 @@ impl SourceReader {
         )
         .await
         .map_err(|e| blocking_failure(e, &first.0, &first.1))?;
-        self.roots = Some(roots);
+        self.folders.keep(roots);
         texts
     }
 }
@@ -85,14 +108,22 @@ impl SourceReader {
 struct SourceRoots {
     agent_home: PathBuf,
     work_dir: PathBuf,
+    /// Both folders resolved (else one is as given, and worth resolving again).
+    resolved: bool,
 }
 
 impl SourceRoots {
     fn resolve(agent_home: PathBuf, work_dir: PathBuf) -> SourceRoots {
-        let resolve = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+        let resolve = |p: PathBuf| match std::fs::canonicalize(&p) {
+            Ok(resolved) => (resolved, true),
+            Err(_) => (p, false),
+        };
+        let (agent_home, home_resolved) = resolve(agent_home);
+        let (work_dir, work_resolved) = resolve(work_dir);
         SourceRoots {
-            agent_home: resolve(agent_home),
-            work_dir: resolve(work_dir),
+            agent_home,
+            work_dir,
+            resolved: home_resolved && work_resolved,
         }
     }
 
@@ -185,7 +216,8 @@ mod tests {
         id: &str,
         path: &str,
     ) -> Result<io::Result<String>, ContextError> {
-        let mut reader = SourceReader::new(&tmp.join("agent"), &tmp.join("ws"));
+        let folders = ContextFolders::default();
+        let mut reader = SourceReader::new(&tmp.join("agent"), &tmp.join("ws"), &folders);
         let file = SourceFile {
             id: id.into(),
             path: path.into(),
@@ -244,7 +276,9 @@ mod tests {
     async fn a_batch_reads_regular_files_and_reports_missing_ones_as_io_errors() {
         let tmp = folders();
         std::fs::write(tmp.path().join("ws/a.md"), "text").unwrap();
-        let mut reader = SourceReader::new(&tmp.path().join("agent"), &tmp.path().join("ws"));
+        let folders = ContextFolders::default();
+        let mut reader =
+            SourceReader::new(&tmp.path().join("agent"), &tmp.path().join("ws"), &folders);
         let files = ["a.md", "missing.md", "a.md"]
             .iter()
             .map(|path| SourceFile {
@@ -259,5 +293,52 @@ mod tests {
             io::ErrorKind::NotFound
         );
         assert_eq!(texts[2].as_ref().unwrap(), "text");
+    }
+
+    #[tokio::test]
+    async fn resolved_folders_are_kept_for_the_next_read_and_still_confine_it() {
+        let tmp = folders();
+        std::fs::write(tmp.path().join("ws/a.md"), "text").unwrap();
+        std::fs::write(tmp.path().join("outside.md"), "secret").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("outside.md"), tmp.path().join("ws/out.md"))
+            .unwrap();
+        let folders = ContextFolders::default();
+        let (home, work) = (tmp.path().join("agent"), tmp.path().join("ws"));
+        let one = |path: &str| {
+            vec![SourceFile {
+                id: "s".into(),
+                path: path.into(),
+            }]
+        };
+        let cancel = CancellationToken::new();
+        let mut reader = SourceReader::new(&home, &work, &folders);
+        reader.read(one("a.md"), &cancel).await.unwrap();
+        assert!(
+            folders.0.lock().unwrap().is_some(),
+            "kept after the first read"
+        );
+        let mut next_build = SourceReader::new(&home, &work, &folders);
+        let refused = next_build.read(one("out.md"), &cancel).await.unwrap_err();
+        assert!(
+            matches!(refused, ContextError::OutsideAllowedFolders { .. }),
+            "{refused:?}"
+        );
+        let texts = next_build.read(one("a.md"), &cancel).await.unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "text");
+    }
+
+    #[tokio::test]
+    async fn a_folder_that_does_not_exist_yet_is_resolved_again_next_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("ws")).unwrap();
+        let folders = ContextFolders::default();
+        let mut reader =
+            SourceReader::new(&tmp.path().join("agent"), &tmp.path().join("ws"), &folders);
+        let file = vec![SourceFile {
+            id: "s".into(),
+            path: "missing.md".into(),
+        }];
+        reader.read(file, &CancellationToken::new()).await.unwrap();
+        assert!(folders.0.lock().unwrap().is_none());
     }
 }

@@ -26,7 +26,7 @@ pub async fn build_messages(
     cancel: &CancellationToken,
 ) -> Result<Vec<ChatMessage>, ContextError> {
     let mut messages = Vec::new();
-    let mut reader = SourceReader::new(inputs.agent_home, inputs.work_dir);
+    let mut reader = SourceReader::new(inputs.agent_home, inputs.work_dir, inputs.folders);
     // Consecutive `file` sources are read in one trip to the blocking pool; a generator may
     // write what a later `file` source reads, so a batch never crosses another source.
     let mut pending: Vec<PendingFile> = Vec::new();
@@ -98,7 +98,7 @@ struct PendingFile<'a> {
 /// Reads the pending `file` sources (one trip) and appends their blocks in order.
 async fn read_pending(
     pending: &mut Vec<PendingFile<'_>>,
-    reader: &mut SourceReader,
+    reader: &mut SourceReader<'_>,
     messages: &mut Vec<ChatMessage>,
     cancel: &CancellationToken,
 ) -> Result<(), ContextError> {
@@ -150,7 +150,7 @@ struct Generator<'a> {
 async fn run_generator(
     generator: &Generator<'_>,
     inputs: &ContextInputs<'_>,
-    reader: &mut SourceReader,
+    reader: &mut SourceReader<'_>,
     cancel: &CancellationToken,
 ) -> Result<Option<String>, ContextError> {
     let Generator {
@@ -190,6 +190,7 @@ async fn run_generator(
             ..CaptureSpec::default()
         },
         spawner: crate::tool::spawner::shared(),
+        programs: None,
     };
     let outcome = run_process(spec, cancel.clone()).await;
     let failure = match &outcome.termination {
@@ -256,6 +257,7 @@ pub fn source_paths(recipe: &ContextRecipe, agent_home: &Path, work_dir: &Path) 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use super::super::ContextFolders;
     use super::*;
     use std::collections::BTreeMap;
 
@@ -278,6 +280,7 @@ mod tests {
         };
         let (home, work) = (tmp.join("agent"), tmp.join("ws"));
         let env = BTreeMap::new();
+        let folders = ContextFolders::default();
         let inputs = ContextInputs {
             agent_home: &home,
             work_dir: &work,
@@ -285,6 +288,7 @@ mod tests {
             run_dir: &work,
             journal_path: &work,
             child_env: &env,
+            folders: &folders,
         };
         build_messages(
             &recipe,

@@ -211,6 +211,7 @@ pub async fn run_hook(
             ..CaptureSpec::default()
         },
         spawner: crate::tool::spawner::shared(),
+        programs: None,
     };
     let started_at = now_rfc3339();
     let ran = run_process(process, cancel).await;

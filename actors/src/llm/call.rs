@@ -42,7 +42,7 @@ pub struct CallFailure {
 /// cancelled [`CallFailure`].
 pub async fn complete_call(
     gate: &LlmGate,
-    request: ChatRequest,
+    request: Arc<ChatRequest>,
     meta: RequestMeta,
     cancel: CancellationToken,
     on_retry: Option<RetryObserver>,

@@ -206,6 +206,11 @@ impl ChatBackend for HttpBackend {
         Box::pin(async move { this.send(&req, &meta).await })
     }
 
+    fn complete_shared(&self, req: Arc<ChatRequest>, meta: RequestMeta) -> CompletionFuture {
+        let this = self.clone();
+        Box::pin(async move { this.send(&req, &meta).await })
+    }
+
     fn target(&self) -> String {
         format!("POST {}", self.inner.url)
     }

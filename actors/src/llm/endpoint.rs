@@ -7,6 +7,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::timeouts::{LlmTimeouts, TimeoutPhase};
@@ -249,6 +250,13 @@ pub trait ChatBackend: Send + Sync + 'static {
     /// whole attempt by `meta.timeouts.request` in any case) and return a retryable error
     /// kind when another attempt could succeed.
     fn complete(&self, req: ChatRequest, meta: RequestMeta) -> CompletionFuture;
+
+    /// [`ChatBackend::complete`] for a request the caller keeps (the gate's retries, the
+    /// run's io/ record). The default clones it; a backend that only reads the request
+    /// overrides this to skip copying the whole conversation on every attempt.
+    fn complete_shared(&self, req: Arc<ChatRequest>, meta: RequestMeta) -> CompletionFuture {
+        self.complete((*req).clone(), meta)
+    }
 
     /// What a call goes to, for messages (a timeout names it).
     fn target(&self) -> String {

@@ -93,10 +93,11 @@ impl LlmGate {
     /// every backoff. Dropping the future abandons the call and frees its permit.
     pub async fn complete(
         &self,
-        req: ChatRequest,
+        req: impl Into<Arc<ChatRequest>>,
         meta: RequestMeta,
         mut on_retry: impl FnMut(&RetryNotice) + Send,
     ) -> Result<GateOutcome, LlmError> {
+        let req = req.into();
         let mut waited = Duration::ZERO;
         let mut failures = 0;
         loop {
@@ -146,11 +147,11 @@ impl LlmGate {
     /// backend also applies it, plus the idle limit, itself).
     async fn attempt(
         &self,
-        req: &ChatRequest,
+        req: &Arc<ChatRequest>,
         meta: &RequestMeta,
     ) -> Result<ChatCompletion, LlmError> {
         let limit = meta.timeouts.request;
-        let attempt = self.backend.complete(req.clone(), meta.clone());
+        let attempt = self.backend.complete_shared(Arc::clone(req), meta.clone());
         match tokio::time::timeout(limit, attempt).await {
             Ok(result) => result,
             Err(_) => Err(LlmError::Timeout {

@@ -187,6 +187,7 @@ impl Run {
                 display_root: self.paths.run_dir.clone(),
                 // Taken when the process starts (see `run_tool`).
                 secrets: Default::default(),
+                programs: Some(self.programs.clone()),
             })),
             other => Planned::Immediate {
                 observation: other.error_observation().unwrap_or_default(),

@@ -28,6 +28,7 @@ use crate::protocol::TokenUsage;
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, RunResult, RunStart};
 use crate::redact::Redactor;
 use crate::tool::compile::{ask_human_schema, CompiledTool};
+use crate::tool::process::ProgramCache;
 use crate::workspace::validate_run_id;
 
 use super::env::child_environments;
@@ -126,6 +127,8 @@ impl Run {
             events: EventSink::new(lp.events.clone(), secrets.clone()),
             secrets,
             child_env: Arc::new(child_env),
+            programs: ProgramCache::new(),
+            context_folders: Default::default(),
             generator_env: Arc::new(generator_env),
             max_iterations,
             iteration,

@@ -74,7 +74,7 @@ pub trait ModelPort {
     /// Sends `request`; ends early (a cancelled [`CallFailure`]) when `cancel` fires.
     fn complete(
         &self,
-        request: ChatRequest,
+        request: Arc<ChatRequest>,
         meta: RequestMeta,
         cancel: CancellationToken,
         on_retry: RetryObserver,

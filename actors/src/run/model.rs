@@ -4,6 +4,7 @@
 //!
 //! Must not: journal the reply (the THOUGHT is `drive.rs`'s) or run tools.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -30,6 +31,7 @@ impl Run {
             run_dir: &self.paths.run_dir,
             journal_path: &self.paths.journal,
             child_env: &self.generator_env,
+            folders: &self.context_folders,
         };
         let built = build_messages(
             &agent.context,
@@ -133,10 +135,12 @@ impl Run {
             });
         });
         let token = self.lp.control.token().clone();
+        // Shared with the call, not copied: the record below needs it once the call ends.
+        let request = Arc::new(request);
         let call = self
             .lp
             .model
-            .complete(request.clone(), meta, token.clone(), on_retry);
+            .complete(Arc::clone(&request), meta, token.clone(), on_retry);
         let outcome = tokio::select! {
             outcome = call => outcome,
             _ = token.cancelled() => return Err(Halt::Stopped),
@@ -153,7 +157,7 @@ impl Run {
             Err(failure) => {
                 self.write_invocation_record(json!({
                         "iteration": self.iteration,
-                        "request": request,
+                        "request": &*request,
                         "error": failure.error.to_string(),
                         "attempts": failure.attempts,
                         "failed_attempts": failure.failed_attempts,
@@ -174,7 +178,7 @@ impl Run {
         self.timings.queue += waited;
         let record_ref = self.write_invocation_record(json!({
             "iteration": self.iteration,
-            "request": request,
+            "request": &*request,
             "response": completion.raw,
             "duration_ms": duration.as_millis() as u64,
             "waited_ms": waited.as_millis() as u64,

@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::context::ContextFolders;
 use crate::metadata::{RunLock, RunMetadata};
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
 use crate::redact::Redactor;
+use crate::tool::process::ProgramCache;
 use crate::workspace::RunPaths;
 
 use super::recorder::Recorder;
@@ -56,6 +58,10 @@ pub(super) struct Run {
     /// The run's progress events, redacted on the way out.
     pub events: EventSink,
     pub child_env: Arc<Vec<(String, String)>>,
+    /// Where the run's tool programs were found on `child_env`'s `PATH`.
+    pub programs: ProgramCache,
+    /// The agent folder and workspace as the context builder resolved them.
+    pub context_folders: ContextFolders,
     pub generator_env: Arc<BTreeMap<String, String>>,
     pub tool_schemas: Arc<Vec<Value>>,
     pub max_iterations: u32,

@@ -42,12 +42,12 @@ impl FakeModel {
 impl ModelPort for FakeModel {
     fn complete(
         &self,
-        request: ChatRequest,
+        request: Arc<ChatRequest>,
         _meta: RequestMeta,
         _cancel: CancellationToken,
         _on_retry: RetryObserver,
     ) -> LocalBoxFuture<'static, Result<CallOutcome, CallFailure>> {
-        self.requests.borrow_mut().push(request);
+        self.requests.borrow_mut().push((*request).clone());
         let reply = self
             .replies
             .borrow_mut()

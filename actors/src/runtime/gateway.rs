@@ -17,7 +17,8 @@ use crate::llm::{
 #[derive(Message)]
 #[rtype(result = "Result<CallOutcome, CallFailure>")]
 pub struct Complete {
-    pub request: ChatRequest,
+    /// Shared with the caller, which records it once the call ends.
+    pub request: Arc<ChatRequest>,
     pub meta: RequestMeta,
     pub cancel: CancellationToken,
     /// Told about each retry (attempt number, error, backoff), e.g. to emit progress events.

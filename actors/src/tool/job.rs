@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::redact::SecretSet;
 use crate::tool::observation::{format_observation, is_success};
-use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
+use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, ProgramCache, Termination};
 
 /// Everything needed to run one call.
 pub struct ToolJob {
@@ -34,6 +34,8 @@ pub struct ToolJob {
     pub display_root: PathBuf,
     /// The run's sensitive answers, kept out of the record and the full-output files.
     pub secrets: SecretSet,
+    /// Where the run's programs were found on its `PATH` (shared by the run's calls).
+    pub programs: Option<ProgramCache>,
 }
 
 /// The call's result as the run records it.
@@ -79,6 +81,7 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
             secrets: job.secrets.clone(),
         },
         spawner: crate::tool::spawner::shared(),
+        programs: job.programs,
     };
     let outcome = run_process(spec, cancel).await;
     let observation = format_observation(&outcome, &job.display_root);

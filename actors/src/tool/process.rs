@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use budget::{default_max_tool_processes, max_tool_processes, set_max_tool_processes};
 pub use capture::StreamCapture;
-pub use env::{build_child_env, engine_vars, API_KEY_VAR};
+pub use env::{build_child_env, engine_vars, ProgramCache, API_KEY_VAR};
 
 use capture::{capture_stream, StreamLimits};
 use launch::{Launched, Leader};
@@ -72,6 +72,9 @@ pub struct ProcessSpec {
     /// Start the program through this spawner (`None`: from this process). A spawner that
     /// has died falls back to this process, with one warning.
     pub spawner: Option<Arc<Spawner>>,
+    /// Where `argv[0]` was found before, for a spec that repeats with the same `env` and
+    /// `cwd` (a run's tools); `None`: looked up on every start.
+    pub programs: Option<ProgramCache>,
 }
 
 impl ProcessSpec {
@@ -86,6 +89,7 @@ impl ProcessSpec {
             kill_grace: DEFAULT_KILL_GRACE,
             capture: CaptureSpec::default(),
             spawner: None,
+            programs: None,
         }
     }
 }
@@ -246,7 +250,11 @@ pub async fn run_process(spec: ProcessSpec, cancel: CancellationToken) -> Proces
             )
         }
     };
-    let resolved = match env::resolve_program(program, &spec.env, &spec.cwd) {
+    let found = match &spec.programs {
+        Some(programs) => programs.resolve(program, &spec.env, &spec.cwd),
+        None => env::resolve_program(program, &spec.env, &spec.cwd),
+    };
+    let resolved = match found {
         Ok(path) => path,
         Err(env::NotFound(reason)) => return ProcessOutcome::spawn_failed(reason, spec.timeout),
     };

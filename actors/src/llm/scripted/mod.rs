@@ -71,6 +71,17 @@ impl ScriptedBackend {
 
 impl ChatBackend for ScriptedBackend {
     fn complete(&self, req: ChatRequest, meta: RequestMeta) -> CompletionFuture {
+        self.respond(&req, &meta)
+    }
+
+    fn complete_shared(&self, req: Arc<ChatRequest>, meta: RequestMeta) -> CompletionFuture {
+        self.respond(&req, &meta)
+    }
+}
+
+impl ScriptedBackend {
+    /// One attempt: the reply is chosen now, its latency waited in the future.
+    fn respond(&self, req: &ChatRequest, meta: &RequestMeta) -> CompletionFuture {
         let in_flight = self.stats.arrive();
         let reply = match self
             .script
@@ -86,7 +97,7 @@ impl ChatBackend for ScriptedBackend {
                     latency: Duration::ZERO,
                 }
             }
-            _ => self.script.respond_unchecked(&req, &meta),
+            _ => self.script.respond_unchecked(req, meta),
         };
         let stats = Arc::clone(&self.stats);
         Box::pin(async move {

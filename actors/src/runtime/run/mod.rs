@@ -106,7 +106,7 @@ struct GatewayPort(Addr<LlmGateway>);
 impl ModelPort for GatewayPort {
     fn complete(
         &self,
-        request: ChatRequest,
+        request: Arc<ChatRequest>,
         meta: RequestMeta,
         cancel: CancellationToken,
         on_retry: RetryObserver,

@@ -177,6 +177,9 @@ async fn open_output_file(path: &Path) -> std::io::Result<tokio::fs::File> {
     tokio::fs::File::create(path).await
 }
 
+/// The most one read of a tool's pipe takes.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
 /// Reads `reader` until EOF or until `stop` fires (a daemon may keep the pipe open after
 /// the leader exits), returning what was captured so far.
 pub(crate) async fn capture_stream<R>(
@@ -195,11 +198,14 @@ where
         .clone()
         .map(|path| CappedFile::new(path, limits.file_cap_bytes, &limits.secrets));
     if let Some(mut reader) = reader {
-        let mut buffer = vec![0u8; 64 * 1024];
+        // Not zero-filled: `read_buf` reads into the spare capacity, so a tool that prints
+        // nothing (most calls print little) does not pay for clearing 64 KiB per stream.
+        let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
         loop {
+            buffer.clear();
             let read = tokio::select! {
                 biased;
-                read = reader.read(&mut buffer) => read,
+                read = reader.read_buf(&mut buffer) => read,
                 () = stop.cancelled() => break,
             };
             let chunk = match read {
@@ -414,5 +420,28 @@ mod tests {
         let captured = capture(b"abc", limits(1, 1, Some(path.clone()), 100)).await;
         assert!(!captured.file_truncated);
         assert_eq!(std::fs::read(&path).unwrap(), b"abc");
+    }
+
+    #[tokio::test]
+    async fn a_stream_longer_than_one_read_reaches_the_file_whole_and_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout.log");
+        let data: Vec<u8> = (0..3 * READ_CHUNK_BYTES + 17)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let (mut writer, reader) = tokio::io::duplex(4096);
+        let feed = data.clone();
+        let writing = tokio::spawn(async move { writer.write_all(&feed).await });
+        let captured = capture_stream(
+            Some(reader),
+            limits(10, 10, Some(path.clone()), u64::MAX),
+            CancellationToken::new(),
+        )
+        .await;
+        writing.await.unwrap().unwrap();
+        assert_eq!(captured.total_bytes, data.len() as u64);
+        assert_eq!(captured.head, data[..10]);
+        assert_eq!(captured.tail, data[data.len() - 10..]);
+        assert_eq!(std::fs::read(&path).unwrap(), data);
     }
 }

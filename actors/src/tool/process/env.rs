@@ -2,12 +2,14 @@
 //! against the CHILD's `PATH` (never the parent's).
 //!
 //! Owns: secret scrubbing (`DELTA_API_KEY` always, plus the agent's `llm.api_key_env`), the
-//! `PATH` prepend of the running `delta` directory, program lookup.
+//! `PATH` prepend of the running `delta` directory, program lookup (and its per-run cache,
+//! [`ProgramCache`]).
 //! Must not: read or mutate the process environment itself — callers pass the base map.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The variable that always holds the engine's API key; never given to a child.
 pub const API_KEY_VAR: &str = "DELTA_API_KEY";
@@ -81,11 +83,7 @@ pub(crate) fn resolve_program(
             )))
         };
     }
-    let search_path = env
-        .iter()
-        .find(|(name, _)| name == "PATH")
-        .map(|(_, value)| value.as_str())
-        .unwrap_or("");
+    let search_path = search_path(env);
     for dir in search_path.split(':') {
         let candidate = cwd.join(dir).join(program);
         if is_executable_file(&candidate) {
@@ -96,6 +94,73 @@ pub(crate) fn resolve_program(
         "No such file or directory: {program} (hint: `{program}` is not on the tool's PATH \
          {search_path:?}; install it, use an absolute path, or fix PATH in the agent's .env)"
     )))
+}
+
+/// Where a run's programs were found on its `PATH`, so a tool called every iteration costs one
+/// `stat` instead of one per `PATH` directory. One cache serves one environment and one
+/// working directory (a run's tools). A hit is used only while it is still an executable
+/// file, else the name is looked up again; a program installed during the run in a `PATH`
+/// directory earlier than the one it was found in is picked up by the next run. Only bare
+/// names found through an absolute `PATH` directory are kept (a relative entry depends on
+/// what the tools themselves create in the workspace).
+#[derive(Debug, Clone, Default)]
+pub struct ProgramCache(Arc<Mutex<HashMap<String, PathBuf>>>);
+
+impl ProgramCache {
+    /// An empty cache, for one run.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`resolve_program`], through the cache.
+    pub(crate) fn resolve(
+        &self,
+        program: &str,
+        env: &[(String, String)],
+        cwd: &Path,
+    ) -> Result<PathBuf, NotFound> {
+        if program.is_empty() || program.contains('/') {
+            return resolve_program(program, env, cwd);
+        }
+        let cached = self.entries().get(program).cloned();
+        if let Some(found) = cached {
+            if is_executable_file(&found) {
+                return Ok(found);
+            }
+        }
+        let found = resolve_program(program, env, cwd)?;
+        // Every directory searched before the hit must be absolute too.
+        let cacheable = search_path(env)
+            .split(':')
+            .find_map(|dir| {
+                let dir = Path::new(dir);
+                if !dir.is_absolute() {
+                    Some(false)
+                } else if dir.join(program) == found {
+                    Some(true)
+                } else {
+                    None
+                }
+            })
+            .unwrap_or(false);
+        if cacheable {
+            self.entries().insert(program.to_owned(), found.clone());
+        } else {
+            self.entries().remove(program);
+        }
+        Ok(found)
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, PathBuf>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn search_path(env: &[(String, String)]) -> &str {
+    env.iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.as_str())
+        .unwrap_or("")
 }
 
 fn is_executable_file(path: &Path) -> bool {
@@ -174,6 +239,56 @@ mod tests {
         let error = resolve_program("mytool", &empty, Path::new("/")).unwrap_err();
         assert!(error.0.contains("No such file or directory: mytool"));
         assert!(error.0.contains("not on the tool's PATH"));
+    }
+
+    fn executable(path: &Path) {
+        std::fs::write(path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn program_cache_looks_a_name_up_once_and_again_when_its_file_is_gone() {
+        let first = tempfile::tempdir().unwrap();
+        let second = tempfile::tempdir().unwrap();
+        let path = format!("{}:{}", first.path().display(), second.path().display());
+        let env = vec![("PATH".to_owned(), path)];
+        executable(&first.path().join("tool"));
+        executable(&second.path().join("tool"));
+        let cache = ProgramCache::new();
+        let found = cache.resolve("tool", &env, Path::new("/")).unwrap();
+        assert_eq!(found, first.path().join("tool"));
+        assert_eq!(cache.entries().get("tool"), Some(&found));
+        std::fs::remove_file(&found).unwrap();
+        assert_eq!(
+            cache.resolve("tool", &env, Path::new("/")),
+            Ok(second.path().join("tool"))
+        );
+        std::fs::remove_file(second.path().join("tool")).unwrap();
+        assert!(cache.resolve("tool", &env, Path::new("/")).is_err());
+    }
+
+    #[test]
+    fn program_cache_keeps_nothing_found_after_a_relative_path_entry() {
+        let cwd = tempfile::tempdir().unwrap();
+        let absolute = tempfile::tempdir().unwrap();
+        std::fs::create_dir(cwd.path().join("bin")).unwrap();
+        executable(&absolute.path().join("tool"));
+        let env = vec![(
+            "PATH".to_owned(),
+            format!("bin:{}", absolute.path().display()),
+        )];
+        let cache = ProgramCache::new();
+        assert_eq!(
+            cache.resolve("tool", &env, cwd.path()),
+            Ok(absolute.path().join("tool"))
+        );
+        assert!(cache.entries().is_empty());
+        // A tool that creates `bin/tool` in the workspace is found by the next call.
+        executable(&cwd.path().join("bin/tool"));
+        assert_eq!(
+            cache.resolve("tool", &env, cwd.path()),
+            Ok(cwd.path().join("bin/tool"))
+        );
     }
 
     #[test]
