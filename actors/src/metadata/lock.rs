@@ -143,6 +143,45 @@ impl RunLock {
         }
     }
 
+    /// Locks a run folder that has no metadata yet, so it can be removed: a process killed
+    /// while creating a run leaves one. A run being created right now holds the flock on its
+    /// journal from just after creating it, before its `lock` name links to that journal, so
+    /// the journal is locked first; then `lock` (an older version's separate file), unless it
+    /// is the journal itself. `Ok(None)` when either is held.
+    pub(crate) fn try_acquire_unstarted(
+        run_dir: &Path,
+        journal_path: &Path,
+    ) -> Result<Option<UnstartedRunLock>, MetadataError> {
+        let journal = match File::open(journal_path) {
+            Ok(file) => match flock_nonblocking(&file, libc::LOCK_EX) {
+                Ok(true) => Some(file),
+                Ok(false) => return Ok(None),
+                Err(e) => return Err(MetadataError::io("lock", journal_path, e)),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(MetadataError::io("open", journal_path, e)),
+        };
+        let lock_path = run_dir.join(LOCK_FILE);
+        let lock_is_the_journal = match (&journal, std::fs::metadata(&lock_path)) {
+            (Some(journal), Ok(lock)) => journal
+                .metadata()
+                .is_ok_and(|j| j.dev() == lock.dev() && j.ino() == lock.ino()),
+            _ => false,
+        };
+        let lock = if lock_is_the_journal {
+            None
+        } else {
+            match RunLock::try_acquire(run_dir)? {
+                Some(lock) => Some(lock),
+                None => return Ok(None),
+            }
+        };
+        Ok(Some(UnstartedRunLock {
+            _journal: journal,
+            _lock: lock,
+        }))
+    }
+
     /// Path of the lock file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -157,6 +196,13 @@ impl RunLock {
         let other = std::fs::metadata(path).ok()?;
         (locked.dev() == other.dev() && locked.ino() == other.ino()).then(|| self.file.clone())
     }
+}
+
+/// Held while an unstarted run's folder is removed ([`RunLock::try_acquire_unstarted`]);
+/// dropping it releases both locks.
+pub(crate) struct UnstartedRunLock {
+    _journal: Option<File>,
+    _lock: Option<RunLock>,
 }
 
 impl Drop for RunLock {

@@ -63,7 +63,7 @@ fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) -> bool {
     if !paths.run_dir.is_dir() || paths.run_dir.join("metadata.json").exists() {
         return false;
     }
-    match RunLock::try_acquire(&paths.run_dir) {
+    match RunLock::try_acquire_unstarted(&paths.run_dir, &paths.journal) {
         Ok(Some(lock)) => {
             let removed = std::fs::remove_dir_all(&paths.run_dir).is_ok();
             drop(lock);
@@ -356,4 +356,33 @@ fn read_response_file(path: &Path) -> Result<Option<String>, SetupError> {
     Ok(std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim_end_matches(['\n', '\r']).to_string()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::workspace::create_run_dir;
+    use std::os::fd::AsRawFd;
+
+    /// Regression: a second `delta run` with the same id removed the folder of a run still
+    /// being created (journal created and locked, `lock` not yet linked to it), and the first
+    /// run went on writing into files that were gone.
+    #[test]
+    fn a_run_still_being_created_is_not_reclaimed() {
+        let work = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(work.path(), "same-id").unwrap();
+        let journal = std::fs::File::create(&paths.journal).unwrap();
+        // SAFETY: flock on a descriptor this test keeps open.
+        assert_eq!(
+            unsafe { libc::flock(journal.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+            0
+        );
+        assert!(!reclaim_unstarted_run_dir(work.path(), "same-id"));
+        assert!(paths.journal.exists());
+        drop(journal);
+        // Its creator gone (the lock free), the unstarted folder is reclaimed.
+        assert!(reclaim_unstarted_run_dir(work.path(), "same-id"));
+        assert!(!paths.run_dir.exists());
+    }
 }
