@@ -353,24 +353,35 @@ fn bad_keys_and_unknown_sessions_are_errors_with_hints() {
 #[test]
 fn escapes_are_parsed_and_lines_trims_a_read() {
     let mut pty = Pty::new();
-    let id = pty.start(&["cat"]);
-    pty.write(&id, "\\x41\\u0042\\\\n\\n");
+    let cat = pty.start(&["cat"]);
+    pty.write(&cat, "\\x41\\u0042\\\\n\\n");
     // cat's terminal echoes the line and cat prints it again.
-    let seen = pty.read_until(&id, "AB\\n\r\nAB\\n\r\n");
+    let seen = pty.read_until(&cat, "AB\\n\r\nAB\\n\r\n");
     assert!(seen.starts_with("AB\\n"), "{seen:?}");
+    // The program exits after printing, so once it is gone its whole output is buffered:
+    // a read taken while the lines were still arriving would see only some of them.
     let id = pty.start(&[
         "python3",
         "-c",
-        "import sys, time; sys.stdout.write('l1\\nl2\\nl3\\n'); sys.stdout.flush(); time.sleep(100)",
+        "import sys; sys.stdout.write('l1\\nl2\\nl3\\n'); sys.stdout.flush()",
     ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while pty.json(&["status", &id])["alive"] != false {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let out = pty
         .cmd()
-        .args(["read", &id, "--wait", "--lines", "2"])
+        .args(["read", &id, "--lines", "2"])
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "l2\r\nl3\r\n");
-    let out = pty.cmd().args(["read", &id]).output().unwrap();
-    assert!(out.status.success());
+    // cat is still running and printed nothing since: what read_until took is gone.
+    let out = pty.cmd().args(["read", &cat]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "",
