@@ -99,6 +99,14 @@ fn a_live_run_without_a_lock_file_is_not_said_to_hold_its_lock() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
+    // spawn() can return while the child is still inside execve, its name still this test
+    // thread's: the janitor would rightly judge that a different program.
+    let comm = format!("/proc/{}/comm", owner.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep" {
+        assert!(std::time::Instant::now() < deadline, "sleep never started");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let run_dir = case.run_dir("legacy");
     std::fs::create_dir_all(&run_dir).unwrap();
     let meta = json!({

@@ -486,6 +486,13 @@ fn continue_leaves_a_live_never_locked_run_alone() {
         .arg("30")
         .spawn()
         .unwrap();
+    // spawn() can return while the child is still inside execve, named after this thread.
+    let comm = format!("/proc/{}/comm", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep" {
+        assert!(std::time::Instant::now() < deadline, "sleep never started");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let mut meta = metadata(&done);
     meta.status = RunStatus::Running;
     meta.pid = child.id();
