@@ -19,7 +19,7 @@ use crate::error::CliError;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  DELTA_BASE_URL=https://api.openai.com/v1 DELTA_API_KEY=sk-... \\
+  DELTA_BASE_URL=https://llm.example.internal/v1 DELTA_API_KEY=$PROVIDER_KEY \\
       delta relay --listen 10.0.0.5:8787 --requests-per-minute 500
   # on any node (the token is the second line the relay printed):
   DELTA_BASE_URL=http://10.0.0.5:8787/v1 DELTA_API_KEY=<token> delta run --agent a -m task -y
