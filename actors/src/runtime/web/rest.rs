@@ -3,7 +3,7 @@
 //! folder that does not exist, a body too large) and 5xx only for the server's own failures.
 
 use actix::dev::ToEnvelope;
-use actix::{Actor, Handler, Message};
+use actix::{Actor, Handler, MailboxError, Message};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
@@ -47,15 +47,35 @@ where
     ServeManager: Handler<M>,
     <ServeManager as Actor>::Context: ToEnvelope<ServeManager, M>,
 {
-    match state.manager.send(message).await {
-        Ok(Ok(value)) => HttpResponse::build(ok).json(value),
-        Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!("the server is stopping: {e}"),
-            "unavailable",
-        ),
+    match call(state, message).await {
+        Ok(value) => HttpResponse::build(ok).json(value),
+        Err(response) => response,
     }
+}
+
+/// Sends `message` to the manager: its answer, or the response a handler returns instead
+/// (the manager's refusal, or 503 while the server is stopping).
+async fn call<M, T>(state: &WebState, message: M) -> Result<T, HttpResponse>
+where
+    M: Message<Result = Result<T, ServeError>> + Send + 'static,
+    T: Send + 'static,
+    ServeManager: Handler<M>,
+    <ServeManager as Actor>::Context: ToEnvelope<ServeManager, M>,
+{
+    match state.manager.send(message).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(serve_error(&e)),
+        Err(e) => Err(unavailable(&e)),
+    }
+}
+
+/// 503: the manager's mailbox is closed because the server is stopping.
+fn unavailable(e: &MailboxError) -> HttpResponse {
+    error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("the server is stopping: {e}"),
+        "unavailable",
+    )
 }
 
 #[derive(Serialize)]
@@ -71,11 +91,7 @@ struct WorkerBody<T> {
 pub async fn list_sessions(state: web::Data<WebState>) -> HttpResponse {
     match state.manager.send(ListSessions).await {
         Ok(sessions) => HttpResponse::Ok().json(sessions),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &e.to_string(),
-            "unavailable",
-        ),
+        Err(e) => unavailable(&e),
     }
 }
 
@@ -84,14 +100,9 @@ pub async fn create_session(
     body: web::Json<CreateSessionRequest>,
 ) -> HttpResponse {
     let message = CreateSession(body.into_inner());
-    match state.manager.send(message).await {
-        Ok(Ok(session)) => HttpResponse::Created().json(SessionBody { session }),
-        Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &e.to_string(),
-            "unavailable",
-        ),
+    match call(&state, message).await {
+        Ok(session) => HttpResponse::Created().json(SessionBody { session }),
+        Err(response) => response,
     }
 }
 
@@ -100,14 +111,9 @@ pub async fn get_session(state: web::Data<WebState>, path: web::Path<String>) ->
 }
 
 pub async fn delete_session(state: web::Data<WebState>, path: web::Path<String>) -> HttpResponse {
-    match state.manager.send(DeleteSession(path.into_inner())).await {
-        Ok(Ok(())) => HttpResponse::NoContent().finish(),
-        Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &e.to_string(),
-            "unavailable",
-        ),
+    match call(&state, DeleteSession(path.into_inner())).await {
+        Ok(()) => HttpResponse::NoContent().finish(),
+        Err(response) => response,
     }
 }
 
@@ -145,14 +151,9 @@ pub async fn restart_session(
         // The design's session restart recreates the agents with their continue args.
         continue_conversation: body.continue_conversation.unwrap_or(true),
     };
-    match state.manager.send(message).await {
-        Ok(Ok(session)) => HttpResponse::Ok().json(SessionBody { session }),
-        Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &e.to_string(),
-            "unavailable",
-        ),
+    match call(&state, message).await {
+        Ok(session) => HttpResponse::Ok().json(SessionBody { session }),
+        Err(response) => response,
     }
 }
 
@@ -169,14 +170,9 @@ pub async fn create_worker(
         session_id: path.into_inner(),
         request: body.into_inner(),
     };
-    match state.manager.send(message).await {
-        Ok(Ok(worker)) => HttpResponse::Created().json(WorkerBody { worker }),
-        Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &e.to_string(),
-            "unavailable",
-        ),
+    match call(&state, message).await {
+        Ok(worker) => HttpResponse::Created().json(WorkerBody { worker }),
+        Err(response) => response,
     }
 }
 
@@ -185,21 +181,13 @@ pub async fn delete_worker(
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
     let (session_id, worker_id) = path.into_inner();
-    match state
-        .manager
-        .send(DeleteWorker {
-            session_id,
-            worker_id,
-        })
-        .await
-    {
-        Ok(Ok(())) => HttpResponse::NoContent().finish(),
-        Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &e.to_string(),
-            "unavailable",
-        ),
+    let message = DeleteWorker {
+        session_id,
+        worker_id,
+    };
+    match call(&state, message).await {
+        Ok(()) => HttpResponse::NoContent().finish(),
+        Err(response) => response,
     }
 }
 
@@ -218,14 +206,9 @@ pub async fn restart_worker(
         worker_id,
         continue_conversation: body.continue_conversation.unwrap_or(false),
     };
-    match state.manager.send(message).await {
-        Ok(Ok(worker)) => HttpResponse::Ok().json(WorkerBody { worker }),
-        Ok(Err(e)) => serve_error(&e),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &e.to_string(),
-            "unavailable",
-        ),
+    match call(&state, message).await {
+        Ok(worker) => HttpResponse::Ok().json(WorkerBody { worker }),
+        Err(response) => response,
     }
 }
 
@@ -249,23 +232,13 @@ pub async fn worker_input(
             limit: MAX_INPUT_BYTES,
         });
     }
-    let worker = match state
-        .manager
-        .send(FindWorker {
-            session_id,
-            worker_id,
-        })
-        .await
-    {
-        Ok(Ok(worker)) => worker,
-        Ok(Err(e)) => return serve_error(&e),
-        Err(e) => {
-            return error_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &e.to_string(),
-                "unavailable",
-            )
-        }
+    let message = FindWorker {
+        session_id,
+        worker_id,
+    };
+    let worker = match call(&state, message).await {
+        Ok(worker) => worker,
+        Err(response) => return response,
     };
     let bytes = data.len();
     match worker.send(Input(data)).await {
