@@ -28,7 +28,7 @@ mod summary;
 use crate::cluster::RunExecutor;
 
 use crate::clock::now_rfc3339;
-use crate::plan::schedule::{Effect, Event, Prior, Scheduler};
+use crate::plan::schedule::{Effect, Event, Prior, RunEnd, Scheduler};
 use crate::plan::state::{OrchestrationState, OrchestrationSummary, SchedulingEvent};
 use crate::protocol::{OrchestrationEvent, OrchestrationRequest};
 use crate::runtime::janitor::JanitorActor;
@@ -149,9 +149,19 @@ impl OrchestrationActor {
                 run,
                 work_dir,
                 launch,
-            } => Some(match self.slurm {
-                Some(_) => self.submit_to_slurm(run, work_dir, launch, ctx),
-                None => self.submit(run, work_dir, launch, ctx),
+            } => Some(if let Err(e) = std::fs::create_dir_all(&work_dir) {
+                // Whichever executor runs it, a run without its workspace cannot start.
+                run_lost(
+                    &run.run_id,
+                    format!(
+                        "cannot create the run's workspace {}: {e}",
+                        work_dir.display()
+                    ),
+                )
+            } else if self.slurm.is_some() {
+                self.submit_to_slurm(run, work_dir, launch, ctx)
+            } else {
+                self.submit(run, work_dir, launch, ctx)
             }),
             Effect::CancelRun { run_id, reason } => {
                 match &self.slurm {
@@ -227,5 +237,13 @@ impl Handler<CancelOrchestration> for OrchestrationActor {
 
     fn handle(&mut self, msg: CancelOrchestration, ctx: &mut Self::Context) {
         self.apply(Event::CancelRequested { reason: msg.reason }, ctx);
+    }
+}
+
+/// The event for a run that could not be handed to its executor.
+fn run_lost(run_id: &str, message: String) -> Event {
+    Event::RunFinished {
+        run_id: run_id.to_owned(),
+        end: RunEnd::Lost(message),
     }
 }

@@ -26,22 +26,13 @@ impl OrchestrationActor {
         ctx: &mut Context<Self>,
     ) -> Event {
         let run_id = planned.run_id.clone();
-        let lost = |message: String| Event::RunFinished {
-            run_id: run_id.clone(),
-            end: RunEnd::Lost(message),
-        };
+        let lost = |message: String| super::run_lost(&run_id, message);
         let Some(agent) = self.request.agents.get(&planned.agent).cloned() else {
             return lost(format!(
                 "agent {} was not loaded before the orchestration started",
                 planned.agent.display()
             ));
         };
-        if let Err(e) = std::fs::create_dir_all(&work_dir) {
-            return lost(format!(
-                "cannot create the run's workspace {}: {e}",
-                work_dir.display()
-            ));
-        }
         let start = match launch {
             Launch::New => RunStart::New {
                 task: planned.message,

@@ -26,21 +26,12 @@ impl OrchestrationActor {
         ctx: &mut Context<Self>,
     ) -> Event {
         let run_id = planned.run_id.clone();
-        let lost = |message: String| Event::RunFinished {
-            run_id: run_id.clone(),
-            end: RunEnd::Lost(message),
-        };
+        let lost = |message: String| super::run_lost(&run_id, message);
         let (Some(executor), Some(state), crate::cluster::RunExecutor::Slurm(jobs)) =
             (&self.slurm, &self.state, &self.request.executor)
         else {
             return lost("the Slurm executor is not running".into());
         };
-        if let Err(e) = std::fs::create_dir_all(&work_dir) {
-            return lost(format!(
-                "cannot create the run's workspace {}: {e}",
-                work_dir.display()
-            ));
-        }
         let Some(route) = jobs.routes.get(&planned.agent).cloned() else {
             return lost(format!(
                 "agent {} has no relay route",
