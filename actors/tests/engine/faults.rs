@@ -19,20 +19,13 @@ fn orchestration_over_an_agent_with_a_fifo_context_file_ends() {
     let dir = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let agent = dir.path().join("agents/piper");
-    std::fs::create_dir_all(&agent).unwrap();
-    std::fs::write(
-        agent.join("agent.yaml"),
+    write_agent_at(
+        &agent,
         "name: piper\nllm:\n  model: scripted\ntools: []\n",
-    )
-    .unwrap();
-    std::fs::write(agent.join("system_prompt.md"), "You read pipes.\n").unwrap();
-    std::fs::write(
-        agent.join("context.yaml"),
-        format!(
+        &format!(
             "{DEFAULT_CONTEXT}  - type: file\n    id: pipe\n    path: '${{AGENT_HOME}}/pipe.md'\n"
         ),
-    )
-    .unwrap();
+    );
     nix::unistd::mkfifo(&agent.join("pipe.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
     let plan_path = dir.path().join("plan.yaml");
     std::fs::write(
@@ -119,14 +112,11 @@ fn plan_llm_request_timeout_overrides_the_agents_and_fails_runs_as_llm_timeout()
     let dir = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let agent = dir.path().join("agents/patient");
-    std::fs::create_dir_all(&agent).unwrap();
-    std::fs::write(
-        agent.join("agent.yaml"),
+    write_agent_at(
+        &agent,
         "name: patient\nllm:\n  model: m\n  request_timeout: 10m\ntools: []\n",
-    )
-    .unwrap();
-    std::fs::write(agent.join("system_prompt.md"), "You wait.\n").unwrap();
-    std::fs::write(agent.join("context.yaml"), DEFAULT_CONTEXT).unwrap();
+        DEFAULT_CONTEXT,
+    );
     let plan_path = dir.path().join("plan.yaml");
     std::fs::write(
         &plan_path,

@@ -24,20 +24,23 @@ pub struct TestAgent {
     pub dir: TempDir,
 }
 
+/// Writes an agent folder at `dir` (created if missing): `agent_yaml`, a one-line system
+/// prompt and `context_yaml`, for tests whose agent must live at a given path (a plan's).
+pub fn write_agent_at(dir: &Path, agent_yaml: &str, context_yaml: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("agent.yaml"), agent_yaml).unwrap();
+    std::fs::write(dir.join("system_prompt.md"), "You are a test agent.\n").unwrap();
+    std::fs::write(dir.join("context.yaml"), context_yaml).unwrap();
+}
+
 impl TestAgent {
     pub fn new(name: &str, extra_yaml: &str, tools_yaml: &str) -> TestAgent {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("agent.yaml"),
-            format!("name: {name}\nllm:\n  model: scripted\n{extra_yaml}tools:\n{tools_yaml}"),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join("system_prompt.md"),
-            "You are a test agent.\n",
-        )
-        .unwrap();
-        std::fs::write(dir.path().join("context.yaml"), DEFAULT_CONTEXT).unwrap();
+        write_agent_at(
+            dir.path(),
+            &format!("name: {name}\nllm:\n  model: scripted\n{extra_yaml}tools:\n{tools_yaml}"),
+            DEFAULT_CONTEXT,
+        );
         TestAgent { dir }
     }
 
