@@ -30,7 +30,15 @@ pub enum InputError {
 /// Reads `path` as UTF-8 text, refusing anything but a regular file of at most `limit`
 /// bytes (symlinks are followed).
 pub fn read_bounded(path: &Path, limit: u64) -> Result<String, InputError> {
-    let metadata = std::fs::metadata(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened without blocking and checked on the descriptor: a named pipe put in the file's
+    // place after a check by path would otherwise hang the open until a writer came.
+    // O_NONBLOCK changes nothing for reads of a regular file.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let metadata = file.metadata()?;
     let file_type = metadata.file_type();
     if !file_type.is_file() {
         use std::os::unix::fs::FileTypeExt;
@@ -52,8 +60,7 @@ pub fn read_bounded(path: &Path, limit: u64) -> Result<String, InputError> {
     }
     // The file may grow between the check and the read: read one byte past the limit.
     let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(limit.saturating_add(1))
+    file.take(limit.saturating_add(1))
         .read_to_string(&mut text)?;
     if text.len() as u64 > limit {
         return Err(InputError::TooLarge { limit });

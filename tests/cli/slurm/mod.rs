@@ -10,6 +10,7 @@
 
 mod cluster;
 mod dry_run;
+mod exec_planned;
 mod faults;
 mod map_reduce;
 mod relay;
