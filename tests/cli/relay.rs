@@ -1,5 +1,6 @@
 //! `delta relay` on its own: it refuses a request without its token, and a `delta run`
-//! given only the relay's URL and token completes against the model behind it.
+//! given only the relay's URL and token completes against the model behind it; careless
+//! flags (a short token, no endpoint, a taken port, limits out of range) are refused at once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -91,4 +92,51 @@ fn relay_refuses_requests_without_its_token_and_serves_a_run_with_it() {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&run.stderr)));
     assert_eq!(result["status"], "COMPLETED", "{result:#}");
     assert_eq!(result["result"], "relayed hello");
+}
+
+/// Careless or hostile `delta relay` flags: each refused at once with a clear error, before
+/// anything listens.
+#[test]
+fn relay_refuses_a_short_token_no_endpoint_a_taken_port_and_out_of_range_limits() {
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), "steps:\n  - answer: x\n").unwrap();
+    let relay = |args: &[&str]| {
+        let out = Command::new(assert_cmd::cargo::cargo_bin("delta"))
+            .arg("relay")
+            .args(args)
+            .env_remove("DELTA_BASE_URL")
+            .env_remove("DELTA_API_KEY")
+            .env_remove("DELTA_RELAY_TOKEN")
+            .env_remove("DELTA_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let script = script.path().to_str().unwrap();
+
+    let (code, stderr) = relay(&["--llm-script", script, "--token", "short"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("at least 16 characters"), "{stderr}");
+
+    let (code, stderr) = relay(&["--listen", "127.0.0.1:0"]);
+    assert_eq!(code, Some(126), "{stderr}");
+    assert!(stderr.contains("DELTA_BASE_URL"), "{stderr}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, stderr) = relay(&["--llm-script", script, "--listen", &addr]);
+    assert_eq!(code, Some(126), "{stderr}");
+    assert!(stderr.contains("cannot listen on"), "{stderr}");
+
+    for flag in ["--max-in-flight", "--requests-per-minute"] {
+        for value in ["0", "99999999999"] {
+            let (code, stderr) = relay(&["--llm-script", script, flag, value]);
+            assert_eq!(code, Some(2), "{flag} {value}: {stderr}");
+            assert!(stderr.contains(flag), "{stderr}");
+        }
+    }
 }
