@@ -164,7 +164,6 @@ pub async fn run_hook(
         .iter()
         .map(|word| expand_path_vars(word, &ctx.agent_home, &ctx.work_dir))
         .collect();
-    let _ = std::fs::create_dir_all(&ctx.paths.hooks_dir);
     let record_path = hook_record_path(&ctx.paths, name.as_str());
     let io_path_ref = record_path
         .file_name()

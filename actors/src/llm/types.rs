@@ -5,6 +5,8 @@
 //! (assistant turns without text carry `content: null`, never the string `"null"`; empty
 //! `tool_calls` arrays are omitted). Does not do I/O, retries or history repair.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Value};
 
@@ -204,9 +206,10 @@ pub struct ChatRequest {
     /// -2 to 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence_penalty: Option<f64>,
-    /// The tools offered, as OpenAI function definitions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<Value>,
+    /// The tools offered, as OpenAI function definitions. Shared: a run offers the same list
+    /// at every iteration, and copying it per call showed in the profile (BENCHMARKS.md).
+    #[serde(default, skip_serializing_if = "no_tools")]
+    pub tools: Arc<Vec<Value>>,
     /// Only the string forms (`auto`, `none`, `required`) are modelled; an object form
     /// received by the scripted server is ignored.
     #[serde(
@@ -234,6 +237,10 @@ impl ChatRequest {
             std::borrow::Cow::Borrowed(self)
         }
     }
+}
+
+fn no_tools(tools: &Arc<Vec<Value>>) -> bool {
+    tools.is_empty()
 }
 
 fn deserialize_tool_choice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -415,7 +422,7 @@ mod tests {
         let req = ChatRequest {
             top_p: Some(0.5),
             presence_penalty: Some(0.1),
-            tools: vec![json!({"type":"function"})],
+            tools: Arc::new(vec![json!({"type":"function"})]),
             tool_choice: Some("auto".into()),
             ..req
         };
@@ -436,7 +443,7 @@ mod tests {
         };
         assert_eq!(req.for_wire().tool_choice, None);
         let with_tools = ChatRequest {
-            tools: vec![json!({"type": "function"})],
+            tools: Arc::new(vec![json!({"type": "function"})]),
             ..req
         };
         assert_eq!(with_tools.for_wire().tool_choice.as_deref(), Some("auto"));

@@ -18,6 +18,25 @@ use crate::workspace::write_invocation_record;
 
 use super::state::{error_info, AuditKind, Halt, Run};
 
+/// One `io/invocations/` record: the request as sent, and the provider's response as
+/// received (or why the call failed), with its timings and attempts. Serialized straight to
+/// the file, without an intermediate JSON tree.
+#[derive(serde::Serialize)]
+struct InvocationRecord<'a> {
+    iteration: u32,
+    request: &'a ChatRequest,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waited_ms: Option<u64>,
+    attempts: u32,
+    failed_attempts: &'a [String],
+}
+
 impl Run {
     /// The messages for this iteration, from the journal through the context builder.
     pub(super) async fn build_request(&self) -> Result<ChatRequest, Halt> {
@@ -62,7 +81,7 @@ impl Run {
             top_p: llm.top_p,
             frequency_penalty: llm.frequency_penalty,
             presence_penalty: llm.presence_penalty,
-            tools: (*self.tool_schemas).clone(),
+            tools: Arc::clone(&self.tool_schemas),
             tool_choice: Some("auto".to_string()),
             extra: Default::default(),
         })
@@ -155,13 +174,16 @@ impl Run {
             Ok(outcome) => outcome,
             Err(failure) if failure.cancelled => return Err(Halt::Stopped),
             Err(failure) => {
-                self.write_invocation_record(json!({
-                        "iteration": self.iteration,
-                        "request": &*request,
-                        "error": failure.error.to_string(),
-                        "attempts": failure.attempts,
-                        "failed_attempts": failure.failed_attempts,
-                }))?;
+                self.write_invocation_record(&InvocationRecord {
+                    iteration: self.iteration,
+                    request: &request,
+                    response: None,
+                    error: Some(failure.error.to_string()),
+                    duration_ms: None,
+                    waited_ms: None,
+                    attempts: failure.attempts,
+                    failed_attempts: &failure.failed_attempts,
+                })?;
                 let message = format!(
                     "model call failed after {} attempt(s): {}",
                     failure.attempts, failure.error
@@ -176,15 +198,16 @@ impl Run {
         };
         self.timings.model += duration.saturating_sub(waited);
         self.timings.queue += waited;
-        let record_ref = self.write_invocation_record(json!({
-            "iteration": self.iteration,
-            "request": &*request,
-            "response": completion.raw,
-            "duration_ms": duration.as_millis() as u64,
-            "waited_ms": waited.as_millis() as u64,
-            "attempts": attempts,
-            "failed_attempts": failed_attempts,
-        }))?;
+        let record_ref = self.write_invocation_record(&InvocationRecord {
+            iteration: self.iteration,
+            request: &request,
+            response: Some(&completion.raw),
+            error: None,
+            duration_ms: Some(duration.as_millis() as u64),
+            waited_ms: Some(waited.as_millis() as u64),
+            attempts,
+            failed_attempts: &failed_attempts,
+        })?;
         if let Some(usage) = &completion.usage {
             let used = TokenUsage {
                 input_tokens: usage.prompt_tokens,
@@ -205,11 +228,14 @@ impl Run {
     /// sensitive answers (kept only in the run's 0600 secrets files). Best effort: an audit
     /// record never fails a run.
     /// Returns the record's reference for the THOUGHT (`io/invocations/<file>`).
-    fn write_invocation_record(&self, record: Value) -> Result<Option<String>, Halt> {
+    fn write_invocation_record(
+        &self,
+        record: &InvocationRecord<'_>,
+    ) -> Result<Option<String>, Halt> {
         let (path, written) = write_invocation_record(
             &self.paths,
             self.iteration,
-            &record,
+            record,
             &self.secrets.snapshot(),
         );
         if let Err(e) = written {

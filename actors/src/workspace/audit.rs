@@ -9,7 +9,7 @@
 //! decide what goes into a record.
 
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{RunPaths, WorkspaceError};
@@ -56,40 +56,54 @@ fn reserve(dir: &Path, stem: &str) -> PathBuf {
 /// in one open (reserving the name first, as the other records do, costs a second open of
 /// the file at every iteration). Returns the record's path, also when writing failed (the
 /// error names it).
+///
+/// `record` is serialized straight to text: going through a `serde_json::Value` first
+/// copied the whole conversation into a tree at every iteration. Only a run with sensitive
+/// answers pays for the tree, which redaction needs.
 pub fn write_invocation_record(
     paths: &RunPaths,
     iteration: u32,
-    value: &serde_json::Value,
+    record: &impl serde::Serialize,
     secrets: &SecretSet,
 ) -> (PathBuf, Result<(), WorkspaceError>) {
     let stem = format!("{}_{iteration}", audit_timestamp());
     let (path, file) = create_unique(&paths.invocations_dir, &stem);
-    let Some(mut file) = file else {
-        let written = write_redacted_json_file(&path, value, secrets);
-        return (path, written);
-    };
     let bytes = if secrets.is_empty() {
-        serde_json::to_vec_pretty(value)
+        serde_json::to_vec_pretty(record)
     } else {
-        let mut shown = value.clone();
-        secrets.redact_json(&mut shown);
-        serde_json::to_vec_pretty(&shown)
+        serde_json::to_value(record).and_then(|mut shown| {
+            secrets.redact_json(&mut shown);
+            serde_json::to_vec_pretty(&shown)
+        })
     };
-    let written = bytes
-        .map_err(|e| WorkspaceError::io("serialize JSON for", &path, io::Error::other(e)))
-        .and_then(|mut bytes| {
+    let bytes = match bytes {
+        Ok(mut bytes) => {
             bytes.push(b'\n');
-            file.write_all(&bytes)
-                .map_err(|e| WorkspaceError::io("write", &path, e))
-        });
+            bytes
+        }
+        Err(e) => {
+            let error = WorkspaceError::io("serialize JSON for", &path, io::Error::other(e));
+            return (path, Err(error));
+        }
+    };
+    let written = match file {
+        Some(mut file) => file
+            .write_all(&bytes)
+            .map_err(|e| WorkspaceError::io("write", &path, e)),
+        None => write_bytes(&path, &bytes),
+    };
     (path, written)
 }
 
-/// Creates `<dir>/<stem>.json` (or `_2`, `_3`, … when taken) and returns it open. When the
-/// directory is unusable: the first candidate and no file (the write then reports why).
+/// Creates `<dir>/<stem>.json` (or `_2`, `_3`, … when taken) and returns it open. `dir`
+/// itself (mode 0700) is made with its first record, but not its parents: a run folder
+/// deleted under a live run is not brought back. When the directory is unusable: the first
+/// candidate and no file (the write then reports why).
 fn create_unique(dir: &Path, stem: &str) -> (PathBuf, Option<std::fs::File>) {
     let first = dir.join(format!("{stem}.json"));
-    for attempt in 1..=MAX_SUFFIX {
+    let mut made_dir = false;
+    let mut attempt = 1;
+    while attempt <= MAX_SUFFIX {
         let candidate = if attempt == 1 {
             first.clone()
         } else {
@@ -102,7 +116,15 @@ fn create_unique(dir: &Path, stem: &str) -> (PathBuf, Option<std::fs::File>) {
             .open(&candidate)
         {
             Ok(file) => return (candidate, Some(file)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => attempt += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !made_dir => {
+                made_dir = true;
+                match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(_) => return (first, None),
+                }
+            }
             Err(_) => return (first, None),
         }
     }
@@ -153,6 +175,12 @@ pub fn write_json_file(path: &Path, value: &serde_json::Value) -> Result<(), Wor
     let mut bytes = serde_json::to_vec_pretty(value)
         .map_err(|e| WorkspaceError::io("serialize JSON for", path, io::Error::other(e)))?;
     bytes.push(b'\n');
+    write_bytes(path, &bytes)
+}
+
+/// Writes `bytes` as the whole text of `path` (created with mode 0600 when missing), the
+/// way [`write_json_file`] describes.
+fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -160,7 +188,7 @@ pub fn write_json_file(path: &Path, value: &serde_json::Value) -> Result<(), Wor
         .mode(0o600)
         .open(path)
         .map_err(|e| WorkspaceError::io("open", path, e))?;
-    overwrite(&mut file, &bytes).map_err(|e| WorkspaceError::io("write", path, e))
+    overwrite(&mut file, bytes).map_err(|e| WorkspaceError::io("write", path, e))
 }
 
 /// Writes `bytes` over `file` from its start and cuts off what an older, longer text left
@@ -260,6 +288,25 @@ mod tests {
         assert_eq!(file_name(&first), "fixed.json");
         assert_eq!(file_name(&second), "fixed_2.json");
         assert_eq!(file_name(&third), "fixed_3.json");
+    }
+
+    #[test]
+    fn tool_and_hook_folders_appear_private_with_their_first_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(tmp.path(), "r").unwrap();
+        assert!(!paths.tool_executions_dir.exists());
+        let tool = tool_record_path(&paths, "echo");
+        assert!(tool.is_file(), "{tool:?}");
+        let hook = hook_record_path(&paths, "on_error");
+        assert!(hook.is_file(), "{hook:?}");
+        for dir in [&paths.tool_executions_dir, &paths.hooks_dir] {
+            let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{dir:?}");
+        }
+        // A run folder removed under the run is not rebuilt by a record.
+        std::fs::remove_dir_all(&paths.run_dir).unwrap();
+        let lost = tool_record_path(&paths, "echo");
+        assert!(!lost.exists() && !paths.run_dir.exists(), "{lost:?}");
     }
 
     #[test]

@@ -241,7 +241,7 @@ impl RunPaths {
     }
 }
 
-/// Creates a new run directory (mode 0700) with its `io/` subfolders. The run directory is
+/// Creates a new run directory (mode 0700) with `io/invocations/`. The run directory is
 /// made with one `mkdir`, so two processes racing on one id cannot both succeed: the loser
 /// gets [`WorkspaceError::AlreadyExists`].
 pub fn create_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, WorkspaceError> {
@@ -264,13 +264,12 @@ pub fn create_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, Workspa
             ))
         }
     }
-    for dir in [
-        &paths.invocations_dir,
-        &paths.tool_executions_dir,
-        &paths.hooks_dir,
-    ] {
+    // Only the folder every run writes into. io/tool_executions/ and io/hooks/ appear with
+    // their first record (`audit::create_unique`): a run without tools or hooks does not
+    // pay two directory creations (an inode and a block each) for nothing.
+    let io_dir = paths.run_dir.join("io");
+    for dir in [&io_dir, &paths.invocations_dir] {
         DirBuilder::new()
-            .recursive(true)
             .mode(0o700)
             .create(dir)
             .map_err(|e| WorkspaceError::io("create directory", dir, e))?;
@@ -419,8 +418,11 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o700);
         assert!(paths.invocations_dir.is_dir());
-        assert!(paths.tool_executions_dir.is_dir());
-        assert!(paths.hooks_dir.is_dir());
+        assert!(
+            !paths.tool_executions_dir.exists(),
+            "made with its first record"
+        );
+        assert!(!paths.hooks_dir.exists(), "made with its first record");
         assert!(!paths.interaction_dir.exists());
 
         let err = create_run_dir(tmp.path(), "r1").unwrap_err();

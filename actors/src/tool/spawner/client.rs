@@ -5,13 +5,13 @@
 //! checking its `Ready`, sending one request per tool with the tool's pipe ends, handing the
 //! caller its own pipe ends and the leader's exit. A request abandoned halfway (its future
 //! dropped) kills its tool as soon as it starts. Replies are routed by `replies.rs`.
-//! Must not: block an async task except in `sendmsg` (which waits only while the spawner's
-//! queue is full), or leave a waiter hanging when the spawner is gone (every pending reply and
-//! exit then resolves with an error).
+//! Must not: block an async task (a full socket queues the request in `outbox.rs`), or leave
+//! a waiter hanging when the spawner is gone (every pending reply and exit then resolves with
+//! an error).
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -23,12 +23,15 @@ use std::time::Duration;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+use super::outbox::Outbox;
 use super::protocol::{self, RequestHeader};
 use super::replies::{kill_group, read_replies, Answer, Pending, Shared, State};
 use super::request::{check_no_nul, spec_memfd, Launch, Pipes};
 use super::sys;
 /// How long dropping the handle waits for the spawner to exit and be reaped.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
+/// The control socket's send buffer asked for (granted up to `net.core.wmem_max`).
+const SEND_BUFFER_BYTES: usize = 4 << 20;
 
 /// The program that serves as the spawner: it must call
 /// [`serve_stdin`](super::serve_stdin) (the `delta` binary: `delta __spawner`).
@@ -144,6 +147,7 @@ impl ExitWatch {
 /// last handle closes the control socket, and the spawner exits.
 pub struct Spawner {
     shared: Arc<Shared>,
+    outbox: Arc<Outbox>,
     pid: u32,
     fallback_warned: AtomicBool,
     reader_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
@@ -177,6 +181,9 @@ impl Spawner {
                 source,
             })?;
         let pid = child.id();
+        // Room for a burst of requests (a few KiB each) before the outbox has to queue them;
+        // the kernel caps it at net.core.wmem_max.
+        sys::raise_send_buffer(engine_end.as_fd(), SEND_BUFFER_BYTES);
         let shared = Arc::new(Shared {
             socket: engine_end,
             state: Mutex::new(State::default()),
@@ -194,6 +201,7 @@ impl Spawner {
         reader.map_err(StartError::Reader)?;
         Ok(Spawner {
             shared,
+            outbox: Arc::default(),
             pid,
             fallback_warned: AtomicBool::new(false),
             reader_done: Mutex::new(Some(done_rx)),
@@ -256,16 +264,14 @@ impl Spawner {
         };
         let inline: &[u8] = if memfd.is_some() { &[] } else { &spec };
         let message = protocol::encode_request(header, inline);
-        let mut fds: Vec<BorrowedFd<'_>> = pipes.child_ends();
-        fds.extend(memfd.as_ref().map(AsFd::as_fd));
-        if let Err(error) = sys::send_with_fds(self.shared.socket.as_fd(), &message, &fds) {
+        let ((stdin, stdout, stderr), mut tool_ends) = pipes.split();
+        tool_ends.extend(memfd);
+        if let Err(error) = self.outbox.send(&self.shared, id, message, tool_ends) {
             self.shared.state().pending.remove(&id);
             return Err(SpawnError::Unavailable(format!(
                 "cannot send it a request: {error}"
             )));
         }
-        drop(fds);
-        let (stdin, stdout, stderr) = pipes.into_engine_ends();
         let mut waiting = AbandonGuard {
             shared: &self.shared,
             id,
@@ -317,6 +323,7 @@ impl Spawner {
 
 impl Drop for Spawner {
     fn drop(&mut self) {
+        self.outbox.close();
         // Our EOF tells the spawner to exit; its EOF ends the reader, which reaps it.
         // SAFETY: shutdown on our own open socket.
         unsafe {

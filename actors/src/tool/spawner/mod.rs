@@ -18,8 +18,8 @@
 //! exits.
 //!
 //! Layout: `protocol` (bytes), `sys` (socket and pipe system calls); the engine side:
-//! [`client`] (the [`Spawner`] handle), `request` (pipes, memfd), `replies` (the reader
-//! thread); the spawner process: `zygote` (its loop) and `exec` (`posix_spawn`).
+//! [`client`] (the [`Spawner`] handle), `request` (pipes, memfd), `outbox` (requests a full
+//! socket cannot take yet), `replies` (the reader thread); the spawner process: `zygote` (its loop) and `exec` (`posix_spawn`).
 //!
 //! One spawner serves the whole process: the `RunSupervisor` of a [`SupervisorConfig`] with
 //! `tool_spawner` set starts it (or joins the one already running) and keeps it alive; tools,
@@ -30,6 +30,7 @@
 
 pub mod client;
 mod exec;
+mod outbox;
 pub(crate) mod protocol;
 mod replies;
 mod request;

@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -56,22 +56,18 @@ impl Pipes {
         })
     }
 
-    /// In request order: stdin's read end (when piped), stdout's and stderr's write ends.
-    pub(super) fn child_ends(&self) -> Vec<BorrowedFd<'_>> {
-        let mut ends = Vec::with_capacity(4);
-        ends.extend(self.stdin.as_ref().map(|(read, _)| read.as_fd()));
-        ends.push(self.stdout.1.as_fd());
-        ends.push(self.stderr.1.as_fd());
-        ends
-    }
-
-    /// Drops the tool's ends (the sent request holds them) and returns ours.
-    pub(super) fn into_engine_ends(self) -> (Option<OwnedFd>, OwnedFd, OwnedFd) {
-        (
-            self.stdin.map(|(_, write)| write),
-            self.stdout.0,
-            self.stderr.0,
-        )
+    /// Ours (stdin's write end when piped, stdout's and stderr's read ends) and the tool's,
+    /// in request order (stdin's read end when piped, stdout's and stderr's write ends). The
+    /// tool's travel with the request and are closed here once it is sent.
+    pub(super) fn split(self) -> ((Option<OwnedFd>, OwnedFd, OwnedFd), Vec<OwnedFd>) {
+        let mut tool_ends = Vec::with_capacity(4);
+        let stdin = self.stdin.map(|(read, write)| {
+            tool_ends.push(read);
+            write
+        });
+        tool_ends.push(self.stdout.1);
+        tool_ends.push(self.stderr.1);
+        ((stdin, self.stdout.0, self.stderr.0), tool_ends)
     }
 }
 

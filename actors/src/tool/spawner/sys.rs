@@ -34,6 +34,22 @@ pub(crate) fn control_socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Asks for a send buffer of `bytes` on `socket`; the kernel grants at most
+/// `net.core.wmem_max`. Best effort: the caller copes with a full socket either way.
+pub(crate) fn raise_send_buffer(socket: BorrowedFd<'_>, bytes: usize) {
+    let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt reads one c_int from a valid pointer for the given length.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 /// A pipe `(read end, write end)`, both close-on-exec and blocking (the spawner's child gets
 /// its end through `dup2`, which clears close-on-exec on the copy only).
 pub(crate) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -106,12 +122,22 @@ fn fd_control_space(count: usize) -> usize {
     unsafe { libc::CMSG_SPACE((count * size_of::<RawFd>()) as libc::c_uint) as usize }
 }
 
-/// Sends one message with `fds` attached, blocking until the socket takes it. Never raises
-/// SIGPIPE: a closed peer is `EPIPE`.
+/// Whether a send may wait for room in the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendMode {
+    /// Wait until the socket takes the message.
+    Wait,
+    /// `WouldBlock` at once when the socket is full (`MSG_DONTWAIT`: this call only, the
+    /// descriptor stays blocking for the thread that reads it).
+    NoWait,
+}
+
+/// Sends one message with `fds` attached. Never raises SIGPIPE: a closed peer is `EPIPE`.
 pub(crate) fn send_with_fds(
     socket: BorrowedFd<'_>,
     bytes: &[u8],
     fds: &[BorrowedFd<'_>],
+    mode: SendMode,
 ) -> io::Result<()> {
     if fds.len() > MAX_FDS_PER_MESSAGE {
         return Err(io::Error::new(
@@ -151,7 +177,11 @@ pub(crate) fn send_with_fds(
     }
     loop {
         // SAFETY: header, iov and control all outlive the call.
-        let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &header, libc::MSG_NOSIGNAL) };
+        let flags = match mode {
+            SendMode::Wait => libc::MSG_NOSIGNAL,
+            SendMode::NoWait => libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        };
+        let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &header, flags) };
         if sent >= 0 {
             return Ok(());
         }
@@ -249,7 +279,13 @@ mod tests {
     fn descriptors_travel_with_the_message_and_arrive_close_on_exec() {
         let (engine, spawner) = control_socket_pair().unwrap();
         let (read_end, write_end) = cloexec_pipe().unwrap();
-        send_with_fds(engine.as_fd(), b"hello", &[write_end.as_fd()]).unwrap();
+        send_with_fds(
+            engine.as_fd(),
+            b"hello",
+            &[write_end.as_fd()],
+            SendMode::Wait,
+        )
+        .unwrap();
         drop(write_end);
         let mut buffer = [0u8; 16];
         let mut fds = Vec::new();
@@ -276,7 +312,7 @@ mod tests {
         let mut fds = Vec::new();
         let got = recv_with_fds(spawner.as_fd(), &mut [0u8; 8], &mut fds).unwrap();
         assert_eq!(got.len, 0);
-        let error = send_with_fds(spawner.as_fd(), b"x", &[]).unwrap_err();
+        let error = send_with_fds(spawner.as_fd(), b"x", &[], SendMode::Wait).unwrap_err();
         assert_eq!(error.raw_os_error(), Some(libc::EPIPE));
         assert_eq!(socket_type(spawner.as_fd()).unwrap(), libc::SOCK_SEQPACKET);
     }
@@ -284,7 +320,7 @@ mod tests {
     #[test]
     fn too_long_a_message_is_reported_truncated() {
         let (engine, spawner) = control_socket_pair().unwrap();
-        send_with_fds(engine.as_fd(), &[7u8; 100], &[]).unwrap();
+        send_with_fds(engine.as_fd(), &[7u8; 100], &[], SendMode::Wait).unwrap();
         let mut fds = Vec::new();
         let got = recv_with_fds(spawner.as_fd(), &mut [0u8; 10], &mut fds).unwrap();
         assert!(got.truncated);

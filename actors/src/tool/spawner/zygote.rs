@@ -248,7 +248,7 @@ impl Zygote<'_> {
     }
 
     fn send(&self, reply: Reply) -> bool {
-        sys::send_with_fds(self.control, &reply.encode(), &[]).is_ok()
+        sys::send_with_fds(self.control, &reply.encode(), &[], sys::SendMode::Wait).is_ok()
     }
 
     fn kill_live_groups(&mut self) {
