@@ -9,8 +9,12 @@
 //! The pool lives in a static and is never shut down: shutting a tokio runtime down waits for
 //! its blocking tasks, and an abandoned read must not hold the process open at exit.
 //!
-//! Must not: run anything that needs the actor system, or be used for work whose result must
-//! not be lost (abandoned work keeps running, but nobody reads its result).
+//! Work whose result must not be lost (a run's first files, the fsyncs of a status change)
+//! goes through [`run_to_end`] instead, which never walks away: it moves the wait off the
+//! arbiter (one run waits, not every run of the thread) without changing what is written.
+//!
+//! Must not: run anything that needs the actor system, or hand [`run_blocking`] work whose
+//! result must not be lost (abandoned work keeps running, but nobody reads its result).
 
 use std::sync::OnceLock;
 
@@ -64,6 +68,22 @@ where
     }
 }
 
+/// Runs `work` on the pool and waits for it to finish, whatever happens meanwhile (no
+/// cancellation: for writes that must complete, such as fsyncs at a status change). Without a
+/// pool the work runs inline. An error only if the work panicked.
+pub async fn run_to_end<T, F>(work: F) -> Result<T, BlockingError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let Some(pool) = pool() else {
+        return Ok(work());
+    };
+    pool.spawn_blocking(work)
+        .await
+        .map_err(|e| BlockingError::Failed(e.to_string()))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -80,6 +100,16 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(value, 42);
+        assert_ne!(thread, caller);
+    }
+
+    #[tokio::test]
+    async fn work_run_to_its_end_happens_off_the_caller_thread() {
+        let caller = std::thread::current().id();
+        let (value, thread) = run_to_end(|| (7, std::thread::current().id()))
+            .await
+            .unwrap();
+        assert_eq!(value, 7);
         assert_ne!(thread, caller);
     }
 

@@ -60,13 +60,30 @@ impl RunLoop {
         } else {
             Redactor::default()
         };
-        let taken = take_run(
-            &self.run_id,
-            &self.request,
-            max_iterations,
-            (self.config.fsync_every_event, self.config.journal_fsync),
-            &secrets,
+        // Creating or reopening the run's files (and their fsyncs) is blocking file work: it
+        // runs on the blocking pool, so a slow disk delays this run, not every run sharing
+        // its arbiter. The request's parts are shared (`Arc`), so the copy is cheap.
+        let (run_id, request, config, taking_secrets) = (
+            self.run_id.clone(),
+            self.request.clone(),
+            Arc::clone(&self.config),
+            secrets.clone(),
         );
+        let taken = crate::blocking::run_to_end(move || {
+            let mut taken = take_run(
+                &run_id,
+                &request,
+                max_iterations,
+                (config.fsync_every_event, config.journal_fsync),
+                &taking_secrets,
+            );
+            if let (true, Ok(taken)) = (config.journal_fsync, taken.as_mut()) {
+                let _ = taken.journal.sync();
+            }
+            taken
+        })
+        .await
+        .unwrap_or_else(|e| Err(SetupError::Io(format!("taking the run failed: {e}"))));
         let taken = match taken {
             Ok(taken) => taken,
             // Nothing of the run was touched: answer without writing anything.
@@ -94,7 +111,7 @@ impl Run {
     fn start(lp: RunLoop, taken: TakenRun, max_iterations: u32, secrets: Redactor) -> Run {
         let TakenRun {
             paths,
-            mut journal,
+            journal,
             events,
             meta,
             lock,
@@ -102,9 +119,6 @@ impl Run {
         } = taken;
         let (child_env, generator_env) =
             child_environments(&lp.run_id, &lp.request, &lp.config, &paths);
-        if lp.config.journal_fsync {
-            let _ = journal.sync();
-        }
         let iteration = events
             .iter()
             .filter(|e| matches!(e.event, Event::Thought { .. }))
@@ -387,11 +401,55 @@ impl Run {
     /// `durable` at status changes (when `journal_fsync`); progress updates between them are
     /// atomic but not fsynced, so a crash loses at most the last iteration count.
     pub(super) fn save_metadata(&mut self, durable: bool) -> bool {
+        self.refresh_metadata();
+        let secrets = self.secrets.snapshot();
+        let written = write_metadata_redacted(&self.paths.run_dir, &self.meta, durable, &secrets);
+        self.metadata_written(written)
+    }
+
+    /// [`save_metadata`](Self::save_metadata) at a status change: with `journal_fsync`, the
+    /// journal and the record are made durable on the blocking pool (three fsyncs that would
+    /// otherwise hold up every run sharing this arbiter), and the run waits for them.
+    pub(super) async fn save_status_change(&mut self) -> bool {
+        if !self.lp.config.journal_fsync {
+            return self.save_metadata(false);
+        }
+        self.refresh_metadata();
+        let journal = self.rec.borrow().journal_file();
+        let (run_dir, meta, secrets) = (
+            self.paths.run_dir.clone(),
+            self.meta.clone(),
+            self.secrets.snapshot(),
+        );
+        let written = crate::blocking::run_to_end(move || {
+            // Journal first: a durable record never claims more than the journal holds.
+            if let Some(journal) = journal {
+                let _ = journal.sync_data();
+            }
+            write_metadata_redacted(&run_dir, &meta, true, &secrets)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            let target = self.paths.metadata.clone();
+            Err(crate::metadata::MetadataError::io(
+                "write",
+                &target,
+                std::io::Error::other(e),
+            ))
+        });
+        self.metadata_written(written)
+    }
+
+    fn refresh_metadata(&mut self) {
         self.meta.updated_at = now_rfc3339();
         self.meta.iterations = self.iteration;
         self.meta.usage = self.usage;
-        let secrets = self.secrets.snapshot();
-        match write_metadata_redacted(&self.paths.run_dir, &self.meta, durable, &secrets) {
+    }
+
+    /// False when the record could not be written (the first such failure of the run is kept
+    /// in `metadata_failure`: it is the cause the user needs to read).
+    fn metadata_written(&mut self, written: Result<(), crate::metadata::MetadataError>) -> bool {
+        match written {
             Ok(()) => true,
             Err(e) => {
                 self.log(&format!("warning: cannot write metadata.json: {e}"));

@@ -67,9 +67,6 @@ impl Run {
                 result: result.clone(),
                 error: error.as_ref().map(|e| e.message.clone()),
             });
-            if self.lp.config.journal_fsync {
-                rec.sync();
-            }
         }
         let end_time = now_rfc3339();
         self.meta.status = status;
@@ -77,7 +74,7 @@ impl Run {
         self.meta.error = error.as_ref().map(RecordedError::of);
         self.meta.result = result.clone();
         let mut error = error;
-        if !self.save_metadata(self.lp.config.journal_fsync) {
+        if !self.save_status_change().await {
             error = Some(self.unrecorded_end(status, error));
         }
         self.log(&format!(
@@ -103,7 +100,10 @@ impl Run {
         )
         .await;
         if self.lp.config.journal_fsync && self.has_hook(HookName::OnRunEnd) {
-            self.rec.borrow_mut().sync();
+            let journal = self.rec.borrow().journal_file();
+            if let Some(journal) = journal {
+                let _ = crate::blocking::run_to_end(move || journal.sync_data()).await;
+            }
         }
         self.lock = None;
         self.emit(RunEvent::RunFinished {

@@ -86,11 +86,10 @@ impl Recorder {
         }
     }
 
-    /// fsyncs the journal (best effort: called at status changes).
-    pub(super) fn sync(&mut self) {
-        if let Some(journal) = self.journal.as_mut() {
-            let _ = journal.sync();
-        }
+    /// The open journal's file, for an fsync off the run's thread (`None` once it was
+    /// closed by a failed write).
+    pub(super) fn journal_file(&self) -> Option<Arc<std::fs::File>> {
+        self.journal.as_ref().map(Journal::file_handle)
     }
 
     /// The journal's events so far.

@@ -1,9 +1,11 @@
 //! Taking a run: creating a new run's files, or reopening an existing run for `continue`
 //! under its lock, repairing what a crash left behind, and applying the continue state table
-//! (spec §2.6.2). Runs before the first iteration, synchronously, at the top of
-//! [`super::RunLoop::drive`].
+//! (spec §2.6.2). Runs before the first iteration, at the top of [`super::RunLoop::drive`],
+//! as one blocking call on the blocking pool (`crate::blocking::run_to_end`): it creates
+//! folders and files and fsyncs them, which must not stall the other runs of the arbiter.
 //!
-//! Must not: talk to the model or run tools.
+//! Must not: talk to the model, run tools, or need the actor system (it runs on a pool
+//! thread).
 
 use std::path::Path;
 
