@@ -430,11 +430,11 @@ impl Run {
         })
         .await
         .unwrap_or_else(|e| {
-            let target = self.paths.metadata.clone();
+            let error = std::io::Error::other(e);
             Err(crate::metadata::MetadataError::io(
                 "write",
-                &target,
-                std::io::Error::other(e),
+                &self.paths.metadata,
+                error,
             ))
         });
         self.metadata_written(written)

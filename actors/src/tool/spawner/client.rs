@@ -183,7 +183,7 @@ impl Spawner {
         let pid = child.id();
         // Room for a burst of requests (a few KiB each) before the outbox has to queue them;
         // the kernel caps it at net.core.wmem_max.
-        sys::raise_send_buffer(engine_end.as_fd(), SEND_BUFFER_BYTES);
+        sys::set_send_buffer(engine_end.as_fd(), SEND_BUFFER_BYTES);
         let shared = Arc::new(Shared {
             socket: engine_end,
             state: Mutex::new(State::default()),

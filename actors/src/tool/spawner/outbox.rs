@@ -157,17 +157,7 @@ mod tests {
     fn small_socket() -> (Arc<Shared>, OwnedFd) {
         let (engine, spawner) = sys::control_socket_pair().unwrap();
         // The kernel's minimum (a few KiB): a handful of 1 KiB messages fill it.
-        let size: libc::c_int = 1;
-        // SAFETY (test): setsockopt with a valid c_int.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&engine),
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&size as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        sys::set_send_buffer(engine.as_fd(), 1);
         let shared = Arc::new(Shared {
             socket: engine,
             state: Mutex::new(State::default()),

@@ -58,7 +58,7 @@ impl Pipes {
 
     /// Ours (stdin's write end when piped, stdout's and stderr's read ends) and the tool's,
     /// in request order (stdin's read end when piped, stdout's and stderr's write ends). The
-    /// tool's travel with the request and are closed here once it is sent.
+    /// tool's travel with the request and are closed once it is sent.
     pub(super) fn split(self) -> ((Option<OwnedFd>, OwnedFd, OwnedFd), Vec<OwnedFd>) {
         let mut tool_ends = Vec::with_capacity(4);
         let stdin = self.stdin.map(|(read, write)| {

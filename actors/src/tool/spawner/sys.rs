@@ -35,8 +35,9 @@ pub(crate) fn control_socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Asks for a send buffer of `bytes` on `socket`; the kernel grants at most
-/// `net.core.wmem_max`. Best effort: the caller copes with a full socket either way.
-pub(crate) fn raise_send_buffer(socket: BorrowedFd<'_>, bytes: usize) {
+/// `net.core.wmem_max` (and at least its own minimum). Best effort: the caller copes with a
+/// full socket either way.
+pub(crate) fn set_send_buffer(socket: BorrowedFd<'_>, bytes: usize) {
     let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     // SAFETY: setsockopt reads one c_int from a valid pointer for the given length.
     unsafe {
