@@ -22,7 +22,7 @@
 //!   port and a tool port), hooks, and the `delta serve` model.
 //! - **Runtime** (private): actix actors that own mailboxes and state and call the domain:
 //!   `RunSupervisor` (admission, arbiter pool), `RunActor` (a run's mailbox around the run
-//!   loop), `ToolActor`, `LlmGateway` (one per endpoint), `OrchestrationActor` (carries out
+//!   loop), `ToolActor`, `OrchestrationActor` (carries out
 //!   the scheduler's effects), `JanitorActor`, `SessionActor`, and `delta serve`'s
 //!   `ServeManager`, `WorkerActor` and web routes.
 //! - **Handles** ([`api`]): [`Supervisor`], [`SessionManager`], [`api::serve`].

@@ -2,8 +2,8 @@
 //! ended early by the run's cancellation token, with every failed attempt kept for the
 //! run's io/invocations record.
 //!
-//! Must not: import actix (the `LlmGateway` actor owns a gate per endpoint and calls
-//! [`complete_call`]).
+//! Must not: import actix (the run actor's model port calls [`complete_call`] on the
+//! endpoint's shared gate).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

@@ -1,7 +1,14 @@
 //! [`HttpBackend`]: one chat-completion attempt against an OpenAI-compatible endpoint over
-//! HTTP (reqwest with a shared connection pool): HTTP/1.1, or HTTP/2 where the endpoint's
-//! [`HttpTransport`] asks for it or an `https://` endpoint offers it, with the optional cap
-//! on connections (`llm.max_connections`).
+//! HTTP (reqwest): HTTP/1.1, or HTTP/2 where the endpoint's [`HttpTransport`] asks for it or
+//! an `https://` endpoint offers it, with the optional cap on connections
+//! (`llm.max_connections`).
+//!
+//! Connections: HTTP/1.1 and ALPN endpoints share one pool, so the cap and idle reuse span
+//! the process. With HTTP/2 prior knowledge each calling thread (a run arbiter) has its own
+//! client, hence its own connection: a call and that connection's task then run on the same
+//! thread, instead of every call crossing to the thread that happened to open the
+//! connection. Calls are made from the run arbiters (a fixed pool), so that is a handful of
+//! connections.
 //!
 //! Owns the mapping from HTTP outcomes to [`LlmError`] (status, provider message,
 //! Retry-After) and the per-attempt limits carried by [`RequestMeta::timeouts`]: the whole
@@ -42,7 +49,7 @@ pub struct HttpBackend {
 struct Inner {
     endpoint: Endpoint,
     url: String,
-    client: reqwest::Client,
+    clients: Clients,
     timeout: Duration,
     /// `llm.max_connections`: one permit per request open on the wire.
     connections: Option<tokio::sync::Semaphore>,
@@ -72,16 +79,19 @@ impl HttpBackend {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
-        let builder = reqwest::Client::builder()
-            .default_headers(headers)
-            .user_agent(concat!("delta/", env!("CARGO_PKG_VERSION")))
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(30)))
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90));
-        let client = with_transport(builder, endpoint.transport)
-            .build()
-            .map_err(|e| LlmError::Transport(format!("cannot build the HTTP client: {e}")))?;
+        let recipe = ClientRecipe {
+            headers,
+            timeout,
+            transport: endpoint.transport,
+        };
+        let first = recipe.build()?;
+        let clients = if endpoint.transport.http2 == Some(true) {
+            let per_thread = dashmap::DashMap::new();
+            per_thread.insert(std::thread::current().id(), first);
+            Clients::PerThread { recipe, per_thread }
+        } else {
+            Clients::Shared(first)
+        };
         let connections = endpoint
             .transport
             .max_connections
@@ -97,7 +107,7 @@ impl HttpBackend {
             inner: Arc::new(Inner {
                 endpoint,
                 url,
-                client,
+                clients,
                 timeout,
                 connections,
             }),
@@ -125,12 +135,16 @@ impl HttpBackend {
             })?),
             None => None,
         };
-        let mut builder = inner
-            .client
+        let builder = inner
+            .clients
+            .for_this_thread()?
             .post(&inner.url)
             .timeout(limits.request)
-            .header(CONTENT_TYPE, "application/json")
-            .json(&*req.for_wire());
+            .header(CONTENT_TYPE, "application/json");
+        let mut builder = match &meta.wire_body {
+            Some(body) => builder.body(body.clone()),
+            None => builder.json(&*req.for_wire()),
+        };
         if !meta.agent_name.is_empty() {
             builder = builder.header(HEADER_AGENT, encode_header_value(&meta.agent_name));
         }
@@ -213,6 +227,56 @@ impl ChatBackend for HttpBackend {
 
     fn target(&self) -> String {
         format!("POST {}", self.inner.url)
+    }
+}
+
+/// The client a call uses: one for the process, or one per calling thread (HTTP/2 prior
+/// knowledge, see the module header).
+enum Clients {
+    Shared(reqwest::Client),
+    PerThread {
+        recipe: ClientRecipe,
+        per_thread: dashmap::DashMap<std::thread::ThreadId, reqwest::Client>,
+    },
+}
+
+impl Clients {
+    /// A handle on the calling thread's client (a cheap clone), built on first use.
+    fn for_this_thread(&self) -> Result<reqwest::Client, LlmError> {
+        match self {
+            Clients::Shared(client) => Ok(client.clone()),
+            Clients::PerThread { recipe, per_thread } => {
+                let thread = std::thread::current().id();
+                if let Some(client) = per_thread.get(&thread) {
+                    return Ok(client.clone());
+                }
+                let client = recipe.build()?;
+                per_thread.insert(thread, client.clone());
+                Ok(client)
+            }
+        }
+    }
+}
+
+/// What every client of one endpoint is built from.
+struct ClientRecipe {
+    headers: HeaderMap,
+    timeout: Duration,
+    transport: HttpTransport,
+}
+
+impl ClientRecipe {
+    fn build(&self) -> Result<reqwest::Client, LlmError> {
+        let builder = reqwest::Client::builder()
+            .default_headers(self.headers.clone())
+            .user_agent(concat!("delta/", env!("CARGO_PKG_VERSION")))
+            .timeout(self.timeout)
+            .connect_timeout(self.timeout.min(Duration::from_secs(30)))
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90));
+        with_transport(builder, self.transport)
+            .build()
+            .map_err(|e| LlmError::Transport(format!("cannot build the HTTP client: {e}")))
     }
 }
 

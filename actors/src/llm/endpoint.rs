@@ -116,6 +116,10 @@ pub struct RequestMeta {
     /// Applied to every attempt (the asking run's resolved `llm.request_timeout` and
     /// `llm.idle_timeout`).
     pub timeouts: LlmTimeouts,
+    /// The request already serialized for the wire (`ChatRequest::for_wire` as compact
+    /// JSON), when the caller did it: a run serializes its conversation once, for the HTTP
+    /// body and for its io/invocations record. `None`: the backend serializes the request.
+    pub wire_body: Option<bytes::Bytes>,
 }
 
 impl RequestMeta {
@@ -125,6 +129,7 @@ impl RequestMeta {
             agent_name: agent_name.into(),
             run_id: run_id.into(),
             timeouts: LlmTimeouts::default(),
+            wire_body: None,
         }
     }
 }
@@ -244,7 +249,7 @@ impl LlmError {
 pub type CompletionFuture = Pin<Box<dyn Future<Output = Result<ChatCompletion, LlmError>> + Send>>;
 
 /// One attempt, no retry. Implemented by [`super::HttpBackend`] and
-/// [`super::ScriptedBackend`]; the gateway adds admission, rate limiting and retries.
+/// [`super::ScriptedBackend`]; the endpoint's gate adds admission, rate limiting and retries.
 pub trait ChatBackend: Send + Sync + 'static {
     /// Makes one attempt at `req`. It should honour `meta.timeouts` (the gate bounds the
     /// whole attempt by `meta.timeouts.request` in any case) and return a retryable error

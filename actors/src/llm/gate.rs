@@ -1,5 +1,5 @@
 //! [`LlmGate`]: everything that stands between a run and one endpoint, as plain tokio code
-//! the `LlmGateway` actor can own: a cap on requests in flight, the shared requests-per-minute
+//! that every run of the endpoint shares (behind an `Arc`) and calls from its own thread: a cap on requests in flight, the shared requests-per-minute
 //! limiter, the endpoint-wide Retry-After barrier, the whole-request limit on each attempt,
 //! and retries with jittered backoff (a timed-out attempt is retried like a 5xx).
 //!

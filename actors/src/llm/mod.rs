@@ -15,12 +15,12 @@
 //! - `call` (crate-private): one model call as a run sees it (cancellable, failed attempts
 //!   kept), and its outcome or failure.
 //! - [`gate`]: [`LlmGate`], one per endpoint: in-flight cap + rate limiter + Retry-After
-//!   barrier + retries, as plain tokio code for the `LlmGateway` actor to own.
+//!   barrier + retries, as plain tokio code shared by every run of the endpoint.
 //! - [`scripted`]: the scripted model ([`Script`]), its in-process [`ScriptedBackend`], the
 //!   strict history validator and the OpenAI-compatible HTTP server.
 //!
-//! This module never imports actix: the `LlmGateway` actor in `runtime/` owns an
-//! [`LlmGate`] per endpoint (keyed by [`Endpoint::key`]) and calls it.
+//! This module never imports actix: the `RunSupervisor` in `runtime/` keeps an [`LlmGate`]
+//! per endpoint (keyed by [`Endpoint::key`]) and each run calls it from its own arbiter.
 
 pub(crate) mod call;
 pub mod client;

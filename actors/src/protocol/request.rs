@@ -84,9 +84,9 @@ pub enum LlmTarget {
     Http(Endpoint),
     /// The built-in scripted model, in process.
     Scripted(Arc<Script>),
-    /// Any backend an embedder provides; `key` identifies it for gateway sharing.
+    /// Any backend an embedder provides; `key` identifies it for gate sharing.
     Custom {
-        /// Names the backend: targets with equal keys share one gateway.
+        /// Names the backend: targets with equal keys share one gate.
         key: String,
         /// The backend that answers the calls.
         backend: Arc<dyn ChatBackend>,
@@ -104,7 +104,7 @@ impl std::fmt::Debug for LlmTarget {
 }
 
 impl LlmTarget {
-    /// Runs with equal keys share one gateway (one in-flight cap, one rate limit).
+    /// Runs with equal keys share one gate (one in-flight cap, one rate limit).
     pub fn gateway_key(&self) -> String {
         match self {
             LlmTarget::Http(e) => e.key(),

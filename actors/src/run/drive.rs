@@ -182,7 +182,9 @@ impl Run {
             }
             self.iteration += 1;
             self.iterations_this_start += 1;
-            self.log(&format!("iteration {}", self.iteration));
+            // Not a line of engine.log: the journal's THOUGHT carries the iteration, and a
+            // line costs an open, a write and a close on every iteration of every run.
+            tracing::debug!(target: "delta::run", run_id = %self.lp.run_id, "iteration {}", self.iteration);
             self.emit(RunEvent::IterationStarted {
                 run_id: self.lp.run_id.clone(),
                 iteration: self.iteration,

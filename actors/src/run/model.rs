@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::context::{build_messages, ContextError, ContextInputs};
@@ -24,7 +25,7 @@ use super::state::{error_info, AuditKind, Halt, Run};
 #[derive(serde::Serialize)]
 struct InvocationRecord<'a> {
     iteration: u32,
-    request: &'a ChatRequest,
+    request: RecordedRequest<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     response: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -35,6 +36,23 @@ struct InvocationRecord<'a> {
     waited_ms: Option<u64>,
     attempts: u32,
     failed_attempts: &'a [String],
+}
+
+/// The request in its record: the very bytes sent (compact, serialized once for the wire
+/// and the record), or the request itself when the run could not serialize it up front.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum RecordedRequest<'a> {
+    AsSent(&'a RawValue),
+    Request(&'a ChatRequest),
+}
+
+impl<'a> RecordedRequest<'a> {
+    fn new(request: &'a ChatRequest, wire_body: Option<&'a [u8]>) -> Self {
+        wire_body
+            .and_then(|body| serde_json::from_slice::<&RawValue>(body).ok())
+            .map_or(RecordedRequest::Request(request), RecordedRequest::AsSent)
+    }
 }
 
 impl Run {
@@ -132,7 +150,12 @@ impl Run {
         &mut self,
         request: ChatRequest,
     ) -> Result<(ChatCompletion, Option<String>), Halt> {
+        // Serialized once: the same bytes are the HTTP body and the record's request.
+        let wire_body = serde_json::to_vec(&*request.for_wire())
+            .ok()
+            .map(bytes::Bytes::from);
         let meta = RequestMeta {
+            wire_body: wire_body.clone(),
             agent_name: self.lp.request.agent.name.clone(),
             run_id: self.lp.run_id.clone(),
             timeouts: self
@@ -176,7 +199,7 @@ impl Run {
             Err(failure) => {
                 self.write_invocation_record(&InvocationRecord {
                     iteration: self.iteration,
-                    request: &request,
+                    request: RecordedRequest::new(&request, wire_body.as_deref()),
                     response: None,
                     error: Some(failure.error.to_string()),
                     duration_ms: None,
@@ -200,7 +223,7 @@ impl Run {
         self.timings.queue += waited;
         let record_ref = self.write_invocation_record(&InvocationRecord {
             iteration: self.iteration,
-            request: &request,
+            request: RecordedRequest::new(&request, wire_body.as_deref()),
             response: Some(&completion.raw),
             error: None,
             duration_ms: Some(duration.as_millis() as u64),

@@ -28,6 +28,8 @@ use crate::tool::job::{ToolExecution, ToolJob};
 struct FakeModel {
     replies: RefCell<VecDeque<Result<ChatMessage, String>>>,
     requests: Rc<RefCell<Vec<ChatRequest>>>,
+    /// The serialized request each call came with (`RequestMeta::wire_body`).
+    wire_bodies: RefCell<Vec<Option<bytes::Bytes>>>,
 }
 
 impl FakeModel {
@@ -35,6 +37,7 @@ impl FakeModel {
         Rc::new(FakeModel {
             replies: RefCell::new(replies.into()),
             requests: Rc::default(),
+            wire_bodies: RefCell::default(),
         })
     }
 }
@@ -43,11 +46,12 @@ impl ModelPort for FakeModel {
     fn complete(
         &self,
         request: Arc<ChatRequest>,
-        _meta: RequestMeta,
+        meta: RequestMeta,
         _cancel: CancellationToken,
         _on_retry: RetryObserver,
     ) -> LocalBoxFuture<'static, Result<CallOutcome, CallFailure>> {
         self.requests.borrow_mut().push((*request).clone());
+        self.wire_bodies.borrow_mut().push(meta.wire_body);
         let reply = self
             .replies
             .borrow_mut()
@@ -397,4 +401,78 @@ async fn the_iteration_cap_ends_failed_after_that_many_model_calls() {
         requests.borrow().len(),
         super::DEFAULT_MAX_ITERATIONS as usize
     );
+}
+
+/// The conversation is serialized once per call: the bytes handed to the model port are the
+/// request as sent (`for_wire`), and the io/invocations record shows those very bytes.
+#[tokio::test]
+async fn the_invocation_record_holds_the_request_bytes_handed_to_the_model() {
+    let fixture = Fixture::new(false);
+    let model = FakeModel::new(vec![Ok(calls(&["first"])), Ok(answer("done"))]);
+    let result = fixture
+        .drive(
+            model.clone(),
+            Rc::new(FakeTools::default()),
+            RunControl::new(),
+        )
+        .await;
+    assert_eq!(result.status, RunStatus::Completed, "{result:?}");
+    let bodies = model.wire_bodies.borrow();
+    let requests = model.requests.borrow();
+    assert_eq!(bodies.len(), 2);
+    let dir = fixture
+        .work_dir
+        .path()
+        .join(".delta/looptest/io/invocations");
+    for (i, (body, request)) in bodies.iter().zip(requests.iter()).enumerate() {
+        let body = body
+            .as_ref()
+            .expect("every call carries its serialized request");
+        let sent: serde_json::Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(sent, serde_json::to_value(&*request.for_wire()).unwrap());
+        let iteration = i + 1;
+        let record = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(&format!("_{iteration}.json")))
+            .unwrap();
+        let text = std::fs::read_to_string(&record).unwrap();
+        let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(record["request"], sent, "iteration {iteration}");
+        // The very bytes, not a re-serialization of the request.
+        assert!(
+            text.contains(std::str::from_utf8(body).unwrap()),
+            "iteration {iteration}"
+        );
+    }
+}
+
+/// engine.log gets no line per iteration (the journal's THOUGHT carries the iteration): a
+/// line costs an open, a write and a close on every iteration of every run.
+#[tokio::test]
+async fn engine_log_does_not_grow_with_iterations() {
+    let lines_after = |replies: Vec<Result<ChatMessage, String>>| async move {
+        let fixture = Fixture::new(false);
+        let result = fixture
+            .drive(
+                FakeModel::new(replies),
+                Rc::new(FakeTools::default()),
+                RunControl::new(),
+            )
+            .await;
+        assert_eq!(result.status, RunStatus::Completed, "{result:?}");
+        let log = fixture.work_dir.path().join(".delta/looptest/engine.log");
+        std::fs::read_to_string(log).unwrap().lines().count()
+    };
+    let one = lines_after(vec![Ok(answer("done"))]).await;
+    let five = lines_after(vec![
+        Ok(calls(&["first"])),
+        Ok(calls(&["second"])),
+        Ok(calls(&["third"])),
+        Ok(calls(&["first"])),
+        Ok(answer("done")),
+    ])
+    .await;
+    assert!(one > 0);
+    assert_eq!(one, five);
 }

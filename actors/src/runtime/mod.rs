@@ -3,7 +3,7 @@
 //! # Topology
 //! ```text
 //! Supervisor (handle, api.rs) ──> RunSupervisor ──spawns──> RunActor (one per run_id, on an arbiter of the pool)
-//!                                   │    │                    │ ask ──> LlmGateway (one per endpoint, own arbiter)
+//!                                   │    │                    │ calls ─> LlmGate (one per endpoint, shared; on the run's arbiter)
 //!                                   │    │                    │ ask ──> ToolActor (one per tool call)
 //!                                   │    │                    │ runs ─> lifecycle hooks (futures on the actor)
 //!                                   │    │                    └ appends ──> journal.jsonl, metadata.json, io/
@@ -25,7 +25,6 @@
 //! | `CancelRunActor` | RunActor | `()` | stop at the next safe point |
 //! | `StartOrchestration` | RunSupervisor | `Result<()>` | start a plan's state machine; its summary arrives on the oneshot inside |
 //! | `CancelOrchestration` | OrchestrationActor | `()` | stop submitting, interrupt the plan's runs, finish INTERRUPTED |
-//! | `Complete` | LlmGateway | `Result<CallOutcome, CallFailure>` | one model call through the endpoint's in-flight cap, rate limit, Retry-After barrier and retries |
 //! | `Sweep` / `StopJanitor` | JanitorActor | actions / `()` | mark orphaned RUNNING runs INTERRUPTED now / stop sweeping |
 //! | `ExecCommand` / `EndSession` | SessionActor | outcome | one shell exec (serialized by the mailbox) / end the session |
 //! | `Execute` | ToolActor | `ToolExecution` | run one tool call; the actor stops after answering |
@@ -59,8 +58,9 @@
 //!   group on timeout, cancellation and Ctrl-C by the engine; when the engine is gone
 //!   (`kill -9` included) the tool spawner SIGKILLs the group of every tool still running.
 //!   A spawner that died is replaced by in-process starts, with one warning.
-//! - Handlers never block: processes go through the tool spawner (a `sendmsg` that waits
-//!   only while the spawner's queue is full) or `tokio::process`, blocking prompts through
+//! - Handlers never block: processes go through the tool spawner (a `sendmsg` that never
+//!   waits: a full socket queues the request for the spawner's sender thread) or
+//!   `tokio::process`, blocking prompts through
 //!   `spawn_blocking`, context files and generator outputs through `crate::blocking` (a
 //!   static pool a cancelled run walks away from, so a read that never returns cannot hold
 //!   the run's timeout, Ctrl-C or the process's exit); journal appends are short
@@ -68,7 +68,6 @@
 //! - Model calls: every attempt is bounded by the run's `llm.request_timeout` (and, over
 //!   HTTP, `llm.idle_timeout`); a timed-out attempt is retried like a 5xx.
 
-pub mod gateway;
 pub mod janitor;
 pub mod orchestrator;
 pub mod relay;

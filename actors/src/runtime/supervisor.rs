@@ -1,5 +1,5 @@
 //! `RunSupervisor`: admits runs up to `max_parallel`, spreads `RunActor`s over an arbiter
-//! pool, shares one `LlmGateway` per endpoint, and turns a run that died without a result
+//! pool, shares one [`LlmGate`] per endpoint among the runs of it, and turns a run that died without a result
 //! (an actor panic) into a FAILED RunResult (`run::record_panic_failure`).
 //!
 //! Must not: do file or process work itself; every run's I/O happens in its own actor or
@@ -19,7 +19,6 @@ use crate::protocol::{
     RunResult, RunStart, SupervisorConfig,
 };
 use crate::run::{record_panic_failure, setup_failure, unstarted_interrupted};
-use crate::runtime::gateway::LlmGateway;
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{CancelRunActor, RunActor};
 use crate::tool::spawner::{self, Spawner};
@@ -67,9 +66,10 @@ pub struct RunSupervisor {
     config: Arc<SupervisorConfig>,
     events: broadcast::Sender<RunEvent>,
     arbiters: Vec<Arbiter>,
-    gateway_arbiters: Vec<Arbiter>,
     next_arbiter: usize,
-    gateways: HashMap<String, Addr<LlmGateway>>,
+    /// One gate per endpoint (base URL + key): every run of the endpoint shares its
+    /// in-flight cap, rate limit and Retry-After barrier.
+    gates: HashMap<String, Arc<LlmGate>>,
     running: HashMap<String, Addr<RunActor>>,
     queue: VecDeque<Queued>,
     queued_ids: std::collections::HashSet<String>,
@@ -84,9 +84,8 @@ impl RunSupervisor {
             config: Arc::new(config),
             events,
             arbiters: Vec::new(),
-            gateway_arbiters: Vec::new(),
             next_arbiter: 0,
-            gateways: HashMap::new(),
+            gates: HashMap::new(),
             running: HashMap::new(),
             queue: VecDeque::new(),
             queued_ids: std::collections::HashSet::new(),
@@ -95,20 +94,20 @@ impl RunSupervisor {
         }
     }
 
-    fn gateway_for(&mut self, target: &LlmTarget) -> Result<Addr<LlmGateway>, EngineError> {
-        self.gateway_with_limits(target, &LlmLimits::default())
+    fn gate_for(&mut self, target: &LlmTarget) -> Result<Arc<LlmGate>, EngineError> {
+        self.gate_with_limits(target, &LlmLimits::default())
     }
 
-    /// `limits` (a plan's `llm:`) override the engine's for a gateway created now; an
-    /// endpoint already in use keeps its gateway, shared by every run of it.
-    fn gateway_with_limits(
+    /// `limits` (a plan's `llm:`) override the engine's for a gate created now; an
+    /// endpoint already in use keeps its gate, shared by every run of it.
+    fn gate_with_limits(
         &mut self,
         target: &LlmTarget,
         limits: &LlmLimits,
-    ) -> Result<Addr<LlmGateway>, EngineError> {
+    ) -> Result<Arc<LlmGate>, EngineError> {
         let key = target.gateway_key();
-        if let Some(handle) = self.gateways.get(&key) {
-            return Ok(handle.clone());
+        if let Some(gate) = self.gates.get(&key) {
+            return Ok(Arc::clone(gate));
         }
         let backend: Arc<dyn ChatBackend> = match target {
             LlmTarget::Http(endpoint) => Arc::new(
@@ -118,7 +117,7 @@ impl RunSupervisor {
             LlmTarget::Scripted(script) => Arc::new(ScriptedBackend::new(script.clone())),
             LlmTarget::Custom { backend, .. } => backend.clone(),
         };
-        let gate = LlmGate::new(
+        let gate = Arc::new(LlmGate::new(
             backend,
             GateConfig {
                 max_in_flight: limits
@@ -129,14 +128,9 @@ impl RunSupervisor {
                     .or(self.config.llm_requests_per_minute),
                 retry: self.config.retry,
             },
-        );
-        // Its own arbiter: model traffic for every run of the endpoint flows through it.
-        let arbiter = Arbiter::new();
-        let handle =
-            LlmGateway::start_in_arbiter(&arbiter.handle(), move |_| LlmGateway::new(gate));
-        self.gateway_arbiters.push(arbiter);
-        self.gateways.insert(key, handle.clone());
-        Ok(handle)
+        ));
+        self.gates.insert(key, Arc::clone(&gate));
+        Ok(gate)
     }
 
     fn launch(&mut self, queued: Queued, ctx: &mut Context<Self>) {
@@ -145,7 +139,7 @@ impl RunSupervisor {
             request,
             reply,
         } = queued;
-        let gateway = match self.gateway_for(&request.llm) {
+        let gate = match self.gate_for(&request.llm) {
             Ok(g) => g,
             Err(e) => {
                 let _ = reply.send(setup_failure(&request, &run_id, &e.to_string()));
@@ -165,7 +159,7 @@ impl RunSupervisor {
         let id = run_id.clone();
         let fallback_request = request.clone();
         let make = move |_: &mut Context<RunActor>| {
-            RunActor::new(id, request, config, gateway, events, result_tx)
+            RunActor::new(id, request, config, gate, events, result_tx)
         };
         let addr = match arbiter {
             Some(handle) => RunActor::start_in_arbiter(&handle, make),
@@ -218,7 +212,7 @@ impl Actor for RunSupervisor {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        for arbiter in self.arbiters.iter().chain(&self.gateway_arbiters) {
+        for arbiter in &self.arbiters {
             arbiter.stop();
         }
     }
@@ -270,7 +264,7 @@ impl Handler<StartOrchestration> for RunSupervisor {
                 std::iter::once(&msg.request.llm).chain(msg.request.llm_by_agent.values());
             for target in targets {
                 // Errors resurface, worded for the run, when a run of the target launches.
-                let _ = self.gateway_with_limits(target, limits);
+                let _ = self.gate_with_limits(target, limits);
             }
         }
         let mut request = msg.request;

@@ -1,6 +1,7 @@
 //! HTTP/2 to the model (issue 14): the scripted server speaks HTTP/1.1 and HTTP/2 without
 //! TLS on one port; `llm.http2: true` (h2c prior knowledge) carries many calls in flight
-//! over one connection, HTTP/1.1 keeps working, and `llm.max_connections` caps it.
+//! over one connection per run arbiter, HTTP/1.1 keeps working, and `llm.max_connections`
+//! caps it; a body the run serialized once is the body sent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -135,4 +136,74 @@ fn a_run_over_h2c_completes_through_the_supervisor() {
     );
     assert_eq!(stats.http2_requests, 2, "{stats:?}");
     assert_eq!(stats.connections, 1, "{stats:?}");
+}
+
+/// The calls of runs on two arbiters are made on those arbiters, each over its own HTTP/2
+/// connection (issue 14: no trip to a gateway thread per call). Through one gateway thread,
+/// every call shared a single connection.
+#[test]
+fn runs_on_two_arbiters_call_the_model_over_one_connection_each() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = runtime.block_on(start(SLOW_OK));
+    let test_agent = TestAgent::new("h2arbiters", "", "");
+    let agent = test_agent.load();
+    let work = tempfile::tempdir().unwrap();
+    let config = fast_config();
+    assert_eq!(config.arbiters, 2);
+    let supervisor = Supervisor::start(config).unwrap();
+    let runs = 6;
+    let handles: Vec<_> = (0..runs)
+        .map(|i| {
+            let mut request = new_run(
+                agent.clone(),
+                work.path(),
+                script("steps: []"),
+                &format!("t{i}"),
+            );
+            request.llm = LlmTarget::Http(
+                Endpoint::new(server.base_url(), Some("sk-test".into())).with_transport(
+                    HttpTransport {
+                        http2: Some(true),
+                        max_connections: None,
+                    },
+                ),
+            );
+            supervisor.submit_blocking(request).unwrap()
+        })
+        .collect();
+    for handle in handles {
+        let result = handle.wait_blocking().unwrap();
+        assert_eq!(result.status, RunStatus::Completed, "{:?}", result.error);
+    }
+    supervisor.shutdown();
+    let stats = server.stats().snapshot();
+    runtime.block_on(server.shutdown());
+    assert_eq!(stats.http2_requests, runs, "{stats:?}");
+    assert_eq!(stats.connections, 2, "one per run arbiter: {stats:?}");
+}
+
+/// A request already serialized by the caller (`RequestMeta::wire_body`) is sent as is: the
+/// run serializes its conversation once, for the wire and for its io/ record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wire_body_given_by_the_caller_is_the_body_sent() {
+    let server = start("steps:\n  - answer: \"heard {{ last_user }}\"\n").await;
+    let client = backend(&server, HttpTransport::default());
+    let body = serde_json::to_vec(&request("from the wire body")).unwrap();
+    let meta = RequestMeta {
+        wire_body: Some(body.into()),
+        ..RequestMeta::default()
+    };
+    let reply = client
+        .complete(request("from the request"), meta)
+        .await
+        .unwrap();
+    server.shutdown().await;
+    assert_eq!(
+        reply.message.content.as_deref(),
+        Some("heard from the wire body")
+    );
 }

@@ -74,7 +74,8 @@ fn five_tool_run_records_every_event_and_completes() {
         !text.contains("sk-test-secret"),
         "the key leaked into an invocation record"
     );
-    assert!(text.contains("\"tool_choice\": \"auto\""));
+    let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(record["request"]["tool_choice"], "auto", "{text}");
 }
 
 #[test]

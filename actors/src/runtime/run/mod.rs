@@ -1,7 +1,7 @@
 //! `RunActor`: one actor per run_id. It owns the run's mailbox — a stop request, and the
 //! run's own time limit — and drives the run loop ([`crate::run::RunLoop::drive`]) as one
-//! future on its context. The loop reaches the model through the endpoint's `LlmGateway`
-//! and runs each tool call in its own `ToolActor`, through the two ports below.
+//! future on its context. The loop reaches the model through the endpoint's shared
+//! `LlmGate`, called on this actor's arbiter, and runs each tool call in its own `ToolActor`, through the two ports below.
 //!
 //! Must not: make decisions about the run (the loop does), or block its arbiter.
 
@@ -14,10 +14,11 @@ use futures_util::future::LocalBoxFuture;
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::{CallFailure, CallOutcome, ChatRequest, LlmError, RequestMeta, RetryObserver};
+use crate::llm::{
+    complete_call, CallFailure, CallOutcome, ChatRequest, LlmGate, RequestMeta, RetryObserver,
+};
 use crate::protocol::{RunEvent, RunRequest, RunResult, SupervisorConfig};
 use crate::run::{ModelPort, RunControl, RunLoop, ToolPort};
-use crate::runtime::gateway::{Complete, LlmGateway};
 use crate::runtime::tool::{Execute, ToolActor};
 use crate::tool::job::{ToolExecution, ToolJob};
 
@@ -43,7 +44,7 @@ impl RunActor {
         run_id: String,
         request: RunRequest,
         config: Arc<SupervisorConfig>,
-        gateway: Addr<LlmGateway>,
+        gate: Arc<LlmGate>,
         events: broadcast::Sender<RunEvent>,
         result_tx: oneshot::Sender<RunResult>,
     ) -> Self {
@@ -53,7 +54,7 @@ impl RunActor {
             run_id,
             request,
             config,
-            Rc::new(GatewayPort(gateway)),
+            Rc::new(GatePort(gate)),
             Rc::new(ToolActors),
             control.clone(),
             events,
@@ -100,10 +101,12 @@ impl Handler<CancelRunActor> for RunActor {
     }
 }
 
-/// The model port: one `Complete` to the endpoint's gateway.
-struct GatewayPort(Addr<LlmGateway>);
+/// The model port: the endpoint's gate, called on the run's own arbiter. The gate's limits
+/// are shared state (a semaphore, a locked limiter), so every run of the endpoint still
+/// shares one budget, and the call costs no trip to another thread and back.
+struct GatePort(Arc<LlmGate>);
 
-impl ModelPort for GatewayPort {
+impl ModelPort for GatePort {
     fn complete(
         &self,
         request: Arc<ChatRequest>,
@@ -111,22 +114,8 @@ impl ModelPort for GatewayPort {
         cancel: CancellationToken,
         on_retry: RetryObserver,
     ) -> LocalBoxFuture<'static, Result<CallOutcome, CallFailure>> {
-        let sent = self.0.send(Complete {
-            request,
-            meta,
-            cancel: cancel.clone(),
-            on_retry: Some(on_retry),
-        });
-        Box::pin(async move {
-            sent.await.unwrap_or_else(|_| {
-                Err(CallFailure {
-                    error: LlmError::Transport("the model gateway has stopped".into()),
-                    attempts: 0,
-                    failed_attempts: Vec::new(),
-                    cancelled: cancel.is_cancelled(),
-                })
-            })
-        })
+        let gate = Arc::clone(&self.0);
+        Box::pin(async move { complete_call(&gate, request, meta, cancel, Some(on_retry)).await })
     }
 }
 
