@@ -341,7 +341,8 @@ pub fn parse_completion(body: &[u8]) -> Result<ChatCompletion, LlmError> {
             provider_error_message(error)
         )));
     }
-    let wire: WireCompletion = serde_json::from_value(raw.clone())
+    // From the tree by reference: the tree itself is kept as `raw`, uncloned.
+    let wire = WireCompletion::deserialize(&raw)
         .map_err(|e| LlmError::InvalidResponse(format!("unexpected chat.completion shape: {e}")))?;
     let choice = wire.choices.into_iter().next().ok_or_else(|| {
         LlmError::InvalidResponse(
