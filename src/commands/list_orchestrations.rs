@@ -4,20 +4,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use delta_actors::plan::state::list_orchestrations;
 
 use crate::error::CliError;
-
-/// Output format of `list-orchestrations`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum ListFormat {
-    /// One aligned line per orchestration.
-    #[default]
-    Text,
-    /// A JSON array of objects (orchestration_id, status, counts, started_at, error, ...).
-    Json,
-}
+use crate::output::orchestration_list::ListFormat;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:

@@ -6,7 +6,16 @@ use delta_actors::plan::state::{ListedStatus, OrchestrationListing};
 
 use super::runs::relative_age;
 use super::{emit, emit_json};
-use crate::commands::list_orchestrations::ListFormat;
+
+/// Output format of `list-orchestrations`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum ListFormat {
+    /// One aligned line per orchestration.
+    #[default]
+    Text,
+    /// A JSON array of objects (orchestration_id, status, counts, started_at, error, ...).
+    Json,
+}
 
 pub fn print(workspace: &Path, listings: &[OrchestrationListing], format: ListFormat) {
     let now = chrono::Utc::now();

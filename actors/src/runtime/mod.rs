@@ -68,6 +68,7 @@
 //! - Model calls: every attempt is bounded by the run's `llm.request_timeout` (and, over
 //!   HTTP, `llm.idle_timeout`); a timed-out attempt is retried like a 5xx.
 
+pub mod admission;
 pub mod janitor;
 pub mod orchestrator;
 pub mod relay;

@@ -19,18 +19,12 @@ use crate::protocol::{
     RunResult, RunStart, SupervisorConfig,
 };
 use crate::run::{record_panic_failure, setup_failure, unstarted_interrupted};
+use crate::runtime::admission::RunDesk;
+pub use crate::runtime::admission::{CancelRun, SubmitRun};
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{CancelRunActor, RunActor};
 use crate::tool::spawner::{self, Spawner};
 use crate::workspace::{generate_run_id, validate_run_id};
-
-/// Submit a run; replies with its run id once admitted or queued.
-#[derive(Message)]
-#[rtype(result = "Result<String, EngineError>")]
-pub struct SubmitRun {
-    pub request: RunRequest,
-    pub reply: oneshot::Sender<RunResult>,
-}
 
 /// Start a plan's state machine; its summary arrives on `reply`.
 #[derive(Message)]
@@ -39,14 +33,6 @@ pub struct StartOrchestration {
     pub request: OrchestrationRequest,
     pub events: broadcast::Sender<OrchestrationEvent>,
     pub reply: oneshot::Sender<OrchestrationSummary>,
-}
-
-/// Interrupt one run.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct CancelRun {
-    pub run_id: String,
-    pub reason: String,
 }
 
 /// Interrupt every run and drop the queue (queued runs finish INTERRUPTED without starting).
@@ -269,7 +255,9 @@ impl Handler<StartOrchestration> for RunSupervisor {
         }
         let mut request = msg.request;
         apply_plan_llm_timeouts(&mut request);
-        let addr = OrchestrationActor::new(request, ctx.address(), msg.events, msg.reply).start();
+        let addr =
+            OrchestrationActor::new(request, RunDesk::of(ctx.address()), msg.events, msg.reply)
+                .start();
         self.orchestrations.insert(id, addr);
         Ok(())
     }

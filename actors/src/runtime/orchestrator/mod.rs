@@ -31,9 +31,9 @@ use crate::clock::now_rfc3339;
 use crate::plan::schedule::{Effect, Event, Prior, RunEnd, Scheduler};
 use crate::plan::state::{OrchestrationState, OrchestrationSummary, SchedulingEvent};
 use crate::protocol::{OrchestrationEvent, OrchestrationRequest};
+use crate::runtime::admission::{CancelRun, RunDesk};
 use crate::runtime::janitor::JanitorActor;
 use crate::runtime::slurm::{CancelPlanned, Flush, SlurmExecutor};
-use crate::runtime::supervisor::{CancelRun, RunSupervisor};
 
 /// Stop submitting, interrupt the plan's runs, finish INTERRUPTED.
 #[derive(Message)]
@@ -44,7 +44,7 @@ pub struct CancelOrchestration {
 
 pub struct OrchestrationActor {
     request: OrchestrationRequest,
-    supervisor: Addr<RunSupervisor>,
+    supervisor: RunDesk,
     events: broadcast::Sender<OrchestrationEvent>,
     reply: Option<oneshot::Sender<OrchestrationSummary>>,
     state: Option<OrchestrationState>,
@@ -63,7 +63,7 @@ pub struct OrchestrationActor {
 impl OrchestrationActor {
     pub fn new(
         request: OrchestrationRequest,
-        supervisor: Addr<RunSupervisor>,
+        supervisor: RunDesk,
         events: broadcast::Sender<OrchestrationEvent>,
         reply: oneshot::Sender<OrchestrationSummary>,
     ) -> Self {
@@ -169,7 +169,7 @@ impl OrchestrationActor {
                         executor.do_send(CancelPlanned { run_id });
                         self.slurm_batch_open = true;
                     }
-                    None => self.supervisor.do_send(CancelRun { run_id, reason }),
+                    None => self.supervisor.cancel.do_send(CancelRun { run_id, reason }),
                 }
                 None
             }

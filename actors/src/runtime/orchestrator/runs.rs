@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use crate::plan::schedule::{Event, Launch, RunEnd};
 use crate::plan::PlannedRun;
 use crate::protocol::{RunRequest, RunStart};
-use crate::runtime::supervisor::SubmitRun;
+use crate::runtime::admission::SubmitRun;
 
 use super::OrchestrationActor;
 
@@ -61,7 +61,10 @@ impl OrchestrationActor {
             orchestration_id: Some(self.request.orchestration_id.clone()),
         };
         let (tx, rx) = oneshot::channel();
-        let submitted = self.supervisor.send(SubmitRun { request, reply: tx });
+        let submitted = self
+            .supervisor
+            .submit
+            .send(SubmitRun { request, reply: tx });
         let finished_id = run_id.clone();
         async move {
             match submitted.await {
