@@ -22,7 +22,8 @@ use crate::protocol::{
     EngineError, OrchestrationEvent, OrchestrationRequest, RunEvent, RunRequest, RunResult,
     SupervisorConfig,
 };
-use crate::runtime::supervisor::{CancelAll, CancelRun, RunSupervisor, SubmitRun};
+use crate::runtime::admission::{CancelRun, SubmitRun};
+use crate::runtime::supervisor::{CancelAll, RunSupervisor};
 
 /// Awaits one run's result. Dropping it does not stop the run (use [`Supervisor::cancel`]).
 pub struct RunHandle {

@@ -1,7 +1,8 @@
 //! [`LlmGate`]: everything that stands between a run and one endpoint, as plain tokio code
-//! that every run of the endpoint shares (behind an `Arc`) and calls from its own thread: a cap on requests in flight, the shared requests-per-minute
-//! limiter, the endpoint-wide Retry-After barrier, the whole-request limit on each attempt,
-//! and retries with jittered backoff (a timed-out attempt is retried like a 5xx).
+//! that every run of the endpoint shares (behind an `Arc`) and calls from its own thread: a
+//! cap on requests in flight, the shared requests-per-minute limiter, the endpoint-wide
+//! Retry-After barrier, the whole-request limit on each attempt, and retries with jittered
+//! backoff (a timed-out attempt is retried like a 5xx).
 //!
 //! No actix here. The gate never holds a permit while sleeping a backoff, and reserves a
 //! rate slot only once it holds a permit (so queued callers cannot burst past the limit).

@@ -28,7 +28,8 @@
 //!
 //! The loop reaches the outside through two ports: [`ModelPort`] (one model call through the
 //! endpoint's limits and retries) and [`ToolPort`] (one tool process). The runtime implements
-//! them with the endpoint's shared `LlmGate` and the `ToolActor` actor; tests implement them with fakes.
+//! them with the endpoint's shared `LlmGate` and the `ToolActor` actor; tests implement
+//! them with fakes.
 //!
 //! Cancellation is one [`RunControl`]: a stop request cancels its token, which kills running
 //! tool and hook process groups and aborts the context build or the model call; the loop

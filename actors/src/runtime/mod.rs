@@ -3,7 +3,7 @@
 //! # Topology
 //! ```text
 //! Supervisor (handle, api.rs) ──> RunSupervisor ──spawns──> RunActor (one per run_id, on an arbiter of the pool)
-//!                                   │    │                    │ calls ─> LlmGate (one per endpoint, shared; on the run's arbiter)
+//!                                   │    │                    │ calls ─> LlmGate (per endpoint, shared)
 //!                                   │    │                    │ ask ──> ToolActor (one per tool call)
 //!                                   │    │                    │ runs ─> lifecycle hooks (futures on the actor)
 //!                                   │    │                    └ appends ──> journal.jsonl, metadata.json, io/

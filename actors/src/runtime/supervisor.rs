@@ -1,6 +1,7 @@
 //! `RunSupervisor`: admits runs up to `max_parallel`, spreads `RunActor`s over an arbiter
-//! pool, shares one [`LlmGate`] per endpoint among the runs of it, and turns a run that died without a result
-//! (an actor panic) into a FAILED RunResult (`run::record_panic_failure`).
+//! pool, shares one [`LlmGate`] per endpoint among the runs of it, and turns a run that
+//! died without a result (an actor panic) into a FAILED RunResult
+//! (`run::record_panic_failure`).
 //!
 //! Must not: do file or process work itself; every run's I/O happens in its own actor or
 //! in the domain functions it calls.
@@ -19,8 +20,7 @@ use crate::protocol::{
     RunResult, RunStart, SupervisorConfig,
 };
 use crate::run::{record_panic_failure, setup_failure, unstarted_interrupted};
-use crate::runtime::admission::RunDesk;
-pub use crate::runtime::admission::{CancelRun, SubmitRun};
+use crate::runtime::admission::{CancelRun, RunDesk, SubmitRun};
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{CancelRunActor, RunActor};
 use crate::tool::spawner::{self, Spawner};

@@ -1,5 +1,6 @@
-//! Layering of the engine's source tree: no file imports a file that imports it back (directly or through other files). The supervisor ↔ orchestrator actor
-//! pair, once allowed, is gone: an orchestration reaches the supervisor through
+//! Layering of the engine's source tree: no file imports a file that imports it back
+//! (directly or through other files). The supervisor ↔ orchestrator actor pair, once
+//! allowed, is gone: an orchestration reaches the supervisor through
 //! `runtime::admission::RunDesk`, typed by message.
 //!
 //! The graph is read from `src/` by `layering::scan` (see there for what counts as an

@@ -1,7 +1,8 @@
 //! `RunActor`: one actor per run_id. It owns the run's mailbox — a stop request, and the
 //! run's own time limit — and drives the run loop ([`crate::run::RunLoop::drive`]) as one
 //! future on its context. The loop reaches the model through the endpoint's shared
-//! `LlmGate`, called on this actor's arbiter, and runs each tool call in its own `ToolActor`, through the two ports below.
+//! `LlmGate`, called on this actor's arbiter, and runs each tool call in its own
+//! `ToolActor`, through the two ports below.
 //!
 //! Must not: make decisions about the run (the loop does), or block its arbiter.
 

@@ -19,7 +19,8 @@
 //!
 //! Layout: `protocol` (bytes), `sys` (socket and pipe system calls); the engine side:
 //! [`client`] (the [`Spawner`] handle), `request` (pipes, memfd), `outbox` (requests a full
-//! socket cannot take yet), `replies` (the reader thread); the spawner process: `zygote` (its loop) and `exec` (`posix_spawn`).
+//! socket cannot take yet), `replies` (the reader thread); the spawner process: `zygote`
+//! (its loop) and `exec` (`posix_spawn`).
 //!
 //! One spawner serves the whole process: the `RunSupervisor` of a [`SupervisorConfig`] with
 //! `tool_spawner` set starts it (or joins the one already running) and keeps it alive; tools,
