@@ -1,25 +1,55 @@
 //! Reading one context source file (a `file` source, or a generator's output): confined to
 //! the agent folder and the workspace once symlinks are resolved, regular files only, and
-//! read on the blocking pool ([`crate::blocking`]) so a read that never returns cannot stall
-//! the run's actor, its timeout or Ctrl-C.
+//! read where it cannot stall the run's actor, its timeout or Ctrl-C.
 //!
 //! Why regular files only: a FIFO, a device or a socket can block a read forever (or never
 //! end), and a directory has no text. The type is checked with `stat` before opening, and
 //! again on the opened descriptor (opened `O_NONBLOCK`, so the open itself cannot wait for
 //! a FIFO writer), so a file swapped in between is caught too.
 //!
-//! Must not: read anything outside the two folders, or block the caller's thread.
+//! Where: when both folders sit on a known local file system (ext4, xfs, btrfs, tmpfs, ...:
+//! checked once per run with `statfs`), a small file directly inside one of them is read on
+//! the run's own thread. That read cannot hang (a regular, local file), and the trip to the
+//! blocking pool ([`crate::blocking`]) it saves was the larger part of a context build's cost
+//! (a thread wake-up each way, at every iteration). Anything else — a network or FUSE file
+//! system, a file in a subfolder, a symlink, a file over [`INLINE_READ_MAX_BYTES`] — is read
+//! on the pool as before, where a read that never returns is abandoned on cancellation.
+//!
+//! Must not: read anything outside the two folders, or block the caller's thread on a file
+//! system that can hang.
 
 use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use tokio_util::sync::CancellationToken;
 
 use super::{path_str, ContextError};
 use crate::blocking::{run_blocking, BlockingError};
+
+/// The largest file read on the run's own thread; a larger one goes to the blocking pool, so
+/// no run waits on another's big read.
+pub(super) const INLINE_READ_MAX_BYTES: u64 = 256 * 1024;
+
+/// File systems whose reads cannot hang on a network: a folder on any other (NFS, SMB, FUSE,
+/// Lustre, ...) is read on the blocking pool.
+const LOCAL_FILE_SYSTEMS: &[nix::sys::statfs::FsType] = {
+    use nix::sys::statfs::*;
+    &[
+        EXT4_SUPER_MAGIC, // also ext2 and ext3: one magic
+        XFS_SUPER_MAGIC,
+        BTRFS_SUPER_MAGIC,
+        TMPFS_MAGIC,
+        OVERLAYFS_SUPER_MAGIC,
+        F2FS_SUPER_MAGIC,
+        REISERFS_SUPER_MAGIC,
+        NILFS_SUPER_MAGIC,
+        FsType(0x2FC1_2FC1),          // zfs
+        FsType(0x8584_58F6_u32 as _), // ramfs
+    ]
+};
 
 /// Reads the context files of one build on the blocking pool, a batch per trip: consecutive
 /// `file` sources (the usual system prompt + workspace guide) cost one trip, not one each.
@@ -47,6 +77,12 @@ impl ContextFolders {
             *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(roots);
         }
     }
+
+    fn keep_some(&self, roots: Option<SourceRoots>) {
+        if let Some(roots) = roots {
+            self.keep(roots);
+        }
+    }
 }
 
 /// A file to read: the source id and the path as written (variables expanded).
@@ -68,7 +104,8 @@ impl<'a> SourceReader<'a> {
         }
     }
 
-    /// Reads `files` in order, in one trip to the pool. Each must lie inside one of the two
+    /// Reads `files` in order: on this thread while the folders allow it (see the module
+    /// header), the rest in one trip to the pool. Each must lie inside one of the two
     /// folders once symlinks are resolved; a relative path is taken from the workspace. The
     /// outer error is a refusal (outside the folders, not a regular file, cancelled: the
     /// first one stops the batch), the inner ones the ordinary read failures (missing,
@@ -78,27 +115,44 @@ impl<'a> SourceReader<'a> {
         files: Vec<SourceFile>,
         cancel: &CancellationToken,
     ) -> Result<Vec<io::Result<String>>, ContextError> {
-        let first = files
+        let roots = self.folders.take();
+        let inline = match roots.as_ref().filter(|roots| roots.local) {
+            Some(roots) => roots.read_inline_prefix(&files),
+            None => Ok(Vec::new()),
+        };
+        let mut texts = match inline {
+            Ok(texts) if texts.len() == files.len() => {
+                self.folders.keep_some(roots);
+                return Ok(texts);
+            }
+            Ok(texts) => texts,
+            Err(refusal) => {
+                self.folders.keep_some(roots);
+                return Err(refusal);
+            }
+        };
+        let rest: Vec<SourceFile> = files.into_iter().skip(texts.len()).collect();
+        let first = rest
             .first()
             .map(|f| (f.id.clone(), f.path.clone()))
             .unwrap_or_default();
-        let roots = self.folders.take();
         let (agent_home, work_dir) = (self.agent_home.clone(), self.work_dir.clone());
-        let (roots, texts) = run_blocking(
+        let (roots, read) = run_blocking(
             move || {
                 let roots = roots.unwrap_or_else(|| SourceRoots::resolve(agent_home, work_dir));
-                let texts: Result<Vec<_>, _> = files
+                let read: Result<Vec<_>, _> = rest
                     .iter()
                     .map(|f| roots.read_now(&f.id, &f.path))
                     .collect();
-                (roots, texts)
+                (roots, read)
             },
             cancel,
         )
         .await
         .map_err(|e| blocking_failure(e, &first.0, &first.1))?;
         self.folders.keep(roots);
-        texts
+        texts.extend(read?);
+        Ok(texts)
     }
 }
 
@@ -110,6 +164,9 @@ struct SourceRoots {
     work_dir: PathBuf,
     /// Both folders resolved (else one is as given, and worth resolving again).
     resolved: bool,
+    /// Both folders on a [`LOCAL_FILE_SYSTEMS`] file system: small files directly inside
+    /// them may be read on the caller's thread.
+    local: bool,
 }
 
 impl SourceRoots {
@@ -120,11 +177,77 @@ impl SourceRoots {
         };
         let (agent_home, home_resolved) = resolve(agent_home);
         let (work_dir, work_resolved) = resolve(work_dir);
+        let resolved = home_resolved && work_resolved;
         SourceRoots {
+            local: resolved && on_local_file_system(&agent_home) && on_local_file_system(&work_dir),
             agent_home,
             work_dir,
-            resolved: home_resolved && work_resolved,
+            resolved,
         }
+    }
+
+    /// Reads files of `files` on this thread, in order, while each can be read here
+    /// ([`Self::read_inline`]); the texts of that prefix (the rest go to the pool).
+    fn read_inline_prefix(
+        &self,
+        files: &[SourceFile],
+    ) -> Result<Vec<io::Result<String>>, ContextError> {
+        let mut texts = Vec::with_capacity(files.len());
+        for file in files {
+            match self.read_inline(&file.id, &file.path) {
+                Some(text) => texts.push(text?),
+                None => break,
+            }
+        }
+        Ok(texts)
+    }
+
+    /// [`Self::read_now`] without resolving symlinks, for a regular file of at most
+    /// [`INLINE_READ_MAX_BYTES`] directly inside one of the (resolved) folders: `lstat`,
+    /// `open(O_NOFOLLOW)`, `fstat`, `read`. The name is not a symlink (checked, then enforced
+    /// by the open), so the file is the folder's own: the confinement `canonicalize` would
+    /// prove, at a third of the system calls. `None` when the file does not qualify (a
+    /// symlink, a subfolder, `..`, too big): the caller reads it the full way.
+    fn read_inline(
+        &self,
+        id: &str,
+        written: &str,
+    ) -> Option<Result<io::Result<String>, ContextError>> {
+        let path = self.work_dir.join(written);
+        let directly_inside = matches!(path.components().next_back(), Some(Component::Normal(_)))
+            && path
+                .parent()
+                .is_some_and(|parent| parent == self.agent_home || parent == self.work_dir);
+        if !directly_inside {
+            return None;
+        }
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) => return Some(Ok(Err(e))),
+        };
+        if meta.file_type().is_symlink() || meta.len() > INLINE_READ_MAX_BYTES {
+            return None;
+        }
+        if !meta.is_file() {
+            return Some(Err(not_regular(id, written, &meta.file_type())));
+        }
+        let file = match open_nonblocking(&path, libc::O_NOFOLLOW) {
+            Ok(file) => file,
+            // Swapped for a symlink since the `lstat`.
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return None,
+            Err(e) => return Some(Ok(Err(e))),
+        };
+        let meta = match file.metadata() {
+            Ok(meta) => meta,
+            Err(e) => return Some(Ok(Err(e))),
+        };
+        if !meta.is_file() {
+            return Some(Err(not_regular(id, written, &meta.file_type())));
+        }
+        if meta.len() > INLINE_READ_MAX_BYTES {
+            return None;
+        }
+        Some(Ok(read_text(file, meta.len())))
     }
 
     /// One file of [`SourceReader::read`], on the calling thread.
@@ -142,23 +265,18 @@ impl SourceRoots {
                 work_dir: path_str(&self.work_dir),
             });
         }
-        let not_regular = |file_type: &FileType| ContextError::NotRegularFile {
-            id: id.to_string(),
-            path: written.to_string(),
-            kind: describe(file_type).to_string(),
-        };
         // `stat` first: opening some devices has effects of its own.
         match std::fs::metadata(&resolved) {
-            Ok(meta) if !meta.is_file() => return Err(not_regular(&meta.file_type())),
+            Ok(meta) if !meta.is_file() => return Err(not_regular(id, written, &meta.file_type())),
             Ok(_) => {}
             Err(e) => return Ok(Err(e)),
         }
-        let mut file = match open_nonblocking(&resolved) {
+        let mut file = match open_nonblocking(&resolved, 0) {
             Ok(file) => file,
             Err(e) => return Ok(Err(e)),
         };
         match file.metadata() {
-            Ok(meta) if !meta.is_file() => return Err(not_regular(&meta.file_type())),
+            Ok(meta) if !meta.is_file() => return Err(not_regular(id, written, &meta.file_type())),
             Ok(_) => {}
             Err(e) => return Ok(Err(e)),
         }
@@ -169,11 +287,38 @@ impl SourceRoots {
 
 /// Opens for reading without waiting: a FIFO without a writer would block a plain open.
 /// `O_NONBLOCK` changes nothing for the regular file that is then read.
-fn open_nonblocking(path: &Path) -> io::Result<File> {
+fn open_nonblocking(path: &Path, extra_flags: libc::c_int) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | extra_flags)
         .open(path)
+}
+
+/// Reads `file` (of `size` bytes, as `fstat` said) as UTF-8 text. Through `Take`, not
+/// `File::read_to_string`, which would ask the kernel for the size again (`fstat`, `lseek`).
+fn read_text(file: File, size: u64) -> io::Result<String> {
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
+    file.take(u64::MAX).read_to_end(&mut bytes)?;
+    String::from_utf8(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
+}
+
+/// Whether `path` is on one of the [`LOCAL_FILE_SYSTEMS`] (false when `statfs` fails).
+fn on_local_file_system(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|fs| LOCAL_FILE_SYSTEMS.contains(&fs.filesystem_type()))
+}
+
+fn not_regular(id: &str, written: &str, file_type: &FileType) -> ContextError {
+    ContextError::NotRegularFile {
+        id: id.to_string(),
+        path: written.to_string(),
+        kind: describe(file_type).to_string(),
+    }
 }
 
 /// What a non-regular file is, for the error message.
@@ -325,6 +470,112 @@ mod tests {
         );
         let texts = next_build.read(one("a.md"), &cancel).await.unwrap();
         assert_eq!(texts[0].as_ref().unwrap(), "text");
+    }
+
+    /// Once the folders are resolved (and local), a small file directly inside one is read
+    /// on the caller's thread: it is read even with the token already cancelled, where the
+    /// blocking pool would answer `Cancelled` at once. A file in a subfolder or over the
+    /// inline cap still takes the pool.
+    #[tokio::test]
+    async fn small_files_directly_inside_local_folders_are_read_on_the_callers_thread() {
+        let tmp = folders();
+        std::fs::write(tmp.path().join("ws/a.md"), "workspace text").unwrap();
+        std::fs::write(tmp.path().join("agent/prompt.md"), "agent text").unwrap();
+        std::fs::create_dir(tmp.path().join("ws/sub")).unwrap();
+        std::fs::write(tmp.path().join("ws/sub/b.md"), "nested").unwrap();
+        let big = "x".repeat(INLINE_READ_MAX_BYTES as usize + 1);
+        std::fs::write(tmp.path().join("ws/big.md"), &big).unwrap();
+        let folders = ContextFolders::default();
+        let (home, work) = (tmp.path().join("agent"), tmp.path().join("ws"));
+        let one = |path: &str| {
+            vec![SourceFile {
+                id: "s".into(),
+                path: path.into(),
+            }]
+        };
+        let mut reader = SourceReader::new(&home, &work, &folders);
+        reader
+            .read(one("a.md"), &CancellationToken::new())
+            .await
+            .unwrap();
+        let kept = folders.0.lock().unwrap().clone().unwrap();
+        assert!(
+            kept.local,
+            "{} is not on a file system this test knows as local",
+            tmp.path().display()
+        );
+        let cancelled = CancellationToken::new();
+        cancelled.cancel();
+        let agent_file = format!("{}/prompt.md", kept.agent_home.display());
+        let texts = reader
+            .read(
+                one("a.md").into_iter().chain(one(&agent_file)).collect(),
+                &cancelled,
+            )
+            .await
+            .unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "workspace text");
+        assert_eq!(texts[1].as_ref().unwrap(), "agent text");
+        for pooled in ["sub/b.md", "big.md"] {
+            let refused = reader.read(one(pooled), &cancelled).await.unwrap_err();
+            assert!(
+                matches!(refused, ContextError::Cancelled),
+                "{pooled}: {refused:?}"
+            );
+        }
+        let texts = reader
+            .read(one("big.md"), &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(texts[0].as_ref().unwrap().len(), big.len());
+    }
+
+    /// The inline read keeps every refusal of the full one: a FIFO is refused without
+    /// blocking, a symlink out of the folders is refused after resolution.
+    #[tokio::test]
+    async fn an_inline_read_refuses_what_the_full_read_refuses() {
+        let tmp = folders();
+        std::fs::write(tmp.path().join("ws/a.md"), "text").unwrap();
+        nix::unistd::mkfifo(
+            &tmp.path().join("ws/fifo.md"),
+            nix::sys::stat::Mode::S_IRWXU,
+        )
+        .unwrap();
+        std::fs::write(tmp.path().join("outside.md"), "secret").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("outside.md"), tmp.path().join("ws/out.md"))
+            .unwrap();
+        let folders = ContextFolders::default();
+        let mut reader =
+            SourceReader::new(&tmp.path().join("agent"), &tmp.path().join("ws"), &folders);
+        let one = |path: &str| {
+            vec![SourceFile {
+                id: "s".into(),
+                path: path.into(),
+            }]
+        };
+        let cancel = CancellationToken::new();
+        reader.read(one("a.md"), &cancel).await.unwrap();
+        let refused = tokio::time::timeout(
+            Duration::from_secs(10),
+            reader.read(one("fifo.md"), &cancel),
+        )
+        .await
+        .expect("reading a FIFO must not block")
+        .unwrap_err();
+        assert!(
+            matches!(&refused, ContextError::NotRegularFile { kind, .. } if kind.contains("FIFO")),
+            "{refused:?}"
+        );
+        let refused = reader.read(one("out.md"), &cancel).await.unwrap_err();
+        assert!(
+            matches!(refused, ContextError::OutsideAllowedFolders { .. }),
+            "{refused:?}"
+        );
+        let missing = reader.read(one("missing.md"), &cancel).await.unwrap();
+        assert_eq!(
+            missing[0].as_ref().unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@
 //! A failing source fails the run with an error naming the source id; `on_missing: skip`
 //! skips only a missing file, never a failing generator.
 //!
-//! Must not: read a file on the caller's thread (`source_file` reads on the blocking pool).
+//! Must not: read a file itself (`source_file` decides where a read may block).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
