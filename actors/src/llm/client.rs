@@ -48,7 +48,8 @@ pub struct HttpBackend {
 
 struct Inner {
     endpoint: Endpoint,
-    url: String,
+    /// Parsed once: parsing it per request was a visible share of a model call's cost.
+    url: reqwest::Url,
     clients: Clients,
     timeout: Duration,
     /// `llm.max_connections`: one permit per request open on the wire.
@@ -96,8 +97,7 @@ impl HttpBackend {
             .transport
             .max_connections
             .map(|n| tokio::sync::Semaphore::new(n.max(1) as usize));
-        let url = endpoint.chat_completions_url();
-        reqwest::Url::parse(&url).map_err(|e| {
+        let url = reqwest::Url::parse(&endpoint.chat_completions_url()).map_err(|e| {
             LlmError::Transport(format!(
                 "base URL {:?} is not a valid URL: {e} (hint: DELTA_BASE_URL looks like https://host/v1)",
                 endpoint.base_url
@@ -138,7 +138,7 @@ impl HttpBackend {
         let builder = inner
             .clients
             .for_this_thread()?
-            .post(&inner.url)
+            .post(inner.url.clone())
             .timeout(limits.request)
             .header(CONTENT_TYPE, "application/json");
         let mut builder = match &meta.wire_body {

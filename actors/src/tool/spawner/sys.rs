@@ -64,16 +64,13 @@ pub(crate) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Puts one descriptor (our end of a pipe) in non-blocking mode for the async runtime,
-/// leaving the other end of the pipe, which the tool gets, blocking.
+/// Puts our end of a pipe just made by [`cloexec_pipe`] in non-blocking mode for the async
+/// runtime, leaving the other end, which the tool gets, blocking. Such an end has no status
+/// flags yet, so this sets `O_NONBLOCK` alone, without reading the flags first (two system
+/// calls fewer per tool start): not for any other descriptor.
 pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: fcntl on a borrowed, open descriptor.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
