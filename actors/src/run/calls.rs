@@ -23,7 +23,6 @@ use crate::protocol::{InteractionInfo, RunErrorKind, RunEvent};
 use crate::tool::call::{plan_call, CallPlan};
 use crate::tool::compile::EngineVars;
 use crate::tool::job::{ToolExecution, ToolJob};
-use crate::workspace::tool_record_path;
 
 use super::state::{error_info, AuditKind, Halt, HookVars, Run};
 
@@ -183,7 +182,7 @@ impl Run {
                 head_bytes: config.observation_head_bytes,
                 tail_bytes: config.observation_tail_bytes,
                 file_cap: config.tool_output_file_cap,
-                record_path: tool_record_path(&self.paths, &tool.name),
+                record: self.tool_records.borrow_mut().next(&self.paths, &tool.name),
                 display_root: self.paths.run_dir.clone(),
                 // Taken when the process starts (see `run_tool`).
                 secrets: Default::default(),

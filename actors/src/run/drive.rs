@@ -155,6 +155,7 @@ impl Run {
             last_progress_write: Instant::now(),
             metadata_failure: None,
             audit_warned: RefCell::default(),
+            tool_records: RefCell::default(),
             lp,
         };
         run.emit(RunEvent::RunStarted {

@@ -18,7 +18,7 @@ use crate::metadata::{RunLock, RunMetadata};
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
 use crate::redact::Redactor;
 use crate::tool::process::ProgramCache;
-use crate::workspace::RunPaths;
+use crate::workspace::{RunPaths, ToolRecordNames};
 
 use super::recorder::Recorder;
 use super::redaction::EventSink;
@@ -79,6 +79,8 @@ pub(super) struct Run {
     pub metadata_failure: Option<String>,
     /// Audit record kinds already warned about (one WARNING per kind per run).
     pub audit_warned: RefCell<HashSet<AuditKind>>,
+    /// The names given to this driving's tool records.
+    pub tool_records: RefCell<ToolRecordNames>,
 }
 
 /// How a run ends.

@@ -156,7 +156,7 @@ impl ToolPort for FakeTools {
                 exit_code: if cancelled { None } else { Some(0) },
                 duration: Duration::ZERO,
                 cancelled,
-                record_path: job.record_path,
+                record_path: job.record.record_path(),
                 record_error: None,
             })
         })

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::redact::SecretSet;
 use crate::tool::observation::{format_observation, is_success};
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, ProgramCache, Termination};
+use crate::workspace::ToolRecordName;
 
 /// Everything needed to run one call.
 pub struct ToolJob {
@@ -28,8 +29,9 @@ pub struct ToolJob {
     pub head_bytes: usize,
     pub tail_bytes: usize,
     pub file_cap: u64,
-    /// `io/tool_executions/<ts>_<tool>.json`; full outputs go beside it.
-    pub record_path: PathBuf,
+    /// `io/tool_executions/<ts>_<tool>`: the record is created when the call ends, full
+    /// outputs beside it with their first byte.
+    pub record: ToolRecordName,
     /// Paths in the observation are shown relative to this directory (the run dir).
     pub display_root: PathBuf,
     /// The run's sensitive answers, kept out of the record and the full-output files.
@@ -46,6 +48,7 @@ pub struct ToolExecution {
     pub exit_code: Option<i32>,
     pub duration: Duration,
     pub cancelled: bool,
+    /// The audit record as created (its name as chosen if it could not be written).
     pub record_path: PathBuf,
     /// Why the audit record could not be written (path and OS error), if it could not.
     pub record_error: Option<String>,
@@ -53,18 +56,8 @@ pub struct ToolExecution {
 
 /// Runs one job to completion (the `ToolActor` calls it; it needs no actor system).
 pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
-    let stem = job
-        .record_path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "tool".into());
-    let dir = job
-        .record_path
-        .parent()
-        .map(|p| p.to_path_buf())
-        .unwrap_or_default();
-    let stdout_path = dir.join(format!("{stem}.stdout"));
-    let stderr_path = dir.join(format!("{stem}.stderr"));
+    let stdout_path = job.record.output_file("stdout");
+    let stderr_path = job.record.output_file("stderr");
     let stdin_len = job.stdin.as_ref().map(|s| s.len());
     let spec = ProcessSpec {
         argv: job.argv.clone(),
@@ -117,17 +110,15 @@ pub async fn execute(job: ToolJob, cancel: CancellationToken) -> ToolExecution {
     });
     // The audit record is best effort: a full disk must not turn a tool result into a crash
     // (the run journals a WARNING about it instead).
-    let record_error =
-        crate::workspace::write_redacted_json_file(&job.record_path, &record, &job.secrets)
-            .err()
-            .map(|e| e.to_string());
+    let (record_path, written) = job.record.write(&record, &job.secrets);
+    let record_error = written.err().map(|e| e.to_string());
     ToolExecution {
         observation,
         success,
         exit_code: outcome.exit_code,
         duration: outcome.duration,
         cancelled: matches!(outcome.termination, Termination::Cancelled),
-        record_path: job.record_path,
+        record_path,
         record_error,
     }
 }

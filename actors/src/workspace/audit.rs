@@ -2,11 +2,13 @@
 //! `io/invocations/<ts>_<iteration>.json`, `io/tool_executions/<ts>_<tool>.json`,
 //! `io/hooks/<hook>_<ts>.json`, with `ts` = UTC `YYYYMMDDTHHMMSS.mmmZ`.
 //!
-//! A record path is *reserved* by creating the empty file with `O_EXCL`, so two records in
-//! the same millisecond get `_2`, `_3`, … suffixes and nothing is ever overwritten. Names
+//! A record is created with `O_EXCL`, so two records in the same millisecond get `_2`,
+//! `_3`, … suffixes and nothing is ever overwritten. A model call's and a tool call's record
+//! are created and written in one open when there is something to write; a tool call's name
+//! is chosen when it starts ([`ToolRecordNames`], in memory: the run's lock makes its process
+//! the only writer of its records) so that its full-output files can be named after it. Names
 //! that come from a model (tool names) are sanitized to `[A-Za-z0-9_.-]` first. Records of a
-//! run with sensitive answers go through [`write_redacted_json_file`]. This file does not
-//! decide what goes into a record.
+//! run with sensitive answers are redacted. This file does not decide what goes into a record.
 
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -67,7 +69,19 @@ pub fn write_invocation_record(
     secrets: &SecretSet,
 ) -> (PathBuf, Result<(), WorkspaceError>) {
     let stem = format!("{}_{iteration}", audit_timestamp());
-    let (path, file) = create_unique(&paths.invocations_dir, &stem);
+    create_and_write(&paths.invocations_dir, &stem, record, secrets)
+}
+
+/// Creates `<dir>/<stem>.json` (see [`create_unique`]) and writes `record` into it as pretty
+/// JSON, redacted when `secrets` is not empty, in one open. Returns the record's path, also
+/// when writing failed (the error names it).
+fn create_and_write(
+    dir: &Path,
+    stem: &str,
+    record: &impl serde::Serialize,
+    secrets: &SecretSet,
+) -> (PathBuf, Result<(), WorkspaceError>) {
+    let (path, file) = create_unique(dir, stem);
     let bytes = if secrets.is_empty() {
         serde_json::to_vec_pretty(record)
     } else {
@@ -142,16 +156,74 @@ pub fn invocation_record_path(paths: &RunPaths, iteration: u32) -> PathBuf {
     )
 }
 
-/// A fresh path for the record of one tool execution: `io/tool_executions/<ts>_<tool>.json`.
-pub fn tool_record_path(paths: &RunPaths, tool_name: &str) -> PathBuf {
-    reserve(
-        &paths.tool_executions_dir,
-        &format!(
+/// The names a run gives its tool records, `<ts>_<tool>`, with `_2`, `_3`, … for a second
+/// and third call of the same tool started in the same millisecond (parallel calls). Kept in
+/// memory, not reserved on disk: only the process holding the run's lock writes its records,
+/// and a record an earlier process left under the same name (a clock stepped back) is still
+/// never overwritten: records and output files are created with `O_EXCL`.
+#[derive(Debug, Default)]
+pub struct ToolRecordNames {
+    millisecond: String,
+    given: Vec<String>,
+}
+
+impl ToolRecordNames {
+    /// The name of a tool call starting now.
+    pub fn next(&mut self, paths: &RunPaths, tool_name: &str) -> ToolRecordName {
+        let now = audit_timestamp();
+        if now != self.millisecond {
+            self.millisecond = now;
+            self.given.clear();
+        }
+        let base = format!(
             "{}_{}",
-            audit_timestamp(),
+            self.millisecond,
             sanitize_file_component(tool_name)
-        ),
-    )
+        );
+        let mut stem = base.clone();
+        let mut suffix = 1;
+        while self.given.contains(&stem) {
+            suffix += 1;
+            stem = format!("{base}_{suffix}");
+        }
+        self.given.push(stem.clone());
+        ToolRecordName {
+            dir: paths.tool_executions_dir.clone(),
+            stem,
+        }
+    }
+}
+
+/// Where one tool call's audit files go: `io/tool_executions/<stem>.json`, created when the
+/// call ends, and its full outputs `<stem>.stdout` / `<stem>.stderr`, created with their
+/// first byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRecordName {
+    dir: PathBuf,
+    stem: String,
+}
+
+impl ToolRecordName {
+    /// `<stem>.<extension>` beside the record (`stdout`, `stderr`).
+    pub fn output_file(&self, extension: &str) -> PathBuf {
+        self.dir.join(format!("{}.{extension}", self.stem))
+    }
+
+    /// The record's path if nothing is in the way.
+    #[cfg(test)]
+    pub fn record_path(&self) -> PathBuf {
+        self.dir.join(format!("{}.json", self.stem))
+    }
+
+    /// Creates the record and writes `record` into it, in one open: `<stem>.json`, or
+    /// `<stem>_2.json`, … if an earlier process left one of that name. Returns the path.
+    pub fn write(
+        &self,
+        record: &impl serde::Serialize,
+        secrets: &SecretSet,
+    ) -> (PathBuf, Result<(), WorkspaceError>) {
+        create_and_write(&self.dir, &self.stem, record, secrets)
+    }
 }
 
 /// A fresh path for the record of one hook execution: `io/hooks/<hook>_<ts>.json`.
@@ -256,7 +328,9 @@ mod tests {
         assert!(is_audit_timestamp(ts), "{name}");
         assert_eq!(rest, "7.json");
 
-        let tool = tool_record_path(&paths, "../../etc/passwd");
+        let tool = ToolRecordNames::default()
+            .next(&paths, "../../etc/passwd")
+            .record_path();
         assert_eq!(tool.parent().unwrap(), paths.tool_executions_dir);
         let name = file_name(&tool);
         let (ts, rest) = name.split_once('_').unwrap();
@@ -277,10 +351,23 @@ mod tests {
     fn reserved_paths_are_never_reused() {
         let tmp = tempfile::tempdir().unwrap();
         let paths = create_run_dir(tmp.path(), "r").unwrap();
+        // Fifty calls of one tool (most in the same millisecond) get fifty names, and their
+        // records fifty files.
+        let mut names = ToolRecordNames::default();
         let mut seen = std::collections::HashSet::new();
         for _ in 0..50 {
-            assert!(seen.insert(tool_record_path(&paths, "echo")));
+            let name = names.next(&paths, "echo");
+            let (path, written) = name.write(&serde_json::json!({}), &SecretSet::default());
+            written.unwrap();
+            assert!(seen.insert(name.output_file("stdout")));
+            assert!(seen.insert(path));
         }
+        assert_eq!(
+            std::fs::read_dir(&paths.tool_executions_dir)
+                .unwrap()
+                .count(),
+            50
+        );
         // The same stem taken twice gets a numeric suffix.
         let first = reserve(&paths.hooks_dir, "fixed");
         let second = reserve(&paths.hooks_dir, "fixed");
@@ -290,12 +377,36 @@ mod tests {
         assert_eq!(file_name(&third), "fixed_3.json");
     }
 
+    /// A record of the same name left by an earlier process (its clock was ahead) is kept:
+    /// the new one takes `_2`.
+    #[test]
+    fn a_tool_record_never_overwrites_one_an_earlier_process_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(tmp.path(), "r").unwrap();
+        let name = ToolRecordNames::default().next(&paths, "echo");
+        std::fs::create_dir_all(&paths.tool_executions_dir).unwrap();
+        std::fs::write(name.record_path(), "earlier").unwrap();
+        let (path, written) = name.write(&serde_json::json!({"new": 1}), &SecretSet::default());
+        written.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(name.record_path()).unwrap(),
+            "earlier"
+        );
+        assert!(file_name(&path).ends_with("_echo_2.json"), "{path:?}");
+        assert!(std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("\"new\": 1"));
+    }
+
     #[test]
     fn tool_and_hook_folders_appear_private_with_their_first_record() {
         let tmp = tempfile::tempdir().unwrap();
         let paths = create_run_dir(tmp.path(), "r").unwrap();
         assert!(!paths.tool_executions_dir.exists());
-        let tool = tool_record_path(&paths, "echo");
+        let name = ToolRecordNames::default().next(&paths, "echo");
+        assert!(!paths.tool_executions_dir.exists(), "named, not created");
+        let (tool, written) = name.write(&serde_json::json!({}), &SecretSet::default());
+        written.unwrap();
         assert!(tool.is_file(), "{tool:?}");
         let hook = hook_record_path(&paths, "on_error");
         assert!(hook.is_file(), "{hook:?}");
@@ -305,7 +416,10 @@ mod tests {
         }
         // A run folder removed under the run is not rebuilt by a record.
         std::fs::remove_dir_all(&paths.run_dir).unwrap();
-        let lost = tool_record_path(&paths, "echo");
+        let (lost, written) = ToolRecordNames::default()
+            .next(&paths, "echo")
+            .write(&serde_json::json!({}), &SecretSet::default());
+        assert!(written.is_err(), "{lost:?}");
         assert!(!lost.exists() && !paths.run_dir.exists(), "{lost:?}");
     }
 

@@ -17,8 +17,8 @@ pub use agent_workspaces::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name,
 };
 pub(crate) use audit::{
-    hook_record_path, overwrite, tool_record_path, write_invocation_record,
-    write_redacted_json_file,
+    hook_record_path, overwrite, write_invocation_record, write_redacted_json_file, ToolRecordName,
+    ToolRecordNames,
 };
 pub use recovery::{
     prepare_continue, recover_orphaned_runs, ContinueError, ContinueReadiness, JanitorAction,

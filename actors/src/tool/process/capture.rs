@@ -4,7 +4,9 @@
 //! Owns: the head/tail ring logic, lazy creation of the full-output file (with sensitive
 //! answers redacted as it streams), the cap note.
 //! Must not: hold more than `head_bytes + tail_bytes` of a stream in memory, create a file for
-//! an empty stream, or decide anything about process lifetime (that is `process.rs`'s job).
+//! an empty stream, replace a file that exists (the file is created with `O_EXCL`; if its
+//! name is taken, the stream goes to a fresh name beside it), or decide anything about
+//! process lifetime (that is `process.rs`'s job).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -125,7 +127,14 @@ impl CappedFile {
             return;
         }
         if self.handle.is_none() {
-            match open_output_file(&self.path).await {
+            let created = match open_output_file(&self.path).await {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    self.path = fresh_sibling(&self.path);
+                    open_output_file(&self.path).await
+                }
+                other => other,
+            };
+            match created {
                 Ok(file) => self.handle = Some(file),
                 Err(error) => {
                     tracing::warn!(path = %self.path.display(), %error, "cannot create tool output file");
@@ -170,11 +179,33 @@ impl CappedFile {
     }
 }
 
+/// Creates the full-output file, private (0600) like the record beside it, never over an
+/// existing one.
 async fn open_output_file(path: &Path) -> std::io::Result<tokio::fs::File> {
     if let Some(parent) = path.parent() {
         tokio::fs::create_dir_all(parent).await?;
     }
-    tokio::fs::File::create(path).await
+    tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .await
+}
+
+/// `<stem>_<random>.<ext>` beside `path`: where a stream goes when an earlier process left a
+/// file under its name (the record names the file the stream went to).
+fn fresh_sibling(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    let name = match path.extension() {
+        Some(extension) => format!("{stem}_{random}.{}", extension.to_string_lossy()),
+        None => format!("{stem}_{random}"),
+    };
+    path.with_file_name(name)
 }
 
 /// The most one read of a tool's pipe takes.
@@ -411,6 +442,22 @@ mod tests {
             )),
             "{written}"
         );
+    }
+
+    /// A file an earlier process left under the stream's name is kept; the stream goes to a
+    /// fresh name beside it, which the capture reports.
+    #[tokio::test]
+    async fn an_existing_output_file_is_never_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("20261125T000000.000Z_echo.stdout");
+        std::fs::write(&path, "earlier").unwrap();
+        let got = capture(b"new text", limits(64, 64, Some(path.clone()), 1024)).await;
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "earlier");
+        let file = got.file.unwrap();
+        assert_ne!(file, path);
+        assert_eq!(file.parent(), path.parent());
+        assert!(file.to_string_lossy().ends_with(".stdout"), "{file:?}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "new text");
     }
 
     #[tokio::test]
