@@ -179,7 +179,7 @@ async fn run_generator(
         argv: argv.clone(),
         stdin: None,
         cwd: inputs.work_dir.to_path_buf(),
-        env,
+        env: env.into(),
         timeout: Duration::from_millis(timeout_ms),
         kill_grace: Duration::from_secs(2),
         capture: CaptureSpec {

@@ -200,7 +200,7 @@ pub async fn run_hook(
         argv: argv.clone(),
         stdin: Some(stdin),
         cwd: ctx.work_dir.clone(),
-        env,
+        env: env.into(),
         timeout,
         kill_grace: HOOK_KILL_GRACE,
         capture: CaptureSpec {

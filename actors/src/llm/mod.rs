@@ -49,5 +49,6 @@ pub use timeouts::{
     DEFAULT_REQUEST_TIMEOUT,
 };
 pub use types::{
-    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall, Usage,
+    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall,
+    ToolList, Usage,
 };

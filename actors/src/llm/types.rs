@@ -206,10 +206,11 @@ pub struct ChatRequest {
     /// -2 to 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence_penalty: Option<f64>,
-    /// The tools offered, as OpenAI function definitions. Shared: a run offers the same list
-    /// at every iteration, and copying it per call showed in the profile (BENCHMARKS.md).
-    #[serde(default, skip_serializing_if = "no_tools")]
-    pub tools: Arc<Vec<Value>>,
+    /// The tools offered, as OpenAI function definitions. Shared, and written as JSON text
+    /// once: a run offers the same list at every iteration, and copying it, then serializing
+    /// it, per call showed in the profile (BENCHMARKS.md).
+    #[serde(default, skip_serializing_if = "ToolList::is_empty")]
+    pub tools: ToolList,
     /// Only the string forms (`auto`, `none`, `required`) are modelled; an object form
     /// received by the scripted server is ignored.
     #[serde(
@@ -239,8 +240,80 @@ impl ChatRequest {
     }
 }
 
-fn no_tools(tools: &Arc<Vec<Value>>) -> bool {
-    tools.is_empty()
+/// The tools of a request (OpenAI function definitions): cheap to clone, and serialized once
+/// — the JSON text is made the first time the list is written and reused for every later
+/// request that shares it. Reads as a slice of the definitions.
+#[derive(Clone, Default)]
+pub struct ToolList(Arc<ToolListInner>);
+
+#[derive(Default)]
+struct ToolListInner {
+    definitions: Vec<Value>,
+    json: std::sync::OnceLock<Box<serde_json::value::RawValue>>,
+}
+
+impl ToolList {
+    /// A list of these definitions.
+    pub fn new(definitions: Vec<Value>) -> ToolList {
+        ToolList(Arc::new(ToolListInner {
+            definitions,
+            json: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// True when no tool is offered (`tools` is then left out of the request).
+    pub fn is_empty(&self) -> bool {
+        self.0.definitions.is_empty()
+    }
+
+    /// The list's JSON text, made on first use.
+    fn json(&self) -> Result<&serde_json::value::RawValue, serde_json::Error> {
+        if let Some(json) = self.0.json.get() {
+            return Ok(json);
+        }
+        let made = serde_json::value::to_raw_value(&self.0.definitions)?;
+        Ok(self.0.json.get_or_init(|| made))
+    }
+}
+
+impl From<Vec<Value>> for ToolList {
+    fn from(definitions: Vec<Value>) -> ToolList {
+        ToolList::new(definitions)
+    }
+}
+
+impl std::ops::Deref for ToolList {
+    type Target = [Value];
+
+    fn deref(&self) -> &[Value] {
+        &self.0.definitions
+    }
+}
+
+impl std::fmt::Debug for ToolList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.definitions.iter()).finish()
+    }
+}
+
+impl PartialEq for ToolList {
+    fn eq(&self, other: &ToolList) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.definitions == other.0.definitions
+    }
+}
+
+impl Serialize for ToolList {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json()
+            .map_err(serde::ser::Error::custom)?
+            .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ToolList, D::Error> {
+        Vec::<Value>::deserialize(d).map(ToolList::new)
+    }
 }
 
 fn deserialize_tool_choice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -410,6 +483,37 @@ mod tests {
         assert!(!v.as_object().unwrap().contains_key("tool_calls"));
     }
 
+    /// The tool list is written as JSON text once and that text reused by every request
+    /// sharing the list; what goes out is what the definitions say, compact or pretty, and it
+    /// reads back as the same list.
+    #[test]
+    fn a_shared_tool_list_is_serialized_once_and_faithfully() {
+        let definitions = vec![
+            json!({"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}),
+            json!({"type": "function", "function": {"name": "cat \"q\""}}),
+        ];
+        let tools = ToolList::new(definitions.clone());
+        assert!(tools.0.json.get().is_none());
+        let request = ChatRequest {
+            model: "m".into(),
+            tools: tools.clone(),
+            ..Default::default()
+        };
+        let first = serde_json::to_value(&request).unwrap();
+        assert_eq!(first["tools"], Value::Array(definitions.clone()));
+        let made = tools.0.json.get().map(|text| text.get().as_ptr()).unwrap();
+        let again = request.clone();
+        let pretty = serde_json::to_string_pretty(&again).unwrap();
+        assert_eq!(
+            again.tools.0.json.get().map(|text| text.get().as_ptr()),
+            Some(made),
+            "the clone reuses the text made for the first request"
+        );
+        let read: ChatRequest = serde_json::from_str(&pretty).unwrap();
+        assert_eq!(&*read.tools, definitions.as_slice());
+        assert_eq!(read, request);
+    }
+
     #[test]
     fn request_omits_unset_options_and_empty_tools() {
         let req = ChatRequest {
@@ -423,7 +527,7 @@ mod tests {
         let req = ChatRequest {
             top_p: Some(0.5),
             presence_penalty: Some(0.1),
-            tools: Arc::new(vec![json!({"type":"function"})]),
+            tools: ToolList::new(vec![json!({"type":"function"})]),
             tool_choice: Some("auto".into()),
             ..req
         };
@@ -444,7 +548,7 @@ mod tests {
         };
         assert_eq!(req.for_wire().tool_choice, None);
         let with_tools = ChatRequest {
-            tools: Arc::new(vec![json!({"type": "function"})]),
+            tools: ToolList::new(vec![json!({"type": "function"})]),
             ..req
         };
         assert_eq!(with_tools.for_wire().tool_choice.as_deref(), Some("auto"));

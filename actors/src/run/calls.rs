@@ -9,7 +9,6 @@
 //! hook observations), except an async ask_human, whose answer comes with `delta continue`.
 //! Must not: talk to the model.
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
@@ -88,15 +87,14 @@ impl Run {
     /// Tool call ids become journal keys and file names: make them safe and unique in the run.
     pub(super) fn normalize_calls(&self, calls: Vec<crate::llm::ToolCall>) -> Vec<ToolCallRecord> {
         let rec = self.rec.borrow();
-        let used: HashSet<&str> = rec
-            .events()
-            .iter()
-            .filter_map(|e| match &e.event {
-                Event::Thought { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.as_str())),
-                _ => None,
+        // A scan per call rather than a set of every id the run used: a reply has a call or
+        // two, and building the set hashed the whole history at every iteration.
+        let used = |id: &str| {
+            rec.events().iter().any(|e| {
+                matches!(&e.event, Event::Thought { tool_calls, .. }
+                    if tool_calls.iter().any(|c| c.id == id))
             })
-            .flatten()
-            .collect();
+        };
         let mut fresh: Vec<String> = Vec::new();
         let mut out = Vec::with_capacity(calls.len());
         for (k, call) in calls.into_iter().enumerate() {
@@ -106,7 +104,7 @@ impl Run {
                     .id
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            let id = if safe && !used.contains(call.id.as_str()) && !fresh.contains(&call.id) {
+            let id = if safe && !fresh.contains(&call.id) && !used(&call.id) {
                 call.id
             } else {
                 format!("call_{}_{}", self.iteration, k)
@@ -174,7 +172,7 @@ impl Run {
                 argv: invocation.argv,
                 stdin: invocation.stdin,
                 cwd: self.lp.request.work_dir.clone(),
-                env: (*self.child_env).clone(),
+                env: std::sync::Arc::clone(&self.child_env),
                 timeout: tool
                     .timeout_ms
                     .map(std::time::Duration::from_millis)

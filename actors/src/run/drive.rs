@@ -22,7 +22,7 @@ use crate::agent::HookName;
 use crate::clock::now_rfc3339;
 use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
-use crate::llm::ChatCompletion;
+use crate::llm::{ChatCompletion, ToolList};
 use crate::metadata::write_metadata_redacted;
 use crate::protocol::TokenUsage;
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, RunResult, RunStart};
@@ -229,17 +229,24 @@ impl Run {
             }
             if calls.is_empty() {
                 // The final answer ends the iteration, and the run.
-                let payload = self.iteration_end_payload(true);
-                self.hook(HookName::OnIterationEnd, || payload, HookVars::default())
-                    .await?;
+                self.hook(
+                    HookName::OnIterationEnd,
+                    || self.iteration_end_payload(true),
+                    HookVars::default(),
+                )
+                .await?;
                 return Ok(Ending::completed(text.unwrap_or_default()));
             }
 
             let planned = self.plan_calls(calls)?;
             let pause = self.act(planned).await?;
-            let payload = self.iteration_end_payload(false);
-            self.hook(HookName::OnIterationEnd, || payload, HookVars::default())
-                .await?;
+            // Built only when the hook is configured: it walks the whole journal.
+            self.hook(
+                HookName::OnIterationEnd,
+                || self.iteration_end_payload(false),
+                HookVars::default(),
+            )
+            .await?;
             if let Some((question, info)) = pause {
                 return self.pause_for_human(question, info);
             }
@@ -481,7 +488,7 @@ impl Run {
 }
 
 /// The tools offered to the model: the agent's, then the built-in ask_human.
-fn tool_schemas(lp: &RunLoop) -> Arc<Vec<Value>> {
+fn tool_schemas(lp: &RunLoop) -> ToolList {
     let mut schemas: Vec<Value> = lp
         .request
         .agent
@@ -490,5 +497,5 @@ fn tool_schemas(lp: &RunLoop) -> Arc<Vec<Value>> {
         .map(CompiledTool::openai_schema)
         .collect();
     schemas.push(ask_human_schema());
-    Arc::new(schemas)
+    ToolList::new(schemas)
 }

@@ -99,7 +99,7 @@ impl Run {
             top_p: llm.top_p,
             frequency_penalty: llm.frequency_penalty,
             presence_penalty: llm.presence_penalty,
-            tools: Arc::clone(&self.tool_schemas),
+            tools: self.tool_schemas.clone(),
             tool_choice: Some("auto".to_string()),
             extra: Default::default(),
         })

@@ -11,9 +11,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use crate::context::ContextFolders;
+use crate::llm::ToolList;
 use crate::metadata::{RunLock, RunMetadata};
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
 use crate::redact::Redactor;
@@ -63,7 +62,7 @@ pub(super) struct Run {
     /// The agent folder and workspace as the context builder resolved them.
     pub context_folders: ContextFolders,
     pub generator_env: Arc<BTreeMap<String, String>>,
-    pub tool_schemas: Arc<Vec<Value>>,
+    pub tool_schemas: ToolList,
     pub max_iterations: u32,
     /// Iteration number across the run's whole life (THOUGHTs so far).
     pub iteration: u32,

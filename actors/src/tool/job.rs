@@ -24,7 +24,7 @@ pub struct ToolJob {
     pub argv: Vec<String>,
     pub stdin: Option<String>,
     pub cwd: PathBuf,
-    pub env: Vec<(String, String)>,
+    pub env: std::sync::Arc<Vec<(String, String)>>,
     pub timeout: Duration,
     pub head_bytes: usize,
     pub tail_bytes: usize,

@@ -62,7 +62,8 @@ pub struct ProcessSpec {
     /// The working directory.
     pub cwd: PathBuf,
     /// The COMPLETE environment (the parent's is cleared); build it with [`build_child_env`].
-    pub env: Vec<(String, String)>,
+    /// Shared: a run's tools all get the same one.
+    pub env: Arc<Vec<(String, String)>>,
     /// Wall-clock limit; on expiry the group gets SIGTERM, then SIGKILL after `kill_grace`.
     pub timeout: Duration,
     /// SIGTERM -> SIGKILL delay.
@@ -79,12 +80,16 @@ pub struct ProcessSpec {
 
 impl ProcessSpec {
     /// A spec with the default timeout, grace and capture limits and no stdin.
-    pub fn new(argv: Vec<String>, cwd: PathBuf, env: Vec<(String, String)>) -> Self {
+    pub fn new(
+        argv: Vec<String>,
+        cwd: PathBuf,
+        env: impl Into<Arc<Vec<(String, String)>>>,
+    ) -> Self {
         Self {
             argv,
             stdin: None,
             cwd,
-            env,
+            env: env.into(),
             timeout: DEFAULT_TIMEOUT,
             kill_grace: DEFAULT_KILL_GRACE,
             capture: CaptureSpec::default(),
@@ -493,8 +498,7 @@ mod tests {
     #[tokio::test]
     async fn api_key_is_dropped_even_from_a_hand_built_env() {
         let mut spec = spec(&["env"]);
-        spec.env
-            .push((API_KEY_VAR.to_owned(), "sk-secret".to_owned()));
+        Arc::make_mut(&mut spec.env).push((API_KEY_VAR.to_owned(), "sk-secret".to_owned()));
         let outcome = run_process(spec, CancellationToken::new()).await;
         assert!(!outcome.stdout.text_lossy().contains("sk-secret"));
         assert!(outcome.stdout.text_lossy().contains("PATH=/usr/bin:/bin"));

@@ -294,7 +294,7 @@ async fn api_key_and_named_secrets_do_not_reach_the_child(via: Via) {
         None,
     );
     let mut spec = spec_via(via, &["env"], dir.path());
-    spec.env = env;
+    spec.env = env.into();
     let stdout = run(spec).await.stdout.text_lossy();
     assert!(!stdout.contains("sk-delta"), "{stdout}");
     assert!(!stdout.contains("sk-provider"), "{stdout}");
@@ -314,7 +314,7 @@ async fn prepended_path_dir_wins_program_lookup(via: Via) {
         .into_iter()
         .collect();
     let mut spec = spec_via(via, &["echo", "real"], dir.path());
-    spec.env = build_child_env(&base, &[], &[], Some(&bin));
+    spec.env = build_child_env(&base, &[], &[], Some(&bin)).into();
     let outcome = run(spec).await;
     assert_eq!(outcome.stdout.text_lossy(), "fake echo");
 }
