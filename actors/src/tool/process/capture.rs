@@ -3,12 +3,14 @@
 //!
 //! Owns: the head/tail ring logic, lazy creation of the full-output file (with sensitive
 //! answers redacted as it streams), the cap note.
-//! Must not: hold more than `head_bytes + tail_bytes` of a stream in memory, create a file for
-//! an empty stream, replace a file that exists (the file is created with `O_EXCL`; if its
-//! name is taken, the stream goes to a fresh name beside it), or decide anything about
-//! process lifetime (that is `process.rs`'s job).
+//! Must not: hold more than `head_bytes + tail_bytes` of a stream in memory for the model
+//! (and [`SMALL_OUTPUT_BYTES`] for its file), create a file for an empty stream, replace a
+//! file that exists (the file is created with `O_EXCL`; if its name is taken, the stream goes
+//! to a fresh name beside it), or decide anything about process lifetime (that is
+//! `process.rs`'s job).
 
 use std::collections::VecDeque;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -71,14 +73,23 @@ pub(crate) struct StreamLimits {
     pub secrets: SecretSet,
 }
 
+/// The most of a stream's file text held back in memory: a stream that ends within it (most
+/// tool outputs) has its file created and written in one go when it ends, instead of through
+/// the async file API, whose every open, write and flush is a trip to the blocking pool (a
+/// tool printing one line cost as much engine time as the rest of its call: BENCHMARKS.md).
+pub(crate) const SMALL_OUTPUT_BYTES: usize = 16 * 1024;
+
 /// Writes the full text lazily: the file only exists once the stream produced a byte. With
-/// secrets, the text is redacted on its way in and the cap counts the bytes written.
+/// secrets, the text is redacted on its way in and the cap counts the bytes written. Up to
+/// [`SMALL_OUTPUT_BYTES`] wait in `pending`; past that the file is opened and streamed to.
 struct CappedFile {
     path: PathBuf,
     cap: u64,
     redactor: Option<StreamRedactor>,
+    /// Bytes accepted for the file (pending or written).
     written: u64,
     truncated: bool,
+    pending: Vec<u8>,
     handle: Option<tokio::fs::File>,
     /// A write error stops further writes; the capture in memory continues regardless.
     failed: bool,
@@ -92,6 +103,7 @@ impl CappedFile {
             redactor: (!secrets.is_empty()).then(|| secrets.stream()),
             written: 0,
             truncated: false,
+            pending: Vec::new(),
             handle: None,
             failed: false,
         }
@@ -126,16 +138,15 @@ impl CappedFile {
         if take == 0 {
             return;
         }
+        let chunk = &chunk[..take];
+        self.written += take as u64;
+        if self.handle.is_none() && self.pending.len() + chunk.len() <= SMALL_OUTPUT_BYTES {
+            self.pending.extend_from_slice(chunk);
+            return;
+        }
         if self.handle.is_none() {
-            let created = match open_output_file(&self.path).await {
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    self.path = fresh_sibling(&self.path);
-                    open_output_file(&self.path).await
-                }
-                other => other,
-            };
-            match created {
-                Ok(file) => self.handle = Some(file),
+            match create_output_file(&mut self.path) {
+                Ok(file) => self.handle = Some(tokio::fs::File::from_std(file)),
                 Err(error) => {
                     tracing::warn!(path = %self.path.display(), %error, "cannot create tool output file");
                     self.failed = true;
@@ -143,13 +154,15 @@ impl CappedFile {
                 }
             }
         }
+        let pending = std::mem::take(&mut self.pending);
         if let Some(handle) = self.handle.as_mut() {
-            if let Err(error) = handle.write_all(&chunk[..take]).await {
-                tracing::warn!(path = %self.path.display(), %error, "cannot write tool output file");
-                self.failed = true;
-                return;
+            for part in [pending.as_slice(), chunk] {
+                if let Err(error) = handle.write_all(part).await {
+                    tracing::warn!(path = %self.path.display(), %error, "cannot write tool output file");
+                    self.failed = true;
+                    return;
+                }
             }
-            self.written += take as u64;
         }
     }
 
@@ -160,14 +173,30 @@ impl CappedFile {
                 self.write_capped(&redactor.finish()).await;
             }
         }
-        let Some(mut handle) = self.handle.take() else {
-            return (None, false);
-        };
-        if self.truncated {
-            let note = format!(
+        let note = self.truncated.then(|| {
+            format!(
                 "\n[delta: output capped at {} bytes; the stream produced {} bytes]\n",
                 self.cap, total_bytes
-            );
+            )
+        });
+        let Some(mut handle) = self.handle.take() else {
+            if self.pending.is_empty() || self.failed {
+                return (None, false);
+            }
+            // The whole text is here: one create and one write, on this thread.
+            let mut text = std::mem::take(&mut self.pending);
+            text.extend_from_slice(note.as_deref().unwrap_or_default().as_bytes());
+            let written = create_output_file(&mut self.path)
+                .and_then(|mut file| std::io::Write::write_all(&mut file, &text));
+            return match written {
+                Ok(()) => (Some(self.path), self.truncated),
+                Err(error) => {
+                    tracing::warn!(path = %self.path.display(), %error, "cannot write tool output file");
+                    (None, false)
+                }
+            };
+        };
+        if let Some(note) = note {
             if let Err(error) = handle.write_all(note.as_bytes()).await {
                 tracing::warn!(path = %self.path.display(), %error, "cannot write cap note");
             }
@@ -179,18 +208,31 @@ impl CappedFile {
     }
 }
 
-/// Creates the full-output file, private (0600) like the record beside it, never over an
-/// existing one.
-async fn open_output_file(path: &Path) -> std::io::Result<tokio::fs::File> {
+/// Creates the full-output file at `path`, private (0600) like the record beside it, never
+/// over an existing one: if the name is taken (a file an earlier process left), the stream
+/// goes to a fresh name beside it, and `path` is updated to say so. On this thread: the run
+/// folder's other files (journal, records) are written from the run's thread too.
+fn create_output_file(path: &mut PathBuf) -> std::io::Result<std::fs::File> {
     if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent).await?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)?;
     }
-    tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .await
+    let create = |path: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+    };
+    match create(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            *path = fresh_sibling(path);
+            create(path)
+        }
+        other => other,
+    }
 }
 
 /// `<stem>_<random>.<ext>` beside `path`: where a stream goes when an earlier process left a
@@ -467,6 +509,47 @@ mod tests {
         let captured = capture(b"abc", limits(1, 1, Some(path.clone()), 100)).await;
         assert!(!captured.file_truncated);
         assert_eq!(std::fs::read(&path).unwrap(), b"abc");
+    }
+
+    /// A short stream's file is written in one go when the stream ends (no file while it
+    /// runs), private; a stream past [`SMALL_OUTPUT_BYTES`] has its file while it runs.
+    #[tokio::test]
+    async fn a_short_streams_file_is_written_when_it_ends_and_a_long_ones_while_it_runs() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // The short stream goes through a one-byte pipe: once all but its last byte are
+        // written, the capture has read them, and would have created its file by then.
+        for (name, size, pipe_bytes, exists_while_running) in [
+            ("short.stdout", 100, 1, false),
+            ("long.stdout", SMALL_OUTPUT_BYTES + 1, 64 * 1024, true),
+        ] {
+            let path = dir.path().join(name);
+            let (mut writer, reader) = tokio::io::duplex(pipe_bytes);
+            let capturing = tokio::spawn(capture_stream(
+                Some(reader),
+                limits(10, 10, Some(path.clone()), u64::MAX),
+                CancellationToken::new(),
+            ));
+            let data = vec![b'x'; size];
+            writer.write_all(&data).await.unwrap();
+            writer.flush().await.unwrap();
+            if exists_while_running {
+                // Written as it arrives: wait for it rather than for a fixed time.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) < size as u64 {
+                    assert!(std::time::Instant::now() < deadline, "{name} never filled");
+                    tokio::task::yield_now().await;
+                }
+            } else {
+                assert!(!path.exists(), "{name} exists before the stream ended");
+            }
+            drop(writer);
+            let captured = capturing.await.unwrap();
+            assert_eq!(captured.file.as_deref(), Some(path.as_path()));
+            assert_eq!(std::fs::read(&path).unwrap(), data, "{name}");
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{name}");
+        }
     }
 
     #[tokio::test]
