@@ -213,12 +213,6 @@ impl CappedFile {
 /// goes to a fresh name beside it, and `path` is updated to say so. On this thread: the run
 /// folder's other files (journal, records) are written from the run's thread too.
 fn create_output_file(path: &mut PathBuf) -> std::io::Result<std::fs::File> {
-    if let Some(parent) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)?;
-    }
     let create = |path: &Path| {
         std::fs::OpenOptions::new()
             .write(true)
@@ -226,7 +220,22 @@ fn create_output_file(path: &mut PathBuf) -> std::io::Result<std::fs::File> {
             .mode(0o600)
             .open(path)
     };
-    match create(path) {
+    // The folder is made only when missing (the first output of a run): a `mkdir` that
+    // finds it there costs nearly as much as the file's own creation.
+    let created = match create(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match path.parent() {
+            Some(parent) => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)?;
+                create(path)
+            }
+            None => Err(e),
+        },
+        other => other,
+    };
+    match created {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             *path = fresh_sibling(path);
             create(path)
@@ -509,6 +518,20 @@ mod tests {
         let captured = capture(b"abc", limits(1, 1, Some(path.clone()), 100)).await;
         assert!(!captured.file_truncated);
         assert_eq!(std::fs::read(&path).unwrap(), b"abc");
+    }
+
+    /// The first output of a run makes its private folder (`io/tool_executions/`).
+    #[tokio::test]
+    async fn a_missing_output_folder_is_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("io/tool_executions");
+        let path = folder.join("x.stdout");
+        let captured = capture(b"text", limits(8, 8, Some(path.clone()), 100)).await;
+        assert_eq!(captured.file.as_deref(), Some(path.as_path()));
+        assert_eq!(std::fs::read(&path).unwrap(), b"text");
+        let mode = std::fs::metadata(&folder).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 
     /// A short stream's file is written in one go when the stream ends (no file while it
