@@ -4,9 +4,11 @@
 //! Engine → spawner: one `Spawn` request per tool, carrying the pipe ends the tool gets as
 //! descriptors (`SCM_RIGHTS`, in this order: stdin when piped, stdout, stderr, then a memfd
 //! holding the launch spec when it is too big to travel inline).
-//! Spawner → engine: `Ready` once at start, then `Spawned` or `Failed` per request (in
-//! request order) and `Exited` per tool leader it reaped. A leader's `Spawned` always comes
-//! before its `Exited`.
+//! Spawner → engine: `Ready` once at start (alone in its message), then `Spawned` or
+//! `Failed` per request (in request order) and `Exited` per tool leader it reaped. A leader's
+//! `Spawned` always comes before its `Exited`. One message carries up to
+//! [`REPLIES_PER_MESSAGE`] replies back to back: under load the spawner answers the requests
+//! already queued together, and the engine's reader wakes once for them, not once each.
 //!
 //! Owns: the byte layout (little-endian, fixed headers, length-prefixed strings each followed
 //! by a NUL so the spawner can hand them to `execve` without copying).
@@ -15,7 +17,7 @@
 use std::ffi::CStr;
 
 /// Bumped on any change of the layout; the engine refuses a spawner that answers another.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// A launch spec up to this size travels inside the request; a bigger one in a memfd.
 pub const INLINE_SPEC_MAX: usize = 48 * 1024;
 /// The largest launch spec the spawner reads from a memfd (well above the kernel's limit on
@@ -23,8 +25,14 @@ pub const INLINE_SPEC_MAX: usize = 48 * 1024;
 pub const MEMFD_SPEC_MAX: usize = 64 * 1024 * 1024;
 /// Room the spawner needs to receive any request.
 pub const REQUEST_BUFFER: usize = REQUEST_HEADER + INLINE_SPEC_MAX;
-/// Room the engine needs to receive any reply.
-pub const REPLY_BUFFER: usize = 32;
+/// The most replies one message carries. Bounded because the first reply of a message waits
+/// for the spawns after it (≈ 0.3 ms each): 16 keep that under ≈ 5 ms in a burst, and more
+/// saved nothing measurable (BENCHMARKS.md, issue 14's sixth pass).
+pub const REPLIES_PER_MESSAGE: usize = 16;
+/// The longest reply.
+const REPLY_MAX: usize = 13;
+/// Room the engine needs to receive any message of replies.
+pub const REPLY_BUFFER: usize = REPLIES_PER_MESSAGE * REPLY_MAX;
 
 const KIND_SPAWN: u8 = 1;
 const KIND_READY: u8 = 0x10;
@@ -174,7 +182,14 @@ pub enum Reply {
 
 impl Reply {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(REPLY_BUFFER);
+        let mut out = Vec::with_capacity(REPLY_MAX);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the reply's bytes to `out` (a message of several replies is their
+    /// concatenation).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         match *self {
             Reply::Ready { version, pid } => {
                 out.push(KIND_READY);
@@ -197,10 +212,30 @@ impl Reply {
                 out.extend_from_slice(&status.to_le_bytes());
             }
         }
-        out
     }
 
+    /// The one reply `message` holds.
     pub fn decode(message: &[u8]) -> Result<Reply, ProtocolError> {
+        let (reply, used) = Reply::decode_first(message)?;
+        if used != message.len() {
+            return Err(ProtocolError("reply of the wrong length"));
+        }
+        Ok(reply)
+    }
+
+    /// Every reply of a message, in order; an error if any part does not decode.
+    pub fn decode_all(mut message: &[u8]) -> Result<Vec<Reply>, ProtocolError> {
+        let mut replies = Vec::with_capacity(message.len() / 9);
+        while !message.is_empty() {
+            let (reply, used) = Reply::decode_first(message)?;
+            replies.push(reply);
+            message = &message[used..];
+        }
+        Ok(replies)
+    }
+
+    /// The reply at the start of `message` and how many bytes it took.
+    fn decode_first(message: &[u8]) -> Result<(Reply, usize), ProtocolError> {
         let (&kind, rest) = message.split_first().ok_or(ProtocolError("empty reply"))?;
         let u32_at = |at: usize| fixed(rest.get(at..at + 4).unwrap_or(&[])).map(u32::from_le_bytes);
         let i32_at = |at: usize| fixed(rest.get(at..at + 4).unwrap_or(&[])).map(i32::from_le_bytes);
@@ -236,10 +271,10 @@ impl Reply {
             ),
             _ => return Err(ProtocolError("unknown reply kind")),
         };
-        if rest.len() != len {
+        if rest.len() < len {
             return Err(ProtocolError("reply of the wrong length"));
         }
-        Ok(reply)
+        Ok((reply, 1 + len))
     }
 }
 
@@ -382,5 +417,17 @@ mod tests {
         }
         assert!(Reply::decode(&[]).is_err());
         assert!(Reply::decode(&[0x7f, 0, 0]).is_err());
+        // A message of several replies decodes to all of them; one reply too long is refused
+        // as a single reply, and a message cut inside a reply is refused whole.
+        let mut message = Vec::new();
+        for reply in replies.iter().cycle().take(REPLIES_PER_MESSAGE) {
+            reply.encode_into(&mut message);
+        }
+        assert!(message.len() <= REPLY_BUFFER);
+        let decoded = Reply::decode_all(&message).unwrap();
+        assert_eq!(decoded.len(), REPLIES_PER_MESSAGE);
+        assert_eq!(decoded[..4], replies);
+        assert!(Reply::decode(&message).is_err());
+        assert!(Reply::decode_all(&message[..message.len() - 1]).is_err());
     }
 }

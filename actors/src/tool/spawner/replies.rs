@@ -2,6 +2,9 @@
 //! every tool start (requests waiting for `Spawned`/`Failed`, leaders waiting for `Exited`),
 //! the `Ready` handshake, and the reader thread that routes each reply.
 //!
+//! A message of replies is routed under one lock; each waiter is woken as its reply is
+//! routed.
+//!
 //! The engine does not wait for `Ready` before sending requests (the spawner's start then
 //! overlaps the engine's): they queue in the socket. The spawner answers `Ready` before it
 //! reads any request, so a spawner that dies or misbehaves before `Ready` started nothing, and
@@ -138,8 +141,13 @@ fn route_until_gone(shared: &Shared) {
             Ok(_) => return,
             Err(_) => return,
         };
-        match Reply::decode(&buffer[..received.len]) {
-            Ok(reply) => route(shared, reply),
+        match Reply::decode_all(&buffer[..received.len]) {
+            Ok(replies) => {
+                let mut state = shared.state();
+                for reply in replies {
+                    route(&mut state, reply);
+                }
+            }
             Err(error) => {
                 tracing::warn!(%error, "the tool spawner sent a damaged reply; tools start in-process from now on");
                 return;
@@ -148,8 +156,7 @@ fn route_until_gone(shared: &Shared) {
     }
 }
 
-fn route(shared: &Shared, reply: Reply) {
-    let mut state = shared.state();
+fn route(state: &mut State, reply: Reply) {
     match reply {
         Reply::Spawned { id, pid } => {
             let Some(pending) = state.pending.remove(&id) else {

@@ -205,6 +205,25 @@ pub(crate) fn recv_with_fds(
     buffer: &mut [u8],
     fds: &mut Vec<OwnedFd>,
 ) -> io::Result<Received> {
+    recv_with_flags(socket, buffer, fds, 0)
+}
+
+/// [`recv_with_fds`] that never waits: `WouldBlock` when no message is queued
+/// (`MSG_DONTWAIT`: this call only).
+pub(crate) fn recv_queued_with_fds(
+    socket: BorrowedFd<'_>,
+    buffer: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+) -> io::Result<Received> {
+    recv_with_flags(socket, buffer, fds, libc::MSG_DONTWAIT)
+}
+
+fn recv_with_flags(
+    socket: BorrowedFd<'_>,
+    buffer: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+    flags: libc::c_int,
+) -> io::Result<Received> {
     let mut control = FdControlBuffer {
         _align: [],
         bytes: [0; 64],
@@ -221,7 +240,13 @@ pub(crate) fn recv_with_fds(
     header.msg_controllen = fd_control_space(MAX_FDS_PER_MESSAGE) as _;
     let len = loop {
         // SAFETY: header, iov, buffer and control all outlive the call.
-        let got = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut header, libc::MSG_CMSG_CLOEXEC) };
+        let got = unsafe {
+            libc::recvmsg(
+                socket.as_raw_fd(),
+                &mut header,
+                libc::MSG_CMSG_CLOEXEC | flags,
+            )
+        };
         if got >= 0 {
             break got as usize;
         }

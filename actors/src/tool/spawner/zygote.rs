@@ -6,7 +6,9 @@
 //! it holds thousands of descriptors, pays ~1.4 ms (fork copies the descriptor table and exec
 //! closes it). Single-threaded: `poll` on the control socket and a SIGCHLD self-pipe.
 //!
-//! Owns: request handling (one `posix_spawn` per request, answered in order), reaping its
+//! Owns: request handling (one `posix_spawn` per request, answered in order; the requests
+//! already queued when it wakes, up to [`REPLIES_PER_MESSAGE`], are answered in one message,
+//! which wakes the engine's reader once instead of once per reply), reaping its
 //! children (`waitpid`, raw status reported), and the engine's death: EOF on the control
 //! socket — whichever way the engine ended, `kill -9` included — SIGKILLs the process group
 //! of every tool whose leader still runs, then returns. (`PR_SET_PDEATHSIG` is not used: it
@@ -30,7 +32,7 @@ use nix::sys::signal::{killpg, sigaction, SaFlags, SigAction, SigHandler, SigSet
 use nix::unistd::Pid;
 
 use super::exec::Launcher;
-use super::protocol::{self, Reply, RequestHeader, PROTOCOL_VERSION};
+use super::protocol::{self, Reply, RequestHeader, PROTOCOL_VERSION, REPLIES_PER_MESSAGE};
 use super::sys;
 
 /// Why the spawner could not serve.
@@ -84,6 +86,7 @@ pub fn serve_stdin() -> Result<(), ServeError> {
         buffer: vec![0; protocol::REQUEST_BUFFER],
         spec: Vec::new(),
         fds: Vec::new(),
+        outgoing: Vec::new(),
     };
     let ready = Reply::Ready {
         version: PROTOCOL_VERSION,
@@ -163,13 +166,25 @@ struct Zygote<'a> {
     buffer: Vec<u8>,
     spec: Vec<u8>,
     fds: Vec<OwnedFd>,
+    /// Replies not sent yet (sent before the spawner waits again).
+    outgoing: Vec<Reply>,
+}
+
+/// What one attempt to take a request found.
+enum Taken {
+    Answered,
+    /// No request was queued (only when not waiting for one).
+    Nothing,
+    /// The engine is gone.
+    Gone,
 }
 
 impl Zygote<'_> {
     /// Serves requests and reports exits until the engine is gone.
     fn serve(&mut self, wake: BorrowedFd<'_>) {
         loop {
-            if !self.report_exits() {
+            self.collect_exits();
+            if !self.flush() {
                 return;
             }
             let mut fds = [
@@ -185,44 +200,79 @@ impl Zygote<'_> {
             if woken {
                 drain(wake);
             }
-            if control_ready && !self.handle_request() {
+            if !control_ready {
+                continue;
+            }
+            // The request poll announced, then the ones already queued behind it: their
+            // answers leave together at the top of the loop.
+            if let Taken::Gone = self.take_request(true) {
                 return;
+            }
+            for _ in 1..REPLIES_PER_MESSAGE {
+                match self.take_request(false) {
+                    Taken::Answered => {}
+                    Taken::Nothing => break,
+                    Taken::Gone => return,
+                }
             }
         }
     }
 
-    /// Sends `Exited` for every child that ended. False when the engine is gone.
-    fn report_exits(&mut self) -> bool {
+    /// Queues `Exited` for every child that ended.
+    fn collect_exits(&mut self) {
         loop {
             let mut status: libc::c_int = 0;
             // SAFETY: waitpid writes the status into a valid int.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
             let Ok(pid) = u32::try_from(pid) else {
-                return true; // -1: no child at all (ECHILD)
+                return; // -1: no child at all (ECHILD)
             };
             if pid == 0 {
-                return true;
+                return;
             }
-            if self.live.remove(&pid) && !self.send(Reply::Exited { pid, status }) {
-                return false;
+            if self.live.remove(&pid) {
+                self.outgoing.push(Reply::Exited { pid, status });
             }
         }
     }
 
-    /// Receives one request and answers it. False when the engine is gone.
-    fn handle_request(&mut self) -> bool {
+    /// Sends the queued replies, [`REPLIES_PER_MESSAGE`] to a message. False when the
+    /// engine is gone.
+    fn flush(&mut self) -> bool {
+        let mut message = Vec::with_capacity(protocol::REPLY_BUFFER);
+        for replies in self.outgoing.chunks(REPLIES_PER_MESSAGE) {
+            message.clear();
+            for reply in replies {
+                reply.encode_into(&mut message);
+            }
+            if sys::send_with_fds(self.control, &message, &[], sys::SendMode::Wait).is_err() {
+                return false;
+            }
+        }
+        self.outgoing.clear();
+        true
+    }
+
+    /// Receives one request (waiting for it when `wait`, else only one already queued) and
+    /// queues its answer.
+    fn take_request(&mut self, wait: bool) -> Taken {
         self.fds.clear();
-        let received = match sys::recv_with_fds(self.control, &mut self.buffer, &mut self.fds) {
+        let received = if wait {
+            sys::recv_with_fds(self.control, &mut self.buffer, &mut self.fds)
+        } else {
+            sys::recv_queued_with_fds(self.control, &mut self.buffer, &mut self.fds)
+        };
+        let received = match received {
             Ok(received) => received,
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return true,
-            Err(_) => return false,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Taken::Nothing,
+            Err(_) => return Taken::Gone,
         };
         if received.len == 0 {
-            return false;
+            return Taken::Gone;
         }
         let message = &self.buffer[..received.len];
         let Some(id) = protocol::request_id(message) else {
-            return true; // not a request of ours: nothing to answer
+            return Taken::Answered; // not a request of ours: nothing to answer
         };
         let outcome = if received.truncated {
             Err(libc::EPROTO)
@@ -244,7 +294,8 @@ impl Zygote<'_> {
             }
             Err(errno) => Reply::Failed { id, errno },
         };
-        self.send(reply)
+        self.outgoing.push(reply);
+        Taken::Answered
     }
 
     fn send(&self, reply: Reply) -> bool {
@@ -320,4 +371,79 @@ fn read_spec(memfd: OwnedFd, buffer: &mut Vec<u8>) -> Result<(), i32> {
     buffer.clear();
     buffer.resize(len, 0);
     file.read_exact_at(buffer, 0).map_err(errno)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    /// Requests already queued when the spawner wakes are answered in one message: the
+    /// engine's reader then wakes once for them. (Programs that do not exist: each answer is
+    /// `Failed`, and no child is started.)
+    #[test]
+    fn queued_requests_are_answered_in_one_message() {
+        let (engine, spawner) = sys::control_socket_pair().unwrap();
+        let queued = 3u64;
+        for id in 0..queued {
+            let spec = protocol::encode_spec(
+                std::ffi::OsStr::new("/nonexistent/tool").as_bytes(),
+                [b"tool".as_slice()].into_iter(),
+                std::iter::empty(),
+                b"/",
+            );
+            let header = RequestHeader {
+                id,
+                stdin_pipe: false,
+                spec_in_memfd: false,
+            };
+            let (out_read, out_write) = sys::cloexec_pipe().unwrap();
+            let (err_read, err_write) = sys::cloexec_pipe().unwrap();
+            let message = protocol::encode_request(header, &spec);
+            sys::send_with_fds(
+                engine.as_fd(),
+                &message,
+                &[out_write.as_fd(), err_write.as_fd()],
+                sys::SendMode::Wait,
+            )
+            .unwrap();
+            drop((out_read, err_read));
+        }
+        let (wake_read, _wake_write) = sys::cloexec_pipe().unwrap();
+        let serving = std::thread::spawn(move || {
+            let mut zygote = Zygote {
+                control: spawner.as_fd(),
+                dev_null: File::open("/dev/null").unwrap().into(),
+                launcher: Launcher::new(SigSet::empty()).unwrap(),
+                live: HashSet::new(),
+                buffer: vec![0; protocol::REQUEST_BUFFER],
+                spec: Vec::new(),
+                fds: Vec::new(),
+                outgoing: Vec::new(),
+            };
+            zygote.serve(wake_read.as_fd());
+        });
+        let mut buffer = [0u8; protocol::REPLY_BUFFER];
+        let mut fds = Vec::new();
+        let received = sys::recv_with_fds(engine.as_fd(), &mut buffer, &mut fds).unwrap();
+        let replies = Reply::decode_all(&buffer[..received.len]).unwrap();
+        let ids: Vec<u64> = replies
+            .iter()
+            .map(|reply| match reply {
+                Reply::Failed { id, errno } => {
+                    assert_eq!(*errno, libc::ENOENT);
+                    *id
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            (0..queued).collect::<Vec<_>>(),
+            "all in one message, in order"
+        );
+        drop(engine);
+        serving.join().unwrap();
+    }
 }
