@@ -247,6 +247,16 @@ impl RunPaths {
 pub fn create_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, WorkspaceError> {
     validate_run_id(run_id)?;
     ensure_control_dir(work_dir)?;
+    create_run_dir_in_control_dir(work_dir, run_id)
+}
+
+/// [`create_run_dir`] for a caller that has just made sure of the control folder
+/// ([`ensure_control_dir`]): probing it again cost three failing system calls per run.
+pub(crate) fn create_run_dir_in_control_dir(
+    work_dir: &Path,
+    run_id: &str,
+) -> Result<RunPaths, WorkspaceError> {
+    validate_run_id(run_id)?;
     let paths = RunPaths::new(work_dir, run_id);
     match DirBuilder::new().mode(0o700).create(&paths.run_dir) {
         Ok(()) => {}
