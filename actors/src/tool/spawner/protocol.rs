@@ -27,7 +27,7 @@ pub const MEMFD_SPEC_MAX: usize = 64 * 1024 * 1024;
 pub const REQUEST_BUFFER: usize = REQUEST_HEADER + INLINE_SPEC_MAX;
 /// The most replies one message carries. Bounded because the first reply of a message waits
 /// for the spawns after it (≈ 0.3 ms each): 16 keep that under ≈ 5 ms in a burst, and more
-/// saved nothing measurable (BENCHMARKS.md, issue 14's sixth pass).
+/// saved nothing measurable (BENCHMARKS.md, issue 14's fifth pass).
 pub const REPLIES_PER_MESSAGE: usize = 16;
 /// The longest reply.
 const REPLY_MAX: usize = 13;
