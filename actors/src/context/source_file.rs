@@ -371,6 +371,14 @@ mod tests {
         Ok(texts.remove(0))
     }
 
+    /// A batch of one file source.
+    fn one(path: &str) -> Vec<SourceFile> {
+        vec![SourceFile {
+            id: "s".into(),
+            path: path.into(),
+        }]
+    }
+
     fn folders() -> tempfile::TempDir {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir(tmp.path().join("agent")).unwrap();
@@ -449,12 +457,6 @@ mod tests {
             .unwrap();
         let folders = ContextFolders::default();
         let (home, work) = (tmp.path().join("agent"), tmp.path().join("ws"));
-        let one = |path: &str| {
-            vec![SourceFile {
-                id: "s".into(),
-                path: path.into(),
-            }]
-        };
         let cancel = CancellationToken::new();
         let mut reader = SourceReader::new(&home, &work, &folders);
         reader.read(one("a.md"), &cancel).await.unwrap();
@@ -487,12 +489,6 @@ mod tests {
         std::fs::write(tmp.path().join("ws/big.md"), &big).unwrap();
         let folders = ContextFolders::default();
         let (home, work) = (tmp.path().join("agent"), tmp.path().join("ws"));
-        let one = |path: &str| {
-            vec![SourceFile {
-                id: "s".into(),
-                path: path.into(),
-            }]
-        };
         let mut reader = SourceReader::new(&home, &work, &folders);
         reader
             .read(one("a.md"), &CancellationToken::new())
@@ -547,12 +543,6 @@ mod tests {
         let folders = ContextFolders::default();
         let mut reader =
             SourceReader::new(&tmp.path().join("agent"), &tmp.path().join("ws"), &folders);
-        let one = |path: &str| {
-            vec![SourceFile {
-                id: "s".into(),
-                path: path.into(),
-            }]
-        };
         let cancel = CancellationToken::new();
         reader.read(one("a.md"), &cancel).await.unwrap();
         let refused = tokio::time::timeout(
@@ -585,11 +575,10 @@ mod tests {
         let folders = ContextFolders::default();
         let mut reader =
             SourceReader::new(&tmp.path().join("agent"), &tmp.path().join("ws"), &folders);
-        let file = vec![SourceFile {
-            id: "s".into(),
-            path: "missing.md".into(),
-        }];
-        reader.read(file, &CancellationToken::new()).await.unwrap();
+        reader
+            .read(one("missing.md"), &CancellationToken::new())
+            .await
+            .unwrap();
         assert!(folders.0.lock().unwrap().is_none());
     }
 }

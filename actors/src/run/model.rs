@@ -48,10 +48,21 @@ enum RecordedRequest<'a> {
 }
 
 impl<'a> RecordedRequest<'a> {
-    fn new(request: &'a ChatRequest, wire_body: Option<&'a [u8]>) -> Self {
-        wire_body
-            .and_then(|body| serde_json::from_slice::<&RawValue>(body).ok())
-            .map_or(RecordedRequest::Request(request), RecordedRequest::AsSent)
+    fn new(request: &'a ChatRequest, wire_body: Option<&'a WireBody>) -> Self {
+        wire_body.map_or(RecordedRequest::Request(request), |body| {
+            RecordedRequest::AsSent(&body.0)
+        })
+    }
+}
+
+/// The request serialized for the wire, shared by the HTTP body (as `Bytes`, without a copy)
+/// and the record (as the `RawValue` it already is: the text is not parsed again to embed it).
+#[derive(Clone)]
+struct WireBody(Arc<Box<RawValue>>);
+
+impl AsRef<[u8]> for WireBody {
+    fn as_ref(&self) -> &[u8] {
+        self.0.get().as_bytes()
     }
 }
 
@@ -151,11 +162,13 @@ impl Run {
         request: ChatRequest,
     ) -> Result<(ChatCompletion, Option<String>), Halt> {
         // Serialized once: the same bytes are the HTTP body and the record's request.
-        let wire_body = serde_json::to_vec(&*request.for_wire())
+        let wire_body = serde_json::value::to_raw_value(&*request.for_wire())
             .ok()
-            .map(bytes::Bytes::from);
+            .map(|raw| WireBody(Arc::new(raw)));
         let meta = RequestMeta {
-            wire_body: wire_body.clone(),
+            wire_body: wire_body
+                .as_ref()
+                .map(|body| bytes::Bytes::from_owner(body.clone())),
             agent_name: self.lp.request.agent.name.clone(),
             run_id: self.lp.run_id.clone(),
             timeouts: self
@@ -199,7 +212,7 @@ impl Run {
             Err(failure) => {
                 self.write_invocation_record(&InvocationRecord {
                     iteration: self.iteration,
-                    request: RecordedRequest::new(&request, wire_body.as_deref()),
+                    request: RecordedRequest::new(&request, wire_body.as_ref()),
                     response: None,
                     error: Some(failure.error.to_string()),
                     duration_ms: None,
@@ -223,7 +236,7 @@ impl Run {
         self.timings.queue += waited;
         let record_ref = self.write_invocation_record(&InvocationRecord {
             iteration: self.iteration,
-            request: RecordedRequest::new(&request, wire_body.as_deref()),
+            request: RecordedRequest::new(&request, wire_body.as_ref()),
             response: Some(&completion.raw),
             error: None,
             duration_ms: Some(duration.as_millis() as u64),
