@@ -4,11 +4,14 @@
 //! The engine starts this process before any run opened a file, with one end of a SEQPACKET
 //! socket as its stdin. A process this small starts a tool in ~0.6 ms; the engine itself, once
 //! it holds thousands of descriptors, pays ~1.4 ms (fork copies the descriptor table and exec
-//! closes it). Single-threaded: `poll` on the control socket and a SIGCHLD self-pipe.
+//! closes it). The main thread `poll`s the control socket and a SIGCHLD self-pipe; a burst's
+//! `posix_spawn`s are spread over one thread per CPU (at most [`MAX_LAUNCH_THREADS`], see
+//! [`Helpers`]), and only the main thread reaps, keeps the live set and replies.
 //!
 //! Owns: request handling (one `posix_spawn` per request, answered in order; the requests
-//! already queued when it wakes, up to [`REPLIES_PER_MESSAGE`], are answered in one message,
-//! which wakes the engine's reader once instead of once per reply), reaping its
+//! already queued when it wakes, up to [`REPLIES_PER_MESSAGE`], are started together and
+//! answered in one message, which wakes the engine's reader once instead of once per reply),
+//! reaping its
 //! children (`waitpid`, raw status reported), and the engine's death: EOF on the control
 //! socket — whichever way the engine ended, `kill -9` included — SIGKILLs the process group
 //! of every tool whose leader still runs, then returns. (`PR_SET_PDEATHSIG` is not used: it
@@ -26,6 +29,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
@@ -33,6 +37,9 @@ use nix::unistd::Pid;
 
 use super::exec::Launcher;
 use super::protocol::{self, Reply, RequestHeader, PROTOCOL_VERSION, REPLIES_PER_MESSAGE};
+
+/// The most threads that start tools at once (see [`Helpers`]).
+const MAX_LAUNCH_THREADS: usize = 4;
 use super::sys;
 
 /// Why the spawner could not serve.
@@ -75,29 +82,37 @@ pub fn serve_stdin() -> Result<(), ServeError> {
         sys::set_nonblocking(end.as_fd()).map_err(setup("configure its wake pipe"))?;
     }
     install_sigchld_wake(&wake_write)?;
-    let dev_null = File::open("/dev/null").map_err(setup("open /dev/null"))?;
+    let dev_null: OwnedFd = File::open("/dev/null")
+        .map_err(setup("open /dev/null"))?
+        .into();
     let launcher =
         Launcher::new(ignored_by_the_engine).map_err(setup("prepare posix_spawn attributes"))?;
-    let mut zygote = Zygote {
-        control,
-        dev_null: dev_null.into(),
-        launcher,
-        live: HashSet::new(),
-        buffer: vec![0; protocol::REQUEST_BUFFER],
-        spec: Vec::new(),
-        fds: Vec::new(),
-        outgoing: Vec::new(),
-    };
-    let ready = Reply::Ready {
-        version: PROTOCOL_VERSION,
-        pid: std::process::id(),
-    };
-    if zygote.send(ready) {
-        zygote.serve(wake_read.as_fd());
-    }
-    zygote.kill_live_groups();
+    let launch = |slot: &mut Slot| slot.launch(&launcher, dev_null.as_fd());
+    std::thread::scope(|scope| {
+        let helpers = Helpers::start(scope, &launch, launch_threads() - 1)?;
+        let mut zygote = Zygote::new(control, &launch, helpers);
+        let ready = Reply::Ready {
+            version: PROTOCOL_VERSION,
+            pid: std::process::id(),
+        };
+        if zygote.send(ready) {
+            zygote.serve(wake_read.as_fd());
+        }
+        zygote.kill_live_groups();
+        // Dropping the zygote drops the helpers' job queues: they return, and the scope
+        // joins them.
+        Ok::<(), ServeError>(())
+    })?;
     drop(wake_write);
     Ok(())
+}
+
+/// Threads that start tools at the same time, this one included: the number of CPUs, at
+/// most [`MAX_LAUNCH_THREADS`].
+fn launch_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, MAX_LAUNCH_THREADS)
 }
 
 /// Ignores the stop signals in the spawner itself, and answers which of them it was already
@@ -157,29 +172,172 @@ fn install_sigchld_wake(wake_write: &OwnedFd) -> Result<(), ServeError> {
     Ok(())
 }
 
+/// One request taken from the control socket: its bytes and descriptors, then the outcome of
+/// its launch. Slots are reused, so a burst allocates its buffers once.
+struct Slot {
+    buffer: Vec<u8>,
+    len: usize,
+    truncated: bool,
+    fds: Vec<OwnedFd>,
+    /// Where a spec sent in a memfd is read to.
+    spec: Vec<u8>,
+    outcome: Result<u32, i32>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            buffer: vec![0; protocol::REQUEST_BUFFER],
+            len: 0,
+            truncated: false,
+            fds: Vec::new(),
+            spec: Vec::new(),
+            outcome: Err(libc::EPROTO),
+        }
+    }
+
+    fn message(&self) -> &[u8] {
+        &self.buffer[..self.len]
+    }
+
+    /// Starts the request's tool, records the outcome, and closes the request's descriptors
+    /// (the tool holds its own copies now; ours must not outlive the request).
+    fn launch(&mut self, launcher: &Launcher, dev_null: BorrowedFd<'_>) {
+        self.outcome = if self.truncated {
+            Err(libc::EPROTO)
+        } else {
+            launch_request(
+                launcher,
+                dev_null,
+                &self.buffer[..self.len],
+                &mut self.fds,
+                &mut self.spec,
+            )
+        };
+        self.fds.clear();
+    }
+}
+
+/// The threads that start tools beside the main one, each fed its own queue.
+///
+/// Why: `posix_spawn` returns only once the child has called `execve`, and under load that
+/// child waits for a CPU like any new process. One thread starting a burst's tools one after
+/// the other then spent ≈ 0.4 ms asleep per tool and capped the whole engine at ≈ 2,200
+/// tools/s with CPUs idle (BENCHMARKS.md, issue 14's sixth pass); with one thread per CPU
+/// the waits overlap.
+struct Helpers {
+    queues: Vec<mpsc::Sender<(usize, Slot)>>,
+    done: mpsc::Receiver<(usize, Slot)>,
+}
+
+/// What starts one slot's tool ([`Slot::launch`]; a stand-in in tests).
+type Launch<'a> = dyn Fn(&mut Slot) + Sync + 'a;
+
+impl Helpers {
+    fn start<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        launch: &'scope Launch<'scope>,
+        count: usize,
+    ) -> Result<Helpers, ServeError> {
+        let (finished, done) = mpsc::channel();
+        let mut queues = Vec::with_capacity(count);
+        for index in 0..count {
+            let (queue, jobs) = mpsc::channel::<(usize, Slot)>();
+            let finished = finished.clone();
+            std::thread::Builder::new()
+                .name(format!("launch-{}", index + 1))
+                .spawn_scoped(scope, move || {
+                    for (position, mut slot) in jobs {
+                        launch(&mut slot);
+                        if finished.send((position, slot)).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .map_err(setup("start its launch threads"))?;
+            queues.push(queue);
+        }
+        Ok(Helpers { queues, done })
+    }
+
+    /// Launches every slot of `batch`, spread over the helpers and this thread; the slots
+    /// come back in their order.
+    fn launch_all(&self, batch: &mut Vec<Slot>, launch: &Launch<'_>) {
+        if batch.len() < 2 || self.queues.is_empty() {
+            batch.iter_mut().for_each(launch);
+            return;
+        }
+        let threads = self.queues.len() + 1;
+        let mut placed: Vec<Option<Slot>> = Vec::with_capacity(batch.len());
+        let mut ours = Vec::new();
+        let mut given = 0;
+        for (position, slot) in batch.drain(..).enumerate() {
+            placed.push(None);
+            match position % threads {
+                0 => ours.push((position, slot)),
+                helper => match self.queues[helper - 1].send((position, slot)) {
+                    Ok(()) => given += 1,
+                    // A helper that is gone leaves its share to this thread.
+                    Err(mpsc::SendError(job)) => ours.push(job),
+                },
+            }
+        }
+        for (position, mut slot) in ours {
+            launch(&mut slot);
+            placed[position] = Some(slot);
+        }
+        for _ in 0..given {
+            match self.done.recv() {
+                Ok((position, slot)) => placed[position] = Some(slot),
+                Err(_) => break,
+            }
+        }
+        // Only a helper that panicked loses a slot: a stand-in whose outcome is EIO.
+        batch.extend(placed.into_iter().map(|slot| {
+            slot.unwrap_or_else(|| {
+                let mut lost = Slot::new();
+                lost.outcome = Err(libc::EIO);
+                lost
+            })
+        }));
+    }
+}
+
 struct Zygote<'a> {
     control: BorrowedFd<'a>,
-    dev_null: OwnedFd,
-    launcher: Launcher,
+    launch: &'a Launch<'a>,
+    helpers: Helpers,
     /// Leaders started and not yet reaped: their groups die with the engine.
     live: HashSet<u32>,
-    buffer: Vec<u8>,
-    spec: Vec<u8>,
-    fds: Vec<OwnedFd>,
+    /// The requests taken since the spawner last woke, launched together.
+    batch: Vec<Slot>,
+    spare: Vec<Slot>,
     /// Replies not sent yet (sent before the spawner waits again).
     outgoing: Vec<Reply>,
 }
 
 /// What one attempt to take a request found.
 enum Taken {
-    Answered,
+    Request,
     /// No request was queued (only when not waiting for one).
     Nothing,
     /// The engine is gone.
     Gone,
 }
 
-impl Zygote<'_> {
+impl<'a> Zygote<'a> {
+    fn new(control: BorrowedFd<'a>, launch: &'a Launch<'a>, helpers: Helpers) -> Zygote<'a> {
+        Zygote {
+            control,
+            launch,
+            helpers,
+            live: HashSet::new(),
+            batch: Vec::new(),
+            spare: Vec::new(),
+            outgoing: Vec::new(),
+        }
+    }
+
     /// Serves requests and reports exits until the engine is gone.
     fn serve(&mut self, wake: BorrowedFd<'_>) {
         loop {
@@ -203,18 +361,20 @@ impl Zygote<'_> {
             if !control_ready {
                 continue;
             }
-            // The request poll announced, then the ones already queued behind it: their
-            // answers leave together at the top of the loop.
-            if let Taken::Gone = self.take_request(true) {
-                return;
-            }
-            for _ in 1..REPLIES_PER_MESSAGE {
+            // The request poll announced, then the ones already queued behind it: they are
+            // started together and their answers leave together at the top of the loop.
+            let mut gone = matches!(self.take_request(true), Taken::Gone);
+            while !gone && self.batch.len() < REPLIES_PER_MESSAGE {
                 match self.take_request(false) {
-                    Taken::Answered => {}
+                    Taken::Request => {}
                     Taken::Nothing => break,
-                    Taken::Gone => return,
+                    Taken::Gone => gone = true,
                 }
             }
+            if gone {
+                return; // what was taken is dropped unstarted: nobody would supervise it
+            }
+            self.launch_batch();
         }
     }
 
@@ -253,49 +413,54 @@ impl Zygote<'_> {
         true
     }
 
-    /// Receives one request (waiting for it when `wait`, else only one already queued) and
-    /// queues its answer.
+    /// Receives one request (waiting for it when `wait`, else only one already queued) into
+    /// the batch.
     fn take_request(&mut self, wait: bool) -> Taken {
-        self.fds.clear();
+        let mut slot = self.spare.pop().unwrap_or_else(Slot::new);
+        slot.fds.clear();
         let received = if wait {
-            sys::recv_with_fds(self.control, &mut self.buffer, &mut self.fds)
+            sys::recv_with_fds(self.control, &mut slot.buffer, &mut slot.fds)
         } else {
-            sys::recv_queued_with_fds(self.control, &mut self.buffer, &mut self.fds)
+            sys::recv_queued_with_fds(self.control, &mut slot.buffer, &mut slot.fds)
         };
-        let received = match received {
-            Ok(received) => received,
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Taken::Nothing,
-            Err(_) => return Taken::Gone,
-        };
-        if received.len == 0 {
-            return Taken::Gone;
-        }
-        let message = &self.buffer[..received.len];
-        let Some(id) = protocol::request_id(message) else {
-            return Taken::Answered; // not a request of ours: nothing to answer
-        };
-        let outcome = if received.truncated {
-            Err(libc::EPROTO)
-        } else {
-            launch_request(
-                &self.launcher,
-                self.dev_null.as_fd(),
-                message,
-                &mut self.fds,
-                &mut self.spec,
-            )
-        };
-        // The tool holds its own copies now; ours must not outlive the request.
-        self.fds.clear();
-        let reply = match outcome {
-            Ok(pid) => {
-                self.live.insert(pid);
-                Reply::Spawned { id, pid }
+        let taken = match received {
+            Ok(received) if received.len > 0 => {
+                slot.len = received.len;
+                slot.truncated = received.truncated;
+                Taken::Request
             }
-            Err(errno) => Reply::Failed { id, errno },
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Taken::Nothing,
+            Ok(_) | Err(_) => Taken::Gone,
         };
-        self.outgoing.push(reply);
-        Taken::Answered
+        if matches!(taken, Taken::Request) && protocol::request_id(slot.message()).is_some() {
+            self.batch.push(slot);
+        } else {
+            // Not a request of ours (nothing to answer), or nothing received.
+            slot.fds.clear();
+            self.spare.push(slot);
+        }
+        taken
+    }
+
+    /// Starts the batch's tools and queues their answers in request order.
+    fn launch_batch(&mut self) {
+        // Every slot in the batch holds a request with an id (see `take_request`).
+        let ids: Vec<u64> = self
+            .batch
+            .iter()
+            .filter_map(|slot| protocol::request_id(slot.message()))
+            .collect();
+        self.helpers.launch_all(&mut self.batch, self.launch);
+        for (id, slot) in ids.into_iter().zip(self.batch.drain(..)) {
+            self.outgoing.push(match slot.outcome {
+                Ok(pid) => {
+                    self.live.insert(pid);
+                    Reply::Spawned { id, pid }
+                }
+                Err(errno) => Reply::Failed { id, errno },
+            });
+            self.spare.push(slot);
+        }
     }
 
     fn send(&self, reply: Reply) -> bool {
@@ -412,17 +577,14 @@ mod tests {
         }
         let (wake_read, _wake_write) = sys::cloexec_pipe().unwrap();
         let serving = std::thread::spawn(move || {
-            let mut zygote = Zygote {
-                control: spawner.as_fd(),
-                dev_null: File::open("/dev/null").unwrap().into(),
-                launcher: Launcher::new(SigSet::empty()).unwrap(),
-                live: HashSet::new(),
-                buffer: vec![0; protocol::REQUEST_BUFFER],
-                spec: Vec::new(),
-                fds: Vec::new(),
-                outgoing: Vec::new(),
-            };
-            zygote.serve(wake_read.as_fd());
+            let launcher = Launcher::new(SigSet::empty()).unwrap();
+            let dev_null = File::open("/dev/null").unwrap();
+            let launch = |slot: &mut Slot| slot.launch(&launcher, dev_null.as_fd());
+            std::thread::scope(|scope| {
+                let helpers = Helpers::start(scope, &launch, 1).unwrap();
+                let mut zygote = Zygote::new(spawner.as_fd(), &launch, helpers);
+                zygote.serve(wake_read.as_fd());
+            });
         });
         let mut buffer = [0u8; protocol::REPLY_BUFFER];
         let mut fds = Vec::new();
@@ -445,5 +607,39 @@ mod tests {
         );
         drop(engine);
         serving.join().unwrap();
+    }
+
+    /// A burst's starts overlap: each stand-in launch waits until all of them are in flight,
+    /// which only happens when they run on different threads at once (one after the other,
+    /// the first would give up after its deadline).
+    #[test]
+    fn a_burst_is_started_on_several_threads_at_once() {
+        use std::sync::{Condvar, Mutex};
+        use std::time::Duration;
+        const THREADS: usize = 3;
+        let in_flight = (Mutex::new(0usize), Condvar::new());
+        let launch = |slot: &mut Slot| {
+            let (count, changed) = &in_flight;
+            let mut count = count.lock().unwrap();
+            *count += 1;
+            changed.notify_all();
+            let (_count, waited) = changed
+                .wait_timeout_while(count, Duration::from_secs(10), |n| *n < THREADS)
+                .unwrap();
+            slot.outcome = if waited.timed_out() {
+                Err(libc::ETIMEDOUT)
+            } else {
+                Ok(0)
+            };
+        };
+        std::thread::scope(|scope| {
+            let helpers = Helpers::start(scope, &launch, THREADS - 1).unwrap();
+            let mut batch: Vec<Slot> = (0..THREADS).map(|_| Slot::new()).collect();
+            batch[1].len = 7; // marks a slot, to check the order they come back in
+            helpers.launch_all(&mut batch, &launch);
+            let outcomes: Vec<_> = batch.iter().map(|slot| slot.outcome).collect();
+            assert_eq!(outcomes, vec![Ok(0); THREADS], "all started at once");
+            assert_eq!(batch[1].len, 7, "slots come back in their order");
+        });
     }
 }
