@@ -8,7 +8,8 @@
 //! client, hence its own connection: a call and that connection's task then run on the same
 //! thread, instead of every call crossing to the thread that happened to open the
 //! connection. Calls are made from the run arbiters (a fixed pool), so that is a handful of
-//! connections.
+//! connections; an embedder calling from many threads gets at most 64 clients, and the
+//! threads past them share the first.
 //!
 //! Owns the mapping from HTTP outcomes to [`LlmError`] (status, provider message,
 //! Retry-After) and the per-attempt limits carried by [`RequestMeta::timeouts`]: the whole
@@ -88,8 +89,12 @@ impl HttpBackend {
         let first = recipe.build()?;
         let clients = if endpoint.transport.http2 == Some(true) {
             let per_thread = dashmap::DashMap::new();
-            per_thread.insert(std::thread::current().id(), first);
-            Clients::PerThread { recipe, per_thread }
+            per_thread.insert(std::thread::current().id(), first.clone());
+            Clients::PerThread {
+                recipe,
+                first,
+                per_thread,
+            }
         } else {
             Clients::Shared(first)
         };
@@ -230,12 +235,20 @@ impl ChatBackend for HttpBackend {
     }
 }
 
+/// The most calling threads that get a client of their own; calls from any thread after
+/// them share the first client. Run arbiters are a fixed pool, far below this; the bound
+/// is for an embedder that calls one backend from many short-lived threads, whose clients
+/// (and connections) would otherwise be kept as long as the backend.
+const MAX_THREAD_CLIENTS: usize = 64;
+
 /// The client a call uses: one for the process, or one per calling thread (HTTP/2 prior
 /// knowledge, see the module header).
 enum Clients {
     Shared(reqwest::Client),
     PerThread {
         recipe: ClientRecipe,
+        /// The constructing thread's client: also the one shared past the bound.
+        first: reqwest::Client,
         per_thread: dashmap::DashMap<std::thread::ThreadId, reqwest::Client>,
     },
 }
@@ -245,10 +258,19 @@ impl Clients {
     fn for_this_thread(&self) -> Result<reqwest::Client, LlmError> {
         match self {
             Clients::Shared(client) => Ok(client.clone()),
-            Clients::PerThread { recipe, per_thread } => {
+            Clients::PerThread {
+                recipe,
+                first,
+                per_thread,
+            } => {
                 let thread = std::thread::current().id();
                 if let Some(client) = per_thread.get(&thread) {
                     return Ok(client.clone());
+                }
+                // Racing threads may each pass this check: the bound is exceeded by at most
+                // the number of threads racing, once.
+                if per_thread.len() >= MAX_THREAD_CLIENTS {
+                    return Ok(first.clone());
                 }
                 let client = recipe.build()?;
                 per_thread.insert(thread, client.clone());
@@ -327,6 +349,28 @@ fn error_message(status: reqwest::StatusCode, body: &[u8]) -> String {
 mod tests {
     use super::*;
     use reqwest::StatusCode;
+
+    /// An h2c backend called from many short-lived threads keeps a bounded number of
+    /// clients: the threads past the bound share the first one.
+    #[test]
+    fn clients_kept_per_calling_thread_are_bounded() {
+        let endpoint = Endpoint::new("http://127.0.0.1:9/v1", None).with_transport(HttpTransport {
+            http2: Some(true),
+            max_connections: None,
+        });
+        let backend = HttpBackend::new(endpoint, Duration::from_secs(5)).unwrap();
+        for _ in 0..MAX_THREAD_CLIENTS * 2 {
+            let backend = backend.clone();
+            std::thread::spawn(move || backend.inner.clients.for_this_thread().map(drop))
+                .join()
+                .unwrap()
+                .unwrap();
+        }
+        let Clients::PerThread { per_thread, .. } = &backend.inner.clients else {
+            panic!("h2c prior knowledge keeps a client per thread");
+        };
+        assert_eq!(per_thread.len(), MAX_THREAD_CLIENTS);
+    }
 
     #[test]
     fn error_messages_are_extracted_from_common_shapes() {
