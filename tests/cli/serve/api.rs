@@ -391,3 +391,41 @@ fn serve_the_number_of_sessions_is_bounded() {
         );
     });
 }
+
+#[test]
+fn serve_the_number_of_workers_in_a_session_is_bounded() {
+    let root = Root::new();
+    // A session that already holds 64 finished workers, as a long-lived server leaves it.
+    let workers: Vec<Value> = (0..64)
+        .map(|i| {
+            json!({
+                "id": format!("w-{i:012}"), "name": format!("Terminal {}", i + 1),
+                "createdAt": "2026-01-01T00:00:00.000Z", "type": "terminal",
+                "epoch": 1, "exitCode": 0
+            })
+        })
+        .collect();
+    let sessions = json!([{
+        "id": "s-full", "type": "quick", "locationPath": root.workspace(),
+        "status": "inactive", "createdAt": "2026-01-01T00:00:00.000Z", "workers": workers
+    }]);
+    std::fs::write(root.state().join("sessions.json"), sessions.to_string()).unwrap();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let (status, listed) = server.get("/api/sessions/s-full/workers").await;
+        assert_eq!(status, 200, "{listed}");
+        assert_eq!(listed.as_array().map(Vec::len), Some(64), "{listed}");
+        let (status, body) = server
+            .post("/api/sessions/s-full/workers", json!({"type": "terminal"}))
+            .await;
+        assert_eq!(
+            (status, body["code"].clone()),
+            (409, json!("conflict")),
+            "{body}"
+        );
+        assert!(
+            body["error"].as_str().unwrap().contains("64 workers"),
+            "{body}"
+        );
+    });
+}
