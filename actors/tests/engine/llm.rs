@@ -342,6 +342,9 @@ async fn models_stats_and_unknown_routes() {
         .await
         .unwrap();
     assert_eq!(not_json.status(), 400);
+    let message = |body: Value| body["error"]["message"].as_str().unwrap().to_owned();
+    let not_json = message(not_json.json().await.unwrap());
+    assert!(not_json.contains("not JSON"), "{not_json}");
     let streaming = http
         .post(format!("{base}/chat/completions"))
         .json(&serde_json::json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
@@ -349,6 +352,20 @@ async fn models_stats_and_unknown_routes() {
         .await
         .unwrap();
     assert_eq!(streaming.status(), 400);
+    let streaming = message(streaming.json().await.unwrap());
+    assert!(streaming.contains("stream: false"), "{streaming}");
+    let wrong_shape = http
+        .post(format!("{base}/chat/completions"))
+        .json(&serde_json::json!({"model": "m", "messages": "hello"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_shape.status(), 400);
+    let wrong_shape = message(wrong_shape.json().await.unwrap());
+    assert!(
+        wrong_shape.contains("not a chat completions request"),
+        "{wrong_shape}"
+    );
 }
 
 #[tokio::test]

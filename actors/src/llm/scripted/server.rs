@@ -298,15 +298,22 @@ async fn read_request(req: Request<Incoming>) -> Result<ChatRequest, Reply> {
         .to_bytes();
     let bad =
         |message: String| error_reply(StatusCode::BAD_REQUEST, &message, "invalid_request", None);
-    let value: Value = serde_json::from_slice(&body)
-        .map_err(|e| bad(format!("the request body is not JSON: {e}")))?;
-    if value.get("stream").and_then(Value::as_bool) == Some(true) {
+    // One pass into the typed request (`stream` lands in its `extra` fields): parsing into a
+    // `Value` first and converting was a quarter of this server's CPU under load.
+    let request: ChatRequest = serde_json::from_slice(&body).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            bad(format!("the request body is not JSON: {e}"))
+        } else {
+            bad(format!("not a chat completions request: {e}"))
+        }
+    })?;
+    if request.extra.get("stream").and_then(Value::as_bool) == Some(true) {
         return Err(bad(
             "`stream: true` is not supported by the scripted model (hint: send stream: false)"
                 .into(),
         ));
     }
-    serde_json::from_value(value).map_err(|e| bad(format!("not a chat completions request: {e}")))
+    Ok(request)
 }
 
 fn meta_from_headers(headers: &HeaderMap) -> RequestMeta {
@@ -321,7 +328,9 @@ fn meta_from_headers(headers: &HeaderMap) -> RequestMeta {
 }
 
 fn json_reply(status: StatusCode, body: &Value) -> Reply {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    // `to_vec` writes straight into the buffer; `to_string` goes through `fmt::Display`.
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
     *response.status_mut() = status;
     response
         .headers_mut()
