@@ -379,17 +379,19 @@ fn serve_the_number_of_sessions_is_bounded() {
             let (status, body) = server.post("/api/sessions", request.clone()).await;
             assert_eq!(status, 201, "{body}");
         }
-        let (status, body) = server.post("/api/sessions", request).await;
-        assert_eq!(
-            (status, body["code"].clone()),
-            (409, json!("conflict")),
-            "{body}"
-        );
-        assert!(
-            body["error"].as_str().unwrap().contains("256 sessions"),
-            "{body}"
-        );
+        let refused = server.post("/api/sessions", request).await;
+        assert_conflict_naming(refused, "256 sessions");
     });
+}
+
+/// A 409 `conflict` whose message names `limit`.
+fn assert_conflict_naming((status, body): (u16, Value), limit: &str) {
+    assert_eq!(
+        (status, body["code"].clone()),
+        (409, json!("conflict")),
+        "{body}"
+    );
+    assert!(body["error"].as_str().unwrap().contains(limit), "{body}");
 }
 
 #[test]
@@ -415,17 +417,9 @@ fn serve_the_number_of_workers_in_a_session_is_bounded() {
         let (status, listed) = server.get("/api/sessions/s-full/workers").await;
         assert_eq!(status, 200, "{listed}");
         assert_eq!(listed.as_array().map(Vec::len), Some(64), "{listed}");
-        let (status, body) = server
+        let refused = server
             .post("/api/sessions/s-full/workers", json!({"type": "terminal"}))
             .await;
-        assert_eq!(
-            (status, body["code"].clone()),
-            (409, json!("conflict")),
-            "{body}"
-        );
-        assert!(
-            body["error"].as_str().unwrap().contains("64 workers"),
-            "{body}"
-        );
+        assert_conflict_naming(refused, "64 workers");
     });
 }
