@@ -248,7 +248,16 @@ impl Helpers {
                 .name(format!("launch-{}", index + 1))
                 .spawn_scoped(scope, move || {
                     for (position, mut slot) in jobs {
-                        launch(&mut slot);
+                        // Every slot goes back, so the main thread never waits for one
+                        // that a panic swallowed; its request is answered as failed.
+                        let launched =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                launch(&mut slot)
+                            }));
+                        if launched.is_err() {
+                            slot.fds.clear();
+                            slot.outcome = Err(libc::EIO);
+                        }
                         if finished.send((position, slot)).is_err() {
                             return;
                         }
@@ -292,7 +301,7 @@ impl Helpers {
                 Err(_) => break,
             }
         }
-        // Only a helper that panicked loses a slot: a stand-in whose outcome is EIO.
+        // Only a helper thread that is gone loses a slot: a stand-in whose outcome is EIO.
         batch.extend(placed.into_iter().map(|slot| {
             slot.unwrap_or_else(|| {
                 let mut lost = Slot::new();
@@ -640,6 +649,26 @@ mod tests {
             let outcomes: Vec<_> = batch.iter().map(|slot| slot.outcome).collect();
             assert_eq!(outcomes, vec![Ok(0); THREADS], "all started at once");
             assert_eq!(batch[1].len, 7, "slots come back in their order");
+        });
+    }
+
+    /// A launch that panics on a helper thread costs its request an `EIO` answer, not the
+    /// spawner: the helper lives on (a scope whose thread panicked would panic on leaving).
+    #[test]
+    fn a_launch_that_panics_on_a_helper_is_answered_as_failed() {
+        let launch = |slot: &mut Slot| {
+            assert!(slot.len != 1, "a launch that panics");
+            slot.outcome = Ok(7);
+        };
+        std::thread::scope(|scope| {
+            let helpers = Helpers::start(scope, &launch, 1).unwrap();
+            for _ in 0..2 {
+                let mut batch: Vec<Slot> = (0..2).map(|_| Slot::new()).collect();
+                batch[1].len = 1; // the helper's slot
+                helpers.launch_all(&mut batch, &launch);
+                let outcomes: Vec<_> = batch.iter().map(|slot| slot.outcome).collect();
+                assert_eq!(outcomes, vec![Ok(7), Err(libc::EIO)]);
+            }
         });
     }
 }
