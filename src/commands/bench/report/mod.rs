@@ -280,6 +280,20 @@ impl std::ops::Sub for ApartCpu {
 }
 
 impl LoadPoint {
+    /// The share of `cpus` CPUs' time over the wall that this process and its children used
+    /// (engine, scripted model, spawner, tools), in percent: near 100, the point is bound by
+    /// the CPU and no longer by waiting.
+    pub fn cpu_busy_percent(&self, cpus: usize) -> f64 {
+        let c = &self.cpu;
+        let used = c.user_s + c.sys_s + c.children_user_s + c.children_sys_s;
+        let available = self.wall_s * cpus.max(1) as f64;
+        if available > 0.0 {
+            100.0 * used / available
+        } else {
+            0.0
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn summarise(
         runs: usize,
@@ -493,6 +507,11 @@ mod tests {
         assert!((p.engine_cpu_per_iteration_ms - 300.0 / 60.0).abs() < 1e-9);
         assert!((p.scripted_server_cpu_s - 0.25).abs() < 1e-9);
         assert!((p.fds_per_run - 2.0).abs() < 1e-9);
+        p.cpu.children_user_s = 2.6;
+        p.cpu.children_sys_s = 0.4;
+        // 0.5 + 0.1 + 2.6 + 0.4 = 3.6 cpu-s over 2 s of wall on 2 CPUs.
+        assert!((p.cpu_busy_percent(2) - 90.0).abs() < 1e-9);
+        assert!((p.cpu_busy_percent(0) - 180.0).abs() < 1e-9);
         let text = render_text(&BenchReport {
             schema_version: SCHEMA_VERSION.into(),
             machine: Machine::detect(1024),

@@ -53,7 +53,7 @@ pub fn render_text(report: &BenchReport) -> String {
             .unwrap_or_default()
     );
     for p in &report.points {
-        render_point(&mut out, p);
+        render_point(&mut out, p, m.cpus);
     }
     if let Some(b) = &report.baseline {
         let _ = writeln!(
@@ -93,7 +93,7 @@ pub fn render_text(report: &BenchReport) -> String {
     out
 }
 
-fn render_point(out: &mut String, p: &LoadPoint) {
+fn render_point(out: &mut String, p: &LoadPoint, cpus: usize) {
     let _ = writeln!(out, "\n{} runs, max parallel {}", p.runs, p.max_parallel);
     runs_rows(out, p.completed_runs, p.failed_runs, &p.errors);
     row(
@@ -136,8 +136,13 @@ fn render_point(out: &mut String, p: &LoadPoint) {
         out,
         "cpu",
         format_args!(
-            "{:.2} s user, {:.2} s sys; tools {:.2} s user, {:.2} s sys",
-            c.user_s, c.sys_s, c.children_user_s, c.children_sys_s
+            "{:.2} s user, {:.2} s sys; tools {:.2} s user, {:.2} s sys; {:.0}% of {} CPUs over the wall",
+            c.user_s,
+            c.sys_s,
+            c.children_user_s,
+            c.children_sys_s,
+            p.cpu_busy_percent(cpus),
+            cpus
         ),
     );
     row(
