@@ -42,6 +42,24 @@ async fn via_spawner_tools_are_children_of_the_spawner() {
     assert_eq!(parent(in_process), std::process::id().to_string());
 }
 
+/// A burst of starts, spread over the spawner's launch threads, keeps every tool wired to
+/// its own pipes: each tool's output is its own argument, and each exit is its own.
+#[tokio::test]
+async fn a_burst_of_starts_through_the_spawner_keeps_each_tool_on_its_own_pipes() {
+    let dir = tempfile::tempdir().unwrap();
+    let burst = 48;
+    let starts = (0..burst).map(|i| {
+        let script = format!("echo tool-{i}; exit {}", i % 7);
+        let dir = dir.path().to_path_buf();
+        async move { run_on(Via::Spawner, &["sh", "-c", &script], &dir).await }
+    });
+    let outcomes = futures_util::future::join_all(starts).await;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        assert_eq!(outcome.stdout.text_lossy().trim(), format!("tool-{i}"));
+        assert_eq!(outcome.termination, Termination::Exited(i as i32 % 7));
+    }
+}
+
 #[tokio::test]
 async fn spawn_failures_read_the_same_as_in_process() {
     let dir = tempfile::tempdir().unwrap();
