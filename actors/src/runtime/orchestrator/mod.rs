@@ -240,6 +240,31 @@ impl Handler<CancelOrchestration> for OrchestrationActor {
     }
 }
 
+impl OrchestrationActor {
+    /// Feeds [`Event::RunFinished`] for `run_id` to the scheduler once `end` resolves, and
+    /// answers [`Event::RunSubmitted`] now: how either executor reports a run it took.
+    fn finish_when(
+        &mut self,
+        run_id: String,
+        end: impl std::future::Future<Output = RunEnd> + 'static,
+        ctx: &mut Context<Self>,
+    ) -> Event {
+        let finished_id = run_id.clone();
+        end.into_actor(self)
+            .map(move |end, act, ctx| {
+                act.apply(
+                    Event::RunFinished {
+                        run_id: finished_id,
+                        end,
+                    },
+                    ctx,
+                );
+            })
+            .spawn(ctx);
+        Event::RunSubmitted { run_id }
+    }
+}
+
 /// The event for a run that could not be handed to its executor.
 fn run_lost(run_id: &str, message: String) -> Event {
     Event::RunFinished {

@@ -66,27 +66,16 @@ impl OrchestrationActor {
             .submit
             .send(SubmitRun { request, reply: tx });
         let finished_id = run_id.clone();
-        async move {
-            match submitted.await {
+        let end = async move {
+            let result = match submitted.await {
                 Ok(Ok(_)) => rx
                     .await
                     .map_err(|_| "the engine stopped before the run finished".to_string()),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err("the engine stopped".to_string()),
-            }
-        }
-        .into_actor(self)
-        .map(move |result, act, ctx| {
-            let end = RunEnd::from_result(result, &work_dir, &finished_id);
-            act.apply(
-                Event::RunFinished {
-                    run_id: finished_id,
-                    end,
-                },
-                ctx,
-            );
-        })
-        .spawn(ctx);
-        Event::RunSubmitted { run_id }
+            };
+            RunEnd::from_result(result, &work_dir, &finished_id)
+        };
+        self.finish_when(run_id, end, ctx)
     }
 }

@@ -74,22 +74,10 @@ impl OrchestrationActor {
             reply: tx,
         });
         self.slurm_batch_open = true;
-        let finished_id = run_id.clone();
-        async move {
+        let end = async move {
             rx.await
                 .unwrap_or_else(|_| RunEnd::Lost("the Slurm executor stopped".into()))
-        }
-        .into_actor(self)
-        .map(move |end, act, ctx| {
-            act.apply(
-                Event::RunFinished {
-                    run_id: finished_id,
-                    end,
-                },
-                ctx,
-            );
-        })
-        .spawn(ctx);
-        Event::RunSubmitted { run_id }
+        };
+        self.finish_when(run_id, end, ctx)
     }
 }
