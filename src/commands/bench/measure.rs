@@ -271,11 +271,17 @@ fn resolve_on_path(program: &str) -> String {
         .unwrap_or_else(|| program.to_string())
 }
 
-/// Open descriptors now, from `/proc/self/fd` (0 where unavailable).
+/// Open descriptors now, from `/proc/self/fd` (0 where unavailable). Linux 6.2 and later
+/// report the count as the folder's size, a few microseconds at any count; listing the
+/// folder instead took ≈ 9 ms per sample at 16,000 descriptors (10,000 concurrent runs),
+/// CPU the point's runs were then short of. Older kernels report 0 and are listed.
 pub fn open_fds() -> u64 {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|dir| dir.count() as u64)
-        .unwrap_or(0)
+    match std::fs::metadata("/proc/self/fd") {
+        Ok(meta) if meta.len() > 0 => meta.len(),
+        _ => std::fs::read_dir("/proc/self/fd")
+            .map(|dir| dir.count() as u64)
+            .unwrap_or(0),
+    }
 }
 
 /// How many tool processes per second this machine can start and reap: one spawner per CPU,
