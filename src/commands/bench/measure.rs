@@ -21,8 +21,9 @@ const FDS_BASE: u64 = 512;
 const FDS_PER_TOOL: u64 = 3;
 /// The fewest tools the bench lets run at once, whatever the descriptor arithmetic says.
 const MIN_TOOLS_IN_FLIGHT: u64 = 16;
-/// Listing /proc/self/fd costs kernel time proportional to the open descriptors (8% of the
-/// samples at 1,000 runs when sampled every 25 ms), so sample sparingly.
+/// Where the descriptor count must be listed (kernels before 6.2, see [`open_fds`]), that
+/// costs kernel time proportional to the open descriptors (8% of the samples at 1,000 runs
+/// when sampled every 25 ms), so sample sparingly.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// Tool starts per thread in one calibration round.
 const SPAWN_CALIBRATION_PER_THREAD: usize = 100;
