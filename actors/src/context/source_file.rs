@@ -371,6 +371,14 @@ mod tests {
         Ok(texts.remove(0))
     }
 
+    /// The refusal of a FIFO as a context source.
+    fn assert_refused_as_fifo(refused: &ContextError) {
+        assert!(
+            matches!(refused, ContextError::NotRegularFile { kind, .. } if kind.contains("FIFO")),
+            "{refused:?}"
+        );
+    }
+
     /// A batch of one file source.
     fn one(path: &str) -> Vec<SourceFile> {
         vec![SourceFile {
@@ -400,10 +408,7 @@ mod tests {
         .await
         .expect("reading a FIFO source must not block")
         .unwrap_err();
-        assert!(
-            matches!(&refused, ContextError::NotRegularFile { kind, .. } if kind.contains("FIFO")),
-            "{refused:?}"
-        );
+        assert_refused_as_fifo(&refused);
         let text = refused.to_string();
         assert!(text.contains("context source 'notes'"), "{text}");
         assert!(text.contains("notes.md"), "{text}");
@@ -552,10 +557,7 @@ mod tests {
         .await
         .expect("reading a FIFO must not block")
         .unwrap_err();
-        assert!(
-            matches!(&refused, ContextError::NotRegularFile { kind, .. } if kind.contains("FIFO")),
-            "{refused:?}"
-        );
+        assert_refused_as_fifo(&refused);
         let refused = reader.read(one("out.md"), &cancel).await.unwrap_err();
         assert!(
             matches!(refused, ContextError::OutsideAllowedFolders { .. }),
