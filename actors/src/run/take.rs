@@ -19,7 +19,9 @@ use crate::metadata::{
 };
 use crate::protocol::{RunRequest, RunStart, RunStatus};
 use crate::redact::Redactor;
-use crate::workspace::{create_run_dir_in_control_dir, ensure_control_dir, open_run_dir, RunPaths};
+use crate::workspace::{
+    create_run_dir, create_run_dir_in_control_dir, open_run_dir, RunPaths, WorkspaceError,
+};
 
 /// A run, taken and ready for its first iteration.
 pub struct TakenRun {
@@ -86,9 +88,10 @@ pub fn take_run(
     let opts = JournalOptions { fsync_every_event };
     match &request.start {
         RunStart::New { task } => {
-            ensure_control_dir(&request.work_dir).map_err(io)?;
-            let paths = match create_run_dir_in_control_dir(&request.work_dir, run_id) {
+            let paths = match create_run_dir(&request.work_dir, run_id) {
                 Ok(paths) => paths,
+                // A folder or file that cannot be made is not a refusal (a full disk...).
+                Err(e @ WorkspaceError::Io { .. }) => return Err(io(e)),
                 Err(e) if reclaim_unstarted_run_dir(&request.work_dir, run_id) => {
                     create_run_dir_in_control_dir(&request.work_dir, run_id)
                         .map_err(|_| SetupError::Refused(e.to_string()))?

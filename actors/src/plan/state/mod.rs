@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::now_rfc3339;
 use crate::metadata::RunLock;
 use crate::protocol::RunStatus;
-use crate::workspace::{control_dir, validate_run_id, WorkspaceError};
+use crate::workspace::{control_dir, ensure_control_dir, validate_run_id, WorkspaceError};
 
 pub mod listing;
 mod resume;
@@ -237,6 +237,26 @@ impl OrchestrationState {
                 id: id.to_string(),
                 path: dir,
             });
+        }
+        // Through the workspace's own helper, so a `.delta` made here has its VERSION too:
+        // runs made later rely on that and no longer probe it (`create_run_dir`).
+        if !resume {
+            ensure_control_dir(workspace).map_err(|e| match e {
+                WorkspaceError::Io {
+                    action,
+                    path,
+                    source,
+                } => StateError::Io {
+                    action,
+                    path,
+                    source,
+                },
+                other => StateError::Io {
+                    action: "create",
+                    path: control_dir(workspace),
+                    source: std::io::Error::other(other.to_string()),
+                },
+            })?;
         }
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -476,6 +496,19 @@ mod tests {
                 .file_name()
                 .unwrap(),
             "W002"
+        );
+    }
+
+    #[test]
+    fn an_orchestration_makes_the_control_folder_with_its_version() {
+        let ws = tempfile::tempdir().unwrap();
+        let plan = ws.path().join("plan.yaml");
+        std::fs::write(&plan, "stages: []\n").unwrap();
+        OrchestrationState::open(ws.path(), "o-1", &plan, &serde_json::json!({}), false).unwrap();
+        // Runs started later find `.delta` there and do not probe it (`create_run_dir`).
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join(".delta/VERSION")).unwrap(),
+            crate::workspace::CONTROL_VERSION
         );
     }
 
