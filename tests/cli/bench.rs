@@ -100,6 +100,7 @@ struct LoadPoint {
     iterations: u64,
     engine_cpu_s: f64,
     engine_cpu_per_iteration_ms: f64,
+    engine_sys_s: f64,
     scripted_server_cpu_s: f64,
     lower_bound: LowerBound,
 }
@@ -194,6 +195,8 @@ fn json_report_validates_against_the_schema() {
     assert!(point.engine_cpu_s > 0.0 && point.engine_cpu_s <= point.cpu.user_s + point.cpu.sys_s);
     let per_iteration = point.engine_cpu_s * 1000.0 / 60.0;
     assert!((point.engine_cpu_per_iteration_ms - per_iteration).abs() < 1e-6);
+    assert!(point.engine_sys_s >= 0.0 && point.engine_sys_s <= point.engine_cpu_s);
+    assert!(point.engine_sys_s <= point.cpu.sys_s);
     assert!(point.scripted_server_cpu_s >= 0.0);
     assert!(point.open_fds_before > 3 && point.peak_open_fds >= point.open_fds_before);
     assert!(point.max_tool_processes >= 16);

@@ -219,9 +219,9 @@ impl Sampler {
         Sampler { stop, thread, tid }
     }
 
-    /// CPU seconds the sampling thread used so far.
-    pub fn cpu_seconds(&self) -> f64 {
-        super::server_thread::thread_cpu_seconds(self.tid.load(Ordering::SeqCst))
+    /// CPU the sampling thread used so far.
+    pub fn cpu(&self) -> super::server_thread::ThreadCpu {
+        super::server_thread::thread_cpu(self.tid.load(Ordering::SeqCst))
     }
 
     /// Stops sampling and returns the peaks (including one last sample).

@@ -422,9 +422,12 @@ async fn measure_point(
 /// CPU seconds of this process's threads that are not the engine: the sampler's and the
 /// in-process scripted model's.
 fn apart_cpu(sampler: &measure::Sampler, server: Option<&ServerThread>) -> ApartCpu {
+    let sampler = sampler.cpu();
+    let server = server.map(ServerThread::cpu).unwrap_or_default();
     ApartCpu {
-        sampler_s: sampler.cpu_seconds(),
-        server_s: server.map(ServerThread::cpu_seconds).unwrap_or(0.0),
+        sampler_s: sampler.total_s(),
+        server_s: server.total_s(),
+        sys_s: sampler.sys_s + server.sys_s,
     }
 }
 

@@ -82,9 +82,9 @@ impl ServerThread {
         self.base_url.clone()
     }
 
-    /// User + system CPU seconds the server's thread used so far.
-    pub fn cpu_seconds(&self) -> f64 {
-        thread_cpu_seconds(self.tid)
+    /// CPU the server's thread used so far.
+    pub fn cpu(&self) -> ThreadCpu {
+        thread_cpu(self.tid)
     }
 
     /// Stops accepting, lets open connections finish, and joins the thread.
@@ -114,25 +114,43 @@ pub fn this_thread_id() -> i32 {
     unsafe { libc::gettid() }
 }
 
-/// User + system CPU seconds of thread `tid` of this process, from
-/// `/proc/self/task/<tid>/stat`; 0 when it cannot be read (the thread ended).
-pub fn thread_cpu_seconds(tid: i32) -> f64 {
+/// CPU seconds one thread used, split as the kernel counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ThreadCpu {
+    /// In the thread's own code.
+    pub user_s: f64,
+    /// In the kernel on its behalf (system calls, page faults).
+    pub sys_s: f64,
+}
+
+impl ThreadCpu {
+    /// User + system.
+    pub fn total_s(self) -> f64 {
+        self.user_s + self.sys_s
+    }
+}
+
+/// User and system CPU seconds of thread `tid` of this process, from
+/// `/proc/self/task/<tid>/stat`; zero when it cannot be read (the thread ended).
+pub fn thread_cpu(tid: i32) -> ThreadCpu {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-        return 0.0;
+        return ThreadCpu::default();
     };
     let Some((_, fields)) = stat.rsplit_once(')') else {
-        return 0.0;
+        return ThreadCpu::default();
     };
     // utime and stime are fields 14 and 15 of proc(5); `fields` starts at field 3.
-    let ticks: u64 = fields
+    let mut ticks = fields
         .split_whitespace()
         .skip(11)
-        .take(2)
-        .map(|t| t.parse::<u64>().unwrap_or(0))
-        .sum();
+        .map(|t| t.parse::<u64>().unwrap_or(0));
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 / per_second
+    let mut seconds = || ticks.next().unwrap_or(0) as f64 / per_second;
+    ThreadCpu {
+        user_s: seconds(),
+        sys_s: seconds(),
+    }
 }
 
 #[cfg(test)]
@@ -143,7 +161,7 @@ mod tests {
     #[test]
     fn a_busy_thread_shows_its_own_cpu_and_no_other() {
         let (tx, rx) = std::sync::mpsc::channel();
-        let busy = std::thread::spawn(move || {
+        let spinner = std::thread::spawn(move || {
             let until = std::time::Instant::now() + std::time::Duration::from_millis(120);
             while std::time::Instant::now() < until {
                 std::hint::black_box(0u64);
@@ -153,13 +171,16 @@ mod tests {
             std::thread::park();
         });
         let tid = rx.recv().unwrap();
-        let busy_cpu = thread_cpu_seconds(tid);
-        let idle_cpu = thread_cpu_seconds(this_thread_id());
-        busy.thread().unpark();
-        busy.join().unwrap();
+        let busy = thread_cpu(tid);
+        let busy_cpu = busy.total_s();
+        let idle_cpu = thread_cpu(this_thread_id()).total_s();
+        spinner.thread().unpark();
+        spinner.join().unwrap();
         assert!(busy_cpu >= 0.05, "{busy_cpu}");
         assert!(idle_cpu < busy_cpu, "{idle_cpu} vs {busy_cpu}");
-        assert_eq!(thread_cpu_seconds(-1), 0.0);
+        // A spinning loop runs in user space.
+        assert!(busy.user_s > busy.sys_s, "{busy:?}");
+        assert_eq!(thread_cpu(-1), ThreadCpu::default());
     }
 
     #[test]
@@ -167,7 +188,7 @@ mod tests {
         let script = Arc::new(Script::from_yaml_str("steps:\n  - answer: hi\n", "s.yaml").unwrap());
         let server = ServerThread::start(script).unwrap();
         assert!(server.base_url().starts_with("http://127.0.0.1:"));
-        assert!(server.cpu_seconds() >= 0.0);
+        assert!(server.cpu().total_s() >= 0.0);
         server.stop();
     }
 }

@@ -149,8 +149,12 @@ fn render_point(out: &mut String, p: &LoadPoint, cpus: usize) {
         out,
         "engine cpu",
         format_args!(
-            "{:.3} ms engine CPU per iteration ({:.2} s over {} iterations; scripted model thread {:.2} s apart)",
-            p.engine_cpu_per_iteration_ms, p.engine_cpu_s, p.iterations, p.scripted_server_cpu_s
+            "{:.3} ms engine CPU per iteration, {:.3} of it in the kernel ({:.2} s over {} iterations; scripted model thread {:.2} s apart)",
+            p.engine_cpu_per_iteration_ms,
+            p.engine_sys_s * 1000.0 / p.iterations.max(1) as f64,
+            p.engine_cpu_s,
+            p.iterations,
+            p.scripted_server_cpu_s
         ),
     );
     let b = &p.lower_bound;
