@@ -86,8 +86,11 @@ pub enum BaselineKind {
 Every run is a real delta run (agent, journal, metadata, tool processes) in its own work
 directory under --work-dir. Each of the first calls-1 model replies calls the tool once;
 the last reply is the final answer. The report gives the engine's own CPU per iteration
-(this process less the scripted model's and the sampler's threads; tools and the tool
-spawner are other processes) and its descriptors per concurrent run.")]
+and the part of it in the kernel (this process less the scripted model's and the sampler's
+threads; tools and the tool spawner are other processes), its descriptors per concurrent
+run, and the wall against an ideal: the longer of the model latency chain and the time to
+start every tool at this machine's spawn rate, calibrated before and after the points (the
+faster rate is kept).")]
 pub struct LoadArgs {
     /// Number of runs.
     #[arg(long, default_value_t = 100)]
