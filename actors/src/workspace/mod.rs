@@ -246,9 +246,10 @@ impl RunPaths {
 /// gets [`WorkspaceError::AlreadyExists`].
 ///
 /// The control folder is made (with its `VERSION`) only when that `mkdir` finds it missing.
-/// Every part of delta that makes `.delta` does so through one helper (`ensure_control_dir`), so an
-/// existing one has its `VERSION` already; probing it before every run cost four system
-/// calls, each walking the whole path (3.4 % of the engine's CPU at 1,000 @ 1,000).
+/// Every part of delta that makes `.delta` does so through one helper
+/// (`ensure_control_dir`), so an existing one has its `VERSION` already; probing it before
+/// every run cost four system calls, each walking the whole path (3.4 % of the engine's CPU
+/// at 1,000 @ 1,000).
 pub fn create_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, WorkspaceError> {
     validate_run_id(run_id)?;
     match create_run_dir_in_control_dir(work_dir, run_id) {
