@@ -154,7 +154,7 @@ fn write_atomically(path: &Path, value: &impl Serialize) -> Result<(), HandoffEr
         message: e.to_string(),
     })?;
     let spare = path.with_extension("json.tmp");
-    std::fs::write(&spare, text).map_err(|e| io("write", e))?;
+    crate::workspace::write_private_file(&spare, &text).map_err(|e| io("write", e))?;
     std::fs::rename(&spare, path).map_err(|e| io("replace", e))
 }
 
@@ -256,7 +256,10 @@ mod tests {
         let run = planned("map", 7);
         write_planned(dir.path(), &run).unwrap();
         assert_eq!(read_planned(dir.path(), "map", 7).unwrap(), run);
-        assert!(dir.path().join("slurm/runs/map/7.json").is_file());
+        let file = dir.path().join("slurm/runs/map/7.json");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "a run's task is private: mode {mode:o}");
         assert!(read_planned(dir.path(), "map", 8).is_err());
     }
 

@@ -57,7 +57,7 @@ pub fn write_record(
     }
     let spare = path.with_extension("json.tmp");
     let text = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-    std::fs::write(&spare, text)?;
+    crate::workspace::write_private_file(&spare, &text)?;
     std::fs::rename(spare, path)
 }
 
@@ -78,6 +78,12 @@ mod tests {
         assert_eq!(record.token_digests.len(), 2);
         let text = std::fs::read_to_string(record_path(dir.path())).unwrap();
         assert!(!text.contains(token));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(record_path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "mode {mode:o}");
     }
 
     #[test]

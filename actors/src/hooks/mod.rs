@@ -21,7 +21,7 @@ use crate::agent::{expand_path_vars, HookName, HookSpec};
 use crate::clock::now_rfc3339;
 use crate::redact::SecretSet;
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
-use crate::workspace::{hook_record_path, write_redacted_json_file, RunPaths};
+use crate::workspace::{hook_record_path, write_private_file, write_redacted_json_file, RunPaths};
 
 pub use control::{apply_request_override, parse_tool_control, ToolControl, OVERRIDABLE_FIELDS};
 
@@ -173,7 +173,7 @@ pub async fn run_hook(
     let mut added = hook_variables(name, ctx);
     let mut tool_result_error = None;
     if let Some(result) = &ctx.tool_result {
-        match write_private(&tool_result_path, &ctx.secrets.redact(result)) {
+        match write_private_file(&tool_result_path, ctx.secrets.redact(result).as_bytes()) {
             Ok(()) => added.push((
                 "TOOL_RESULT".to_string(),
                 tool_result_path.to_string_lossy().into_owned(),
@@ -329,18 +329,6 @@ fn judge(
             )),
         ),
     }
-}
-
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(text.as_bytes())
 }
 
 #[cfg(test)]

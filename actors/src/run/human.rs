@@ -41,7 +41,10 @@ pub fn write_request(
         "respond_with": format!("delta continue --run-id <id> -w <workspace> -m \"<answer>\" (or write {})", paths.interaction_dir.join("response.txt").display()),
     });
     let text = serde_json::to_string_pretty(&body).map_err(std::io::Error::other)?;
-    std::fs::write(paths.interaction_dir.join("request.json"), text)
+    crate::workspace::write_private_file(
+        &paths.interaction_dir.join("request.json"),
+        text.as_bytes(),
+    )
 }
 
 /// Journals an answer: HUMAN_INPUT_RECEIVED, then the call's ACTION_RESULT (and a WARNING

@@ -12,6 +12,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -110,6 +111,9 @@ impl Recorder {
         if let Ok(mut file) = OpenOptions::new()
             .create(true)
             .append(true)
+            // Private like every file of the run, and never through a planted symlink.
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&self.engine_log)
         {
             let _ = file.write_all(format!("[{}] {message}\n", now_rfc3339()).as_bytes());

@@ -263,6 +263,18 @@ fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
     overwrite(&mut file, bytes).map_err(|e| WorkspaceError::io("write", path, e))
 }
 
+/// Creates or truncates `path` with mode 0600 (whatever the umask) and writes `bytes`: for
+/// the files delta keeps beside a run (hook results, an orchestration's copies and summary).
+pub fn write_private_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(bytes)
+}
+
 /// Writes `bytes` over `file` from its start and cuts off what an older, longer text left
 /// behind; a file no longer than `bytes` is not truncated at all (ext4 charges a truncate
 /// even to the same length).

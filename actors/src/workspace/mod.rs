@@ -17,8 +17,8 @@ pub use agent_workspaces::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name,
 };
 pub(crate) use audit::{
-    hook_record_path, overwrite, write_invocation_record, write_redacted_json_file, ToolRecordName,
-    ToolRecordNames,
+    hook_record_path, overwrite, write_invocation_record, write_private_file,
+    write_redacted_json_file, ToolRecordName, ToolRecordNames,
 };
 pub use recovery::{
     prepare_continue, recover_orphaned_runs, ContinueError, ContinueReadiness, JanitorAction,
@@ -27,7 +27,7 @@ pub use runs::{list_runs, list_runs_with_warnings, RunListing, RunSummary, Skipp
 
 use std::fs::DirBuilder;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Name of the control directory inside a work dir.
@@ -183,6 +183,7 @@ pub(crate) fn ensure_control_dir(work_dir: &Path) -> Result<PathBuf, WorkspaceEr
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(0o600)
         .open(&version)
     {
         Ok(mut file) => {

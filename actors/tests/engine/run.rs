@@ -344,6 +344,49 @@ fn sensitive_answers_stay_out_of_every_log() {
     );
 }
 
+#[test]
+fn every_file_and_folder_of_a_run_is_private() {
+    let agent = TestAgent::new("private", "", TOOLS);
+    let ws = tempfile::tempdir().unwrap();
+    let s = script(
+        "steps:\n  - tool: echo\n    args: { text: shown }\n  - tool: ask_human\n    args: { prompt: \"Which?\" }\n  - answer: done\n",
+    );
+    let sup = Supervisor::start(fast_config()).unwrap();
+    let request = new_run(agent.load(), ws.path(), s, "t");
+    let paused = drive(&sup, request.clone());
+    assert_eq!(paused.status, RunStatus::WaitingForInput, "{paused:?}");
+    let dir = run_dir(&paused);
+    for kept in ["engine.log", "interaction/request.json"] {
+        assert!(dir.join(kept).is_file(), "{kept}");
+    }
+    assert_private(&dir);
+    let done = drive(
+        &sup,
+        continue_run(&request, &paused.run_id, Some("this one")),
+    );
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    assert_private(&dir);
+}
+
+/// Nobody but the owner reads a run, whatever the process's umask lets through.
+fn assert_private(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            let mode = std::fs::symlink_metadata(&path)
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", path.display());
+            if path.is_dir() {
+                folders.push(path);
+            }
+        }
+    }
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {

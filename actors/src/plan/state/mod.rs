@@ -16,7 +16,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use crate::clock::now_rfc3339;
 use crate::metadata::RunLock;
 use crate::protocol::RunStatus;
-use crate::workspace::{control_dir, ensure_control_dir, validate_run_id, WorkspaceError};
+use crate::workspace::{
+    control_dir, ensure_control_dir, validate_run_id, write_private_file, WorkspaceError,
+};
 
 pub mod listing;
 mod resume;
@@ -268,15 +270,18 @@ impl OrchestrationState {
                 source,
             })?;
         if !resume {
+            // Copied as private files whatever the plan's own mode: vars may hold secrets.
             let copy = dir.join("plan.yaml");
-            std::fs::copy(plan_file, &copy).map_err(|source| StateError::Io {
-                action: "copy the plan to",
-                path: copy,
-                source,
-            })?;
+            std::fs::read(plan_file)
+                .and_then(|plan| write_private_file(&copy, &plan))
+                .map_err(|source| StateError::Io {
+                    action: "copy the plan to",
+                    path: copy,
+                    source,
+                })?;
             let vars_path = dir.join("vars.json");
             let text = serde_json::to_string_pretty(vars).unwrap_or_else(|_| "{}".into());
-            std::fs::write(&vars_path, text).map_err(|source| StateError::Io {
+            write_private_file(&vars_path, text.as_bytes()).map_err(|source| StateError::Io {
                 action: "write",
                 path: vars_path,
                 source,
@@ -296,6 +301,7 @@ impl OrchestrationState {
         let journal = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(&path)
             .map_err(|source| StateError::Io {
                 action: "open",
@@ -382,7 +388,7 @@ impl OrchestrationState {
         let path = self.dir.join("summary.json");
         let tmp = self.dir.join(".summary.json.tmp");
         let text = serde_json::to_string_pretty(summary).unwrap_or_default();
-        std::fs::write(&tmp, text)
+        write_private_file(&tmp, text.as_bytes())
             .and_then(|_| std::fs::rename(&tmp, &path))
             .map_err(|source| StateError::Io {
                 action: "write",
@@ -500,16 +506,53 @@ mod tests {
     }
 
     #[test]
-    fn an_orchestration_makes_the_control_folder_with_its_version() {
+    fn an_orchestration_keeps_private_files_and_makes_the_control_folder_with_its_version() {
+        use std::os::unix::fs::PermissionsExt;
         let ws = tempfile::tempdir().unwrap();
         let plan = ws.path().join("plan.yaml");
         std::fs::write(&plan, "stages: []\n").unwrap();
-        OrchestrationState::open(ws.path(), "o-1", &plan, &serde_json::json!({}), false).unwrap();
+        std::fs::set_permissions(&plan, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let state = OrchestrationState::open(
+            ws.path(),
+            "o-1",
+            &plan,
+            &serde_json::json!({"token": "t"}),
+            false,
+        )
+        .unwrap();
+        state
+            .write_summary(&OrchestrationSummary {
+                orchestration_id: "o-1".into(),
+                status: OrchestrationStatus::Completed,
+                plan: plan.display().to_string(),
+                workspace: ws.path().display().to_string(),
+                started_at: String::new(),
+                ended_at: String::new(),
+                duration_ms: 0,
+                stages: vec![],
+                totals: Totals::default(),
+                error: None,
+            })
+            .unwrap();
         // Runs started later find `.delta` there and do not probe it (`create_run_dir`).
+        let control = ws.path().join(".delta");
         assert_eq!(
-            std::fs::read_to_string(ws.path().join(".delta/VERSION")).unwrap(),
+            std::fs::read_to_string(control.join("VERSION")).unwrap(),
             crate::workspace::CONTROL_VERSION
         );
+        // The plan's copy and the vars (which may hold secrets) are private whatever the
+        // plan's own mode, and so is everything else the orchestration keeps.
+        let mut files = vec![control.join("VERSION")];
+        for entry in std::fs::read_dir(&state.dir).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+        for name in ["plan.yaml", "vars.json", "journal.jsonl", "summary.json"] {
+            assert!(files.contains(&state.dir.join(name)), "{name} in {files:?}");
+        }
+        for file in files {
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", file.display());
+        }
     }
 
     #[test]
