@@ -14,6 +14,7 @@
 //! block its arbiter on a Slurm command (they run as futures), or see a provider key.
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -205,7 +206,10 @@ impl SlurmExecutor {
                 }
             }
             if !by_stage.is_empty() {
-                let _ = std::fs::create_dir_all(logs_dir(&dir));
+                let _ = std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(logs_dir(&dir));
             }
             let template = JobTemplate {
                 orchestration_id: &orchestration_id,
