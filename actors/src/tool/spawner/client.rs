@@ -323,6 +323,7 @@ impl Spawner {
 
 impl Drop for Spawner {
     fn drop(&mut self) {
+        self.shared.state().closing = true;
         self.outbox.close();
         // Our EOF tells the spawner to exit; its EOF ends the reader, which reaps it.
         // SAFETY: shutdown on our own open socket.
@@ -368,5 +369,78 @@ impl Drop for AbandonGuard<'_> {
         }
         drop(reply);
         drop(state);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    /// What this test binary logs, from every thread (the spawner's reader logs on its own).
+    #[derive(Clone, Default)]
+    struct CapturedLog(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for CapturedLog {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl CapturedLog {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    fn captured_log() -> &'static CapturedLog {
+        static LOG: OnceLock<CapturedLog> = OnceLock::new();
+        LOG.get_or_init(|| {
+            let log = CapturedLog::default();
+            let writer = log.clone();
+            tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .with_max_level(tracing::Level::WARN)
+                .try_init()
+                .expect("no other test of this binary installs a global subscriber");
+            log
+        })
+    }
+
+    fn stand_in(script: &str) -> Spawner {
+        Spawner::start(&SpawnerCommand::new("/bin/sh", ["-c", script])).unwrap()
+    }
+
+    #[test]
+    fn a_spawner_closed_before_it_is_ready_is_not_reported_as_failed() {
+        let log = captured_log();
+        // Never answers Ready: the engine closes it first, as a run refused at setup does.
+        let closed = stand_in("exec sleep 30");
+        let closed_pid = closed.pid();
+        drop(closed);
+        // One that exits without answering while the engine still holds it is a failure.
+        let failed = stand_in("exit 0");
+        let failed_pid = failed.pid();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while failed.is_alive() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(!failed.is_alive(), "the reader saw the stand-in exit");
+        let text = log.text();
+        assert!(
+            text.contains(&format!("spawner_pid={failed_pid}")) && text.contains("did not start"),
+            "{text}"
+        );
+        assert!(
+            !text.contains(&format!("spawner_pid={closed_pid}")),
+            "{text}"
+        );
     }
 }

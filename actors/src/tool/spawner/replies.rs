@@ -48,6 +48,9 @@ pub(super) struct State {
     pub(super) dead: bool,
     /// `Ready` arrived: requests may have been acted on.
     pub(super) ready: bool,
+    /// The engine is closing the spawner (its last handle was dropped): a handshake cut
+    /// short by that is the engine's own doing, not a spawner that failed to start.
+    pub(super) closing: bool,
     pub(super) next_id: u64,
     pub(super) pending: HashMap<u64, Pending>,
     pub(super) exits: HashMap<u32, oneshot::Sender<i32>>,
@@ -101,6 +104,16 @@ pub(super) fn read_replies(shared: &Shared, child: &mut Child) {
         Ok(()) => {
             shared.state().ready = true;
             route_until_gone(shared);
+        }
+        // A run that ends at once (a refused setup) closes the engine before the spawner
+        // has answered: nothing failed, and a warning would send the user looking for a
+        // problem that is not there.
+        Err(reason) if shared.state().closing => {
+            tracing::debug!(
+                spawner_pid = child.id(),
+                "the tool spawner was closed before it was ready ({reason})"
+            );
+            let _ = child.kill();
         }
         Err(reason) => {
             tracing::warn!(
