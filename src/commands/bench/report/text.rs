@@ -162,10 +162,23 @@ fn render_point(out: &mut String, p: &LoadPoint, cpus: usize) {
         out,
         "lower bound",
         format_args!(
-            "{:.2} s (latency chain {:.2} s, tool spawning {:.2} s): achieved {:.2}x the ideal",
-            b.ideal_s, b.latency_chain_s, b.tool_spawn_s, b.achieved_ratio
+            "{} (latency chain {}, tool spawning {}): achieved {:.2}x the ideal",
+            short_duration(b.ideal_s),
+            short_duration(b.latency_chain_s),
+            short_duration(b.tool_spawn_s),
+            b.achieved_ratio
         ),
     );
+}
+
+/// Seconds as `1.49 s`, or `1.5 ms` below a tenth of a second, where two decimals of a
+/// second would print an ideal of a few milliseconds as `0.00 s`.
+fn short_duration(seconds: f64) -> String {
+    if seconds >= 0.1 || seconds == 0.0 {
+        format!("{seconds:.2} s")
+    } else {
+        format!("{:.1} ms", seconds * 1000.0)
+    }
 }
 
 /// One indented `label  value` line; labels are padded so the values line up.
@@ -193,4 +206,16 @@ fn latency_row(out: &mut String, l: &Percentiles) {
             l.p50, l.p95, l.p99, l.max
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_duration;
+
+    #[test]
+    fn an_ideal_of_a_few_milliseconds_is_not_printed_as_zero_seconds() {
+        assert_eq!(short_duration(0.0015), "1.5 ms");
+        assert_eq!(short_duration(1.4942), "1.49 s");
+        assert_eq!(short_duration(0.0), "0.00 s");
+    }
 }
