@@ -162,11 +162,18 @@ mod tests {
     fn a_busy_thread_shows_its_own_cpu_and_no_other() {
         let (tx, rx) = std::sync::mpsc::channel();
         let spinner = std::thread::spawn(move || {
-            let until = std::time::Instant::now() + std::time::Duration::from_millis(120);
-            while std::time::Instant::now() < until {
-                std::hint::black_box(0u64);
+            // Spin until the thread has had 60 ms of CPU, however busy the machine (a wall
+            // time of spinning gave less than that while other tests ran), checking its
+            // figure only every 5 ms so that reading it adds next to no system time.
+            let me = this_thread_id();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while thread_cpu(me).total_s() < 0.06 && std::time::Instant::now() < deadline {
+                let slice = std::time::Instant::now() + std::time::Duration::from_millis(5);
+                while std::time::Instant::now() < slice {
+                    std::hint::black_box(0u64);
+                }
             }
-            tx.send(this_thread_id()).unwrap();
+            tx.send(me).unwrap();
             // Stay alive until the reading is taken.
             std::thread::park();
         });
