@@ -4,6 +4,8 @@
 //! # Layout
 //! - [`types`]: wire format ([`ChatMessage`], [`ChatRequest`], [`ChatCompletion`]) and
 //!   [`parse_completion`].
+//! - [`wire`]: a request's JSON as sent, and [`MessageJson`], which keeps each message's
+//!   JSON text between a run's requests.
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
 //!   [`LlmError`] and the one-attempt [`ChatBackend`] trait.
 //! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest.
@@ -31,6 +33,7 @@ pub mod retry;
 pub mod scripted;
 pub mod timeouts;
 pub mod types;
+pub mod wire;
 
 pub(crate) use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
@@ -52,3 +55,4 @@ pub use types::{
     parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall,
     ToolList, Usage,
 };
+pub use wire::MessageJson;

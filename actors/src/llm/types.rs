@@ -185,7 +185,8 @@ fn deserialize_arguments<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::E
 }
 
 /// A chat-completions request. `None` fields are omitted, as are `tools` when empty.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// Serialized through `wire.rs`, which holds the one list of its fields as written.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 pub struct ChatRequest {
     /// The model name.
     pub model: String,

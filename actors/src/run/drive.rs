@@ -22,7 +22,7 @@ use crate::agent::HookName;
 use crate::clock::now_rfc3339;
 use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
-use crate::llm::{ChatCompletion, ToolList};
+use crate::llm::{ChatCompletion, MessageJson, ToolList};
 use crate::metadata::write_metadata_redacted;
 use crate::protocol::TokenUsage;
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, RunResult, RunStart};
@@ -133,6 +133,7 @@ impl Run {
         ));
         let run = Run {
             tool_schemas: tool_schemas(&lp),
+            message_json: MessageJson::new(),
             paths,
             rec: RefCell::new(rec),
             meta,

@@ -162,9 +162,11 @@ impl Run {
         request: ChatRequest,
     ) -> Result<(ChatCompletion, Option<String>), Halt> {
         // Serialized once: the same bytes are the HTTP body and the record's request.
-        let wire_body = serde_json::value::to_raw_value(&*request.for_wire())
+        let wire_body = self
+            .message_json
+            .wire_body(&request)
             .ok()
-            .map(|raw| WireBody(Arc::new(raw)));
+            .map(|(raw, _reused)| WireBody(Arc::new(raw)));
         let meta = RequestMeta {
             wire_body: wire_body
                 .as_ref()

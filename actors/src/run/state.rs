@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::context::ContextFolders;
-use crate::llm::ToolList;
+use crate::llm::{MessageJson, ToolList};
 use crate::metadata::{RunLock, RunMetadata};
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
 use crate::redact::Redactor;
@@ -63,6 +63,9 @@ pub(super) struct Run {
     pub context_folders: ContextFolders,
     pub generator_env: Arc<BTreeMap<String, String>>,
     pub tool_schemas: ToolList,
+    /// The JSON of the last request's messages: a request repeats the whole history, and
+    /// only the messages new since the last one are serialized again.
+    pub message_json: MessageJson,
     pub max_iterations: u32,
     /// Iteration number across the run's whole life (THOUGHTs so far).
     pub iteration: u32,
