@@ -95,14 +95,14 @@ impl MessageJson {
         let mut kept = Vec::with_capacity(request.messages.len());
         let mut reused = 0;
         for message in &request.messages {
-            let json = match previous.next() {
-                Some((was, json)) if was == *message => {
+            match previous.next() {
+                // The copy kept last time is kept again: only new messages are copied.
+                Some(same) if same.0 == *message => {
                     reused += 1;
-                    json
+                    kept.push(same);
                 }
-                _ => serde_json::value::to_raw_value(message)?,
-            };
-            kept.push((message.clone(), json));
+                _ => kept.push((message.clone(), serde_json::value::to_raw_value(message)?)),
+            }
         }
         let texts: Vec<&RawValue> = kept.iter().map(|(_, json)| &**json).collect();
         let body = serde_json::value::to_raw_value(&WireRequest::of(request, texts, true))?;
