@@ -371,31 +371,29 @@ fn every_file_and_folder_of_a_run_is_private() {
 /// Nobody but the owner reads a run, whatever the process's umask lets through.
 fn assert_private(dir: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
-    let mut folders = vec![dir.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).unwrap() {
-            let path = entry.unwrap().path();
-            let mode = std::fs::symlink_metadata(&path)
-                .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", path.display());
-            if path.is_dir() {
-                folders.push(path);
-            }
-        }
+    for path in entries(dir) {
+        let mode = std::fs::symlink_metadata(&path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", path.display());
     }
 }
 
+/// Every file under `dir`, at any depth.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    entries(dir).into_iter().filter(|p| !p.is_dir()).collect()
+}
+
+/// Every file and folder under `dir`, at any depth.
+fn entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
+            out.extend(entries(&path));
         }
+        out.push(path);
     }
     out
 }
