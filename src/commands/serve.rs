@@ -14,12 +14,14 @@ use crate::error::CliError;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  delta serve                                 http://127.0.0.1:7777, a fresh token printed
+  delta serve                                 http://127.0.0.1:7777/#token=..., a fresh token
   delta serve -w ./ws --listen 127.0.0.1:0    also show the runs of ./ws; any free port
   DELTA_SERVE_TOKEN=s3cret-token delta serve --listen 0.0.0.0:7777   reachable from other hosts
 
-The first line on stdout is the page's URL with the token (`?token=...`): open it once, the
-browser keeps an HttpOnly cookie. Scripts send `Authorization: Bearer <token>`.
+The first line on stdout is the page's URL with the token in its fragment (`/#token=...`,
+which the browser never sends to a server): open it once; the page keeps the token in this
+browser's storage for this address and port (no cookie), so reloads and new tabs work.
+Scripts send `Authorization: Bearer <token>`.
 Workers run in detached holders: stopping the server (Ctrl-C, or even SIGKILL) stops no
 program; the next `delta serve` with the same --state-dir re-attaches to them.
 Agents: built-ins `shell` and `delta` (asks for a task, then `delta run -i` on the session
@@ -57,6 +59,20 @@ fn home() -> Option<PathBuf> {
 
 fn absolute(path: &Path) -> Result<PathBuf, CliError> {
     std::path::absolute(path).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
+}
+
+/// `token` as a URL fragment value: everything but unreserved characters percent-encoded
+/// (the page decodes it), so a fixed token holding `#`, `%` or `&` reaches the page intact.
+fn fragment_encode(token: &str) -> String {
+    token
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
@@ -125,7 +141,11 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
         http_workers: 2,
     };
     run_server(options, move |ready| {
-        crate::output::emit(&format!("http://{}/?token={token}\n", ready.address));
+        crate::output::emit(&format!(
+            "http://{}/#token={}\n",
+            ready.address,
+            fragment_encode(&token)
+        ));
         eprintln!("delta serve listening on http://{} (state in {}, {} session(s); Ctrl-C stops the server, not the workers)", ready.address, state_dir.display(), ready.sessions);
         if let Some(backup) = ready.migrated_backup {
             eprintln!(
@@ -135,4 +155,15 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
         }
     })?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fragment_encode;
+
+    #[test]
+    fn a_fixed_token_reaches_the_page_intact_through_the_fragment() {
+        assert_eq!(fragment_encode("0123abcdef"), "0123abcdef");
+        assert_eq!(fragment_encode("a#b%c&d/e"), "a%23b%25c%26d%2Fe");
+    }
 }

@@ -24,15 +24,66 @@ const el = (tag, attrs = {}, ...children) => {
   return node;
 };
 
+// ---------- the token ----------
+// `delta serve` prints http://HOST/#token=…: a fragment is never sent to a server nor logged.
+// The page keeps the token in localStorage, which is scoped to this scheme, host *and port*
+// (unlike a cookie, other servers on 127.0.0.1 never see it), so reloads and new tabs find it,
+// and removes it from the address bar. REST calls send it as `Authorization: Bearer`; the
+// WebSockets, which cannot carry headers, offer it as the subprotocol `delta.token.<hex>`
+// beside `delta.v1` (the server answers `delta.v1` only).
+const TOKEN_KEY = "delta-serve-token";
+let tokenProblem = false;
+
+function takeTokenFromUrl() {
+  const match = location.hash.match(/^#token=([^&]*)$/);
+  if (!match) return;
+  let token = match[1];
+  try { token = decodeURIComponent(token); } catch (e) { /* kept as written */ }
+  localStorage.setItem(TOKEN_KEY, token);
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
+function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
+
+function authHeaders() { return { Authorization: "Bearer " + token() }; }
+
+function wsProtocols() {
+  const hex = Array.from(new TextEncoder().encode(token()), (b) => b.toString(16).padStart(2, "0")).join("");
+  return ["delta.v1", "delta.token." + hex];
+}
+
+function showTokenProblem() {
+  tokenProblem = true;
+  const why = token()
+    ? "This page's token is not this server's: delta serve makes a new one each time it starts (unless DELTA_SERVE_TOKEN sets it)."
+    : "This page has no token yet.";
+  const box = $("token-problem");
+  box.textContent = why + " Open the URL that `delta serve` printed (http://" + location.host +
+    "/#token=…) once in this browser; reloads and new tabs then keep working.";
+  box.hidden = false;
+  $("connection").textContent = "no valid token";
+  $("connection").classList.remove("live");
+}
+
+// Opening the printed URL in another tab stores a new token: pick it up here too.
+window.addEventListener("storage", (event) => { if (event.key === TOKEN_KEY && tokenProblem) location.reload(); });
+
+async function tokenRejected() {
+  try { return (await fetch("/api/agents", { headers: authHeaders() })).status === 401; }
+  catch (e) { return false; }
+}
+
 async function api(method, path, body) {
-  const options = { method, headers: {} };
+  const options = { method, headers: authHeaders() };
   if (body !== undefined) {
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);
   }
   const response = await fetch(path, options);
   const text = await response.text();
-  const data = text ? JSON.parse(text) : null;
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+  if (response.status === 401) showTokenProblem();
   if (!response.ok) throw new Error((data && data.error) || response.statusText);
   return data;
 }
@@ -62,12 +113,15 @@ function go(hash) {
 // ---------- dashboard ----------
 let dashboardRetry = 500;
 function connectDashboard() {
-  const socket = new WebSocket(wsUrl("/ws/dashboard"));
+  if (tokenProblem) return;
+  const socket = new WebSocket(wsUrl("/ws/dashboard"), wsProtocols());
   socket.onopen = () => { dashboardRetry = 500; $("connection").textContent = "live"; $("connection").classList.add("live"); };
   socket.onmessage = (event) => applyDashboard(JSON.parse(event.data));
-  socket.onclose = () => {
+  socket.onclose = async () => {
     $("connection").textContent = "reconnecting…";
     $("connection").classList.remove("live");
+    // A browser does not say why an upgrade failed: ask, so a stale token is said, not retried.
+    if (await tokenRejected()) { showTokenProblem(); return; }
     setTimeout(connectDashboard, dashboardRetry);
     dashboardRetry = Math.min(dashboardRetry * 2, 8000);
   };
@@ -228,7 +282,8 @@ function attachTerminal(sessionId, workerId) {
 
 function openSocket(sessionId, workerId) {
   const key = sessionId + "/" + workerId;
-  const socket = new WebSocket(wsUrl("/ws/session/" + sessionId + "/worker/" + workerId));
+  if (tokenProblem) return;
+  const socket = new WebSocket(wsUrl("/ws/session/" + sessionId + "/worker/" + workerId), wsProtocols());
   terminal.socket = socket;
   socket.onopen = () => {
     terminal.retry = 300;
@@ -395,11 +450,13 @@ window.deltaServe = {
 };
 
 (async function start() {
+  takeTokenFromUrl();
+  if (!token()) showTokenProblem();
   try {
     state.agents = await api("GET", "/api/agents");
     for (const agent of state.agents) $("new-session-agent").append(el("option", { value: agent.id }, agent.name || agent.id));
   } catch (e) { status(e.message); }
   window.addEventListener("hashchange", route);
   route();
-  connectDashboard();
+  if (!tokenProblem) connectDashboard();
 })();

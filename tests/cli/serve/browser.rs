@@ -1,8 +1,10 @@
 //! The page in a real browser (Debian's `chromium` + `chromedriver` over WebDriver): open it
 //! with the token, create a session and a terminal worker, type a command and see its output,
 //! reload and still see it, open the runs view of a workspace with a finished example
-//! orchestration and see its stages and a run's timeline, and save screenshots. Without chromium the test fails
-//! loudly, unless DELTA_SKIP_BROWSER=1 says to skip it (it then prints SKIPPED).
+//! orchestration and see its stages and a run's timeline, and save screenshots; and where the
+//! token goes: no cookie, nothing sent to another server on 127.0.0.1, a second tab works, a
+//! stale token is said. Without chromium the tests fail loudly, unless DELTA_SKIP_BROWSER=1
+//! says to skip them (they then print SKIPPED).
 
 use super::webdriver::{which, Driver};
 use super::{runtime, Root, Server};
@@ -43,15 +45,30 @@ pub fn finished_example_orchestration(workspace: &std::path::Path) {
     );
 }
 
-#[test]
-fn serve_browser_terminal_reload_and_runs_view() {
-    let Some((chromium, chromedriver)) = browser() else {
-        eprintln!("\n!!!!!!!!!! SKIPPED serve_browser_terminal_reload_and_runs_view: chromium or chromedriver is not installed (apt-get install chromium chromium-driver) !!!!!!!!!!\n");
+/// Chromium and chromedriver, or `None` after saying SKIPPED when DELTA_SKIP_BROWSER=1 says
+/// to skip knowingly (without it a missing browser fails the test).
+fn browser_or_skip(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let found = browser();
+    if found.is_none() {
+        eprintln!("\n!!!!!!!!!! SKIPPED {test}: chromium or chromedriver is not installed (apt-get install chromium chromium-driver) !!!!!!!!!!\n");
         assert_eq!(
             std::env::var("DELTA_SKIP_BROWSER").as_deref(),
             Ok("1"),
             "the browser test needs chromium and chromedriver; set DELTA_SKIP_BROWSER=1 to skip it knowingly"
         );
+    }
+    found
+}
+
+/// The page opened with the printed URL has taken the token out of the address bar and is live.
+const OPENED: &str =
+    "return location.hash === '' && document.getElementById('connection').textContent === 'live'";
+
+#[test]
+fn serve_browser_terminal_reload_and_runs_view() {
+    let Some((chromium, chromedriver)) =
+        browser_or_skip("serve_browser_terminal_reload_and_runs_view")
+    else {
         return;
     };
     let root = Root::new();
@@ -59,8 +76,8 @@ fn serve_browser_terminal_reload_and_runs_view() {
     let server = Server::start(&root);
     runtime().block_on(async {
         let driver = Driver::start(&chromium, &chromedriver).await;
-        driver.goto(&format!("{}/?token={}", server.base, server.token)).await;
-        driver.until("the redirect without the token", "return location.search === '' && document.getElementById('connection').textContent === 'live'").await;
+        driver.goto(&format!("{}/#token={}", server.base, server.token)).await;
+        driver.until("the page without the token in its address", OPENED).await;
 
         driver.type_into("#new-session-path", &root.workspace().display().to_string()).await;
         driver.click("#new-session").await;
@@ -93,6 +110,111 @@ fn serve_browser_terminal_reload_and_runs_view() {
         .await;
         driver.screenshot(&shot.join("timeline.png")).await;
         eprintln!("screenshots in {}", shot.display());
+        driver.quit().await;
+    });
+}
+
+/// Another HTTP server on 127.0.0.1 (a dev server, another user's server): it answers every
+/// request with a small page and keeps every request head it received.
+struct OtherLocalServer {
+    url: String,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl OtherLocalServer {
+    fn start() -> OtherLocalServer {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = heads.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                kept.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
+                let page =
+                    "<!doctype html><title>other</title><p id=other>another local server</p>";
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+                    page.len()
+                );
+            }
+        });
+        OtherLocalServer { url, heads }
+    }
+}
+
+/// Regression (issue 24 item 1): opening `/?token=` stored the token in a cookie, which the
+/// browser then sent to every server on 127.0.0.1 whatever its port, where it ran terminals
+/// as the user. Now the printed URL carries the token in its fragment; the page keeps it in
+/// localStorage (scoped by port) and sends no cookie anywhere; a reload and a second tab
+/// opened without the token keep working; a wrong token is said on the page.
+#[test]
+fn serve_browser_the_token_never_reaches_another_local_server_and_new_tabs_work() {
+    let Some((chromium, chromedriver)) = browser_or_skip(
+        "serve_browser_the_token_never_reaches_another_local_server_and_new_tabs_work",
+    ) else {
+        return;
+    };
+    let root = Root::new();
+    let server = Server::start(&root);
+    let other = OtherLocalServer::start();
+    runtime().block_on(async {
+        let driver = Driver::start(&chromium, &chromedriver).await;
+        driver.goto(&format!("{}/#token={}", server.base, server.token)).await;
+        driver.until("the page without the token in its address", OPENED).await;
+        assert_eq!(driver.cookies().await, serde_json::json!([]), "no cookie");
+        assert_eq!(driver.script("return document.cookie").await, "");
+
+        driver.type_into("#new-session-path", &root.workspace().display().to_string()).await;
+        driver.click("#new-session").await;
+        driver.click("#add-terminal").await;
+        driver.until("the worker's tab", "return location.hash.includes('/worker/')").await;
+        driver.until("a prompt", "return /[$#] *$/m.test(window.deltaServe.screenText())").await;
+        driver.click("#terminal").await;
+        driver.type_into(".xterm-helper-textarea", "echo tab-$((6*7))\u{E007}").await;
+        driver.until("tab-42 in the terminal", "return window.deltaServe.screenText().includes('tab-42')").await;
+        let worker_view = driver.script("return location.hash").await;
+        let worker_view = worker_view.as_str().unwrap().to_string();
+        driver.refresh().await;
+        driver.until("tab-42 after a reload", "return window.deltaServe.screenText().includes('tab-42')").await;
+
+        // A second tab on the worker's own address, without the token: it finds it.
+        let tab = driver.new_tab().await;
+        driver.switch_to(&tab).await;
+        driver.goto(&format!("{}/{worker_view}", server.base)).await;
+        driver.until("tab-42 in a new tab", "return document.getElementById('connection').textContent === 'live' && window.deltaServe.screenText().includes('tab-42')").await;
+
+        // Another server on 127.0.0.1 receives nothing of the token, and cannot read it.
+        driver.goto(&format!("{}/", other.url)).await;
+        driver.until("the other server's page", "return document.getElementById('other') !== null").await;
+        assert_eq!(driver.script("return document.cookie").await, "");
+        assert_eq!(
+            driver.script("return localStorage.getItem('delta-serve-token')").await,
+            serde_json::Value::Null
+        );
+        let heads = other.heads.lock().unwrap().clone();
+        assert!(!heads.is_empty());
+        for head in &heads {
+            assert!(!head.contains(&server.token), "the token reached another server: {head}");
+            assert!(!head.to_ascii_lowercase().contains("cookie"), "{head}");
+        }
+
+        // A token that is not the server's (an old one, after a restart) is said on the page.
+        driver.goto(&format!("{}/#token=not-this-servers-token", server.base)).await;
+        driver.until(
+            "the stale-token message",
+            "const box = document.getElementById('token-problem'); return !box.hidden && box.textContent.includes('Open the URL that `delta serve` printed');",
+        )
+        .await;
         driver.quit().await;
     });
 }

@@ -8,6 +8,7 @@ mod api;
 mod browser;
 mod lifecycle;
 mod runs;
+mod security;
 mod streams;
 mod webdriver;
 
@@ -162,7 +163,7 @@ impl Server {
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(LIMIT).unwrap_or_default();
-        let Some((base, token)) = line.trim().split_once("/?token=") else {
+        let Some((base, token)) = line.trim().split_once("/#token=") else {
             let _ = child.kill();
             let output = child.wait_with_output().unwrap();
             panic!(
@@ -308,6 +309,30 @@ impl Viewer {
         }
     }
 
+    /// Connects as the page does: no header, the token offered as the subprotocol
+    /// `delta.token.<hex>` beside `delta.v1`. Also returns the subprotocol the server chose.
+    pub async fn connect_as_page(url: &str, token: &str) -> Result<(Viewer, Option<String>), u16> {
+        let hex: String = token.bytes().map(|b| format!("{b:02x}")).collect();
+        let mut request = url.into_client_request().unwrap();
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            HeaderValue::from_str(&format!("delta.v1, delta.token.{hex}")).unwrap(),
+        );
+        match tokio::time::timeout(LIMIT, tokio_tungstenite::connect_async(request)).await {
+            Ok(Ok((socket, response))) => {
+                let chosen = response
+                    .headers()
+                    .get("sec-websocket-protocol")
+                    .map(|v| v.to_str().unwrap().to_string());
+                Ok((Viewer { socket }, chosen))
+            }
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
+                Err(response.status().as_u16())
+            }
+            other => panic!("cannot connect to {url}: {other:?}"),
+        }
+    }
+
     pub async fn next(&mut self) -> Frame {
         loop {
             let message = tokio::time::timeout(LIMIT, self.socket.next())
@@ -339,6 +364,16 @@ impl Viewer {
             .send(Message::Text(message.to_string()))
             .await
             .unwrap();
+    }
+
+    /// Starts a closing handshake with `code`.
+    pub async fn send_close(&mut self, code: u16) {
+        use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+        let frame = CloseFrame {
+            code: code.into(),
+            reason: "".into(),
+        };
+        self.socket.send(Message::Close(Some(frame))).await.unwrap();
     }
 
     pub async fn close(mut self) {

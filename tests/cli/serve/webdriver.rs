@@ -1,6 +1,7 @@
 //! A small W3C WebDriver client over reqwest (WebDriver is plain HTTP + JSON), driving
 //! Debian's `chromium` through `chromedriver` for the browser test. Only what the test uses:
-//! open a session, navigate, find, click, type, run a script, refresh, screenshot.
+//! open a session, navigate, find, click, type, run a script, refresh, tabs, cookies,
+//! screenshot.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -123,6 +124,32 @@ impl Driver {
 
     pub async fn refresh(&self) {
         self.call("POST", &self.path("/refresh"), None).await;
+    }
+
+    /// Opens a new tab and returns its window handle (the current tab stays current).
+    pub async fn new_tab(&self) -> String {
+        let answer = self
+            .call(
+                "POST",
+                &self.path("/window/new"),
+                Some(json!({"type": "tab"})),
+            )
+            .await;
+        answer["handle"].as_str().unwrap().to_string()
+    }
+
+    pub async fn switch_to(&self, handle: &str) {
+        self.call(
+            "POST",
+            &self.path("/window"),
+            Some(json!({"handle": handle})),
+        )
+        .await;
+    }
+
+    /// Every cookie the browser holds for the current page's address.
+    pub async fn cookies(&self) -> Value {
+        self.call("GET", &self.path("/cookie"), None).await
     }
 
     pub async fn script(&self, script: &str) -> Value {

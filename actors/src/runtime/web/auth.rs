@@ -1,29 +1,44 @@
-//! Who may talk to `delta serve`: a request carries the server's token as
-//! `Authorization: Bearer <token>` or as the HttpOnly cookie set when the page was first
-//! opened with `?token=` (that request is answered with the cookie and a redirect to the same
-//! URL without the token). A request with an `Origin` header from another site is refused
-//! (cross-site WebSockets and form posts), so the cookie cannot be used by other pages.
+//! Who may talk to `delta serve`. Every API request and WebSocket carries the server's token:
+//! - REST (the page and scripts): `Authorization: Bearer <token>`;
+//! - WebSockets from the page (a browser cannot set headers on them): the subprotocol
+//!   `delta.token.<token in lower-case hex>` offered beside [`SUBPROTOCOL`]. The server
+//!   answers with [`SUBPROTOCOL`] alone, so the token is never echoed. Hex because a
+//!   subprotocol must be an HTTP token and a fixed token may hold `/`, `:` or `@`. Scripts may
+//!   send `Authorization` on the upgrade instead.
+//!
+//! Authentication happens before the upgrade, in the same check as REST, so an
+//! unauthenticated client never holds a socket (a first message within a deadline would).
+//!
+//! The page itself (`/`, `/assets/...`) is public: it holds no data. It takes the token from
+//! the URL's fragment (`/#token=...`, never sent to a server) into `localStorage`.
+//!
+//! Must not: accept a token from a cookie or a query string. Cookies are scoped by host, not
+//! port, so every other server on 127.0.0.1 the user opens would receive one; a query string
+//! is logged and was an open redirect (`//host/?token=`). Requests with an `Origin` from
+//! another site are refused, token or not.
 
-use actix_web::http::header;
-use actix_web::HttpRequest;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse};
 
-pub const COOKIE: &str = "delta_serve_token";
+/// The subprotocol the page speaks, and the only one the server ever answers with.
+pub const SUBPROTOCOL: &str = "delta.v1";
+/// The prefix of the subprotocol that carries the token (hex-encoded) on a WebSocket upgrade.
+pub const TOKEN_SUBPROTOCOL_PREFIX: &str = "delta.token.";
 
 /// What to do with a request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
     Allowed,
-    /// `?token=` was right: set the cookie and redirect to this location.
-    SetCookie {
-        location: String,
-    },
     Unauthorized,
     ForeignOrigin,
 }
 
 /// Compares without stopping at the first difference.
 pub fn same_token(given: &str, token: &str) -> bool {
-    let (a, b) = (given.as_bytes(), token.as_bytes());
+    same_bytes(given.as_bytes(), token.as_bytes())
+}
+
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let mut difference = a.len() ^ b.len();
     for (i, byte) in b.iter().enumerate() {
         difference |= (a.get(i).copied().unwrap_or(0) ^ byte) as usize;
@@ -40,28 +55,33 @@ fn bearer(request: &HttpRequest) -> Option<&str> {
         .strip_prefix("Bearer ")
 }
 
-fn cookie(request: &HttpRequest) -> Option<String> {
-    let header = request.headers().get(header::COOKIE)?.to_str().ok()?;
-    header.split(';').find_map(|pair| {
-        let (name, value) = pair.trim().split_once('=')?;
-        (name == COOKIE).then(|| value.to_string())
-    })
+/// Every subprotocol the client offered (`Sec-WebSocket-Protocol` may repeat and lists
+/// comma-separated values).
+fn offered_subprotocols(request: &HttpRequest) -> impl Iterator<Item = &str> {
+    request
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
 }
 
-/// The `token` query parameter and the query without it.
-fn query_token(query: &str) -> (Option<String>, String) {
-    let mut token = None;
-    let rest: Vec<&str> = query
-        .split('&')
-        .filter(|pair| match pair.strip_prefix("token=") {
-            Some(value) => {
-                token = Some(value.to_string());
-                false
-            }
-            None => !pair.is_empty(),
-        })
-        .collect();
-    (token, rest.join("&"))
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The token as the page offers it on a WebSocket upgrade.
+fn subprotocol_token(request: &HttpRequest, token: &str) -> bool {
+    offered_subprotocols(request)
+        .filter_map(|protocol| protocol.strip_prefix(TOKEN_SUBPROTOCOL_PREFIX))
+        .filter_map(decode_hex)
+        .any(|given| same_bytes(&given, token.as_bytes()))
 }
 
 /// An `Origin` that is not this server's own (scheme-less host:port compare with `Host`).
@@ -85,33 +105,35 @@ fn foreign_origin(request: &HttpRequest) -> bool {
     host.is_empty() || origin_host != host
 }
 
+/// The page and its scripts: served to anyone, they hold no data (the token arrives in the
+/// URL's fragment, which the browser never sends).
+fn is_public_page(path: &str) -> bool {
+    path == "/" || path.starts_with("/assets/")
+}
+
 pub fn judge(request: &HttpRequest, token: &str) -> Verdict {
     if foreign_origin(request) {
         return Verdict::ForeignOrigin;
     }
-    if bearer(request).is_some_and(|given| same_token(given, token))
-        || cookie(request).is_some_and(|given| same_token(&given, token))
+    if is_public_page(request.path())
+        || bearer(request).is_some_and(|given| same_token(given, token))
+        || subprotocol_token(request, token)
     {
         return Verdict::Allowed;
     }
-    let (given, rest) = query_token(request.query_string());
-    match given {
-        Some(given) if same_token(&given, token) => {
-            let path = request.path();
-            let location = if rest.is_empty() {
-                path.to_string()
-            } else {
-                format!("{path}?{rest}")
-            };
-            Verdict::SetCookie { location }
-        }
-        _ => Verdict::Unauthorized,
-    }
+    Verdict::Unauthorized
 }
 
-/// The `Set-Cookie` value for `token`.
-pub fn set_cookie(token: &str) -> String {
-    format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict")
+/// Answers a WebSocket upgrade with [`SUBPROTOCOL`] when the client offered it (a browser
+/// that offered subprotocols fails the connection unless the server picks one); never with
+/// the token's own subprotocol.
+pub fn accept_subprotocol(request: &HttpRequest, response: &mut HttpResponse) {
+    if offered_subprotocols(request).any(|protocol| protocol == SUBPROTOCOL) {
+        response.headers_mut().insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static(SUBPROTOCOL),
+        );
+    }
 }
 
 /// A fresh random token (32 hex digits).
@@ -126,27 +148,63 @@ mod tests {
 
     use super::*;
 
+    fn hex(text: &str) -> String {
+        text.bytes().map(|b| format!("{b:02x}")).collect()
+    }
+
     #[test]
-    fn bearer_cookie_and_query_tokens() {
-        let token = "abc123";
-        let request = TestRequest::default()
-            .insert_header((header::AUTHORIZATION, "Bearer abc123"))
+    fn bearer_and_subprotocol_tokens_are_accepted() {
+        let token = "abc/123:@x";
+        let request = TestRequest::with_uri("/api/sessions")
+            .insert_header((header::AUTHORIZATION, "Bearer abc/123:@x"))
             .to_http_request();
         assert_eq!(judge(&request, token), Verdict::Allowed);
-        let request = TestRequest::default()
-            .insert_header((header::COOKIE, "x=1; delta_serve_token=abc123"))
+        let offered = format!("{SUBPROTOCOL}, {TOKEN_SUBPROTOCOL_PREFIX}{}", hex(token));
+        let request = TestRequest::with_uri("/ws/dashboard")
+            .insert_header((header::SEC_WEBSOCKET_PROTOCOL, offered))
             .to_http_request();
         assert_eq!(judge(&request, token), Verdict::Allowed);
-        let request = TestRequest::with_uri("/?a=1&token=abc123").to_http_request();
-        assert_eq!(
-            judge(&request, token),
-            Verdict::SetCookie {
-                location: "/?a=1".into()
-            }
-        );
-        for bad in ["/?token=abc12", "/?token=abc1234", "/"] {
-            let request = TestRequest::with_uri(bad).to_http_request();
-            assert_eq!(judge(&request, token), Verdict::Unauthorized, "{bad}");
+        for wrong in [
+            hex("abc/123:@"),
+            hex("abc/123:@xy"),
+            "zz".into(),
+            "abc".into(),
+        ] {
+            let offered = format!("{SUBPROTOCOL}, {TOKEN_SUBPROTOCOL_PREFIX}{wrong}");
+            let request = TestRequest::with_uri("/ws/dashboard")
+                .insert_header((header::SEC_WEBSOCKET_PROTOCOL, offered))
+                .to_http_request();
+            assert_eq!(judge(&request, token), Verdict::Unauthorized, "{wrong}");
+        }
+    }
+
+    #[test]
+    fn a_cookie_or_a_query_token_authenticates_nothing() {
+        let token = "abc123ab";
+        let request = TestRequest::with_uri("/api/sessions")
+            .insert_header((header::COOKIE, "delta_serve_token=abc123ab"))
+            .to_http_request();
+        assert_eq!(judge(&request, token), Verdict::Unauthorized);
+        let request = TestRequest::with_uri("/api/sessions?token=abc123ab").to_http_request();
+        assert_eq!(judge(&request, token), Verdict::Unauthorized);
+        // `//host/` is not the page: no redirect anywhere, just a refusal.
+        let request = TestRequest::with_uri("//evil.example/?token=abc123ab").to_http_request();
+        assert_eq!(judge(&request, token), Verdict::Unauthorized);
+    }
+
+    #[test]
+    fn only_the_page_and_its_assets_are_public() {
+        for public in ["/", "/assets/app.js", "/?token=x"] {
+            let request = TestRequest::with_uri(public).to_http_request();
+            assert_eq!(judge(&request, "t0ken-t0ken"), Verdict::Allowed, "{public}");
+        }
+        for private in ["/api/agents", "/ws/dashboard", "/index.html", "/nothing"] {
+            let request = TestRequest::with_uri(private).to_http_request();
+            assert_eq!(
+                judge(&request, "t0ken-t0ken"),
+                Verdict::Unauthorized,
+                "{private}"
+            );
         }
     }
 
@@ -164,5 +222,29 @@ mod tests {
             .insert_header((header::AUTHORIZATION, "Bearer t"))
             .to_http_request();
         assert_eq!(judge(&request, "t"), Verdict::Allowed);
+    }
+
+    #[test]
+    fn the_answer_names_the_page_protocol_never_the_token() {
+        let offered = format!(
+            "{TOKEN_SUBPROTOCOL_PREFIX}{}, {SUBPROTOCOL}",
+            hex("secret-1")
+        );
+        let request = TestRequest::default()
+            .insert_header((header::SEC_WEBSOCKET_PROTOCOL, offered))
+            .to_http_request();
+        let mut response = HttpResponse::SwitchingProtocols().finish();
+        accept_subprotocol(&request, &mut response);
+        assert_eq!(
+            response.headers().get(header::SEC_WEBSOCKET_PROTOCOL),
+            Some(&HeaderValue::from_static(SUBPROTOCOL))
+        );
+        let request = TestRequest::default().to_http_request();
+        let mut response = HttpResponse::SwitchingProtocols().finish();
+        accept_subprotocol(&request, &mut response);
+        assert!(response
+            .headers()
+            .get(header::SEC_WEBSOCKET_PROTOCOL)
+            .is_none());
     }
 }

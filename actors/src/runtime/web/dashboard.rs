@@ -37,7 +37,7 @@ pub async fn dashboard_socket(
             "unavailable",
         );
     };
-    let (response, mut session, stream) = match actix_ws::handle(&request, body) {
+    let (mut response, mut session, stream) = match actix_ws::handle(&request, body) {
         Ok(parts) => parts,
         Err(e) => {
             return error_response(
@@ -47,12 +47,15 @@ pub async fn dashboard_socket(
             )
         }
     };
+    super::auth::accept_subprotocol(&request, &mut response);
     let state = state.into_inner();
     actix_web::rt::spawn(async move {
         let mut stream = stream.max_frame_size(64 * 1024);
         if session.text(first).await.is_err() {
             return;
         }
+        // The client's Close, answered with its own code.
+        let mut answer = None;
         loop {
             tokio::select! {
                 event = events.recv() => {
@@ -72,12 +75,16 @@ pub async fn dashboard_socket(
                     Some(Ok(Message::Ping(bytes))) => {
                         if session.pong(&bytes).await.is_err() { break; }
                     }
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(Message::Close(reason))) => {
+                        answer = reason;
+                        break;
+                    }
+                    None | Some(Err(_)) => break,
                     Some(Ok(_)) => {}
                 },
             }
         }
-        let _ = session.close(None).await;
+        let _ = session.close(answer).await;
     });
     response
 }

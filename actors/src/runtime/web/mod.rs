@@ -6,7 +6,7 @@
 //! # Routes
 //! | route | what |
 //! |---|---|
-//! | `GET /` , `GET /assets/{file}` | the page (embedded) |
+//! | `GET /` , `GET /assets/{file}` | the page (embedded; public, it holds no data) |
 //! | `GET/POST /api/sessions`, `GET/DELETE /api/sessions/{id}`, `POST /api/sessions/{id}/restart` | sessions |
 //! | `GET/POST /api/sessions/{id}/workers`, `DELETE .../workers/{wid}`, `POST .../workers/{wid}/restart`, `POST .../workers/{wid}/input` | workers |
 //! | `GET /api/agents`, `GET /api/workspaces`, `GET /api/runs/{run}/timeline`, `POST /api/runs/{run}/answer` | agents, runs |
@@ -26,11 +26,11 @@ use std::sync::Arc;
 use actix::prelude::*;
 use actix_web::body::{BoxBody, EitherBody};
 use actix_web::dev::{Service, ServiceResponse};
-use actix_web::http::{header, StatusCode};
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpServer};
 use futures_util::future::{ready, Either};
 
-use self::auth::{judge, set_cookie, Verdict};
+use self::auth::{judge, Verdict};
 use self::rest::error_response;
 use crate::runtime::serve::watcher::RunsWatcher;
 use crate::runtime::serve::{ManagerConfig, ServeManager};
@@ -41,13 +41,22 @@ use crate::session::pty::{PtyConfig, PtySessions};
 
 /// Largest JSON body.
 pub const MAX_JSON_BODY: usize = 256 * 1024;
+/// No linger after a response: actix otherwise keeps reading a connection whose request it
+/// did not read to the end (every WebSocket: its request never ends) for up to this long
+/// before closing it, and a WebSocket client waits for the server to close the TCP connection
+/// after the closing handshake: every clean close took 0.5-1 s. A shorter non-zero linger
+/// is not an option: actix measures it from a clock cached for up to 500 ms, and a deadline
+/// already past when set is never woken (the connection then stayed open until the client
+/// left). The cost: a request refused before its body was read (401, 403, 413) is answered
+/// and the connection closed at once, so a client still sending a large body may see a reset.
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::ZERO;
 
 /// Everything `delta serve` needs, resolved by the CLI.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// The address to listen on (the CLI defaults to loopback).
     pub listen: SocketAddr,
-    /// The bearer token every request must carry (header, cookie, or `?token=` once); see
+    /// The token every API request and WebSocket must carry (see [`auth`]); see
     /// [`crate::api::serve::new_token`].
     pub token: String,
     /// `sessions.json`, the PTY holders' folders, pasted images.
@@ -136,6 +145,7 @@ pub fn run_server(
             .tcp_nodelay(true)
             .disable_signals()
             .shutdown_timeout(1)
+            .client_disconnect_timeout(CLOSE_LINGER)
             .bind(options.listen)
             .map_err(|e| ServeError::io("cannot listen on", options.listen.to_string(), e))?;
         let address = server.addrs().first().copied().unwrap_or(options.listen);
@@ -228,14 +238,10 @@ fn app(
                 }),
                 verdict => {
                     let response = match verdict {
-                        Verdict::SetCookie { location } => HttpResponse::SeeOther()
-                            .insert_header((header::SET_COOKIE, set_cookie(&token)))
-                            .insert_header((header::LOCATION, location))
-                            .finish(),
                         Verdict::ForeignOrigin => error_response(StatusCode::FORBIDDEN, "requests from another site are refused", "foreign_origin"),
                         _ => error_response(
                             StatusCode::UNAUTHORIZED,
-                            "missing or wrong token: open the URL `delta serve` printed (it ends with ?token=...), or send `Authorization: Bearer <token>`",
+                            "missing or wrong token: open the URL `delta serve` printed (it ends with /#token=...), or send `Authorization: Bearer <token>`",
                             "unauthorized",
                         ),
                     };

@@ -2,7 +2,8 @@
 //! `input`, `resize`, `image`; the first server message is the snapshot (`history` with its
 //! offset), then `output`, `activity`, `exit`. The writer forwards the worker's frames in
 //! order; when the worker marks it lagging it asks for a fresh snapshot once its queue is
-//! drained. Close codes: 1000 stopped (do not reconnect), 4001 restarted (reconnect).
+//! drained. Close codes: 1000 stopped (do not reconnect), 4001 restarted (reconnect); a
+//! client's Close is answered at once with its own code.
 
 use std::path::PathBuf;
 
@@ -75,7 +76,7 @@ pub async fn worker_socket(
             )
         }
     };
-    let (response, session, stream) = match actix_ws::handle(&request, body) {
+    let (mut response, session, stream) = match actix_ws::handle(&request, body) {
         Ok(parts) => parts,
         Err(e) => {
             return error_response(
@@ -85,6 +86,7 @@ pub async fn worker_socket(
             )
         }
     };
+    super::auth::accept_subprotocol(&request, &mut response);
     let (queue, frames) = ViewerQueue::new();
     let queued = queue.queued.clone();
     let Ok(viewer) = worker.send(Attach(queue)).await else {
@@ -176,7 +178,12 @@ async fn read_messages(
                 }
             }
             Message::Ping(bytes) if session.pong(&bytes).await.is_err() => break,
-            Message::Close(_) => break,
+            Message::Close(reason) => {
+                // Answer the closing handshake at once, echoing the client's code.
+                let _ = session.close(reason).await;
+                worker.do_send(Detach(viewer));
+                return;
+            }
             _ => {}
         }
     }

@@ -1,0 +1,151 @@
+//! Regressions of the second attack round against `delta serve` (issue 24): the token is never
+//! a cookie nor a query parameter (other servers on 127.0.0.1 received the cookie) and
+//! `//host/?token=` redirects nowhere; WebSockets authenticate by subprotocol; a clean close
+//! is answered at once.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{runtime, Frame, Root, Server, Viewer};
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Regression (issue 24 item 1): `/?token=` set a `delta_serve_token` cookie, which the
+/// browser sends to every server on 127.0.0.1 whatever its port. Now the page is public and
+/// sets no cookie; neither a cookie nor `?token=` authenticates anything.
+#[test]
+fn serve_the_token_is_never_a_cookie_nor_read_from_a_query() {
+    let root = Root::new();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let client = client();
+        for path in ["/".to_string(), format!("/?token={}", server.token)] {
+            let response = client.get(server.url(&path)).send().await.unwrap();
+            assert_eq!(response.status().as_u16(), 200, "{path}");
+            assert!(
+                response.headers().get("set-cookie").is_none(),
+                "{path}: {:?}",
+                response.headers()
+            );
+            assert!(response.headers().get("location").is_none(), "{path}");
+        }
+        let response = client
+            .get(server.url("/api/sessions"))
+            .header("cookie", format!("delta_serve_token={}", server.token))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 401, "a cookie is no token");
+        let response = client
+            .get(server.url(&format!("/api/sessions?token={}", server.token)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 401, "a query is no token");
+        let body = response.text().await.unwrap();
+        assert!(
+            body.contains("#token="),
+            "the refusal says what to open: {body}"
+        );
+    });
+}
+
+/// Regression (issue 24 item 15): `GET //evil.example/?token=<token>` answered 303 with
+/// `Location: //evil.example/`, a redirect off-site.
+#[test]
+fn serve_a_double_slash_token_url_is_not_an_open_redirect() {
+    let root = Root::new();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let url = server.url(&format!("//evil.example/?token={}", server.token));
+        let response = client().get(&url).send().await.unwrap();
+        assert_eq!(
+            response.url().path(),
+            "//evil.example/",
+            "the request went as written"
+        );
+        assert!(
+            !response.status().is_redirection() && response.headers().get("location").is_none(),
+            "{} {:?}",
+            response.status(),
+            response.headers()
+        );
+    });
+}
+
+/// Regression (issue 24 item 1): the page's WebSockets carried the cookie; a browser cannot set
+/// `Authorization` on them, so they now offer the token as a subprotocol, and the server's
+/// answer names `delta.v1` only, never the token.
+#[test]
+fn serve_websockets_authenticate_by_subprotocol_and_never_echo_the_token() {
+    let root = Root::new();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let session = server.session(&root).await;
+        let worker = server.worker(&session, json!({"type": "terminal"})).await;
+        let worker_path = format!(
+            "/ws/session/{session}/worker/{}",
+            worker["id"].as_str().unwrap()
+        );
+        for path in [worker_path.as_str(), "/ws/dashboard"] {
+            let url = server.ws_url(path);
+            let (mut viewer, chosen) = Viewer::connect_as_page(&url, &server.token).await.unwrap();
+            assert_eq!(chosen.as_deref(), Some("delta.v1"), "{path}");
+            assert!(matches!(viewer.next().await, Frame::Json(_)), "{path}");
+            viewer.close().await;
+            let refused = Viewer::connect_as_page(&url, "not-the-token").await;
+            assert_eq!(refused.err(), Some(401), "{path}");
+        }
+    });
+}
+
+/// Regression (issue 24 item 15): a clean WebSocket close took 0.5-1 s: the server's Close
+/// carried no code and the connection stayed open until actix's 1 s linger ran out (the
+/// client waits for the server to end it). Now the Close is echoed with the client's code
+/// and the connection ends at once.
+#[test]
+fn serve_a_clean_websocket_close_is_answered_at_once() {
+    let root = Root::new();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let session = server.session(&root).await;
+        let worker = server.worker(&session, json!({"type": "terminal"})).await;
+        let worker_path = format!(
+            "/ws/session/{session}/worker/{}",
+            worker["id"].as_str().unwrap()
+        );
+        for path in [worker_path.as_str(), "/ws/dashboard"] {
+            let mut viewer = Viewer::connect(&server, path, None).await.unwrap();
+            assert!(matches!(viewer.next().await, Frame::Json(_)), "{path}");
+            let started = Instant::now();
+            viewer.send_close(1000).await;
+            // Frames already on their way may come first; then the echo.
+            let echoed = loop {
+                match viewer.next().await {
+                    Frame::Json(_) => continue,
+                    Frame::Closed(code) => break code,
+                }
+            };
+            assert_eq!(
+                echoed,
+                Some(1000),
+                "{path}: the Close is answered with its code"
+            );
+            assert!(
+                matches!(viewer.next().await, Frame::Closed(None)),
+                "{path}: the connection ends"
+            );
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_millis(500),
+                "{path}: the close took {took:?} (it took 0.5-1 s)"
+            );
+        }
+    });
+}
