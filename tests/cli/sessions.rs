@@ -346,3 +346,23 @@ fn usage_errors_are_text_on_stderr_with_exit_2_and_help_has_examples() {
         "{help}"
     );
 }
+
+/// Regression (issue 24 item 5): an existing shared `.sessions` folder was chmod-ed to 0700.
+/// It is now refused, with the fix named, and left as it was.
+#[test]
+fn a_shared_sessions_folder_is_refused_and_left_as_it_was() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = tmp.path().join(".sessions");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = cli(tmp.path()).arg("start").output().unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(".sessions") && stderr.contains("chmod 700"),
+        "{stderr}"
+    );
+    let mode = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o1777);
+}

@@ -539,3 +539,28 @@ fn usage_errors_are_text_on_stderr_with_exit_2_and_help_has_examples() {
         "{help}"
     );
 }
+
+/// Regression (issue 24 item 5): the sessions folder was chmod-ed to 0700 even when it was an
+/// existing shared folder or a symlink to one. Both are now refused and left as they were.
+#[test]
+fn a_shared_or_symlinked_sessions_folder_is_refused_and_left_as_it_was() {
+    let pty = Pty::new();
+    let target = pty.tmp.path().join("shared");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&target, pty.tmp.path().join(".sessions-pty")).unwrap();
+    let out = pty.cmd().args(["start", "bash"]).output().unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(".sessions-pty") && stderr.contains("symlink"),
+        "{stderr}"
+    );
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755);
+    assert_eq!(
+        std::fs::read_dir(&target).unwrap().count(),
+        0,
+        "nothing started there"
+    );
+}

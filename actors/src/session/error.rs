@@ -102,6 +102,16 @@ pub enum SessionError {
         reason: String,
     },
 
+    /// An existing folder that should be private (a state or sessions folder) is not: delta
+    /// never changes the mode of a folder it did not create, nor follows a symlink there.
+    #[error("{path} cannot be used as a private folder: {problem}; {}", problem.hint(path))]
+    NotPrivate {
+        /// The folder.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: DirProblem,
+    },
+
     /// The PTY session's program exited or its holder is gone.
     #[error("session {id} is not running (its program exited or its holder is gone); check `status {id}`, then `cleanup`")]
     Dead {
@@ -144,6 +154,49 @@ pub enum SessionError {
         /// Why (the holder's `start_error` when it wrote one).
         reason: String,
     },
+}
+
+/// Why an existing folder is not private to this user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DirProblem {
+    /// A symlink: it could lead anywhere (the system temp folder), so it is not followed.
+    #[error("it is a symlink")]
+    Symlink,
+    /// Something other than a folder.
+    #[error("it is not a folder")]
+    NotAFolder,
+    /// Another user's folder.
+    #[error("it belongs to uid {owner}, not to you (uid {me})")]
+    OtherOwner {
+        /// Its owner.
+        owner: u32,
+        /// This process's effective uid.
+        me: u32,
+    },
+    /// Group or others may enter it.
+    #[error("its mode is {mode:o}: others may enter it")]
+    OpenMode {
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+impl DirProblem {
+    /// What to do about it.
+    pub fn hint(&self, path: &std::path::Path) -> String {
+        match self {
+            DirProblem::Symlink => "point at the real folder instead of the link".into(),
+            DirProblem::NotAFolder | DirProblem::OtherOwner { .. } => {
+                "choose another folder (a missing one is created with mode 700)".into()
+            }
+            DirProblem::OpenMode { .. } => format!(
+                "delta does not change the mode of a folder it did not create: if the folder is \
+                 yours alone, `chmod 700 {}`; otherwise choose another folder (a missing one \
+                 is created with mode 700)",
+                path.display()
+            ),
+        }
+    }
 }
 
 impl SessionError {

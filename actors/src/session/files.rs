@@ -1,12 +1,14 @@
-//! Small file helpers shared by the shell and PTY sessions: private folders (0700), private
-//! files (0600), atomic replacement, session ids and timestamps. Knows nothing about shells.
+//! Small file helpers shared by the shell and PTY sessions and `delta serve`: private folders
+//! (created 0700, an existing one checked, never chmod-ed nor followed through a symlink),
+//! private files (0600), atomic replacement, session ids and timestamps. Knows nothing about
+//! shells.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::error::SessionError;
+use super::error::{DirProblem, SessionError};
 
 /// A fresh session id: `sess_` and 12 hex digits of a v4 UUID.
 pub fn new_session_id() -> String {
@@ -31,15 +33,66 @@ pub(crate) fn check_session_id(id: &str) -> Result<(), SessionError> {
 
 pub(crate) use crate::clock::now_rfc3339;
 
-/// Creates `dir` (and missing parents) and makes `dir` itself 0700.
+/// Makes sure `dir` is a private folder: a missing one is created with mode 0700 (missing
+/// parents too, like `mkdir -p -m 700`); an existing one must already be a real folder (not
+/// a symlink) of this user that nobody else may enter. It is never chmod-ed: pointed at the
+/// system temp folder or a shared one, it used to make that folder 0700.
 pub(crate) fn create_private_dir(dir: &Path) -> Result<(), SessionError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| SessionError::io("cannot create folder", dir, e))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-        .map_err(|e| SessionError::io("cannot set mode 0700 on", dir, e))
+    let created = match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)
+                    .map_err(|e| SessionError::io("cannot create folder", parent, e))?;
+            }
+            match DirBuilder::new().mode(0o700).create(dir) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+                Err(e) => return Err(SessionError::io("cannot create folder", dir, e)),
+            }
+        }
+        Err(e) => return Err(SessionError::io("cannot create folder", dir, e)),
+    };
+    // A folder just made 0700 (or narrower, by the umask) is private; anything else is
+    // checked, as is one that appeared between our attempt and now.
+    if created {
+        return Ok(());
+    }
+    check_private_dir(dir).map_err(|problem| match problem {
+        Ok(problem) => SessionError::NotPrivate {
+            path: dir.to_path_buf(),
+            problem,
+        },
+        Err(e) => SessionError::io("cannot inspect", dir, e),
+    })
+}
+
+/// Whether `dir` (not followed if a symlink) is a folder of this user that nobody else may
+/// enter. The outer error is the problem, or (inner `Err`) why it could not be looked at.
+pub(crate) fn check_private_dir(dir: &Path) -> Result<(), Result<DirProblem, std::io::Error>> {
+    let meta = fs::symlink_metadata(dir).map_err(Err)?;
+    if meta.file_type().is_symlink() {
+        return Err(Ok(DirProblem::Symlink));
+    }
+    if !meta.is_dir() {
+        return Err(Ok(DirProblem::NotAFolder));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(Ok(DirProblem::OtherOwner {
+            owner: meta.uid(),
+            me,
+        }));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(Ok(DirProblem::OpenMode { mode }));
+    }
+    Ok(())
 }
 
 /// Opens `path` for writing with mode 0600, truncating it.
@@ -141,6 +194,121 @@ mod tests {
         ] {
             assert!(!is_valid_session_id(bad), "{bad}");
         }
+    }
+
+    /// Regression (issue 24 item 5): an existing folder was chmod-ed to 0700, so a state
+    /// folder pointed at the system temp folder (or a shared one) locked everybody else out.
+    #[test]
+    fn an_existing_open_folder_is_refused_and_left_as_it_was() {
+        let tmp = tempfile::tempdir().unwrap();
+        for mode in [0o1777, 0o755, 0o750, 0o701] {
+            let shared = tmp.path().join(format!("shared-{mode:o}"));
+            fs::create_dir(&shared).unwrap();
+            fs::set_permissions(&shared, fs::Permissions::from_mode(mode)).unwrap();
+            let err = create_private_dir(&shared).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    SessionError::NotPrivate {
+                        problem: DirProblem::OpenMode { .. },
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("chmod 700") && text.contains(&*shared.to_string_lossy()),
+                "{text}"
+            );
+            assert_eq!(
+                fs::metadata(&shared).unwrap().permissions().mode() & 0o7777,
+                mode
+            );
+        }
+    }
+
+    /// Regression (issue 24 item 5): a symlink was followed and its target chmod-ed.
+    #[test]
+    fn a_symlink_is_refused_and_its_target_untouched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("target");
+        fs::create_dir(&target).unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o755)).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = create_private_dir(&link).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SessionError::NotPrivate {
+                    problem: DirProblem::Symlink,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            fs::metadata(&target).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+        // Even a link to a private folder of ours: a link can be re-pointed later.
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(create_private_dir(&link).is_err());
+    }
+
+    #[test]
+    fn another_users_folder_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let foreign = tmp.path().join("foreign");
+        fs::create_dir(&foreign).unwrap();
+        fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
+        let me = nix::unistd::geteuid();
+        // As root, a folder handed to `nobody`; otherwise `/`, which is root's.
+        let foreign = if me.is_root() {
+            nix::unistd::chown(&foreign, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+            foreign
+        } else {
+            PathBuf::from("/")
+        };
+        let err = create_private_dir(&foreign).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SessionError::NotPrivate {
+                    problem: DirProblem::OtherOwner { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_existing_private_folder_and_missing_parents_are_fine() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("x/y/z");
+        create_private_dir(&dir).unwrap();
+        for made in [tmp.path().join("x"), tmp.path().join("x/y"), dir.clone()] {
+            assert_eq!(
+                fs::metadata(&made).unwrap().permissions().mode() & 0o777,
+                0o700
+            );
+        }
+        create_private_dir(&dir).unwrap();
+        let file = dir.join("f");
+        fs::write(&file, b"").unwrap();
+        let err = create_private_dir(&file).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SessionError::NotPrivate {
+                    problem: DirProblem::NotAFolder,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

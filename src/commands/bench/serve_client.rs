@@ -48,7 +48,7 @@ impl ServeChild {
         if let Some(stdout) = child.stdout.take() {
             let _ = BufReader::new(stdout).read_line(&mut line);
         }
-        let Some((base, token)) = line.trim().split_once("/?token=") else {
+        let Some((base, token)) = line.trim().split_once("/#token=") else {
             let _ = child.kill();
             let _ = child.wait();
             let said = std::fs::read_to_string(&stderr_path).unwrap_or_default();

@@ -53,6 +53,12 @@ impl Root {
         for dir in ["state", "rt", "home", "ws"] {
             std::fs::create_dir_all(root.path().join(dir)).unwrap();
         }
+        // The state folder must be private: delta serve refuses an open one.
+        std::fs::set_permissions(
+            root.state(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
         std::fs::write(root.path().join("fake-agent.sh"), FAKE_AGENT).unwrap();
         let config = format!(
             "agents:\n  - id: fake\n    name: Fake agent\n    command: [bash, {}]\n    continue_args: [--continued]\n    asking_patterns: ['Proceed\\? \\[y/n\\]\\s*$']\n  - id: printer\n    command: [bash, -c, 'i=0; while [ $i -lt 200000 ]; do echo line-$i; i=$((i+1)); done; exec cat']\n",

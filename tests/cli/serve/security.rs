@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{runtime, Frame, Root, Server, Viewer};
+use crate::harness::delta_exe;
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -148,4 +149,50 @@ fn serve_a_clean_websocket_close_is_answered_at_once() {
             );
         }
     });
+}
+
+/// Regression (issue 24 item 5): `--state-dir` pointed at a shared folder (the system temp
+/// folder) made it 0700, locking every other user out; through a symlink, its target. Both are
+/// now refused (exit 126, the folder and a fix named) and left exactly as they were.
+#[test]
+fn serve_refuses_a_shared_or_symlinked_state_folder_and_leaves_it_as_it_was() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Root::new();
+    // Like /tmp: world-writable with the sticky bit (the real one is not touched by tests).
+    let shared = root.path().join("shared-tmp");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let target = root.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let link = root.path().join("state-link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    for (state, real, mode, problem) in [
+        (&shared, &shared, 0o1777, "chmod 700"),
+        (&link, &target, 0o755, "symlink"),
+    ] {
+        let output = assert_cmd::Command::new(delta_exe())
+            .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+            .arg(state)
+            .env_clear()
+            .env("HOME", root.path().join("home"))
+            .env("XDG_RUNTIME_DIR", root.path().join("rt"))
+            .timeout(super::LIMIT)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(126),
+            "{}: {stderr}",
+            state.display()
+        );
+        assert!(
+            stderr.contains(&*state.to_string_lossy()) && stderr.contains(problem),
+            "{stderr}"
+        );
+        assert!(output.stdout.is_empty());
+        let after = std::fs::metadata(real).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(after, mode, "{} was changed", real.display());
+    }
 }

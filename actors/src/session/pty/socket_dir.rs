@@ -4,10 +4,10 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::session::error::SessionError;
+use crate::session::files::check_private_dir;
 
 /// Longest path a `sockaddr_un` holds on Linux, minus the terminating NUL.
 const MAX_SOCKET_PATH: usize = 107;
@@ -35,28 +35,16 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), SessionError> {
     verify_private_dir(dir)
 }
 
-/// Refuses a folder that is a symlink, not ours, or open to group/others.
+/// Refuses a folder that is a symlink, not ours, or open to group/others (the same check as
+/// every private folder of the sessions and `delta serve`).
 pub fn verify_private_dir(dir: &Path) -> Result<(), SessionError> {
-    let unsafe_dir = |reason: String| SessionError::UnsafeSocketDir {
-        path: dir.to_path_buf(),
-        reason,
-    };
-    let meta = fs::symlink_metadata(dir).map_err(|e| SessionError::io("cannot inspect", dir, e))?;
-    if !meta.file_type().is_dir() {
-        return Err(unsafe_dir("it is not a folder (or is a symlink)".into()));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(unsafe_dir(format!(
-            "it is owned by uid {}, not {me}",
-            meta.uid()
-        )));
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(unsafe_dir(format!("its mode is {mode:o}, expected 700")));
-    }
-    Ok(())
+    check_private_dir(dir).map_err(|problem| match problem {
+        Ok(problem) => SessionError::UnsafeSocketDir {
+            path: dir.to_path_buf(),
+            reason: problem.to_string(),
+        },
+        Err(e) => SessionError::io("cannot inspect", dir, e),
+    })
 }
 
 /// `<dir>/<hex>.sock` for session `sess_<hex>`, refused when too long for a Unix socket.
@@ -78,6 +66,8 @@ pub fn socket_path(dir: &Path, session_id: &str) -> Result<PathBuf, SessionError
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]
