@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::state_lock::LockHolder;
+
 /// How an error should be reported to a client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -88,6 +90,30 @@ pub enum ServeError {
     /// A worker's PTY holder or program could not be started or reached.
     #[error("{0}")]
     Worker(String),
+    /// Another `delta serve` holds the state folder's lock.
+    #[error(
+        "state folder {} is in use by another delta serve{}; stop that one first, or give this one another --state-dir",
+        .dir.display(),
+        describe_holder(.holder.as_ref())
+    )]
+    StateInUse {
+        /// The state folder.
+        dir: PathBuf,
+        /// What its lock file says about the server holding it.
+        holder: Option<LockHolder>,
+    },
+}
+
+/// ` (pid N, listening on http://ADDR)` for the message of [`ServeError::StateInUse`].
+fn describe_holder(holder: Option<&LockHolder>) -> String {
+    match holder {
+        Some(LockHolder {
+            pid,
+            address: Some(address),
+        }) => format!(" (pid {pid}, listening on http://{address})"),
+        Some(LockHolder { pid, address: None }) => format!(" (pid {pid}, still starting)"),
+        None => String::new(),
+    }
 }
 
 impl ServeError {
@@ -115,7 +141,7 @@ impl ServeError {
                 ErrorClass::NotFound
             }
             ServeError::TooLarge { .. } => ErrorClass::TooLarge,
-            ServeError::Conflict(_) => ErrorClass::Conflict,
+            ServeError::Conflict(_) | ServeError::StateInUse { .. } => ErrorClass::Conflict,
             ServeError::Config { .. } | ServeError::Io { .. } | ServeError::Worker(_) => {
                 ErrorClass::Internal
             }
@@ -136,6 +162,7 @@ impl ServeError {
             ServeError::Config { .. } => "config",
             ServeError::Io { .. } => "io",
             ServeError::Worker(_) => "worker_failed",
+            ServeError::StateInUse { .. } => "state_in_use",
         }
     }
 }

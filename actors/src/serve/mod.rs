@@ -1,7 +1,8 @@
 //! The session/worker server's domain (`delta serve`): sessions and workers ([`model`]), their
 //! persistence and the migration of the old `sessions.json` ([`store`]), agent definitions
 //! ([`agents`]), a worker's output log tail and terminal screen ([`screen`]), activity
-//! detection ([`activity`]) and the runs/orchestrations views ([`runs_view`]).
+//! detection ([`activity`]), the runs/orchestrations views ([`runs_view`]) and the lock that
+//! keeps one server per state folder ([`state_lock`]).
 //!
 //! Must not: import actix or actix-web, open sockets, spawn processes, print. The actors and
 //! the HTTP/WebSocket layer live in `runtime::worker` and `runtime::web`.
@@ -13,6 +14,7 @@ pub mod model;
 pub mod revival;
 pub mod runs_view;
 pub mod screen;
+pub mod state_lock;
 pub mod store;
 
 pub use error::{ErrorClass, ServeError};

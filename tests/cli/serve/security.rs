@@ -196,3 +196,46 @@ fn serve_refuses_a_shared_or_symlinked_state_folder_and_leaves_it_as_it_was() {
         assert_eq!(after, mode, "{} was changed", real.display());
     }
 }
+
+/// Regression (issue 24 item 10): two servers on one state folder revived each other's deleted
+/// workers and overwrote each other's sessions. The second now refuses (126), naming the
+/// first's pid and address; once the first is gone (even by SIGKILL, its workers' holders
+/// still running) the folder is free again.
+#[test]
+fn serve_a_second_server_on_the_same_state_folder_refuses_naming_the_first() {
+    let root = Root::new();
+    let mut first = Server::start(&root);
+    let session = runtime().block_on(async {
+        let session = first.session(&root).await;
+        first.worker(&session, json!({"type": "terminal"})).await;
+        session
+    });
+    let output = assert_cmd::Command::new(delta_exe())
+        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(root.state())
+        .arg("--config")
+        .arg(root.path().join("serve.yaml"))
+        .env_clear()
+        .env("HOME", root.path().join("home"))
+        .env("XDG_RUNTIME_DIR", root.path().join("rt"))
+        .timeout(super::LIMIT)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(126), "{stderr}");
+    let address = first.base.trim_start_matches("http://");
+    assert!(
+        stderr.contains(&format!("pid {}", first.child.id())) && stderr.contains(address),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--state-dir"), "{stderr}");
+    assert!(output.stdout.is_empty());
+
+    first.kill9();
+    let second = Server::start(&root);
+    runtime().block_on(async {
+        let (status, body) = second.get(&format!("/api/sessions/{session}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["workers"].as_array().map(Vec::len), Some(1), "{body}");
+    });
+}

@@ -35,6 +35,7 @@ use self::rest::error_response;
 use crate::runtime::serve::watcher::RunsWatcher;
 use crate::runtime::serve::{ManagerConfig, ServeManager};
 use crate::serve::agents::AgentCatalog;
+use crate::serve::state_lock::StateLock;
 use crate::serve::store::SessionStore;
 use crate::serve::ServeError;
 use crate::session::pty::{PtyConfig, PtySessions};
@@ -107,6 +108,9 @@ pub fn run_server(
         options.agents_config_explicit,
     )?;
     let store = SessionStore::open(&options.state_dir)?;
+    // Before reading anything: a second server on this folder would revive the first one's
+    // deleted workers and overwrite its sessions.
+    let mut state_lock = StateLock::acquire(&options.state_dir)?;
     let loaded = store.load()?;
     let pty = PtySessions::new(PtyConfig {
         sessions_dir: options.state_dir.join("pty"),
@@ -167,6 +171,9 @@ pub fn run_server(
                 }
             });
         }
+        if let Err(e) = state_lock.record_address(&address.to_string()) {
+            tracing::warn!("{e}");
+        }
         on_ready(ServeReady { address, ..ready });
         let result = server
             .await
@@ -174,6 +181,7 @@ pub fn run_server(
         for arbiter in arbiters {
             arbiter.stop();
         }
+        drop(state_lock);
         result
     })
 }
