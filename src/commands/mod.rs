@@ -46,6 +46,7 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
             | Command::MockLlm(_)
             | Command::ExecPlanned(_)
             | Command::Relay(_)
+            | Command::Serve(_)
     ) {
         // Before any engine thread exists: too few descriptors used to panic in an arbiter.
         crate::limits::ensure_open_files(open_files_baseline())?;

@@ -13,6 +13,8 @@ use super::error::ServeError;
 pub const MAX_ID_LEN: usize = 64;
 /// Longest worker name.
 pub const MAX_NAME_LEN: usize = 100;
+/// Longest `repositoryId` / `worktreeId`, in characters (a worktree id may be a path).
+pub const MAX_REFERENCE_LEN: usize = 256;
 /// Most sessions a server keeps.
 pub const MAX_SESSIONS: usize = 256;
 /// Most workers in one session.
@@ -58,6 +60,31 @@ pub enum SessionType {
         #[serde(rename = "worktreeId")]
         worktree_id: String,
     },
+}
+
+impl SessionType {
+    /// Refuses what a request may not name: an empty or overlong repository or worktree id
+    /// (each is stored in `sessions.json` and sent to every dashboard).
+    pub fn check(&self) -> Result<(), ServeError> {
+        let SessionType::Worktree {
+            repository_id,
+            worktree_id,
+        } = self
+        else {
+            return Ok(());
+        };
+        for (key, value) in [("repositoryId", repository_id), ("worktreeId", worktree_id)] {
+            if value.is_empty() {
+                return Err(ServeError::BadRequest(format!("{key} must not be empty")));
+            }
+            if value.chars().count() > MAX_REFERENCE_LEN {
+                return Err(ServeError::BadRequest(format!(
+                    "{key} is longer than {MAX_REFERENCE_LEN} characters"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,6 +264,28 @@ mod tests {
         assert_eq!(json["workers"][0]["agentId"], "shell");
         let back: Session = serde_json::from_value(json).unwrap();
         assert_eq!(back, session);
+    }
+
+    /// Regression (issue 24 item 15): `repositoryId` and `worktreeId` had no length limit.
+    #[test]
+    fn repository_and_worktree_ids_are_capped_like_names() {
+        let worktree = |repository: &str, worktree: &str| SessionType::Worktree {
+            repository_id: repository.into(),
+            worktree_id: worktree.into(),
+        };
+        let long = "é".repeat(MAX_REFERENCE_LEN + 1);
+        let fits = "é".repeat(MAX_REFERENCE_LEN);
+        assert!(worktree(&fits, &fits).check().is_ok());
+        assert!(SessionType::Quick.check().is_ok());
+        for (kind, key) in [
+            (worktree(&long, "wt"), "repositoryId is longer than 256"),
+            (worktree("repo", &long), "worktreeId is longer than 256"),
+            (worktree("", "wt"), "repositoryId must not be empty"),
+        ] {
+            let err = kind.check().unwrap_err();
+            assert_eq!(err.code(), "bad_request");
+            assert!(err.to_string().contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -215,6 +215,17 @@ fn serve_rest_errors_are_typed_4xx_never_500() {
             (
                 "POST",
                 "/api/sessions".into(),
+                Some(
+                    json!({"type": "worktree", "locationPath": "/", "repositoryId": "r",
+                           "worktreeId": "w".repeat(257)})
+                    .to_string(),
+                ),
+                400,
+                "bad_request",
+            ),
+            (
+                "POST",
+                "/api/sessions".into(),
                 Some(format!(
                     "{{\"type\":\"quick\",\"locationPath\":\"{}\"}}",
                     "x".repeat(300_000)

@@ -239,3 +239,99 @@ fn serve_a_second_server_on_the_same_state_folder_refuses_naming_the_first() {
         assert_eq!(body["workers"].as_array().map(Vec::len), Some(1), "{body}");
     });
 }
+
+/// Whether process `pid`'s environment holds a variable named `name`.
+fn environment_has(pid: u64, name: &str) -> bool {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    environ
+        .split(|b| *b == 0)
+        .any(|var| var.starts_with(format!("{name}=").as_bytes()))
+}
+
+/// Regression (issue 24 item 3): every worker (terminal or agent) and its PTY holder inherited
+/// `DELTA_SERVE_TOKEN` from the server, so one prompt-injected agent could drive all the
+/// others. Real workers print their environment: the markers are there, the token is not.
+#[test]
+fn serve_workers_and_their_holders_do_not_inherit_the_server_token() {
+    let root = Root::new();
+    let config = root.path().join("serve.yaml");
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "  - id: env-printer\n    command: [bash, -c, 'env; echo END-OF-ENV; exec cat']\n",
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let token = "fixed-serve-token-0123456789";
+    let server = Server::start_env(
+        &root,
+        &[],
+        &[("DELTA_SERVE_TOKEN".to_string(), token.to_string())],
+    );
+    assert_eq!(server.token, token);
+    runtime().block_on(async {
+        let session = server.session(&root).await;
+        let agent = server
+            .worker(&session, json!({"type": "agent", "agentId": "env-printer"}))
+            .await;
+        let terminal = server.worker(&session, json!({"type": "terminal"})).await;
+        let terminal_id = terminal["id"].as_str().unwrap();
+        server
+            .input(&session, terminal_id, "env; echo END-$((6*7))\r")
+            .await;
+        for (worker, end) in [(&agent, "END-OF-ENV"), (&terminal, "END-42")] {
+            let id = worker["id"].as_str().unwrap();
+            let mut viewer = server.viewer(&session, id).await;
+            let mut transcript = super::Transcript::start(&mut viewer).await;
+            transcript.until(&mut viewer, end).await;
+            assert!(
+                transcript.text.contains(&format!("DELTA_WORKER_ID={id}")),
+                "the markers are there: {}",
+                transcript.tail()
+            );
+            assert!(!transcript.text.contains("DELTA_SERVE_TOKEN"), "{id}");
+            assert!(!transcript.text.contains(token), "{id}");
+            for pid in [
+                worker["pid"].as_u64(),
+                worker["holder"]["holderPid"].as_u64(),
+            ] {
+                let pid = pid.unwrap();
+                assert!(
+                    !environment_has(pid, "DELTA_SERVE_TOKEN"),
+                    "pid {pid} of {id}"
+                );
+                assert!(environment_has(pid, "DELTA_WORKER_ID"), "pid {pid} of {id}");
+            }
+        }
+    });
+}
+
+/// Regression (issue 24 item 15): under a low open-files limit `delta serve` panicked while
+/// starting its arbiters; like the other commands, it now stops first with exit 126, the
+/// limit and how to raise it.
+#[test]
+fn serve_under_a_low_open_files_limit_is_a_clear_error_not_a_panic() {
+    let root = Root::new();
+    let output = assert_cmd::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 20 && exec \"$0\" \"$@\"")
+        .arg(delta_exe())
+        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(root.state())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", root.path().join("home"))
+        .env("XDG_RUNTIME_DIR", root.path().join("rt"))
+        .timeout(super::LIMIT)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(126), "{stderr}");
+    assert!(
+        stderr.contains("too many open files (limit 20; need about"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ulimit -n") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+}

@@ -91,16 +91,8 @@ impl Handler<CreateSession> for ServeManager {
             return ready(Err(ServeError::NoSuchFolder(location)));
         }
         let location = std::fs::canonicalize(&location).unwrap_or(location);
-        if let crate::serve::SessionType::Worktree {
-            repository_id,
-            worktree_id,
-        } = &request.kind
-        {
-            if repository_id.is_empty() || worktree_id.is_empty() {
-                return ready(Err(ServeError::BadRequest(
-                    "repositoryId and worktreeId must not be empty".into(),
-                )));
-            }
+        if let Err(e) = request.kind.check() {
+            return ready(Err(e));
         }
         if let Some(agent) = &request.agent_id {
             if self.config.agents.get(agent).is_none() {

@@ -1,8 +1,9 @@
 //! Starting and stopping a worker's program, blocking (callers use `spawn_blocking`): a new
 //! `delta-sessions-pty` holder whose program carries the `DELTA_SESSION_ID` /
-//! `DELTA_WORKER_ID` markers in its environment, and the stop that ends the holder (SIGTERM
-//! to the group, then SIGKILL) and then sweeps every process still carrying the markers
-//! (background jobs a shell moved to groups of their own), TERM then KILL.
+//! `DELTA_WORKER_ID` markers in its environment (and not the server's token), and the stop
+//! that ends the holder (SIGTERM to the group, then SIGKILL) and then sweeps every process
+//! still carrying the markers (background jobs a shell moved to groups of their own), TERM
+//! then KILL.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,6 +17,9 @@ use crate::session::pty::{read_pty_metadata, PtySessions, PtyStatus, TerminalSiz
 
 pub const SESSION_MARKER: &str = "DELTA_SESSION_ID";
 pub const WORKER_MARKER: &str = "DELTA_WORKER_ID";
+/// Variables of the server's environment no worker may inherit: with the server's token,
+/// one prompt-injected agent could drive every other worker (and run terminals).
+pub const WITHHELD_FROM_WORKERS: &[&str] = &["DELTA_SERVE_TOKEN"];
 /// How long marked processes get between SIGTERM and SIGKILL.
 const SWEEP_GRACE: Duration = Duration::from_secs(2);
 
@@ -37,7 +41,7 @@ pub fn launch(
         (WORKER_MARKER.to_string(), worker_id.to_string()),
     ];
     let info = pty
-        .start_with_env(argv, location, size, &env)
+        .start_with_env(argv, location, size, &env, WITHHELD_FROM_WORKERS)
         .map_err(|e| ServeError::Worker(e.to_string()))?;
     let dir = pty
         .session_dir(&info.session_id)

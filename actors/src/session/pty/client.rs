@@ -87,17 +87,19 @@ impl PtySessions {
         work_dir: &Path,
         size: TerminalSize,
     ) -> Result<PtySessionInfo, SessionError> {
-        self.start_with_env(command, work_dir, size, &[])
+        self.start_with_env(command, work_dir, size, &[], &[])
     }
 
     /// [`PtySessions::start`] with extra environment variables for the holder and so the
-    /// program (`delta serve` marks its workers' processes this way).
+    /// program (`delta serve` marks its workers' processes this way), and variables of this
+    /// process that neither may inherit (`delta serve` withholds its token).
     pub fn start_with_env(
         &self,
         command: &[String],
         work_dir: &Path,
         size: TerminalSize,
         env: &[(String, String)],
+        withheld: &[&str],
     ) -> Result<PtySessionInfo, SessionError> {
         let id = new_session_id();
         let start_failed = |reason: String| SessionError::StartFailed {
@@ -115,7 +117,11 @@ impl PtySessions {
         let dir = self.config.sessions_dir.join(&id);
         create_private_dir(&dir)?;
         let socket = socket_path(&self.config.runtime_dir, &id)?;
-        let mut holder = Command::new(&self.config.holder_exe)
+        let mut launcher = Command::new(&self.config.holder_exe);
+        for name in withheld {
+            launcher.env_remove(name);
+        }
+        let mut holder = launcher
             .arg("__holder")
             .arg(&id)
             .arg(&dir)
