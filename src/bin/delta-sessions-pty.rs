@@ -117,6 +117,9 @@ enum Command {
         cols: u16,
         #[arg(long, default_value_t = TerminalSize::DEFAULT.rows)]
         rows: u16,
+        /// Keep no input.log (delta serve's workers).
+        #[arg(long)]
+        no_input_log: bool,
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
@@ -155,6 +158,7 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
         work_dir,
         cols,
         rows,
+        no_input_log,
         command,
     } = cli.command
     {
@@ -165,6 +169,7 @@ fn run(cli: Cli) -> Result<Output, SessionError> {
             work_dir,
             size: TerminalSize { cols, rows },
             command,
+            input_log: !no_input_log,
         })?;
         return Ok(Output::Nothing);
     }

@@ -564,3 +564,29 @@ fn a_shared_or_symlinked_sessions_folder_is_refused_and_left_as_it_was() {
         "nothing started there"
     );
 }
+
+/// Regression (issue 24 item 12): a password written to a program that reads it with the
+/// terminal's echo off (getpass, `read -s`, sudo, ssh) stayed in clear in `input.log`. Input
+/// written while echo is off is no longer logged; input written while it is on still is.
+#[test]
+fn input_written_while_the_terminal_does_not_echo_is_not_logged() {
+    let mut pty = Pty::new();
+    let script =
+        "stty -echo; printf 'Password: '; read -r pw; stty echo; echo; echo \"got ${#pw}\"; \
+                  read -r line; echo \"line=$line\"; exec cat";
+    let id = pty.start(&["bash", "--norc", "--noprofile", "-c", script]);
+    pty.read_until(&id, "Password: ");
+    pty.write(&id, "hunter2-secret\\n");
+    pty.read_until(&id, "got 14");
+    pty.write(&id, "visible-typed\\n");
+    pty.read_until(&id, "line=visible-typed");
+    let log = pty
+        .tmp
+        .path()
+        .join(".sessions-pty")
+        .join(&id)
+        .join("input.log");
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("visible-typed"), "{log:?}");
+    assert!(!log.contains("hunter2"), "{log:?}");
+}

@@ -335,3 +335,64 @@ fn serve_under_a_low_open_files_limit_is_a_clear_error_not_a_panic() {
     );
     assert!(output.stdout.is_empty());
 }
+
+/// Every file under `dir` (recursively), with its bytes.
+fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            found.extend(files_under(&path));
+        } else if kind.is_file() {
+            found.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    found
+}
+
+/// Regression (issue 24 item 12): a password typed into a serve worker stayed in clear in its
+/// PTY holder's `input.log`. Serve workers keep no input log: the password, typed at a prompt
+/// that hides it, is in no file of the state folder, and neither is a terminal's command.
+#[test]
+fn serve_a_password_typed_into_a_worker_is_in_no_file() {
+    let root = Root::new();
+    let config = root.path().join("serve.yaml");
+    let mut yaml = std::fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "  - id: password-reader\n    command: [bash, -c, 'stty -echo; printf \"Password: \"; read -r pw; stty echo; echo; echo \"got ${#pw} characters\"; exec cat']\n",
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let session = server.session(&root).await;
+        let agent = server
+            .worker(
+                &session,
+                json!({"type": "agent", "agentId": "password-reader"}),
+            )
+            .await;
+        let agent_id = agent["id"].as_str().unwrap();
+        let mut viewer = server.viewer(&session, agent_id).await;
+        let mut transcript = super::Transcript::start(&mut viewer).await;
+        transcript.until(&mut viewer, "Password: ").await;
+        server.input(&session, agent_id, "hunter2-secret\r").await;
+        transcript.until(&mut viewer, "got 14 characters").await;
+
+        let terminal = server.worker(&session, json!({"type": "terminal"})).await;
+        let terminal_id = terminal["id"].as_str().unwrap();
+        server
+            .input(&session, terminal_id, "echo typed-$((6*7))\r")
+            .await;
+        let mut viewer = server.viewer(&session, terminal_id).await;
+        let mut transcript = super::Transcript::start(&mut viewer).await;
+        transcript.until(&mut viewer, "typed-42").await;
+    });
+    let files = files_under(&root.state());
+    assert!(files.iter().any(|(path, _)| path.ends_with("output.log")));
+    for (path, bytes) in &files {
+        assert!(!path.ends_with("input.log"), "{}", path.display());
+        let text = String::from_utf8_lossy(bytes);
+        assert!(!text.contains("hunter2"), "{}: {text}", path.display());
+    }
+}

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 
 use crate::serve::model::HolderRef;
 use crate::serve::ServeError;
-use crate::session::pty::{read_pty_metadata, PtySessions, PtyStatus, TerminalSize};
+use crate::session::pty::{read_pty_metadata, PtySessions, PtyStatus, StartOptions, TerminalSize};
 
 pub const SESSION_MARKER: &str = "DELTA_SESSION_ID";
 pub const WORKER_MARKER: &str = "DELTA_WORKER_ID";
@@ -41,7 +41,18 @@ pub fn launch(
         (WORKER_MARKER.to_string(), worker_id.to_string()),
     ];
     let info = pty
-        .start_with_env(argv, location, size, &env, WITHHELD_FROM_WORKERS)
+        .start_with(
+            argv,
+            location,
+            size,
+            &StartOptions {
+                env: &env,
+                withheld: WITHHELD_FROM_WORKERS,
+                // What a person types into a worker (a password, a key pasted into an agent
+                // CLI) stays off disk: no input log at all.
+                no_input_log: true,
+            },
+        )
         .map_err(|e| ServeError::Worker(e.to_string()))?;
     let dir = pty
         .session_dir(&info.session_id)

@@ -67,6 +67,21 @@ pub struct PtySessionInfo {
     pub exit_code: Option<i32>,
 }
 
+/// How [`PtySessions::start_with`] starts a session, beyond its command and size.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartOptions<'a> {
+    /// Extra environment variables for the holder and so the program (`delta serve` marks
+    /// its workers' processes this way).
+    pub env: &'a [(String, String)],
+    /// Variables of this process that neither the holder nor the program may inherit
+    /// (`delta serve` withholds its token).
+    pub withheld: &'a [&'a str],
+    /// Keep no `input.log` at all (`delta serve`: what a person types stays off disk).
+    /// Otherwise input written while the program's terminal does not echo (a password
+    /// prompt) is left out of it.
+    pub no_input_log: bool,
+}
+
 /// The PTY sessions of one folder.
 #[derive(Debug, Clone)]
 pub struct PtySessions {
@@ -87,19 +102,16 @@ impl PtySessions {
         work_dir: &Path,
         size: TerminalSize,
     ) -> Result<PtySessionInfo, SessionError> {
-        self.start_with_env(command, work_dir, size, &[], &[])
+        self.start_with(command, work_dir, size, &StartOptions::default())
     }
 
-    /// [`PtySessions::start`] with extra environment variables for the holder and so the
-    /// program (`delta serve` marks its workers' processes this way), and variables of this
-    /// process that neither may inherit (`delta serve` withholds its token).
-    pub fn start_with_env(
+    /// [`PtySessions::start`] with [`StartOptions`] (how `delta serve` starts its workers).
+    pub fn start_with(
         &self,
         command: &[String],
         work_dir: &Path,
         size: TerminalSize,
-        env: &[(String, String)],
-        withheld: &[&str],
+        options: &StartOptions<'_>,
     ) -> Result<PtySessionInfo, SessionError> {
         let id = new_session_id();
         let start_failed = |reason: String| SessionError::StartFailed {
@@ -118,10 +130,10 @@ impl PtySessions {
         create_private_dir(&dir)?;
         let socket = socket_path(&self.config.runtime_dir, &id)?;
         let mut launcher = Command::new(&self.config.holder_exe);
-        for name in withheld {
+        for name in options.withheld {
             launcher.env_remove(name);
         }
-        let mut holder = launcher
+        launcher
             .arg("__holder")
             .arg(&id)
             .arg(&dir)
@@ -130,10 +142,14 @@ impl PtySessions {
             .arg("--cols")
             .arg(size.cols.to_string())
             .arg("--rows")
-            .arg(size.rows.to_string())
+            .arg(size.rows.to_string());
+        if options.no_input_log {
+            launcher.arg("--no-input-log");
+        }
+        let mut holder = launcher
             .arg("--")
             .args(command)
-            .envs(env.iter().map(|(key, value)| (key, value)))
+            .envs(options.env.iter().map(|(key, value)| (key, value)))
             .current_dir(work_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

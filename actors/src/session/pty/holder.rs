@@ -1,6 +1,7 @@
 //! The holder: the detached process (one per PTY session) that owns the PTY, the program
-//! in it, the output ring buffer, `output.log`, `input.log`, `metadata.json`, and serves the
-//! protocol on its Unix socket. The binary runs [`run_holder`] after re-executing itself
+//! in it, the output ring buffer, `output.log`, `input.log` (input written while the
+//! terminal echoes; none at all when asked), `metadata.json`, and serves the protocol on its
+//! Unix socket. The binary runs [`run_holder`] after re-executing itself
 //! with a hidden subcommand; this module never forks or prints.
 //!
 //! Threads: the accept loop (caller's thread), one per connection, a PTY reader (portable-pty
@@ -21,6 +22,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
+use nix::sys::termios::LocalFlags;
 use nix::unistd::Pid;
 use portable_pty::{native_pty_system, CommandBuilder, MasterPty, PtySize};
 
@@ -52,6 +54,9 @@ pub struct HolderArgs {
     pub size: TerminalSize,
     /// The program's argv.
     pub command: Vec<OsString>,
+    /// Keep `input.log` (what was written to the program while its terminal echoed it).
+    /// `delta serve` keeps none: what a person types stays off disk.
+    pub input_log: bool,
 }
 
 struct State {
@@ -182,7 +187,11 @@ fn start(args: &HolderArgs) -> Result<(), SessionError> {
         changed: Condvar::new(),
         writer: Mutex::new(writer),
         master: Mutex::new(pair.master),
-        input_log: Mutex::new(append_private_file(&args.session_dir.join("input.log")).ok()),
+        input_log: Mutex::new(if args.input_log {
+            append_private_file(&args.session_dir.join("input.log")).ok()
+        } else {
+            None
+        }),
         metadata: Mutex::new((metadata, Instant::now())),
     });
     let output_log = append_private_file(&args.session_dir.join("output.log"))?;
@@ -370,15 +379,23 @@ fn write_input(shared: &Shared, data: &[u8]) -> Response {
             message: format!("cannot write to the PTY: {e}"),
         };
     }
-    if let Some(log) = shared
-        .input_log
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_mut()
-    {
-        let _ = log.write_all(data);
+    let mut input_log = shared.input_log.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(log) = input_log.as_mut() {
+        if echo_is_on(shared) {
+            let _ = log.write_all(data);
+        }
     }
     Response::Written { bytes: data.len() }
+}
+
+/// Whether the program's terminal echoes what is typed. Input written while it does not is
+/// what a `getpass`, `read -s`, `sudo` or `ssh` prompt reads (a password): it is not logged.
+/// Unknown counts as off.
+fn echo_is_on(shared: &Shared) -> bool {
+    let master = shared.master.lock().unwrap_or_else(|p| p.into_inner());
+    master
+        .get_termios()
+        .is_some_and(|termios| termios.local_flags.contains(LocalFlags::ECHO))
 }
 
 /// When a read stops waiting: `(deadline, wait without limit)`. A timeout too large for

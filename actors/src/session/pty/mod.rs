@@ -1,7 +1,8 @@
 //! PTY sessions (`delta-sessions-pty`, spec v1.4, experimental). A session is a detached
 //! holder process ([`holder`]) that owns a PTY running the program, and a folder
 //! `<sessions_dir>/<id>/` (default `.sessions-pty/`, 0700) with `metadata.json`, `output.log`
-//! and `input.log`. The CLI is a short-lived client: [`PtySessions`] talks to the holder over
+//! and `input.log` (input written while the terminal echoes it: never a password typed at a
+//! prompt that hides it). The CLI is a short-lived client: [`PtySessions`] talks to the holder over
 //! a Unix socket in a private per-user folder ([`socket_dir`]) with newline-delimited JSON
 //! (`protocol.rs`). `write` input goes through [`escape::parse_escapes`]; `write-key` through
 //! [`keys::key_bytes`].
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{PtySessionInfo, PtySessions, ReadOptions};
+pub use client::{PtySessionInfo, PtySessions, ReadOptions, StartOptions};
 
 use crate::session::error::SessionError;
 use crate::session::files::replace_private;
