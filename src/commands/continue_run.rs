@@ -19,7 +19,7 @@ use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
 use crate::output::{progress::Verbosity, Format};
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(after_help = "What -m means depends on the run's status:
   INTERRUPTED        optional; appended as a new user message, then the run resumes
   WAITING_FOR_INPUT  required (or write .delta/<run>/interaction/response.txt); the answer to ask_human
@@ -28,9 +28,15 @@ use crate::output::{progress::Verbosity, Format};
   RUNNING            the janitor checks the run: if its process is gone it is resumed,
                      if it is alive this command refuses (--force: ignore a different host)
 
+--message-file FILE reads the message from FILE (`-`: standard input) instead of -m: an
+argument is visible to every local user (ps, /proc/<pid>/cmdline), so pass passwords and other
+secrets this way. The message is the file's text as is, less one trailing newline; it may
+begin with `-`.
+
 Examples:
   delta continue --run-id 20261122_101500_a1b2c3 -w ./ws
   delta continue --run-id job-7 -w ./ws -m \"yes, proceed\"
+  printf '%s' \"$ANSWER\" | delta continue --run-id job-7 -w ./ws --message-file -
   delta list-runs -w ./ws --resumable")]
 pub struct ContinueArgs {
     /// The run to continue (see `delta list-runs`).
@@ -42,6 +48,9 @@ pub struct ContinueArgs {
     /// Message: an answer, a new instruction or a retry hint (see below).
     #[arg(short = 'm', long)]
     pub message: Option<String>,
+    /// Read the message from FILE, `-` for standard input (keeps it out of the process list).
+    #[arg(long, value_name = "FILE", conflicts_with = "message")]
+    pub message_file: Option<PathBuf>,
     /// Iteration cap for this continuation.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_iterations: Option<u32>,
@@ -86,6 +95,17 @@ fn resolve_work_dir(work_dir: &Path) -> Result<PathBuf, CliError> {
 }
 
 pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
+    let with_file_message;
+    let args = match &args.message_file {
+        Some(file) => {
+            with_file_message = ContinueArgs {
+                message: Some(read_message_file(file)?),
+                ..args.clone()
+            };
+            &with_file_message
+        }
+        None => args,
+    };
     validate_run_id(&args.run_id)?;
     let work_dir = resolve_work_dir(&args.work_dir)?;
     let readiness = prepare_continue(&work_dir, &args.run_id, args.message.as_deref(), args.force)?;
@@ -141,4 +161,54 @@ fn note_settled(run_id: &str, status: RunStatus) {
     eprintln!(
         "janitor: run {run_id} had already finished ({status}) before its process died; its record is repaired"
     );
+}
+
+/// The most a `--message-file` may hold.
+const MAX_MESSAGE_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The message of `--message-file FILE` (`-`: standard input): the text as is, less one
+/// trailing newline. A FIFO or device is refused rather than waited on; the size is capped.
+fn read_message_file(file: &Path) -> Result<String, CliError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let named = if file == Path::new("-") {
+        "standard input".to_string()
+    } else {
+        file.display().to_string()
+    };
+    let bad = |reason: String| CliError::Config(format!("--message-file {named}: {reason}"));
+    let reader: Box<dyn Read> = if file == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(file)
+            .map_err(|e| bad(format!("{e}")))?;
+        let is_file = opened.metadata().map(|m| m.is_file()).unwrap_or(false);
+        if !is_file {
+            return Err(bad(
+                "not a regular file; pass `-` to read standard input".into()
+            ));
+        }
+        Box::new(opened)
+    };
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_MESSAGE_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(format!("{e}")))?;
+    if bytes.len() as u64 > MAX_MESSAGE_FILE_BYTES {
+        return Err(bad(format!(
+            "more than {MAX_MESSAGE_FILE_BYTES} bytes; a message is text for the model"
+        )));
+    }
+    let mut text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
 }

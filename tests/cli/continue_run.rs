@@ -445,3 +445,60 @@ fn continue_with_a_missing_work_dir_says_what_w_must_be() {
     assert!(!out.stderr.contains("os error"), "{}", out.stderr);
     assert!(out.stdout.is_empty());
 }
+
+/// Regression (issue 24 item 6): an answer could only be given as an argument, which every
+/// local user can read in `/proc/<pid>/cmdline` (`delta serve` passed the page's answers,
+/// passwords too, that way), and an answer beginning with `-` was parsed as an option.
+/// `--message-file -` reads it from standard input, `--message-file FILE` from a file, as is.
+#[test]
+fn waiting_for_input_takes_the_answer_from_stdin_or_a_file_even_with_a_leading_dash() {
+    let case = Case::new("asker", "tools: []\n", &ask_then_answer());
+    case.run("r1", "pick a colour", &[]).assert_code(101);
+    let output = case
+        .cmd()
+        .args(case.continue_args("r1"))
+        .args(["--format", "json", "--message-file", "-"])
+        .write_stdin("-dark blue\n")
+        .output()
+        .unwrap();
+    let out = Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    out.assert_code(0);
+    assert_eq!(out.json()["result"], "colour: -dark blue");
+
+    case.run("r2", "pick a colour", &[]).assert_code(101);
+    let file = case.path().join("answer.txt");
+    std::fs::write(&file, "--green\r\n").unwrap();
+    let out = case.continue_run("r2", &["--message-file", file.to_str().unwrap()]);
+    out.assert_code(0);
+    assert_eq!(out.json()["result"], "colour: --green");
+}
+
+/// `--message-file` never waits on a FIFO (nor reads a device or an endless file): a clear
+/// error naming the file, exit 126, and the run still waits for its answer.
+#[test]
+fn a_message_file_that_is_not_a_regular_file_is_refused() {
+    let case = Case::new("asker", "tools: []\n", &ask_then_answer());
+    case.run("r1", "pick a colour", &[]).assert_code(101);
+    let fifo = case.path().join("answer.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for (file, says) in [
+        (fifo.to_str().unwrap(), "not a regular file"),
+        ("/dev/zero", "not a regular file"),
+        ("/no/such/answer.txt", "No such file"),
+    ] {
+        let out = case.continue_run("r1", &["--message-file", file]);
+        out.assert_code(126);
+        assert!(
+            out.stderr.contains(file) && out.stderr.contains(says),
+            "{}",
+            out.stderr
+        );
+    }
+    let out = case.continue_run("r1", &["-m", "x", "--message-file", "-"]);
+    out.assert_code(2);
+    assert_eq!(case.metadata("r1")["status"], "WAITING_FOR_INPUT");
+}

@@ -397,13 +397,16 @@ function renderTimeline() {
   }
   if (current.status === "WAITING_FOR_INPUT") {
     const answer = el("textarea", { id: "answer-text", rows: "3", cols: "60" });
+    const outcome = el("p", { id: "answer-outcome", class: "status-FAILED" });
     box.append(el("h3", {}, "Answer the run"), answer, el("button", { id: "answer-send", onclick: async () => {
+      outcome.textContent = "";
       try {
-        await api("POST", "/api/runs/" + encodeURIComponent(current.runId) + "/answer", { workspace: current.workspace, message: answer.value });
-        current.status = "RUNNING";
+        // The server hands the answer to `delta continue` on its stdin, never in its arguments.
+        const sent = await api("POST", "/api/runs/" + encodeURIComponent(current.runId) + "/answer", { workspace: current.workspace, message: answer.value });
+        current.status = sent.status || "RUNNING";
         setTimeout(pollTimeline, 1000);
-      } catch (e) { alert(e.message); }
-    } }, "Send (like delta continue -m)"));
+      } catch (e) { outcome.textContent = e.message; }
+    } }, "Send (like delta continue)"), outcome);
   }
 }
 

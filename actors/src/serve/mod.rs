@@ -18,4 +18,3 @@ pub mod state_lock;
 pub mod store;
 
 pub use error::{ErrorClass, ServeError};
-pub use model::SessionType;

@@ -396,3 +396,167 @@ fn serve_a_password_typed_into_a_worker_is_in_no_file() {
         assert!(!text.contains("hunter2"), "{}: {text}", path.display());
     }
 }
+
+/// The command lines of every process whose arguments contain all of `words`.
+fn command_lines_with(words: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let line = String::from_utf8_lossy(&bytes).replace('\0', " ");
+        if words.iter().all(|word| line.contains(word)) {
+            found.push(line);
+        }
+    }
+    found
+}
+
+/// Opens a FIFO for writing once its reader is there (bounded) and writes one byte.
+fn release(fifo: &std::path::Path) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let deadline = Instant::now() + super::LIMIT;
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo)
+        {
+            Ok(mut writer) => {
+                writer.write_all(b"x").unwrap();
+                return;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{}: {e}", fifo.display()),
+        }
+    }
+}
+
+/// Regression (issue 24 item 6): an answer given on the page became an argument of the
+/// `delta continue` that drives the rest of the run, readable by every local user in
+/// `/proc/<pid>/cmdline` (passwords too), and one beginning with `-` was parsed as an option
+/// and lost. The answer now goes on the child's stdin. The run's next tool waits on a FIFO so
+/// the child is alive while every command line on the machine is read.
+#[test]
+fn serve_an_answer_is_in_no_command_line_and_may_begin_with_a_dash() {
+    let root = Root::new();
+    let fifo = root.path().join("gate.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let tools = format!(
+        "tools:\n  - name: gate\n    description: waits for the test\n    exec: \"head -c 1 {}\"\n",
+        fifo.display()
+    );
+    let script = json!({"steps": [
+        {"tool": "ask_human", "args": {"prompt": "Password?"}},
+        {"tool": "gate", "args": {}},
+        {"answer": "done"}
+    ]});
+    let case = crate::harness::Case::new("asker", &tools, &script);
+    case.run("r1", "deploy", &[]).assert_code(101);
+    let ws = case
+        .work_dir()
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string();
+    let server = Server::start_env(&root, &["-w", &ws], &case.env());
+    let answer = "-s3cret answer";
+    runtime().block_on(async {
+        super::eventually("the workspace is watched", || async {
+            server
+                .get("/api/workspaces")
+                .await
+                .1
+                .to_string()
+                .contains("\"r1\"")
+        })
+        .await;
+        let (status, body) = server
+            .post(
+                "/api/runs/r1/answer",
+                json!({"workspace": ws, "message": answer}),
+            )
+            .await;
+        assert_eq!(
+            (status, body["continued"].clone(), body["status"].clone()),
+            (202, json!(true), json!("RUNNING")),
+            "{body}"
+        );
+        let continuing = command_lines_with(&["continue", "--run-id", "r1"]);
+        assert!(
+            !continuing.is_empty(),
+            "the delta continue child is running"
+        );
+        for line in continuing.iter().chain(&command_lines_with(&["s3cret"])) {
+            assert!(
+                !line.contains("s3cret"),
+                "the answer is in a command line: {line}"
+            );
+        }
+        release(&fifo);
+        let timeline = format!("/api/runs/r1/timeline?workspace={ws}");
+        super::eventually("the run to complete", || async {
+            server.get(&timeline).await.1["status"] == "COMPLETED"
+        })
+        .await;
+    });
+    let journal = crate::harness::read_journal(&case.run_dir("r1").join("journal.jsonl"));
+    let received = journal
+        .iter()
+        .find(|e| e["type"] == "HUMAN_INPUT_RECEIVED")
+        .unwrap();
+    assert!(received.to_string().contains(answer), "{received}");
+}
+
+/// Regression (issue 24 item 6): the endpoint answered 202 even when `delta continue` failed
+/// at once (here the run's agent folder was broken meanwhile). The failure is now reported
+/// with what `continue` said, and the run still waits for its answer.
+#[test]
+fn serve_an_answer_whose_continue_fails_is_reported_not_accepted() {
+    let script = json!({"steps": [
+        {"tool": "ask_human", "args": {"prompt": "Deploy?"}},
+        {"answer": "answer was: {{ last_observation }}"}
+    ]});
+    let case = crate::harness::Case::new("asker", "", &script);
+    case.run("r1", "deploy", &[]).assert_code(101);
+    std::fs::write(case.agent_dir().join("agent.yaml"), "name: [broken\n").unwrap();
+    let root = Root::new();
+    let ws = case
+        .work_dir()
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string();
+    let server = Server::start_env(&root, &["-w", &ws], &case.env());
+    runtime().block_on(async {
+        super::eventually("the workspace is watched", || async {
+            server
+                .get("/api/workspaces")
+                .await
+                .1
+                .to_string()
+                .contains("\"r1\"")
+        })
+        .await;
+        let (status, body) = server
+            .post(
+                "/api/runs/r1/answer",
+                json!({"workspace": ws, "message": "yes"}),
+            )
+            .await;
+        assert_eq!(
+            (status, body["code"].clone()),
+            (500, json!("continue_failed")),
+            "{body}"
+        );
+        let error = body["error"].as_str().unwrap();
+        assert!(
+            error.contains("exited with code 126") && error.contains("agent.yaml"),
+            "{error}"
+        );
+    });
+    assert_eq!(case.metadata("r1")["status"], "WAITING_FOR_INPUT");
+}

@@ -12,6 +12,7 @@
 //! | `GET /api/agents`, `GET /api/workspaces`, `GET /api/runs/{run}/timeline`, `POST /api/runs/{run}/answer` | agents, runs |
 //! | `GET /ws/session/{sid}/worker/{wid}`, `GET /ws/dashboard` | WebSockets |
 
+pub mod answer;
 pub mod assets;
 pub mod auth;
 pub mod dashboard;
@@ -262,7 +263,7 @@ fn app(
         .route("/api/agents", web::get().to(rest::list_agents))
         .route("/api/workspaces", web::get().to(runs::workspaces))
         .route("/api/runs/{run_id}/timeline", web::get().to(runs::run_timeline))
-        .route("/api/runs/{run_id}/answer", web::post().to(runs::answer_run))
+        .route("/api/runs/{run_id}/answer", web::post().to(answer::answer_run))
         .route("/api/sessions", web::get().to(rest::list_sessions))
         .route("/api/sessions", web::post().to(rest::create_session))
         .route("/api/sessions/{id}", web::get().to(rest::get_session))
