@@ -3,8 +3,6 @@
 
 use std::path::PathBuf;
 
-use super::state_lock::LockHolder;
-
 /// How an error should be reported to a client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -94,25 +92,24 @@ pub enum ServeError {
     #[error(
         "state folder {} is in use by another delta serve{}; stop that one first, or give this one another --state-dir",
         .dir.display(),
-        describe_holder(.holder.as_ref())
+        describe_holder(*.pid, .address.as_deref())
     )]
     StateInUse {
         /// The state folder.
         dir: PathBuf,
-        /// What its lock file says about the server holding it.
-        holder: Option<LockHolder>,
+        /// The holding server's pid, as its lock file says (unknown while it writes it).
+        pid: Option<u32>,
+        /// Where it listens (`host:port`), once it does.
+        address: Option<String>,
     },
 }
 
 /// ` (pid N, listening on http://ADDR)` for the message of [`ServeError::StateInUse`].
-fn describe_holder(holder: Option<&LockHolder>) -> String {
-    match holder {
-        Some(LockHolder {
-            pid,
-            address: Some(address),
-        }) => format!(" (pid {pid}, listening on http://{address})"),
-        Some(LockHolder { pid, address: None }) => format!(" (pid {pid}, still starting)"),
-        None => String::new(),
+fn describe_holder(pid: Option<u32>, address: Option<&str>) -> String {
+    match (pid, address) {
+        (Some(pid), Some(address)) => format!(" (pid {pid}, listening on http://{address})"),
+        (Some(pid), None) => format!(" (pid {pid}, still starting)"),
+        (None, _) => String::new(),
     }
 }
 

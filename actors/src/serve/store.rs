@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn a_corrupt_file_or_a_path_like_id_is_refused_with_the_file_named() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = SessionStore::open(tmp.path()).unwrap();
+        let store = SessionStore::open(&tmp.path().join("state")).unwrap();
         for (content, expected) in [
             ("{", "not valid JSON"),
             ("{}", "JSON array"),

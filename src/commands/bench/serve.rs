@@ -79,7 +79,8 @@ pub fn run(args: &ServeBenchArgs) -> Result<i32, CliError> {
         .prefix("dsb")
         .tempdir()
         .map_err(|e| CliError::Runtime(format!("cannot create a temporary folder: {e}")))?;
-    for sub in ["state", "rt", "ws"] {
+    // Not "state": delta serve creates it private (0700) and refuses an open one.
+    for sub in ["rt", "ws"] {
         std::fs::create_dir_all(dir.path().join(sub))?;
     }
     std::fs::write(dir.path().join("serve.yaml"), "agents: []\n")?;
