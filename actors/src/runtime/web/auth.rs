@@ -67,7 +67,7 @@ fn offered_subprotocols(request: &HttpRequest) -> impl Iterator<Item = &str> {
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())

@@ -58,8 +58,8 @@ const CLOSE_LINGER: std::time::Duration = std::time::Duration::ZERO;
 pub struct ServeOptions {
     /// The address to listen on (the CLI defaults to loopback).
     pub listen: SocketAddr,
-    /// The token every API request and WebSocket must carry (see [`auth`]); see
-    /// [`crate::api::serve::new_token`].
+    /// The token every API request (`Authorization: Bearer`) and WebSocket (that header, or
+    /// the `delta.token.<hex>` subprotocol) must carry; see [`crate::api::serve::new_token`].
     pub token: String,
     /// `sessions.json`, the PTY holders' folders, pasted images.
     pub state_dir: PathBuf,
