@@ -57,7 +57,7 @@ pub enum WorkspaceError {
     },
     /// A new run's folder exists already (the run id is taken).
     #[error(
-        "run '{run_id}' already exists in {}; hint: pick another --run-id, continue it with \
+        "run '{run_id}' already exists in {}; hint: choose a different id (--run-id), continue it with \
          `delta continue --run-id {run_id} -w {}`, or list runs with `delta list-runs -w {}`",
         control_dir(work_dir).display(), work_dir.display(), work_dir.display()
     )]
