@@ -3,7 +3,7 @@
 //! active" and "Cannot continue"; a run from another host names both hosts; a context
 //! generator that times out says "timeout", one that writes nothing says "output file not
 //! found"; a missing context file says "File not found". Each is reached the way those tests
-//! reach it.
+//! reach it. And a run has all three `io/` folders from its start (item 25).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Stdio;
@@ -162,3 +162,26 @@ fn a_missing_context_file_says_file_not_found() {
     );
 }
 
+/// Regression (issue 24 item 25): `io/tool_executions/` and `io/hooks/` appeared only with
+/// their first record, and the original engine's tests look for all three folders of a run
+/// without tools or hooks.
+#[test]
+fn a_run_without_tools_or_hooks_has_its_three_io_folders() {
+    let case = Case::new("plain", "tools: []\n", &json!({"steps": [{"answer": "x"}]}));
+    case.run("plain", "task", &[]).assert_code(0);
+    let io = case.run_dir("plain").join("io");
+    for folder in ["invocations", "tool_executions", "hooks"] {
+        let dir = io.join(folder);
+        assert!(dir.is_dir(), "{dir:?}");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&dir).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700, "{dir:?}");
+    }
+    assert_eq!(
+        std::fs::read_dir(io.join("tool_executions"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
