@@ -93,12 +93,12 @@ pub enum ContextError {
         id: String,
         /// The generator's argv, variables expanded.
         command: Vec<String>,
-        /// How it ended (`exited with code 2`, `timed out after 30000 ms`...), with its
+        /// How it ended (`exited with code 2`, `hit its timeout: killed after 30000 ms`...), with its
         /// stderr when it wrote any.
         reason: String,
     },
     /// A generator succeeded but its `output_path` is not there.
-    #[error("context source '{id}': generator {command:?} finished but did not create {path}")]
+    #[error("context source '{id}': generator output file not found: {path} (generator {command:?} finished without creating it)")]
     GeneratorOutputMissing {
         /// The source's id.
         id: String,

@@ -54,14 +54,11 @@ pub fn llm_target(
         .clone()
         .or_else(|| env.get("DELTA_BASE_URL").filter(|u| !u.is_empty()).cloned());
     match (key, base_url) {
-        (None, _) => Err(CliError::Config(format!(
-            "no API key: {key_var} is not set.\n\
-             Set it in the environment or in a .env file (workspace, agent folder or project root), e.g.\n  \
-             echo '{key_var}=sk-...' >> {}/.env\n\
-             and set DELTA_BASE_URL to your provider's OpenAI-compatible URL including /v1.\n\
-             To run offline with the built-in scripted model instead: --llm-script <script.yaml> (see docs/llm-script.md).",
-            agent.home.display()
-        ))),
+        (None, _) => Err(CliError::NoApiKey {
+            key_var,
+            agent_home: agent.home.clone(),
+            slurm: false,
+        }),
         (Some(_), None) => Err(CliError::Config(
             "no model endpoint: set DELTA_BASE_URL (or `llm.base_url` in agent.yaml) to your provider's \
              OpenAI-compatible base URL, including /v1"

@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
+use delta_actors::cluster::slurm::probe::{missing_folders, remove_empty_folders};
 use delta_actors::plan::limits::MAX_PARALLEL;
 use delta_actors::plan::state::{
-    check_resumable, find_workspace, next_plan_workspace, recorded_plan, validate_orchestration_id,
-    OrchestrationState, OrchestrationStatus, OrchestrationSummary,
+    check_resumable, find_workspace, next_plan_workspace, next_plan_workspace_path, recorded_plan,
+    validate_orchestration_id, OrchestrationState, OrchestrationStatus, OrchestrationSummary,
 };
 use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
 use delta_actors::{OrchestrationRequest, Supervisor};
@@ -107,7 +108,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         ));
     }
     if args.dry_run {
-        warn_without_model(args, &plan, &agents);
+        warn_without_model(args, &plan, &agents, slurm.is_some());
         let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| n as usize);
         let previews = match &slurm {
             Some(settings) => Some(dry_run_previews(&plan, settings, max_parallel)?),
@@ -115,6 +116,9 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         };
         print_dry_run(&plan, &agents, args.format, previews.as_deref());
         return Ok(0);
+    }
+    if let (true, Some(settings), None) = (args.check, &slurm, &args.resume) {
+        return check_cluster(args, &plan, settings);
     }
     let workspace = workspace_for(args, &plan)?;
     if let (true, Some(settings)) = (args.check, &slurm) {
@@ -139,7 +143,13 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         let agent = with_model_override(agent, &env.vars);
         llm_by_agent.insert(
             path.clone(),
-            llm_target(&agent, &env.vars, args.llm_script.as_deref())?,
+            llm_target(&agent, &env.vars, args.llm_script.as_deref()).map_err(|e| {
+                if slurm.is_some() {
+                    e.under_slurm()
+                } else {
+                    e
+                }
+            })?,
         );
         loaded.insert(path, Arc::new(agent));
     }
@@ -335,6 +345,7 @@ fn warn_without_model(
     args: &OrchestrateArgs,
     plan: &ResolvedPlan,
     agents: &BTreeMap<PathBuf, ResolvedAgent>,
+    slurm: bool,
 ) {
     let Ok(cwd) = std::env::current_dir() else {
         return;
@@ -345,7 +356,10 @@ fn warn_without_model(
     };
     for agent in agents.values() {
         let agent = with_model_override(agent.clone(), &env.vars);
-        if let Err(e) = llm_target(&agent, &env.vars, args.llm_script.as_deref()) {
+        if let Err(mut e) = llm_target(&agent, &env.vars, args.llm_script.as_deref()) {
+            if slurm {
+                e = e.under_slurm();
+            }
             eprintln!("warning: agent {} has no model configured: {e}", agent.name);
         }
     }
@@ -368,6 +382,27 @@ fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, 
         agents.insert(stage.agent.clone(), agent);
     }
     Ok(agents)
+}
+
+/// `--executor slurm --check`: the probe job in the workspace the plan would run in. The
+/// folders made for it are removed again when the probe leaves them empty, so a check
+/// leaves no new workspace behind.
+fn check_cluster(
+    args: &OrchestrateArgs,
+    plan: &ResolvedPlan,
+    settings: &delta_actors::cluster::slurm::SlurmSettings,
+) -> Result<i32, CliError> {
+    let chosen = match (&args.work_dir, &plan.workspace) {
+        (Some(w), _) | (None, Some(w)) => w.clone(),
+        (None, None) => next_plan_workspace_path(&plan.dir),
+    };
+    let created = missing_folders(&chosen);
+    let checked = std::fs::create_dir_all(&chosen)
+        .and_then(|()| chosen.canonicalize())
+        .map_err(|e| CliError::Config(format!("workspace {}: {e}", chosen.display())))
+        .and_then(|workspace| run_check(settings, &workspace, &process_env()));
+    remove_empty_folders(&created);
+    checked
 }
 
 /// The shared workspace, absolute. A new orchestration creates it; a resume needs it to

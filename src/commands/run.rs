@@ -83,7 +83,7 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
             .exists()
         {
             return Err(CliError::Config(format!(
-                "run id '{id}' already exists in {}; choose another id, or see the runs with `delta list-runs -w {}`",
+                "run id '{id}' already exists in {}; choose a different id, or see the runs with `delta list-runs -w {}`",
                 choice.dir.display(),
                 choice.dir.display()
             )));

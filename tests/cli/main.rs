@@ -16,6 +16,7 @@ mod orchestrate;
 mod orchestrate_bad_plans;
 mod orchestrate_crash;
 mod orchestrate_interrupt;
+mod original_compat;
 mod path_ids;
 mod relay;
 mod run;

@@ -147,7 +147,7 @@ fn write_atomically(path: &Path, value: &impl Serialize) -> Result<(), HandoffEr
         message: e.to_string(),
     };
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io("create the folder of", e))?;
+        super::create_private_dirs(parent).map_err(|e| io("create the folder of", e))?;
     }
     let text = serde_json::to_vec(value).map_err(|e| HandoffError::Invalid {
         path: path.to_path_buf(),

@@ -16,3 +16,14 @@ pub mod relay_record;
 pub mod slurm;
 
 pub use executor::{RunExecutor, SlurmJobs};
+
+/// Creates `dir` and its missing parents 0700, whatever the umask: an orchestration's
+/// `slurm/` folders hold task texts, results and job logs. Existing folders are left as
+/// they are.
+pub(crate) fn create_private_dirs(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}

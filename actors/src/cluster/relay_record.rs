@@ -53,7 +53,7 @@ pub fn write_record(
     record.token_digests.drain(..excess);
     let path = record_path(orchestration_dir);
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+        super::create_private_dirs(parent)?;
     }
     let spare = path.with_extension("json.tmp");
     let text = serde_json::to_vec(&record).map_err(std::io::Error::other)?;

@@ -197,7 +197,9 @@ async fn run_generator(
         Termination::Exited(0) => None,
         Termination::Exited(code) => Some(format!("exited with code {code}")),
         Termination::Signaled(sig) => Some(format!("was killed by signal {sig}")),
-        Termination::TimedOut => Some(format!("timed out after {timeout_ms} ms")),
+        Termination::TimedOut => Some(format!(
+            "hit its timeout: killed after {timeout_ms} ms (raise generator.timeout_ms in context.yaml if it needs longer)"
+        )),
         Termination::Cancelled => return Err(ContextError::Cancelled),
         Termination::SpawnFailed(reason) => Some(format!("could not start: {reason}")),
     };

@@ -291,7 +291,7 @@ fn take_lock(
 ) -> Result<(RunLock, Option<String>), SetupError> {
     let busy = |pid: u32, hostname: &str| {
         SetupError::Refused(format!(
-            "run '{run_id}' is being driven by another process: its lock {} is held (pid {pid} on host '{hostname}'); wait for it to finish or stop it first",
+            "run '{run_id}' is still active, driven by another process: its lock {} is held (pid {pid} on host '{hostname}').\nCannot continue while that process drives it: wait for it to finish or stop it first",
             paths.run_dir.join(LOCK_FILE).display()
         ))
     };
@@ -307,7 +307,7 @@ fn take_lock(
         Takeover::Alive { pid, hostname } => Err(busy(pid, &hostname)),
         // Across hosts the lock may not be shared (network file systems): only with --force.
         Takeover::OtherHost { hostname } => Err(SetupError::Refused(format!(
-            "run '{run_id}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force."
+            "run '{run_id}' was started on host '{hostname}'. Cannot verify its process from host '{here}'.\nIf you are sure the original process is dead, use --force."
         ))),
     }
 }

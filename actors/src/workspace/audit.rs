@@ -109,9 +109,10 @@ fn create_and_write(
     (path, written)
 }
 
-/// Creates `<dir>/<stem>.json` (or `_2`, `_3`, … when taken) and returns it open. `dir`
-/// itself (mode 0700) is made with its first record, but not its parents: a run folder
-/// deleted under a live run is not brought back. When the directory is unusable: the first
+/// Creates `<dir>/<stem>.json` (or `_2`, `_3`, … when taken) and returns it open. A new
+/// run has its `io/` folders from the start; one missing (a run folder of an older version)
+/// is made (mode 0700) with its first record, but not its parents: a run folder deleted
+/// under a live run is not brought back. When the directory is unusable: the first
 /// candidate and no file (the write then reports why).
 fn create_unique(dir: &Path, stem: &str) -> (PathBuf, Option<std::fs::File>) {
     let first = dir.join(format!("{stem}.json"));
@@ -411,10 +412,28 @@ mod tests {
     }
 
     #[test]
-    fn tool_and_hook_folders_appear_private_with_their_first_record() {
+    fn a_new_run_has_its_three_io_folders_private_from_the_start() {
         let tmp = tempfile::tempdir().unwrap();
         let paths = create_run_dir(tmp.path(), "r").unwrap();
-        assert!(!paths.tool_executions_dir.exists());
+        for dir in [
+            &paths.invocations_dir,
+            &paths.tool_executions_dir,
+            &paths.hooks_dir,
+        ] {
+            let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{dir:?}");
+            assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0, "{dir:?}");
+        }
+    }
+
+    /// A run folder made without them (older versions made both with their first record)
+    /// gets them, private, when a record needs them.
+    #[test]
+    fn tool_and_hook_folders_missing_from_an_older_run_appear_private_with_their_first_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = create_run_dir(tmp.path(), "r").unwrap();
+        std::fs::remove_dir(&paths.tool_executions_dir).unwrap();
+        std::fs::remove_dir(&paths.hooks_dir).unwrap();
         let name = ToolRecordNames::default().next(&paths, "echo");
         assert!(!paths.tool_executions_dir.exists(), "named, not created");
         let (tool, written) = name.write(&serde_json::json!({}), &SecretSet::default());

@@ -57,13 +57,15 @@ pub enum ContinueError {
     Metadata(#[from] MetadataError),
     /// RUNNING on another host: its process cannot be checked from here.
     #[error(
-        "run '{run_id}' was started on host '{hostname}'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force."
+        "run '{run_id}' was started on host '{hostname}'. Cannot verify its process from host '{this_host}'.\nIf you are sure the original process is dead, use --force."
     )]
     OtherHost {
         /// The run.
         run_id: String,
         /// The host its metadata names.
         hostname: String,
+        /// This host, which cannot see that host's processes.
+        this_host: String,
     },
     /// Nobody drives the run, but its new status cannot be recorded (a full disk, an
     /// unwritable file). Nothing was changed. Unlike the other refusals this is a failure
@@ -105,7 +107,7 @@ pub enum ContinueError {
     },
     /// RUNNING and its lock is held: a live process drives it.
     #[error(
-        "run '{run_id}' is still active: its lock {} is held (pid {pid} on host '{hostname}'); wait for it to finish or interrupt it first",
+        "run '{run_id}' is still active: its lock {} is held (pid {pid} on host '{hostname}').\nCannot continue while that process drives it: wait for it to finish or interrupt it first",
         lock.display()
     )]
     StillActive {
@@ -120,7 +122,7 @@ pub enum ContinueError {
     },
     /// RUNNING without a lock file (written by the original engine) and its process is alive.
     #[error(
-        "run '{run_id}' is still RUNNING: it has no lock file (written by the original engine) and its process (pid {pid} on host '{hostname}') is still alive; wait for it to finish or stop it first"
+        "run '{run_id}' is still active: it has no lock file (written by the original engine) and its process (pid {pid} on host '{hostname}') is alive.\nCannot continue while the original process is running: wait for it to finish or stop it first"
     )]
     AliveWithoutLock {
         /// The run.
@@ -164,6 +166,7 @@ pub fn prepare_continue(
             return Err(ContinueError::OtherHost {
                 run_id: run_id.to_owned(),
                 hostname,
+                this_host: crate::metadata::current_process_identity().hostname,
             })
         }
         Some(JanitorAction::CannotRecord { reason, error, .. }) => {

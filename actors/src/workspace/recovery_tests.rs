@@ -132,7 +132,7 @@ fn a_run_with_a_live_owner_is_refused_naming_its_lock_and_process() {
     assert_eq!(
         refused.to_string(),
         format!(
-            "run 'live' is still active: its lock {} is held (pid {} on host '{}'); wait for it to finish or interrupt it first",
+            "run 'live' is still active: its lock {} is held (pid {} on host '{}').\nCannot continue while that process drives it: wait for it to finish or interrupt it first",
             paths.lock.display(),
             meta.pid,
             meta.hostname
@@ -149,7 +149,7 @@ fn a_live_run_of_the_original_engine_is_refused_without_blaming_a_lock() {
     assert_eq!(
         refused.to_string(),
         format!(
-            "run 'old' is still RUNNING: it has no lock file (written by the original engine) and its process (pid {} on host '{}') is still alive; wait for it to finish or stop it first",
+            "run 'old' is still active: it has no lock file (written by the original engine) and its process (pid {} on host '{}') is alive.\nCannot continue while the original process is running: wait for it to finish or stop it first",
             meta.pid, meta.hostname
         )
     );
@@ -181,7 +181,10 @@ fn a_run_of_another_host_is_refused_unless_forced() {
     let refused = prepare_continue(work.path(), "away", None, false).unwrap_err();
     assert_eq!(
         refused.to_string(),
-        "run 'away' was started on host 'elsewhere.example'. Its process cannot be checked from here.\nIf you are sure the original process is dead, use --force."
+        format!(
+            "run 'away' was started on host 'elsewhere.example'. Cannot verify its process from host '{}'.\nIf you are sure the original process is dead, use --force.",
+            crate::metadata::current_process_identity().hostname
+        )
     );
     let forced = prepare_continue(work.path(), "away", None, true).unwrap();
     assert!(

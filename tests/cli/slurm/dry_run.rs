@@ -111,3 +111,55 @@ fn check_without_slurm_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--executor slurm"));
 }
+
+/// Regression (issue 24 item 21): without a key, a Slurm dry-run's warning (and the run's
+/// error) said to put it in the agent folder's `.env`, which the nodes read on the shared
+/// filesystem; the relay design keeps it in the orchestrating process's environment.
+#[test]
+fn slurm_without_a_key_says_to_set_it_in_the_orchestrating_environment_not_a_shared_env_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = example().join("agents/processor");
+    std::fs::write(
+        dir.path().join("plan.yaml"),
+        format!(
+            "stages:\n  - {{ id: a, agent: {}, message: hi }}\n",
+            agent.display()
+        ),
+    )
+    .unwrap();
+    let orchestrate = |extra: &[&str]| {
+        let out = delta()
+            .current_dir(dir.path())
+            .env_remove("DELTA_API_KEY")
+            .env_remove("DELTA_BASE_URL")
+            .env_remove("DELTA_LLM_SCRIPT")
+            .args(["orchestrate", "plan.yaml", "-w", "ws"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, warning) = orchestrate(&["--executor", "slurm", "--dry-run"]);
+    assert_eq!(code, Some(0), "{warning}");
+    let (code, error) = orchestrate(&["--executor", "slurm"]);
+    assert_eq!(code, Some(126), "{error}");
+    for text in [&warning, &error] {
+        assert!(text.contains("export DELTA_API_KEY=sk-..."), "{text}");
+        assert!(text.contains("never reaches a node"), "{text}");
+        assert!(text.contains("--llm-script"), "{text}");
+        assert!(!text.contains(">> "), "no .env to append to: {text}");
+    }
+    // Without Slurm the runs are local: a .env file is a fine place.
+    let (code, local) = orchestrate(&["--dry-run"]);
+    assert_eq!(code, Some(0), "{local}");
+    assert!(
+        local.contains(&format!(
+            "echo 'DELTA_API_KEY=sk-...' >> {}/.env",
+            agent.display()
+        )),
+        "{local}"
+    );
+}

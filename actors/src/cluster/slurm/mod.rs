@@ -7,6 +7,8 @@
 //!   the largest array, a plain job for a single run, job names and comments that carry the
 //!   orchestration, stage and item so `squeue`/`scontrol` show what is what, and the short
 //!   job script (no task text, no secret, no long argv).
+//! - [`sbatch_options`]: sbatch's option table and the allow-list a plan's `sbatch_args`
+//!   pass (full spellings only; nothing delta sets, however abbreviated or clustered).
 //! - [`squeue`]: the queue as `squeue` prints it, parsed back to (stage, item) per task.
 //! - [`commands`]: running `sbatch`, `squeue`, `scancel` (async, each bounded in time) and
 //!   checking they are on PATH.
@@ -17,6 +19,7 @@
 pub mod commands;
 pub mod probe;
 pub mod sbatch;
+pub mod sbatch_options;
 pub mod settings;
 pub mod squeue;
 

@@ -3,6 +3,9 @@
 //! --version`; the submitting host then reads the file. Seeing it proves the workspace is
 //! on a filesystem both share and that the nodes find the delta binary.
 //!
+//! Its files live in `<workspace>/.delta/slurm-probe/` (made 0700), removed with the
+//! folders the probe made once it has seen them; a probe that failed keeps its job's log.
+//!
 //! Must not: leave the probe's job behind (cancelled when the wait runs out) or wait
 //! unbounded.
 
@@ -115,10 +118,42 @@ pub async fn run_probe(
     limit: Duration,
 ) -> Result<ProbeReport, ProbeError> {
     let dir = workspace.join(".delta").join("slurm-probe");
-    std::fs::create_dir_all(&dir).map_err(|e| ProbeError::Io {
+    let created = missing_folders(&dir);
+    crate::cluster::create_private_dirs(&dir).map_err(|e| ProbeError::Io {
         path: dir.clone(),
         message: e.to_string(),
     })?;
+    let report = probe_in(tools, settings, workspace, &dir, delta, env, limit).await;
+    // A failed probe keeps its job's log (the error names it), and with it its folders.
+    remove_empty_folders(&created);
+    report
+}
+
+/// The folders of `dir` (itself, then its parents) that do not exist yet: what to remove
+/// again, if still empty, once a check that created them is over.
+pub fn missing_folders(dir: &Path) -> Vec<PathBuf> {
+    dir.ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
+        .map(Path::to_path_buf)
+        .collect()
+}
+
+/// Removes each of `folders`, deepest first, that is empty; leaves the others.
+pub fn remove_empty_folders(folders: &[PathBuf]) {
+    for folder in folders {
+        let _ = std::fs::remove_dir(folder);
+    }
+}
+
+async fn probe_in(
+    tools: &SlurmTools,
+    settings: &SlurmSettings,
+    workspace: &Path,
+    dir: &Path,
+    delta: &Path,
+    env: &[(String, String)],
+    limit: Duration,
+) -> Result<ProbeReport, ProbeError> {
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let file = dir.join(format!("{nonce}.txt"));
     let log = dir.join(format!("{nonce}.out"));

@@ -1,7 +1,8 @@
 //! cluster::slurm::settings — [`SlurmSettings`]: how this plan's jobs are submitted, checked
 //! once when the plan loads. Every value that reaches an `sbatch` argument is bounded and
 //! restricted to the characters Slurm itself accepts there, so a plan cannot smuggle an
-//! option (or, in `--dry-run`'s printed commands, a shell word) into the command line.
+//! option (or, in `--dry-run`'s printed commands, a shell word) into the command line;
+//! `sbatch_args` items go through the allow-list of [`super::sbatch_options`].
 //!
 //! Must not: run anything.
 
@@ -22,26 +23,6 @@ pub const POLL_INTERVAL: std::ops::RangeInclusive<Duration> =
 pub const SBATCH_ARGS: usize = 64;
 /// The longest one of `executor.sbatch_args`, in bytes.
 pub const ARG_LEN: usize = 1024;
-
-/// Options `delta` sets itself on every `sbatch`; a plan's `sbatch_args` may not repeat them.
-const OWNED_OPTIONS: &[&str] = &[
-    "--array",
-    "-a",
-    "--job-name",
-    "-J",
-    "--comment",
-    "--output",
-    "-o",
-    "--error",
-    "-e",
-    "--export",
-    "--parsable",
-    "--wrap",
-    "--chdir",
-    "-D",
-    "--requeue",
-    "--no-requeue",
-];
 
 /// How a plan's runs are submitted to Slurm.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,15 +196,11 @@ fn check_sbatch_arg(index: usize, arg: &str) -> Result<(), SettingsError> {
             "write each option as one list item, e.g. \"--mem=2G\"",
         ));
     }
-    let option = arg.split('=').next().unwrap_or(arg);
-    if OWNED_OPTIONS.contains(&option) {
-        return Err(error(
-            key,
-            format!("{option} is set by delta on every job"),
-            "remove it: delta names the jobs, builds the arrays and chooses the output files",
-        ));
-    }
-    Ok(())
+    super::sbatch_options::check_sbatch_arg(arg).map_err(|problem| SettingsError {
+        hint: problem.hint(),
+        message: problem.to_string(),
+        key,
+    })
 }
 
 #[cfg(test)]

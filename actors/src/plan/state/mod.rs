@@ -420,17 +420,24 @@ pub fn find_workspace(plan_dir: &Path, id: &str) -> Option<PathBuf> {
 
 /// The next free `<plan dir>/workspaces/W00N` (created).
 pub fn next_plan_workspace(plan_dir: &Path) -> Result<PathBuf, StateError> {
+    let candidate = next_plan_workspace_path(plan_dir);
+    std::fs::create_dir_all(&candidate).map_err(|source| StateError::Io {
+        action: "create",
+        path: candidate.clone(),
+        source,
+    })?;
+    Ok(candidate)
+}
+
+/// The folder [`next_plan_workspace`] would create (the first `<plan dir>/workspaces/W00N`
+/// that does not exist), without creating it.
+pub fn next_plan_workspace_path(plan_dir: &Path) -> PathBuf {
     let root = plan_dir.join("workspaces");
     let mut n = 1;
     loop {
         let candidate = root.join(format!("W{n:03}"));
         if !candidate.exists() {
-            std::fs::create_dir_all(&candidate).map_err(|source| StateError::Io {
-                action: "create",
-                path: candidate.clone(),
-                source,
-            })?;
-            return Ok(candidate);
+            return candidate;
         }
         n += 1;
     }
