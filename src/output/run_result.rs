@@ -45,6 +45,16 @@ pub fn render_text(r: &RunResult) -> String {
             r.metrics.usage.input_tokens, r.metrics.usage.output_tokens
         ));
     }
+    let total = &r.metrics.cumulative_usage;
+    if total.input_tokens > r.metrics.usage.input_tokens
+        || total.output_tokens > r.metrics.usage.output_tokens
+    {
+        // A continued run: what its earlier starts spent is billed too.
+        s.push_str(&format!(
+            "  • Run total:  {} in / {} out (every start)\n",
+            total.input_tokens, total.output_tokens
+        ));
+    }
     s.push('\n');
     let resume = format!(
         "delta continue --run-id {} -w {}",
@@ -52,6 +62,9 @@ pub fn render_text(r: &RunResult) -> String {
         shell_quote(&r.metadata.workspace_path)
     );
     match r.status {
+        RunStatus::Completed if r.empty_answer => {
+            s.push_str("Final Response: (empty: the model answered with no text; see the WARNING in the journal)\n");
+        }
         RunStatus::Completed => {
             s.push_str("Final Response:\n");
             s.push_str(RULE);
@@ -113,6 +126,7 @@ mod tests {
             schema_version: "2.0".into(),
             run_id: "r1".into(),
             status: RunStatus::Completed,
+            empty_answer: false,
             result: Some("All done.".into()),
             error: None,
             interaction: None,
@@ -125,6 +139,7 @@ mod tests {
                 start_time: "2026-01-01T00:00:00.000Z".into(),
                 end_time: "2026-01-01T00:00:01.500Z".into(),
                 usage: Default::default(),
+                cumulative_usage: Default::default(),
             },
             metadata: RunResultMetadata {
                 agent_name: "a".into(),

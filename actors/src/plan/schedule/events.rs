@@ -47,7 +47,9 @@ pub struct RecordedRun {
     pub error: Option<String>,
     /// Iterations recorded.
     pub iterations: u32,
-    /// Token usage recorded.
+    /// Wall time of the run's last driving, as recorded.
+    pub duration_ms: u64,
+    /// Token usage recorded over the run's life (every attempt).
     pub usage: TokenUsage,
 }
 
@@ -81,23 +83,35 @@ impl RunEnd {
         match result {
             Ok(r) => {
                 let metadata_written = RunPaths::new(work_dir, run_id).metadata.exists();
+                let usage = lifetime_usage(&r);
                 RunEnd::Finished(RunOutcome {
                     status: r.status,
                     result: r.result,
                     error: r.error.map(|e| format!("{}: {}", e.kind, e.message)),
                     duration_ms: r.metrics.duration_ms,
                     iterations: r.metrics.iterations,
-                    usage: TokenUsage {
-                        input_tokens: r.metrics.usage.input_tokens,
-                        output_tokens: r.metrics.usage.output_tokens,
-                        total_tokens: r.metrics.usage.input_tokens + r.metrics.usage.output_tokens,
-                    },
+                    usage,
+                    empty_answer: r.empty_answer,
                     metadata_written,
                     run_id: r.run_id,
                 })
             }
             Err(message) => RunEnd::Lost(message),
         }
+    }
+}
+
+/// A run's tokens over its whole life, as its RunResult reports them; a result from an
+/// older engine (a Slurm node not yet upgraded) has only this driving's figure.
+fn lifetime_usage(result: &RunResult) -> TokenUsage {
+    if !result.metrics.cumulative_usage.is_zero() {
+        return result.metrics.cumulative_usage;
+    }
+    let driving = &result.metrics.usage;
+    TokenUsage {
+        input_tokens: driving.input_tokens,
+        output_tokens: driving.output_tokens,
+        total_tokens: driving.input_tokens + driving.output_tokens,
     }
 }
 
@@ -116,8 +130,11 @@ pub struct RunOutcome {
     pub duration_ms: u64,
     /// The run's iteration count.
     pub iterations: u32,
-    /// Token usage of the attempt.
+    /// Token usage over the run's life: this attempt and every earlier one (a retry
+    /// continues the run, whose cumulative figure carries them).
     pub usage: TokenUsage,
+    /// COMPLETED with an empty final answer.
+    pub empty_answer: bool,
     /// The run wrote its metadata, so a retry can continue it; a run whose setup failed
     /// before that (too many open files, a full disk) is retried afresh.
     pub metadata_written: bool,
