@@ -1,5 +1,6 @@
 //! Token accounting of a plan (issue 25 item 5): every attempt of every run is counted, in
-//! the run's row, its stage and the plan's totals, whatever made the run retry.
+//! the run's row, its stage and the plan's totals, whatever made the run retry. Also the
+//! plan's `llm.response_format` reaching its runs' requests (item 6).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use delta_actors::metadata::read_metadata;
@@ -63,5 +64,31 @@ fn token_totals_of_a_plan_with_retried_runs_equal_every_responses_usage() {
     assert_eq!(
         (listed[0].usage.input_tokens, listed[0].usage.output_tokens),
         (plan_total.input_tokens, plan_total.output_tokens)
+    );
+}
+
+/// Issue 25 item 6: a plan's `llm.response_format: json_object` is sent by every run of the
+/// plan, over its agents' own setting.
+#[test]
+fn a_plans_response_format_reaches_its_runs_requests() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let (summary, _) = run_plan(
+        &p,
+        "llm: { response_format: json_object }\ndefaults: { agent: ./agents/worker }\nstages:\n  - { id: solo, output: json, message: go }\n",
+        "steps:\n  - answer: \"{\\\"ok\\\": true}\"\n",
+    );
+    assert_eq!(
+        summary.status,
+        OrchestrationStatus::Completed,
+        "{summary:#?}"
+    );
+    let dir = RunPaths::new(p.ws(), "t-solo-0").run_dir.join("io/invocations");
+    let record = std::fs::read_dir(dir).unwrap().next().unwrap().unwrap();
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(record.path()).unwrap()).unwrap();
+    assert_eq!(
+        record["request"]["response_format"],
+        serde_json::json!({"type": "json_object"})
     );
 }
