@@ -508,6 +508,91 @@ mod tests {
         );
     }
 
+    fn row(run_id: &str, status: RunStatus, result: &str, empty_answer: bool) -> RunRow {
+        RunRow {
+            run_id: run_id.into(),
+            index: 0,
+            status,
+            result: Some(result.into()),
+            error: None,
+            duration_ms: 1500,
+            iterations: 2,
+            attempts: 1,
+            usage: TokenUsage {
+                input_tokens: 10,
+                output_tokens: 4,
+                total_tokens: 14,
+            },
+            empty_answer,
+            reused: false,
+        }
+    }
+
+    /// Issue 24 item 23 (a stage that never started read "Interrupted (0 … of 0)", a tab in
+    /// an answer broke the columns) and issue 25 items 5 and 7 (tokens per stage, empty
+    /// answers flagged).
+    #[test]
+    fn the_summary_says_not_started_flags_empty_answers_and_counts_tokens_per_stage() {
+        use delta_actors::plan::state::{OrchestrationStatus, StageSummary, Totals};
+        let runs = vec![
+            row("t-work-0", RunStatus::Completed, "a\tb", false),
+            row("t-work-1", RunStatus::Completed, "", true),
+        ];
+        let summary = OrchestrationSummary {
+            orchestration_id: "t".into(),
+            status: OrchestrationStatus::Interrupted,
+            plan: "plan.yaml".into(),
+            workspace: "/ws".into(),
+            started_at: String::new(),
+            ended_at: String::new(),
+            duration_ms: 2000,
+            stages: vec![
+                StageSummary {
+                    id: "work".into(),
+                    status: StageStatus::Completed,
+                    counts: RunCounts::tally(2, &runs),
+                    runs,
+                    usage: TokenUsage {
+                        input_tokens: 20,
+                        output_tokens: 8,
+                        total_tokens: 28,
+                    },
+                },
+                StageSummary {
+                    id: "combine".into(),
+                    status: StageStatus::NotStarted,
+                    counts: RunCounts::default(),
+                    runs: Vec::new(),
+                    usage: TokenUsage::default(),
+                },
+            ],
+            totals: Totals {
+                counts: RunCounts::tally(2, &[]),
+                input_tokens: 20,
+                output_tokens: 8,
+            },
+            error: None,
+        };
+        let text = render_summary(&summary, None);
+        assert!(!text.contains('\t'), "{text}");
+        assert!(
+            text.contains("\nstage combine  Not started\n"),
+            "no `Interrupted (0 … of 0)`: {text}"
+        );
+        assert!(
+            text.contains("stage work  Completed  (2 completed, 0 failed of 2); tokens 20 in / 8 out; 1 empty answer\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokens 20 in / 8 out (every attempt); 1 empty answer"),
+            "{text}"
+        );
+        let empty_row = text.lines().find(|l| l.contains("t-work-1")).unwrap();
+        assert!(empty_row.ends_with("(empty answer)"), "{empty_row}");
+        let tabbed_row = text.lines().find(|l| l.contains("t-work-0")).unwrap();
+        assert!(tabbed_row.ends_with(" a b"), "{tabbed_row}");
+    }
+
     /// Issue 24 item 23: a tab or newline in an answer shifted the summary's columns.
     #[test]
     fn control_characters_in_answers_become_spaces() {

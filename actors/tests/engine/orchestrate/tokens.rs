@@ -83,7 +83,9 @@ fn a_plans_response_format_reaches_its_runs_requests() {
         OrchestrationStatus::Completed,
         "{summary:#?}"
     );
-    let dir = RunPaths::new(p.ws(), "t-solo-0").run_dir.join("io/invocations");
+    let dir = RunPaths::new(p.ws(), "t-solo-0")
+        .run_dir
+        .join("io/invocations");
     let record = std::fs::read_dir(dir).unwrap().next().unwrap().unwrap();
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(record.path()).unwrap()).unwrap();
