@@ -82,8 +82,16 @@ impl RunEnd {
     ) -> RunEnd {
         match result {
             Ok(r) => {
-                let metadata_written = RunPaths::new(work_dir, run_id).metadata.exists();
-                let usage = lifetime_usage(&r);
+                let paths = RunPaths::new(work_dir, run_id);
+                let metadata_written = paths.metadata.exists();
+                let mut usage = lifetime_usage(&r);
+                if usage.is_zero() && metadata_written {
+                    // A continuation cancelled before it started answers with no figures,
+                    // yet its earlier attempts were billed: the record has them.
+                    if let Ok(meta) = crate::metadata::read_metadata(&paths.run_dir) {
+                        usage = meta.usage_so_far();
+                    }
+                }
                 RunEnd::Finished(RunOutcome {
                     status: r.status,
                     result: r.result,
@@ -249,4 +257,35 @@ pub struct Conclusion {
     pub totals: Totals,
     /// Why the orchestration could not run (setup, expansion) or was stopped.
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::metadata::{write_metadata, RunMetadata};
+
+    /// Issue 25 item 5: a retry cancelled while queued answers with zero usage; the row
+    /// must still count what the run's earlier attempts were billed.
+    #[test]
+    fn a_run_that_answers_without_figures_keeps_the_tokens_its_record_has() {
+        let ws = tempfile::tempdir().unwrap();
+        let paths = RunPaths::new(ws.path(), "o-s-0");
+        std::fs::create_dir_all(&paths.run_dir).unwrap();
+        let mut meta = RunMetadata::new_running("o-s-0", "a", "task", ws.path(), ws.path(), 5);
+        meta.status = RunStatus::Interrupted;
+        meta.cumulative_usage = TokenUsage {
+            input_tokens: 40,
+            output_tokens: 9,
+            total_tokens: 49,
+        };
+        write_metadata(&paths.run_dir, &meta).unwrap();
+        let mut result = meta.recorded_result(&paths.run_dir);
+        result.metrics.usage = Default::default();
+        result.metrics.cumulative_usage = TokenUsage::default();
+        let RunEnd::Finished(outcome) = RunEnd::from_result(Ok(result), ws.path(), "o-s-0") else {
+            panic!("finished");
+        };
+        assert_eq!(outcome.usage, meta.cumulative_usage);
+    }
 }
