@@ -169,4 +169,29 @@ mod tests {
         assert_eq!(lines[response + 2], "All done.");
         assert_eq!(lines.last().copied(), Some(RULE));
     }
+
+    /// Issue 25 items 5 and 7: a continued run shows what its earlier starts spent, and an
+    /// empty final answer says so instead of printing nothing.
+    #[test]
+    fn text_summary_shows_the_run_total_and_an_empty_answer() {
+        let mut result = completed();
+        result.metrics.usage.input_tokens = 10;
+        result.metrics.usage.output_tokens = 2;
+        result.metrics.cumulative_usage = delta_actors::TokenUsage {
+            input_tokens: 30,
+            output_tokens: 7,
+            total_tokens: 37,
+        };
+        result.result = Some(String::new());
+        result.empty_answer = true;
+        let text = render_text(&result);
+        assert!(text.contains("  • Tokens:     10 in / 2 out\n"), "{text}");
+        assert!(
+            text.contains("  • Run total:  30 in / 7 out (every start)\n"),
+            "{text}"
+        );
+        assert!(text.contains("Final Response: (empty"), "{text}");
+        // A first start shows no separate total.
+        assert!(!render_text(&completed()).contains("Run total"));
+    }
 }
