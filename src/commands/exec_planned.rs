@@ -60,6 +60,9 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
         idle: planned.llm_idle_timeout_ms.map(Duration::from_millis),
     };
     agent.llm.timeouts = plan_timeouts.over(agent.llm.timeouts);
+    if let Some(format) = planned.llm_response_format {
+        agent.llm.response_format = Some(format);
+    }
     let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
     let cascade = load_env_cascade(Some(&planned.work_dir), &planned.plan_dir, &cwd, &env)
         .map_err(|e| CliError::Config(e.to_string()))?;

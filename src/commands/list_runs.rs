@@ -28,7 +28,10 @@ pub struct ListRunsArgs {
     /// Workspace to list (default: the current directory).
     #[arg(short = 'w', long = "work-dir", default_value = ".")]
     pub work_dir: PathBuf,
-    /// Only runs `delta continue` can take: INTERRUPTED, WAITING_FOR_INPUT, FAILED, COMPLETED.
+    /// Only runs `delta continue` resumes where they stopped: INTERRUPTED (continued as
+    /// it is) and WAITING_FOR_INPUT (continued with the answer). COMPLETED and FAILED runs
+    /// are extended or retried with a new message (`-m`), not resumed: list them with
+    /// `--status`.
     #[arg(long)]
     pub resumable: bool,
     /// Only runs with this status (e.g. FAILED).
@@ -47,6 +50,13 @@ fn parse_status(s: &str) -> Result<RunStatus, String> {
     RunStatus::parse(s).ok_or_else(|| {
         format!("unknown status '{s}': use RUNNING, WAITING_FOR_INPUT, COMPLETED, FAILED or INTERRUPTED")
     })
+}
+
+/// What `--resumable` keeps: the runs `delta continue` picks up where they stopped (the
+/// original engine's meaning). A RUNNING run whose process died was already marked
+/// INTERRUPTED by the janitor above; one that is alive is not resumable.
+fn is_resumable(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Interrupted | RunStatus::WaitingForInput)
 }
 
 pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
@@ -78,7 +88,7 @@ pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
     let mut runs: Vec<RunSummary> = listing
         .runs
         .into_iter()
-        .filter(|r| !args.resumable || r.status != RunStatus::Running)
+        .filter(|r| !args.resumable || is_resumable(r.status))
         .filter(|r| args.status.is_none_or(|s| r.status == s))
         .collect();
     if args.first {

@@ -289,7 +289,7 @@ fn drive(
         let mut progress = Progress::new();
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+        let mut tick = tokio::time::interval(crate::output::orchestration::PROGRESS_INTERVAL);
         // The handle's own receiver holds every event since the start; a resubscribed one
         // would miss those sent before this line (the first stages' StageStarted).
         let mut handle = handle;

@@ -1,6 +1,6 @@
 //! `delta tool expand <agent-dir-or-yaml> [--format yaml|json]` (alias `delta tool:expand`):
 //! prints each tool's internal form (spec §2.2.7) after following imports, and for an agent
-//! the built-in `ask_human` last, as the model is offered it.
+//! the built-in `ask_human` last, as the model is offered it (or that it is off).
 //!
 //! Owns the expansion document's shape and its rendering. Loading and validation are the
 //! library's (`load_agent` / `load_tool_library`); this file only presents the result.
@@ -46,6 +46,10 @@ struct ExpandedDocument {
     #[serde(skip_serializing_if = "Option::is_none")]
     agent: Option<String>,
     source: String,
+    /// `false` for an agent that turned the built-in tool off (`ask_human: false`): it is
+    /// then neither listed nor offered. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ask_human: Option<bool>,
     tools: Vec<ExpandedTool>,
 }
 
@@ -129,7 +133,8 @@ fn expand_tool(tool: &CompiledTool, base: &Path) -> ExpandedTool {
     }
 }
 
-/// The built-in `ask_human`, which every agent offers the model after its own tools.
+/// The built-in `ask_human`, which an agent offers the model after its own tools (unless
+/// its agent.yaml says `ask_human: false`).
 fn expand_ask_human() -> ExpandedTool {
     ExpandedTool {
         name: ask_human::ASK_HUMAN.to_string(),
@@ -157,10 +162,15 @@ fn expand_ask_human() -> ExpandedTool {
     }
 }
 
-fn summary(tools: &[CompiledTool], source: &Path) -> String {
+fn summary(tools: &[CompiledTool], source: &Path, ask_human_offered: bool) -> String {
     let count = |s: ToolSyntax| tools.iter().filter(|t| t.syntax == s).count();
+    let ask_human = if ask_human_offered {
+        "the built-in ask_human is offered too (listed last for an agent; `ask_human: false` in agent.yaml turns it off)"
+    } else {
+        "the built-in ask_human is off (`ask_human: false` in agent.yaml)"
+    };
     format!(
-        "expanded {} tool(s) from {} ({} exec, {} shell, {} legacy); the built-in ask_human is always offered too (listed last for an agent)",
+        "expanded {} tool(s) from {} ({} exec, {} shell, {} legacy); {ask_human}",
         tools.len(),
         source.display(),
         count(ToolSyntax::Exec),
@@ -175,11 +185,12 @@ pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
         let document = ExpandedDocument {
             agent: Some(agent.name.clone()),
             source: relative(&agent.config_file, &agent.home),
+            ask_human: (!agent.ask_human).then_some(false),
             tools: agent
                 .tools
                 .iter()
                 .map(|t| expand_tool(t, &agent.home))
-                .chain(std::iter::once(expand_ask_human()))
+                .chain(agent.ask_human.then(expand_ask_human))
                 .collect(),
         };
         (document, agent.tools, agent.warnings, agent.config_file)
@@ -193,6 +204,7 @@ pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
         let document = ExpandedDocument {
             agent: None,
             source: relative(&library.file, &base),
+            ask_human: None,
             tools: library
                 .tools
                 .iter()
@@ -215,6 +227,9 @@ pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
         }
     };
     print!("{rendered}");
-    eprintln!("{}", summary(&tools, &source));
+    eprintln!(
+        "{}",
+        summary(&tools, &source, document.ask_human.unwrap_or(true))
+    );
     Ok(0)
 }

@@ -1,17 +1,23 @@
 //! `delta orchestrate` output: the summary (text or JSON) on stdout, the dry-run stage graph,
-//! and the live progress on stderr (one indicatif bar per stage on a terminal, plain lines
-//! every few seconds otherwise).
+//! and the live progress on stderr (one indicatif bar per stage on a terminal; otherwise a
+//! plain line when something changed, at most every [`PROGRESS_INTERVAL`]).
+//!
+//! Text that comes from runs (answers, errors) is flattened to one line without control
+//! characters before it goes into a column, so a tab or a newline in an answer cannot shift
+//! the columns after it.
 #![allow(clippy::print_stderr)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use delta_actors::agent::ResolvedAgent;
-use delta_actors::plan::state::{OrchestrationSummary, StageStatus};
+use delta_actors::plan::state::{OrchestrationSummary, RunRow, StageStatus};
 use delta_actors::plan::{planned_runs, topo_order, ResolvedForeach, ResolvedPlan};
 use delta_actors::OrchestrationEvent;
 use delta_actors::RunStatus;
+use delta_actors::TokenUsage;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::{emit, emit_json, Format};
@@ -45,25 +51,35 @@ fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>) -> String
     ));
     out.push_str(&format!("Plan:      {}\n", s.plan));
     out.push_str(&format!("Workspace: {}\n", s.workspace));
+    let all_rows = s.stages.iter().flat_map(|stage| &stage.runs);
     out.push_str(&format!(
-        "Runs:      {} in {:.1}s; tokens {} in / {} out\n",
+        "Runs:      {} in {:.1}s; tokens {} in / {} out (every attempt){}\n",
         s.totals.counts.describe(),
         s.duration_ms as f64 / 1000.0,
         s.totals.input_tokens,
-        s.totals.output_tokens
+        s.totals.output_tokens,
+        empty_answers(all_rows)
     ));
     if let Some(e) = &s.error {
         out.push_str(&format!("Note:      {e}\n"));
     }
     for stage in &s.stages {
+        // A stage that never expanded plans no runs: its counts say nothing.
+        let counts = if stage.counts.total > 0 {
+            format!("  ({})", stage.counts.describe())
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "\nstage {}  {:?}  ({})\n",
+            "\nstage {}  {}{counts}{}{}\n",
             stage.id,
-            stage.status,
-            stage.counts.describe()
+            stage.status.label(),
+            tokens(&stage.usage),
+            empty_answers(&stage.runs)
         ));
         for run in &stage.runs {
             let detail = match run.status {
+                RunStatus::Completed if run.empty_answer => "(empty answer)".to_owned(),
                 RunStatus::Completed => one_line(run.result.as_deref().unwrap_or(""), 70),
                 _ => one_line(run.error.as_deref().unwrap_or(""), 70),
             };
@@ -94,8 +110,34 @@ fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>) -> String
     out
 }
 
-fn one_line(text: &str, limit: usize) -> String {
-    let flat = text.replace('\n', " ");
+/// `; tokens 12 in / 3 out` when the stage used any.
+fn tokens(usage: &TokenUsage) -> String {
+    if usage.is_zero() {
+        String::new()
+    } else {
+        format!(
+            "; tokens {} in / {} out",
+            usage.input_tokens, usage.output_tokens
+        )
+    }
+}
+
+/// `; 2 empty answers` when runs completed with an empty final answer.
+fn empty_answers<'a>(rows: impl IntoIterator<Item = &'a RunRow>) -> String {
+    match rows.into_iter().filter(|r| r.empty_answer).count() {
+        0 => String::new(),
+        1 => "; 1 empty answer".to_owned(),
+        n => format!("; {n} empty answers"),
+    }
+}
+
+/// `text` on one line for a column: every control character (newline, tab, carriage
+/// return, escape...) becomes a space, and the result is cut at `limit` characters.
+pub(crate) fn one_line(text: &str, limit: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if flat.chars().count() > limit {
         let cut: String = flat.chars().take(limit).collect();
         format!("{cut}…")
@@ -216,19 +258,39 @@ pub struct SbatchPreview {
     pub command: String,
 }
 
+/// How often [`Progress::tick`] is called: on a non-terminal, the plain progress line is
+/// printed at most this often, and only when it changed.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
 /// One stage's live counts.
 #[derive(Default)]
 struct StageProgress {
     total: usize,
     done: usize,
     running: usize,
+    /// Finished without completing and not interrupted (FAILED, waiting for input).
     failed: usize,
+    /// Stopped by Ctrl-C, SIGTERM or a kill: resumable, not failed.
+    interrupted: usize,
+}
+
+impl StageProgress {
+    /// `running 2, failed 1, interrupted 3` (interrupted only when there are some).
+    fn describe(&self) -> String {
+        let mut text = format!("running {}, failed {}", self.running, self.failed);
+        if self.interrupted > 0 {
+            text.push_str(&format!(", interrupted {}", self.interrupted));
+        }
+        text
+    }
 }
 
 /// Live progress on stderr.
 pub struct Progress {
     bars: Option<(MultiProgress, HashMap<String, ProgressBar>)>,
     stages: BTreeMap<String, StageProgress>,
+    /// The last plain line printed (a line is printed again only when it changed).
+    last_line: Option<String>,
 }
 
 impl Progress {
@@ -242,6 +304,7 @@ impl Progress {
         Progress {
             bars,
             stages: BTreeMap::new(),
+            last_line: None,
         }
     }
 
@@ -260,7 +323,8 @@ impl Progress {
                         total: *runs,
                         done,
                         running: 0,
-                        failed: already_done.unsuccessful(),
+                        failed: already_done.unsuccessful() - already_done.interrupted,
+                        interrupted: already_done.interrupted,
                     },
                 );
                 match &mut self.bars {
@@ -295,8 +359,10 @@ impl Progress {
                 if let Some(c) = self.stages.get_mut(stage) {
                     c.running = c.running.saturating_sub(1);
                     c.done += 1;
-                    if *status != RunStatus::Completed {
-                        c.failed += 1;
+                    match status {
+                        RunStatus::Completed => {}
+                        RunStatus::Interrupted => c.interrupted += 1,
+                        _ => c.failed += 1,
                     }
                 }
                 self.refresh(stage);
@@ -326,32 +392,211 @@ impl Progress {
         if let (Some((_, bars)), Some(c)) = (&self.bars, self.stages.get(stage)) {
             if let Some(bar) = bars.get(stage) {
                 bar.set_position(c.done as u64);
-                bar.set_message(format!("running {}, failed {}", c.running, c.failed));
+                bar.set_message(c.describe());
             }
         }
     }
 
-    /// Periodic plain line when stderr is not a terminal.
-    pub fn tick(&self) {
-        if self.bars.is_some() || self.stages.is_empty() {
+    /// Called every [`PROGRESS_INTERVAL`]: when stderr is not a terminal, prints the plain
+    /// progress line if it changed since the last one printed.
+    pub fn tick(&mut self) {
+        if self.bars.is_some() {
             return;
+        }
+        if let Some(line) = self.changed_line() {
+            eprintln!("{line}");
+        }
+    }
+
+    /// The plain progress line, or `None` when there is nothing to say or it says what the
+    /// last one said (a line repeated every few seconds is noise in a log).
+    fn changed_line(&mut self) -> Option<String> {
+        if self.stages.is_empty() {
+            return None;
         }
         let parts: Vec<String> = self
             .stages
             .iter()
-            .map(|(stage, c)| {
-                format!(
-                    "{stage} {}/{} (running {}, failed {})",
-                    c.done, c.total, c.running, c.failed
-                )
-            })
+            .map(|(stage, c)| format!("{stage} {}/{} ({})", c.done, c.total, c.describe()))
             .collect();
-        eprintln!("progress: {}", parts.join("; "));
+        let line = format!("progress: {}", parts.join("; "));
+        if self.last_line.as_deref() == Some(line.as_str()) {
+            return None;
+        }
+        self.last_line = Some(line.clone());
+        Some(line)
     }
 
     pub fn done(&self) {
         if let Some((multi, _)) = &self.bars {
             let _ = multi.clear();
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use delta_actors::plan::state::RunCounts;
+
+    fn plain() -> Progress {
+        Progress {
+            bars: None,
+            stages: BTreeMap::new(),
+            last_line: None,
+        }
+    }
+
+    fn finished(status: RunStatus) -> OrchestrationEvent {
+        OrchestrationEvent::RunFinished {
+            stage: "work".into(),
+            index: 0,
+            run_id: "r".into(),
+            status,
+            duration_ms: 0,
+            error: None,
+        }
+    }
+
+    /// Issue 25 item 10: the plain progress line repeated every 2 s unchanged.
+    #[test]
+    fn the_plain_progress_line_is_printed_only_when_it_changed() {
+        let mut progress = plain();
+        assert_eq!(progress.changed_line(), None, "nothing started yet");
+        progress.on_event(&OrchestrationEvent::StageStarted {
+            stage: "work".into(),
+            runs: 3,
+            already_done: RunCounts::default(),
+        });
+        let first = progress.changed_line().unwrap();
+        assert_eq!(first, "progress: work 0/3 (running 0, failed 0)");
+        assert_eq!(progress.changed_line(), None, "unchanged: no second line");
+        assert_eq!(progress.changed_line(), None);
+        progress.on_event(&OrchestrationEvent::RunStarted {
+            stage: "work".into(),
+            index: 0,
+            run_id: "r".into(),
+            attempt: 1,
+        });
+        assert_eq!(
+            progress.changed_line().unwrap(),
+            "progress: work 0/3 (running 1, failed 0)"
+        );
+        assert_eq!(progress.changed_line(), None);
+    }
+
+    /// Issue 25 item 10: INTERRUPTED runs were counted as failed.
+    #[test]
+    fn interrupted_runs_are_counted_as_interrupted_not_failed() {
+        let mut progress = plain();
+        progress.on_event(&OrchestrationEvent::StageStarted {
+            stage: "work".into(),
+            runs: 3,
+            already_done: RunCounts {
+                total: 3,
+                interrupted: 1,
+                not_started: 2,
+                ..RunCounts::default()
+            },
+        });
+        progress.on_event(&finished(RunStatus::Interrupted));
+        progress.on_event(&finished(RunStatus::Failed));
+        assert_eq!(
+            progress.changed_line().unwrap(),
+            "progress: work 3/3 (running 0, failed 1, interrupted 2)"
+        );
+    }
+
+    fn row(run_id: &str, status: RunStatus, result: &str, empty_answer: bool) -> RunRow {
+        RunRow {
+            run_id: run_id.into(),
+            index: 0,
+            status,
+            result: Some(result.into()),
+            error: None,
+            duration_ms: 1500,
+            iterations: 2,
+            attempts: 1,
+            usage: TokenUsage {
+                input_tokens: 10,
+                output_tokens: 4,
+                total_tokens: 14,
+            },
+            empty_answer,
+            reused: false,
+        }
+    }
+
+    /// Issue 24 item 23 (a stage that never started read "Interrupted (0 … of 0)", a tab in
+    /// an answer broke the columns) and issue 25 items 5 and 7 (tokens per stage, empty
+    /// answers flagged).
+    #[test]
+    fn the_summary_says_not_started_flags_empty_answers_and_counts_tokens_per_stage() {
+        use delta_actors::plan::state::{OrchestrationStatus, StageSummary, Totals};
+        let runs = vec![
+            row("t-work-0", RunStatus::Completed, "a\tb", false),
+            row("t-work-1", RunStatus::Completed, "", true),
+        ];
+        let summary = OrchestrationSummary {
+            orchestration_id: "t".into(),
+            status: OrchestrationStatus::Interrupted,
+            plan: "plan.yaml".into(),
+            workspace: "/ws".into(),
+            started_at: String::new(),
+            ended_at: String::new(),
+            duration_ms: 2000,
+            stages: vec![
+                StageSummary {
+                    id: "work".into(),
+                    status: StageStatus::Completed,
+                    counts: RunCounts::tally(2, &runs),
+                    runs,
+                    usage: TokenUsage {
+                        input_tokens: 20,
+                        output_tokens: 8,
+                        total_tokens: 28,
+                    },
+                },
+                StageSummary {
+                    id: "combine".into(),
+                    status: StageStatus::NotStarted,
+                    counts: RunCounts::default(),
+                    runs: Vec::new(),
+                    usage: TokenUsage::default(),
+                },
+            ],
+            totals: Totals {
+                counts: RunCounts::tally(2, &[]),
+                input_tokens: 20,
+                output_tokens: 8,
+            },
+            error: None,
+        };
+        let text = render_summary(&summary, None);
+        assert!(!text.contains('\t'), "{text}");
+        assert!(
+            text.contains("\nstage combine  Not started\n"),
+            "no `Interrupted (0 … of 0)`: {text}"
+        );
+        assert!(
+            text.contains("stage work  Completed  (2 completed, 0 failed of 2); tokens 20 in / 8 out; 1 empty answer\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokens 20 in / 8 out (every attempt); 1 empty answer"),
+            "{text}"
+        );
+        let empty_row = text.lines().find(|l| l.contains("t-work-1")).unwrap();
+        assert!(empty_row.ends_with("(empty answer)"), "{empty_row}");
+        let tabbed_row = text.lines().find(|l| l.contains("t-work-0")).unwrap();
+        assert!(tabbed_row.ends_with(" a b"), "{tabbed_row}");
+    }
+
+    /// Issue 24 item 23: a tab or newline in an answer shifted the summary's columns.
+    #[test]
+    fn control_characters_in_answers_become_spaces() {
+        assert_eq!(one_line("a\tb\nc\r\u{1b}[31md", 70), "a b c  [31md");
+        assert_eq!(one_line("abcdef", 3), "abc…");
     }
 }

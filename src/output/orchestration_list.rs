@@ -57,11 +57,23 @@ pub fn print(workspace: &Path, listings: &[OrchestrationListing], format: ListFo
                 })
                 .collect();
             let runs_w = runs.iter().map(String::len).max().unwrap_or(4);
+            // Every attempt's tokens (a retry continues its run, whose total carries them).
+            let tokens: Vec<String> = listings
+                .iter()
+                .map(|l| match l.status {
+                    ListedStatus::Unreadable => "-".to_owned(),
+                    _ => format!(
+                        "{} in / {} out",
+                        l.usage.input_tokens, l.usage.output_tokens
+                    ),
+                })
+                .collect();
+            let tokens_w = tokens.iter().map(String::len).max().unwrap_or(6).max(6);
             let mut out = format!(
-                "{:<id_w$}  {:<11}  {:<8}  {:<runs_w$}  PLAN\n",
-                "ID", "STATUS", "AGE", "RUNS"
+                "{:<id_w$}  {:<11}  {:<8}  {:<runs_w$}  {:<tokens_w$}  PLAN\n",
+                "ID", "STATUS", "AGE", "RUNS", "TOKENS"
             );
-            for (listing, runs) in listings.iter().zip(&runs) {
+            for ((listing, runs), tokens) in listings.iter().zip(&runs).zip(&tokens) {
                 let age = listing
                     .started_at
                     .as_deref()
@@ -75,11 +87,12 @@ pub fn print(workspace: &Path, listings: &[OrchestrationListing], format: ListFo
                     (None, _) => "-".to_owned(),
                 };
                 out.push_str(&format!(
-                    "{:<id_w$}  {:<11}  {:<8}  {:<runs_w$}  {plan}\n",
+                    "{:<id_w$}  {:<11}  {:<8}  {:<runs_w$}  {:<tokens_w$}  {plan}\n",
                     listing.orchestration_id,
                     listing.status.as_str(),
                     age,
                     runs,
+                    tokens,
                 ));
             }
             emit(&out);

@@ -45,6 +45,16 @@ pub fn render_text(r: &RunResult) -> String {
             r.metrics.usage.input_tokens, r.metrics.usage.output_tokens
         ));
     }
+    let total = &r.metrics.cumulative_usage;
+    if total.input_tokens > r.metrics.usage.input_tokens
+        || total.output_tokens > r.metrics.usage.output_tokens
+    {
+        // A continued run: what its earlier starts spent is billed too.
+        s.push_str(&format!(
+            "  • Run total:  {} in / {} out (every start)\n",
+            total.input_tokens, total.output_tokens
+        ));
+    }
     s.push('\n');
     let resume = format!(
         "delta continue --run-id {} -w {}",
@@ -52,6 +62,9 @@ pub fn render_text(r: &RunResult) -> String {
         shell_quote(&r.metadata.workspace_path)
     );
     match r.status {
+        RunStatus::Completed if r.empty_answer => {
+            s.push_str("Final Response: (empty: the model answered with no text; see the WARNING in the journal)\n");
+        }
         RunStatus::Completed => {
             s.push_str("Final Response:\n");
             s.push_str(RULE);
@@ -113,6 +126,7 @@ mod tests {
             schema_version: "2.0".into(),
             run_id: "r1".into(),
             status: RunStatus::Completed,
+            empty_answer: false,
             result: Some("All done.".into()),
             error: None,
             interaction: None,
@@ -125,6 +139,7 @@ mod tests {
                 start_time: "2026-01-01T00:00:00.000Z".into(),
                 end_time: "2026-01-01T00:00:01.500Z".into(),
                 usage: Default::default(),
+                cumulative_usage: Default::default(),
             },
             metadata: RunResultMetadata {
                 agent_name: "a".into(),
@@ -153,5 +168,30 @@ mod tests {
         assert_eq!(lines[response + 1], RULE);
         assert_eq!(lines[response + 2], "All done.");
         assert_eq!(lines.last().copied(), Some(RULE));
+    }
+
+    /// Issue 25 items 5 and 7: a continued run shows what its earlier starts spent, and an
+    /// empty final answer says so instead of printing nothing.
+    #[test]
+    fn text_summary_shows_the_run_total_and_an_empty_answer() {
+        let mut result = completed();
+        result.metrics.usage.input_tokens = 10;
+        result.metrics.usage.output_tokens = 2;
+        result.metrics.cumulative_usage = delta_actors::TokenUsage {
+            input_tokens: 30,
+            output_tokens: 7,
+            total_tokens: 37,
+        };
+        result.result = Some(String::new());
+        result.empty_answer = true;
+        let text = render_text(&result);
+        assert!(text.contains("  • Tokens:     10 in / 2 out\n"), "{text}");
+        assert!(
+            text.contains("  • Run total:  30 in / 7 out (every start)\n"),
+            "{text}"
+        );
+        assert!(text.contains("Final Response: (empty"), "{text}");
+        // A first start shows no separate total.
+        assert!(!render_text(&completed()).contains("Run total"));
     }
 }

@@ -1,4 +1,5 @@
-//! Renders `delta list-runs`: aligned text lines, a JSON array, or bare ids. Unreadable run
+//! Renders `delta list-runs`: aligned text lines under a header row, a JSON array, or bare
+//! ids. Unreadable run
 //! folders are rows with status `UNREADABLE` and their reason (text, json); raw output keeps
 //! only ids `continue` can take, and names the unreadable ones on stderr.
 
@@ -76,20 +77,32 @@ fn render_text(
         .chain(unreadable.iter().map(|s| s.run_id.len()))
         .max()
         .unwrap_or(6);
-    let task_w = runs
+    // The task as one line (no tab or newline can shift the next column), cut to fit.
+    let tasks: Vec<String> = runs
         .iter()
-        .map(|r| r.task_summary.chars().count() + 2)
+        .map(|r| {
+            format!(
+                "\"{}\"",
+                super::orchestration::one_line(&r.task_summary, 62)
+            )
+        })
+        .collect();
+    let id_w = id_w.max("ID".len());
+    let task_w = tasks
+        .iter()
+        .map(|t| t.chars().count())
         .max()
         .unwrap_or(4)
-        .min(64);
-    let mut out = String::new();
-    for r in runs {
-        let task = format!("\"{}\"", r.task_summary);
+        .max("TASK".len());
+    let mut out = format!(
+        "{:<id_w$}  {:<17}  {:<task_w$}  UPDATED\n",
+        "ID", "STATUS", "TASK"
+    );
+    for (r, task) in runs.iter().zip(&tasks) {
         out.push_str(&format!(
-            "{:<id_w$}  {:<17}  {:<task_w$}  {}\n",
+            "{:<id_w$}  {:<17}  {task:<task_w$}  {}\n",
             r.run_id,
             r.status.as_str(),
-            task,
             relative_age(&r.last_updated, now),
         ));
     }

@@ -172,6 +172,36 @@ fn tool_expand_lists_the_built_in_ask_human_with_its_parameters() {
     );
 }
 
+/// Issue 25 item 8: `ask_human: false` turns the built-in tool off, and `tool expand`
+/// shows it is off (not listed, `ask_human: false` in the document, said on stderr).
+#[test]
+fn tool_expand_shows_ask_human_off() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("agent.yaml"),
+        "name: quiet\nask_human: false\nllm: { model: m }\ntools:\n  - name: greet\n    exec: \"echo hi\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("system_prompt.md"), "Be brief.\n").unwrap();
+    std::fs::write(
+        dir.path().join("context.yaml"),
+        "sources:\n  - type: file\n    path: '${AGENT_HOME}/system_prompt.md'\n  - type: journal\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["tool", "expand", ".", "--format", "json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(doc["ask_human"], false, "{doc:#}");
+    let names: Vec<&str> = doc["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["greet"]);
+    assert!(out.stderr.contains("ask_human is off"), "{}", out.stderr);
+}
+
 #[test]
 fn a_lone_tools_file_is_expanded_standalone() {
     let out = run_in(

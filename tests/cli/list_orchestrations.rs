@@ -203,6 +203,19 @@ fn finished_running_killed_and_damaged_orchestrations_are_all_listed() {
             })
             .unwrap()
     );
+    // Issue 25 item 5: the listing shows the tokens of every attempt, as the summary does.
+    let good_tokens = (
+        good["totals"]["input_tokens"].as_u64().unwrap(),
+        good["totals"]["output_tokens"].as_u64().unwrap(),
+    );
+    assert!(good_tokens.0 > 0, "{good:#}");
+    assert_eq!(
+        (
+            good_row["usage"]["input_tokens"].as_u64().unwrap(),
+            good_row["usage"]["output_tokens"].as_u64().unwrap()
+        ),
+        good_tokens
+    );
     assert!(good_row["plan"].as_str().unwrap().ends_with("plan.yaml"));
     assert!(good_row["age_seconds"].as_i64().unwrap() >= 0);
     let bad_row = status(&rows, "bad-");
@@ -227,6 +240,11 @@ fn finished_running_killed_and_damaged_orchestrations_are_all_listed() {
             .to_owned()
     };
     assert!(table.starts_with("ID "), "{table}");
+    assert!(table.lines().next().unwrap().contains("TOKENS"), "{table}");
+    assert!(
+        line("good-").contains(&format!("{} in / {} out", good_tokens.0, good_tokens.1)),
+        "{table}"
+    );
     assert!(line("good-").contains("COMPLETED"), "{table}");
     assert!(
         line("good-").contains("2 completed, 0 failed of 2"),

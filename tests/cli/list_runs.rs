@@ -77,6 +77,7 @@ fn every_filter_and_format_newest_first_with_the_janitor() {
     wait_child(&mut live, Duration::from_secs(10));
     kill_group(tool_pid);
     let after = list(&case, &["--status", "INTERRUPTED", "--format", "raw"]);
+    let resumable_after = raw_ids(&case, &["--resumable"]);
 
     assert_eq!(ids, ["live", "mid", "alpha", "zeta"]);
     assert_eq!(
@@ -92,8 +93,21 @@ fn every_filter_and_format_newest_first_with_the_janitor() {
     assert_eq!(rows[2]["iterations"], 1);
 
     text.assert_code(0);
-    let lines: Vec<&str> = text.stdout.lines().collect();
-    assert_eq!(lines.len(), 4, "{}", text.stdout);
+    let all_lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(all_lines.len(), 5, "a header and 4 rows: {}", text.stdout);
+    // Issue 24 item 23: a header row names the columns, like list-orchestrations'.
+    let header = all_lines[0];
+    assert!(
+        header.starts_with("ID ") && header.contains("STATUS") && header.contains("TASK"),
+        "{header}"
+    );
+    let lines = &all_lines[1..];
+    assert_eq!(
+        header.find("STATUS"),
+        lines[0].find("RUNNING"),
+        "{}",
+        text.stdout
+    );
     for (line, (id, status)) in lines.iter().zip(ids.iter().zip(&statuses)) {
         assert!(line.starts_with(id), "{line}");
         assert!(line.contains(status) && line.contains("ago"), "{line}");
@@ -110,13 +124,17 @@ fn every_filter_and_format_newest_first_with_the_janitor() {
     );
     assert!(lines[1].contains("ask me something"), "{}", lines[1]);
 
-    assert_eq!(resumable, ["mid", "alpha", "zeta"]);
+    // Issue 24 item 23: `--resumable` listed the COMPLETED and FAILED runs too, which
+    // `continue` only extends or retries with a new message; resumable means what
+    // `continue` picks up where it stopped: WAITING_FOR_INPUT and INTERRUPTED.
+    assert_eq!(resumable, ["mid"]);
     assert_eq!(failed, ["alpha"]);
     assert_eq!(first, ["live"]);
     assert_eq!(first_resumable, ["mid"]);
 
     after.assert_code(0);
     assert_eq!(after.stdout, "live\n");
+    assert_eq!(resumable_after, ["live", "mid"]);
     assert!(after.stderr.contains("janitor"), "{}", after.stderr);
     assert_eq!(case.metadata("live")["status"], "INTERRUPTED");
 }
@@ -237,7 +255,7 @@ fn runs_with_corrupt_or_missing_metadata_are_listed_as_unreadable() {
         "{}",
         raw.stderr
     );
-    assert_eq!(raw_ids(&case, &["--resumable"]), ["good"]);
+    assert_eq!(raw_ids(&case, &["--status", "COMPLETED"]), ["good"]);
 }
 
 /// Issue 11 item 19: scripts written for the original engine read `start_time`, `task` and
@@ -256,4 +274,33 @@ fn json_rows_carry_the_original_engines_field_names() {
     assert_eq!(row["task_summary"], "please complete this");
     assert_eq!(row["iterations_completed"], row["iterations"]);
     assert!(row["end_time"].is_string(), "{row}");
+}
+
+/// Issue 24 item 23: a tab in a task shifted the columns after it.
+#[test]
+fn a_tab_in_a_task_does_not_shift_the_columns() {
+    let case = Case::new("lister", TOOLS, &script());
+    case.run("tabbed", "please\tcomplete\tthis", &[])
+        .assert_code(0);
+    case.run("plain", "please complete", &[]).assert_code(0);
+    let text = list(&case, &[]);
+    text.assert_code(0);
+    assert!(!text.stdout.contains('\t'), "{:?}", text.stdout);
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    let updated = lines[0].find("UPDATED").unwrap();
+    for line in &lines[1..] {
+        // The last column (`3s ago`) starts after the last double space.
+        let age = line.rfind("  ").unwrap() + 2;
+        assert_eq!(
+            line[..age].chars().count(),
+            lines[0][..updated].chars().count(),
+            "{}",
+            text.stdout
+        );
+    }
+    assert!(
+        text.stdout.contains("\"please complete this\""),
+        "{}",
+        text.stdout
+    );
 }

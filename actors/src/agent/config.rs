@@ -13,7 +13,7 @@ use super::error::AgentError;
 use crate::llm::{parse_llm_timeout, LlmTimeoutSettings};
 use crate::yaml::Fields;
 
-pub(crate) const AGENT_KEYS: [&str; 11] = [
+pub(crate) const AGENT_KEYS: [&str; 13] = [
     "name",
     "version",
     "description",
@@ -21,13 +21,15 @@ pub(crate) const AGENT_KEYS: [&str; 11] = [
     "system_prompt",
     "max_iterations",
     "parallel_tool_calls",
+    "ask_human",
+    "empty_answer",
     "imports",
     "tools",
     "lifecycle_hooks",
     "timeout_seconds",
 ];
 
-const LLM_KEYS: [&str; 12] = [
+const LLM_KEYS: [&str; 13] = [
     "model",
     "temperature",
     "max_tokens",
@@ -40,6 +42,7 @@ const LLM_KEYS: [&str; 12] = [
     "idle_timeout",
     "http2",
     "max_connections",
+    "response_format",
 ];
 
 /// Model settings of one agent. Unset values are not sent to the provider.
@@ -69,6 +72,32 @@ pub struct LlmSettings {
     /// [`crate::llm::HttpTransport`]). Not sent to the provider.
     #[serde(skip)]
     pub transport: crate::llm::HttpTransport,
+    /// `response_format: json_object`: sent as `"response_format": {"type": "json_object"}`
+    /// (only when set), for endpoints that can constrain a reply to JSON.
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// `llm.response_format` (agent.yaml or a plan's `llm:`): the reply format asked of the
+/// endpoint. Only OpenAI's JSON mode is modelled; unset, nothing is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseFormat {
+    /// `{"type": "json_object"}`: the endpoint constrains the reply to one JSON object.
+    JsonObject,
+}
+
+impl ResponseFormat {
+    /// The spelling in agent.yaml and plans.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResponseFormat::JsonObject => "json_object",
+        }
+    }
+
+    /// The request's `response_format` value.
+    pub fn request_value(self) -> serde_json::Value {
+        serde_json::json!({ "type": self.as_str() })
+    }
 }
 
 /// The scalar part of agent.yaml.
@@ -81,6 +110,23 @@ pub(crate) struct AgentConfig {
     pub system_prompt: Option<String>,
     pub max_iterations: Option<u32>,
     pub parallel_tool_calls: bool,
+    /// `ask_human` (default true): whether the built-in tool is offered to the model.
+    pub ask_human: bool,
+    /// `empty_answer` (default `warn`): what an empty final answer does to the run.
+    pub empty_answer: EmptyAnswerPolicy,
+}
+
+/// agent.yaml `empty_answer`: what a final answer with no text (the model replied with
+/// empty or blank content and no tool call) does to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmptyAnswerPolicy {
+    /// The run ends COMPLETED with `result: ""`, a WARNING in its journal and
+    /// `empty_answer: true` in its RunResult.
+    #[default]
+    Warn,
+    /// The run ends FAILED (error kind `empty_answer`): a plan retries it like any failure.
+    Fail,
 }
 
 fn is_env_name(name: &str) -> bool {
@@ -156,6 +202,7 @@ pub(crate) fn parse_agent_config(
             http2: llm.boolean("http2")?,
             max_connections: max_connections(&llm)?,
         },
+        response_format: response_format(&llm)?,
     };
     Ok(AgentConfig {
         name,
@@ -167,7 +214,38 @@ pub(crate) fn parse_agent_config(
         system_prompt: root.string("system_prompt")?,
         max_iterations: root.positive_u32("max_iterations")?,
         parallel_tool_calls: root.boolean("parallel_tool_calls")?.unwrap_or(false),
+        ask_human: root.boolean("ask_human")?.unwrap_or(true),
+        empty_answer: empty_answer_policy(&root)?,
     })
+}
+
+/// `empty_answer: warn | fail`.
+fn empty_answer_policy(root: &Fields<'_>) -> Result<EmptyAnswerPolicy, AgentError> {
+    match root.string("empty_answer")?.as_deref() {
+        None | Some("warn") => Ok(EmptyAnswerPolicy::Warn),
+        Some("fail") => Ok(EmptyAnswerPolicy::Fail),
+        Some(other) => Err(AgentError::invalid(
+            root.file(),
+            format!("`empty_answer` is `{other}`, which is neither `warn` nor `fail`"),
+            "write `empty_answer: warn` (the run completes with a warning, the default) or `empty_answer: fail` (the run fails)",
+        )),
+    }
+}
+
+/// `llm.response_format`: `json_object`, or unset.
+fn response_format(llm: &Fields<'_>) -> Result<Option<ResponseFormat>, AgentError> {
+    match llm.string("response_format")?.as_deref() {
+        None => Ok(None),
+        Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
+        Some(other) => Err(AgentError::invalid(
+            llm.file(),
+            format!(
+                "`{}` is `{other}`, which is not a format delta can ask for",
+                llm.key_path("response_format")
+            ),
+            "write `response_format: json_object` (JSON mode, for endpoints that support it), or leave it out",
+        )),
+    }
 }
 
 /// `llm.max_connections`: 1..=[`crate::llm::MAX_CONNECTIONS_LIMIT`].

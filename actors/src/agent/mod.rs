@@ -22,7 +22,7 @@ mod imports;
 
 use std::path::{Path, PathBuf};
 
-pub use config::LlmSettings;
+pub use config::{EmptyAnswerPolicy, LlmSettings, ResponseFormat};
 pub(crate) use context_recipe::expand_path_vars;
 pub use context_recipe::{
     default_context_yaml, ContextRecipe, ContextSource, OnMissing, DEFAULT_GENERATOR_TIMEOUT_MS,
@@ -56,6 +56,11 @@ pub struct ResolvedAgent {
     pub max_iterations: Option<u32>,
     /// agent.yaml `parallel_tool_calls` (default false).
     pub parallel_tool_calls: bool,
+    /// agent.yaml `ask_human` (default true): the built-in `ask_human` tool is offered to
+    /// the model. With `false` and no tools, requests carry neither `tools` nor `tool_choice`.
+    pub ask_human: bool,
+    /// agent.yaml `empty_answer` (default `warn`): what an empty final answer does.
+    pub empty_answer: EmptyAnswerPolicy,
     /// Imported and local tools, merged, in final order.
     pub tools: Vec<CompiledTool>,
     /// `context.yaml`: what the model sees at every call.
@@ -72,12 +77,13 @@ impl ResolvedAgent {
         self.tools.iter().find(|t| t.name == name)
     }
 
-    /// Every tool as an OpenAI function definition, the built-in `ask_human` last.
+    /// Every tool as an OpenAI function definition, the built-in `ask_human` last (unless
+    /// the agent turned it off).
     pub fn openai_tools(&self) -> Vec<serde_json::Value> {
         self.tools
             .iter()
             .map(CompiledTool::openai_schema)
-            .chain(std::iter::once(ask_human_schema()))
+            .chain(self.ask_human.then(ask_human_schema))
             .collect()
     }
 }
@@ -262,6 +268,8 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
         system_prompt_path,
         max_iterations: config.max_iterations,
         parallel_tool_calls: config.parallel_tool_calls,
+        ask_human: config.ask_human,
+        empty_answer: config.empty_answer,
         tools,
         context,
         hooks,

@@ -68,6 +68,9 @@ pub struct PlannedRunFile {
     /// The plan's `llm.idle_timeout` in milliseconds, which wins over the agent's; `None` =
     /// the agent's own.
     pub llm_idle_timeout_ms: Option<u64>,
+    /// The plan's `llm.response_format`, which wins over the agent's; `None` = the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_response_format: Option<crate::agent::ResponseFormat>,
 }
 
 /// A handoff file that cannot be used.
@@ -247,6 +250,7 @@ mod tests {
             llm_route: "0".into(),
             llm_request_timeout_ms: None,
             llm_idle_timeout_ms: None,
+            llm_response_format: None,
         }
     }
 

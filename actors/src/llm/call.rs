@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::endpoint::{LlmError, RequestMeta};
 use super::gate::LlmGate;
 use super::retry::RetryNotice;
-use super::types::{ChatCompletion, ChatRequest};
+use super::types::{ChatCompletion, ChatRequest, Usage};
 
 /// Told about each retry: attempt number, the error, the backoff before the next attempt.
 pub type RetryObserver = Box<dyn Fn(u32, &LlmError, Duration) + Send>;
@@ -27,6 +27,10 @@ pub struct CallOutcome {
     /// Time spent waiting for admission and in backoff (not model latency).
     pub waited: Duration,
     pub failed_attempts: Vec<String>,
+    /// Tokens the provider reported for attempts that failed before this one (a reply
+    /// that was cut or refused after generating): billed, so the run counts them. Zero
+    /// until the endpoint layer reports them.
+    pub failed_attempts_usage: Usage,
 }
 
 /// A model call that failed for good, or was cancelled.
@@ -35,6 +39,9 @@ pub struct CallFailure {
     pub error: LlmError,
     pub attempts: u32,
     pub failed_attempts: Vec<String>,
+    /// Tokens the provider reported for the failed attempts (see
+    /// [`CallOutcome::failed_attempts_usage`]).
+    pub failed_attempts_usage: Usage,
     pub cancelled: bool,
 }
 
@@ -72,6 +79,7 @@ pub async fn complete_call(
             duration: started.elapsed(),
             waited: outcome.waited,
             failed_attempts,
+            failed_attempts_usage: Usage::default(),
         }),
         Some(Err(error)) => Err(CallFailure {
             attempts: {
@@ -80,12 +88,14 @@ pub async fn complete_call(
             },
             error,
             failed_attempts,
+            failed_attempts_usage: Usage::default(),
             cancelled: false,
         }),
         None => Err(CallFailure {
             error: LlmError::Transport("cancelled".into()),
             attempts: failed_attempts.len() as u32 + 1,
             failed_attempts,
+            failed_attempts_usage: Usage::default(),
             cancelled: true,
         }),
     }

@@ -98,6 +98,17 @@ pub struct RunMetadata {
     /// Token usage of the run's last start or continuation.
     #[serde(default)]
     pub usage: TokenUsage,
+    /// Token usage over the run's whole life: every start and continuation (a plan's
+    /// retries continue the run, so they are in it too), every attempt of every model call.
+    /// Records written before this field read it as zero: see
+    /// [`RunMetadata::usage_so_far`].
+    #[serde(default)]
+    pub cumulative_usage: TokenUsage,
+    /// Wall time of the run's last start or continuation so far, in milliseconds (final
+    /// once the run ended). Absent in records written before it existed: see
+    /// [`RunMetadata::last_duration_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
     /// The orchestration the run belongs to, for runs of a plan.
     #[serde(default)]
     pub orchestration_id: Option<String>,
@@ -136,7 +147,37 @@ impl RunMetadata {
             process_name: identity.process_name,
             result: None,
             usage: TokenUsage::default(),
+            cumulative_usage: TokenUsage::default(),
+            duration_ms: None,
             orchestration_id: None,
+        }
+    }
+
+    /// Wall time of the run's last driving: `duration_ms`, or for an older record that
+    /// ended, the time from its creation to its end (0 when that cannot be told).
+    pub fn last_duration_ms(&self) -> u64 {
+        if let Some(duration) = self.duration_ms {
+            return duration;
+        }
+        let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+        match (
+            parse(&self.created_at),
+            self.end_time.as_deref().and_then(parse),
+        ) {
+            (Some(start), Some(end)) => {
+                u64::try_from((end - start).num_milliseconds()).unwrap_or(0)
+            }
+            _ => 0,
+        }
+    }
+
+    /// The run's usage over its whole life as recorded: `cumulative_usage`, or `usage` for a
+    /// record written before the cumulative figure existed (or by the original engine).
+    pub fn usage_so_far(&self) -> TokenUsage {
+        if self.cumulative_usage == TokenUsage::default() {
+            self.usage
+        } else {
+            self.cumulative_usage
         }
     }
 
@@ -388,6 +429,8 @@ fn from_original(
         process_name: text("process_name").unwrap_or_default(),
         result: None,
         usage: TokenUsage::default(),
+        cumulative_usage: TokenUsage::default(),
+        duration_ms: None,
         orchestration_id: None,
     })
 }

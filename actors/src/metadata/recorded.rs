@@ -19,6 +19,8 @@ impl RunMetadata {
             run_id: meta.run_id.clone(),
             status: meta.status,
             result: meta.result.clone(),
+            empty_answer: meta.status == crate::protocol::RunStatus::Completed
+                && meta.result.as_deref().is_some_and(|r| r.trim().is_empty()),
             error,
             interaction: None,
             metrics: RunMetrics {
@@ -38,6 +40,7 @@ impl RunMetadata {
                     output_tokens: meta.usage.output_tokens,
                     model_usage: BTreeMap::new(),
                 },
+                cumulative_usage: meta.usage_so_far(),
             },
             metadata: RunResultMetadata {
                 agent_name: meta.agent_name.clone(),

@@ -13,6 +13,8 @@ use minijinja::Value as TemplateValue;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use super::json_output::parse_json_output;
+
 use super::limits::EXPANSION_TIME;
 use super::model::OutputKind;
 use super::resolved::{ResolvedPlan, ResolvedStage};
@@ -249,24 +251,6 @@ pub fn orchestration_id(plan_name: Option<&str>) -> String {
     )
 }
 
-/// Parses a run's answer for `output: json`: surrounding whitespace and one Markdown code
-/// fence (```json ... ```) are tolerated, as models often add them.
-pub fn parse_json_output(text: &str) -> Result<Value, String> {
-    let trimmed = text.trim();
-    let unfenced = trimmed
-        .strip_prefix("```")
-        .and_then(|rest| rest.strip_suffix("```"))
-        .map(|inner| {
-            inner
-                .trim_start_matches(|c: char| c.is_ascii_alphanumeric())
-                .trim()
-        })
-        .unwrap_or(trimmed);
-    serde_json::from_str(unfenced).map_err(|error| {
-        format!("the result is not JSON ({error}); output: json expects e.g. {{\"steps\": [...]}}")
-    })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -304,24 +288,5 @@ mod tests {
         let error = expand_within(&plan, "work", &ctx, Duration::ZERO).unwrap_err();
         assert_eq!(error.key(), "stages.work.message");
         assert!(error.to_string().contains("stopped at item 0"), "{error}");
-    }
-
-    #[test]
-    fn json_output_tolerates_fences() {
-        assert_eq!(
-            parse_json_output(" {\"a\": 1}\n").unwrap(),
-            serde_json::json!({"a": 1})
-        );
-        assert_eq!(
-            parse_json_output("```json\n[1, 2]\n```").unwrap(),
-            serde_json::json!([1, 2])
-        );
-        assert_eq!(
-            parse_json_output("```\n\"x\"\n```").unwrap(),
-            serde_json::json!("x")
-        );
-        assert!(parse_json_output("Here you go: {}")
-            .unwrap_err()
-            .contains("not JSON"));
     }
 }

@@ -32,6 +32,7 @@ const LLM_KEYS: &[&str] = &[
     "requests_per_minute",
     "request_timeout",
     "idle_timeout",
+    "response_format",
 ];
 const EXECUTOR_KEYS: &[&str] = &[
     "type",

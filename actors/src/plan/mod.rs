@@ -31,6 +31,7 @@ pub mod executor;
 pub mod expand;
 mod glob_walk;
 pub mod graph;
+mod json_output;
 pub mod keys;
 pub mod limits;
 pub mod model;

@@ -82,6 +82,10 @@ pub struct LlmLimits {
     /// Silence allowed before a response and between its chunks (overrides agent.yaml's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<DurationValue>,
+    /// `json_object`: every run of the plan asks its endpoint for JSON mode (overrides
+    /// agent.yaml's `llm.response_format`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<crate::agent::ResponseFormat>,
 }
 
 /// One stage: a single run, or one run per `foreach` item.

@@ -45,13 +45,16 @@ pub enum RunErrorKind {
     /// The run's Slurm job was stopped cleanly by someone other than the orchestration
     /// (`scancel`, preemption, time limit); retried like a failure.
     SlurmJobStopped,
+    /// The model's final answer was empty (no text, no tool call) and the agent says
+    /// `empty_answer: fail`.
+    EmptyAnswer,
     /// A kind this version does not know (read from a file written by another one).
     Other(String),
 }
 
 impl RunErrorKind {
     /// Every kind this version writes, for documentation and tests.
-    pub const KNOWN: [RunErrorKind; 15] = [
+    pub const KNOWN: [RunErrorKind; 16] = [
         RunErrorKind::MaxIterations,
         RunErrorKind::LlmError,
         RunErrorKind::LlmTimeout,
@@ -67,6 +70,7 @@ impl RunErrorKind {
         RunErrorKind::HumanInputError,
         RunErrorKind::SlurmJobLost,
         RunErrorKind::SlurmJobStopped,
+        RunErrorKind::EmptyAnswer,
     ];
 
     /// The on-disk spelling.
@@ -87,6 +91,7 @@ impl RunErrorKind {
             RunErrorKind::HumanInputError => "human_input_error",
             RunErrorKind::SlurmJobLost => "slurm_job_lost",
             RunErrorKind::SlurmJobStopped => "slurm_job_stopped",
+            RunErrorKind::EmptyAnswer => "empty_answer",
             RunErrorKind::Other(kind) => kind,
         }
     }
@@ -275,8 +280,13 @@ pub struct RunMetrics {
     pub start_time: String,
     /// When it ended (same format).
     pub end_time: String,
-    /// Token usage of this driving.
+    /// Token usage of this driving: every attempt of its model calls, failed ones too.
     pub usage: UsageReport,
+    /// Token usage over the run's whole life: this driving plus every earlier start and
+    /// continuation (a plan's retries continue the run, so they are in it). What the
+    /// provider billed for the run, as far as it reported usage.
+    #[serde(default)]
+    pub cumulative_usage: TokenUsage,
 }
 
 /// `metadata` of a RunResult: which agent ran and where its files are.
@@ -303,6 +313,11 @@ pub struct RunResult {
     /// The model's final answer, when COMPLETED.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// True when the run COMPLETED with an empty (or blank) final answer: the model
+    /// replied with no text and no tool call. A WARNING in the journal says so too; with
+    /// agent.yaml `empty_answer: fail` the run fails instead. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub empty_answer: bool,
     /// Why the run failed or was interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunErrorInfo>,

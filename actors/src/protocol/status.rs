@@ -70,6 +70,11 @@ pub struct TokenUsage {
 }
 
 impl TokenUsage {
+    /// True when nothing was counted.
+    pub fn is_zero(&self) -> bool {
+        *self == TokenUsage::default()
+    }
+
     /// Adds `other`'s counts to these, field by field.
     pub fn add(&mut self, other: TokenUsage) {
         self.input_tokens += other.input_tokens;

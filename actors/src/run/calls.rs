@@ -152,7 +152,13 @@ impl Run {
             cwd: self.lp.request.work_dir.clone(),
             run_id: self.lp.run_id.clone(),
         };
-        let (tool_args, call_plan) = plan_call(&agent.tools, &call.name, &call.arguments, &vars);
+        let (tool_args, call_plan) = plan_call(
+            &agent.tools,
+            agent.ask_human,
+            &call.name,
+            &call.arguments,
+            &vars,
+        );
         let resolved_command = call_plan.resolved_command();
         let config = &self.lp.config;
         let plan = match call_plan {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::agent::HookName;
+use crate::agent::{EmptyAnswerPolicy, HookName};
 use crate::clock::now_rfc3339;
 use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
@@ -119,6 +119,7 @@ impl Run {
         } = taken;
         let (child_env, generator_env) =
             child_environments(&lp.run_id, &lp.request, &lp.config, &paths);
+        let usage_before = meta.usage_so_far();
         let iteration = events
             .iter()
             .filter(|e| matches!(e.event, Event::Thought { .. }))
@@ -151,6 +152,7 @@ impl Run {
             started_at: Instant::now(),
             start_time: now_rfc3339(),
             usage: TokenUsage::default(),
+            usage_before,
             model_usage: BTreeMap::new(),
             timings: Timings::default(),
             last_progress_write: Instant::now(),
@@ -174,7 +176,7 @@ impl Run {
             let recorded = recorded_final_answer(self.rec.borrow().events());
             if let Some(answer) = recorded {
                 self.log("the final answer was already journaled; completing without a model call");
-                return Ok(Ending::completed(answer));
+                return self.final_answer(answer);
             }
         }
         loop {
@@ -220,7 +222,8 @@ impl Run {
             )
             .await?;
 
-            let text = completion.message.content.clone().filter(|t| !t.is_empty());
+            let completion_text = completion.message.content.clone();
+            let text = completion_text.clone().filter(|t| !t.is_empty());
             let cut = completion.finish_reason.as_deref() == Some(TRUNCATED_FINISH_REASON);
             let calls = self.record_thought(completion, text.clone(), record_ref)?;
             if calls.is_empty() && cut {
@@ -236,7 +239,8 @@ impl Run {
                     HookVars::default(),
                 )
                 .await?;
-                return Ok(Ending::completed(text.unwrap_or_default()));
+                let answer = completion_text.unwrap_or_default();
+                return self.final_answer(answer);
             }
 
             let planned = self.plan_calls(calls)?;
@@ -260,6 +264,42 @@ impl Run {
             Err(Halt::Stopped)
         } else {
             Ok(())
+        }
+    }
+
+    /// The run's end on a final answer. An empty (or blank) one is not silently a success:
+    /// COMPLETED with a WARNING and the RunResult flagged (`empty_answer: warn`, the
+    /// default), or FAILED (`empty_answer: fail`).
+    fn final_answer(&self, answer: String) -> Result<Ending, Halt> {
+        if !answer.trim().is_empty() {
+            return Ok(Ending::completed(answer));
+        }
+        let continue_hint = format!(
+            "`delta continue --run-id {} -w {} -m \"...\"`",
+            self.lp.run_id,
+            self.lp.request.work_dir.display()
+        );
+        match self.lp.request.agent.empty_answer {
+            EmptyAnswerPolicy::Warn => {
+                let message = format!(
+                    "the model's final answer is empty (no text and no tool call): the run completes with an empty result; hint: set `empty_answer: fail` in agent.yaml to fail such runs (a plan then retries them), or ask again with {continue_hint}"
+                );
+                self.log(&message);
+                self.append(Event::Warning { message })?;
+                let mut ending = Ending::completed(answer);
+                ending.empty_answer = true;
+                Ok(ending)
+            }
+            EmptyAnswerPolicy::Fail => {
+                let message = format!(
+                    "the model's final answer is empty (no text and no tool call) and agent.yaml says `empty_answer: fail`; hint: ask again with {continue_hint}"
+                );
+                self.log(&message);
+                Ok(Ending::failed(error_info(
+                    RunErrorKind::EmptyAnswer,
+                    message,
+                )))
+            }
         }
     }
 
@@ -455,6 +495,15 @@ impl Run {
         self.meta.updated_at = now_rfc3339();
         self.meta.iterations = self.iteration;
         self.meta.usage = self.usage;
+        self.meta.cumulative_usage = self.cumulative_usage();
+        self.meta.duration_ms = Some(self.started_at.elapsed().as_millis() as u64);
+    }
+
+    /// Tokens over the run's whole life: earlier starts and this one.
+    pub(super) fn cumulative_usage(&self) -> TokenUsage {
+        let mut total = self.usage_before;
+        total.add(self.usage);
+        total
     }
 
     /// False when the record could not be written (the first such failure of the run is kept
@@ -488,15 +537,15 @@ impl Run {
     }
 }
 
-/// The tools offered to the model: the agent's, then the built-in ask_human.
+/// The tools offered to the model: the agent's, then the built-in ask_human (unless the
+/// agent turned it off with `ask_human: false`).
 fn tool_schemas(lp: &RunLoop) -> ToolList {
-    let mut schemas: Vec<Value> = lp
-        .request
-        .agent
+    let agent = &lp.request.agent;
+    let schemas: Vec<Value> = agent
         .tools
         .iter()
         .map(CompiledTool::openai_schema)
+        .chain(agent.ask_human.then(ask_human_schema))
         .collect();
-    schemas.push(ask_human_schema());
     ToolList::new(schemas)
 }

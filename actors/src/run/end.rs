@@ -27,6 +27,7 @@ impl Run {
         let Ending {
             status,
             result,
+            empty_answer,
             error,
             interaction,
         } = ending;
@@ -85,7 +86,8 @@ impl Run {
                 .map(|e| format!(" ({}: {})", e.kind, e.message))
                 .unwrap_or_default()
         ));
-        let run_result = self.run_result(status, result, error, interaction, end_time);
+        let mut run_result = self.run_result(status, result, error, interaction, end_time);
+        run_result.empty_answer = empty_answer;
         self.fire_end_hook(
             HookName::OnRunEnd,
             || {
@@ -115,7 +117,6 @@ impl Run {
                 None => e.message.clone(),
             }),
         });
-        let mut run_result = run_result;
         redact_result(&mut run_result, &self.secrets.snapshot());
         run_result
     }
@@ -164,6 +165,7 @@ impl Run {
             run_id: self.lp.run_id.clone(),
             status,
             result,
+            empty_answer: false,
             error,
             interaction,
             metrics: RunMetrics {
@@ -180,6 +182,7 @@ impl Run {
                     output_tokens: self.usage.output_tokens,
                     model_usage: self.model_usage.clone(),
                 },
+                cumulative_usage: self.cumulative_usage(),
             },
             metadata: RunResultMetadata {
                 agent_name: self.lp.request.agent.name.clone(),

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
-use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta};
+use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta, Usage};
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
 use crate::workspace::write_invocation_record;
@@ -102,6 +102,12 @@ impl Run {
             }
         };
         let llm = &agent.llm;
+        let mut extra = serde_json::Map::new();
+        if let Some(format) = llm.response_format {
+            extra.insert("response_format".into(), format.request_value());
+        }
+        // No tools offered (none declared, `ask_human: false`): no `tool_choice` either.
+        let tool_choice = (!self.tool_schemas.is_empty()).then(|| "auto".to_string());
         Ok(ChatRequest {
             model: llm.model.clone(),
             messages,
@@ -111,8 +117,8 @@ impl Run {
             frequency_penalty: llm.frequency_penalty,
             presence_penalty: llm.presence_penalty,
             tools: self.tool_schemas.clone(),
-            tool_choice: Some("auto".to_string()),
-            extra: Default::default(),
+            tool_choice,
+            extra,
         })
     }
 
@@ -208,10 +214,16 @@ impl Run {
             duration,
             waited,
             failed_attempts,
+            failed_attempts_usage,
         } = match outcome {
             Ok(outcome) => outcome,
-            Err(failure) if failure.cancelled => return Err(Halt::Stopped),
+            Err(failure) if failure.cancelled => {
+                self.count_usage(failure.failed_attempts_usage, None, &request.model);
+                return Err(Halt::Stopped);
+            }
             Err(failure) => {
+                // Billed even though no reply came of them.
+                self.count_usage(failure.failed_attempts_usage, None, &request.model);
                 self.write_invocation_record(&InvocationRecord {
                     iteration: self.iteration,
                     request: RecordedRequest::new(&request, wire_body.as_ref()),
@@ -246,20 +258,32 @@ impl Run {
             attempts,
             failed_attempts: &failed_attempts,
         })?;
-        if let Some(usage) = &completion.usage {
-            let used = TokenUsage {
-                input_tokens: usage.prompt_tokens,
-                output_tokens: usage.completion_tokens,
-                total_tokens: usage.total_tokens,
-            };
-            self.usage.add(used);
-            let model = completion
-                .model
-                .clone()
-                .unwrap_or_else(|| request.model.clone());
-            self.model_usage.entry(model).or_default().add(used);
+        self.count_usage(
+            failed_attempts_usage,
+            completion.model.as_deref(),
+            &request.model,
+        );
+        if let Some(usage) = completion.usage {
+            self.count_usage(usage, completion.model.as_deref(), &request.model);
         }
         Ok((completion, record_ref))
+    }
+
+    /// Adds tokens the provider reported to this driving's usage, under the model that
+    /// answered (or the one asked for). Every attempt counts, failed ones too: the
+    /// provider bills them.
+    fn count_usage(&mut self, usage: Usage, answered_by: Option<&str>, asked_for: &str) {
+        if usage == Usage::default() {
+            return;
+        }
+        let used = TokenUsage {
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
+            total_tokens: usage.total_tokens,
+        };
+        self.usage.add(used);
+        let model = answered_by.unwrap_or(asked_for).to_string();
+        self.model_usage.entry(model).or_default().add(used);
     }
 
     /// io/invocations keeps the request as sent and the response as received, except

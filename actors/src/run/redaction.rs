@@ -121,6 +121,7 @@ pub(super) fn redact_result(result: &mut RunResult, secrets: &SecretSet) {
         run_id,
         status: _,
         result: answer,
+        empty_answer: _,
         error,
         interaction,
         metrics: _,

@@ -73,7 +73,10 @@ pub(super) struct Run {
     pub iterations_this_start: u32,
     pub started_at: Instant,
     pub start_time: String,
+    /// Tokens of this driving's model calls.
     pub usage: TokenUsage,
+    /// Tokens of the run's earlier starts and continuations, as its record had them.
+    pub usage_before: TokenUsage,
     pub model_usage: BTreeMap<String, TokenUsage>,
     pub timings: Timings,
     pub last_progress_write: Instant,
@@ -89,6 +92,8 @@ pub(super) struct Run {
 pub(super) struct Ending {
     pub status: RunStatus,
     pub result: Option<String>,
+    /// COMPLETED with an empty final answer (flagged in the RunResult).
+    pub empty_answer: bool,
     pub error: Option<RunErrorInfo>,
     pub interaction: Option<InteractionInfo>,
 }
@@ -98,6 +103,7 @@ impl Ending {
         Ending {
             status: RunStatus::Completed,
             result: Some(answer),
+            empty_answer: false,
             error: None,
             interaction: None,
         }
@@ -107,6 +113,7 @@ impl Ending {
         Ending {
             status: RunStatus::Failed,
             result: None,
+            empty_answer: false,
             error: Some(error),
             interaction: None,
         }
@@ -116,6 +123,7 @@ impl Ending {
         Ending {
             status: RunStatus::Interrupted,
             result: None,
+            empty_answer: false,
             error: Some(error),
             interaction: None,
         }
@@ -125,6 +133,7 @@ impl Ending {
         Ending {
             status: RunStatus::WaitingForInput,
             result: None,
+            empty_answer: false,
             error: None,
             interaction: Some(interaction),
         }

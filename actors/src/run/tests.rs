@@ -18,7 +18,7 @@ use crate::agent::load_agent;
 use crate::journal::{read_journal, ActionStatus, Event};
 use crate::llm::{
     CallFailure, CallOutcome, ChatCompletion, ChatMessage, ChatRequest, LlmError, RequestMeta,
-    RetryObserver, ToolCall,
+    RetryObserver, ToolCall, Usage,
 };
 use crate::protocol::RunStatus;
 use crate::protocol::{LlmTarget, RunRequest, RunResult, RunStart, SupervisorConfig};
@@ -30,6 +30,9 @@ struct FakeModel {
     requests: Rc<RefCell<Vec<ChatRequest>>>,
     /// The serialized request each call came with (`RequestMeta::wire_body`).
     wire_bodies: RefCell<Vec<Option<bytes::Bytes>>>,
+    /// Usage reported by each successful reply, and by the failed attempts of every call.
+    usage: Option<Usage>,
+    failed_attempts_usage: Usage,
 }
 
 impl FakeModel {
@@ -38,6 +41,22 @@ impl FakeModel {
             replies: RefCell::new(replies.into()),
             requests: Rc::default(),
             wire_bodies: RefCell::default(),
+            usage: None,
+            failed_attempts_usage: Usage::default(),
+        })
+    }
+
+    fn with_usage(
+        replies: Vec<Result<ChatMessage, String>>,
+        usage: Usage,
+        failed_attempts_usage: Usage,
+    ) -> Rc<FakeModel> {
+        Rc::new(FakeModel {
+            replies: RefCell::new(replies.into()),
+            requests: Rc::default(),
+            wire_bodies: RefCell::default(),
+            usage: Some(usage),
+            failed_attempts_usage,
         })
     }
 }
@@ -57,6 +76,7 @@ impl ModelPort for FakeModel {
             .borrow_mut()
             .pop_front()
             .unwrap_or_else(|| Err("no more scripted replies".into()));
+        let (usage, failed_attempts_usage) = (self.usage, self.failed_attempts_usage);
         Box::pin(async move {
             match reply {
                 Ok(message) => Ok(CallOutcome {
@@ -65,18 +85,20 @@ impl ModelPort for FakeModel {
                         model: Some("fake".into()),
                         message,
                         finish_reason: Some("stop".into()),
-                        usage: None,
+                        usage,
                         raw: serde_json::Value::Null,
                     },
                     attempts: 1,
                     duration: Duration::ZERO,
                     waited: Duration::ZERO,
                     failed_attempts: Vec::new(),
+                    failed_attempts_usage,
                 }),
                 Err(message) => Err(CallFailure {
                     error: LlmError::Transport(message),
                     attempts: 1,
                     failed_attempts: Vec::new(),
+                    failed_attempts_usage,
                     cancelled: false,
                 }),
             }
@@ -475,4 +497,46 @@ async fn engine_log_does_not_grow_with_iterations() {
     .await;
     assert!(one > 0);
     assert_eq!(one, five);
+}
+
+fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
+    }
+}
+
+/// Issue 25 item 5: tokens the provider billed for failed attempts of a call (and for a
+/// call that failed for good) were not counted.
+#[tokio::test]
+async fn tokens_of_failed_attempts_are_counted_in_the_run_usage() {
+    let fixture = Fixture::new(false);
+    // Two calls that succeed after a failed attempt each, then one that fails for good.
+    let model = FakeModel::with_usage(
+        vec![
+            Ok(calls(&["first"])),
+            Ok(calls(&["second"])),
+            Err("server gone".into()),
+        ],
+        usage(100, 10),
+        usage(7, 3),
+    );
+    let result = fixture
+        .drive(model, Rc::new(FakeTools::default()), RunControl::new())
+        .await;
+    assert_eq!(result.status, RunStatus::Failed, "{result:?}");
+    let expected = (2 * 100 + 3 * 7, 2 * 10 + 3 * 3);
+    let usage = &result.metrics.usage;
+    assert_eq!((usage.input_tokens, usage.output_tokens), expected);
+    let cumulative = result.metrics.cumulative_usage;
+    assert_eq!(
+        (cumulative.input_tokens, cumulative.output_tokens),
+        expected
+    );
+    assert_eq!(usage.model_usage["fake"].input_tokens, expected.0);
+    let meta =
+        crate::metadata::read_metadata(&fixture.work_dir.path().join(".delta/looptest")).unwrap();
+    assert_eq!(meta.usage, cumulative);
+    assert_eq!(meta.cumulative_usage, cumulative);
 }

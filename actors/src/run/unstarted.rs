@@ -23,6 +23,7 @@ pub fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -> RunRe
         run_id: run_id.to_string(),
         status: RunStatus::Failed,
         result: None,
+        empty_answer: false,
         error: Some(RunErrorInfo::new(RunErrorKind::SetupError, message)),
         interaction: None,
         metrics: RunMetrics {
@@ -34,6 +35,7 @@ pub fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -> RunRe
             start_time: now.clone(),
             end_time: now,
             usage: Default::default(),
+            cumulative_usage: Default::default(),
         },
         metadata: RunResultMetadata {
             agent_name: request.agent.name.clone(),

@@ -263,15 +263,18 @@ impl Handler<StartOrchestration> for RunSupervisor {
     }
 }
 
-/// The plan's `llm.request_timeout` / `llm.idle_timeout` win over each agent's own.
+/// The plan's `llm.request_timeout` / `llm.idle_timeout` / `llm.response_format` win over
+/// each agent's own.
 fn apply_plan_llm_timeouts(request: &mut OrchestrationRequest) {
     let plan = request.plan.llm_timeouts;
-    if plan.is_empty() {
+    let response_format = request.plan.llm.response_format;
+    if plan.is_empty() && response_format.is_none() {
         return;
     }
     for agent in request.agents.values_mut() {
         let mut overridden = (**agent).clone();
         overridden.llm.timeouts = plan.over(agent.llm.timeouts);
+        overridden.llm.response_format = response_format.or(agent.llm.response_format);
         *agent = Arc::new(overridden);
     }
 }

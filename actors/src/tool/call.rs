@@ -76,10 +76,13 @@ pub fn parse_arguments(text: &str) -> (Json, Result<Map<String, Json>, String>) 
     }
 }
 
-/// Classifies the call `name(arguments)` against the agent's `tools`. Returns the arguments
-/// as journaled (see [`parse_arguments`]) and the plan.
+/// Classifies the call `name(arguments)` against the agent's `tools` (and the built-in
+/// `ask_human` when `ask_human_offered`: an agent with `ask_human: false` treats a call to
+/// it as an unknown tool). Returns the arguments as journaled (see [`parse_arguments`]) and
+/// the plan.
 pub fn plan_call<'a>(
     tools: &'a [CompiledTool],
+    ask_human_offered: bool,
     name: &str,
     arguments: &str,
     vars: &EngineVars,
@@ -99,7 +102,7 @@ pub fn plan_call<'a>(
         tool: name.to_string(),
         message: e.to_string(),
     };
-    let plan = if name == ASK_HUMAN {
+    let plan = if name == ASK_HUMAN && ask_human_offered {
         ask_human::parse(&args).map_or_else(bad, CallPlan::Ask)
     } else {
         match tools.iter().find(|t| t.name == name) {
@@ -108,7 +111,7 @@ pub fn plan_call<'a>(
                 available: tools
                     .iter()
                     .map(|t| t.name.clone())
-                    .chain(std::iter::once(ASK_HUMAN.to_string()))
+                    .chain(ask_human_offered.then(|| ASK_HUMAN.to_string()))
                     .collect(),
             },
             Some(tool) => tool
@@ -146,7 +149,7 @@ mod tests {
     #[test]
     fn a_known_tool_with_good_arguments_runs() {
         let tools = tools();
-        let (journaled, plan) = plan_call(&tools, "greet", r#"{"who":"Ada"}"#, &vars());
+        let (journaled, plan) = plan_call(&tools, true, "greet", r#"{"who":"Ada"}"#, &vars());
         assert_eq!(journaled, serde_json::json!({"who": "Ada"}));
         match &plan {
             CallPlan::Run { tool, invocation } => {
@@ -164,6 +167,7 @@ mod tests {
         let tools = tools();
         let (_, plan) = plan_call(
             &tools,
+            true,
             "ask_human",
             r#"{"prompt":"Go?","input_type":"confirmation"}"#,
             &vars(),
@@ -181,7 +185,8 @@ mod tests {
     #[test]
     fn ask_human_with_a_wrong_key_is_bad_arguments_not_a_question() {
         let tools = tools();
-        let (journaled, plan) = plan_call(&tools, "ask_human", r#"{"question":"Go?"}"#, &vars());
+        let (journaled, plan) =
+            plan_call(&tools, true, "ask_human", r#"{"question":"Go?"}"#, &vars());
         assert_eq!(journaled, serde_json::json!({"question": "Go?"}));
         let observation = plan.error_observation().unwrap();
         assert!(
@@ -193,9 +198,19 @@ mod tests {
     }
 
     #[test]
+    fn ask_human_off_makes_a_call_to_it_an_unknown_tool_not_a_question() {
+        let tools = tools();
+        let (_, plan) = plan_call(&tools, false, "ask_human", r#"{"prompt":"Go?"}"#, &vars());
+        assert_eq!(
+            plan.error_observation().unwrap(),
+            "Error: unknown tool 'ask_human'. Available tools: greet."
+        );
+    }
+
+    #[test]
     fn unknown_tool_lists_the_available_ones() {
         let tools = tools();
-        let (_, plan) = plan_call(&tools, "nope", "{}", &vars());
+        let (_, plan) = plan_call(&tools, true, "nope", "{}", &vars());
         assert_eq!(
             plan.error_observation().unwrap(),
             "Error: unknown tool 'nope'. Available tools: greet, ask_human."
@@ -206,14 +221,14 @@ mod tests {
     fn arguments_that_are_not_an_object_are_malformed() {
         let tools = tools();
         for text in ["[1]", "{not json", "\"x\""] {
-            let (_, plan) = plan_call(&tools, "greet", text, &vars());
+            let (_, plan) = plan_call(&tools, true, "greet", text, &vars());
             assert!(
                 matches!(plan, CallPlan::MalformedArguments { .. }),
                 "{text}: {plan:?}"
             );
             assert!(plan.error_observation().unwrap().contains("not valid JSON"));
         }
-        let (journaled, plan) = plan_call(&tools, "greet", "{oops", &vars());
+        let (journaled, plan) = plan_call(&tools, true, "greet", "{oops", &vars());
         assert_eq!(journaled, serde_json::json!("{oops"));
         assert!(matches!(plan, CallPlan::MalformedArguments { .. }));
     }
@@ -221,13 +236,13 @@ mod tests {
     #[test]
     fn bad_arguments_for_a_known_tool_name_the_problem() {
         let tools = tools();
-        let (_, plan) = plan_call(&tools, "greet", r#"{"whom":"x"}"#, &vars());
+        let (_, plan) = plan_call(&tools, true, "greet", r#"{"whom":"x"}"#, &vars());
         let observation = plan.error_observation().unwrap();
         assert!(
             observation.contains("unknown argument `whom`"),
             "{observation}"
         );
-        let (_, empty) = plan_call(&tools, "greet", "", &vars());
+        let (_, empty) = plan_call(&tools, true, "greet", "", &vars());
         assert!(empty
             .error_observation()
             .unwrap()

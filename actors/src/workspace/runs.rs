@@ -55,9 +55,17 @@ pub struct RunListing {
 }
 
 fn task_summary(initial_message: &str) -> String {
-    let first_line = initial_message.lines().next().unwrap_or("").trim();
+    // A tab or another control character would break the columns of a listing.
+    let first_line: String = initial_message
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if first_line.chars().count() <= TASK_SUMMARY_CHARS {
-        return first_line.to_string();
+        return first_line;
     }
     let mut summary: String = first_line.chars().take(TASK_SUMMARY_CHARS).collect();
     summary.push('…');
@@ -159,6 +167,8 @@ mod tests {
     #[test]
     fn summary_is_first_line_cut_at_60_chars() {
         assert_eq!(task_summary("short\nsecond line"), "short");
+        // Issue 24 item 23: a tab in the task broke the listing's columns.
+        assert_eq!(task_summary("a\tb\u{1b}c"), "a b c");
         let long = "é".repeat(61);
         let summary = task_summary(&long);
         assert_eq!(summary.chars().count(), 61);

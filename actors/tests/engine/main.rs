@@ -10,6 +10,7 @@ mod orchestrate;
 mod plan;
 mod process;
 mod run;
+mod run_outcomes;
 mod secrets;
 mod session;
 mod spawner_host;

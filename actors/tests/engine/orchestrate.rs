@@ -11,6 +11,7 @@ mod limits;
 mod needs;
 mod resume;
 mod scheduling;
+mod tokens;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -47,7 +47,9 @@ pub struct RecordedRun {
     pub error: Option<String>,
     /// Iterations recorded.
     pub iterations: u32,
-    /// Token usage recorded.
+    /// Wall time of the run's last driving, as recorded.
+    pub duration_ms: u64,
+    /// Token usage recorded over the run's life (every attempt).
     pub usage: TokenUsage,
 }
 
@@ -80,24 +82,44 @@ impl RunEnd {
     ) -> RunEnd {
         match result {
             Ok(r) => {
-                let metadata_written = RunPaths::new(work_dir, run_id).metadata.exists();
+                let paths = RunPaths::new(work_dir, run_id);
+                let metadata_written = paths.metadata.exists();
+                let mut usage = lifetime_usage(&r);
+                if usage.is_zero() && metadata_written {
+                    // A continuation cancelled before it started answers with no figures,
+                    // yet its earlier attempts were billed: the record has them.
+                    if let Ok(meta) = crate::metadata::read_metadata(&paths.run_dir) {
+                        usage = meta.usage_so_far();
+                    }
+                }
                 RunEnd::Finished(RunOutcome {
                     status: r.status,
                     result: r.result,
                     error: r.error.map(|e| format!("{}: {}", e.kind, e.message)),
                     duration_ms: r.metrics.duration_ms,
                     iterations: r.metrics.iterations,
-                    usage: TokenUsage {
-                        input_tokens: r.metrics.usage.input_tokens,
-                        output_tokens: r.metrics.usage.output_tokens,
-                        total_tokens: r.metrics.usage.input_tokens + r.metrics.usage.output_tokens,
-                    },
+                    usage,
+                    empty_answer: r.empty_answer,
                     metadata_written,
                     run_id: r.run_id,
                 })
             }
             Err(message) => RunEnd::Lost(message),
         }
+    }
+}
+
+/// A run's tokens over its whole life, as its RunResult reports them; a result from an
+/// older engine (a Slurm node not yet upgraded) has only this driving's figure.
+fn lifetime_usage(result: &RunResult) -> TokenUsage {
+    if !result.metrics.cumulative_usage.is_zero() {
+        return result.metrics.cumulative_usage;
+    }
+    let driving = &result.metrics.usage;
+    TokenUsage {
+        input_tokens: driving.input_tokens,
+        output_tokens: driving.output_tokens,
+        total_tokens: driving.input_tokens + driving.output_tokens,
     }
 }
 
@@ -116,8 +138,11 @@ pub struct RunOutcome {
     pub duration_ms: u64,
     /// The run's iteration count.
     pub iterations: u32,
-    /// Token usage of the attempt.
+    /// Token usage over the run's life: this attempt and every earlier one (a retry
+    /// continues the run, whose cumulative figure carries them).
     pub usage: TokenUsage,
+    /// COMPLETED with an empty final answer.
+    pub empty_answer: bool,
     /// The run wrote its metadata, so a retry can continue it; a run whose setup failed
     /// before that (too many open files, a full disk) is retried afresh.
     pub metadata_written: bool,
@@ -232,4 +257,35 @@ pub struct Conclusion {
     pub totals: Totals,
     /// Why the orchestration could not run (setup, expansion) or was stopped.
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::metadata::{write_metadata, RunMetadata};
+
+    /// Issue 25 item 5: a retry cancelled while queued answers with zero usage; the row
+    /// must still count what the run's earlier attempts were billed.
+    #[test]
+    fn a_run_that_answers_without_figures_keeps_the_tokens_its_record_has() {
+        let ws = tempfile::tempdir().unwrap();
+        let paths = RunPaths::new(ws.path(), "o-s-0");
+        std::fs::create_dir_all(&paths.run_dir).unwrap();
+        let mut meta = RunMetadata::new_running("o-s-0", "a", "task", ws.path(), ws.path(), 5);
+        meta.status = RunStatus::Interrupted;
+        meta.cumulative_usage = TokenUsage {
+            input_tokens: 40,
+            output_tokens: 9,
+            total_tokens: 49,
+        };
+        write_metadata(&paths.run_dir, &meta).unwrap();
+        let mut result = meta.recorded_result(&paths.run_dir);
+        result.metrics.usage = Default::default();
+        result.metrics.cumulative_usage = TokenUsage::default();
+        let RunEnd::Finished(outcome) = RunEnd::from_result(Ok(result), ws.path(), "o-s-0") else {
+            panic!("finished");
+        };
+        assert_eq!(outcome.usage, meta.cumulative_usage);
+    }
 }

@@ -43,6 +43,7 @@ impl Scheduler {
                     iterations: outcome.iterations,
                     attempts: run.attempts,
                     usage: outcome.usage,
+                    empty_answer: outcome.empty_answer,
                     reused: false,
                 },
                 Some(outcome.metadata_written),
@@ -58,6 +59,7 @@ impl Scheduler {
                     iterations: 0,
                     attempts: run.attempts,
                     usage: TokenUsage::default(),
+                    empty_answer: false,
                     reused: false,
                 },
                 None,
@@ -79,6 +81,7 @@ impl Scheduler {
             status: row.status,
             attempt: row.attempts,
             error: row.error.clone(),
+            usage: row.usage,
         });
         let emitted = Effect::Emit(OrchestrationEvent::RunFinished {
             stage: stage_id.to_string(),

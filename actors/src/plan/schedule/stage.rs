@@ -19,7 +19,7 @@ use crate::plan::state::{
     OrchestrationStatus, RunCounts, RunRow, SchedulingEvent, StageStatus, StageSummary, Totals,
 };
 use crate::protocol::OrchestrationEvent;
-use crate::protocol::RunStatus;
+use crate::protocol::{RunStatus, TokenUsage};
 
 impl Scheduler {
     pub(super) fn stage_expanded(
@@ -204,10 +204,15 @@ impl Scheduler {
         for spec in &self.plan.stages {
             let (status, runs) = match self.stages.get(&spec.id) {
                 Some(s) => {
-                    let status = if s.status == StageStatus::Running {
-                        StageStatus::Interrupted
-                    } else {
-                        s.status
+                    let status = match s.status {
+                        // Expanded, but stopped before any of its runs started.
+                        StageStatus::Running
+                            if s.runs.iter().all(|r| r.done.is_none() && r.attempts == 0) =>
+                        {
+                            StageStatus::NotStarted
+                        }
+                        StageStatus::Running => StageStatus::Interrupted,
+                        status => status,
                     };
                     (
                         status,
@@ -217,21 +222,24 @@ impl Scheduler {
                             .collect::<Vec<_>>(),
                     )
                 }
-                None if self.stop_reason.is_some() => (StageStatus::Interrupted, Vec::new()),
+                None if self.stop_reason.is_some() => (StageStatus::NotStarted, Vec::new()),
                 None => (StageStatus::Skipped, Vec::new()),
             };
             let planned = self.stages.get(&spec.id).map(|s| s.runs.len()).unwrap_or(0);
             let counts = RunCounts::tally(planned, &runs);
             totals.counts.add(&counts);
+            let mut usage = TokenUsage::default();
             for r in &runs {
-                totals.input_tokens += r.usage.input_tokens;
-                totals.output_tokens += r.usage.output_tokens;
+                usage.add(r.usage);
             }
+            totals.input_tokens += usage.input_tokens;
+            totals.output_tokens += usage.output_tokens;
             stages.push(StageSummary {
                 id: spec.id.clone(),
                 status,
                 counts,
                 runs,
+                usage,
             });
         }
         let status = if self.stop_reason.is_some() {
@@ -287,10 +295,12 @@ fn existing_state(
         status,
         result: meta.result.clone(),
         error,
-        duration_ms: 0,
+        duration_ms: meta.duration_ms,
         iterations: meta.iterations,
         attempts: budget.attempts.max(1),
         usage: meta.usage,
+        empty_answer: status == RunStatus::Completed
+            && meta.result.as_deref().is_some_and(|r| r.trim().is_empty()),
         reused: true,
     };
     // The failure on disk counts even if the kill came before its RUN_FINISHED.

@@ -194,6 +194,7 @@ impl Driver {
                 duration_ms: 5,
                 iterations: 1,
                 usage: TokenUsage::default(),
+                empty_answer: false,
                 metadata_written,
             }),
         });
@@ -481,7 +482,10 @@ fn cancel_interrupts_the_runs_in_flight_and_submits_nothing_more() {
         ),
         (1, 2, 2)
     );
-    assert_eq!(d.stage_summary("b").status, StageStatus::Interrupted);
+    // Issue 24 item 23: a stage that never started was "Interrupted (0 … of 0)".
+    let b = d.stage_summary("b");
+    assert_eq!(b.status, StageStatus::NotStarted);
+    assert_eq!(b.counts.total, 0);
 }
 
 #[test]

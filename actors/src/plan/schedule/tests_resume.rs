@@ -13,6 +13,7 @@ fn recorded(status: RunStatus, result: Option<&str>, error: Option<&str>) -> OnD
         result: result.map(str::to_owned),
         error: error.map(str::to_owned),
         iterations: 2,
+        duration_ms: 1234,
         usage: TokenUsage {
             input_tokens: 10,
             output_tokens: 5,

@@ -18,7 +18,7 @@ use super::{
     RunCounts, SchedulingEvent, SchedulingRecord, StateError,
 };
 use crate::metadata::lock_is_held;
-use crate::protocol::RunStatus;
+use crate::protocol::{RunStatus, TokenUsage};
 
 /// What a listing says about an orchestration's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +80,10 @@ pub struct OrchestrationListing {
     /// Its runs' outcomes, from the summary (or from the scheduling journal while it runs
     /// or after a kill).
     pub counts: RunCounts,
+    /// Tokens of its runs, every attempt included (from the summary, or from the
+    /// scheduling journal while it runs or after a kill; older journals carry none).
+    #[serde(default)]
+    pub usage: TokenUsage,
     /// Why the folder is UNREADABLE, or a note (how a RUNNING-looking one ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -140,6 +144,7 @@ fn unreadable(dir: &Path, id: String, reason: String) -> OrchestrationListing {
         started_at: None,
         ended_at: None,
         counts: RunCounts::default(),
+        usage: TokenUsage::default(),
         error: Some(reason),
         dir: dir.to_path_buf(),
     }
@@ -178,6 +183,7 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
         started_at: Some(journal.started_at.clone()),
         ended_at: None,
         counts: journal.counts(),
+        usage: journal.usage(),
         error: None,
         dir: dir.to_path_buf(),
     };
@@ -188,6 +194,7 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
         (Some(_), Ok(Some(summary))) => {
             listing.status = summary.status.into();
             listing.counts = summary.totals.counts;
+            listing.usage = summary.usage();
             listing.ended_at = Some(summary.ended_at);
         }
         (Some(status), Ok(None)) => listing.status = status.into(),
@@ -228,6 +235,8 @@ struct JournalView {
     planned: BTreeMap<String, usize>,
     /// The latest outcome per run id.
     outcomes: BTreeMap<String, RunStatus>,
+    /// The latest token figure per run id (each is the run's total so far).
+    usage: BTreeMap<String, TokenUsage>,
 }
 
 impl JournalView {
@@ -254,6 +263,7 @@ impl JournalView {
                         finished: None,
                         planned: BTreeMap::new(),
                         outcomes: BTreeMap::new(),
+                        usage: BTreeMap::new(),
                     });
                 }
                 (_, None) => return Err("it does not begin with ORCHESTRATION_STARTED".to_owned()),
@@ -261,7 +271,16 @@ impl JournalView {
                 (SchedulingEvent::StageStarted { stage, runs }, Some(view)) => {
                     view.planned.insert(stage, runs);
                 }
-                (SchedulingEvent::RunFinished { run_id, status, .. }, Some(view)) => {
+                (
+                    SchedulingEvent::RunFinished {
+                        run_id,
+                        status,
+                        usage,
+                        ..
+                    },
+                    Some(view),
+                ) => {
+                    view.usage.insert(run_id.clone(), usage);
                     view.outcomes.insert(run_id, status);
                 }
                 (SchedulingEvent::OrchestrationFinished { status }, Some(view)) => {
@@ -278,5 +297,13 @@ impl JournalView {
 
     fn counts(&self) -> RunCounts {
         RunCounts::of_statuses(self.planned.values().sum(), self.outcomes.values().copied())
+    }
+
+    fn usage(&self) -> TokenUsage {
+        let mut total = TokenUsage::default();
+        for usage in self.usage.values() {
+            total.add(*usage);
+        }
+        total
     }
 }

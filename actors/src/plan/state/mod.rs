@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::now_rfc3339;
 use crate::metadata::RunLock;
-use crate::protocol::RunStatus;
+use crate::protocol::{RunStatus, TokenUsage};
 use crate::workspace::{
     control_dir, ensure_control_dir, validate_run_id, write_private_file, WorkspaceError,
 };
@@ -88,6 +88,9 @@ pub enum SchedulingEvent {
         attempt: u32,
         /// Its error, `"<kind>: <message>"`.
         error: Option<String>,
+        /// The run's tokens so far, every attempt included (absent in older journals).
+        #[serde(default, skip_serializing_if = "TokenUsage::is_zero")]
+        usage: TokenUsage,
     },
     /// Every run of a stage has its outcome.
     StageFinished {
@@ -486,6 +489,7 @@ mod tests {
                     status,
                     attempt: 2,
                     error: None,
+                    usage: TokenUsage::default(),
                 })
                 .unwrap();
         }

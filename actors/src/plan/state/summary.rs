@@ -58,6 +58,25 @@ pub enum StageStatus {
     Skipped,
     /// Stopped while its runs were being driven.
     Interrupted,
+    /// The orchestration stopped (Ctrl-C, SIGTERM, a cancel) before any run of the stage
+    /// started; `--resume` starts it.
+    NotStarted,
+}
+
+impl StageStatus {
+    /// How summaries show it, e.g. `Completed with failures`, `Not started`.
+    pub fn label(self) -> &'static str {
+        match self {
+            StageStatus::Pending => "Pending",
+            StageStatus::Running => "Running",
+            StageStatus::Completed => "Completed",
+            StageStatus::CompletedWithFailures => "Completed with failures",
+            StageStatus::Failed => "Failed",
+            StageStatus::Skipped => "Skipped",
+            StageStatus::Interrupted => "Interrupted",
+            StageStatus::NotStarted => "Not started",
+        }
+    }
 }
 
 /// One run's line in the summary.
@@ -81,8 +100,13 @@ pub struct RunRow {
     pub iterations: u32,
     /// Attempts made, over every invocation.
     pub attempts: u32,
-    /// Token usage of the last attempt.
+    /// Token usage over every attempt of the run (retries continue the run, so its
+    /// cumulative figure holds them), as the provider reported it.
     pub usage: TokenUsage,
+    /// COMPLETED with an empty final answer (the model replied with no text and no tool
+    /// call). Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub empty_answer: bool,
     /// True when the run was already COMPLETED before this invocation (resume).
     #[serde(default)]
     pub reused: bool,
@@ -187,6 +211,9 @@ pub struct StageSummary {
     pub counts: RunCounts,
     /// Every run with a final row, in item order.
     pub runs: Vec<RunRow>,
+    /// Tokens of the stage's runs, every attempt included.
+    #[serde(default)]
+    pub usage: TokenUsage,
 }
 
 /// Counts and tokens over the whole plan.
@@ -195,9 +222,9 @@ pub struct Totals {
     /// Every planned run's outcome (flattened into the JSON object).
     #[serde(flatten)]
     pub counts: RunCounts,
-    /// Prompt tokens of every run's last attempt.
+    /// Prompt tokens of every run, every attempt included.
     pub input_tokens: u64,
-    /// Completion tokens of every run's last attempt.
+    /// Completion tokens of every run, every attempt included.
     pub output_tokens: u64,
 }
 
@@ -228,6 +255,20 @@ pub struct OrchestrationSummary {
 }
 
 impl OrchestrationSummary {
+    /// Tokens of every stage's runs, every attempt included.
+    pub fn usage(&self) -> TokenUsage {
+        let mut total = TokenUsage::default();
+        for stage in &self.stages {
+            total.add(stage.usage);
+        }
+        if total.is_zero() {
+            // A summary written before stages carried their usage.
+            total.input_tokens = self.totals.input_tokens;
+            total.output_tokens = self.totals.output_tokens;
+        }
+        total
+    }
+
     /// 0 when every stage succeeded, 1 when any failed, 130 when interrupted.
     pub fn exit_code(&self) -> i32 {
         match self.status {
@@ -254,6 +295,7 @@ mod tests {
             iterations: 0,
             attempts: 1,
             usage: TokenUsage::default(),
+            empty_answer: false,
             reused: false,
         }
     }

@@ -48,11 +48,12 @@ fn on_disk(work_dir: &Path, run_id: &str) -> OnDisk {
     settle_from_journal(work_dir, run_id);
     match read_metadata(&paths.run_dir) {
         Ok(meta) => OnDisk::Recorded(RecordedRun {
+            usage: meta.usage_so_far(),
+            duration_ms: meta.last_duration_ms(),
             status: meta.status,
             result: meta.result,
             error: meta.error.map(|e| e.to_string()),
             iterations: meta.iterations,
-            usage: meta.usage,
         }),
         // Killed before the run's metadata was written: nothing ran.
         Err(_) if !paths.metadata.exists() => OnDisk::Nothing,

@@ -58,6 +58,7 @@ impl OrchestrationActor {
             llm_route: route,
             llm_request_timeout_ms: timeouts.request.map(|t| t.as_millis() as u64),
             llm_idle_timeout_ms: timeouts.idle.map(|t| t.as_millis() as u64),
+            llm_response_format: self.request.plan.llm.response_format,
         };
         if let Err(e) = write_planned(&state.dir, &file) {
             return lost(e.to_string());

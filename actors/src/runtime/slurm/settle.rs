@@ -32,6 +32,8 @@ impl SlurmExecutor {
         let _ = check_run(&run.work_dir, run_id, true);
         let outcome = match read_metadata(&paths.run_dir) {
             Ok(meta) => {
+                let lifetime_usage = meta.usage_so_far();
+                let duration_ms = meta.last_duration_ms();
                 let (status, error) = match meta.status {
                     RunStatus::Completed | RunStatus::WaitingForInput | RunStatus::Failed => {
                         (meta.status, meta.error.map(|e| e.to_string()))
@@ -48,12 +50,14 @@ impl SlurmExecutor {
                 };
                 RunOutcome {
                     run_id: run_id.to_owned(),
+                    empty_answer: status == RunStatus::Completed
+                        && meta.result.as_deref().is_some_and(|r| r.trim().is_empty()),
+                    usage: lifetime_usage,
                     status,
                     result: meta.result,
                     error,
-                    duration_ms: 0,
+                    duration_ms,
                     iterations: meta.iterations,
-                    usage: meta.usage,
                     metadata_written: true,
                 }
             }
@@ -80,6 +84,7 @@ impl SlurmExecutor {
                     duration_ms: 0,
                     iterations: 0,
                     usage: TokenUsage::default(),
+                    empty_answer: false,
                     metadata_written: paths.metadata.exists(),
                 }
             }
@@ -101,6 +106,7 @@ impl SlurmExecutor {
             duration_ms: 0,
             iterations: 0,
             usage: TokenUsage::default(),
+            empty_answer: false,
             metadata_written: written,
         })
     }

@@ -278,3 +278,38 @@ fn resume_checks_json_output_of_completed_runs_again() {
         assert_eq!(stage(&summary, "work").status, StageStatus::Skipped);
     }
 }
+
+/// Issue 24 item 23: runs kept from before a resume showed a duration of 0 s (and their
+/// tokens were the last attempt's); they show what their record says.
+#[test]
+fn runs_kept_from_before_a_resume_show_their_real_duration_and_tokens() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let plan = p.plan(
+        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b] }\n    message: \"item {{ item }}\"\n",
+    );
+    let model = script("default_latency: 80\nsteps:\n  - answer: \"{{ task }}\"\n");
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let (first, _) = orchestrate(
+        &supervisor,
+        p.request(plan.clone(), "t", LlmTarget::Scripted(model.clone()), false),
+    );
+    assert_eq!(first.status, OrchestrationStatus::Completed, "{first:#?}");
+    let (second, _) = orchestrate(
+        &supervisor,
+        p.request(plan, "t", LlmTarget::Scripted(model), true),
+    );
+    let before = &stage(&first, "work").runs;
+    for (row, earlier) in stage(&second, "work").runs.iter().zip(before) {
+        assert!(row.reused, "{row:?}");
+        let meta = read_metadata(&RunPaths::new(p.ws(), &row.run_id).run_dir).unwrap();
+        assert_eq!(Some(row.duration_ms), meta.duration_ms, "{row:?}");
+        assert!(row.duration_ms >= 80, "the model alone took 80 ms: {row:?}");
+        assert!(
+            row.duration_ms <= earlier.duration_ms,
+            "{row:?} {earlier:?}"
+        );
+        assert_eq!(row.usage, earlier.usage);
+        assert!(row.usage.input_tokens > 0);
+    }
+}
