@@ -27,6 +27,8 @@ pub struct CallOutcome {
     /// Time spent waiting for admission and in backoff (not model latency).
     pub waited: Duration,
     pub failed_attempts: Vec<String>,
+    /// How the successful attempt was written.
+    pub wire: super::WireOptions,
 }
 
 /// A model call that failed for good, or was cancelled.
@@ -72,6 +74,7 @@ pub async fn complete_call(
             duration: started.elapsed(),
             waited: outcome.waited,
             failed_attempts,
+            wire: outcome.wire,
         }),
         Some(Err(error)) => Err(CallFailure {
             attempts: {

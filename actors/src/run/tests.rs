@@ -72,6 +72,7 @@ impl ModelPort for FakeModel {
                     duration: Duration::ZERO,
                     waited: Duration::ZERO,
                     failed_attempts: Vec::new(),
+                    wire: Default::default(),
                 }),
                 Err(message) => Err(CallFailure {
                     error: LlmError::Transport(message),
