@@ -41,6 +41,9 @@ pub mod timeouts;
 pub mod types;
 pub mod wire;
 
+#[cfg(test)]
+mod streaming_tests;
+
 pub(crate) use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use dialect::{Dialect, MaxTokensField, SystemRole, ToolCallContent, WireOptions};

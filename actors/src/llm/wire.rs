@@ -302,4 +302,66 @@ mod tests {
         assert_eq!(reused, 2);
         assert_eq!(body.get(), serde_json::to_string(&request).unwrap());
     }
+
+    /// What llama-cpp-python and OpenAI's reasoning models need, written by the options:
+    /// only the named details change, and the cached and uncached bodies agree.
+    #[test]
+    fn options_change_only_the_details_they_name() {
+        use crate::llm::dialect::{MaxTokensField, SystemRole, ToolCallContent};
+        let request = requests().remove(1);
+        let options = WireOptions {
+            stream: true,
+            stream_usage: true,
+            tool_call_content: ToolCallContent::EmptyString,
+            max_tokens_field: MaxTokensField::MaxCompletionTokens,
+            system_role: SystemRole::Developer,
+            sampling: false,
+        };
+        let (cached, _) = MessageJson::new().wire_body(&request, &options).unwrap();
+        let uncached = request_body(&request, &options).unwrap();
+        assert_eq!(cached.get().as_bytes(), uncached.as_slice());
+        let body: serde_json::Value = serde_json::from_str(cached.get()).unwrap();
+        assert_eq!(body["messages"][0]["role"], "developer");
+        assert_eq!(body["messages"][2]["content"], "");
+        assert_eq!(
+            body["messages"][3]["content"], "out",
+            "other turns are untouched"
+        );
+        assert_eq!(body["max_completion_tokens"], 64);
+        assert!(body.get("max_tokens").is_none());
+        for sampling in [
+            "temperature",
+            "top_p",
+            "frequency_penalty",
+            "presence_penalty",
+        ] {
+            assert!(body.get(sampling).is_none(), "{sampling}");
+        }
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        assert_eq!(body["seed"], 7);
+        // The default options are the golden bytes, by either path.
+        let plain = request_body(&request, &WireOptions::default()).unwrap();
+        assert_eq!(String::from_utf8(plain).unwrap(), GOLDEN[1]);
+    }
+
+    /// Texts kept for one set of options are not reused for another.
+    #[test]
+    fn other_options_serialize_every_message_again() {
+        use crate::llm::dialect::ToolCallContent;
+        let mut cache = MessageJson::new();
+        let request = requests().remove(1);
+        cache.wire_body(&request, &WireOptions::default()).unwrap();
+        let empty = WireOptions {
+            tool_call_content: ToolCallContent::EmptyString,
+            ..WireOptions::default()
+        };
+        let (body, reused) = cache.wire_body(&request, &empty).unwrap();
+        assert_eq!(reused, 0);
+        assert!(body
+            .get()
+            .contains(r#""role":"assistant","content":"","tool_calls""#));
+        let (_, reused) = cache.wire_body(&request, &empty).unwrap();
+        assert_eq!(reused, 4);
+    }
 }
