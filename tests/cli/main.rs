@@ -17,6 +17,7 @@ mod orchestrate_bad_plans;
 mod orchestrate_crash;
 mod orchestrate_interrupt;
 mod path_ids;
+mod real_model;
 mod relay;
 mod run;
 mod run_env;

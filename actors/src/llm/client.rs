@@ -256,7 +256,7 @@ impl HttpBackend {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
         if wire.stream && event_stream {
-            return self.read_stream(response, meta).await;
+            return self.read_stream(req, response, meta).await;
         }
         if wire.stream && self.inner.endpoint.dialect.stream.is_none() {
             // Asked to stream, the server answered in one body: it does not stream, and
@@ -316,6 +316,7 @@ impl HttpBackend {
     /// idle limit, each piece of text handed to `meta.on_text` as it comes.
     async fn read_stream(
         &self,
+        req: &ChatRequest,
         mut response: reqwest::Response,
         meta: &RequestMeta,
     ) -> Result<super::ChatCompletion, Attempt> {
@@ -338,14 +339,16 @@ impl HttpBackend {
                 .map_err(|_| self.timeout(TimeoutPhase::Body, limits.idle))?;
             let chunk = match chunk {
                 Ok(chunk) => chunk,
-                // A connection dropped mid-stream: the reply is incomplete, retried below.
-                Err(e) if received > 0 => {
+                // Broken before any of the reply came (llama-cpp-python sends a first chunk,
+                // then fails a tool call it cannot stream): as good as an empty stream.
+                Err(_) if !assembler.has_reply() => return Err(Attempt::EmptyStream),
+                // A connection dropped mid-reply: the reply is incomplete, and retried.
+                Err(e) => {
                     return Err(Attempt::Failed(LlmError::Transport(format!(
                         "the response stream broke after {received} bytes: {}",
-                        self.transport_error(&e, limits.request)
+                        cause_chain(&e)
                     ))))
                 }
-                Err(e) => return Err(Attempt::Failed(self.transport_error(&e, limits.request))),
             };
             match chunk {
                 Some(bytes) => {
@@ -359,10 +362,22 @@ impl HttpBackend {
             }
         }
         decoder.finish(&mut on_data)?;
-        if assembler.chunks() == 0 && !assembler.is_done() {
+        if !assembler.has_reply() && !assembler.is_done() && assembler.finish_reason().is_none() {
             return Err(Attempt::EmptyStream);
         }
-        Ok(assembler.finish()?)
+        let completion = assembler.finish()?;
+        if completion.usage.is_none() && self.inner.endpoint.dialect.stream.is_none() {
+            // Token counts are what the provider bills: an endpoint that sends no usage in
+            // its streams (llama-cpp-python ignores `stream_options`) is called unstreamed,
+            // where it does.
+            if self.inner.learned.learn(Adjustment::NoStream, &req.model) {
+                tracing::info!(
+                    endpoint = %self.inner.url,
+                    "the endpoint sent no token usage in its stream: later calls are not streamed, so that their tokens are counted"
+                );
+            }
+        }
+        Ok(completion)
     }
 
     /// The body, chunk by chunk, each within the idle limit, at most [`MAX_RESPONSE_BYTES`].
@@ -404,14 +419,7 @@ impl HttpBackend {
         if err.is_timeout() {
             return self.timeout(TimeoutPhase::Request, request_limit);
         }
-        // reqwest's own text is terse ("error sending request"); the cause chain says why.
-        let mut text = err.to_string();
-        let mut source = err.source();
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
+        let text = cause_chain(err);
         if self.inner.endpoint.transport.http2 == Some(true) && is_h2c_refusal(&text) {
             return LlmError::Http2Refused(text);
         }
@@ -439,6 +447,18 @@ impl ChatBackend for HttpBackend {
             .learned
             .options(&self.inner.endpoint.dialect, model)
     }
+}
+
+/// reqwest's own text is terse ("error sending request"); the cause chain says why.
+fn cause_chain(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Why one POST gave no completion.
@@ -970,6 +990,10 @@ mod tests {
         let sent = bodies.lock().unwrap()[0].clone();
         assert_eq!(sent["stream"], true);
         assert_eq!(sent["stream_options"]["include_usage"], true);
+        // That stream carried no usage: the endpoint is called unstreamed from now on, where
+        // its replies say what they cost.
+        assert!(reply.usage.is_none());
+        assert!(!backend.wire_options("m").stream);
 
         let silent = |_: &Value| {
             vec![

@@ -259,6 +259,17 @@ impl StreamAssembler {
         self.chunks
     }
 
+    /// Some of the reply came: text, reasoning or a tool call (a first chunk with only the
+    /// role is not yet a reply).
+    pub fn has_reply(&self) -> bool {
+        !self.content.is_empty() || !self.reasoning.is_empty() || !self.calls.is_empty()
+    }
+
+    /// The finish reason, once a chunk gave it.
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.finish_reason.as_deref()
+    }
+
     /// Takes one event's data. Returns the text it added, for live output.
     pub fn push<'s>(&'s mut self, data: &str) -> Result<ChunkText<'s>, LlmError> {
         let data = data.trim();
