@@ -67,7 +67,7 @@ pub struct ContinueArgs {
     #[arg(long, value_name = "FILE")]
     pub llm_script: Option<PathBuf>,
     /// Limit on each model call attempt, e.g. 90s or 2m (overrides agent.yaml's
-    /// `llm.request_timeout`; default 120s). A timed-out attempt is retried.
+    /// `llm.request_timeout`; default 600s). A timed-out attempt is retried.
     #[arg(long, value_name = "DURATION", value_parser = parse_llm_timeout_arg)]
     pub llm_timeout: Option<std::time::Duration>,
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delta_actors::agent::{load_env_cascade, ResolvedAgent};
-use delta_actors::llm::{Endpoint, HttpTransport, Script};
+use delta_actors::llm::{Dialect, Endpoint, HttpTransport, Script};
 use delta_actors::tool::spawner::SpawnerCommand;
 use delta_actors::{
     LlmTarget, RunErrorKind, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig,
@@ -17,7 +17,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::CliError;
-use crate::output::progress::{print_event, Verbosity};
+use crate::output::progress::{EventPrinter, Verbosity};
 
 /// The process environment as a map, read once at the edge.
 pub fn process_env() -> BTreeMap<String, String> {
@@ -53,7 +53,14 @@ pub fn llm_target(
         .base_url
         .clone()
         .or_else(|| env.get("DELTA_BASE_URL").filter(|u| !u.is_empty()).cloned());
+    // A server on this machine (llama.cpp, Ollama, LM Studio, vLLM...) usually wants no key.
+    let key_optional = base_url.as_deref().is_some_and(is_loopback_url);
     match (key, base_url) {
+        (None, Some(base_url)) if key_optional => Ok(LlmTarget::Http(
+            Endpoint::new(base_url, None)
+                .with_transport(transport(agent, env)?)
+                .with_dialect(dialect(agent, env)?),
+        )),
         (None, _) => Err(CliError::NoApiKey {
             key_var,
             agent_home: agent.home.clone(),
@@ -65,9 +72,57 @@ pub fn llm_target(
                 .to_string(),
         )),
         (Some(key), Some(base_url)) => Ok(LlmTarget::Http(
-            Endpoint::new(base_url, Some(key)).with_transport(transport(agent, env)?),
+            Endpoint::new(base_url, Some(key))
+                .with_transport(transport(agent, env)?)
+                .with_dialect(dialect(agent, env)?),
         )),
     }
+}
+
+/// `http://localhost…`, `http://127.x.x.x…` or `http://[::1]…`: an endpoint on this machine.
+fn is_loopback_url(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let host = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.split(':').next().unwrap_or("")
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The environment variable that overrides `llm.stream`: `1`/`true` (always stream),
+/// `0`/`false` (never), `auto`.
+pub const STREAM_VAR: &str = "DELTA_LLM_STREAM";
+
+/// The agent's `llm.stream`, `llm.tool_call_content`, `llm.max_tokens_field` and
+/// `llm.system_role`, with `DELTA_LLM_STREAM` over the first.
+fn dialect(agent: &ResolvedAgent, env: &BTreeMap<String, String>) -> Result<Dialect, CliError> {
+    let mut dialect = agent.llm.dialect;
+    if let Some(raw) = env.get(STREAM_VAR).filter(|v| !v.trim().is_empty()) {
+        dialect.stream = match raw.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "on" | "yes" => Some(true),
+            "0" | "false" | "off" | "no" => Some(false),
+            "auto" => None,
+            _ => {
+                return Err(CliError::Config(format!(
+                    "{STREAM_VAR}='{raw}' is not on, off or auto; set {STREAM_VAR}=0 to send model \
+                     calls without streaming, {STREAM_VAR}=1 to always stream, or unset it (auto: \
+                     stream unless the endpoint cannot)"
+                )))
+            }
+        };
+    }
+    Ok(dialect)
 }
 
 /// The environment variable that overrides `llm.http2`: `1`/`true` (HTTP/2, also without
@@ -180,6 +235,7 @@ pub fn drive_single(
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async {
         let mut events = supervisor.subscribe();
+        let mut printer = EventPrinter::new(verbosity);
         let handle: RunHandle = supervisor.submit(request).await?;
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
@@ -190,7 +246,7 @@ pub fn drive_single(
             tokio::select! {
                 r = &mut wait => break r,
                 ev = events.recv() => match ev {
-                    Ok(ev) => print_event(&ev, verbosity, false),
+                    Ok(ev) => printer.print(&ev),
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => {}
                 },
@@ -199,7 +255,7 @@ pub fn drive_single(
             }
         };
         while let Ok(ev) = events.try_recv() {
-            print_event(&ev, verbosity, false);
+            printer.print(&ev);
         }
         refusal_as_error(result?)
     })
@@ -260,6 +316,11 @@ pub fn run_one(
     verbosity: Verbosity,
     format: crate::output::Format,
 ) -> Result<i32, CliError> {
+    let mut config = config;
+    // A streamed reply is shown as it arrives to a person watching the text output.
+    config.reply_text_events = format == crate::output::Format::Text
+        && verbosity != Verbosity::Quiet
+        && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let supervisor = Supervisor::start(config)?;
     let result = drive_single(&supervisor, request, verbosity)?;
     supervisor.shutdown();
@@ -297,6 +358,28 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn loopback_endpoints_are_recognised() {
+        for url in [
+            "http://127.0.0.1:8080/v1",
+            "http://localhost:11434/v1",
+            "http://LOCALHOST/v1",
+            "http://[::1]:1234/v1",
+            "http://127.1.2.3/v1",
+        ] {
+            assert!(is_loopback_url(url), "{url}");
+        }
+        for url in [
+            "https://api.example.com/v1",
+            "http://127.0.0.1.example.com/v1",
+            "http://10.0.0.1/v1",
+            "http://localhost@evil.example/v1",
+            "localhost:8080",
+        ] {
+            assert!(!is_loopback_url(url), "{url}");
+        }
     }
 
     #[test]

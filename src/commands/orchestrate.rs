@@ -73,7 +73,7 @@ pub struct OrchestrateArgs {
     #[arg(long, value_name = "FILE")]
     pub llm_script: Option<PathBuf>,
     /// Limit on each model call attempt of every run, e.g. 90s or 2m (overrides the plan's
-    /// and the agents' `llm.request_timeout`; default 120s). A timed-out attempt is retried.
+    /// and the agents' `llm.request_timeout`; default 600s). A timed-out attempt is retried.
     #[arg(long, value_name = "DURATION", value_parser = parse_llm_timeout_arg)]
     pub llm_timeout: Option<std::time::Duration>,
     /// Where the runs execute: local (this process) or slurm (Slurm job arrays; see

@@ -1,8 +1,72 @@
 //! Live progress of runs on stderr, from the engine's event stream: iterations, thoughts,
-//! tool calls and retries. Never stdout (that is the result's contract).
+//! tool calls and retries, and (on a terminal) a streamed reply as it arrives. Never stdout
+//! (that is the result's contract).
 #![allow(clippy::print_stderr)]
 
+use std::io::Write;
+
 use delta_actors::RunEvent;
+
+/// Prints one run's events, showing a streamed reply as it grows when `live` (the engine
+/// then sends `ReplyText` events: see `SupervisorConfig::reply_text_events`).
+#[derive(Debug)]
+pub struct EventPrinter {
+    verbosity: Verbosity,
+    /// The reply being shown as it arrives: its iteration and the text shown so far.
+    live: Option<(u32, String)>,
+}
+
+impl EventPrinter {
+    /// A printer for one run at a time.
+    pub fn new(verbosity: Verbosity) -> EventPrinter {
+        EventPrinter {
+            verbosity,
+            live: None,
+        }
+    }
+
+    /// Prints `event`. A reply shown live ends with its `Thought` (only what the pieces had
+    /// not shown yet is printed then) or with the next event.
+    pub fn print(&mut self, event: &RunEvent) {
+        if self.verbosity == Verbosity::Quiet {
+            return;
+        }
+        match event {
+            RunEvent::ReplyText {
+                iteration,
+                content,
+                reasoning,
+                ..
+            } => {
+                let mut err = std::io::stderr().lock();
+                let shown = match &mut self.live {
+                    Some((at, shown)) if at == iteration => shown,
+                    _ => {
+                        let _ = write!(err, "💭 ");
+                        &mut self.live.insert((*iteration, String::new())).1
+                    }
+                };
+                // Reasoning is shown as it comes but is not part of the reply's text.
+                let _ = write!(err, "{reasoning}{content}");
+                shown.push_str(content);
+                let _ = err.flush();
+            }
+            RunEvent::Thought {
+                iteration, text, ..
+            } if matches!(&self.live, Some((at, _)) if at == iteration) => {
+                let shown = self.live.take().map(|(_, shown)| shown).unwrap_or_default();
+                let rest = text.strip_prefix(shown.as_str()).unwrap_or("");
+                eprintln!("{rest}");
+            }
+            other => {
+                if self.live.take().is_some() {
+                    eprintln!();
+                }
+                print_event(other, self.verbosity, false);
+            }
+        }
+    }
+}
 
 /// How much progress to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +141,21 @@ pub fn print_event(event: &RunEvent, verbosity: Verbosity, prefix_run_id: bool) 
             delay_ms,
             ..
         } => {
+            // A provider's message can be pages long (a validation error lists every field):
+            // the whole text is in the run's engine.log and io/invocations.
+            let limit = if verbosity == Verbosity::Verbose {
+                2000
+            } else {
+                300
+            };
+            let error = shorten(
+                &error.split_whitespace().collect::<Vec<_>>().join(" "),
+                limit,
+            );
             format!("  ↻ model call attempt {attempt} failed ({error}); retrying in {delay_ms} ms")
         }
+        // Shown only by an `EventPrinter` (one run on a terminal).
+        RunEvent::ReplyText { .. } => return,
         RunEvent::RunFinished {
             status,
             duration_ms,

@@ -18,6 +18,7 @@ mod orchestrate_crash;
 mod orchestrate_interrupt;
 mod original_compat;
 mod path_ids;
+mod real_model;
 mod relay;
 mod run;
 mod run_env;

@@ -342,11 +342,29 @@ fn rate_limited_twice_then_success_records_the_attempts() {
     let out = case.run("r1", "go", &[]);
     out.assert_code(0);
     assert_eq!(out.json()["result"], "finally");
-    let invocations = files_under(&case.run_dir("r1").join("io/invocations"));
-    assert_eq!(invocations.len(), 1, "{invocations:?}");
-    let invocation = read_json(&invocations[0]);
+    let mut invocations = files_under(&case.run_dir("r1").join("io/invocations"));
+    invocations.sort();
+    assert_eq!(invocations.len(), 3, "{invocations:?}");
+    // Each failed attempt has its own record, written as it failed, with the request sent.
+    for (n, record) in invocations[..2].iter().enumerate() {
+        let name = record.file_name().unwrap().to_string_lossy().to_string();
+        assert!(
+            name.ends_with(&format!("_1_attempt{}.json", n + 1)),
+            "{name}"
+        );
+        let attempt = read_json(record);
+        assert_eq!(attempt["attempt"], n as u64 + 1, "{attempt}");
+        assert!(
+            attempt["error"].as_str().unwrap().contains("429"),
+            "{attempt}"
+        );
+        assert_eq!(attempt["request"]["messages"][1]["content"], "go");
+    }
+    let invocation = read_json(&invocations[2]);
     assert_eq!(invocation["attempts"], 3, "{invocation}");
     assert_eq!(case.mock.stats()["failures"], 2);
+    let log = std::fs::read_to_string(case.run_dir("r1").join("engine.log")).unwrap();
+    assert_eq!(log.matches("model call attempt").count(), 2, "{log}");
 }
 
 #[test]

@@ -16,7 +16,10 @@ use crate::harness::*;
 fn without_a_key_or_script_the_error_says_how_to_set_one() {
     let case = Case::new("nokey", "tools: []\n", &json!({"steps": [{"answer": "x"}]}));
     let mut cmd = case.cmd();
-    cmd.env_remove("DELTA_API_KEY");
+    // A remote endpoint needs a key (one on this machine does not: see below); this one is
+    // never contacted.
+    cmd.env_remove("DELTA_API_KEY")
+        .env("DELTA_BASE_URL", "https://llm.example.invalid/v1");
     let out = cmd.args(case.run_args("r1", "task")).output().unwrap();
     assert_eq!(out.status.code(), Some(126));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -26,6 +29,28 @@ fn without_a_key_or_script_the_error_says_how_to_set_one() {
     );
     assert!(out.stdout.is_empty());
     assert!(!case.work_dir().join(".delta/r1").exists());
+}
+
+/// llama.cpp, Ollama, LM Studio and vLLM on this machine take no key: a loopback endpoint is
+/// called without one (and without an `Authorization` header).
+#[test]
+fn a_model_server_on_this_machine_needs_no_key() {
+    let case = Case::new(
+        "local",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "keyless"}]}),
+    );
+    let mut cmd = case.cmd();
+    cmd.env_remove("DELTA_API_KEY");
+    let out = cmd.args(case.run_args("r1", "task")).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["result"], "keyless");
 }
 
 #[test]

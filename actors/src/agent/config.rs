@@ -29,7 +29,7 @@ pub(crate) const AGENT_KEYS: [&str; 13] = [
     "timeout_seconds",
 ];
 
-const LLM_KEYS: [&str; 13] = [
+const LLM_KEYS: [&str; 17] = [
     "model",
     "temperature",
     "max_tokens",
@@ -43,6 +43,10 @@ const LLM_KEYS: [&str; 13] = [
     "http2",
     "max_connections",
     "response_format",
+    "stream",
+    "tool_call_content",
+    "max_tokens_field",
+    "system_role",
 ];
 
 /// Model settings of one agent. Unset values are not sent to the provider.
@@ -72,6 +76,11 @@ pub struct LlmSettings {
     /// [`crate::llm::HttpTransport`]). Not sent to the provider.
     #[serde(skip)]
     pub transport: crate::llm::HttpTransport,
+    /// `stream`, `tool_call_content`, `max_tokens_field`, `system_role`: how requests are
+    /// written for the endpoint (see [`crate::llm::Dialect`]; unset = detect). Not sent as
+    /// such to the provider.
+    #[serde(skip)]
+    pub dialect: crate::llm::Dialect,
     /// `response_format: json_object`: sent as `"response_format": {"type": "json_object"}`
     /// (only when set), for endpoints that can constrain a reply to JSON.
     pub response_format: Option<ResponseFormat>,
@@ -203,6 +212,7 @@ pub(crate) fn parse_agent_config(
             max_connections: max_connections(&llm)?,
         },
         response_format: response_format(&llm)?,
+        dialect: dialect(&llm)?,
     };
     Ok(AgentConfig {
         name,
@@ -264,6 +274,74 @@ fn max_connections(llm: &Fields<'_>) -> Result<Option<u32>, AgentError> {
     }
 }
 
+/// `llm.stream`, `llm.tool_call_content`, `llm.max_tokens_field`, `llm.system_role`.
+fn dialect(llm: &Fields<'_>) -> Result<crate::llm::Dialect, AgentError> {
+    use crate::llm::{MaxTokensField, SystemRole, ToolCallContent};
+    let stream = match llm.get("stream") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(Value::String(s)) if s == "auto" => None,
+        Some(other) => {
+            return Err(AgentError::invalid(
+                llm.file(),
+                format!(
+                    "`{}` is {}, not auto, true or false",
+                    llm.key_path("stream"),
+                    crate::yaml::kind_of(other)
+                ),
+                "write `stream: auto` (the default: stream unless the endpoint cannot), `stream: true` or `stream: false`",
+            ))
+        }
+    };
+    Ok(crate::llm::Dialect {
+        stream,
+        tool_call_content: choice(
+            llm,
+            "tool_call_content",
+            &["json_null", "empty_string"],
+            ToolCallContent::parse,
+        )?,
+        max_tokens_field: choice(
+            llm,
+            "max_tokens_field",
+            &["max_tokens", "max_completion_tokens"],
+            MaxTokensField::parse,
+        )?,
+        system_role: choice(
+            llm,
+            "system_role",
+            &["system", "developer", "user"],
+            SystemRole::parse,
+        )?,
+    })
+}
+
+/// A key whose value is one of `names` (or `auto`, the same as leaving it out).
+fn choice<T>(
+    llm: &Fields<'_>,
+    key: &str,
+    names: &[&str],
+    parse: fn(&str) -> Option<T>,
+) -> Result<Option<T>, AgentError> {
+    let Some(text) = llm.string(key)? else {
+        return Ok(None);
+    };
+    if text == "auto" {
+        return Ok(None);
+    }
+    parse(&text).map(Some).ok_or_else(|| {
+        AgentError::invalid(
+            llm.file(),
+            format!(
+                "`{}` is `{text}`, not one of auto, {}",
+                llm.key_path(key),
+                names.join(", ")
+            ),
+            "leave it out (auto) unless the endpoint needs it; docs/providers.md says which endpoints need what",
+        )
+    })
+}
+
 /// `llm.request_timeout` / `llm.idle_timeout`: a duration with a unit, 100ms..24h.
 fn llm_timeout(llm: &Fields<'_>, key: &str) -> Result<Option<std::time::Duration>, AgentError> {
     let Some(text) = llm.string(key)? else {
@@ -306,6 +384,41 @@ mod tests {
         assert_eq!(config.llm.api_key_env.as_deref(), Some("MY_KEY"));
         assert_eq!(config.max_iterations, Some(7));
         assert!(config.parallel_tool_calls);
+    }
+
+    #[test]
+    fn endpoint_dialect_settings_parse() {
+        use crate::llm::{Dialect, MaxTokensField, SystemRole, ToolCallContent};
+        let (config, warnings) = parse(
+            "name: a\nllm:\n  model: m\n  stream: false\n  tool_call_content: empty_string\n  max_tokens_field: max_completion_tokens\n  system_role: developer\n",
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(
+            config.unwrap().llm.dialect,
+            Dialect {
+                stream: Some(false),
+                tool_call_content: Some(ToolCallContent::EmptyString),
+                max_tokens_field: Some(MaxTokensField::MaxCompletionTokens),
+                system_role: Some(SystemRole::Developer),
+            }
+        );
+        let auto = parse("name: a\nllm: {model: m, stream: auto, system_role: auto}\n").0;
+        assert!(auto.unwrap().llm.dialect.is_auto());
+        for (text, phrase) in [
+            ("stream: maybe", "`llm.stream` is"),
+            ("stream: 3", "`llm.stream` is"),
+            (
+                "tool_call_content: null-ish",
+                "not one of auto, json_null, empty_string",
+            ),
+            ("system_role: admin", "`llm.system_role` is `admin`"),
+        ] {
+            let err = parse(&format!("name: a\nllm:\n  model: m\n  {text}\n"))
+                .0
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(phrase), "{text}: {err}");
+        }
     }
 
     #[test]

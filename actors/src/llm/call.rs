@@ -31,6 +31,8 @@ pub struct CallOutcome {
     /// that was cut or refused after generating): billed, so the run counts them. Zero
     /// until the endpoint layer reports them.
     pub failed_attempts_usage: Usage,
+    /// How the successful attempt was written.
+    pub wire: super::WireOptions,
 }
 
 /// A model call that failed for good, or was cancelled.
@@ -80,6 +82,7 @@ pub async fn complete_call(
             waited: outcome.waited,
             failed_attempts,
             failed_attempts_usage: Usage::default(),
+            wire: outcome.wire,
         }),
         Some(Err(error)) => Err(CallFailure {
             attempts: {

@@ -20,8 +20,14 @@ use std::error::Error as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use serde_json::Value;
+
+use super::dialect::WireOptions;
+use super::dialect::{adjustment_for, is_validation_error, Adjustment, Learned, SentShape};
+use super::stream::{SseDecoder, StreamAssembler};
+use super::types::Role;
+use super::wire::request_body;
 
 use super::endpoint::{
     encode_header_value, ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError,
@@ -55,6 +61,8 @@ struct Inner {
     timeout: Duration,
     /// `llm.max_connections`: one permit per request open on the wire.
     connections: Option<tokio::sync::Semaphore>,
+    /// What the endpoint's refusals taught (for the life of the process).
+    learned: Learned,
 }
 
 impl std::fmt::Debug for HttpBackend {
@@ -115,6 +123,7 @@ impl HttpBackend {
                 clients,
                 timeout,
                 connections,
+                learned: Learned::new(),
             }),
         })
     }
@@ -124,56 +133,254 @@ impl HttpBackend {
         &self.inner.endpoint
     }
 
-    /// One attempt: POST the request, map the outcome. The whole attempt is bounded by
-    /// `meta.timeouts.request`, the wait for the response headers and for each body chunk by
-    /// `meta.timeouts.idle`.
+    /// One attempt: POST the request written with `meta.wire`, map the outcome. Streamed
+    /// (`meta.wire.stream`), the wait for the response headers and each silence between
+    /// chunks are bounded by `meta.timeouts.idle`; not streamed, the server sends nothing
+    /// until the whole reply is generated, so only `meta.timeouts.request` bounds the wait.
+    /// The whole attempt is bounded by `meta.timeouts.request` either way.
+    ///
+    /// A refusal that names a detail delta can write another way (see [`super::dialect`])
+    /// is learned for the endpoint and returned as [`LlmError::Adjusted`], which the gate
+    /// retries at once.
     pub async fn send(
         &self,
         req: &ChatRequest,
         meta: &RequestMeta,
     ) -> Result<super::ChatCompletion, LlmError> {
-        let inner = &self.inner;
-        let limits = meta.timeouts;
-        let _connection = match &inner.connections {
+        let _connection = match &self.inner.connections {
             Some(cap) => Some(cap.acquire().await.map_err(|_| {
                 LlmError::Transport("the HTTP client's connection cap was closed".into())
             })?),
             None => None,
         };
-        let builder = inner
+        let mut result = self.send_as(req, meta, meta.wire).await;
+        if let Err(Attempt::Stale(_)) = result {
+            // The server closed a kept-alive connection as the request went out on it: the
+            // request never reached it, and a new connection is taken for the same request.
+            result = self.send_as(req, meta, meta.wire).await;
+        }
+        match result {
+            Ok(completion) => Ok(completion),
+            Err(Attempt::Failed(error) | Attempt::Stale(error)) => Err(error),
+            Err(Attempt::EmptyStream) => Err(self.empty_stream(req)),
+        }
+    }
+
+    /// A stream that closed before its first chunk. llama-cpp-python does so when the
+    /// request fails once streaming began: a tool call chosen with `tool_choice: auto`
+    /// ("Automatic streaming tool choice is not supported"), or a prompt longer than the
+    /// context. The endpoint is then not streamed to, and the call is sent again at once
+    /// without streaming, which either works or says what is wrong.
+    fn empty_stream(&self, req: &ChatRequest) -> LlmError {
+        let message = "the response stream ended before its first chunk".to_owned();
+        if self.inner.endpoint.dialect.stream.is_none()
+            && self.inner.learned.learn(Adjustment::NoStream, &req.model)
+        {
+            tracing::info!(
+                endpoint = %self.inner.url,
+                "{message}: later calls to the endpoint are not streamed"
+            );
+            return LlmError::Adjusted {
+                status: 200,
+                message,
+                change: Adjustment::NoStream.describe(),
+            };
+        }
+        LlmError::Transport(format!(
+            "{message} (the server may fail streamed requests it would answer unstreamed: try `llm.stream: false` or DELTA_LLM_STREAM=0)"
+        ))
+    }
+
+    /// One POST written with `wire`.
+    async fn send_as(
+        &self,
+        req: &ChatRequest,
+        meta: &RequestMeta,
+        wire: WireOptions,
+    ) -> Result<super::ChatCompletion, Attempt> {
+        let inner = &self.inner;
+        let limits = meta.timeouts;
+        let body = match &meta.wire_body {
+            Some(body) if meta.wire == wire => body.clone(),
+            _ => bytes::Bytes::from(request_body(req, &wire).map_err(|e| {
+                LlmError::InvalidResponse(format!("cannot serialize the request: {e}"))
+            })?),
+        };
+        let mut builder = inner
             .clients
             .for_this_thread()?
             .post(inner.url.clone())
             .timeout(limits.request)
-            .header(CONTENT_TYPE, "application/json");
-        let mut builder = match &meta.wire_body {
-            Some(body) => builder.body(body.clone()),
-            None => builder.json(&*req.for_wire()),
-        };
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        if wire.stream {
+            builder = builder.header(ACCEPT, "text/event-stream");
+        }
         if !meta.agent_name.is_empty() {
             builder = builder.header(HEADER_AGENT, encode_header_value(&meta.agent_name));
         }
         if !meta.run_id.is_empty() {
             builder = builder.header(HEADER_RUN_ID, encode_header_value(&meta.run_id));
         }
-        let response = tokio::time::timeout(limits.idle, builder.send())
-            .await
-            .map_err(|_| self.timeout(TimeoutPhase::FirstByte, limits.idle))?
-            .map_err(|e| self.transport_error(&e, limits.request))?;
-        let status = response.status();
-        let retry_after = parse_retry_after(response.headers());
-        let body = self.read_body(response, meta).await?;
-        if status.is_success() {
-            return parse_completion(&body);
+        let sent = builder.send();
+        let response = if wire.stream {
+            tokio::time::timeout(limits.idle, sent)
+                .await
+                .map_err(|_| self.timeout(TimeoutPhase::FirstByte, limits.idle))?
+        } else {
+            sent.await
         }
-        Err(LlmError::Http {
-            status: status.as_u16(),
-            message: error_message(status, &body),
-            retry_after,
-        })
+        .map_err(|e| {
+            let error = self.transport_error(&e, limits.request);
+            if is_stale_connection(&e) {
+                Attempt::Stale(error)
+            } else {
+                Attempt::Failed(error)
+            }
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = parse_retry_after(response.headers());
+            let body = self.read_body(response, meta).await?;
+            return Err(Attempt::Failed(self.refusal(
+                req,
+                &wire,
+                status,
+                error_message(status, &body),
+                retry_after,
+            )));
+        }
+        let event_stream = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+        if wire.stream && event_stream {
+            return self.read_stream(req, response, meta).await;
+        }
+        if wire.stream && self.inner.endpoint.dialect.stream.is_none() {
+            // Asked to stream, the server answered in one body: it does not stream, and
+            // its silence while it generates must not be cut by the idle limit next time.
+            if self.inner.learned.learn(Adjustment::NoStream, &req.model) {
+                tracing::info!(
+                    endpoint = %self.inner.url,
+                    "the endpoint answered a streamed request in one body: later calls are not streamed"
+                );
+            }
+        }
+        let body = self.read_body(response, meta).await?;
+        Ok(parse_completion(&body)?)
     }
 
-    /// The body, chunk by chunk, each within the idle limit.
+    /// A non-2xx answer as an error: a refusal delta can answer by writing the request
+    /// another way (learned, then [`LlmError::Adjusted`]), a validation error behind a 5xx
+    /// (final), or the status as it is.
+    fn refusal(
+        &self,
+        req: &ChatRequest,
+        wire: &WireOptions,
+        status: reqwest::StatusCode,
+        message: String,
+        retry_after: Option<Duration>,
+    ) -> LlmError {
+        let code = status.as_u16();
+        if let Some(adjustment) = adjustment_for(code, &message, wire, &sent_shape(req)) {
+            if self.inner.learned.learn(adjustment, &req.model) {
+                let change = adjustment.describe();
+                tracing::info!(
+                    endpoint = %self.inner.url,
+                    status = code,
+                    "the endpoint refused a request; it is sent again {change}, and so are later ones"
+                );
+                return LlmError::Adjusted {
+                    status: code,
+                    message: format!("HTTP {code}: {message}"),
+                    change,
+                };
+            }
+        }
+        if is_validation_error(code, &message) {
+            return LlmError::InvalidRequest {
+                status: code,
+                message,
+            };
+        }
+        LlmError::Http {
+            status: code,
+            message,
+            retry_after,
+        }
+    }
+
+    /// A streamed reply: its events assembled into one completion, each chunk within the
+    /// idle limit, each piece of text handed to `meta.on_text` as it comes.
+    async fn read_stream(
+        &self,
+        req: &ChatRequest,
+        mut response: reqwest::Response,
+        meta: &RequestMeta,
+    ) -> Result<super::ChatCompletion, Attempt> {
+        let limits = meta.timeouts;
+        let mut decoder = SseDecoder::new();
+        let mut assembler = StreamAssembler::new();
+        let mut received = 0usize;
+        let mut on_data = |data: &str| -> Result<(), LlmError> {
+            let text = assembler.push(data)?;
+            if let Some(sink) = &meta.on_text {
+                if !text.content.is_empty() || !text.reasoning.is_empty() {
+                    (sink.0)(text);
+                }
+            }
+            Ok(())
+        };
+        loop {
+            let chunk = tokio::time::timeout(limits.idle, response.chunk())
+                .await
+                .map_err(|_| self.timeout(TimeoutPhase::Body, limits.idle))?;
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                // Broken before any of the reply came (llama-cpp-python sends a first chunk,
+                // then fails a tool call it cannot stream): as good as an empty stream.
+                Err(_) if !assembler.has_reply() => return Err(Attempt::EmptyStream),
+                // A connection dropped mid-reply: the reply is incomplete, and retried.
+                Err(e) => {
+                    return Err(Attempt::Failed(LlmError::Transport(format!(
+                        "the response stream broke after {received} bytes: {}",
+                        cause_chain(&e)
+                    ))))
+                }
+            };
+            match chunk {
+                Some(bytes) => {
+                    received += bytes.len();
+                    if received > MAX_RESPONSE_BYTES {
+                        return Err(Attempt::Failed(too_big()));
+                    }
+                    decoder.feed(&bytes, &mut on_data)?;
+                }
+                None => break,
+            }
+        }
+        decoder.finish(&mut on_data)?;
+        if !assembler.has_reply() && !assembler.is_done() && assembler.finish_reason().is_none() {
+            return Err(Attempt::EmptyStream);
+        }
+        let completion = assembler.finish()?;
+        if completion.usage.is_none() && self.inner.endpoint.dialect.stream.is_none() {
+            // Token counts are what the provider bills: an endpoint that sends no usage in
+            // its streams (llama-cpp-python ignores `stream_options`) is called unstreamed,
+            // where it does.
+            if self.inner.learned.learn(Adjustment::NoStream, &req.model) {
+                tracing::info!(
+                    endpoint = %self.inner.url,
+                    "the endpoint sent no token usage in its stream: later calls are not streamed, so that their tokens are counted"
+                );
+            }
+        }
+        Ok(completion)
+    }
+
+    /// The body, chunk by chunk, each within the idle limit, at most [`MAX_RESPONSE_BYTES`].
     async fn read_body(
         &self,
         mut response: reqwest::Response,
@@ -187,7 +394,12 @@ impl HttpBackend {
                 .map_err(|_| self.timeout(TimeoutPhase::Body, limits.idle))?
                 .map_err(|e| self.transport_error(&e, limits.request))?;
             match chunk {
-                Some(bytes) => body.extend_from_slice(&bytes),
+                Some(bytes) => {
+                    if body.len() + bytes.len() > MAX_RESPONSE_BYTES {
+                        return Err(too_big());
+                    }
+                    body.extend_from_slice(&bytes)
+                }
                 None => return Ok(body),
             }
         }
@@ -207,13 +419,9 @@ impl HttpBackend {
         if err.is_timeout() {
             return self.timeout(TimeoutPhase::Request, request_limit);
         }
-        // reqwest's own text is terse ("error sending request"); the cause chain says why.
-        let mut text = err.to_string();
-        let mut source = err.source();
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
+        let text = cause_chain(err);
+        if self.inner.endpoint.transport.http2 == Some(true) && is_h2c_refusal(&text) {
+            return LlmError::Http2Refused(text);
         }
         LlmError::Transport(text)
     }
@@ -233,6 +441,97 @@ impl ChatBackend for HttpBackend {
     fn target(&self) -> String {
         format!("POST {}", self.inner.url)
     }
+
+    fn wire_options(&self, model: &str) -> WireOptions {
+        self.inner
+            .learned
+            .options(&self.inner.endpoint.dialect, model)
+    }
+}
+
+/// reqwest's own text is terse ("error sending request"); the cause chain says why.
+fn cause_chain(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Why one POST gave no completion.
+enum Attempt {
+    /// A stream that closed before its first event (see [`HttpBackend::empty_stream`]).
+    EmptyStream,
+    /// A kept-alive connection found closed as the request was sent on it.
+    Stale(LlmError),
+    /// Anything else.
+    Failed(LlmError),
+}
+
+/// The request went out on a pooled connection the server had just closed: hyper reports
+/// the connection closed (or reset) before any response. Not a timeout, not a refusal.
+fn is_stale_connection(err: &reqwest::Error) -> bool {
+    if err.is_timeout() || err.is_connect() {
+        return false;
+    }
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if text.contains("connection closed before message completed")
+            || text.contains("Connection reset by peer")
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+impl From<LlmError> for Attempt {
+    fn from(error: LlmError) -> Attempt {
+        Attempt::Failed(error)
+    }
+}
+
+/// The largest response body read: far above any real reply, low enough that a broken or
+/// hostile endpoint streaming without end cannot exhaust memory.
+const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+fn too_big() -> LlmError {
+    LlmError::InvalidResponse(format!(
+        "the response is larger than {} MiB",
+        MAX_RESPONSE_BYTES / (1024 * 1024)
+    ))
+}
+
+/// What in a request a refusal may be about.
+fn sent_shape(req: &ChatRequest) -> SentShape {
+    SentShape {
+        tool_call_turn: req
+            .messages
+            .iter()
+            .any(|m| m.content.is_none() && !m.tool_calls().is_empty()),
+        system_message: req.messages.iter().any(|m| m.role == Role::System),
+        max_tokens: req.max_tokens.is_some(),
+        sampling: req.temperature.is_some()
+            || req.top_p.is_some()
+            || req.frequency_penalty.is_some()
+            || req.presence_penalty.is_some(),
+    }
+}
+
+/// The failure of HTTP/2 spoken without negotiation to an HTTP/1.1 server: hyper reports a
+/// protocol error on the connection (the server's HTTP/1.1 answer to the preface is not an
+/// HTTP/2 frame), or the server closes it.
+fn is_h2c_refusal(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    text.contains("http2")
+        || text.contains("h2 protocol")
+        || text.contains("frame")
+        || text.contains("connection closed before message completed")
 }
 
 /// The most calling threads that get a client of their own; calls from any thread after
@@ -471,12 +770,19 @@ mod tests {
         .unwrap()
     }
 
+    fn streamed(mut meta: RequestMeta) -> RequestMeta {
+        meta.wire.stream = true;
+        meta.wire.stream_usage = true;
+        meta
+    }
+
     /// Regression: an endpoint that accepts and never answers held each attempt for 600 s.
+    /// A streamed request is answered with headers at once, so silence means trouble.
     #[tokio::test]
     async fn llm_endpoint_that_never_answers_times_out_at_the_idle_limit() {
         let backend = stalling_endpoint(b"", 0).await;
         let err = backend
-            .send(&hello(), &limits(30_000, 200))
+            .send(&hello(), &streamed(limits(30_000, 200)))
             .await
             .unwrap_err();
         let LlmError::Timeout {
@@ -540,5 +846,307 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("llm.request_timeout"), "{err}");
+    }
+
+    /// One answer of [`answering_endpoint`]: pieces of the raw HTTP response, each sent after
+    /// its delay.
+    type Answer = Vec<(Duration, Vec<u8>)>;
+
+    /// A loopback HTTP/1.1 endpoint that reads each request (headers, then `content-length`
+    /// bytes of body), hands the body to `answer` and writes what it returns, then closes the
+    /// connection. Every body received is kept, in order.
+    async fn answering_endpoint(
+        answer: impl Fn(&Value) -> Answer + Send + Sync + 'static,
+    ) -> (HttpBackend, Arc<std::sync::Mutex<Vec<Value>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&bodies);
+        let answer = Arc::new(answer);
+        tokio::spawn(async move {
+            for _ in 0..16 {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = Arc::clone(&seen);
+                let answer = Arc::clone(&answer);
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 65536];
+                    let body = loop {
+                        let n = stream.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&request).to_string();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length: usize = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break request[end + 4..end + 4 + length].to_vec();
+                        }
+                    };
+                    let body: Value = serde_json::from_slice(&body).unwrap();
+                    let pieces = answer(&body);
+                    seen.lock().unwrap().push(body);
+                    for (delay, piece) in pieces {
+                        tokio::time::sleep(delay).await;
+                        if stream.write_all(&piece).await.is_err() {
+                            return;
+                        }
+                    }
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        let backend = HttpBackend::new(
+            Endpoint::new(format!("http://127.0.0.1:{port}/v1"), None),
+            DEFAULT_TIMEOUT,
+        )
+        .unwrap();
+        (backend, bodies)
+    }
+
+    fn json_answer(status: u16, body: &Value) -> Vec<u8> {
+        let text = body.to_string();
+        format!(
+            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+            text.len()
+        )
+        .into_bytes()
+    }
+
+    const SSE_HEAD: &[u8] =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+
+    fn event(data: &str) -> Vec<u8> {
+        format!("data: {data}\n\n").into_bytes()
+    }
+
+    fn completion_json(text: &str) -> Value {
+        serde_json::json!({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+    }
+
+    /// Without streaming the server sends nothing until the reply is generated: a reply
+    /// slower than the idle limit is not cut (only the whole-request limit bounds it).
+    #[tokio::test]
+    async fn a_slow_reply_that_is_not_streamed_is_not_cut_by_the_idle_limit() {
+        let (backend, _) = answering_endpoint(|_| {
+            vec![(
+                Duration::from_millis(600),
+                json_answer(200, &completion_json("slow")),
+            )]
+        })
+        .await;
+        let reply = backend.send(&hello(), &limits(5_000, 200)).await.unwrap();
+        assert_eq!(reply.message.content.as_deref(), Some("slow"));
+    }
+
+    /// A streamed reply is cut when it goes silent for the idle limit between chunks, and
+    /// not while chunks keep coming, however long it takes in all.
+    #[tokio::test]
+    async fn a_stream_is_cut_only_when_it_goes_silent() {
+        let steady = |_: &Value| {
+            let mut pieces = vec![(Duration::ZERO, SSE_HEAD.to_vec())];
+            for word in ["one ", "two ", "three ", "four ", "five ", "six"] {
+                pieces.push((
+                    Duration::from_millis(100),
+                    event(&format!(
+                        r#"{{"choices":[{{"index":0,"delta":{{"content":"{word}"}}}}]}}"#
+                    )),
+                ));
+            }
+            pieces.push((
+                Duration::ZERO,
+                event(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#),
+            ));
+            pieces.push((Duration::ZERO, event("[DONE]")));
+            pieces
+        };
+        let (backend, bodies) = answering_endpoint(steady).await;
+        let text = Arc::new(std::sync::Mutex::new(String::new()));
+        let mut meta = streamed(limits(5_000, 250));
+        let shown = Arc::clone(&text);
+        meta.on_text = Some(super::super::TextSink::new(move |piece| {
+            shown.lock().unwrap().push_str(piece.content)
+        }));
+        let reply = backend.send(&hello(), &meta).await.unwrap();
+        assert_eq!(
+            reply.message.content.as_deref(),
+            Some("one two three four five six")
+        );
+        assert_eq!(*text.lock().unwrap(), "one two three four five six");
+        let sent = bodies.lock().unwrap()[0].clone();
+        assert_eq!(sent["stream"], true);
+        assert_eq!(sent["stream_options"]["include_usage"], true);
+        // That stream carried no usage: the endpoint is called unstreamed from now on, where
+        // its replies say what they cost.
+        assert!(reply.usage.is_none());
+        assert!(!backend.wire_options("m").stream);
+
+        let silent = |_: &Value| {
+            vec![
+                (Duration::ZERO, SSE_HEAD.to_vec()),
+                (
+                    Duration::ZERO,
+                    event(r#"{"choices":[{"index":0,"delta":{"content":"a"}}]}"#),
+                ),
+                (Duration::from_secs(30), event("[DONE]")),
+            ]
+        };
+        let (backend, _) = answering_endpoint(silent).await;
+        let err = backend
+            .send(&hello(), &streamed(limits(5_000, 250)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LlmError::Timeout {
+                    phase: TimeoutPhase::Body,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.is_retryable());
+    }
+
+    /// A server asked to stream that answers in one JSON body is answered, and is not asked
+    /// to stream again.
+    #[tokio::test]
+    async fn a_server_that_does_not_stream_is_remembered() {
+        let (backend, bodies) = answering_endpoint(|_| {
+            vec![(Duration::ZERO, json_answer(200, &completion_json("plain")))]
+        })
+        .await;
+        let meta = streamed(limits(5_000, 1_000));
+        let reply = backend.send(&hello(), &meta).await.unwrap();
+        assert_eq!(reply.message.content.as_deref(), Some("plain"));
+        let next = backend.wire_options("m");
+        assert!(!next.stream, "{next:?}");
+        assert_eq!(bodies.lock().unwrap()[0]["stream"], true);
+    }
+
+    fn with_tool_turn() -> ChatRequest {
+        use super::super::{ChatMessage, ToolCall};
+        ChatRequest {
+            model: "m".into(),
+            messages: vec![
+                ChatMessage::user("hi"),
+                ChatMessage::assistant(None, vec![ToolCall::function("c1", "ls", "{}")]),
+                ChatMessage::tool("c1", "a b"),
+            ],
+            ..Default::default()
+        }
+    }
+
+    /// llama-cpp-python's answer to `"content": null` on a tool-call turn (HTTP 500 with
+    /// pydantic's text): the request is refused as `Adjusted`, and the next attempt writes
+    /// `""`; a second refusal of the other form is final.
+    #[tokio::test]
+    async fn a_refused_null_content_is_written_as_an_empty_string_next_time() {
+        let (backend, bodies) = answering_endpoint(|body| {
+            let content = &body["messages"][1]["content"];
+            if content.is_string() {
+                vec![(Duration::ZERO, json_answer(200, &completion_json("ok")))]
+            } else {
+                let refusal = serde_json::json!({"error": {"message": "1 validation error:\n  {'type': 'string_type', 'loc': ('body', 'messages', 1, 'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid string', 'input': None}", "type": "internal_server_error"}});
+                vec![(Duration::ZERO, json_answer(500, &refusal))]
+            }
+        })
+        .await;
+        let request = with_tool_turn();
+        let meta = limits(5_000, 1_000);
+        let err = backend.send(&request, &meta).await.unwrap_err();
+        let LlmError::Adjusted { status, change, .. } = &err else {
+            panic!("expected an adjusted refusal, got {err:?}");
+        };
+        assert_eq!(*status, 500);
+        assert!(change.contains("empty_string"), "{change}");
+        assert!(err.is_retryable());
+        let mut next = meta.clone();
+        next.wire = backend.wire_options("m");
+        assert_eq!(
+            next.wire.tool_call_content,
+            super::super::ToolCallContent::EmptyString
+        );
+        let reply = backend.send(&request, &next).await.unwrap();
+        assert_eq!(reply.message.content.as_deref(), Some("ok"));
+        let sent = bodies.lock().unwrap();
+        assert_eq!(sent[0]["messages"][1]["content"], Value::Null);
+        assert_eq!(sent[1]["messages"][1]["content"], "");
+    }
+
+    /// A 5xx whose body is a validation error is final: retrying sends the same request.
+    #[tokio::test]
+    async fn a_server_error_that_is_a_validation_error_is_not_retried() {
+        let (backend, _) = answering_endpoint(|_| {
+            let refusal = serde_json::json!({"error": {"message": "1 validation error:\n  {'type': 'int_parsing', 'loc': ('body', 'max_tokens'), 'msg': 'Input should be a valid integer'}"}});
+            vec![(Duration::ZERO, json_answer(500, &refusal))]
+        })
+        .await;
+        let err = backend
+            .send(&hello(), &limits(5_000, 1_000))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, LlmError::InvalidRequest { status: 500, .. }),
+            "{err:?}"
+        );
+        assert!(!err.is_retryable());
+    }
+
+    /// A stream that closes before its first chunk (llama-cpp-python when the streamed
+    /// request fails) turns streaming off for the endpoint and is sent again at once.
+    #[tokio::test]
+    async fn an_empty_stream_turns_streaming_off_for_the_endpoint() {
+        let (backend, _) = answering_endpoint(|_| vec![(Duration::ZERO, SSE_HEAD.to_vec())]).await;
+        let err = backend
+            .send(&hello(), &streamed(limits(5_000, 1_000)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LlmError::Adjusted { .. }), "{err:?}");
+        assert!(err.to_string().contains("without streaming"), "{err}");
+        assert!(!backend.wire_options("m").stream);
+    }
+
+    /// `llm.http2: true` against a server that speaks only HTTP/1.1 names the setting and is
+    /// not retried.
+    #[tokio::test]
+    async fn http2_without_negotiation_to_an_http1_server_names_the_setting() {
+        // What an HTTP/1.1-only server (uvicorn) answers to the HTTP/2 preface.
+        let plain = stalling_endpoint(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 28\r\n\r\nInvalid HTTP request received",
+            0,
+        )
+        .await;
+        let endpoint = plain.endpoint().clone().with_transport(HttpTransport {
+            http2: Some(true),
+            max_connections: None,
+        });
+        let backend = HttpBackend::new(endpoint, DEFAULT_TIMEOUT).unwrap();
+        let err = backend
+            .send(&hello(), &limits(5_000, 1_000))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LlmError::Http2Refused(_)), "{err:?}");
+        assert!(!err.is_retryable());
+        let text = err.to_string();
+        assert!(
+            text.contains("llm.http2: false") && text.contains("DELTA_LLM_HTTP2=0"),
+            "{text}"
+        );
     }
 }

@@ -10,6 +10,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::dialect::{Dialect, WireOptions};
+use super::stream::ChunkText;
 use super::timeouts::{LlmTimeouts, TimeoutPhase};
 use super::types::{ChatCompletion, ChatRequest};
 
@@ -28,6 +30,8 @@ pub struct Endpoint {
     pub api_key: Option<String>,
     /// How requests travel: HTTP version and connection cap.
     pub transport: HttpTransport,
+    /// How requests are written (streaming and the details providers disagree on).
+    pub dialect: Dialect,
 }
 
 /// `llm.http2` and `llm.max_connections` (agent.yaml), or `DELTA_LLM_HTTP2`.
@@ -53,7 +57,14 @@ impl Endpoint {
             base_url: base_url.into(),
             api_key,
             transport: HttpTransport::default(),
+            dialect: Dialect::default(),
         }
+    }
+
+    /// The same endpoint with requests written as `dialect` says.
+    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
     }
 
     /// The same endpoint reached with `transport`.
@@ -78,6 +89,10 @@ impl Endpoint {
             } = self.transport;
             key.push_str(&format!("#h2={http2:?},max={max_connections:?}"));
         }
+        if !self.dialect.is_auto() {
+            // Agents that write requests differently learn about the endpoint separately.
+            key.push_str(&format!("#{:?}", self.dialect));
+        }
         key
     }
 
@@ -93,6 +108,7 @@ impl fmt::Debug for Endpoint {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("transport", &self.transport)
+            .field("dialect", &self.dialect)
             .finish()
     }
 }
@@ -105,8 +121,8 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Who is asking (sent as the `x-delta-agent` / `x-delta-run-id` headers) and how long
-/// each attempt may take.
+/// Who is asking (sent as the `x-delta-agent` / `x-delta-run-id` headers), how long each
+/// attempt may take, and how the request is written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestMeta {
     /// The asking agent's name.
@@ -119,8 +135,42 @@ pub struct RequestMeta {
     /// The request already serialized for the wire (`ChatRequest::for_wire` as compact
     /// JSON), when the caller did it: a run serializes its conversation once, for the HTTP
     /// body and for its io/invocations record. `None`: the backend serializes the request.
+    /// Written with [`RequestMeta::wire`]; a backend whose options changed since (it learned
+    /// from a refusal) serializes the request itself.
     pub wire_body: Option<bytes::Bytes>,
+    /// The options `wire_body` was written with, and the attempt is to be sent with (the
+    /// gate sets them before each attempt from [`ChatBackend::wire_options`]).
+    pub wire: WireOptions,
+    /// Told each piece of reply text as a streamed reply arrives (live output); `None` when
+    /// nobody watches.
+    pub on_text: Option<TextSink>,
 }
+
+/// Receives a streamed reply's text as it arrives: the new content and reasoning of each
+/// chunk. Called on the thread that reads the response; it must return quickly.
+#[derive(Clone)]
+pub struct TextSink(pub Arc<dyn Fn(ChunkText<'_>) + Send + Sync>);
+
+impl TextSink {
+    /// A sink that calls `f`.
+    pub fn new(f: impl Fn(ChunkText<'_>) + Send + Sync + 'static) -> TextSink {
+        TextSink(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for TextSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TextSink")
+    }
+}
+
+impl PartialEq for TextSink {
+    fn eq(&self, other: &TextSink) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for TextSink {}
 
 impl RequestMeta {
     /// Meta for `agent_name`'s run `run_id`, with the default timeouts.
@@ -130,6 +180,8 @@ impl RequestMeta {
             run_id: run_id.into(),
             timeouts: LlmTimeouts::default(),
             wire_body: None,
+            wire: WireOptions::default(),
+            on_text: None,
         }
     }
 }
@@ -185,6 +237,33 @@ pub enum LlmError {
         /// The provider's `Retry-After`, when it sent one.
         retry_after: Option<Duration>,
     },
+    /// The endpoint refused how a detail of the request was written (`content: null` on a
+    /// tool-call turn, `max_tokens` for a reasoning model...; see
+    /// [`adjustment_for`](super::dialect::adjustment_for)). The endpoint's backend has learned
+    /// the other form, and the call is sent again at once, written that way.
+    #[error("the LLM endpoint refused the request ({message}); it is sent again {change}")]
+    Adjusted {
+        /// The refusal's HTTP status.
+        status: u16,
+        /// What the endpoint said: `HTTP <status>: <the provider's message>`.
+        message: String,
+        /// What the next attempt sends differently.
+        change: String,
+    },
+    /// A server error whose message is a request-validation error (see
+    /// [`is_validation_error`](super::dialect::is_validation_error)): the same request would
+    /// be refused again, so it is not retried.
+    #[error("the LLM endpoint refused the request as invalid (HTTP {status} with a request-validation error, so it is not retried): {message} (hint: see docs/providers.md for the endpoint's quirks; the request is in the run's io/invocations)")]
+    InvalidRequest {
+        /// The HTTP status (a 5xx).
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// HTTP/2 without negotiation (`llm.http2: true` on an `http://` endpoint) against a
+    /// server that speaks only HTTP/1.1. Not retried: every attempt would fail the same way.
+    #[error("the LLM endpoint does not speak HTTP/2 without negotiation (h2c): {0} (hint: set `llm.http2: false` in agent.yaml or DELTA_LLM_HTTP2=0, or leave both unset: http:// endpoints then use HTTP/1.1)")]
+    Http2Refused(String),
     /// No answer at all: connection refused or reset, DNS, TLS.
     #[error("could not reach the LLM endpoint: {0} (hint: check DELTA_BASE_URL and that the server is up)")]
     Transport(String),
@@ -223,8 +302,11 @@ impl LlmError {
             LlmError::Http { status, .. } => {
                 matches!(status, 408 | 409 | 429) || (500..=599).contains(status)
             }
-            LlmError::Transport(_) | LlmError::Timeout { .. } => true,
-            LlmError::InvalidResponse(_) | LlmError::Scripted(_) => false,
+            LlmError::Transport(_) | LlmError::Timeout { .. } | LlmError::Adjusted { .. } => true,
+            LlmError::InvalidResponse(_)
+            | LlmError::Scripted(_)
+            | LlmError::InvalidRequest { .. }
+            | LlmError::Http2Refused(_) => false,
         }
     }
 
@@ -239,7 +321,9 @@ impl LlmError {
     /// The HTTP status, when the failure was an HTTP answer.
     pub fn status(&self) -> Option<u16> {
         match self {
-            LlmError::Http { status, .. } => Some(*status),
+            LlmError::Http { status, .. }
+            | LlmError::Adjusted { status, .. }
+            | LlmError::InvalidRequest { status, .. } => Some(*status),
             _ => None,
         }
     }
@@ -266,6 +350,13 @@ pub trait ChatBackend: Send + Sync + 'static {
     /// What a call goes to, for messages (a timeout names it).
     fn target(&self) -> String {
         "the model backend".to_string()
+    }
+
+    /// How a request to `model` is to be written now (the gate asks before each attempt).
+    /// Backends that do not speak HTTP use the default.
+    fn wire_options(&self, model: &str) -> WireOptions {
+        let _ = model;
+        WireOptions::default()
     }
 }
 

@@ -48,6 +48,9 @@ pub struct GateOutcome {
     pub attempts: u32,
     /// Time spent queued for a permit, waiting for a rate slot or Retry-After, and backing off.
     pub waited: Duration,
+    /// How the successful attempt was written (it differs from the caller's when the
+    /// endpoint taught the backend another form during the call).
+    pub wire: super::WireOptions,
 }
 
 /// One gate per endpoint, shared (behind an `Arc`) by every run that uses it.
@@ -85,6 +88,11 @@ impl LlmGate {
         }
     }
 
+    /// How a request to `model` is written now (see [`ChatBackend::wire_options`]).
+    pub fn wire_options(&self, model: &str) -> super::WireOptions {
+        self.backend.wire_options(model)
+    }
+
     /// Requests currently being sent or answered through this gate.
     pub fn in_flight(&self) -> usize {
         self.max_in_flight - self.permits.available_permits()
@@ -99,6 +107,7 @@ impl LlmGate {
         mut on_retry: impl FnMut(&RetryNotice) + Send,
     ) -> Result<GateOutcome, LlmError> {
         let req = req.into();
+        let mut meta = meta;
         let mut waited = Duration::ZERO;
         let mut failures = 0;
         loop {
@@ -113,6 +122,13 @@ impl LlmGate {
                     tokio::time::sleep(slot_wait).await;
                 }
                 waited += queued_at.elapsed();
+                // The backend may have learned another way to write requests (from this
+                // call's refusal, or another run's): a body written the old way is dropped.
+                let wire = self.backend.wire_options(&req.model);
+                if wire != meta.wire {
+                    meta.wire = wire;
+                    meta.wire_body = None;
+                }
                 self.attempt(&req, &meta).await
             };
             let error = match result {
@@ -121,6 +137,7 @@ impl LlmGate {
                         completion,
                         attempts: failures + 1,
                         waited,
+                        wire: meta.wire,
                     })
                 }
                 Err(error) => error,

@@ -8,7 +8,11 @@
 //!   JSON text between a run's requests.
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
 //!   [`LlmError`] and the one-attempt [`ChatBackend`] trait.
-//! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest.
+//! - [`dialect`]: how requests are written for an endpoint ([`Dialect`], [`WireOptions`]),
+//!   what its refusals teach, and how they are recognised.
+//! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest, streamed or not.
+//! - [`stream`]: server-sent events and the assembly of `chat.completion.chunk`s into one
+//!   completion.
 //! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`].
 //! - [`timeouts`]: [`LlmTimeouts`] per attempt (whole request, idle) and their layered
 //!   settings (`--llm-timeout` > plan `llm:` > agent.yaml `llm:` > default).
@@ -26,19 +30,25 @@
 
 pub(crate) mod call;
 pub mod client;
+pub mod dialect;
 pub mod endpoint;
 pub mod gate;
 pub(crate) mod rate;
 pub mod retry;
 pub mod scripted;
+pub mod stream;
 pub mod timeouts;
 pub mod types;
 pub mod wire;
 
+#[cfg(test)]
+mod streaming_tests;
+
 pub(crate) use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
+pub use dialect::{Dialect, MaxTokensField, SystemRole, ToolCallContent, WireOptions};
 pub use endpoint::{
-    ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError, RequestMeta,
+    ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError, RequestMeta, TextSink,
     MAX_CONNECTIONS_LIMIT,
 };
 pub use gate::{GateConfig, GateOutcome, LlmGate};

@@ -44,9 +44,16 @@ impl RetryPolicy {
 
     /// After failure number `failures` (1-based) with `err`: `Some(wait)` when another attempt
     /// is allowed and worthwhile, `None` when the caller must give up.
+    /// A request the endpoint refused for a detail delta has now changed
+    /// ([`LlmError::Adjusted`]) is sent again without waiting.
     pub fn next_delay(&self, failures: u32, err: &LlmError) -> Option<Duration> {
-        (err.is_retryable() && failures < self.max_attempts)
-            .then(|| backoff_delay(self, failures, err.retry_after()))
+        if !err.is_retryable() || failures >= self.max_attempts {
+            return None;
+        }
+        Some(match err {
+            LlmError::Adjusted { .. } => Duration::ZERO,
+            _ => backoff_delay(self, failures, err.retry_after()),
+        })
     }
 }
 

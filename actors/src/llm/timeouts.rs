@@ -6,7 +6,14 @@
 //! Why two limits: a provider that accepts the connection and never answers, or sends
 //! headers and then stalls, would otherwise hold each attempt for as long as the whole-request
 //! limit allows; the idle limit catches a dead stream early while a slow but steady
-//! generation can still use the whole budget.
+//! generation can still use the whole budget. The idle limit applies where silence means
+//! trouble: a streamed reply (before its headers and between its chunks) and the body of
+//! any reply once its headers came. A reply that is not streamed sends nothing until it is
+//! generated, so its wait for the headers is bounded by the whole-request limit alone: a
+//! slow model is not cut while it works.
+//!
+//! Why 600 s for the whole request: a long answer from a slow model (a CPU server, a
+//! reasoning model) takes minutes; ten minutes is also what OpenAI's own SDKs allow a request.
 //!
 //! Must not: apply the limits (the gate and the HTTP backend do) or read the environment.
 
@@ -15,8 +22,8 @@ use std::time::Duration;
 use crate::plan::parse_duration;
 
 /// Default limit on one whole attempt (connect, send, wait, read the body).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
-/// Default limit on silence: before the response headers, and between body chunks.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default limit on silence: before a streamed reply's headers, and between body chunks.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Shortest accepted limit: below it every real call would time out.
 pub const MIN_LLM_TIMEOUT: Duration = Duration::from_millis(100);
@@ -28,7 +35,7 @@ pub const MAX_LLM_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 pub struct LlmTimeouts {
     /// The whole attempt.
     pub request: Duration,
-    /// Silence before the response headers and between body chunks.
+    /// Silence before a streamed reply's headers and between body chunks.
     pub idle: Duration,
 }
 

@@ -94,6 +94,20 @@ pub enum RunEvent {
         /// How long the engine waits before the next attempt, in milliseconds.
         delay_ms: u64,
     },
+    /// A piece of a streamed reply, as it arrives (only when
+    /// [`SupervisorConfig::reply_text_events`](crate::protocol::SupervisorConfig::reply_text_events)
+    /// is set). The whole reply follows as a `Thought` once it is complete; these are for
+    /// watching it grow.
+    ReplyText {
+        /// The run this event belongs to.
+        run_id: String,
+        /// The iteration the reply belongs to.
+        iteration: u32,
+        /// New reply text (may be empty).
+        content: String,
+        /// New reasoning text, from models that think aloud in a separate field (may be empty).
+        reasoning: String,
+    },
     /// The run ended; its [`RunResult`](crate::protocol::RunResult) follows on the run's
     /// handle. Always the run's last event.
     RunFinished {
@@ -119,6 +133,7 @@ impl RunEvent {
             | RunEvent::ToolStarted { run_id, .. }
             | RunEvent::ToolFinished { run_id, .. }
             | RunEvent::ModelRetry { run_id, .. }
+            | RunEvent::ReplyText { run_id, .. }
             | RunEvent::RunFinished { run_id, .. } => run_id,
         }
     }

@@ -28,7 +28,7 @@ pub struct SupervisorConfig {
     /// Requests per minute per endpoint (default unlimited).
     pub llm_requests_per_minute: Option<u32>,
     /// Limits on each model call attempt when neither the agent nor the plan sets them
-    /// (default: 120 s for the whole request, 60 s of silence).
+    /// (default: 600 s for the whole request, 60 s of silence in a streamed reply).
     pub llm_timeouts: LlmTimeouts,
     /// Bytes of each output stream (stdout, stderr) kept at the head of the observation the
     /// model sees when a tool's output is longer than head + tail (default 8 KiB); the middle
@@ -51,6 +51,10 @@ pub struct SupervisorConfig {
     /// whole process (see `tool::spawner`). `None` (the default): tools start from this
     /// process, as embedders without such a binary need.
     pub tool_spawner: Option<crate::tool::spawner::SpawnerCommand>,
+    /// Send a [`RunEvent::ReplyText`](crate::protocol::RunEvent::ReplyText) for each piece of
+    /// a streamed reply as it arrives (default false: one event per chunk of every run is
+    /// work nobody needs in a batch; `delta run` on a terminal turns it on).
+    pub reply_text_events: bool,
 }
 
 impl Default for SupervisorConfig {
@@ -73,6 +77,7 @@ impl Default for SupervisorConfig {
             tool_path_dir: None,
             event_capacity: 4096,
             tool_spawner: None,
+            reply_text_events: false,
         }
     }
 }

@@ -80,6 +80,13 @@ pub trait ModelPort {
         cancel: CancellationToken,
         on_retry: RetryObserver,
     ) -> LocalBoxFuture<'static, Result<CallOutcome, CallFailure>>;
+
+    /// How a request to `model` is to be written now (streaming, provider quirks); the run
+    /// serializes its request this way once, for the wire and its record.
+    fn wire_options(&self, model: &str) -> crate::llm::WireOptions {
+        let _ = model;
+        crate::llm::WireOptions::default()
+    }
 }
 
 /// One tool process: its own group, timeout, output caps, audit record.

@@ -12,10 +12,12 @@ use serde_json::{json, Value};
 
 use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
-use crate::llm::{CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta, Usage};
+use crate::llm::{
+    CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta, TextSink, Usage, WireOptions,
+};
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
-use crate::workspace::write_invocation_record;
+use crate::workspace::{write_attempt_record, write_invocation_record};
 
 use super::state::{error_info, AuditKind, Halt, Run};
 
@@ -25,6 +27,9 @@ use super::state::{error_info, AuditKind, Halt, Run};
 #[derive(serde::Serialize)]
 struct InvocationRecord<'a> {
     iteration: u32,
+    /// A failed attempt's own record: which attempt it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
     request: RecordedRequest<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     response: Option<&'a Value>,
@@ -34,8 +39,23 @@ struct InvocationRecord<'a> {
     duration_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     waited_ms: Option<u64>,
-    attempts: u32,
-    failed_attempts: &'a [String],
+    /// A failed attempt's record: the wait before the next attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_in_ms: Option<u64>,
+    /// The reply came as a stream (assembled into `response`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempts: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed_attempts: Option<&'a [String]>,
+}
+
+/// A failed attempt of the call in progress, as the gate reported it.
+struct FailedAttempt {
+    attempt: u32,
+    error: String,
+    delay: Duration,
 }
 
 /// The request in its record: the very bytes sent (compact, serialized once for the wire
@@ -162,17 +182,16 @@ impl Run {
         }
     }
 
-    /// One model call through the model port; its io/invocations record either way.
+    /// One model call through the model port; its io/invocations record either way, and a
+    /// record and an engine.log line for each failed attempt as it fails (a run stopped in
+    /// the middle of retries keeps them).
     pub(super) async fn call_model(
         &mut self,
         request: ChatRequest,
     ) -> Result<(ChatCompletion, Option<String>), Halt> {
         // Serialized once: the same bytes are the HTTP body and the record's request.
-        let wire_body = self
-            .message_json
-            .wire_body(&request)
-            .ok()
-            .map(|(raw, _reused)| WireBody(Arc::new(raw)));
+        let wire = self.lp.model.wire_options(&request.model);
+        let wire_body = self.serialize_for_wire(&request, &wire);
         let meta = RequestMeta {
             wire_body: wire_body
                 .as_ref()
@@ -186,15 +205,23 @@ impl Run {
                 .llm
                 .timeouts
                 .resolve(self.lp.config.llm_timeouts),
+            wire,
+            on_text: self.reply_text_sink(),
         };
         let events = self.events.clone();
         let run_id = self.lp.run_id.clone();
+        let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel();
         let on_retry = Box::new(move |attempt: u32, error: &LlmError, delay: Duration| {
             let _ = events.send(RunEvent::ModelRetry {
                 run_id: run_id.clone(),
                 attempt,
                 error: error.to_string(),
                 delay_ms: delay.as_millis() as u64,
+            });
+            let _ = failed_tx.send(FailedAttempt {
+                attempt,
+                error: error.to_string(),
+                delay,
             });
         });
         let token = self.lp.control.token().clone();
@@ -204,10 +231,22 @@ impl Run {
             .lp
             .model
             .complete(Arc::clone(&request), meta, token.clone(), on_retry);
-        let outcome = tokio::select! {
-            outcome = call => outcome,
-            _ = token.cancelled() => return Err(Halt::Stopped),
+        tokio::pin!(call);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut call => break outcome,
+                Some(failed) = failed_rx.recv() => self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?,
+                _ = token.cancelled() => {
+                    while let Ok(failed) = failed_rx.try_recv() {
+                        self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
+                    }
+                    return Err(Halt::Stopped);
+                }
+            }
         };
+        while let Ok(failed) = failed_rx.try_recv() {
+            self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
+        }
         let CallOutcome {
             completion,
             attempts,
@@ -215,6 +254,7 @@ impl Run {
             waited,
             failed_attempts,
             failed_attempts_usage,
+            wire: sent_wire,
         } = match outcome {
             Ok(outcome) => outcome,
             Err(failure) if failure.cancelled => {
@@ -226,13 +266,16 @@ impl Run {
                 self.count_usage(failure.failed_attempts_usage, None, &request.model);
                 self.write_invocation_record(&InvocationRecord {
                     iteration: self.iteration,
+                    attempt: None,
                     request: RecordedRequest::new(&request, wire_body.as_ref()),
                     response: None,
                     error: Some(failure.error.to_string()),
                     duration_ms: None,
                     waited_ms: None,
-                    attempts: failure.attempts,
-                    failed_attempts: &failure.failed_attempts,
+                    retry_in_ms: None,
+                    stream: None,
+                    attempts: Some(failure.attempts),
+                    failed_attempts: Some(&failure.failed_attempts),
                 })?;
                 let message = format!(
                     "model call failed after {} attempt(s): {}",
@@ -246,17 +289,27 @@ impl Run {
                 return Err(Halt::Failed(error_info(kind, message)));
             }
         };
+        // The endpoint taught the backend another form during the call: the record keeps
+        // the bytes the successful attempt sent.
+        let sent_body = if sent_wire == wire {
+            wire_body
+        } else {
+            self.serialize_for_wire(&request, &sent_wire)
+        };
         self.timings.model += duration.saturating_sub(waited);
         self.timings.queue += waited;
         let record_ref = self.write_invocation_record(&InvocationRecord {
             iteration: self.iteration,
-            request: RecordedRequest::new(&request, wire_body.as_ref()),
+            attempt: None,
+            request: RecordedRequest::new(&request, sent_body.as_ref()),
             response: Some(&completion.raw),
             error: None,
             duration_ms: Some(duration.as_millis() as u64),
             waited_ms: Some(waited.as_millis() as u64),
-            attempts,
-            failed_attempts: &failed_attempts,
+            retry_in_ms: None,
+            stream: Some(sent_wire.stream),
+            attempts: Some(attempts),
+            failed_attempts: Some(&failed_attempts),
         })?;
         self.count_usage(
             failed_attempts_usage,
@@ -284,6 +337,102 @@ impl Run {
         self.usage.add(used);
         let model = answered_by.unwrap_or(asked_for).to_string();
         self.model_usage.entry(model).or_default().add(used);
+    }
+
+    /// The request as the endpoint wants it written, reusing the JSON of the messages the
+    /// previous request shared. `None` when it cannot be serialized (the backend then
+    /// serializes it and reports the failure).
+    fn serialize_for_wire(
+        &mut self,
+        request: &ChatRequest,
+        wire: &WireOptions,
+    ) -> Option<WireBody> {
+        self.message_json
+            .wire_body(request, wire)
+            .ok()
+            .map(|(raw, _reused)| WireBody(Arc::new(raw)))
+    }
+
+    /// Where a streamed reply's text goes as it arrives: a `ReplyText` event, when the
+    /// supervisor was asked for them (`delta run` on a terminal).
+    fn reply_text_sink(&self) -> Option<TextSink> {
+        if !self.lp.config.reply_text_events {
+            return None;
+        }
+        let events = self.events.clone();
+        let run_id = self.lp.run_id.clone();
+        let iteration = self.iteration;
+        let secrets = self.secrets.snapshot();
+        // A sensitive answer the model repeats may be cut across two chunks: the redactors
+        // hold back the last few bytes until they can tell (the whole reply follows as a
+        // Thought anyway).
+        let redactors = (!secrets.is_empty())
+            .then(|| std::sync::Mutex::new((secrets.stream(), secrets.stream())));
+        Some(TextSink::new(move |text| {
+            let (content, reasoning) = match &redactors {
+                None => (text.content.to_owned(), text.reasoning.to_owned()),
+                Some(redactors) => {
+                    let mut redactors = redactors
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let content = redactors.0.feed(text.content.as_bytes());
+                    let reasoning = redactors.1.feed(text.reasoning.as_bytes());
+                    (
+                        String::from_utf8_lossy(&content).into_owned(),
+                        String::from_utf8_lossy(&reasoning).into_owned(),
+                    )
+                }
+            };
+            if content.is_empty() && reasoning.is_empty() {
+                return;
+            }
+            let _ = events.send(RunEvent::ReplyText {
+                run_id: run_id.clone(),
+                iteration,
+                content,
+                reasoning,
+            });
+        }))
+    }
+
+    /// A failed attempt, as it fails: a line in engine.log and its own io/invocations record
+    /// (`<time>_<iteration>_attempt<N>.json`, with the request as sent).
+    fn record_failed_attempt(
+        &self,
+        request: &ChatRequest,
+        wire_body: Option<&WireBody>,
+        failed: &FailedAttempt,
+    ) -> Result<(), Halt> {
+        self.log(&format!(
+            "model call attempt {} failed: {}; retrying in {} ms",
+            failed.attempt,
+            failed.error,
+            failed.delay.as_millis()
+        ));
+        let record = InvocationRecord {
+            iteration: self.iteration,
+            attempt: Some(failed.attempt),
+            request: RecordedRequest::new(request, wire_body),
+            response: None,
+            error: Some(failed.error.clone()),
+            duration_ms: None,
+            waited_ms: None,
+            retry_in_ms: Some(failed.delay.as_millis() as u64),
+            stream: None,
+            attempts: None,
+            failed_attempts: None,
+        };
+        let (_, written) = write_attempt_record(
+            &self.paths,
+            self.iteration,
+            failed.attempt,
+            &record,
+            &self.secrets.snapshot(),
+        );
+        if let Err(e) = written {
+            self.audit_write_failed(AuditKind::Invocation, e.to_string())?;
+        }
+        Ok(())
     }
 
     /// io/invocations keeps the request as sent and the response as received, except

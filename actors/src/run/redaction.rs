@@ -95,6 +95,18 @@ fn redact_event(event: &mut RunEvent, secrets: &SecretSet) {
             text(run_id);
             text(error);
         }
+        RunEvent::ReplyText {
+            run_id,
+            iteration: _,
+            content,
+            reasoning,
+        } => {
+            // Pieces are redacted whole here; a secret split across two pieces is caught by
+            // the stream redactor that cut them (`Run::reply_text_sink`).
+            for field in [run_id, content, reasoning] {
+                text(field);
+            }
+        }
         RunEvent::RunFinished {
             run_id,
             status: _,

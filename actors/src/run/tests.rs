@@ -93,6 +93,7 @@ impl ModelPort for FakeModel {
                     waited: Duration::ZERO,
                     failed_attempts: Vec::new(),
                     failed_attempts_usage,
+                    wire: Default::default(),
                 }),
                 Err(message) => Err(CallFailure {
                     error: LlmError::Transport(message),

@@ -72,6 +72,19 @@ pub fn write_invocation_record(
     create_and_write(&paths.invocations_dir, &stem, record, secrets)
 }
 
+/// Writes one failed attempt's record, `io/invocations/<ts>_<iteration>_attempt<attempt>.json`,
+/// as the attempt fails (see [`write_invocation_record`]).
+pub fn write_attempt_record(
+    paths: &RunPaths,
+    iteration: u32,
+    attempt: u32,
+    record: &impl serde::Serialize,
+    secrets: &SecretSet,
+) -> (PathBuf, Result<(), WorkspaceError>) {
+    let stem = format!("{}_{iteration}_attempt{attempt}", audit_timestamp());
+    create_and_write(&paths.invocations_dir, &stem, record, secrets)
+}
+
 /// Creates `<dir>/<stem>.json` (see [`create_unique`]) and writes `record` into it as pretty
 /// JSON, redacted when `secrets` is not empty, in one open. Returns the record's path, also
 /// when writing failed (the error names it).

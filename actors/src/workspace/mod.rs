@@ -17,7 +17,7 @@ pub use agent_workspaces::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name,
 };
 pub(crate) use audit::{
-    hook_record_path, overwrite, write_invocation_record, write_private_file,
+    hook_record_path, overwrite, write_attempt_record, write_invocation_record, write_private_file,
     write_redacted_json_file, ToolRecordName, ToolRecordNames,
 };
 pub use recovery::{

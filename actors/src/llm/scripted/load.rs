@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use super::latency::{parse_latency, MAX_SCRIPTED_WAIT};
 use super::script::{
-    Action, ArgTree, Args, CallSpec, Latency, Rule, Script, ScriptError, Step, Text, DEFAULT_MODEL,
-    EXHAUSTED_ANSWER,
+    Action, ArgTree, Args, CallSpec, Latency, Rule, Script, ScriptError, Step, StreamShape, Text,
+    DEFAULT_MODEL, EXHAUSTED_ANSWER, MAX_CHUNKS,
 };
 use super::variables::{sample_context, TEMPLATE_VARIABLES};
 use crate::input::{check_size, check_yaml_depth, read_bounded, InputError};
@@ -118,6 +118,9 @@ struct RawStep {
     then: Option<Box<RawStep>>,
     latency: Option<RawLatency>,
     finish_reason: Option<String>,
+    chunks: Option<u32>,
+    stall: Option<RawLatency>,
+    stall_times: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -221,6 +224,7 @@ impl Loader {
             rules,
             templates: self.templates,
             attempts: DashMap::new(),
+            stalls: DashMap::new(),
         })
     }
 
@@ -268,6 +272,7 @@ impl Loader {
             ));
         }
         let finish_reason = raw.finish_reason.take();
+        let stream = self.stream_shape(key, &mut raw, is_fail)?;
         if !is_fail {
             for (present, name) in [
                 (raw.times.is_some(), "times"),
@@ -325,6 +330,49 @@ impl Loader {
             action,
             latency,
             finish_reason,
+            stream,
+        })
+    }
+
+    /// `chunks`, `stall` and `stall_times`: how a streamed reply is delivered.
+    fn stream_shape(
+        &self,
+        key: &str,
+        raw: &mut RawStep,
+        is_fail: bool,
+    ) -> Result<StreamShape, ScriptError> {
+        let chunks = raw.chunks.take();
+        let stall = raw
+            .stall
+            .take()
+            .map(|l| self.latency(&format!("{key}.stall"), l))
+            .transpose()?
+            .map(|l| l.max);
+        let stall_times = raw.stall_times.take();
+        if is_fail && (chunks.is_some() || stall.is_some()) {
+            return Err(self.invalid(
+                key,
+                "`chunks` and `stall` shape a streamed reply; a failure has none",
+            ));
+        }
+        if let Some(n) = chunks {
+            if !(1..=MAX_CHUNKS).contains(&n) {
+                return Err(self.invalid(
+                    &format!("{key}.chunks"),
+                    format!("{n} is outside 1..={MAX_CHUNKS}"),
+                ));
+            }
+        }
+        if stall_times.is_some() && stall.is_none() {
+            return Err(self.invalid(
+                &format!("{key}.stall_times"),
+                "`stall_times` goes with `stall:` (how many attempts stall)",
+            ));
+        }
+        Ok(StreamShape {
+            chunks,
+            stall,
+            stall_times,
         })
     }
 

@@ -9,6 +9,7 @@
 //! - `respond.rs`: rule matching, step selection, templating ([`ScriptedReply`]).
 //! - `validate.rs`: strict history validation ([`validate_history`]).
 //! - `server.rs`: the OpenAI-compatible HTTP endpoint ([`serve`], [`run_server_blocking`]).
+//! - `sse.rs`: a reply as `chat.completion.chunk` events, for requests that stream.
 //! - `stats.rs`: [`ServerStats`], counters shared by the server and [`ScriptedBackend`].
 //!
 //! [`ScriptedBackend`] plays a script in-process behind the same [`ChatBackend`] trait as
@@ -19,6 +20,7 @@ mod load;
 mod respond;
 mod script;
 mod server;
+mod sse;
 mod stats;
 mod validate;
 mod variables;
@@ -30,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use latency::parse_latency;
-pub use respond::ScriptedReply;
+pub use respond::{ScriptedReply, StreamPlan};
 pub use script::{Latency, Script, ScriptError, DEFAULT_MODEL, EXHAUSTED_ANSWER};
 pub use server::{run_server_blocking, run_server_until, serve, ScriptServer, ServeError};
 pub use stats::{ServerStats, StatsSnapshot};

@@ -23,8 +23,11 @@ pub enum ScriptedReply {
     Completion {
         /// The reply.
         completion: ChatCompletion,
-        /// How long to wait before delivering it (drawn from the step's or rule's latency).
+        /// How long to wait before delivering it (drawn from the step's or rule's latency);
+        /// streamed, the chunks are spread over it.
         latency: Duration,
+        /// How it is cut into chunks when streamed.
+        stream: StreamPlan,
     },
     /// An HTTP failure: a scripted `fail:` step, an unmatched request (400), or an invalid
     /// history in strict mode (400).
@@ -58,6 +61,15 @@ impl ScriptedReply {
             latency: Duration::ZERO,
         }
     }
+}
+
+/// How a streamed reply is delivered (see docs/llm-script.md, "Streaming").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamPlan {
+    /// Pieces the reply text is cut into; `None`: one per word, at most 64.
+    pub chunks: Option<usize>,
+    /// Silence after the first chunk (zero: none).
+    pub stall: Duration,
 }
 
 /// What a step resolves to: a step to render, or a ready reply (a scripted failure).
@@ -114,7 +126,7 @@ impl Script {
         let Some(step) = rule.steps.get(step_index) else {
             let answer = ChatMessage::assistant(Some(self.exhausted_answer.clone()), vec![]);
             let latency = self.latency_for(rule, None);
-            return self.completion(req, answer, latency, None);
+            return self.completion(req, answer, latency, None, StreamPlan::default());
         };
         let played = match self.failure_or_recovery(step, rule, (rule_index, step_index), &ctx) {
             Play::Step(next) => next,
@@ -129,7 +141,14 @@ impl Script {
                     step
                 };
                 let latency = self.latency_for(rule, Some(timed));
-                self.completion(req, message, latency, played.finish_reason.as_deref())
+                let stream = self.stream_plan(played, (rule_index, step_index), &ctx);
+                self.completion(
+                    req,
+                    message,
+                    latency,
+                    played.finish_reason.as_deref(),
+                    stream,
+                )
             }
             Err(e) => ScriptedReply::failure(400, e),
         }
@@ -155,14 +174,9 @@ impl Script {
             return Play::Step(step);
         };
         if let (Some(limit), Some(next)) = (times, then) {
-            let conversation = if ctx.run_id.is_empty() {
-                format!("task:{}", ctx.task)
-            } else {
-                format!("run:{}", ctx.run_id)
-            };
             let mut served = self
                 .attempts
-                .entry((conversation, rule_index, step_index))
+                .entry((conversation_key(ctx), rule_index, step_index))
                 .or_insert(0);
             if *served >= *limit {
                 return Play::Step(next);
@@ -181,6 +195,37 @@ impl Script {
             retry_after: retry_after.or((*status == 429).then_some(Duration::ZERO)),
             latency: self.latency_for(rule, Some(step)),
         }))
+    }
+
+    /// The step's stream shape for this attempt: a `stall` lasts its `stall_times` attempts
+    /// per conversation (all of them without `stall_times`).
+    fn stream_plan(
+        &self,
+        step: &Step,
+        (rule_index, step_index): (usize, usize),
+        ctx: &TemplateContext<'_>,
+    ) -> StreamPlan {
+        let shape = step.stream;
+        let stall = match (shape.stall, shape.stall_times) {
+            (None, _) => Duration::ZERO,
+            (Some(stall), None) => stall,
+            (Some(stall), Some(limit)) => {
+                let mut served = self
+                    .stalls
+                    .entry((conversation_key(ctx), rule_index, step_index))
+                    .or_insert(0);
+                if *served >= limit {
+                    Duration::ZERO
+                } else {
+                    *served += 1;
+                    stall
+                }
+            }
+        };
+        StreamPlan {
+            chunks: shape.chunks.map(|n| n as usize),
+            stall,
+        }
     }
 
     fn matching_rule(
@@ -281,6 +326,7 @@ impl Script {
         message: ChatMessage,
         latency: Duration,
         finish_reason: Option<&str>,
+        stream: StreamPlan,
     ) -> ScriptedReply {
         let finish_reason = finish_reason.unwrap_or(if message.tool_calls().is_empty() {
             "stop"
@@ -309,7 +355,17 @@ impl Script {
         ScriptedReply::Completion {
             completion,
             latency,
+            stream,
         }
+    }
+}
+
+/// Which conversation a request belongs to, for `times:` counters: its run, else its task.
+fn conversation_key(ctx: &TemplateContext<'_>) -> String {
+    if ctx.run_id.is_empty() {
+        format!("task:{}", ctx.task)
+    } else {
+        format!("run:{}", ctx.run_id)
     }
 }
 

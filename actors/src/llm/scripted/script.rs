@@ -63,6 +63,22 @@ pub struct Script {
     pub(super) templates: Environment<'static>,
     /// Failures already served per (conversation key, rule index, step index).
     pub(super) attempts: DashMap<(String, usize, usize), u32>,
+    /// Stalled streams already served per (conversation key, rule index, step index).
+    pub(super) stalls: DashMap<(String, usize, usize), u32>,
+}
+
+/// Most chunks a step's streamed reply may be cut into.
+pub(super) const MAX_CHUNKS: u32 = 10_000;
+
+/// How a step's reply is streamed (when the request asks for `stream: true`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct StreamShape {
+    /// Pieces the reply text is cut into; default: one per word, at most 64.
+    pub(super) chunks: Option<u32>,
+    /// Silence after the first chunk.
+    pub(super) stall: Option<Duration>,
+    /// Stall only the first this many attempts of the step (per conversation); default all.
+    pub(super) stall_times: Option<u32>,
 }
 
 /// A uniformly drawn delay in `[min, max]`.
@@ -100,6 +116,8 @@ pub(super) struct Step {
     pub(super) latency: Option<Latency>,
     /// Reported instead of `stop` / `tool_calls` (e.g. `length`: a reply cut at max_tokens).
     pub(super) finish_reason: Option<String>,
+    /// How the reply is streamed.
+    pub(super) stream: StreamShape,
 }
 
 #[derive(Debug)]

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
@@ -26,9 +27,9 @@ use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio_util::sync::CancellationToken;
 
-use super::respond::ScriptedReply;
+use super::respond::{ScriptedReply, StreamPlan};
 use super::script::{Script, ScriptError};
-use super::stats::ServerStats;
+use super::stats::{InFlight, ServerStats};
 use super::validate::validate_history;
 use crate::llm::endpoint::{decode_header_value, RequestMeta, HEADER_AGENT, HEADER_RUN_ID};
 use crate::llm::types::ChatRequest;
@@ -193,7 +194,7 @@ async fn accept_connections(
     }
 }
 
-type Reply = Response<Full<Bytes>>;
+type Reply = Response<BoxBody<Bytes, Infallible>>;
 
 async fn route(shared: &Shared, req: Request<Incoming>) -> Reply {
     let path = req.uri().path().trim_end_matches('/').to_owned();
@@ -220,7 +221,7 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Reply {
 
 async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
     let stats = &shared.stats;
-    let _in_flight = stats.arrive();
+    let in_flight = stats.arrive();
     if req.version() == Version::HTTP_2 {
         stats.record_http2();
     }
@@ -240,7 +241,7 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
             return error_reply(StatusCode::UNAUTHORIZED, message, "invalid_api_key", None);
         }
     }
-    let reply = match read_request(req).await {
+    let (streamed, reply) = match read_request(req).await {
         Ok(chat_req) => {
             if shared.script.strict() {
                 if let Err(problem) = validate_history(&chat_req.messages) {
@@ -253,13 +254,35 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
                     );
                 }
             }
-            shared.script.respond_unchecked(&chat_req, &meta)
+            (
+                wants_stream(&chat_req),
+                shared.script.respond_unchecked(&chat_req, &meta),
+            )
         }
         Err(reply) => {
             stats.record_failure();
             return reply;
         }
     };
+    if let (
+        Some(include_usage),
+        ScriptedReply::Completion {
+            completion,
+            latency,
+            stream,
+        },
+    ) = (streamed, &reply)
+    {
+        stats.record_completion();
+        stats.record_stream();
+        return stream_reply(
+            super::sse::events(completion, include_usage, stream.chunks),
+            *latency,
+            *stream,
+            in_flight,
+        );
+    }
+    let _in_flight = in_flight;
     let latency = reply.latency();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -307,13 +330,81 @@ async fn read_request(req: Request<Incoming>) -> Result<ChatRequest, Reply> {
             bad(format!("not a chat completions request: {e}"))
         }
     })?;
-    if request.extra.get("stream").and_then(Value::as_bool) == Some(true) {
-        return Err(bad(
-            "`stream: true` is not supported by the scripted model (hint: send stream: false)"
-                .into(),
-        ));
+    if let Some(stream) = request.extra.get("stream") {
+        if !stream.is_boolean() {
+            return Err(bad(format!("`stream` must be true or false, not {stream}")));
+        }
     }
     Ok(request)
+}
+
+/// `Some(include_usage)` when the request asks for a streamed reply.
+fn wants_stream(request: &ChatRequest) -> Option<bool> {
+    (request.extra.get("stream").and_then(Value::as_bool) == Some(true)).then(|| {
+        request
+            .extra
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    })
+}
+
+/// A streamed reply: the headers at once, then `events` spread evenly over `latency` (the
+/// first at once, the last at `latency`), with the plan's stall after the first. A client
+/// that goes away ends the stream early (counted as cancelled).
+fn stream_reply(
+    events: Vec<Bytes>,
+    latency: Duration,
+    plan: StreamPlan,
+    in_flight: InFlight,
+) -> Reply {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
+    tokio::spawn(async move {
+        let stats = in_flight.stats();
+        // The last two events (usage, [DONE]) or one ([DONE]) follow the finish at once.
+        let timed = events.len().saturating_sub(2).max(1);
+        let started = tokio::time::Instant::now();
+        for (i, event) in events.into_iter().enumerate() {
+            let due =
+                started + plan.stall * u32::from(i > 0) + spread(latency, i.min(timed - 1), timed);
+            tokio::time::sleep_until(due).await;
+            if tx.send(event).await.is_err() {
+                stats.record_stream_cancelled();
+                return;
+            }
+        }
+    });
+    let mut response = Response::new(ChannelBody(rx).boxed());
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// When event `i` of `n` is due: `latency * i / (n - 1)` (all at once for one event).
+fn spread(latency: Duration, i: usize, n: usize) -> Duration {
+    if n <= 1 {
+        return latency;
+    }
+    latency.mul_f64(i as f64 / (n - 1) as f64)
+}
+
+/// A response body fed by a channel, one frame per message.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|event| event.map(|bytes| Ok(hyper::body::Frame::data(bytes))))
+    }
 }
 
 fn meta_from_headers(headers: &HeaderMap) -> RequestMeta {
@@ -330,7 +421,7 @@ fn meta_from_headers(headers: &HeaderMap) -> RequestMeta {
 fn json_reply(status: StatusCode, body: &Value) -> Reply {
     // `to_vec` writes straight into the buffer; `to_string` goes through `fmt::Display`.
     let bytes = serde_json::to_vec(body).unwrap_or_default();
-    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
     *response.status_mut() = status;
     response
         .headers_mut()

@@ -24,6 +24,9 @@ pub struct ServerStats {
     /// Connections accepted, and chat requests that arrived over HTTP/2.
     connections: AtomicU64,
     http2_requests: AtomicU64,
+    /// Replies streamed, and streams the client closed before their end.
+    streams: AtomicU64,
+    streams_cancelled: AtomicU64,
     /// Arrival time of every chat request, in ms since `started`, in arrival order.
     arrivals_ms: Mutex<Vec<u64>>,
 }
@@ -57,6 +60,12 @@ pub struct StatsSnapshot {
     /// Chat requests that arrived over HTTP/2 (the rest came over HTTP/1.1).
     #[serde(default)]
     pub http2_requests: u64,
+    /// Replies sent as a stream (`stream: true`).
+    #[serde(default)]
+    pub streams: u64,
+    /// Streams the client closed before their last event (the generation was cancelled).
+    #[serde(default)]
+    pub streams_cancelled: u64,
 }
 
 impl ServerStats {
@@ -71,6 +80,8 @@ impl ServerStats {
             failures: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             http2_requests: AtomicU64::new(0),
+            streams: AtomicU64::new(0),
+            streams_cancelled: AtomicU64::new(0),
             arrivals_ms: Mutex::new(Vec::new()),
         }
     }
@@ -161,6 +172,24 @@ impl ServerStats {
         self.completions.fetch_add(1, Ordering::SeqCst);
     }
 
+    pub(super) fn record_stream(&self) {
+        self.streams.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(super) fn record_stream_cancelled(&self) {
+        self.streams_cancelled.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Replies sent as a stream.
+    pub fn streams(&self) -> u64 {
+        self.streams.load(Ordering::SeqCst)
+    }
+
+    /// Streams the client closed before their last event.
+    pub fn streams_cancelled(&self) -> u64 {
+        self.streams_cancelled.load(Ordering::SeqCst)
+    }
+
     /// Every counter at once (each read on its own: not an atomic view).
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
@@ -175,6 +204,8 @@ impl ServerStats {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             connections: self.connections(),
             http2_requests: self.http2_requests(),
+            streams: self.streams(),
+            streams_cancelled: self.streams_cancelled(),
         }
     }
 
@@ -197,6 +228,13 @@ impl ServerStats {
 
 /// Decrements `in_flight` when a request ends, even if the client hung up mid-latency.
 pub(super) struct InFlight(Arc<ServerStats>);
+
+impl InFlight {
+    /// The counters this request is counted in.
+    pub(super) fn stats(&self) -> &ServerStats {
+        &self.0
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {

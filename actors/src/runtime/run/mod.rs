@@ -118,6 +118,10 @@ impl ModelPort for GatePort {
         let gate = Arc::clone(&self.0);
         Box::pin(async move { complete_call(&gate, request, meta, cancel, Some(on_retry)).await })
     }
+
+    fn wire_options(&self, model: &str) -> crate::llm::WireOptions {
+        self.0.wire_options(model)
+    }
 }
 
 /// The tool port: one `ToolActor` per call.

