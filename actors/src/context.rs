@@ -238,12 +238,17 @@ fn conversation(events: &[JournalEvent], max_iterations: Option<u32>) -> Vec<Cha
                     .filter(|c| sent_calls.insert(c.id.as_str()))
                     .collect();
                 if tool_calls.is_empty() {
-                    messages.push(ChatMessage {
-                        role: Role::Assistant,
-                        content: Some(text.unwrap_or_default()),
-                        tool_calls: None,
-                        tool_call_id: None,
-                    });
+                    // An empty answer (no text, no call) is left out of the history sent back:
+                    // vLLM, Mistral and OpenAI's own validator refuse an assistant turn that
+                    // says nothing (docs/providers.md), and it tells the model nothing.
+                    if let Some(text) = text {
+                        messages.push(ChatMessage {
+                            role: Role::Assistant,
+                            content: Some(text),
+                            tool_calls: None,
+                            tool_call_id: None,
+                        });
+                    }
                     continue;
                 }
                 messages.push(ChatMessage {
@@ -460,6 +465,18 @@ mod tests {
             .map(|c| c.id.as_str())
             .collect();
         assert_eq!(ids, ["a", "b", "c"]);
+        crate::llm::validate_history(&msgs).unwrap();
+    }
+
+    /// An empty answer, then the user's next message (`delta continue -m`): the empty turn
+    /// is not sent back, since vLLM and Mistral refuse an assistant turn with neither text
+    /// nor tool calls.
+    #[test]
+    fn an_empty_answer_is_not_sent_back() {
+        let events = vec![task(1, "go"), thought(2, Some(""), &[]), task(3, "again")];
+        let msgs = journal_to_messages(&events, None, &SecretSet::default());
+        let roles: Vec<_> = msgs.iter().map(|m| m.role).collect();
+        assert_eq!(roles, vec![Role::User, Role::User]);
         crate::llm::validate_history(&msgs).unwrap();
     }
 }

@@ -42,7 +42,11 @@ fn a_model_server_on_this_machine_needs_no_key() {
     );
     let mut cmd = case.cmd();
     cmd.env_remove("DELTA_API_KEY");
-    let out = cmd.args(case.run_args("r1", "task")).output().unwrap();
+    let out = cmd
+        .args(case.run_args("r1", "task"))
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),

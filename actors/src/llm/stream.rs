@@ -12,8 +12,8 @@
 //! repeated in every chunk (llama-cpp-python), tool calls without an `index` (each one whole,
 //! some OpenAI-compatible gateways), reasoning text under `reasoning_content` (DeepSeek,
 //! vLLM, llama.cpp) or `reasoning` (OpenRouter, Ollama), usage in a last chunk with no
-//! choices (OpenAI's `stream_options.include_usage`), an `error` object in the middle of a
-//! stream (OpenRouter), and SSE comments used as keep-alives.
+//! choices (OpenAI's `stream_options.include_usage`) or under `x_groq` (Groq), an `error`
+//! object in the middle of a stream (OpenRouter), and SSE comments used as keep-alives.
 //!
 //! Must not: do I/O or apply time limits (the HTTP backend reads the body and applies the
 //! idle limit between chunks).
@@ -193,8 +193,17 @@ struct Chunk<'a> {
     choices: Vec<ChunkChoice<'a>>,
     #[serde(default)]
     usage: Option<Usage>,
+    /// Groq sends the usage of a streamed reply here, in its last chunk.
+    #[serde(default)]
+    x_groq: Option<GroqExtra>,
     #[serde(default)]
     error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct GroqExtra {
+    #[serde(default)]
+    usage: Option<Usage>,
 }
 
 #[derive(Deserialize)]
@@ -299,8 +308,8 @@ impl StreamAssembler {
         if self.created.is_none() {
             self.created = chunk.created;
         }
-        if chunk.usage.is_some() {
-            self.usage = chunk.usage;
+        if let Some(usage) = chunk.usage.or(chunk.x_groq.and_then(|x| x.usage)) {
+            self.usage = Some(usage);
         }
         let content_from = self.content.len();
         let reasoning_from = self.reasoning.len();
@@ -668,6 +677,18 @@ mod tests {
         assert!(!err.is_retryable());
         let err = assemble(&["[DONE]"]).unwrap_err();
         assert!(err.to_string().contains("no chunk"), "{err}");
+    }
+
+    /// Groq puts a streamed reply's usage under `x_groq` in its last chunk.
+    #[test]
+    fn groq_usage_is_read_from_x_groq() {
+        let c = assemble(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"x_groq":{"id":"req_1","usage":{"queue_time":0.07,"prompt_tokens":23,"completion_tokens":19,"total_tokens":42}}}"#,
+            "[DONE]",
+        ])
+        .unwrap();
+        assert_eq!(c.usage.unwrap().total_tokens, 42);
     }
 
     #[test]
