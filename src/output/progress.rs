@@ -7,20 +7,28 @@ use std::io::Write;
 
 use delta_actors::RunEvent;
 
-/// Prints one run's events, showing a streamed reply as it grows when `live` (the engine
-/// then sends `ReplyText` events: see `SupervisorConfig::reply_text_events`).
-#[derive(Debug)]
-pub struct EventPrinter {
+/// Prints one run's events, showing a streamed reply as it grows (the engine sends
+/// `ReplyText` events when asked to: see `SupervisorConfig::reply_text_events`).
+pub struct EventPrinter<W: Write = std::io::Stderr> {
     verbosity: Verbosity,
+    out: W,
     /// The reply being shown as it arrives: its iteration and the text shown so far.
     live: Option<(u32, String)>,
 }
 
 impl EventPrinter {
-    /// A printer for one run at a time.
+    /// A printer for one run at a time, on stderr.
     pub fn new(verbosity: Verbosity) -> EventPrinter {
+        EventPrinter::to(verbosity, std::io::stderr())
+    }
+}
+
+impl<W: Write> EventPrinter<W> {
+    /// A printer writing to `out`.
+    pub fn to(verbosity: Verbosity, out: W) -> EventPrinter<W> {
         EventPrinter {
             verbosity,
+            out,
             live: None,
         }
     }
@@ -31,40 +39,42 @@ impl EventPrinter {
         if self.verbosity == Verbosity::Quiet {
             return;
         }
-        match event {
+        let out = &mut self.out;
+        let _ = match event {
             RunEvent::ReplyText {
                 iteration,
                 content,
                 reasoning,
                 ..
             } => {
-                let mut err = std::io::stderr().lock();
                 let shown = match &mut self.live {
                     Some((at, shown)) if at == iteration => shown,
                     _ => {
-                        let _ = write!(err, "💭 ");
+                        let _ = write!(out, "💭 ");
                         &mut self.live.insert((*iteration, String::new())).1
                     }
                 };
                 // Reasoning is shown as it comes but is not part of the reply's text.
-                let _ = write!(err, "{reasoning}{content}");
                 shown.push_str(content);
-                let _ = err.flush();
+                write!(out, "{reasoning}{content}").and_then(|()| out.flush())
             }
             RunEvent::Thought {
                 iteration, text, ..
             } if matches!(&self.live, Some((at, _)) if at == iteration) => {
                 let shown = self.live.take().map(|(_, shown)| shown).unwrap_or_default();
                 let rest = text.strip_prefix(shown.as_str()).unwrap_or("");
-                eprintln!("{rest}");
+                writeln!(out, "{rest}")
             }
             other => {
                 if self.live.take().is_some() {
-                    eprintln!();
+                    let _ = writeln!(out);
                 }
-                print_event(other, self.verbosity, false);
+                match event_line(other, self.verbosity) {
+                    Some(line) => writeln!(out, "{line}"),
+                    None => Ok(()),
+                }
             }
-        }
+        };
     }
 }
 
@@ -76,17 +86,9 @@ pub enum Verbosity {
     Verbose,
 }
 
-/// Prints one event. `prefix_run_id` adds the run id to each line (many runs at once).
-pub fn print_event(event: &RunEvent, verbosity: Verbosity, prefix_run_id: bool) {
-    if verbosity == Verbosity::Quiet {
-        return;
-    }
-    let prefix = if prefix_run_id {
-        format!("[{}] ", event.run_id())
-    } else {
-        String::new()
-    };
-    let line = match event {
+/// The line `event` prints as, or `None` for events only an [`EventPrinter`] shows.
+fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
+    Some(match event {
         RunEvent::RunStarted {
             run_id,
             agent_name,
@@ -155,7 +157,7 @@ pub fn print_event(event: &RunEvent, verbosity: Verbosity, prefix_run_id: bool) 
             format!("  ↻ model call attempt {attempt} failed ({error}); retrying in {delay_ms} ms")
         }
         // Shown only by an `EventPrinter` (one run on a terminal).
-        RunEvent::ReplyText { .. } => return,
+        RunEvent::ReplyText { .. } => return None,
         RunEvent::RunFinished {
             status,
             duration_ms,
@@ -165,8 +167,7 @@ pub fn print_event(event: &RunEvent, verbosity: Verbosity, prefix_run_id: bool) 
             Some(e) => format!("■ {status} after {:.2}s: {e}", *duration_ms as f64 / 1000.0),
             None => format!("■ {status} after {:.2}s", *duration_ms as f64 / 1000.0),
         },
-    };
-    eprintln!("{prefix}{line}");
+    })
 }
 
 fn shorten(text: &str, limit: usize) -> String {
@@ -175,5 +176,42 @@ fn shorten(text: &str, limit: usize) -> String {
     } else {
         let cut: String = text.chars().take(limit).collect();
         format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(iteration: u32, content: &str) -> RunEvent {
+        RunEvent::ReplyText {
+            run_id: "r".into(),
+            iteration,
+            content: content.into(),
+            reasoning: String::new(),
+        }
+    }
+
+    /// A streamed reply is shown as it comes, once: its Thought adds only what the pieces
+    /// had not shown (a redactor may hold the last bytes back), and the next event starts a
+    /// new line.
+    #[test]
+    fn a_streamed_reply_is_shown_as_it_comes_and_once() {
+        let mut printer = EventPrinter::to(Verbosity::Normal, Vec::new());
+        printer.print(&text(1, "Hello, "));
+        printer.print(&text(1, "wor"));
+        printer.print(&RunEvent::Thought {
+            run_id: "r".into(),
+            iteration: 1,
+            text: "Hello, world".into(),
+        });
+        printer.print(&text(2, "half"));
+        printer.print(&RunEvent::IterationStarted {
+            run_id: "r".into(),
+            iteration: 3,
+            max_iterations: 5,
+        });
+        let shown = String::from_utf8(printer.out).unwrap();
+        assert_eq!(shown, "💭 Hello, world\n💭 half\n[iteration 3/5]\n");
     }
 }

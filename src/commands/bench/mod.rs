@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
-use delta_actors::llm::{Endpoint, HttpTransport, Script};
+use delta_actors::llm::{Dialect, Endpoint, HttpTransport, Script};
 use delta_actors::tool::process::set_max_tool_processes;
 use delta_actors::tool::spawner::{share_for_process, SpawnerCommand};
 use delta_actors::RunStatus;
@@ -79,6 +79,7 @@ pub enum BaselineKind {
   delta bench load --runs 1000 --max-parallel 1000 --calls 6 --latency-ms 200
   delta bench load --runs 10000 --max-parallel 10000 --calls 6 --latency-ms 200 --work-dir NEW_DIR --keep
   delta bench load --runs 1000 --max-parallel 1000 --http2 off --max-connections 256
+  delta bench load --runs 1000 --max-parallel 1000 --calls 6 --latency-ms 200 --stream off
   delta bench load --runs 50 --max-parallel 50 --calls 6 --latency-ms 200 --baseline process-per-run
   delta bench load --sweep 10,100,1000 --calls 6 --latency-ms 200 --plot docs/bench/sweep.svg
   delta bench load --runs 100 --endpoint http://127.0.0.1:8000/v1 --model my-model
@@ -119,6 +120,10 @@ pub struct LoadArgs {
     /// for `on` with an http:// URL (see `llm.http2` in the README).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub http2: OnOff,
+    /// Stream the model's replies (SSE), as delta does by default (`off`: one JSON body per
+    /// reply, as with `llm.stream: false`).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub stream: OnOff,
     /// Cap on connections (HTTP/1.1) or requests open at once to the endpoint, as
     /// `llm.max_connections` does.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
@@ -256,6 +261,10 @@ async fn measure_all(
     .with_transport(HttpTransport {
         http2: Some(args.http2 == OnOff::On),
         max_connections: args.max_connections,
+    })
+    .with_dialect(Dialect {
+        stream: Some(args.stream == OnOff::On),
+        ..Dialect::default()
     });
     // Calibration tools run in a folder of the bench's own, not wherever it was started.
     let calibration_dir = workload.calibration_dir()?;

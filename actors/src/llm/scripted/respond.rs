@@ -17,6 +17,9 @@ use crate::llm::types::{ChatCompletion, ChatMessage, ChatRequest, Role, ToolCall
 use crate::template_bounds::{explain, render_bounded};
 
 /// What the scripted model answers to one request.
+// Made and consumed once per request, never kept in bulk: boxing the completion would cost
+// an allocation per reply for no memory saved.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum ScriptedReply {
     /// A chat completion: an answer or tool calls.

@@ -103,6 +103,9 @@ pub struct WorkloadInfo {
     pub endpoint: String,
     /// Model calls over HTTP/2 (`--http2`).
     pub http2: bool,
+    /// Replies streamed (`--stream`); reports made before streaming existed read as false.
+    #[serde(default)]
+    pub stream: bool,
     pub max_connections: Option<u32>,
     pub sweep: Vec<usize>,
 }
@@ -122,6 +125,7 @@ impl WorkloadInfo {
                 .clone()
                 .unwrap_or_else(|| "in-process scripted model over HTTP".into()),
             http2: args.http2 == OnOff::On,
+            stream: args.stream == OnOff::On,
             max_connections: args.max_connections,
             sweep: args.sweep.clone(),
         }
@@ -575,6 +579,7 @@ mod tests {
                 journal_fsync: false,
                 endpoint: "x".into(),
                 http2: true,
+                stream: true,
                 max_connections: None,
                 sweep: vec![],
             },

@@ -44,10 +44,11 @@ pub fn render_text(report: &BenchReport) -> String {
     );
     let _ = writeln!(
         out,
-        "tool spawn rate: {:.0}/s (fresh processes), {:.0}/s through the tool spawner; model over {}{}",
+        "tool spawn rate: {:.0}/s (fresh processes), {:.0}/s through the tool spawner; model over {}, {}{}",
         report.tool_spawn_rate_per_s,
         report.spawner_spawn_rate_per_s,
         if w.http2 { "HTTP/2" } else { "HTTP/1.1" },
+        if w.stream { "streamed" } else { "not streamed" },
         w.max_connections
             .map(|n| format!(", at most {n} connections"))
             .unwrap_or_default()
