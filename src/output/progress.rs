@@ -180,6 +180,7 @@ fn shorten(text: &str, limit: usize) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
