@@ -17,6 +17,10 @@ use delta_actors::EngineError;
 /// A failed command. Every message is complete and user-facing (file, key, hint).
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    /// No model endpoint or key is configured (exit 126; a warning under
+    /// `orchestrate --dry-run`).
+    #[error(transparent)]
+    NoModel(#[from] crate::commands::engine::NoModel),
     /// The agent or another configuration file is invalid, in the CLI's own words (exit
     /// 126, spec §2.6.5).
     #[error("{0}")]
@@ -83,6 +87,7 @@ impl CliError {
         match self {
             CliError::Usage(_) => Self::USAGE_EXIT,
             CliError::Config(_)
+            | CliError::NoModel(_)
             | CliError::Agent(_)
             | CliError::StageAgent { .. }
             | CliError::Plan(_)

@@ -33,15 +33,66 @@ pub fn llm_target(
     env: &BTreeMap<String, String>,
     script: Option<&Path>,
 ) -> Result<LlmTarget, CliError> {
-    let script = script.map(Path::to_path_buf).or_else(|| {
+    match scripted_model(env, script)? {
+        Some(script) => Ok(LlmTarget::Scripted(script)),
+        None => endpoint_target(agent, env),
+    }
+}
+
+/// The scripted model's script file: `--llm-script`, else `DELTA_LLM_SCRIPT` (after the
+/// `.env` cascade), else none.
+pub fn script_path(env: &BTreeMap<String, String>, script: Option<&Path>) -> Option<PathBuf> {
+    script.map(Path::to_path_buf).or_else(|| {
         env.get("DELTA_LLM_SCRIPT")
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
-    });
-    if let Some(path) = script {
-        let script = Script::load(&path)?;
-        return Ok(LlmTarget::Scripted(Arc::new(script)));
-    }
+    })
+}
+
+/// The scripted model, loaded and checked once, when a script is chosen ([`script_path`]):
+/// a missing or invalid script is a configuration error (exit 126).
+pub fn scripted_model(
+    env: &BTreeMap<String, String>,
+    script: Option<&Path>,
+) -> Result<Option<Arc<Script>>, CliError> {
+    script_path(env, script)
+        .map(|path| Ok(Arc::new(Script::load(&path)?)))
+        .transpose()
+}
+
+/// Why no model endpoint can be reached: a missing setting, which `delta orchestrate
+/// --dry-run` reports as a warning (a plan may be checked on a machine without the key) and
+/// every real run as a configuration error.
+#[derive(Debug, thiserror::Error)]
+pub enum NoModel {
+    /// The agent's key variable is unset or empty.
+    #[error(
+        "no API key: {key_var} is not set.\n\
+         Set it in the environment or in a .env file (workspace, agent folder or project root), e.g.\n  \
+         echo '{key_var}=sk-...' >> {}/.env\n\
+         and set DELTA_BASE_URL to your provider's OpenAI-compatible URL including /v1.\n\
+         To run offline with the built-in scripted model instead: --llm-script <script.yaml> (see docs/llm-script.md).",
+        agent_home.display()
+    )]
+    ApiKey {
+        /// `DELTA_API_KEY` or the agent's `llm.api_key_env`.
+        key_var: String,
+        /// The agent's folder, where a `.env` may hold the key.
+        agent_home: PathBuf,
+    },
+    /// Neither `DELTA_BASE_URL` nor `llm.base_url` is set.
+    #[error(
+        "no model endpoint: set DELTA_BASE_URL (or `llm.base_url` in agent.yaml) to your provider's \
+         OpenAI-compatible base URL, including /v1"
+    )]
+    Endpoint,
+}
+
+/// The agent's (or the environment's) OpenAI-compatible endpoint with its key.
+pub fn endpoint_target(
+    agent: &ResolvedAgent,
+    env: &BTreeMap<String, String>,
+) -> Result<LlmTarget, CliError> {
     let key_var = agent
         .llm
         .api_key_env
@@ -54,19 +105,11 @@ pub fn llm_target(
         .clone()
         .or_else(|| env.get("DELTA_BASE_URL").filter(|u| !u.is_empty()).cloned());
     match (key, base_url) {
-        (None, _) => Err(CliError::Config(format!(
-            "no API key: {key_var} is not set.\n\
-             Set it in the environment or in a .env file (workspace, agent folder or project root), e.g.\n  \
-             echo '{key_var}=sk-...' >> {}/.env\n\
-             and set DELTA_BASE_URL to your provider's OpenAI-compatible URL including /v1.\n\
-             To run offline with the built-in scripted model instead: --llm-script <script.yaml> (see docs/llm-script.md).",
-            agent.home.display()
-        ))),
-        (Some(_), None) => Err(CliError::Config(
-            "no model endpoint: set DELTA_BASE_URL (or `llm.base_url` in agent.yaml) to your provider's \
-             OpenAI-compatible base URL, including /v1"
-                .to_string(),
-        )),
+        (None, _) => Err(CliError::NoModel(NoModel::ApiKey {
+            key_var,
+            agent_home: agent.home.clone(),
+        })),
+        (Some(_), None) => Err(CliError::NoModel(NoModel::Endpoint)),
         (Some(key), Some(base_url)) => Ok(LlmTarget::Http(
             Endpoint::new(base_url, Some(key)).with_transport(transport(agent, env)?),
         )),

@@ -15,12 +15,12 @@ use delta_actors::plan::state::{
     OrchestrationState, OrchestrationStatus, OrchestrationSummary,
 };
 use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
-use delta_actors::{OrchestrationRequest, Supervisor};
+use delta_actors::{LlmTarget, OrchestrationRequest, Supervisor};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
-    interrupt, llm_target, parse_llm_timeout_arg, process_env, supervisor_config,
-    with_model_override, with_retry_override,
+    endpoint_target, interrupt, parse_llm_timeout_arg, process_env, script_path, scripted_model,
+    supervisor_config, with_model_override, with_retry_override,
 };
 use crate::commands::orchestrate_slurm::{
     dry_run_previews, run_check, slurm_settings, start_slurm, ExecutorArg,
@@ -107,7 +107,11 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         ));
     }
     if args.dry_run {
-        warn_without_model(args, &plan, &agents);
+        if let Some(id) = &args.resume {
+            // What the real resume checks first: the orchestration exists and is not driven.
+            check_resumable(&resume_workspace(args, &plan, id)?, id)?;
+        }
+        warn_without_model(args, &plan, &agents)?;
         let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| n as usize);
         let previews = match &slurm {
             Some(settings) => Some(dry_run_previews(&plan, settings, max_parallel)?),
@@ -133,14 +137,17 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     };
     let cwd = std::env::current_dir()?;
     let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())?;
+    // Loaded once for every agent: a broken script is reported once.
+    let scripted = scripted_model(&env.vars, args.llm_script.as_deref())?;
     let mut llm_by_agent = HashMap::new();
     let mut loaded = HashMap::new();
     for (path, agent) in agents {
         let agent = with_model_override(agent, &env.vars);
-        llm_by_agent.insert(
-            path.clone(),
-            llm_target(&agent, &env.vars, args.llm_script.as_deref())?,
-        );
+        let target = match &scripted {
+            Some(script) => LlmTarget::Scripted(script.clone()),
+            None => endpoint_target(&agent, &env.vars)?,
+        };
+        llm_by_agent.insert(path.clone(), target);
         loaded.insert(path, Arc::new(agent));
     }
     let Some(default_llm) = llm_by_agent.values().next().cloned() else {
@@ -149,12 +156,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             plan.file.display()
         )));
     };
-    let script = args.llm_script.clone().or_else(|| {
-        env.vars
-            .get("DELTA_LLM_SCRIPT")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    });
+    let script = script_path(&env.vars, args.llm_script.as_deref());
     let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
         usize::try_from(n).unwrap_or(usize::MAX)
     });
@@ -329,25 +331,51 @@ fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
     Ok(recorded_plan(ws, id)?)
 }
 
-/// `--dry-run` runs nothing, but a plan that could not reach a model would fail at its first
-/// run: say so now (on stderr), for each agent without a model.
+/// `--dry-run` runs nothing, but refuses (exit 126) what the real run would refuse before
+/// starting: a `.env` that does not parse, a missing or invalid `--llm-script` /
+/// `DELTA_LLM_SCRIPT` (reported once, not per agent), an invalid `DELTA_LLM_HTTP2` or
+/// `DELTA_RETRY_BASE_MS`. A missing API key or endpoint is only a warning per agent, so a
+/// plan can be checked on a machine that does not hold the key.
 fn warn_without_model(
     args: &OrchestrateArgs,
     plan: &ResolvedPlan,
     agents: &BTreeMap<PathBuf, ResolvedAgent>,
-) {
-    let Ok(cwd) = std::env::current_dir() else {
-        return;
-    };
+) -> Result<(), CliError> {
+    let cwd = std::env::current_dir()?;
     let workspace = args.work_dir.clone().or_else(|| plan.workspace.clone());
-    let Ok(env) = load_env_cascade(workspace.as_deref(), &plan.dir, &cwd, &process_env()) else {
-        return;
-    };
+    let env = load_env_cascade(workspace.as_deref(), &plan.dir, &cwd, &process_env())?;
+    with_retry_override(supervisor_config(1, 1), &env.vars)?;
+    if scripted_model(&env.vars, args.llm_script.as_deref())?.is_some() {
+        return Ok(());
+    }
     for agent in agents.values() {
         let agent = with_model_override(agent.clone(), &env.vars);
-        if let Err(e) = llm_target(&agent, &env.vars, args.llm_script.as_deref()) {
-            eprintln!("warning: agent {} has no model configured: {e}", agent.name);
+        match endpoint_target(&agent, &env.vars) {
+            Ok(_) => {}
+            Err(CliError::NoModel(missing)) => {
+                eprintln!("warning: agent {} has no model configured: {missing}", agent.name)
+            }
+            Err(other) => return Err(other),
         }
+    }
+    Ok(())
+}
+
+/// The workspace a `--resume` looks in (`-w`, the plan's `workspace:`, else the one of
+/// `<plan dir>/workspaces/*` holding the orchestration); nothing is created.
+fn resume_workspace(
+    args: &OrchestrateArgs,
+    plan: &ResolvedPlan,
+    id: &str,
+) -> Result<PathBuf, CliError> {
+    match (&args.work_dir, &plan.workspace) {
+        (Some(w), _) | (None, Some(w)) => Ok(w.clone()),
+        (None, None) => find_workspace(&plan.dir, id).ok_or_else(|| {
+            CliError::Config(format!(
+                "orchestration '{id}' not found under {}/workspaces; hint: pass its workspace with -w",
+                plan.dir.display()
+            ))
+        }),
     }
 }
 
@@ -373,15 +401,9 @@ fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, 
 /// The shared workspace, absolute. A new orchestration creates it; a resume needs it to
 /// exist already (creating an empty one would only hide a mistyped -w).
 fn workspace_for(args: &OrchestrateArgs, plan: &ResolvedPlan) -> Result<PathBuf, CliError> {
-    let chosen = match (&args.work_dir, &plan.workspace, &args.resume) {
-        (Some(w), _, _) => w.clone(),
-        (None, Some(w), _) => w.clone(),
-        (None, None, Some(id)) => find_workspace(&plan.dir, id).ok_or_else(|| {
-            CliError::Config(format!(
-                "orchestration '{id}' not found under {}/workspaces; hint: pass its workspace with -w",
-                plan.dir.display()
-            ))
-        })?,
+    let chosen = match (&args.resume, &args.work_dir, &plan.workspace) {
+        (Some(id), _, _) => resume_workspace(args, plan, id)?,
+        (None, Some(w), _) | (None, None, Some(w)) => w.clone(),
         (None, None, None) => next_plan_workspace(&plan.dir)?,
     };
     if args.resume.is_none() {

@@ -7,6 +7,7 @@ mod ask_human;
 mod continue_compat;
 mod continue_run;
 mod crash;
+mod dry_run_model;
 mod env_precedence;
 mod hangs;
 mod harness;
