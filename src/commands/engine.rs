@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use delta_actors::agent::{load_env_cascade, ResolvedAgent};
 use delta_actors::llm::{Endpoint, HttpTransport, Script};
@@ -214,11 +214,14 @@ pub fn with_retry_override(
 }
 
 /// Submits one run and drives it to its result, printing progress on stderr. The first
-/// SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED journaled).
+/// SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED journaled); see
+/// [`Interruption`]. `continue_flags` go into the `delta continue` command printed when a
+/// later signal forces the exit.
 pub fn drive_single(
     supervisor: &Supervisor,
     request: RunRequest,
     verbosity: Verbosity,
+    continue_flags: &[String],
 ) -> Result<RunResult, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -226,10 +229,14 @@ pub fn drive_single(
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async {
         let mut events = supervisor.subscribe();
+        let work_dir = request.work_dir.clone();
         let handle: RunHandle = supervisor.submit(request).await?;
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
-        let mut interrupted = false;
+        let mut interruption = Interruption::new(format!(
+            "the run left RUNNING is recovered by `{}`",
+            crate::output::hints::continue_command(&handle.run_id, &work_dir, continue_flags)
+        ));
         let wait = handle.wait();
         tokio::pin!(wait);
         let result = loop {
@@ -240,8 +247,8 @@ pub fn drive_single(
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => {}
                 },
-                _ = sigint.recv() => interrupt(supervisor, &mut interrupted, "SIGINT (Ctrl-C)"),
-                _ = sigterm.recv() => interrupt(supervisor, &mut interrupted, "SIGTERM"),
+                _ = sigint.recv() => interruption.on_signal(supervisor, "SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => interruption.on_signal(supervisor, "SIGTERM"),
             }
         };
         while let Ok(ev) = events.try_recv() {
@@ -300,14 +307,17 @@ pub fn run_inputs(
 }
 
 /// Drives one request in a one-run engine, prints its RunResult, returns the exit code.
+/// `continue_flags` (see [`model_flags`]) complete the `delta continue` commands the text
+/// result suggests.
 pub fn run_one(
     request: RunRequest,
     config: SupervisorConfig,
     verbosity: Verbosity,
     format: crate::output::Format,
+    continue_flags: &[String],
 ) -> Result<i32, CliError> {
     let supervisor = Supervisor::start(config)?;
-    let result = drive_single(&supervisor, request, verbosity)?;
+    let result = drive_single(&supervisor, request, verbosity, continue_flags)?;
     supervisor.shutdown();
     if let Some(error) = &result.error {
         let needed = super::open_files_baseline();
@@ -315,23 +325,55 @@ pub fn run_one(
             eprintln!("error: {explained}");
         }
     }
-    crate::output::run_result::print(&result, format);
+    crate::output::run_result::print(&result, format, continue_flags);
     Ok(result.exit_code())
 }
 
-/// First signal: every run stops at its next safe point (INTERRUPTED, resumable). Second
-/// signal: kill every tool process group now and exit 130 without waiting.
-pub fn interrupt(supervisor: &Supervisor, already: &mut bool, signal_name: &str) {
-    if *already {
-        supervisor.kill_running_tools();
-        eprintln!(
-            "interrupted again: exiting now (runs left RUNNING are recovered by `delta continue`)"
-        );
-        std::process::exit(130);
+/// How SIGINT / SIGTERM stop a command that drives runs.
+///
+/// The first signal stops every run at its next safe point (INTERRUPTED, resumable) and the
+/// command ends with its summary. A signal within [`Interruption::SAME_SIGNAL_WINDOW`] of
+/// the first is the same interruption: GNU `timeout` and a terminal's Ctrl-C signal the
+/// process and then its group, so one Ctrl-C often arrives twice within microseconds, and
+/// used to skip the summary and the resume hint. A later signal kills every tool process
+/// group now and exits 130 at once, printing `exit_hint` (the command that picks the work
+/// up again).
+pub struct Interruption {
+    first: Option<Instant>,
+    exit_hint: String,
+}
+
+impl Interruption {
+    /// Signals closer than this to the first one are taken as the same Ctrl-C.
+    pub const SAME_SIGNAL_WINDOW: Duration = Duration::from_secs(1);
+
+    /// No signal yet; `exit_hint` is printed if a later signal forces the exit.
+    pub fn new(exit_hint: impl Into<String>) -> Interruption {
+        Interruption {
+            first: None,
+            exit_hint: exit_hint.into(),
+        }
     }
-    *already = true;
-    eprintln!("interrupted by {signal_name}: stopping runs at their next safe point (again to exit at once)");
-    supervisor.cancel_all(&format!("interrupted by {signal_name}"));
+
+    /// Handles one SIGINT or SIGTERM (`signal_name` is how stderr names it).
+    pub fn on_signal(&mut self, supervisor: &Supervisor, signal_name: &str) {
+        match self.first {
+            None => {
+                self.first = Some(Instant::now());
+                eprintln!(
+                    "interrupted by {signal_name}: stopping runs at their next safe point (again, \
+                     a second later, to exit at once)"
+                );
+                supervisor.cancel_all(&format!("interrupted by {signal_name}"));
+            }
+            Some(first) if first.elapsed() < Self::SAME_SIGNAL_WINDOW => {}
+            Some(_) => {
+                supervisor.kill_running_tools();
+                eprintln!("interrupted again: exiting now; {}", self.exit_hint);
+                std::process::exit(130);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,14 +18,16 @@ use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, Resol
 use delta_actors::{LlmTarget, OrchestrationRequest, Supervisor};
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::commands::engine::Interruption;
 use crate::commands::engine::{
-    endpoint_target, interrupt, parse_llm_timeout_arg, process_env, script_path, scripted_model,
+    endpoint_target, parse_llm_timeout_arg, process_env, script_path, scripted_model,
     supervisor_config, with_model_override, with_retry_override,
 };
 use crate::commands::orchestrate_slurm::{
     dry_run_previews, run_check, slurm_settings, start_slurm, ExecutorArg,
 };
 use crate::error::CliError;
+use crate::output::hints::program_for_hints;
 use crate::output::orchestration::{print_dry_run, print_summary, Progress};
 use crate::output::Format;
 
@@ -184,36 +186,38 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         None => None,
     };
     let supervisor = Supervisor::start(config)?;
-    let plan_file = plan.file.clone();
+    // Known before anything runs: recorded with the start (for `list-orchestrations`) and
+    // printed on a forced exit as well as under an interrupted summary.
+    let resume_argv = resume_command(&ResumeParts {
+        plan: &plan.file,
+        id: &id,
+        workspace: &workspace,
+        script: script.as_deref(),
+        max_parallel: args.max_parallel,
+        llm_timeout: args.llm_timeout,
+        executor: args.executor,
+        cwd: &cwd,
+    });
+    let resume_hint = shell_words::join(&resume_argv);
     let mut request =
         OrchestrationRequest::new(Arc::new(plan), id.clone(), &workspace, default_llm)
             .with_agents(loaded)
             .with_llm_by_agent(llm_by_agent)
             .with_env(Arc::new(env.vars))
-            .with_max_parallel(max_parallel);
+            .with_max_parallel(max_parallel)
+            .with_resume_command(resume_argv);
     if let Some(slurm) = &slurm_run {
         request = request.with_executor(slurm.executor.clone());
     }
     if args.resume.is_some() {
         request = request.resuming();
     }
-    let summary = drive(&supervisor, request)?;
+    let summary = drive(&supervisor, request, &resume_hint)?;
     supervisor.shutdown();
     if let Some(slurm_run) = slurm_run {
         slurm_run.relay.stop();
     }
-    let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then(|| {
-        resume_command(&ResumeParts {
-            plan: &plan_file,
-            id: &id,
-            workspace: &workspace,
-            script: script.as_deref(),
-            max_parallel: args.max_parallel,
-            llm_timeout: args.llm_timeout,
-            executor: args.executor,
-            cwd: &cwd,
-        })
-    });
+    let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then_some(resume_hint);
     print_summary(&summary, args.format, resume_hint.as_deref());
     Ok(summary.exit_code())
 }
@@ -230,19 +234,14 @@ struct ResumeParts<'a> {
     cwd: &'a Path,
 }
 
-/// The command that resumes this orchestration, quoted for a POSIX shell, runnable from
-/// any folder: the program as it was invoked (absolute when invoked by a path), the plan,
-/// `--resume`, `-w`, and the flags the plan cannot supply (`--llm-script`,
-/// `--max-parallel`, `--llm-timeout`). Vars need no flag: a resume reads the ones saved at the start.
-fn resume_command(parts: &ResumeParts<'_>) -> String {
+/// The command (argv) that resumes this orchestration, runnable from any folder: the
+/// program as it was invoked (absolute when invoked by a path), the plan, `--resume`, `-w`,
+/// and the flags the plan cannot supply (`--llm-script`, `--max-parallel`,
+/// `--llm-timeout`). Vars need no flag: a resume reads the ones saved at the start.
+fn resume_command(parts: &ResumeParts<'_>) -> Vec<String> {
     let absolute = |path: &Path| parts.cwd.join(path).to_string_lossy().into_owned();
-    let program = std::env::args_os()
-        .next()
-        .map(PathBuf::from)
-        .filter(|argv0| argv0.components().count() > 1)
-        .map_or_else(|| "delta".to_owned(), |argv0| absolute(&argv0));
     let mut argv = vec![
-        program,
+        program_for_hints(parts.cwd),
         "orchestrate".to_owned(),
         absolute(parts.plan),
         "--resume".to_owned(),
@@ -265,12 +264,15 @@ fn resume_command(parts: &ResumeParts<'_>) -> String {
     if parts.executor == Some(ExecutorArg::Slurm) {
         argv.extend(["--executor".to_owned(), "slurm".to_owned()]);
     }
-    shell_words::join(argv)
+    argv
 }
 
+/// Drives the orchestration to its summary, with progress on stderr; SIGINT / SIGTERM
+/// interrupt it (see [`Interruption`]; a forced exit prints `resume_hint`).
 fn drive(
     supervisor: &Supervisor,
     request: OrchestrationRequest,
+    resume_hint: &str,
 ) -> Result<OrchestrationSummary, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -287,7 +289,9 @@ fn drive(
         let mut handle = handle;
         let fresh = handle.events.resubscribe();
         let mut events = std::mem::replace(&mut handle.events, fresh);
-        let mut interrupted = false;
+        let mut interruption = Interruption::new(format!(
+            "its runs left RUNNING are taken over by the resume; Resume with: {resume_hint}"
+        ));
         let wait = handle.wait();
         tokio::pin!(wait);
         let summary = loop {
@@ -295,8 +299,8 @@ fn drive(
                 s = &mut wait => break s,
                 ev = events.recv() => if let Ok(ev) = ev { progress.on_event(&ev) },
                 _ = tick.tick() => progress.tick(),
-                _ = sigint.recv() => interrupt(supervisor, &mut interrupted, "SIGINT (Ctrl-C)"),
-                _ = sigterm.recv() => interrupt(supervisor, &mut interrupted, "SIGTERM"),
+                _ = sigint.recv() => interruption.on_signal(supervisor, "SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => interruption.on_signal(supervisor, "SIGTERM"),
             }
         };
         while let Ok(ev) = events.try_recv() {
@@ -353,7 +357,10 @@ fn warn_without_model(
         match endpoint_target(&agent, &env.vars) {
             Ok(_) => {}
             Err(CliError::NoModel(missing)) => {
-                eprintln!("warning: agent {} has no model configured: {missing}", agent.name)
+                eprintln!(
+                    "warning: agent {} has no model configured: {missing}",
+                    agent.name
+                )
             }
             Err(other) => return Err(other),
         }

@@ -57,6 +57,10 @@ fn orchestrate(dir: &Path, dry_run: bool, extra: &[&str], env: &[(&str, &str)]) 
     }
 }
 
+/// What a case changes (a description, extra arguments, environment) and a word its error
+/// names.
+type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn dry_run_refuses_every_model_setting_the_real_run_refuses_and_says_it_once() {
     let dir = plan_dir();
@@ -67,7 +71,7 @@ fn dry_run_refuses_every_model_setting_the_real_run_refuses_and_says_it_once() {
         "steps: [{ answer: \"{{ task | lenght }}\" }]\n",
     )
     .unwrap();
-    let cases: [(&str, &[&str], &[(&str, &str)], &str); 5] = [
+    let cases: [Case; 5] = [
         (
             "missing --llm-script",
             &["--llm-script", "missing.yaml"],
@@ -105,11 +109,19 @@ fn dry_run_refuses_every_model_setting_the_real_run_refuses_and_says_it_once() {
     ];
     for (what, extra, env, needle) in cases {
         let real = orchestrate(root, false, extra, env);
-        assert_eq!(real.code, Some(126), "{what}: the real run\n{}", real.stderr);
+        assert_eq!(
+            real.code,
+            Some(126),
+            "{what}: the real run\n{}",
+            real.stderr
+        );
         let dry = orchestrate(root, true, extra, env);
         assert_eq!(dry.code, Some(126), "{what}: --dry-run\n{}", dry.stderr);
         assert_eq!(
-            dry.stderr.lines().filter(|line| line.contains(needle)).count(),
+            dry.stderr
+                .lines()
+                .filter(|line| line.contains(needle))
+                .count(),
             1,
             "{what}: the error once:\n{}",
             dry.stderr
@@ -156,8 +168,9 @@ fn dry_run_without_an_api_key_warns_per_agent_and_passes() {
     assert_eq!(dry.code, Some(0), "{}", dry.stderr);
     for agent in ["one", "two"] {
         assert!(
-            dry.stderr
-                .contains(&format!("warning: agent {agent} has no model configured: no API key")),
+            dry.stderr.contains(&format!(
+                "warning: agent {agent} has no model configured: no API key"
+            )),
             "{}",
             dry.stderr
         );

@@ -20,6 +20,7 @@ mod orchestrate_crash;
 mod orchestrate_interrupt;
 mod path_ids;
 mod relay;
+mod resume_hints;
 mod run;
 mod run_env;
 mod run_lock;
