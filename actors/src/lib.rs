@@ -55,6 +55,7 @@ mod runtime;
 pub(crate) mod serve;
 pub mod session;
 pub(crate) mod template_bounds;
+pub(crate) mod template_names;
 pub mod tool;
 pub mod workspace;
 pub(crate) mod yaml;

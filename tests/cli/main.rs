@@ -30,5 +30,6 @@ mod serve;
 mod sessions;
 mod sessions_pty;
 mod slurm;
+mod template_checks;
 mod tool_spawner;
 mod unwritable;
