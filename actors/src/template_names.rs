@@ -174,6 +174,8 @@ fn has(env: &Environment<'_>, kind: NameKind, name: &str) -> bool {
 }
 
 /// Every filter and test name `source` calls, in order, with where it is.
+// `SyntaxConfig` is a unit struct only while minijinja's `custom_syntax` feature is off.
+#[allow(clippy::default_constructed_unit_structs)]
 fn called_names(source: &str) -> Vec<(NameKind, String, std::ops::Range<usize>)> {
     let (tokens, spans): (Vec<Token<'_>>, Vec<std::ops::Range<usize>>) = tokenize(
         source,
