@@ -2,7 +2,8 @@
 //! filter or test (`| lenght`) in a stage that reads earlier stages' results passed
 //! `--dry-run` and failed only after every upstream run had been paid for. It is refused at
 //! load (exit 126, naming the plan, the key and the closest filter), before any run starts.
-//! The scripted model's template errors name the unknown variable or filter.
+//! The scripted model's template errors name the unknown variable or filter; its YAML
+//! errors say "tab" for a tab and list a key's choices in words (item 22).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -89,6 +90,18 @@ fn scripted_model_template_errors_name_the_variable_and_the_filter() {
                 "`{{ task | lenght }}`",
                 "unknown filter `lenght` (did you mean `length`?)",
             ][..],
+        ),
+        // Item 22: a tab says "tab", and serde's field complaint is said in words.
+        (
+            "steps:\n\t- answer: hi\n",
+            &[
+                "line 2 column 1: a tab character",
+                "replace the tab with spaces",
+            ][..],
+        ),
+        (
+            "steps: [{ anwser: hi }]\n",
+            &["unknown key `anwser`; the keys here are: "][..],
         ),
     ] {
         std::fs::write(root.join("script.yaml"), script).unwrap();

@@ -40,13 +40,16 @@ pub enum AgentError {
         hint: String,
     },
 
-    /// A YAML file does not parse. `message` carries serde_yaml's line and column.
-    #[error("`{}` is not valid YAML: {message}\n  hint: check the indentation and quoting at that line", file.display())]
+    /// A YAML file does not parse. `message` carries the line and column (a tab in the
+    /// indentation is named as such).
+    #[error("`{}` is not valid YAML: {message}\n  hint: {hint}", file.display())]
     Yaml {
         /// The file.
         file: PathBuf,
         /// The parser's complaint, with line and column.
         message: String,
+        /// How to fix it.
+        hint: String,
     },
 
     /// `context.yaml` is missing: the message carries the ready-to-paste default recipe.

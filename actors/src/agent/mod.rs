@@ -99,9 +99,17 @@ const CONFIG_NAMES: [&str; 2] = ["agent.yaml", "config.yaml"];
 pub(crate) fn read_yaml(file: &Path) -> Result<serde_yaml::Value, AgentError> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| AgentError::io(file, e, "check that the file exists and is readable UTF-8"))?;
-    serde_yaml::from_str(&text).map_err(|e| AgentError::Yaml {
-        file: file.to_path_buf(),
-        message: e.to_string(),
+    serde_yaml::from_str(&text).map_err(|e| {
+        let syntax = crate::yaml::syntax_error(&text, &e);
+        AgentError::Yaml {
+            file: file.to_path_buf(),
+            hint: if syntax.tab {
+                crate::yaml::TAB_HINT.to_owned()
+            } else {
+                "check the indentation and quoting at that line".to_owned()
+            },
+            message: syntax.to_string(),
+        }
     })
 }
 

@@ -65,9 +65,15 @@ impl Script {
                     message: "the script must be a mapping with `rules:` or `steps:`".to_owned(),
                 };
             }
+            let syntax = crate::yaml::syntax_error(text, &e);
+            let message = if syntax.tab {
+                format!("{syntax} ({})", crate::yaml::TAB_HINT)
+            } else {
+                crate::yaml::serde_message_in_words(&e.to_string())
+            };
             ScriptError::Parse {
                 origin: origin.to_owned(),
-                message: e.to_string(),
+                message,
             }
         })?;
         Loader::new(origin).script(raw)
