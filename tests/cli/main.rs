@@ -30,6 +30,7 @@ mod serve;
 mod sessions;
 mod sessions_pty;
 mod slurm;
+mod strict_agents;
 mod template_checks;
 mod tool_spawner;
 mod unwritable;
