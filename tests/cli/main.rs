@@ -19,6 +19,7 @@ mod orchestrate_bad_plans;
 mod orchestrate_crash;
 mod orchestrate_interrupt;
 mod path_ids;
+mod readme_commands;
 mod relay;
 mod resume_hints;
 mod run;
