@@ -17,10 +17,6 @@ use delta_actors::EngineError;
 /// A failed command. Every message is complete and user-facing (file, key, hint).
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// No model endpoint or key is configured (exit 126; a warning under
-    /// `orchestrate --dry-run`).
-    #[error(transparent)]
-    NoModel(#[from] crate::commands::engine::NoModel),
     /// The agent or another configuration file is invalid, in the CLI's own words (exit
     /// 126, spec §2.6.5).
     #[error("{0}")]
@@ -31,6 +27,26 @@ pub enum CliError {
     /// Anything that went wrong while doing the work, in the CLI's own words (exit 1).
     #[error("{0}")]
     Runtime(String),
+    /// No API key for an agent's model endpoint (exit 126). Where to put it depends on
+    /// where the runs execute: with `--executor slurm` only the orchestrating process's
+    /// environment, since the jobs read the `.env` files of the shared folders.
+    #[error("{}", no_api_key_text(key_var, agent_home, *slurm))]
+    NoApiKey {
+        /// The variable the agent reads its key from (`DELTA_API_KEY` unless
+        /// `llm.api_key_env` says).
+        key_var: String,
+        /// The agent's folder.
+        agent_home: PathBuf,
+        /// The runs are Slurm jobs (`--executor slurm`).
+        slurm: bool,
+    },
+    /// No model endpoint: neither `DELTA_BASE_URL` nor the agent's `llm.base_url` is set
+    /// (exit 126; like [`CliError::NoApiKey`], a warning under `orchestrate --dry-run`).
+    #[error(
+        "no model endpoint: set DELTA_BASE_URL (or `llm.base_url` in agent.yaml) to your \
+         provider's OpenAI-compatible base URL, including /v1"
+    )]
+    NoEndpoint,
     /// The agent folder is invalid (exit 126).
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -77,17 +93,60 @@ pub enum CliError {
     Io(#[from] std::io::Error),
 }
 
+/// The text of [`CliError::NoApiKey`]: where the key goes, and the offline alternative.
+fn no_api_key_text(key_var: &str, agent_home: &std::path::Path, slurm: bool) -> String {
+    if slurm {
+        return format!(
+            "no API key: {key_var} is not set.\n\
+             With --executor slurm, set it in the environment of this `delta orchestrate` only, e.g.\n  \
+             export {key_var}=sk-...\n\
+             with DELTA_BASE_URL set to your provider's OpenAI-compatible URL including /v1: the relay \
+             of the orchestrating process makes the jobs' model calls with it, so the key never \
+             reaches a node. Not in a .env file on the shared filesystem (workspace, plan or agent \
+             folder, project root): the jobs can read those.\n\
+             To try it offline with the built-in scripted model instead: --llm-script <script.yaml> \
+             (the relay serves it to the jobs; see docs/llm-script.md)."
+        );
+    }
+    format!(
+        "no API key: {key_var} is not set.\n\
+         Set it in the environment or in a .env file (workspace, agent folder or project root), e.g.\n  \
+         echo '{key_var}=sk-...' >> {}/.env\n\
+         and set DELTA_BASE_URL to your provider's OpenAI-compatible URL including /v1.\n\
+         To run offline with the built-in scripted model instead: --llm-script <script.yaml> (see docs/llm-script.md).",
+        agent_home.display()
+    )
+}
+
 impl CliError {
     pub const CONFIG_EXIT: u8 = 126;
     pub const USAGE_EXIT: u8 = 2;
     pub const RUNTIME_EXIT: u8 = 1;
+
+    /// The same error as `delta orchestrate --executor slurm` words it (a missing key is
+    /// set on the orchestrating host only).
+    pub fn under_slurm(self) -> CliError {
+        match self {
+            CliError::NoApiKey {
+                key_var,
+                agent_home,
+                ..
+            } => CliError::NoApiKey {
+                key_var,
+                agent_home,
+                slurm: true,
+            },
+            other => other,
+        }
+    }
 
     /// The process exit code for this failure: the one place that decides it.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) => Self::USAGE_EXIT,
             CliError::Config(_)
-            | CliError::NoModel(_)
+            | CliError::NoApiKey { .. }
+            | CliError::NoEndpoint
             | CliError::Agent(_)
             | CliError::StageAgent { .. }
             | CliError::Plan(_)

@@ -26,19 +26,6 @@ pub fn process_env() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Chooses where model calls go: `--llm-script`/`DELTA_LLM_SCRIPT` (offline), else the
-/// agent's or the environment's OpenAI-compatible endpoint with its key.
-pub fn llm_target(
-    agent: &ResolvedAgent,
-    env: &BTreeMap<String, String>,
-    script: Option<&Path>,
-) -> Result<LlmTarget, CliError> {
-    match scripted_model(env, script)? {
-        Some(script) => Ok(LlmTarget::Scripted(script)),
-        None => endpoint_target(agent, env),
-    }
-}
-
 /// The scripted model's script file: `--llm-script`, else `DELTA_LLM_SCRIPT` (after the
 /// `.env` cascade), else none.
 pub fn script_path(env: &BTreeMap<String, String>, script: Option<&Path>) -> Option<PathBuf> {
@@ -60,39 +47,16 @@ pub fn scripted_model(
         .transpose()
 }
 
-/// Why no model endpoint can be reached: a missing setting, which `delta orchestrate
-/// --dry-run` reports as a warning (a plan may be checked on a machine without the key) and
-/// every real run as a configuration error.
-#[derive(Debug, thiserror::Error)]
-pub enum NoModel {
-    /// The agent's key variable is unset or empty.
-    #[error(
-        "no API key: {key_var} is not set.\n\
-         Set it in the environment or in a .env file (workspace, agent folder or project root), e.g.\n  \
-         echo '{key_var}=sk-...' >> {}/.env\n\
-         and set DELTA_BASE_URL to your provider's OpenAI-compatible URL including /v1.\n\
-         To run offline with the built-in scripted model instead: --llm-script <script.yaml> (see docs/llm-script.md).",
-        agent_home.display()
-    )]
-    ApiKey {
-        /// `DELTA_API_KEY` or the agent's `llm.api_key_env`.
-        key_var: String,
-        /// The agent's folder, where a `.env` may hold the key.
-        agent_home: PathBuf,
-    },
-    /// Neither `DELTA_BASE_URL` nor `llm.base_url` is set.
-    #[error(
-        "no model endpoint: set DELTA_BASE_URL (or `llm.base_url` in agent.yaml) to your provider's \
-         OpenAI-compatible base URL, including /v1"
-    )]
-    Endpoint,
-}
-
-/// The agent's (or the environment's) OpenAI-compatible endpoint with its key.
-pub fn endpoint_target(
+/// Chooses where model calls go: `--llm-script`/`DELTA_LLM_SCRIPT` (offline), else the
+/// agent's or the environment's OpenAI-compatible endpoint with its key.
+pub fn llm_target(
     agent: &ResolvedAgent,
     env: &BTreeMap<String, String>,
+    script: Option<&Path>,
 ) -> Result<LlmTarget, CliError> {
+    if let Some(script) = scripted_model(env, script)? {
+        return Ok(LlmTarget::Scripted(script));
+    }
     let key_var = agent
         .llm
         .api_key_env
@@ -105,11 +69,12 @@ pub fn endpoint_target(
         .clone()
         .or_else(|| env.get("DELTA_BASE_URL").filter(|u| !u.is_empty()).cloned());
     match (key, base_url) {
-        (None, _) => Err(CliError::NoModel(NoModel::ApiKey {
+        (None, _) => Err(CliError::NoApiKey {
             key_var,
             agent_home: agent.home.clone(),
-        })),
-        (Some(_), None) => Err(CliError::NoModel(NoModel::Endpoint)),
+            slurm: false,
+        }),
+        (Some(_), None) => Err(CliError::NoEndpoint),
         (Some(key), Some(base_url)) => Ok(LlmTarget::Http(
             Endpoint::new(base_url, Some(key)).with_transport(transport(agent, env)?),
         )),

@@ -18,10 +18,9 @@ use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, Resol
 use delta_actors::{LlmTarget, OrchestrationRequest, Supervisor};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::commands::engine::Interruption;
 use crate::commands::engine::{
-    endpoint_target, parse_llm_timeout_arg, process_env, script_path, scripted_model,
-    supervisor_config, with_model_override, with_retry_override,
+    llm_target, parse_llm_timeout_arg, process_env, script_path, scripted_model, supervisor_config,
+    with_model_override, with_retry_override, Interruption,
 };
 use crate::commands::orchestrate_slurm::{
     dry_run_previews, run_check, slurm_settings, start_slurm, ExecutorArg,
@@ -113,7 +112,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             // What the real resume checks first: the orchestration exists and is not driven.
             check_resumable(&resume_workspace(args, &plan, id)?, id)?;
         }
-        warn_without_model(args, &plan, &agents)?;
+        warn_without_model(args, &plan, &agents, slurm.is_some())?;
         let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| n as usize);
         let previews = match &slurm {
             Some(settings) => Some(dry_run_previews(&plan, settings, max_parallel)?),
@@ -147,7 +146,13 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         let agent = with_model_override(agent, &env.vars);
         let target = match &scripted {
             Some(script) => LlmTarget::Scripted(script.clone()),
-            None => endpoint_target(&agent, &env.vars)?,
+            None => llm_target(&agent, &env.vars, None).map_err(|e| {
+                if slurm.is_some() {
+                    e.under_slurm()
+                } else {
+                    e
+                }
+            })?,
         };
         llm_by_agent.insert(path.clone(), target);
         loaded.insert(path, Arc::new(agent));
@@ -344,6 +349,7 @@ fn warn_without_model(
     args: &OrchestrateArgs,
     plan: &ResolvedPlan,
     agents: &BTreeMap<PathBuf, ResolvedAgent>,
+    slurm: bool,
 ) -> Result<(), CliError> {
     let cwd = std::env::current_dir()?;
     let workspace = args.work_dir.clone().or_else(|| plan.workspace.clone());
@@ -354,9 +360,12 @@ fn warn_without_model(
     }
     for agent in agents.values() {
         let agent = with_model_override(agent.clone(), &env.vars);
-        match endpoint_target(&agent, &env.vars) {
+        match llm_target(&agent, &env.vars, None) {
             Ok(_) => {}
-            Err(CliError::NoModel(missing)) => {
+            Err(mut missing @ (CliError::NoApiKey { .. } | CliError::NoEndpoint)) => {
+                if slurm {
+                    missing = missing.under_slurm();
+                }
                 eprintln!(
                     "warning: agent {} has no model configured: {missing}",
                     agent.name
