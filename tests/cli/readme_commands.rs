@@ -6,9 +6,12 @@
 //! the rules in [`SKIPS`], each with its reason, and said so on stderr.
 //!
 //! The copy holds README.md and `examples/` without any `workspaces/` folder (git ignores
-//! them, so a fresh clone has none). Commands run in README order, through `sh -c` (so
-//! `&&` chains and `# comments` work as in a terminal), with the built `delta` first on
-//! PATH and no model setting in the environment.
+//! them, so a fresh clone has none), and `target/release/` holding links to the binaries
+//! this test run built (what `cargo build --release` leaves there). Commands run in README
+//! order, through `sh -c` (so `&&` chains and `# comments` work as in a terminal), with the
+//! built `delta` first on PATH and no model setting in the environment. In a chain such as
+//! `cargo build --release && target/release/delta orchestrate ...`, the `delta` parts run
+//! (the build is this test's own).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -69,14 +72,22 @@ fn command_words(line: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Whether a command's program is delta: `delta` on PATH, or a path to it
+/// (`target/release/delta`).
+fn is_delta(part: &str) -> bool {
+    command_words(part)
+        .first()
+        .is_some_and(|program| *program == "delta" || program.ends_with("/delta"))
+}
+
 /// Whether `delta <sub>` is one of the commands of the line (`&&` chains included).
 fn runs_subcommand(line: &str, sub: &str) -> bool {
     line.split("&&")
-        .any(|part| command_words(part).get(..2) == Some(&["delta", sub][..]))
+        .any(|part| is_delta(part) && command_words(part).get(1) == Some(&sub))
 }
 
-/// Every command line of README's `sh`/`bash`/`shell` code blocks that starts with `delta`
-/// (after `VAR=value` assignments), with `\`-continued lines joined.
+/// The `delta` commands of every line of README's `sh`/`bash`/`shell` code blocks (after
+/// `VAR=value` assignments; `\`-continued lines joined; of an `&&` chain, its delta parts).
 fn readme_commands(readme: &str) -> Vec<String> {
     let mut commands = Vec::new();
     let mut in_shell_block = false;
@@ -97,8 +108,15 @@ fn readme_commands(readme: &str) -> Vec<String> {
         }
         let full = format!("{pending}{line}");
         pending.clear();
-        if command_words(&full).first() == Some(&"delta") {
-            commands.push(full);
+        let delta_parts: Vec<&str> = full.split("&&").filter(|part| is_delta(part)).collect();
+        if !delta_parts.is_empty() {
+            commands.push(
+                delta_parts
+                    .iter()
+                    .map(|part| part.trim())
+                    .collect::<Vec<_>>()
+                    .join(" && "),
+            );
         }
     }
     commands
@@ -132,6 +150,11 @@ fn every_delta_command_of_the_readme_runs_as_written_on_a_fresh_copy() {
     let home = clone.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let bin_dir = crate::harness::delta_exe().parent().unwrap().to_path_buf();
+    let release = root.join("target/release");
+    std::fs::create_dir_all(&release).unwrap();
+    for program in ["delta", "delta-sessions", "delta-sessions-pty"] {
+        std::os::unix::fs::symlink(bin_dir.join(program), release.join(program)).unwrap();
+    }
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin_dir.display());
     let logs = clone.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
@@ -174,7 +197,7 @@ fn every_delta_command_of_the_readme_runs_as_written_on_a_fresh_copy() {
 
 #[test]
 fn the_extraction_finds_shell_commands_only_and_the_skip_rules_say_why() {
-    let readme = "text `delta run` inline\n```sh\n# comment\ncargo build\ndelta run -m \"x\" \\\n  --llm-script s.yaml\nDELTA_SERVE_TOKEN=t delta serve --listen 127.0.0.1:0\ndelta init demo && delta tool expand demo   # two\n```\n```\ndelta (CLI, src/) --uses--> delta-actors\n```\n";
+    let readme = "text `delta run` inline\n```sh\n# comment\ncargo build\ndelta run -m \"x\" \\\n  --llm-script s.yaml\nDELTA_SERVE_TOKEN=t delta serve --listen 127.0.0.1:0\ndelta init demo && delta tool expand demo   # two\ncargo build --release && target/release/delta orchestrate p.yaml --dry-run\n```\n```\ndelta (CLI, src/) --uses--> delta-actors\n```\n";
     let commands = readme_commands(readme);
     assert_eq!(
         commands,
@@ -182,6 +205,7 @@ fn the_extraction_finds_shell_commands_only_and_the_skip_rules_say_why() {
             "delta run -m \"x\" --llm-script s.yaml",
             "DELTA_SERVE_TOKEN=t delta serve --listen 127.0.0.1:0",
             "delta init demo && delta tool expand demo   # two",
+            "target/release/delta orchestrate p.yaml --dry-run",
         ]
     );
     let skipped = |command: &str| SKIPS.iter().any(|skip| (skip.applies)(command));
