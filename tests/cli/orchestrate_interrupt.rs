@@ -248,5 +248,19 @@ fn two_sigints_within_a_second_are_one_ctrl_c_and_the_summary_still_prints() {
         .unwrap_or_else(|e| panic!("no summary on stdout ({e}):\n{}", out.stderr));
     assert_eq!(summary["status"], "INTERRUPTED");
     assert_eq!(counts(&summary["totals"]), (5, 2, 0, 2, 1));
-    assert!(out.stderr.contains("Resume with: "), "{}", out.stderr);
+    let hint = out
+        .stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("Resume with: "))
+        .unwrap_or_else(|| panic!("no resume hint in\n{}", out.stderr));
+    // The workspace's listing prints the same command.
+    let listed = delta_in(root)
+        .args(["list-orchestrations", "-w", "ws"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        table.contains(&format!("resume it with `{hint}`")),
+        "{hint}\n{table}"
+    );
 }

@@ -214,7 +214,12 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
         }
     }
     if listing.status == ListedStatus::Interrupted {
-        listing.resume_command = Some(journal.resume_command(&listing.orchestration_id));
+        let command = journal.resume_command(&listing.orchestration_id);
+        // Stopped by Ctrl-C (the killed case above says more): the note is the command.
+        listing
+            .error
+            .get_or_insert_with(|| format!("resume it with `{command}`"));
+        listing.resume_command = Some(command);
     }
     listing
 }
