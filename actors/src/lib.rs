@@ -59,6 +59,7 @@ pub(crate) mod template_names;
 pub mod tool;
 pub mod workspace;
 pub(crate) mod yaml;
+pub(crate) mod yaml_errors;
 
 pub use api::{OrchestrationHandle, RunHandle, SessionManager, Supervisor};
 pub use protocol::{

@@ -103,11 +103,11 @@ pub(crate) fn read_yaml(file: &Path) -> Result<serde_yaml::Value, AgentError> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| AgentError::io(file, e, "check that the file exists and is readable UTF-8"))?;
     serde_yaml::from_str(&text).map_err(|e| {
-        let syntax = crate::yaml::syntax_error(&text, &e);
+        let syntax = crate::yaml_errors::syntax_error(&text, &e);
         AgentError::Yaml {
             file: file.to_path_buf(),
             hint: if syntax.tab {
-                crate::yaml::TAB_HINT.to_owned()
+                crate::yaml_errors::TAB_HINT.to_owned()
             } else {
                 "check the indentation and quoting at that line".to_owned()
             },

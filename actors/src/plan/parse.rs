@@ -100,13 +100,13 @@ fn is_stage_id(id: &str) -> bool {
 
 /// Text that is not YAML at all: the position once, a tab named as such.
 fn syntax_error(path: &Path, text: &str, error: &serde_yaml::Error) -> PlanError {
-    let syntax = crate::yaml::syntax_error(text, error);
+    let syntax = crate::yaml_errors::syntax_error(text, error);
     PlanError::invalid(
         path,
         syntax.position.unwrap_or_else(|| "<document>".to_owned()),
         syntax.message,
         if syntax.tab {
-            crate::yaml::TAB_HINT
+            crate::yaml_errors::TAB_HINT
         } else {
             "plan.yaml is a YAML mapping with `stages:` (a list of {id, message, ...})"
         },
@@ -128,7 +128,7 @@ fn yaml_error(path: &Path, document: &serde_yaml::Value, error: &serde_yaml::Err
                 || "<document>".to_owned(),
                 |location| format!("line {} column {}", location.line(), location.column()),
             ),
-            crate::yaml::serde_message_in_words(&text),
+            crate::yaml_errors::serde_message_in_words(&text),
             "plan.yaml is a YAML mapping with `stages:` (a list of {id, message, ...})",
         ),
     }
@@ -169,7 +169,10 @@ fn readable_serde_message(message: &str) -> String {
     } else if let Some(number) = too_large_number(message) {
         format!("the number {number} is too large{location}")
     } else {
-        format!("{}{location}", crate::yaml::serde_message_in_words(message))
+        format!(
+            "{}{location}",
+            crate::yaml_errors::serde_message_in_words(message)
+        )
     }
 }
 

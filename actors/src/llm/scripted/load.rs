@@ -65,11 +65,11 @@ impl Script {
                     message: "the script must be a mapping with `rules:` or `steps:`".to_owned(),
                 };
             }
-            let syntax = crate::yaml::syntax_error(text, &e);
+            let syntax = crate::yaml_errors::syntax_error(text, &e);
             let message = if syntax.tab {
-                format!("{syntax} ({})", crate::yaml::TAB_HINT)
+                format!("{syntax} ({})", crate::yaml_errors::TAB_HINT)
             } else {
-                crate::yaml::serde_message_in_words(&e.to_string())
+                crate::yaml_errors::serde_message_in_words(&e.to_string())
             };
             ScriptError::Parse {
                 origin: origin.to_owned(),
