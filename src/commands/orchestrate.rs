@@ -108,9 +108,18 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         ));
     }
     if args.dry_run {
-        if let Some(id) = &args.resume {
+        match (
+            &args.resume,
+            args.work_dir.as_ref().or(plan.workspace.as_ref()),
+        ) {
             // What the real resume checks first: the orchestration exists and is not driven.
-            check_resumable(&resume_workspace(args, &plan, id)?, id)?;
+            (Some(id), _) => {
+                check_resumable(&resume_workspace(args, &plan, id)?, id)?;
+            }
+            (None, Some(chosen)) => workspace_creatable(chosen).map_err(|e| {
+                CliError::Config(format!("cannot create workspace {}: {e}", chosen.display()))
+            })?,
+            (None, None) => {}
         }
         warn_without_model(args, &plan, &agents, slurm.is_some())?;
         let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| n as usize);
@@ -412,6 +421,36 @@ fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, 
         agents.insert(stage.agent.clone(), agent);
     }
     Ok(agents)
+}
+
+/// Whether [`workspace_for`] could create `path` (`--dry-run` creates nothing): it is a
+/// folder already, or its nearest existing ancestor is a folder this user may write to.
+/// The error is the one the creation would meet.
+fn workspace_creatable(path: &Path) -> std::io::Result<()> {
+    let mut existing = path;
+    loop {
+        match std::fs::metadata(existing) {
+            Ok(meta) if meta.is_dir() && existing == path => return Ok(()),
+            Ok(meta) if !meta.is_dir() => {
+                let errno = if existing == path {
+                    nix::errno::Errno::EEXIST
+                } else {
+                    nix::errno::Errno::ENOTDIR
+                };
+                return Err(std::io::Error::from(errno));
+            }
+            Ok(_) => {
+                return nix::unistd::access(existing, nix::unistd::AccessFlags::W_OK)
+                    .map_err(std::io::Error::from)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        match existing.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => existing = parent,
+            _ => return Ok(()),
+        }
+    }
 }
 
 /// The shared workspace, absolute. A new orchestration creates it; a resume needs it to

@@ -181,3 +181,42 @@ fn dry_run_without_an_api_key_warns_per_agent_and_passes() {
     assert_eq!(dry.code, Some(0), "{}", dry.stderr);
     assert!(!dry.stderr.contains("warning"), "{}", dry.stderr);
 }
+
+#[test]
+fn dry_run_refuses_a_workspace_that_cannot_be_created() {
+    let dir = plan_dir();
+    std::fs::write(dir.path().join("a-file"), "").unwrap();
+    for workspace in ["a-file", "a-file/below"] {
+        let run = |dry_run: bool| {
+            let mut cmd = hermetic(dir.path());
+            cmd.args([
+                "orchestrate",
+                "plan.yaml",
+                "-w",
+                workspace,
+                "--llm-script",
+                "x.yaml",
+            ]);
+            if dry_run {
+                cmd.arg("--dry-run");
+            }
+            let output = cmd.output().unwrap();
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        };
+        let (real_code, real) = run(false);
+        let (dry_code, dry) = run(true);
+        assert_eq!(
+            (real_code, dry_code),
+            (Some(126), Some(126)),
+            "{real}\n{dry}"
+        );
+        assert!(
+            dry.contains(&format!("cannot create workspace {workspace}")),
+            "{dry}"
+        );
+        assert_eq!(dry.trim(), real.trim(), "--dry-run says what the run says");
+    }
+}
