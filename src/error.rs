@@ -40,6 +40,13 @@ pub enum CliError {
         /// The runs are Slurm jobs (`--executor slurm`).
         slurm: bool,
     },
+    /// No model endpoint: neither `DELTA_BASE_URL` nor the agent's `llm.base_url` is set
+    /// (exit 126; like [`CliError::NoApiKey`], a warning under `orchestrate --dry-run`).
+    #[error(
+        "no model endpoint: set DELTA_BASE_URL (or `llm.base_url` in agent.yaml) to your \
+         provider's OpenAI-compatible base URL, including /v1"
+    )]
+    NoEndpoint,
     /// The agent folder is invalid (exit 126).
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -139,6 +146,7 @@ impl CliError {
             CliError::Usage(_) => Self::USAGE_EXIT,
             CliError::Config(_)
             | CliError::NoApiKey { .. }
+            | CliError::NoEndpoint
             | CliError::Agent(_)
             | CliError::StageAgent { .. }
             | CliError::Plan(_)

@@ -10,10 +10,18 @@ mod error;
 mod limits;
 mod output;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
+
+/// Whether log and error lines may carry ANSI colour: only on a terminal, and never when
+/// `NO_COLOR` is set to anything but the empty string (no-color.org). A file or a pipe gets
+/// plain text, so `2> log.txt` stays readable and greppable.
+fn colour_allowed(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|value| value.is_empty())
+}
 
 fn install_logging(verbose: u8) {
     let default = match verbose {
@@ -27,6 +35,10 @@ fn install_logging(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour_allowed(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .try_init();
 }
 
@@ -51,5 +63,19 @@ fn main() -> ExitCode {
             }
             ExitCode::from(err.exit_code())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour_allowed;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour_allowed(true, None));
+        assert!(colour_allowed(true, Some(OsStr::new(""))));
+        assert!(!colour_allowed(true, Some(OsStr::new("1"))));
+        assert!(!colour_allowed(false, None));
     }
 }

@@ -55,9 +55,11 @@ mod runtime;
 pub(crate) mod serve;
 pub mod session;
 pub(crate) mod template_bounds;
+pub(crate) mod template_names;
 pub mod tool;
 pub mod workspace;
 pub(crate) mod yaml;
+pub(crate) mod yaml_errors;
 
 pub use api::{OrchestrationHandle, RunHandle, SessionManager, Supervisor};
 pub use protocol::{

@@ -1,7 +1,8 @@
 //! Typed access to parsed YAML mappings, shared by everything that reads a user's YAML
 //! (agent files, tool definitions): the [`Fields`] accessor, whose every getter names the file
-//! and the dotted key path in its [`FieldError`], unknown-key warnings with a "did you mean"
-//! suggestion, and the longest timeout a file may set.
+//! and the dotted key path in its [`FieldError`], the unknown-key check (an error, or a
+//! warning under `strict: false`) with a "did you mean" suggestion, and the longest timeout
+//! a file may set. The parser's own complaints are reworded in `yaml_errors`.
 //!
 //! Must not: read files (callers read and word their own I/O errors) or know any schema
 //! (callers list the keys they accept). It imports nothing from the crate.
@@ -10,24 +11,73 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::{Mapping, Value};
 
-/// A value of a YAML document has the wrong shape. `message` names the dotted key path
-/// (`llm.temperature`, `tools[2].name`); the text is complete: file, problem, hint.
+/// A mapping of a YAML document is wrong. The text is complete: file, key path, problem, hint.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{}`: {message}\n  hint: {hint}", file.display())]
-pub(crate) struct FieldError {
-    pub(crate) file: PathBuf,
-    pub(crate) message: String,
-    pub(crate) hint: String,
+pub(crate) enum FieldError {
+    /// A value has the wrong shape; `message` names the dotted key path (`llm.temperature`,
+    /// `tools[2].name`).
+    #[error("`{}`: {message}\n  hint: {hint}", file.display())]
+    Invalid {
+        file: PathBuf,
+        message: String,
+        hint: String,
+    },
+    /// A key the format does not have at that place.
+    #[error("{}", unknown_key_text(file, key, closest.as_deref(), known))]
+    UnknownKey {
+        file: PathBuf,
+        /// Its dotted path, e.g. `tool` or `tools[0].descripton`.
+        key: String,
+        /// The known key it is closest to, when one is close.
+        closest: Option<String>,
+        /// Every key accepted at that place.
+        known: Vec<String>,
+    },
 }
 
 impl FieldError {
     pub(crate) fn new(file: &Path, message: impl Into<String>, hint: impl Into<String>) -> Self {
-        FieldError {
+        FieldError::Invalid {
             file: file.to_path_buf(),
             message: message.into(),
             hint: hint.into(),
         }
     }
+}
+
+/// Where the opt-out of unknown-key errors is, and what it is.
+pub(crate) const STRICT_OPT_OUT: &str =
+    "`strict: false` in agent.yaml turns unknown keys into warnings (docs/agent.md)";
+
+/// The text of an unknown-key error: file, key, the closest known key, every known key,
+/// and the opt-out.
+pub(crate) fn unknown_key_text(
+    file: &Path,
+    key: &str,
+    closest: Option<&str>,
+    known: &[String],
+) -> String {
+    let suggestion = closest
+        .map(|k| format!(" (did you mean `{k}`?)"))
+        .unwrap_or_default();
+    format!(
+        "`{}`: unknown key `{key}`{suggestion}\n  hint: fix its spelling or remove it; the keys \
+         here are: {}; {STRICT_OPT_OUT}",
+        file.display(),
+        known.join(", ")
+    )
+}
+
+/// What an unknown key in an agent file is: an error (the default, as in plans), or — with
+/// `strict: false` in agent.yaml — a warning. Also decides whether a tool placeholder that
+/// no `parameters:` entry declares is an error or a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownKeys {
+    /// Refuse the agent (exit 126), naming the file, the key and the closest known key.
+    #[default]
+    Refuse,
+    /// Load it, with one warning per unknown key.
+    Warn,
 }
 
 /// Longest timeout an agent file may set (tools, hooks, context generators): 7 days.
@@ -80,10 +130,15 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// A YAML mapping seen through its file and key path, so every error can name both.
+///
+/// Once [`Fields::check_keys`] has been given the keys a mapping accepts, reading any other
+/// key is a bug of the parser (its key list has drifted from what it reads) and fails every
+/// debug build and test at once: the list beside each parser cannot fall behind it.
 pub(crate) struct Fields<'a> {
     file: &'a Path,
     prefix: String,
     map: &'a Mapping,
+    declared: std::cell::Cell<Option<&'a [&'a str]>>,
 }
 
 impl<'a> Fields<'a> {
@@ -94,6 +149,7 @@ impl<'a> Fields<'a> {
                 file,
                 prefix: prefix.to_string(),
                 map,
+                declared: std::cell::Cell::new(None),
             }),
             other => {
                 let what = if prefix.is_empty() {
@@ -128,6 +184,14 @@ impl<'a> Fields<'a> {
 
     /// The value of `key`; an explicit `null` counts as absent.
     pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
+        if let Some(declared) = self.declared.get() {
+            debug_assert!(
+                declared.contains(&key),
+                "the parser reads `{}` but its key list does not declare it: add it to the \
+                 list it gives check_keys ({declared:?})",
+                self.key_path(key)
+            );
+        }
         self.map.get(key).filter(|v| !v.is_null())
     }
 
@@ -297,8 +361,16 @@ impl<'a> Fields<'a> {
             .map(Some)
     }
 
-    /// Pushes one warning per key not in `known`, with the closest known key when plausible.
-    pub(crate) fn warn_unknown(&self, known: &[&str], warnings: &mut Vec<String>) {
+    /// Checks that this mapping has only the keys in `known` (which the parser then reads,
+    /// see [`Fields`]). The first other key is an error under [`UnknownKeys::Refuse`]; under
+    /// [`UnknownKeys::Warn`] each gets a warning, with the closest known key when plausible.
+    pub(crate) fn check_keys(
+        &self,
+        known: &'a [&'a str],
+        policy: UnknownKeys,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), FieldError> {
+        self.declared.set(Some(known));
         for key in self.map.keys() {
             let name = match key {
                 Value::String(s) => s.clone(),
@@ -310,7 +382,16 @@ impl<'a> Fields<'a> {
             if known.contains(&name.as_str()) {
                 continue;
             }
-            let suggestion = match closest(&name, known) {
+            let nearest = closest(&name, known);
+            if policy == UnknownKeys::Refuse {
+                return Err(FieldError::UnknownKey {
+                    file: self.file.to_path_buf(),
+                    key: self.key_path(&name),
+                    closest: nearest.map(str::to_owned),
+                    known: known.iter().map(|k| (*k).to_owned()).collect(),
+                });
+            }
+            let suggestion = match nearest {
                 Some(k) => format!(" (did you mean `{k}`?)"),
                 None => format!(" (known keys: {})", known.join(", ")),
             };
@@ -320,6 +401,7 @@ impl<'a> Fields<'a> {
                 self.key_path(&name)
             ));
         }
+        Ok(())
     }
 }
 
@@ -349,7 +431,9 @@ mod tests {
         let doc: Value = serde_yaml::from_str("model: x\ntemprature: 1\n").unwrap();
         let fields = Fields::new(Path::new("/a/agent.yaml"), "llm", &doc).unwrap();
         let mut warnings = Vec::new();
-        fields.warn_unknown(&["model", "temperature"], &mut warnings);
+        fields
+            .check_keys(&["model", "temperature"], UnknownKeys::Warn, &mut warnings)
+            .unwrap();
         assert_eq!(
             warnings,
             vec![
@@ -357,6 +441,48 @@ mod tests {
                     .to_string()
             ]
         );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_file_key_and_closest_key() {
+        let doc: Value = serde_yaml::from_str("model: x\ntemprature: 1\n").unwrap();
+        let fields = Fields::new(Path::new("/a/agent.yaml"), "llm", &doc).unwrap();
+        let mut warnings = Vec::new();
+        let error = fields
+            .check_keys(
+                &["model", "temperature"],
+                UnknownKeys::Refuse,
+                &mut warnings,
+            )
+            .unwrap_err();
+        assert!(matches!(error, FieldError::UnknownKey { ref key, .. } if key == "llm.temprature"));
+        let text = error.to_string();
+        assert!(
+            text.starts_with(
+                "`/a/agent.yaml`: unknown key `llm.temprature` (did you mean `temperature`?)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("the keys here are: model, temperature"),
+            "{text}"
+        );
+        assert!(text.contains("strict: false"), "{text}");
+        assert!(warnings.is_empty());
+    }
+
+    /// The key list beside a parser cannot drift from what it reads: a read of a key the
+    /// list lacks fails every debug build (and so every test that loads such a file).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "does not declare it")]
+    fn reading_a_key_the_list_does_not_declare_fails_debug_builds() {
+        let doc: Value = serde_yaml::from_str("model: x\n").unwrap();
+        let fields = Fields::new(Path::new("/a/agent.yaml"), "llm", &doc).unwrap();
+        fields
+            .check_keys(&["model"], UnknownKeys::Refuse, &mut Vec::new())
+            .unwrap();
+        let _ = fields.get("stream");
     }
 
     #[test]

@@ -13,10 +13,11 @@ use delta_actors::workspace::{
 use delta_actors::{RunRequest, RunStart, RunStatus};
 
 use crate::commands::engine::{
-    parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
+    parse_llm_timeout_arg, run_inputs, run_one, script_path, with_llm_timeout, RunInputs,
 };
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
+use crate::output::hints::model_flags;
 use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Clone, Args)]
@@ -125,7 +126,12 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         ContinueReadiness::Finished { status, result } => {
             note_settled(&args.run_id, status);
             // Nothing left to do: report the run's own outcome, as its process would have.
-            crate::output::run_result::print(&result, args.format);
+            let continue_flags = model_flags(
+                args.llm_script.as_deref(),
+                args.llm_timeout,
+                &std::env::current_dir()?,
+            );
+            crate::output::run_result::print(&result, args.format, &continue_flags);
             return Ok(result.exit_code());
         }
     };
@@ -139,6 +145,11 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         llm,
         supervisor,
     } = run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
+    let continue_flags = model_flags(
+        script_path(&env, args.llm_script.as_deref()).as_deref(),
+        args.llm_timeout,
+        &std::env::current_dir()?,
+    );
     let start = RunStart::Continue {
         message: args.message.clone(),
         force: args.force,
@@ -153,7 +164,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     if args.interactive {
         request = request.with_prompter(Arc::new(TerminalPrompter));
     }
-    run_one(request, supervisor, verbosity, args.format)
+    run_one(request, supervisor, verbosity, args.format, &continue_flags)
 }
 
 /// The janitor found the run finished in its journal and recorded that (stderr).

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use delta_actors::agent::{load_env_cascade, ResolvedAgent};
 use delta_actors::llm::{Dialect, Endpoint, HttpTransport, Script};
@@ -26,6 +26,27 @@ pub fn process_env() -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The scripted model's script file: `--llm-script`, else `DELTA_LLM_SCRIPT` (after the
+/// `.env` cascade), else none.
+pub fn script_path(env: &BTreeMap<String, String>, script: Option<&Path>) -> Option<PathBuf> {
+    script.map(Path::to_path_buf).or_else(|| {
+        env.get("DELTA_LLM_SCRIPT")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+/// The scripted model, loaded and checked once, when a script is chosen ([`script_path`]):
+/// a missing or invalid script is a configuration error (exit 126).
+pub fn scripted_model(
+    env: &BTreeMap<String, String>,
+    script: Option<&Path>,
+) -> Result<Option<Arc<Script>>, CliError> {
+    script_path(env, script)
+        .map(|path| Ok(Arc::new(Script::load(&path)?)))
+        .transpose()
+}
+
 /// Chooses where model calls go: `--llm-script`/`DELTA_LLM_SCRIPT` (offline), else the
 /// agent's or the environment's OpenAI-compatible endpoint with its key.
 pub fn llm_target(
@@ -33,14 +54,8 @@ pub fn llm_target(
     env: &BTreeMap<String, String>,
     script: Option<&Path>,
 ) -> Result<LlmTarget, CliError> {
-    let script = script.map(Path::to_path_buf).or_else(|| {
-        env.get("DELTA_LLM_SCRIPT")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    });
-    if let Some(path) = script {
-        let script = Script::load(&path)?;
-        return Ok(LlmTarget::Scripted(Arc::new(script)));
+    if let Some(script) = scripted_model(env, script)? {
+        return Ok(LlmTarget::Scripted(script));
     }
     let key_var = agent
         .llm
@@ -66,11 +81,7 @@ pub fn llm_target(
             agent_home: agent.home.clone(),
             slurm: false,
         }),
-        (Some(_), None) => Err(CliError::Config(
-            "no model endpoint: set DELTA_BASE_URL (or `llm.base_url` in agent.yaml) to your provider's \
-             OpenAI-compatible base URL, including /v1"
-                .to_string(),
-        )),
+        (Some(_), None) => Err(CliError::NoEndpoint),
         (Some(key), Some(base_url)) => Ok(LlmTarget::Http(
             Endpoint::new(base_url, Some(key))
                 .with_transport(transport(agent, env)?)
@@ -223,11 +234,14 @@ pub fn with_retry_override(
 }
 
 /// Submits one run and drives it to its result, printing progress on stderr. The first
-/// SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED journaled).
+/// SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED journaled); see
+/// [`Interruption`]. `continue_flags` go into the `delta continue` command printed when a
+/// later signal forces the exit.
 pub fn drive_single(
     supervisor: &Supervisor,
     request: RunRequest,
     verbosity: Verbosity,
+    continue_flags: &[String],
 ) -> Result<RunResult, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -236,10 +250,14 @@ pub fn drive_single(
     rt.block_on(async {
         let mut events = supervisor.subscribe();
         let mut printer = EventPrinter::new(verbosity);
+        let work_dir = request.work_dir.clone();
         let handle: RunHandle = supervisor.submit(request).await?;
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
-        let mut interrupted = false;
+        let mut interruption = Interruption::new(format!(
+            "the run left RUNNING is recovered by `{}`",
+            crate::output::hints::continue_command(&handle.run_id, &work_dir, continue_flags)
+        ));
         let wait = handle.wait();
         tokio::pin!(wait);
         let result = loop {
@@ -250,8 +268,8 @@ pub fn drive_single(
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => {}
                 },
-                _ = sigint.recv() => interrupt(supervisor, &mut interrupted, "SIGINT (Ctrl-C)"),
-                _ = sigterm.recv() => interrupt(supervisor, &mut interrupted, "SIGTERM"),
+                _ = sigint.recv() => interruption.on_signal(supervisor, "SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => interruption.on_signal(supervisor, "SIGTERM"),
             }
         };
         while let Ok(ev) = events.try_recv() {
@@ -310,11 +328,14 @@ pub fn run_inputs(
 }
 
 /// Drives one request in a one-run engine, prints its RunResult, returns the exit code.
+/// `continue_flags` (see [`model_flags`]) complete the `delta continue` commands the text
+/// result suggests.
 pub fn run_one(
     request: RunRequest,
     config: SupervisorConfig,
     verbosity: Verbosity,
     format: crate::output::Format,
+    continue_flags: &[String],
 ) -> Result<i32, CliError> {
     let mut config = config;
     // A streamed reply is shown as it arrives to a person watching the text output.
@@ -322,7 +343,7 @@ pub fn run_one(
         && verbosity != Verbosity::Quiet
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let supervisor = Supervisor::start(config)?;
-    let result = drive_single(&supervisor, request, verbosity)?;
+    let result = drive_single(&supervisor, request, verbosity, continue_flags)?;
     supervisor.shutdown();
     if let Some(error) = &result.error {
         let needed = super::open_files_baseline();
@@ -330,23 +351,55 @@ pub fn run_one(
             eprintln!("error: {explained}");
         }
     }
-    crate::output::run_result::print(&result, format);
+    crate::output::run_result::print(&result, format, continue_flags);
     Ok(result.exit_code())
 }
 
-/// First signal: every run stops at its next safe point (INTERRUPTED, resumable). Second
-/// signal: kill every tool process group now and exit 130 without waiting.
-pub fn interrupt(supervisor: &Supervisor, already: &mut bool, signal_name: &str) {
-    if *already {
-        supervisor.kill_running_tools();
-        eprintln!(
-            "interrupted again: exiting now (runs left RUNNING are recovered by `delta continue`)"
-        );
-        std::process::exit(130);
+/// How SIGINT / SIGTERM stop a command that drives runs.
+///
+/// The first signal stops every run at its next safe point (INTERRUPTED, resumable) and the
+/// command ends with its summary. A signal within [`Interruption::SAME_SIGNAL_WINDOW`] of
+/// the first is the same interruption: GNU `timeout` and a terminal's Ctrl-C signal the
+/// process and then its group, so one Ctrl-C often arrives twice within microseconds, and
+/// used to skip the summary and the resume hint. A later signal kills every tool process
+/// group now and exits 130 at once, printing `exit_hint` (the command that picks the work
+/// up again).
+pub struct Interruption {
+    first: Option<Instant>,
+    exit_hint: String,
+}
+
+impl Interruption {
+    /// Signals closer than this to the first one are taken as the same Ctrl-C.
+    pub const SAME_SIGNAL_WINDOW: Duration = Duration::from_secs(1);
+
+    /// No signal yet; `exit_hint` is printed if a later signal forces the exit.
+    pub fn new(exit_hint: impl Into<String>) -> Interruption {
+        Interruption {
+            first: None,
+            exit_hint: exit_hint.into(),
+        }
     }
-    *already = true;
-    eprintln!("interrupted by {signal_name}: stopping runs at their next safe point (again to exit at once)");
-    supervisor.cancel_all(&format!("interrupted by {signal_name}"));
+
+    /// Handles one SIGINT or SIGTERM (`signal_name` is how stderr names it).
+    pub fn on_signal(&mut self, supervisor: &Supervisor, signal_name: &str) {
+        match self.first {
+            None => {
+                self.first = Some(Instant::now());
+                eprintln!(
+                    "interrupted by {signal_name}: stopping runs at their next safe point (again, \
+                     a second later, to exit at once)"
+                );
+                supervisor.cancel_all(&format!("interrupted by {signal_name}"));
+            }
+            Some(first) if first.elapsed() < Self::SAME_SIGNAL_WINDOW => {}
+            Some(_) => {
+                supervisor.kill_running_tools();
+                eprintln!("interrupted again: exiting now; {}", self.exit_hint);
+                std::process::exit(130);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

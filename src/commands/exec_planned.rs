@@ -93,7 +93,7 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     let config = with_retry_override(supervisor_config(1, 1), &cascade.vars)?;
     let supervisor =
         delta_actors::Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
-    let result = drive_single(&supervisor, request, Verbosity::Normal);
+    let result = drive_single(&supervisor, request, Verbosity::Normal, &[]);
     supervisor.shutdown();
     let result = result?;
     write_result(&args.orchestration_dir, &args.stage, args.index, &result)

@@ -16,17 +16,18 @@ use delta_actors::plan::state::{
     validate_orchestration_id, OrchestrationState, OrchestrationStatus, OrchestrationSummary,
 };
 use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
-use delta_actors::{OrchestrationRequest, Supervisor};
+use delta_actors::{LlmTarget, OrchestrationRequest, Supervisor};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
-    interrupt, llm_target, parse_llm_timeout_arg, process_env, supervisor_config,
-    with_model_override, with_retry_override,
+    llm_target, parse_llm_timeout_arg, process_env, script_path, scripted_model, supervisor_config,
+    with_model_override, with_retry_override, Interruption,
 };
 use crate::commands::orchestrate_slurm::{
     dry_run_previews, run_check, slurm_settings, start_slurm, ExecutorArg,
 };
 use crate::error::CliError;
+use crate::output::hints::program_for_hints;
 use crate::output::orchestration::{print_dry_run, print_summary, Progress};
 use crate::output::Format;
 
@@ -108,7 +109,20 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         ));
     }
     if args.dry_run {
-        warn_without_model(args, &plan, &agents, slurm.is_some());
+        match (
+            &args.resume,
+            args.work_dir.as_ref().or(plan.workspace.as_ref()),
+        ) {
+            // What the real resume checks first: the orchestration exists and is not driven.
+            (Some(id), _) => {
+                check_resumable(&resume_workspace(args, &plan, id)?, id)?;
+            }
+            (None, Some(chosen)) => workspace_creatable(chosen).map_err(|e| {
+                CliError::Config(format!("cannot create workspace {}: {e}", chosen.display()))
+            })?,
+            (None, None) => {}
+        }
+        warn_without_model(args, &plan, &agents, slurm.is_some())?;
         let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| n as usize);
         let previews = match &slurm {
             Some(settings) => Some(dry_run_previews(&plan, settings, max_parallel)?),
@@ -137,20 +151,23 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     };
     let cwd = std::env::current_dir()?;
     let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())?;
+    // Loaded once for every agent: a broken script is reported once.
+    let scripted = scripted_model(&env.vars, args.llm_script.as_deref())?;
     let mut llm_by_agent = HashMap::new();
     let mut loaded = HashMap::new();
     for (path, agent) in agents {
         let agent = with_model_override(agent, &env.vars);
-        llm_by_agent.insert(
-            path.clone(),
-            llm_target(&agent, &env.vars, args.llm_script.as_deref()).map_err(|e| {
+        let target = match &scripted {
+            Some(script) => LlmTarget::Scripted(script.clone()),
+            None => llm_target(&agent, &env.vars, None).map_err(|e| {
                 if slurm.is_some() {
                     e.under_slurm()
                 } else {
                     e
                 }
             })?,
-        );
+        };
+        llm_by_agent.insert(path.clone(), target);
         loaded.insert(path, Arc::new(agent));
     }
     let Some(default_llm) = llm_by_agent.values().next().cloned() else {
@@ -159,12 +176,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             plan.file.display()
         )));
     };
-    let script = args.llm_script.clone().or_else(|| {
-        env.vars
-            .get("DELTA_LLM_SCRIPT")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    });
+    let script = script_path(&env.vars, args.llm_script.as_deref());
     let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
         usize::try_from(n).unwrap_or(usize::MAX)
     });
@@ -192,36 +204,38 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         None => None,
     };
     let supervisor = Supervisor::start(config)?;
-    let plan_file = plan.file.clone();
+    // Known before anything runs: recorded with the start (for `list-orchestrations`) and
+    // printed on a forced exit as well as under an interrupted summary.
+    let resume_argv = resume_command(&ResumeParts {
+        plan: &plan.file,
+        id: &id,
+        workspace: &workspace,
+        script: script.as_deref(),
+        max_parallel: args.max_parallel,
+        llm_timeout: args.llm_timeout,
+        executor: args.executor,
+        cwd: &cwd,
+    });
+    let resume_hint = shell_words::join(&resume_argv);
     let mut request =
         OrchestrationRequest::new(Arc::new(plan), id.clone(), &workspace, default_llm)
             .with_agents(loaded)
             .with_llm_by_agent(llm_by_agent)
             .with_env(Arc::new(env.vars))
-            .with_max_parallel(max_parallel);
+            .with_max_parallel(max_parallel)
+            .with_resume_command(resume_argv);
     if let Some(slurm) = &slurm_run {
         request = request.with_executor(slurm.executor.clone());
     }
     if args.resume.is_some() {
         request = request.resuming();
     }
-    let summary = drive(&supervisor, request)?;
+    let summary = drive(&supervisor, request, &resume_hint)?;
     supervisor.shutdown();
     if let Some(slurm_run) = slurm_run {
         slurm_run.relay.stop();
     }
-    let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then(|| {
-        resume_command(&ResumeParts {
-            plan: &plan_file,
-            id: &id,
-            workspace: &workspace,
-            script: script.as_deref(),
-            max_parallel: args.max_parallel,
-            llm_timeout: args.llm_timeout,
-            executor: args.executor,
-            cwd: &cwd,
-        })
-    });
+    let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then_some(resume_hint);
     print_summary(&summary, args.format, resume_hint.as_deref());
     Ok(summary.exit_code())
 }
@@ -238,19 +252,14 @@ struct ResumeParts<'a> {
     cwd: &'a Path,
 }
 
-/// The command that resumes this orchestration, quoted for a POSIX shell, runnable from
-/// any folder: the program as it was invoked (absolute when invoked by a path), the plan,
-/// `--resume`, `-w`, and the flags the plan cannot supply (`--llm-script`,
-/// `--max-parallel`, `--llm-timeout`). Vars need no flag: a resume reads the ones saved at the start.
-fn resume_command(parts: &ResumeParts<'_>) -> String {
+/// The command (argv) that resumes this orchestration, runnable from any folder: the
+/// program as it was invoked (absolute when invoked by a path), the plan, `--resume`, `-w`,
+/// and the flags the plan cannot supply (`--llm-script`, `--max-parallel`,
+/// `--llm-timeout`). Vars need no flag: a resume reads the ones saved at the start.
+fn resume_command(parts: &ResumeParts<'_>) -> Vec<String> {
     let absolute = |path: &Path| parts.cwd.join(path).to_string_lossy().into_owned();
-    let program = std::env::args_os()
-        .next()
-        .map(PathBuf::from)
-        .filter(|argv0| argv0.components().count() > 1)
-        .map_or_else(|| "delta".to_owned(), |argv0| absolute(&argv0));
     let mut argv = vec![
-        program,
+        program_for_hints(parts.cwd),
         "orchestrate".to_owned(),
         absolute(parts.plan),
         "--resume".to_owned(),
@@ -273,12 +282,15 @@ fn resume_command(parts: &ResumeParts<'_>) -> String {
     if parts.executor == Some(ExecutorArg::Slurm) {
         argv.extend(["--executor".to_owned(), "slurm".to_owned()]);
     }
-    shell_words::join(argv)
+    argv
 }
 
+/// Drives the orchestration to its summary, with progress on stderr; SIGINT / SIGTERM
+/// interrupt it (see [`Interruption`]; a forced exit prints `resume_hint`).
 fn drive(
     supervisor: &Supervisor,
     request: OrchestrationRequest,
+    resume_hint: &str,
 ) -> Result<OrchestrationSummary, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -295,7 +307,9 @@ fn drive(
         let mut handle = handle;
         let fresh = handle.events.resubscribe();
         let mut events = std::mem::replace(&mut handle.events, fresh);
-        let mut interrupted = false;
+        let mut interruption = Interruption::new(format!(
+            "its runs left RUNNING are taken over by the resume; Resume with: {resume_hint}"
+        ));
         let wait = handle.wait();
         tokio::pin!(wait);
         let summary = loop {
@@ -303,8 +317,8 @@ fn drive(
                 s = &mut wait => break s,
                 ev = events.recv() => if let Ok(ev) = ev { progress.on_event(&ev) },
                 _ = tick.tick() => progress.tick(),
-                _ = sigint.recv() => interrupt(supervisor, &mut interrupted, "SIGINT (Ctrl-C)"),
-                _ = sigterm.recv() => interrupt(supervisor, &mut interrupted, "SIGTERM"),
+                _ = sigint.recv() => interruption.on_signal(supervisor, "SIGINT (Ctrl-C)"),
+                _ = sigterm.recv() => interruption.on_signal(supervisor, "SIGTERM"),
             }
         };
         while let Ok(ev) = events.try_recv() {
@@ -339,29 +353,58 @@ fn plan_path(args: &OrchestrateArgs) -> Result<PathBuf, CliError> {
     Ok(recorded_plan(ws, id)?)
 }
 
-/// `--dry-run` runs nothing, but a plan that could not reach a model would fail at its first
-/// run: say so now (on stderr), for each agent without a model.
+/// `--dry-run` runs nothing, but refuses (exit 126) what the real run would refuse before
+/// starting: a `.env` that does not parse, a missing or invalid `--llm-script` /
+/// `DELTA_LLM_SCRIPT` (reported once, not per agent), an invalid `DELTA_LLM_HTTP2` or
+/// `DELTA_RETRY_BASE_MS`. A missing API key or endpoint is only a warning per agent, so a
+/// plan can be checked on a machine that does not hold the key.
 fn warn_without_model(
     args: &OrchestrateArgs,
     plan: &ResolvedPlan,
     agents: &BTreeMap<PathBuf, ResolvedAgent>,
     slurm: bool,
-) {
-    let Ok(cwd) = std::env::current_dir() else {
-        return;
-    };
+) -> Result<(), CliError> {
+    let cwd = std::env::current_dir()?;
     let workspace = args.work_dir.clone().or_else(|| plan.workspace.clone());
-    let Ok(env) = load_env_cascade(workspace.as_deref(), &plan.dir, &cwd, &process_env()) else {
-        return;
-    };
+    let env = load_env_cascade(workspace.as_deref(), &plan.dir, &cwd, &process_env())?;
+    with_retry_override(supervisor_config(1, 1), &env.vars)?;
+    if scripted_model(&env.vars, args.llm_script.as_deref())?.is_some() {
+        return Ok(());
+    }
     for agent in agents.values() {
         let agent = with_model_override(agent.clone(), &env.vars);
-        if let Err(mut e) = llm_target(&agent, &env.vars, args.llm_script.as_deref()) {
-            if slurm {
-                e = e.under_slurm();
+        match llm_target(&agent, &env.vars, None) {
+            Ok(_) => {}
+            Err(mut missing @ (CliError::NoApiKey { .. } | CliError::NoEndpoint)) => {
+                if slurm {
+                    missing = missing.under_slurm();
+                }
+                eprintln!(
+                    "warning: agent {} has no model configured: {missing}",
+                    agent.name
+                )
             }
-            eprintln!("warning: agent {} has no model configured: {e}", agent.name);
+            Err(other) => return Err(other),
         }
+    }
+    Ok(())
+}
+
+/// The workspace a `--resume` looks in (`-w`, the plan's `workspace:`, else the one of
+/// `<plan dir>/workspaces/*` holding the orchestration); nothing is created.
+fn resume_workspace(
+    args: &OrchestrateArgs,
+    plan: &ResolvedPlan,
+    id: &str,
+) -> Result<PathBuf, CliError> {
+    match (&args.work_dir, &plan.workspace) {
+        (Some(w), _) | (None, Some(w)) => Ok(w.clone()),
+        (None, None) => find_workspace(&plan.dir, id).ok_or_else(|| {
+            CliError::Config(format!(
+                "orchestration '{id}' not found under {}/workspaces; hint: pass its workspace with -w",
+                plan.dir.display()
+            ))
+        }),
     }
 }
 
@@ -405,18 +448,42 @@ fn check_cluster(
     checked
 }
 
+/// Whether [`workspace_for`] could create `path` (`--dry-run` creates nothing): it is a
+/// folder already, or its nearest existing ancestor is a folder this user may write to.
+/// The error is the one the creation would meet.
+fn workspace_creatable(path: &Path) -> std::io::Result<()> {
+    let mut existing = path;
+    loop {
+        match std::fs::metadata(existing) {
+            Ok(meta) if meta.is_dir() && existing == path => return Ok(()),
+            Ok(meta) if !meta.is_dir() => {
+                let errno = if existing == path {
+                    nix::errno::Errno::EEXIST
+                } else {
+                    nix::errno::Errno::ENOTDIR
+                };
+                return Err(std::io::Error::from(errno));
+            }
+            Ok(_) => {
+                return nix::unistd::access(existing, nix::unistd::AccessFlags::W_OK)
+                    .map_err(std::io::Error::from)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        match existing.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => existing = parent,
+            _ => return Ok(()),
+        }
+    }
+}
+
 /// The shared workspace, absolute. A new orchestration creates it; a resume needs it to
 /// exist already (creating an empty one would only hide a mistyped -w).
 fn workspace_for(args: &OrchestrateArgs, plan: &ResolvedPlan) -> Result<PathBuf, CliError> {
-    let chosen = match (&args.work_dir, &plan.workspace, &args.resume) {
-        (Some(w), _, _) => w.clone(),
-        (None, Some(w), _) => w.clone(),
-        (None, None, Some(id)) => find_workspace(&plan.dir, id).ok_or_else(|| {
-            CliError::Config(format!(
-                "orchestration '{id}' not found under {}/workspaces; hint: pass its workspace with -w",
-                plan.dir.display()
-            ))
-        })?,
+    let chosen = match (&args.resume, &args.work_dir, &plan.workspace) {
+        (Some(id), _, _) => resume_workspace(args, plan, id)?,
+        (None, Some(w), _) | (None, None, Some(w)) => w.clone(),
         (None, None, None) => next_plan_workspace(&plan.dir)?,
     };
     if args.resume.is_none() {

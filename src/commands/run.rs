@@ -14,10 +14,11 @@ use delta_actors::workspace::{
 use delta_actors::{RunRequest, RunStart};
 
 use crate::commands::engine::{
-    parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
+    parse_llm_timeout_arg, run_inputs, run_one, script_path, with_llm_timeout, RunInputs,
 };
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
+use crate::output::hints::model_flags;
 use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Args)]
@@ -95,6 +96,11 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         llm,
         supervisor,
     } = run_inputs(agent, &choice.dir, args.llm_script.as_deref(), verbosity)?;
+    let continue_flags = model_flags(
+        script_path(&env, args.llm_script.as_deref()).as_deref(),
+        args.llm_timeout,
+        &std::env::current_dir()?,
+    );
     let (work_dir, workspace_id) = choice.create()?;
     let start = RunStart::New {
         task: args.message.clone(),
@@ -107,7 +113,7 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     if args.interactive {
         request = request.with_prompter(Arc::new(TerminalPrompter));
     }
-    run_one(request, supervisor, verbosity, args.format)
+    run_one(request, supervisor, verbosity, args.format, &continue_flags)
 }
 
 /// The workspace a run will use, chosen but not created yet.

@@ -2,6 +2,7 @@
 //! here; progress and logs go to stderr (see `progress`).
 #![allow(clippy::print_stdout)]
 
+pub mod hints;
 pub mod orchestration;
 pub mod orchestration_list;
 pub mod progress;

@@ -9,7 +9,9 @@ use super::{emit, emit_json, Format};
 const RULE: &str =
     "────────────────────────────────────────────────────────────────────────────────";
 
-pub fn print(result: &RunResult, format: Format) {
+/// Prints `result`; the text format suggests the next `delta continue`, completed with
+/// `continue_flags` (the model flags this command was given, e.g. `--llm-script`).
+pub fn print(result: &RunResult, format: Format, continue_flags: &[String]) {
     match format {
         Format::Json => emit_json(result),
         Format::Raw => {
@@ -17,13 +19,14 @@ pub fn print(result: &RunResult, format: Format) {
                 emit(&format!("{text}\n"));
             }
         }
-        Format::Text => emit(&render_text(result)),
+        Format::Text => emit(&render_text(result, continue_flags)),
     }
 }
 
 /// The text summary. Its layout follows the original engine's (reference §3.5): the id and
-/// status between rules, then an `Execution Summary:` block, then the outcome.
-pub fn render_text(r: &RunResult) -> String {
+/// status between rules, then an `Execution Summary:` block, then the outcome with the
+/// exact `delta continue` command (with `continue_flags`) that goes on from there.
+pub fn render_text(r: &RunResult, continue_flags: &[String]) -> String {
     let mut s = String::new();
     s.push_str(RULE);
     s.push('\n');
@@ -56,10 +59,10 @@ pub fn render_text(r: &RunResult) -> String {
         ));
     }
     s.push('\n');
-    let resume = format!(
-        "delta continue --run-id {} -w {}",
-        r.run_id,
-        shell_quote(&r.metadata.workspace_path)
+    let resume = super::hints::continue_command(
+        &r.run_id,
+        std::path::Path::new(&r.metadata.workspace_path),
+        continue_flags,
     );
     match r.status {
         RunStatus::Completed if r.empty_answer => {
@@ -105,16 +108,6 @@ pub fn render_text(r: &RunResult) -> String {
     s
 }
 
-fn shell_quote(s: &str) -> String {
-    if s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -153,7 +146,7 @@ mod tests {
     /// heading and "Final Response:" block, which its users' scripts grep for.
     #[test]
     fn text_summary_has_the_original_engines_headings() {
-        let text = render_text(&completed());
+        let text = render_text(&completed(), &[]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], RULE);
         assert_eq!(lines[1], "Run ID: r1");
@@ -184,7 +177,7 @@ mod tests {
         };
         result.result = Some(String::new());
         result.empty_answer = true;
-        let text = render_text(&result);
+        let text = render_text(&result, &[]);
         assert!(text.contains("  • Tokens:     10 in / 2 out\n"), "{text}");
         assert!(
             text.contains("  • Run total:  30 in / 7 out (every start)\n"),
@@ -192,6 +185,6 @@ mod tests {
         );
         assert!(text.contains("Final Response: (empty"), "{text}");
         // A first start shows no separate total.
-        assert!(!render_text(&completed()).contains("Run total"));
+        assert!(!render_text(&completed(), &[]).contains("Run total"));
     }
 }

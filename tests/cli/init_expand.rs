@@ -354,6 +354,7 @@ fn init_rejects_an_unknown_template_as_a_usage_error() {
     assert!(!dir.path().join("x").exists());
 }
 
+/// Under `strict: false` (issue 24 item 18), typos are warnings on stderr, not errors.
 #[test]
 fn expand_prints_warnings_for_typos_and_deprecations_on_stderr() {
     let dir = tempfile::tempdir().unwrap();
@@ -361,7 +362,7 @@ fn expand_prints_warnings_for_typos_and_deprecations_on_stderr() {
     std::fs::create_dir(&agent).unwrap();
     std::fs::write(
         agent.join("config.yaml"),
-        "name: a\nllm:\n  model: m\n  temprature: 0.5\nhook:\n  on_error: x\n",
+        "strict: false\nname: a\nllm:\n  model: m\n  temprature: 0.5\nhook:\n  on_error: x\n",
     )
     .unwrap();
     std::fs::write(agent.join("system_prompt.md"), "Be brief.\n").unwrap();

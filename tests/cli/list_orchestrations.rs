@@ -260,3 +260,106 @@ fn finished_running_killed_and_damaged_orchestrations_are_all_listed() {
         "{table}"
     );
 }
+
+/// Issue 24 item 17: an orchestration whose process died (`timeout` signalling twice used to
+/// make it exit at once; here a kill) listed its started runs as "not started", and its
+/// hint said `--resume <id> -w <workspace>` without the `--llm-script` it needs. Started
+/// runs count as interrupted, and the hint is the exact command, which resumes it as
+/// printed from another folder.
+#[test]
+fn a_killed_orchestration_counts_started_runs_as_interrupted_and_prints_the_exact_resume_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write_agent(
+        root,
+        "worker",
+        "  - name: nap\n    shell: \"sleep 29.571\"\n",
+    );
+    std::fs::write(
+        root.join("plan.yaml"),
+        "name: cut\nmax_parallel: 2\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [nap-a, nap-b, later] }\n    message: \"item {{ item }}\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("script.yaml"),
+        "rules:\n  - task_contains: nap\n    steps: [{ tool: nap }, { answer: rested }]\n  - steps: [{ answer: \"done {{ task }}\" }]\n",
+    )
+    .unwrap();
+    let mut child = delta_in(root)
+        .args([
+            "orchestrate",
+            "plan.yaml",
+            "-w",
+            "ws",
+            "--llm-script",
+            "script.yaml",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sleepers("29.571").len() < 2 {
+        assert!(Instant::now() < deadline, "the naps never started");
+        assert!(child.try_wait().unwrap().is_none(), "delta exited early");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for pid in sleepers("29.571") {
+        crate::harness::kill_pid(pid);
+    }
+
+    let rows = listed(root);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0];
+    assert_eq!(row["status"], "INTERRUPTED", "{row:#}");
+    let counts = &row["counts"];
+    assert_eq!(
+        (
+            &counts["total"],
+            &counts["completed"],
+            &counts["interrupted"],
+            &counts["not_started"]
+        ),
+        (
+            &Value::from(3),
+            &Value::from(0),
+            &Value::from(2),
+            &Value::from(1)
+        ),
+        "{row:#}"
+    );
+    let command = row["resume_command"].as_str().unwrap();
+    let root = root.canonicalize().unwrap();
+    let id = row["orchestration_id"].as_str().unwrap();
+    for part in [
+        format!("--resume {id}"),
+        format!("-w {}", root.join("ws").display()),
+        format!("--llm-script {}", root.join("script.yaml").display()),
+    ] {
+        assert!(command.contains(&part), "`{part}` missing from {command}");
+    }
+    assert!(!command.contains('<'), "a placeholder in {command}");
+    let table = text(&root);
+    assert!(table.contains(command), "{table}");
+
+    // As printed, from another folder.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let resumed = std::process::Command::new("sh")
+        .args(["-c", command])
+        .current_dir(elsewhere.path())
+        .env_remove("DELTA_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let rows = listed(&root);
+    assert_eq!(rows[0]["status"], "COMPLETED", "{rows:#?}");
+    assert_eq!(rows[0]["counts"]["completed"], 3, "{rows:#?}");
+}

@@ -139,7 +139,7 @@ fn an_invalid_plan_exits_126_naming_the_file_and_key() {
     for (file, key) in [
         ("unknown-var.yaml", "stages.work.message"),
         ("cycle.yaml", "stages.a.needs"),
-        ("unknown-key.yaml", "stages[0].mesage"),
+        ("unknown-key.yaml", "stages.work.mesage"),
     ] {
         let plan = fixtures.join(file);
         for extra in [&["--dry-run"][..], &[][..]] {

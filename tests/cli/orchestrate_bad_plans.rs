@@ -69,6 +69,33 @@ fn assert_refused(what: &str, out: &Refusal, needles: &[&str]) {
     }
 }
 
+/// Issue 24 item 22: a plan error names the file once, as an absolute path (never the path
+/// as typed in one error and absolute in the next), the key once, in the form
+/// `stages.<id>.<key>` (a stage's position, `stages[N]`, only when its id is what is
+/// wrong), and the reference page once — no "defaults.retries: defaults.retries = 1000 ...
+/// see docs/plan.md; see docs/plan.md"; serde's "unknown variant" is said in words.
+fn says_each_thing_once(what: &str, stderr: &str, absolute_plan: &str, key: &str) {
+    let error = stderr
+        .lines()
+        .find(|line| line.starts_with("error: "))
+        .unwrap_or_else(|| panic!("{what}: no error line in {stderr}"));
+    for (thing, count) in [
+        (absolute_plan, error.matches(absolute_plan).count()),
+        (key, error.matches(&format!("{key}:")).count()),
+        ("docs/plan.md", error.matches("docs/plan.md").count()),
+    ] {
+        assert_eq!(count, 1, "{what}: `{thing}` said {count} times in\n{error}");
+    }
+    assert!(
+        error.starts_with(&format!("error: {absolute_plan}: ")),
+        "{what}: the error starts with the plan's absolute path:\n{error}"
+    );
+    if !key.ends_with(".id") {
+        assert!(!key.contains('['), "{what}: a stage by its position: {key}");
+    }
+    assert!(!error.contains("unknown variant"), "{what}: {error}");
+}
+
 #[test]
 fn every_bad_plan_exits_126_quickly_naming_the_file_and_key() {
     let corpus = repo_root().join("tests/fixtures/bad-plans");
@@ -84,18 +111,17 @@ fn every_bad_plan_exits_126_quickly_naming_the_file_and_key() {
         let text = std::fs::read_to_string(plan).unwrap();
         let (key, expect) = (header(&text, "# key:"), header(&text, "# expect:"));
         for dry_run in [true, false] {
-            let mut args = vec!["orchestrate", plan.to_str().unwrap()];
+            // Given relative to the current folder: the error names it in its one form.
+            let mut args = vec!["orchestrate", name];
             if dry_run {
                 args.push("--dry-run");
             } else {
                 args.extend(["-w", ws.path().to_str().unwrap()]);
             }
             let out = delta(&corpus, &args);
-            assert_refused(
-                &format!("{name} (dry run: {dry_run})"),
-                &out,
-                &[name, &key, &expect, "docs/plan.md"],
-            );
+            let what = format!("{name} (dry run: {dry_run})");
+            assert_refused(&what, &out, &[name, &key, &expect, "docs/plan.md"]);
+            says_each_thing_once(&what, &out.stderr, &plan.display().to_string(), &key);
         }
     }
     assert!(plans.len() >= 40, "only {} bad plans", plans.len());

@@ -57,6 +57,12 @@ struct Interrupted {
 /// Starts the plan with `extra` flags, waits until both slow runs sleep (the two fast ones
 /// have completed, as only two run at once), sends SIGINT and collects the outputs.
 fn interrupt_midway(root: &Path, sleep: &str, extra: &[&str]) -> Interrupted {
+    interrupt_midway_with(root, sleep, extra, false)
+}
+
+/// [`interrupt_midway`]; with `twice`, a second SIGINT follows as soon as the first is
+/// acknowledged on stderr (what GNU `timeout` and a group-wide Ctrl-C deliver).
+fn interrupt_midway_with(root: &Path, sleep: &str, extra: &[&str], twice: bool) -> Interrupted {
     let mut child = delta_in(root)
         .args([
             "orchestrate",
@@ -72,10 +78,14 @@ fn interrupt_midway(root: &Path, sleep: &str, extra: &[&str]) -> Interrupted {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
     let stderr_lines = std::thread::spawn(move || {
         BufReader::new(stderr)
             .lines()
             .map_while(Result::ok)
+            .inspect(|line| {
+                let _ = line_tx.send(line.clone());
+            })
             .collect::<Vec<String>>()
     });
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -88,6 +98,13 @@ fn interrupt_midway(root: &Path, sleep: &str, extra: &[&str]) -> Interrupted {
         std::thread::sleep(Duration::from_millis(10));
     }
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    if twice {
+        let acknowledged = line_rx
+            .iter()
+            .any(|line| line.starts_with("interrupted by SIGINT"));
+        assert!(acknowledged, "the first SIGINT was not acknowledged");
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    }
     let status = crate::harness::wait_child(&mut child, Duration::from_secs(30));
     let mut stdout = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
@@ -209,5 +226,41 @@ fn the_printed_resume_command_works_as_printed() {
     assert!(
         stdout.contains("Runs:      5 completed, 0 failed of 5"),
         "{stdout}"
+    );
+}
+
+/// Issue 24 item 17: `timeout -s INT 4 delta orchestrate ...` signals delta and then its
+/// process group, so one Ctrl-C arrives twice within microseconds; the second used to force
+/// an exit without the summary or the resume command. A second SIGINT within a second is the
+/// same Ctrl-C: the runs stop at their safe point, the summary and "Resume with:" print.
+#[test]
+fn two_sigints_within_a_second_are_one_ctrl_c_and_the_summary_still_prints() {
+    let dir = fixture("29.543");
+    let root = dir.path();
+    let out = interrupt_midway_with(root, "29.543", &["--format", "json"], true);
+    assert_eq!(out.code, Some(130), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("exiting now"),
+        "the second SIGINT forced the exit:\n{}",
+        out.stderr
+    );
+    let summary: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("no summary on stdout ({e}):\n{}", out.stderr));
+    assert_eq!(summary["status"], "INTERRUPTED");
+    assert_eq!(counts(&summary["totals"]), (5, 2, 0, 2, 1));
+    let hint = out
+        .stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("Resume with: "))
+        .unwrap_or_else(|| panic!("no resume hint in\n{}", out.stderr));
+    // The workspace's listing prints the same command.
+    let listed = delta_in(root)
+        .args(["list-orchestrations", "-w", "ws"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        table.contains(&format!("resume it with `{hint}`")),
+        "{hint}\n{table}"
     );
 }

@@ -1,8 +1,11 @@
 //! The top level of `agent.yaml` (spec §2.7.2): metadata, `llm` settings, system prompt
-//! path, iteration cap, with unknown-key warnings.
+//! path, iteration cap, and `strict` (whether unknown keys in the agent's files are errors,
+//! the default, or warnings).
 //!
-//! Owns the schema of those keys and their ranges. It does not touch `imports`/`tools`
-//! (see `imports`), hooks (see `hooks`) or read any other file.
+//! Owns the schema of those keys and their ranges: [`AGENT_KEYS`] and [`LLM_KEYS`] are the
+//! keys this file reads (a read of an undeclared key fails every debug build, see
+//! `yaml::Fields`). It does not touch `imports`/`tools` (see `imports`), hooks (see `hooks`)
+//! or read any other file.
 
 use std::path::Path;
 
@@ -11,9 +14,10 @@ use serde_yaml::Value;
 
 use super::error::AgentError;
 use crate::llm::{parse_llm_timeout, LlmTimeoutSettings};
-use crate::yaml::Fields;
+use crate::yaml::{Fields, UnknownKeys};
 
-pub(crate) const AGENT_KEYS: [&str; 13] = [
+pub(crate) const AGENT_KEYS: [&str; 14] = [
+    "strict",
     "name",
     "version",
     "description",
@@ -29,7 +33,7 @@ pub(crate) const AGENT_KEYS: [&str; 13] = [
     "timeout_seconds",
 ];
 
-const LLM_KEYS: [&str; 17] = [
+pub(crate) const LLM_KEYS: [&str; 17] = [
     "model",
     "temperature",
     "max_tokens",
@@ -144,9 +148,23 @@ fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// `strict:` of agent.yaml: `false` makes unknown keys in every file of the agent (and tool
+/// placeholders no `parameters:` entry declares) warnings instead of errors.
+pub(crate) fn unknown_keys_policy(file: &Path, doc: &Value) -> Result<UnknownKeys, AgentError> {
+    if !doc.is_mapping() {
+        return Ok(UnknownKeys::Refuse);
+    }
+    let strict = Fields::new(file, "", doc)?.boolean("strict")?;
+    Ok(match strict {
+        Some(false) => UnknownKeys::Warn,
+        Some(true) | None => UnknownKeys::Refuse,
+    })
+}
+
 pub(crate) fn parse_agent_config(
     file: &Path,
     doc: &Value,
+    policy: UnknownKeys,
     warnings: &mut Vec<String>,
 ) -> Result<AgentConfig, AgentError> {
     if doc.is_null() {
@@ -157,7 +175,7 @@ pub(crate) fn parse_agent_config(
         ));
     }
     let root = Fields::new(file, "", doc)?;
-    root.warn_unknown(&AGENT_KEYS, warnings);
+    root.check_keys(&AGENT_KEYS, policy, warnings)?;
     if root.has("timeout_seconds") {
         warnings.push(format!(
             "{}: `timeout_seconds` is not used by delta; set `timeout_ms` on each tool instead",
@@ -173,7 +191,7 @@ pub(crate) fn parse_agent_config(
         )
     })?;
     let llm = Fields::new(file, "llm", llm_value)?;
-    llm.warn_unknown(&LLM_KEYS, warnings);
+    llm.check_keys(&LLM_KEYS, policy, warnings)?;
     let api_key_env = llm.string("api_key_env")?;
     if let Some(var) = &api_key_env {
         if !is_env_name(var) {
@@ -364,10 +382,10 @@ mod tests {
     fn parse(text: &str) -> (Result<AgentConfig, AgentError>, Vec<String>) {
         let doc: Value = serde_yaml::from_str(text).unwrap();
         let mut warnings = Vec::new();
-        (
-            parse_agent_config(Path::new("/a/agent.yaml"), &doc, &mut warnings),
-            warnings,
-        )
+        let file = Path::new("/a/agent.yaml");
+        let parsed = unknown_keys_policy(file, &doc)
+            .and_then(|policy| parse_agent_config(file, &doc, policy, &mut warnings));
+        (parsed, warnings)
     }
 
     #[test]
@@ -430,10 +448,38 @@ mod tests {
         assert_eq!(config.max_iterations, None);
     }
 
+    /// Issue 24 item 18: a typo in agent.yaml was a warning, and the agent ran without the
+    /// setting; it is an error naming the file, the key and the closest known key.
     #[test]
-    fn typos_warn_with_suggestions() {
+    fn typos_are_errors_with_the_closest_key() {
+        for (text, key, closest) in [
+            ("name: a\nllm: {model: m}\ntool: []\n", "tool", "tools"),
+            (
+                "name: a\nllm:\n  model: m\n  temprature: 1\n",
+                "llm.temprature",
+                "temperature",
+            ),
+            (
+                "name: a\nllm: {model: m}\nhook:\n  x: 1\n",
+                "hook",
+                "lifecycle_hooks",
+            ),
+        ] {
+            match parse(text).0 {
+                Err(AgentError::UnknownKey {
+                    key: found,
+                    closest: Some(nearest),
+                    ..
+                }) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn strict_false_turns_typos_into_warnings() {
         let (config, warnings) =
-            parse("name: a\nllm:\n  model: m\n  temprature: 1\nhook:\n  x: 1\n");
+            parse("strict: false\nname: a\nllm:\n  model: m\n  temprature: 1\nhook:\n  x: 1\n");
         assert!(config.is_ok());
         assert!(
             warnings
@@ -454,6 +500,10 @@ mod tests {
         for (text, phrase) in [
             ("llm: {model: m}\n", "`name` is required"),
             ("name: a\n", "`llm` is required"),
+            (
+                "strict: no-thanks\nname: a\nllm: {model: m}\n",
+                "`strict` must be true or false",
+            ),
             (
                 "name: a\nllm: {temperature: 1}\n",
                 "`llm.model` is required",

@@ -11,7 +11,7 @@ use serde_yaml::Value;
 
 use super::error::AgentError;
 use super::read_yaml;
-use crate::yaml::{closest, Fields};
+use crate::yaml::{closest, Fields, UnknownKeys};
 
 /// Default generator timeout (spec §2.4.3).
 pub const DEFAULT_GENERATOR_TIMEOUT_MS: u64 = 30_000;
@@ -128,9 +128,18 @@ pub(crate) fn expand_path_vars(template: &str, agent_home: &Path, cwd: &Path) ->
 
 const SOURCE_TYPES: [&str; 3] = ["file", "computed_file", "journal"];
 
+/// The keys of context.yaml, per place (what the parsers below read).
+pub(crate) const CONTEXT_KEYS: [&str; 1] = ["sources"];
+pub(crate) const FILE_SOURCE_KEYS: [&str; 4] = ["type", "id", "path", "on_missing"];
+pub(crate) const COMPUTED_FILE_SOURCE_KEYS: [&str; 5] =
+    ["type", "id", "generator", "output_path", "on_missing"];
+pub(crate) const GENERATOR_KEYS: [&str; 2] = ["command", "timeout_ms"];
+pub(crate) const JOURNAL_SOURCE_KEYS: [&str; 3] = ["type", "id", "max_iterations"];
+
 /// Loads `<agent_home>/context.yaml`; a missing file is an error carrying the default recipe.
 pub(crate) fn load_context_recipe(
     agent_home: &Path,
+    policy: UnknownKeys,
     warnings: &mut Vec<String>,
 ) -> Result<ContextRecipe, AgentError> {
     let file = agent_home.join("context.yaml");
@@ -141,12 +150,13 @@ pub(crate) fn load_context_recipe(
         });
     }
     let doc = read_yaml(&file)?;
-    parse_context_recipe(&file, &doc, warnings)
+    parse_context_recipe(&file, &doc, policy, warnings)
 }
 
 pub(crate) fn parse_context_recipe(
     file: &Path,
     doc: &Value,
+    policy: UnknownKeys,
     warnings: &mut Vec<String>,
 ) -> Result<ContextRecipe, AgentError> {
     if doc.is_null() {
@@ -157,7 +167,7 @@ pub(crate) fn parse_context_recipe(
         ));
     }
     let root = Fields::new(file, "", doc)?;
-    root.warn_unknown(&["sources"], warnings);
+    root.check_keys(&CONTEXT_KEYS, policy, warnings)?;
     let items = root.sequence("sources")?.unwrap_or_default();
     if items.is_empty() {
         return Err(AgentError::invalid(
@@ -169,7 +179,7 @@ pub(crate) fn parse_context_recipe(
     let sources = items
         .iter()
         .enumerate()
-        .map(|(i, item)| parse_source(file, i, item, warnings))
+        .map(|(i, item)| parse_source(file, i, item, policy, warnings))
         .collect::<Result<Vec<_>, _>>()?;
     refuse_second_journal(file, &sources)?;
     Ok(ContextRecipe { sources })
@@ -212,6 +222,7 @@ fn parse_source(
     file: &Path,
     index: usize,
     item: &Value,
+    policy: UnknownKeys,
     warnings: &mut Vec<String>,
 ) -> Result<ContextSource, AgentError> {
     let fields = Fields::new(file, &format!("sources[{index}]"), item)?;
@@ -219,7 +230,7 @@ fn parse_source(
     let id = fields.string("id")?.unwrap_or_else(|| kind.clone());
     let source = match kind.as_str() {
         "file" => {
-            fields.warn_unknown(&["type", "id", "path", "on_missing"], warnings);
+            fields.check_keys(&FILE_SOURCE_KEYS, policy, warnings)?;
             ContextSource::File {
                 path: fields
                     .required_string("path", "e.g. path: '${AGENT_HOME}/system_prompt.md'")?,
@@ -228,10 +239,7 @@ fn parse_source(
             }
         }
         "computed_file" => {
-            fields.warn_unknown(
-                &["type", "id", "generator", "output_path", "on_missing"],
-                warnings,
-            );
+            fields.check_keys(&COMPUTED_FILE_SOURCE_KEYS, policy, warnings)?;
             let hint =
                 "e.g. generator: {command: [\"python3\", \"${AGENT_HOME}/tools/summarize.py\"]}";
             let generator_value = fields.get("generator").ok_or_else(|| {
@@ -242,7 +250,7 @@ fn parse_source(
                 )
             })?;
             let generator = Fields::new(file, &fields.key_path("generator"), generator_value)?;
-            generator.warn_unknown(&["command", "timeout_ms"], warnings);
+            generator.check_keys(&GENERATOR_KEYS, policy, warnings)?;
             let command = generator.string_list("command")?.unwrap_or_default();
             if !matches!(command.first(), Some(program) if !program.trim().is_empty()) {
                 return Err(AgentError::invalid(
@@ -266,7 +274,7 @@ fn parse_source(
             }
         }
         "journal" => {
-            fields.warn_unknown(&["type", "id", "max_iterations"], warnings);
+            fields.check_keys(&JOURNAL_SOURCE_KEYS, policy, warnings)?;
             ContextSource::Journal {
                 max_iterations: fields.positive_u32("max_iterations")?,
                 id,
@@ -293,7 +301,12 @@ mod tests {
 
     fn parse(text: &str) -> Result<ContextRecipe, AgentError> {
         let doc: Value = serde_yaml::from_str(text).unwrap();
-        parse_context_recipe(Path::new("/a/context.yaml"), &doc, &mut Vec::new())
+        parse_context_recipe(
+            Path::new("/a/context.yaml"),
+            &doc,
+            UnknownKeys::Refuse,
+            &mut Vec::new(),
+        )
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::tool::compile::CompileError;
-use crate::yaml::FieldError;
+use crate::yaml::{unknown_key_text, FieldError};
 
 /// A configuration error found while loading an agent. Every variant names the file involved
 /// and ends with a `hint:` line telling the user what to do.
@@ -40,13 +40,16 @@ pub enum AgentError {
         hint: String,
     },
 
-    /// A YAML file does not parse. `message` carries serde_yaml's line and column.
-    #[error("`{}` is not valid YAML: {message}\n  hint: check the indentation and quoting at that line", file.display())]
+    /// A YAML file does not parse. `message` carries the line and column (a tab in the
+    /// indentation is named as such).
+    #[error("`{}` is not valid YAML: {message}\n  hint: {hint}", file.display())]
     Yaml {
         /// The file.
         file: PathBuf,
         /// The parser's complaint, with line and column.
         message: String,
+        /// How to fix it.
+        hint: String,
     },
 
     /// `context.yaml` is missing: the message carries the ready-to-paste default recipe.
@@ -69,6 +72,20 @@ pub enum AgentError {
         message: String,
         /// How to write it.
         hint: String,
+    },
+
+    /// A key the file's format does not have at that place (agent.yaml, context.yaml,
+    /// hooks.yaml, a tools file). An error unless agent.yaml says `strict: false`.
+    #[error("{}", unknown_key_text(file, key, closest.as_deref(), known))]
+    UnknownKey {
+        /// The file.
+        file: PathBuf,
+        /// The key's dotted path, e.g. `tool` or `tools[0].descripton`.
+        key: String,
+        /// The known key it is closest to, when one is close.
+        closest: Option<String>,
+        /// Every key accepted at that place.
+        known: Vec<String>,
     },
 
     /// Anything else that is wrong with the content of a file: `message` names the key path
@@ -111,19 +128,38 @@ impl AgentError {
             AgentError::Io { file, .. }
             | AgentError::Yaml { file, .. }
             | AgentError::EnvFile { file, .. }
+            | AgentError::UnknownKey { file, .. }
             | AgentError::Invalid { file, .. } => file,
             AgentError::MissingContext { path, .. } => path,
         }
     }
 }
 
-/// A key of the wrong shape is an [`AgentError::Invalid`] with the same text.
+/// A key of the wrong shape is an [`AgentError::Invalid`], an unknown one an
+/// [`AgentError::UnknownKey`], with the same text.
 impl From<FieldError> for AgentError {
     fn from(error: FieldError) -> Self {
-        AgentError::Invalid {
-            file: error.file,
-            message: error.message,
-            hint: error.hint,
+        match error {
+            FieldError::Invalid {
+                file,
+                message,
+                hint,
+            } => AgentError::Invalid {
+                file,
+                message,
+                hint,
+            },
+            FieldError::UnknownKey {
+                file,
+                key,
+                closest,
+                known,
+            } => AgentError::UnknownKey {
+                file,
+                key,
+                closest,
+                known,
+            },
         }
     }
 }
@@ -151,6 +187,17 @@ impl From<CompileError> for AgentError {
                 file,
                 message: format!("tool `{tool}`: {message}"),
                 hint,
+            },
+            CompileError::UnknownKey {
+                file,
+                key,
+                closest,
+                known,
+            } => AgentError::UnknownKey {
+                file,
+                key,
+                closest,
+                known,
             },
         }
     }

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_yaml::Value;
 
 use super::error::AgentError;
-use crate::yaml::{closest, Fields};
+use crate::yaml::{closest, Fields, UnknownKeys};
 
 /// A point in the run where a hook may be invoked.
 ///
@@ -115,12 +115,17 @@ impl Hooks {
     }
 }
 
+/// The keys of one hook's mapping (`description` is for people and ignored).
+pub(crate) const HOOK_KEYS: [&str; 3] = ["command", "timeout_ms", "description"];
+
 /// Parses a hooks mapping (`hooks.yaml` root, or agent.yaml's `lifecycle_hooks`).
-/// `prefix` is the key path of the mapping (`""` or `lifecycle_hooks`).
+/// `prefix` is the key path of the mapping (`""` or `lifecycle_hooks`). An unknown hook name
+/// or key is an error (a warning under `strict: false`: such a hook would never run).
 pub(crate) fn parse_hooks(
     file: &Path,
     prefix: &str,
     doc: &Value,
+    policy: UnknownKeys,
     warnings: &mut Vec<String>,
 ) -> Result<Hooks, AgentError> {
     if doc.is_null() {
@@ -130,7 +135,7 @@ pub(crate) fn parse_hooks(
     // hooks.yaml may wrap everything in `lifecycle_hooks:` like the old agent.yaml key did.
     if prefix.is_empty() && fields.has("lifecycle_hooks") {
         if let Some(inner) = fields.get("lifecycle_hooks") {
-            return parse_hooks(file, "lifecycle_hooks", inner, warnings);
+            return parse_hooks(file, "lifecycle_hooks", inner, policy, warnings);
         }
     }
     let Value::Mapping(map) = doc else {
@@ -142,7 +147,16 @@ pub(crate) fn parse_hooks(
         let key = key.as_str().unwrap_or_default().to_string();
         let path = fields.key_path(&key);
         let Some((name, legacy)) = HookName::parse(&key) else {
-            let suggestion = closest(&key, &known)
+            let nearest = closest(&key, &known);
+            if policy == UnknownKeys::Refuse {
+                return Err(AgentError::UnknownKey {
+                    file: file.to_path_buf(),
+                    key: path,
+                    closest: nearest.map(str::to_owned),
+                    known: known.iter().map(|k| (*k).to_owned()).collect(),
+                });
+            }
+            let suggestion = nearest
                 .map(|k| format!(" (did you mean `{k}`?)"))
                 .unwrap_or_default();
             warnings.push(format!(
@@ -162,7 +176,7 @@ pub(crate) fn parse_hooks(
             continue;
         }
         let hook = Fields::new(file, &path, value)?;
-        hook.warn_unknown(&["command", "timeout_ms", "description"], warnings);
+        hook.check_keys(&HOOK_KEYS, policy, warnings)?;
         let command = match hook.get("command") {
             Some(Value::String(_)) => {
                 return Err(AgentError::invalid(
@@ -204,13 +218,17 @@ pub(crate) fn parse_hooks(
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> (Result<Hooks, AgentError>, Vec<String>) {
+    fn parse_with(text: &str, policy: UnknownKeys) -> (Result<Hooks, AgentError>, Vec<String>) {
         let doc: Value = serde_yaml::from_str(text).unwrap();
         let mut warnings = Vec::new();
         (
-            parse_hooks(Path::new("/a/hooks.yaml"), "", &doc, &mut warnings),
+            parse_hooks(Path::new("/a/hooks.yaml"), "", &doc, policy, &mut warnings),
             warnings,
         )
+    }
+
+    fn parse(text: &str) -> (Result<Hooks, AgentError>, Vec<String>) {
+        parse_with(text, UnknownKeys::Refuse)
     }
 
     #[test]
@@ -251,9 +269,35 @@ mod tests {
         );
     }
 
+    /// Issue 24 item 18: a misspelt hook never ran, with only a warning.
     #[test]
-    fn unknown_hook_warns_with_suggestion() {
-        let (hooks, warnings) = parse("on_run_ends:\n  command: [x]\n");
+    fn an_unknown_hook_or_hook_key_is_an_error_with_the_closest_name() {
+        for (text, key, closest) in [
+            (
+                "on_run_ends:\n  command: [x]\n",
+                "on_run_ends",
+                "on_run_end",
+            ),
+            (
+                "on_error:\n  command: [x]\n  timeout: 5\n",
+                "on_error.timeout",
+                "timeout_ms",
+            ),
+        ] {
+            match parse(text).0 {
+                Err(AgentError::UnknownKey {
+                    key: found,
+                    closest: Some(nearest),
+                    ..
+                }) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_hook_warns_with_suggestion_under_strict_false() {
+        let (hooks, warnings) = parse_with("on_run_ends:\n  command: [x]\n", UnknownKeys::Warn);
         assert!(hooks.unwrap().is_empty());
         assert!(
             warnings[0].contains("unknown hook `on_run_ends` (did you mean `on_run_end`?)"),

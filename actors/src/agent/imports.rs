@@ -15,16 +15,17 @@ use serde_yaml::Value;
 use super::error::AgentError;
 use super::read_yaml;
 use crate::tool::compile::{compile_tools, CompiledTool};
-use crate::yaml::Fields;
+use crate::yaml::{Fields, UnknownKeys};
 
 /// Keys an imported file may carry; only `tools` and `imports` have an effect.
-const LIBRARY_KEYS: [&str; 5] = ["tools", "imports", "name", "description", "version"];
+pub(crate) const LIBRARY_KEYS: [&str; 5] = ["tools", "imports", "name", "description", "version"];
 
 struct Walk<'a> {
     home: &'a Path,
     chain: Vec<PathBuf>,
     loaded: HashSet<PathBuf>,
     tools: Vec<CompiledTool>,
+    policy: UnknownKeys,
     warnings: &'a mut Vec<String>,
 }
 
@@ -34,6 +35,7 @@ pub(crate) fn collect_tools(
     home: &Path,
     root_file: &Path,
     root_doc: &Value,
+    policy: UnknownKeys,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<CompiledTool>, AgentError> {
     let root = std::fs::canonicalize(root_file).unwrap_or_else(|_| root_file.to_path_buf());
@@ -42,6 +44,7 @@ pub(crate) fn collect_tools(
         chain: vec![root.clone()],
         loaded: HashSet::from([root.clone()]),
         tools: Vec::new(),
+        policy,
         warnings,
     };
     walk.visit(&root, root_doc)?;
@@ -92,11 +95,14 @@ impl Walk<'_> {
                 continue;
             }
             let imported = read_yaml(&target)?;
-            for key in library_extra_keys(&imported) {
-                self.warnings.push(format!(
-                    "{}: key `{key}` is ignored in an imported file (imported files contribute tools only)",
-                    target.display()
-                ));
+            if !imported.is_null() {
+                // An imported file holds tools (and imports); an agent's keys there were
+                // ignored in silence, a typo (`tool:`) left the agent without its tools.
+                Fields::new(&target, "", &imported)?.check_keys(
+                    &LIBRARY_KEYS,
+                    self.policy,
+                    self.warnings,
+                )?;
             }
             self.chain.push(target.clone());
             self.visit(&target, &imported)?;
@@ -105,6 +111,7 @@ impl Walk<'_> {
         let local = compile_tools(
             fields.sequence("tools")?.unwrap_or_default(),
             file,
+            self.policy,
             self.warnings,
         )?;
         let mut names_in_file: HashSet<String> = HashSet::new();
@@ -178,15 +185,4 @@ impl Walk<'_> {
         }
         Ok(resolved)
     }
-}
-
-fn library_extra_keys(doc: &Value) -> Vec<String> {
-    let Value::Mapping(map) = doc else {
-        return Vec::new();
-    };
-    map.keys()
-        .filter_map(|k| k.as_str())
-        .filter(|k| !LIBRARY_KEYS.contains(k))
-        .map(str::to_string)
-        .collect()
 }

@@ -3,7 +3,9 @@
 //!
 //! Owns locating the main file, the system prompt check and the order in which the parts are
 //! validated. Nothing later re-reads the YAML: every consumer takes a `ResolvedAgent`. This
-//! module never prints; deprecations and unknown keys are returned as `warnings`.
+//! module never prints; deprecations are returned as `warnings`. Unknown keys in any of the
+//! agent's files are errors ([`AgentError::UnknownKey`]), or warnings when agent.yaml says
+//! `strict: false` ([`UnknownKeys`]).
 //!
 //! # Layout
 //! - `config`: top-level agent.yaml keys and `llm` settings
@@ -33,6 +35,7 @@ pub use hooks::{HookName, HookSpec, Hooks};
 
 use crate::tool::compile::{ask_human_schema, CompiledTool};
 use crate::yaml::Fields;
+pub use crate::yaml::UnknownKeys;
 
 /// A fully validated agent folder. Immutable; share it behind an `Arc`.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,9 +108,17 @@ const CONFIG_NAMES: [&str; 2] = ["agent.yaml", "config.yaml"];
 pub(crate) fn read_yaml(file: &Path) -> Result<serde_yaml::Value, AgentError> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| AgentError::io(file, e, "check that the file exists and is readable UTF-8"))?;
-    serde_yaml::from_str(&text).map_err(|e| AgentError::Yaml {
-        file: file.to_path_buf(),
-        message: e.to_string(),
+    serde_yaml::from_str(&text).map_err(|e| {
+        let syntax = crate::yaml_errors::syntax_error(&text, &e);
+        AgentError::Yaml {
+            file: file.to_path_buf(),
+            hint: if syntax.tab {
+                crate::yaml_errors::TAB_HINT.to_owned()
+            } else {
+                "check the indentation and quoting at that line".to_owned()
+            },
+            message: syntax.to_string(),
+        }
     })
 }
 
@@ -215,6 +226,7 @@ fn load_hooks(
     home: &Path,
     config_file: &Path,
     doc: &serde_yaml::Value,
+    policy: UnknownKeys,
     warnings: &mut Vec<String>,
 ) -> Result<Hooks, AgentError> {
     let hooks_file = home.join("hooks.yaml");
@@ -228,7 +240,7 @@ fn load_hooks(
             ));
         }
         let hooks_doc = read_yaml(&hooks_file)?;
-        return hooks::parse_hooks(&hooks_file, "", &hooks_doc, warnings);
+        return hooks::parse_hooks(&hooks_file, "", &hooks_doc, policy, warnings);
     }
     match inline {
         Some(value) => {
@@ -240,7 +252,7 @@ fn load_hooks(
                     .unwrap_or_default()
                     .to_string_lossy()
             ));
-            hooks::parse_hooks(config_file, "lifecycle_hooks", value, warnings)
+            hooks::parse_hooks(config_file, "lifecycle_hooks", value, policy, warnings)
         }
         None => Ok(Hooks::default()),
     }
@@ -252,12 +264,14 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
     let mut warnings = Vec::new();
     let (home, config_file) = locate(path, &mut warnings)?;
     let doc = read_yaml(&config_file)?;
-    let config = config::parse_agent_config(&config_file, &doc, &mut warnings)?;
-    let tools = imports::collect_tools(&home, &config_file, &doc, &mut warnings)?;
+    // Read first: it decides whether an unknown key in any of the agent's files is an error.
+    let policy = config::unknown_keys_policy(&config_file, &doc)?;
+    let config = config::parse_agent_config(&config_file, &doc, policy, &mut warnings)?;
+    let tools = imports::collect_tools(&home, &config_file, &doc, policy, &mut warnings)?;
     let system_prompt_path =
         resolve_system_prompt(&home, &config_file, config.system_prompt.as_deref())?;
-    let context = context_recipe::load_context_recipe(&home, &mut warnings)?;
-    let hooks = load_hooks(&home, &config_file, &doc, &mut warnings)?;
+    let context = context_recipe::load_context_recipe(&home, policy, &mut warnings)?;
+    let hooks = load_hooks(&home, &config_file, &doc, policy, &mut warnings)?;
     Ok(ResolvedAgent {
         home,
         config_file,
@@ -289,17 +303,63 @@ pub fn load_tool_library(path: &Path) -> Result<ToolLibrary, AgentError> {
     let doc = read_yaml(&file)?;
     let mut warnings = Vec::new();
     if !doc.is_null() {
-        Fields::new(&file, "", &doc)?.warn_unknown(
-            &["tools", "imports", "name", "description", "version"],
+        Fields::new(&file, "", &doc)?.check_keys(
+            &imports::LIBRARY_KEYS,
+            UnknownKeys::Refuse,
             &mut warnings,
-        );
+        )?;
     }
-    let tools = imports::collect_tools(&home, &file, &doc, &mut warnings)?;
+    let tools = imports::collect_tools(&home, &file, &doc, UnknownKeys::Refuse, &mut warnings)?;
     Ok(ToolLibrary {
         file,
         tools,
         warnings,
     })
+}
+
+/// Every key an agent's files accept, as `(file, key path)`: `("agent.yaml", "llm.model")`,
+/// `("agent.yaml", "tools[].parameters[].name")`, `("context.yaml", "sources[].path")`,
+/// `("hooks.yaml", "<hook>.command")`, `("tools file", "imports")`... Built from the lists the
+/// parsers check keys against, so the reference (docs/agent.md) is tested to cover each.
+pub fn known_key_paths() -> Vec<(&'static str, String)> {
+    use crate::tool::compile::{PARAMETER_KEYS, TOOL_KEYS};
+    let level = |file: &'static str, prefix: &str, keys: &[&str]| -> Vec<(&'static str, String)> {
+        keys.iter()
+            .map(|key| (file, format!("{prefix}{key}")))
+            .collect()
+    };
+    let hook_names: Vec<&str> = HookName::ALL.iter().map(|h| h.as_str()).collect();
+    [
+        level("agent.yaml", "", &config::AGENT_KEYS),
+        level("agent.yaml", "llm.", &config::LLM_KEYS),
+        level("agent.yaml", "tools[].", &TOOL_KEYS),
+        level("agent.yaml", "tools[].parameters[].", &PARAMETER_KEYS),
+        level("context.yaml", "", &context_recipe::CONTEXT_KEYS),
+        level(
+            "context.yaml",
+            "sources[].",
+            &context_recipe::FILE_SOURCE_KEYS,
+        ),
+        level(
+            "context.yaml",
+            "sources[].",
+            &context_recipe::COMPUTED_FILE_SOURCE_KEYS,
+        ),
+        level(
+            "context.yaml",
+            "sources[].",
+            &context_recipe::JOURNAL_SOURCE_KEYS,
+        ),
+        level(
+            "context.yaml",
+            "sources[].generator.",
+            &context_recipe::GENERATOR_KEYS,
+        ),
+        level("hooks.yaml", "", &hook_names),
+        level("hooks.yaml", "<hook>.", &hooks::HOOK_KEYS),
+        level("tools file", "", &imports::LIBRARY_KEYS),
+    ]
+    .concat()
 }
 
 /// True when `path` names an agent (a folder, or a file called agent.yaml/config.yaml)

@@ -91,7 +91,7 @@ pub(crate) fn check_numbers(model: &PlanFile, file: &Path) -> Result<(), PlanErr
         ));
     }
     for (key, value, range) in numbers {
-        if let Some(message) = value.and_then(|value| out_of_range(&key, value, range)) {
+        if let Some(message) = value.and_then(|value| out_of_range(value, range)) {
             return Err(PlanError::invalid(
                 file,
                 key,
@@ -103,11 +103,12 @@ pub(crate) fn check_numbers(model: &PlanFile, file: &Path) -> Result<(), PlanErr
     Ok(())
 }
 
-/// The message when `value` at `key` is outside `range`: key, value and allowed range.
-pub fn out_of_range(key: &str, value: u64, range: &RangeInclusive<u64>) -> Option<String> {
+/// The message when `value` is outside `range`: the value and the allowed range (the error
+/// around it names the key).
+pub fn out_of_range(value: u64, range: &RangeInclusive<u64>) -> Option<String> {
     (!range.contains(&value)).then(|| {
         format!(
-            "{key} = {value} is out of range (allowed {}..={})",
+            "{value} is out of range (allowed {}..={})",
             range.start(),
             range.end()
         )
@@ -119,13 +120,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn out_of_range_names_key_value_and_range() {
-        assert_eq!(out_of_range("max_parallel", 8, &MAX_PARALLEL), None);
+    fn out_of_range_names_value_and_range() {
+        assert_eq!(out_of_range(8, &MAX_PARALLEL), None);
         assert_eq!(
-            out_of_range("max_parallel", 2_305_843_009_213_693_952, &MAX_PARALLEL).as_deref(),
-            Some("max_parallel = 2305843009213693952 is out of range (allowed 1..=10000)")
+            out_of_range(2_305_843_009_213_693_952, &MAX_PARALLEL).as_deref(),
+            Some("2305843009213693952 is out of range (allowed 1..=10000)")
         );
-        assert!(out_of_range("retries", 0, &RETRIES).is_none());
+        assert!(out_of_range(0, &RETRIES).is_none());
         // Run ids: name + 21 (timestamp, random) + stage + 2 dashes + item index digits.
         let longest_run_id = NAME_LEN + 21 + 1 + STAGE_ID_LEN + 1 + FOREACH_ITEMS.to_string().len();
         assert!(

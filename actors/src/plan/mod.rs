@@ -69,7 +69,7 @@ pub const PLAN_REFERENCE: &str = "docs/plan.md";
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     /// The file could not be read, or is not a regular file within the size limit.
-    #[error("{file}: cannot read the plan: {message} (hint: check the path given to `delta orchestrate`; the format is in docs/plan.md)")]
+    #[error("{}: cannot read the plan: {message} (hint: check the path given to `delta orchestrate`; the format is in docs/plan.md)", file.display())]
     Read {
         /// The plan file.
         file: PathBuf,
@@ -78,7 +78,7 @@ pub enum PlanError {
     },
     /// A key is missing, unknown, of the wrong type or out of range, or stages contradict
     /// each other (a cycle in `needs`, a duplicate id...).
-    #[error("{file}: {key}: {message} (hint: {hint}; see docs/plan.md)")]
+    #[error("{}: {key}: {message} (hint: {})", file.display(), with_reference(hint))]
     Invalid {
         /// The plan file.
         file: PathBuf,
@@ -90,7 +90,7 @@ pub enum PlanError {
         hint: String,
     },
     /// A template does not parse, reads a variable it cannot have, or fails to render.
-    #[error("{file}: {key}: template error in `{expression}`: {message} (hint: {hint}; see docs/plan.md)")]
+    #[error("{}: {key}: template error in `{expression}`: {message} (hint: {})", file.display(), with_reference(hint))]
     Template {
         /// The plan file.
         file: PathBuf,
@@ -103,6 +103,15 @@ pub enum PlanError {
         /// What to write instead.
         hint: String,
     },
+}
+
+/// `hint`, ending with the reference page unless it names it already (said once).
+fn with_reference(hint: &str) -> String {
+    if hint.contains(PLAN_REFERENCE) {
+        hint.to_owned()
+    } else {
+        format!("{hint}; see {PLAN_REFERENCE}")
+    }
 }
 
 impl PlanError {
@@ -121,7 +130,8 @@ impl PlanError {
         hint: impl Into<String>,
     ) -> Self {
         PlanError::Invalid {
-            file: file.to_path_buf(),
+            // One path form in every plan error: absolute, as the plan's own record keeps it.
+            file: std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),
             key: key.into(),
             message: message.into(),
             hint: hint.into(),

@@ -30,54 +30,105 @@ pub(crate) fn input_error(path: &Path, error: &InputError) -> PlanError {
 pub(crate) fn parse_plan(text: &str, path: &Path) -> Result<PlanFile, PlanError> {
     check_size(text, PLAN_BYTES).map_err(|error| input_error(path, &error))?;
     check_yaml_depth(text, PLAN_DEPTH).map_err(|error| input_error(path, &error))?;
-    let document: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|error| yaml_error(path, &error))?;
+    let document: serde_yaml::Value = serde_yaml::from_str(text).map_err(|error| {
+        match key_path(&error.to_string()) {
+            // A value even a YAML value cannot hold (an integer beyond 128 bits) at a key.
+            Some(_) => yaml_error(path, &serde_yaml::Value::Null, &error),
+            None => syntax_error(path, text, &error),
+        }
+    })?;
     match check_keys(&document) {
         Ok(()) => {}
         Err(KeyProblem::Unknown(unknown)) => {
             return Err(PlanError::invalid(
                 path,
-                unknown.path,
-                "unknown key",
-                unknown.suggestion,
+                by_stage_id(&document, &unknown.path),
+                format!("unknown key ({})", unknown.suggestion),
+                "fix its spelling, or remove it",
             ));
         }
         Err(KeyProblem::ForeachForm { path: key, found }) => {
             return Err(PlanError::invalid(
                 path,
-                key,
+                by_stage_id(&document, &key),
                 format!("expected exactly one of items, files, lines; found {}", found.join(", ")),
                 "write `foreach: {items: [...]}`, `{files: \"data/*.json\"}`, `{lines: list.txt}` or a template string",
             ));
         }
     }
     // Parsed again from the text: errors from the text carry the key path and position.
-    serde_yaml::from_str(text).map_err(|error| yaml_error(path, &error))
+    serde_yaml::from_str(text).map_err(|error| yaml_error(path, &document, &error))
 }
 
-fn yaml_error(path: &Path, error: &serde_yaml::Error) -> PlanError {
-    let text = error.to_string();
-    // serde_yaml prefixes type errors with the key path (`stages[0].output: ...`).
-    let key_path = text.split_once(": ").filter(|(key, _)| {
+/// serde_yaml prefixes type errors with the key path (`stages[0].output: ...`): the path and
+/// the rest of the message.
+fn key_path(text: &str) -> Option<(&str, &str)> {
+    text.split_once(": ").filter(|(key, _)| {
         !key.is_empty()
             && key
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_.[]".contains(c))
-    });
-    match (key_path, error.location()) {
-        (Some((key, message)), _) => PlanError::invalid(
+    })
+}
+
+/// The key path in the form every plan error uses: a stage by its id (`stages.work.output`)
+/// rather than its position (`stages[0].output`), when it has a usable id.
+pub(crate) fn by_stage_id(document: &serde_yaml::Value, key: &str) -> String {
+    let Some(rest) = key.strip_prefix("stages[") else {
+        return key.to_owned();
+    };
+    let Some((index, after)) = rest.split_once(']') else {
+        return key.to_owned();
+    };
+    let id = index
+        .parse::<usize>()
+        .ok()
+        .and_then(|index| document.get("stages")?.get(index)?.get("id")?.as_str());
+    match id {
+        Some(id) if is_stage_id(id) => format!("stages.{id}{after}"),
+        _ => key.to_owned(),
+    }
+}
+
+/// Text that passes as a stage id in a key path (validation checks the id itself).
+fn is_stage_id(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+/// Text that is not YAML at all: the position once, a tab named as such.
+fn syntax_error(path: &Path, text: &str, error: &serde_yaml::Error) -> PlanError {
+    let syntax = crate::yaml_errors::syntax_error(text, error);
+    PlanError::invalid(
+        path,
+        syntax.position.unwrap_or_else(|| "<document>".to_owned()),
+        syntax.message,
+        if syntax.tab {
+            crate::yaml_errors::TAB_HINT
+        } else {
+            "plan.yaml is a YAML mapping with `stages:` (a list of {id, message, ...})"
+        },
+    )
+}
+
+fn yaml_error(path: &Path, document: &serde_yaml::Value, error: &serde_yaml::Error) -> PlanError {
+    let text = error.to_string();
+    match key_path(&text) {
+        Some((key, message)) => PlanError::invalid(
             path,
-            untagged_field(key, message),
+            by_stage_id(document, &untagged_field(key, message)),
             readable_serde_message(message),
             "check the value at this key against the plan.yaml format (durations like 15m, output json|text, on_failure stop|continue)",
         ),
-        (None, location) => PlanError::invalid(
+        None => PlanError::invalid(
             path,
-            location.map_or_else(
+            error.location().map_or_else(
                 || "<document>".to_owned(),
                 |location| format!("line {} column {}", location.line(), location.column()),
             ),
-            text,
+            crate::yaml_errors::serde_message_in_words(&text),
             "plan.yaml is a YAML mapping with `stages:` (a list of {id, message, ...})",
         ),
     }
@@ -99,9 +150,16 @@ fn untagged_field(key: &str, message: &str) -> String {
     }
 }
 
-/// serde's untagged-enum failure says nothing useful; name the accepted forms instead.
+/// serde's untagged-enum failure says nothing useful; name the accepted forms instead. An
+/// enum's choices are listed in words; the position goes last, in parentheses.
 fn readable_serde_message(message: &str) -> String {
-    let location = message.find(" at line ").map_or("", |at| &message[at..]);
+    let (message, location) = match message.find(" at line ") {
+        Some(at) => (
+            &message[..at],
+            format!(" ({})", &message[at + " at ".len()..]),
+        ),
+        None => (message, String::new()),
+    };
     if message.contains("untagged enum ForeachSpec") {
         format!("foreach must be a template string, {{items: [...]}}, {{files: \"glob\"}} or {{lines: path}}{location}")
     } else if message.contains("untagged enum DurationValue") {
@@ -111,7 +169,10 @@ fn readable_serde_message(message: &str) -> String {
     } else if let Some(number) = too_large_number(message) {
         format!("the number {number} is too large{location}")
     } else {
-        message.to_owned()
+        format!(
+            "{}{location}",
+            crate::yaml_errors::serde_message_in_words(message)
+        )
     }
 }
 

@@ -93,7 +93,12 @@ pub(crate) fn stage_items(
         ResolvedForeach::Template(source) => {
             let env = environment();
             let read = variables_read(&env, source).map_err(|failure| {
-                template_error(plan, key.clone(), failure, "fix the template syntax")
+                template_error(
+                    plan,
+                    key.clone(),
+                    failure,
+                    "fix the template's syntax, or the name of its filter or test",
+                )
             })?;
             let needs_stages = read.iter().any(|path| root(path) == "stages");
             let stages = match (needs_stages, stages) {
@@ -152,7 +157,7 @@ pub(crate) fn check_stage_templates(
             plan,
             message_key.clone(),
             failure,
-            "fix the template syntax",
+            "fix the template's syntax, or the name of its filter or test",
         )
     })?;
     check_variables(plan, stage, &read, &message_key, stage.foreach.is_some())?;
@@ -163,7 +168,7 @@ pub(crate) fn check_stage_templates(
                 plan,
                 foreach_key.clone(),
                 failure,
-                "fix the template syntax",
+                "fix the template's syntax, or the name of its filter or test",
             )
         })?;
         check_variables(plan, stage, &foreach_read, &foreach_key, false)?;

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use minijinja::{Environment, UndefinedBehavior};
 
 use crate::template_bounds::{explain, limit_work, render_bounded};
+use crate::template_names::{enclosing_block, unknown_name};
 
 /// A template failure: the expression (or template) at fault and minijinja's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +31,9 @@ pub fn environment() -> Environment<'static> {
 }
 
 /// The variable paths a template reads (`vars.repo`, `stages.plan.output.steps`, `item`),
-/// or the syntax error.
+/// or why it cannot render: a syntax error, or a filter or test the environment lacks
+/// (checked in every branch, so `| lenght` in a later stage fails at load, not after the
+/// earlier stages ran).
 pub fn variables_read(
     env: &Environment<'_>,
     source: &str,
@@ -38,6 +41,15 @@ pub fn variables_read(
     let template = env
         .template_from_str(source)
         .map_err(|error| failure(source, &error))?;
+    if let Some(unknown) = unknown_name(env, source) {
+        return Err(TemplateFailure {
+            expression: enclosing_block(source, unknown.at.clone())
+                .unwrap_or(source)
+                .trim()
+                .to_owned(),
+            message: unknown.to_string(),
+        });
+    }
     Ok(template.undeclared_variables(true).into_iter().collect())
 }
 
@@ -136,24 +148,6 @@ pub(crate) fn failure(source: &str, error: &minijinja::Error) -> TemplateFailure
         expression: expression.trim().to_owned(),
         message,
     }
-}
-
-/// The whole `{{ ... }}` / `{% ... %}` block around `range`, so the quoted expression is
-/// the one the user wrote rather than a fragment of it.
-fn enclosing_block(source: &str, range: std::ops::Range<usize>) -> Option<&str> {
-    let before = source.get(..range.start)?;
-    let start = [before.rfind("{{"), before.rfind("{%")]
-        .into_iter()
-        .flatten()
-        .max()
-        .unwrap_or(range.start);
-    let after = source.get(range.end..)?;
-    let end = [after.find("}}"), after.find("%}")]
-        .into_iter()
-        .flatten()
-        .min()
-        .map_or(range.end, |offset| range.end + offset + 2);
-    source.get(start..end)
 }
 
 #[cfg(test)]

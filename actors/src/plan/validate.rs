@@ -43,7 +43,7 @@ pub fn load_plan_with_vars(
 ) -> Result<ResolvedPlan, PlanError> {
     let text = read_bounded(path, PLAN_BYTES).map_err(|error| match error {
         InputError::Io(error) => PlanError::Read {
-            file: path.to_path_buf(),
+            file: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
             message: error.to_string(),
         },
         other => input_error(path, &other),
@@ -275,7 +275,7 @@ fn resolve_timeout(
             .map_err(|error| PlanError::invalid(file, key, error.to_string(), DURATION_HINT))?,
     };
     let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-    match out_of_range(key, millis, &limits::TIMEOUT_MS) {
+    match out_of_range(millis, &limits::TIMEOUT_MS) {
         Some(message) => Err(PlanError::invalid(
             file,
             key,

@@ -297,6 +297,9 @@ pub struct OrchestrationRequest {
     pub max_parallel: usize,
     /// Where the runs execute: this process (default) or Slurm jobs.
     pub executor: crate::cluster::RunExecutor,
+    /// The command (argv) that resumes this orchestration, recorded in its scheduling
+    /// journal for `delta list-orchestrations` (see [`Self::with_resume_command`]).
+    pub resume_command: Option<Vec<String>>,
 }
 
 impl OrchestrationRequest {
@@ -323,6 +326,7 @@ impl OrchestrationRequest {
             resume: false,
             max_parallel,
             executor: Default::default(),
+            resume_command: None,
         }
     }
 
@@ -359,6 +363,14 @@ impl OrchestrationRequest {
     /// Runs in flight for this plan at most.
     pub fn with_max_parallel(mut self, max_parallel: usize) -> OrchestrationRequest {
         self.max_parallel = max_parallel;
+        self
+    }
+
+    /// The exact command (argv) that resumes this orchestration, with every flag the plan
+    /// cannot supply (`--llm-script`, ...): recorded with each start, so a listing of the
+    /// workspace can print it after a crash.
+    pub fn with_resume_command(mut self, argv: Vec<String>) -> OrchestrationRequest {
+        self.resume_command = Some(argv);
         self
     }
 

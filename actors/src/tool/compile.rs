@@ -23,12 +23,13 @@ use serde_yaml::Value;
 pub use error::{ArgumentError, CompileError};
 pub use invocation::{EngineVars, Invocation};
 
-use crate::yaml::Fields;
-use params::{legacy_parameters, merge_inferred, parse_explicit, ToolContext};
+use crate::yaml::{Fields, UnknownKeys};
+pub(crate) use params::PARAMETER_KEYS;
+use params::{check_declared, legacy_parameters, merge_inferred, parse_explicit, ToolContext};
 
 pub use super::ask_human::{schema as ask_human_schema, ASK_HUMAN};
 
-const TOOL_KEYS: [&str; 8] = [
+pub(crate) const TOOL_KEYS: [&str; 8] = [
     "name",
     "description",
     "exec",
@@ -212,32 +213,51 @@ fn valid_tool_name(name: &str) -> bool {
 }
 
 /// Compiles the `tools:` list of one file. Every tool is validated (even one a later
-/// definition will replace); unknown keys become warnings.
+/// definition will replace); `policy` says whether an unknown key (or a placeholder that
+/// `parameters:` does not declare) is an error or a warning.
 pub fn compile_tools(
     raw: &[Value],
     file: &Path,
+    policy: UnknownKeys,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<CompiledTool>, CompileError> {
     raw.iter()
         .enumerate()
-        .map(|(index, value)| compile_tool(value, index, file, warnings))
+        .map(|(index, value)| compile_tool_with(value, index, file, policy, warnings))
         .collect()
 }
 
-/// Compiles one tool definition (`index` is its place in the file's `tools:` list).
+/// Compiles one tool definition (`index` is its place in the file's `tools:` list); an
+/// unknown key is an error.
 pub fn compile_tool(
     value: &Value,
     index: usize,
     file: &Path,
     warnings: &mut Vec<String>,
 ) -> Result<CompiledTool, CompileError> {
+    compile_tool_with(value, index, file, UnknownKeys::Refuse, warnings)
+}
+
+/// [`compile_tool`] under `policy` (`strict: false` in agent.yaml: unknown keys warn).
+pub fn compile_tool_with(
+    value: &Value,
+    index: usize,
+    file: &Path,
+    policy: UnknownKeys,
+    warnings: &mut Vec<String>,
+) -> Result<CompiledTool, CompileError> {
     let prefix = format!("tools[{index}]");
     let fields = Fields::new(file, &prefix, value)?;
+    fields.check_keys(&TOOL_KEYS, policy, warnings)?;
     let name = fields.required_string(
         "name",
         "give every tool a `name:` (letters, digits, _ or -)",
     )?;
-    let ctx = ToolContext { file, tool: &name };
+    let ctx = ToolContext {
+        file,
+        tool: &name,
+        policy,
+    };
     if !valid_tool_name(&name) {
         return Err(ctx.error(
             "the name must be 1-64 letters, digits, `_` or `-`",
@@ -250,7 +270,6 @@ pub fn compile_tool(
             "rename your tool (for example ask_user); the built-in ask_human is always available",
         ));
     }
-    fields.warn_unknown(&TOOL_KEYS, warnings);
     let forms: Vec<&str> = ["exec", "shell", "command"]
         .into_iter()
         .filter(|k| fields.has(k))
@@ -269,15 +288,29 @@ pub fn compile_tool(
     let description = fields.string("description")?;
     let timeout_ms = fields.timeout_ms("timeout_ms")?;
     let stdin = fields.string("stdin")?;
-    let explicit = match fields.sequence("parameters")? {
+    let declared = fields.sequence("parameters")?;
+    let explicit = match declared {
         Some(items) => parse_explicit(&ctx, &prefix, items, warnings)?,
         None => Vec::new(),
     };
+    // With `parameters:` given, it is the tool's whole list: a placeholder it lacks is a
+    // typo (`${patern}`) the model would otherwise be asked to fill in. Checked after the
+    // merge, whose "declared but not found in template" names a typo from the other side.
+    let declared_names: Vec<String> = explicit.iter().map(|p| p.name.clone()).collect();
+    let undeclared_placeholders =
+        |placeholders: &[String], warnings: &mut Vec<String>| match declared {
+            Some(_) => {
+                let placeholders: Vec<&str> = placeholders.iter().map(String::as_str).collect();
+                check_declared(&ctx, &placeholders, &declared_names, warnings)
+            }
+            None => Ok(()),
+        };
     let template_error = |e: placeholder::TemplateError| ctx.error(e.message, e.hint);
 
     let stdin_name = stdin.as_deref();
     let (syntax, template_text, command, parameters) = if let Some(text) = fields.string("exec")? {
         let compiled = template::compile_exec(&text, stdin_name).map_err(template_error)?;
+        let placeholders = compiled.parameters.clone();
         let inferred = inferred_parameters(
             &ctx,
             compiled.parameters.iter().map(|n| (n.clone(), false)),
@@ -285,6 +318,7 @@ pub fn compile_tool(
             stdin,
         )?;
         let parameters = merge_inferred(&ctx, inferred, explicit)?;
+        undeclared_placeholders(&placeholders, warnings)?;
         if let Some(variable) = template::bare_shell_variable(&text) {
             warnings.push(format!(
                 "{}: tool `{name}`: `{variable}` is passed literally because exec: runs no shell; use ${{AGENT_HOME}}, ${{CWD}} or ${{RUN_ID}}, or shell: mode",
@@ -294,9 +328,15 @@ pub fn compile_tool(
         (ToolSyntax::Exec, Some(text), compiled.tokens, parameters)
     } else if let Some(text) = fields.string("shell")? {
         let compiled = template::compile_shell(&text, stdin_name).map_err(template_error)?;
+        let placeholders: Vec<String> = compiled
+            .parameters
+            .iter()
+            .map(|(name, _raw)| name.clone())
+            .collect();
         let offset = compiled.engine_slots.len();
         let inferred = inferred_parameters(&ctx, compiled.parameters.into_iter(), offset, stdin)?;
         let parameters = merge_inferred(&ctx, inferred, explicit)?;
+        undeclared_placeholders(&placeholders, warnings)?;
         let mut command = vec![
             "sh".to_string(),
             "-c".to_string(),

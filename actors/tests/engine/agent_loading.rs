@@ -323,11 +323,19 @@ fn a_cycle_names_the_chain() {
 
 #[test]
 fn imported_files_contribute_tools_only() {
+    let lib = "name: lib\nllm: {model: other}\ntools:\n  - {name: l, exec: echo l}\n";
+    // An agent's key in a tools file is refused (it never applied)...
     let dir = AgentDir::new(&format!("{HEAD}imports: [./lib.yaml]\n"));
-    dir.write(
-        "lib.yaml",
-        "name: lib\nllm: {model: other}\ntools:\n  - {name: l, exec: echo l}\n",
+    dir.write("lib.yaml", lib);
+    let error = dir.error();
+    assert!(
+        error.contains("lib.yaml`: unknown key `llm`")
+            && error.contains("the keys here are: tools, imports, name, description, version"),
+        "{error}"
     );
+    // ...and, under `strict: false`, ignored with a warning.
+    let dir = AgentDir::new(&format!("strict: false\n{HEAD}imports: [./lib.yaml]\n"));
+    dir.write("lib.yaml", lib);
     let agent = dir.load();
     assert_eq!(agent.llm.model, "m");
     assert_eq!(names(&agent), ["l"]);
@@ -335,7 +343,7 @@ fn imported_files_contribute_tools_only() {
         agent
             .warnings
             .iter()
-            .any(|w| w.contains("key `llm` is ignored in an imported file")),
+            .any(|w| w.contains("lib.yaml: unknown key `llm`")),
         "{:?}",
         agent.warnings
     );
@@ -453,9 +461,50 @@ fn context_sources_keep_their_variables_for_run_time() {
     );
 }
 
+/// Issue 24 item 18: a typo in any agent file (`tool:` for `tools:`) was a warning, and the
+/// agent ran without what it meant; each is an error naming the file, the key and the
+/// closest known key.
 #[test]
-fn unknown_keys_everywhere_become_warnings_naming_the_file() {
-    let dir = AgentDir::new(&format!("{HEAD}timeout_seconds: 5\ntools:\n  - name: x\n    exec: echo ${{m}}\n    parameters:\n      - name: m\n        descripton: typo\n"));
+fn unknown_keys_in_every_agent_file_are_errors_naming_file_key_and_closest_key() {
+    let tool = "tools:\n  - name: x\n    exec: echo ${m}\n";
+    for (file, text, key, closest) in [
+        ("agent.yaml", format!("{HEAD}tool: []\n"), "tool", Some("tools")),
+        ("agent.yaml", "name: t\nllm:\n  model: m\n  temprature: 1\n".to_owned(), "llm.temprature", Some("temperature")),
+        ("agent.yaml", format!("{HEAD}{tool}    descripton: x\n"), "tools[0].descripton", Some("description")),
+        ("agent.yaml", format!("{HEAD}{tool}    parameters:\n      - name: m\n        descripton: typo\n"), "tools[0].parameters[0].descripton", Some("description")),
+        ("context.yaml", "source:\n  - type: journal\n".to_owned(), "source", Some("sources")),
+        ("context.yaml", "sources:\n  - type: journal\n    max_iteration: 3\n".to_owned(), "sources[0].max_iteration", Some("max_iterations")),
+        ("context.yaml", "sources:\n  - type: computed_file\n    output_path: o\n    generator: {command: [x], timeout: 5}\n".to_owned(), "sources[0].generator.timeout", Some("timeout_ms")),
+        ("hooks.yaml", "on_run_ends:\n  command: [x]\n".to_owned(), "on_run_ends", Some("on_run_end")),
+        ("hooks.yaml", "on_error:\n  comand: [x]\n".to_owned(), "on_error.comand", Some("command")),
+        ("tools/lib.yaml", "tool:\n  - {name: l, exec: echo l}\n".to_owned(), "tool", Some("tools")),
+    ] {
+        let dir = AgentDir::new(&format!("{HEAD}imports: [./tools/lib.yaml]\n"));
+        dir.write("tools/lib.yaml", "tools: []\n");
+        dir.write(file, &text);
+        match load_agent(&dir.home) {
+            Err(AgentError::UnknownKey {
+                file: found_file,
+                key: found_key,
+                closest: found_closest,
+                ..
+            }) => {
+                assert!(found_file.ends_with(file), "{file}: {}", found_file.display());
+                assert_eq!(
+                    (found_key.as_str(), found_closest.as_deref()),
+                    (key, closest),
+                    "{file}: {text}"
+                );
+            }
+            other => panic!("{file}: {text}: {:?}", other.map(|a| a.warnings)),
+        }
+    }
+}
+
+/// `strict: false` in agent.yaml: unknown keys in every file of the agent are warnings.
+#[test]
+fn under_strict_false_unknown_keys_everywhere_are_warnings_naming_the_file() {
+    let dir = AgentDir::new(&format!("strict: false\n{HEAD}timeout_seconds: 5\ntools:\n  - name: x\n    exec: echo ${{m}}\n    parameters:\n      - name: m\n        descripton: typo\n"));
     dir.write(
         "context.yaml",
         "sources:\n  - type: journal\n    max_iteration: 3\n",
@@ -538,4 +587,24 @@ fn openai_tools_lists_every_tool_then_ask_human() {
     );
     assert_eq!(tools[0]["function"]["description"], "Print a message");
     assert_eq!(tools[3]["function"]["parameters"]["required"], json!([]));
+}
+
+/// Issue 24 item 22: docs/agent.md cannot drift from the loader: every key an agent's files
+/// accept (the lists the loader refuses unknown keys against) is documented there.
+#[test]
+fn every_key_the_agent_files_accept_is_in_the_agent_reference() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/agent.md"))
+            .unwrap();
+    let keys = delta_actors::agent::known_key_paths();
+    assert!(keys.len() >= 50, "{keys:?}");
+    let missing: Vec<String> = keys
+        .iter()
+        .filter(|(_, key)| !doc.contains(&format!("`{key}`")))
+        .map(|(file, key)| format!("{file}: {key}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys missing from docs/agent.md: {missing:?}"
+    );
 }

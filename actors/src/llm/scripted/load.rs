@@ -22,6 +22,7 @@ use super::script::{
 use super::variables::{sample_context, TEMPLATE_VARIABLES};
 use crate::input::{check_size, check_yaml_depth, read_bounded, InputError};
 use crate::template_bounds::{explain, limit_work, render_bounded};
+use crate::template_names::{enclosing_block, unknown_name};
 
 /// Largest script file, in bytes.
 const SCRIPT_BYTES: u64 = 4 * 1024 * 1024;
@@ -64,9 +65,15 @@ impl Script {
                     message: "the script must be a mapping with `rules:` or `steps:`".to_owned(),
                 };
             }
+            let syntax = crate::yaml_errors::syntax_error(text, &e);
+            let message = if syntax.tab {
+                format!("{syntax} ({})", crate::yaml_errors::TAB_HINT)
+            } else {
+                crate::yaml_errors::serde_message_in_words(&e.to_string())
+            };
             ScriptError::Parse {
                 origin: origin.to_owned(),
-                message: e.to_string(),
+                message,
             }
         })?;
         Loader::new(origin).script(raw)
@@ -513,18 +520,38 @@ impl Loader {
         }
         let name = key.to_owned();
         self.templates
-            .add_template_owned(name.clone(), source)
+            .add_template_owned(name.clone(), source.clone())
             .map_err(|e| self.invalid(key, format!("template does not compile: {e}")))?;
-        let check = self
-            .templates
-            .get_template(&name)
-            .and_then(|t| render_bounded(&t, sample_context()));
-        if let Err(e) = check {
-            let reason = explain(&e).unwrap_or_else(|| e.to_string());
+        if let Some(unknown) = unknown_name(&self.templates, &source) {
+            let expression = enclosing_block(&source, unknown.at.clone()).unwrap_or(&source);
             return Err(self.invalid(
                 key,
                 format!(
-                    "template fails to render: {reason} (hint: available variables are {})",
+                    "template `{}`: {unknown} (hint: minijinja's built-in filters and tests, \
+                     see docs/llm-script.md)",
+                    expression.trim()
+                ),
+            ));
+        }
+        let template = self
+            .templates
+            .get_template(&name)
+            .map_err(|e| self.invalid(key, format!("template does not compile: {e}")))?;
+        if let Some(unknown) = unknown_variable(&self.templates, &template) {
+            return Err(self.invalid(key, unknown));
+        }
+        if let Err(e) = render_bounded(&template, sample_context()) {
+            let reason = explain(&e).unwrap_or_else(|| e.kind().to_string());
+            let expression = e
+                .range()
+                .and_then(|range| enclosing_block(&source, range))
+                .unwrap_or(&source);
+            return Err(self.invalid(
+                key,
+                format!(
+                    "template `{}` fails to render: {reason}{} (hint: the variables are {})",
+                    expression.trim(),
+                    e.detail().map(|d| format!(" ({d})")).unwrap_or_default(),
                     TEMPLATE_VARIABLES
                 ),
             ));
@@ -550,4 +577,25 @@ impl Loader {
             )
         })
     }
+}
+
+/// "unknown variable `tsk` (did you mean `task`?) ...", for the first variable `template`
+/// reads that is neither a script variable nor one of the environment's globals.
+fn unknown_variable(
+    env: &Environment<'_>,
+    template: &minijinja::Template<'_, '_>,
+) -> Option<String> {
+    let known: Vec<&str> = TEMPLATE_VARIABLES.split(", ").collect();
+    let mut read: Vec<String> = template.undeclared_variables(false).into_iter().collect();
+    read.sort();
+    let unknown = read.into_iter().find(|name| {
+        !known.contains(&name.as_str()) && !env.globals().any(|(global, _)| global == name)
+    })?;
+    let suggestion = crate::yaml::closest(&unknown, &known)
+        .map(|k| format!(" (did you mean `{k}`?)"))
+        .unwrap_or_default();
+    Some(format!(
+        "template reads `{unknown}`, which is not a variable{suggestion} (hint: the variables are \
+         {TEMPLATE_VARIABLES}; see docs/llm-script.md)"
+    ))
 }

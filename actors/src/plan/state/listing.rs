@@ -87,6 +87,11 @@ pub struct OrchestrationListing {
     /// Why the folder is UNREADABLE, or a note (how a RUNNING-looking one ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For an INTERRUPTED orchestration, the exact command that resumes it (as recorded
+    /// by its last start, quoted for a POSIX shell; from older journals, the plan and
+    /// workspace they recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_command: Option<String>,
     /// The orchestration's folder.
     pub dir: PathBuf,
 }
@@ -146,6 +151,7 @@ fn unreadable(dir: &Path, id: String, reason: String) -> OrchestrationListing {
         counts: RunCounts::default(),
         usage: TokenUsage::default(),
         error: Some(reason),
+        resume_command: None,
         dir: dir.to_path_buf(),
     }
 }
@@ -182,14 +188,17 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
         plan: Some(journal.plan.clone()),
         started_at: Some(journal.started_at.clone()),
         ended_at: None,
-        counts: journal.counts(),
+        counts: journal.counts(false),
         usage: journal.usage(),
         error: None,
+        resume_command: None,
         dir: dir.to_path_buf(),
     };
     if held {
         return listing;
     }
+    // Nobody drives it: a run submitted without an outcome was cut short.
+    listing.counts = journal.counts(true);
     match (journal.finished, read_summary(dir)) {
         (Some(_), Ok(Some(summary))) => {
             listing.status = summary.status.into();
@@ -203,13 +212,21 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
             listing.error = Some(reason);
         }
         (None, Ok(_)) => {
+            let command = journal.resume_command(&listing.orchestration_id);
             listing.status = ListedStatus::Interrupted;
-            listing.error = Some(
+            listing.error = Some(format!(
                 "the process driving it stopped without finishing (killed?); resume it with \
-                 `delta orchestrate --resume <id> -w <workspace>`"
-                    .to_owned(),
-            );
+                 `{command}`"
+            ));
         }
+    }
+    if listing.status == ListedStatus::Interrupted {
+        let command = journal.resume_command(&listing.orchestration_id);
+        // Stopped by Ctrl-C (the killed case above says more): the note is the command.
+        listing
+            .error
+            .get_or_insert_with(|| format!("resume it with `{command}`"));
+        listing.resume_command = Some(command);
     }
     listing
 }
@@ -229,14 +246,23 @@ fn read_summary(dir: &Path) -> Result<Option<OrchestrationSummary>, String> {
 struct JournalView {
     plan: String,
     started_at: String,
+    /// The last start's plan and workspace, and the resume command it recorded.
+    last_start: LastStart,
     /// The status of the last finish, when no start came after it.
     finished: Option<OrchestrationStatus>,
     /// Planned runs per stage (the latest expansion).
     planned: BTreeMap<String, usize>,
-    /// The latest outcome per run id.
-    outcomes: BTreeMap<String, RunStatus>,
+    /// The latest outcome per run id; `None` while its latest submission has none.
+    outcomes: BTreeMap<String, Option<RunStatus>>,
     /// The latest token figure per run id (each is the run's total so far).
     usage: BTreeMap<String, TokenUsage>,
+}
+
+/// What the latest `ORCHESTRATION_STARTED` recorded.
+struct LastStart {
+    plan: String,
+    workspace: String,
+    resume_command: Option<Vec<String>>,
 }
 
 impl JournalView {
@@ -256,10 +282,23 @@ impl JournalView {
                 }
             };
             match (record.event, view.as_mut()) {
-                (SchedulingEvent::OrchestrationStarted { plan, .. }, None) => {
-                    view = Some(JournalView {
+                (
+                    SchedulingEvent::OrchestrationStarted {
                         plan,
+                        workspace,
+                        resume_command,
+                        ..
+                    },
+                    None,
+                ) => {
+                    view = Some(JournalView {
+                        plan: plan.clone(),
                         started_at: record.timestamp,
+                        last_start: LastStart {
+                            plan,
+                            workspace,
+                            resume_command,
+                        },
                         finished: None,
                         planned: BTreeMap::new(),
                         outcomes: BTreeMap::new(),
@@ -267,9 +306,27 @@ impl JournalView {
                     });
                 }
                 (_, None) => return Err("it does not begin with ORCHESTRATION_STARTED".to_owned()),
-                (SchedulingEvent::OrchestrationStarted { .. }, Some(view)) => view.finished = None,
+                (
+                    SchedulingEvent::OrchestrationStarted {
+                        plan,
+                        workspace,
+                        resume_command,
+                        ..
+                    },
+                    Some(view),
+                ) => {
+                    view.finished = None;
+                    view.last_start = LastStart {
+                        plan,
+                        workspace,
+                        resume_command,
+                    };
+                }
                 (SchedulingEvent::StageStarted { stage, runs }, Some(view)) => {
                     view.planned.insert(stage, runs);
+                }
+                (SchedulingEvent::RunSubmitted { run_id, .. }, Some(view)) => {
+                    view.outcomes.insert(run_id, None);
                 }
                 (
                     SchedulingEvent::RunFinished {
@@ -281,22 +338,46 @@ impl JournalView {
                     Some(view),
                 ) => {
                     view.usage.insert(run_id.clone(), usage);
-                    view.outcomes.insert(run_id, status);
+                    view.outcomes.insert(run_id, Some(status));
                 }
                 (SchedulingEvent::OrchestrationFinished { status }, Some(view)) => {
                     view.finished = Some(status);
                 }
-                (
-                    SchedulingEvent::RunSubmitted { .. } | SchedulingEvent::StageFinished { .. },
-                    Some(_),
-                ) => {}
+                (SchedulingEvent::StageFinished { .. }, Some(_)) => {}
             }
         }
         view.ok_or_else(|| "it is empty".to_owned())
     }
 
-    fn counts(&self) -> RunCounts {
-        RunCounts::of_statuses(self.planned.values().sum(), self.outcomes.values().copied())
+    /// The tally of every planned run. A run submitted without an outcome yet is running
+    /// while the orchestration is driven; once it is `stopped` (no process holds it) the
+    /// run was cut short and counts as interrupted, not as never started.
+    fn counts(&self, stopped: bool) -> RunCounts {
+        let statuses = self.outcomes.values().filter_map(|outcome| match outcome {
+            Some(status) => Some(*status),
+            None => stopped.then_some(RunStatus::Interrupted),
+        });
+        RunCounts::of_statuses(self.planned.values().sum(), statuses)
+    }
+
+    /// The command that resumes orchestration `id`: the one its last start recorded, else
+    /// (older journals) one built from the plan and workspace it recorded.
+    fn resume_command(&self, id: &str) -> String {
+        let start = &self.last_start;
+        let argv = start.resume_command.clone().unwrap_or_else(|| {
+            [
+                "delta",
+                "orchestrate",
+                &start.plan,
+                "--resume",
+                id,
+                "-w",
+                &start.workspace,
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        });
+        shell_words::join(argv)
     }
 
     fn usage(&self) -> TokenUsage {

@@ -53,6 +53,12 @@ pub enum SchedulingEvent {
         workspace: String,
         /// `true` for a resume.
         resumed: bool,
+        /// The command (argv) that resumes the orchestration as it was started this time:
+        /// the program, plan, `--resume`, `-w` and the flags the plan cannot supply
+        /// (`--llm-script`, ...), so a listing can print it exactly. Absent in journals of
+        /// older versions and for embedders that do not give one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_command: Option<Vec<String>>,
     },
     /// A stage was expanded.
     StageStarted {

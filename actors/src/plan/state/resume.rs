@@ -67,6 +67,7 @@ mod tests {
                 plan: plan.display().to_string(),
                 workspace: ws.display().to_string(),
                 resumed: false,
+                resume_command: None,
             })
             .unwrap();
         state
@@ -81,6 +82,7 @@ mod tests {
                 plan: "/elsewhere/later.yaml".into(),
                 workspace: ws.path().display().to_string(),
                 resumed: true,
+                resume_command: None,
             })
             .unwrap();
         assert_eq!(

@@ -87,6 +87,7 @@ impl OrchestrationActor {
                     plan: request.plan.file.to_string_lossy().into_owned(),
                     workspace: request.workspace.to_string_lossy().into_owned(),
                     resumed: request.resume,
+                    resume_command: request.resume_command.clone(),
                 };
                 if let Err(e) = state.record(started) {
                     tracing::warn!(target: "delta::orchestrate", "{e}");

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::yaml::FieldError;
+use crate::yaml::{unknown_key_text, FieldError};
 
 /// A tool definition that does not compile. Every variant names the file that defines the
 /// tool and ends with a `hint:` line telling the user what to do.
@@ -23,6 +23,19 @@ pub enum CompileError {
         message: String,
         /// What to write instead.
         hint: String,
+    },
+
+    /// A key a tool entry (or a parameter entry) does not have.
+    #[error("{}", unknown_key_text(file, key, closest.as_deref(), known))]
+    UnknownKey {
+        /// The file that defines the tool.
+        file: PathBuf,
+        /// The key's dotted path, e.g. `tools[0].descripton`.
+        key: String,
+        /// The known key it is closest to, when one is close.
+        closest: Option<String>,
+        /// Every key accepted at that place.
+        known: Vec<String>,
     },
 
     /// The tool named `tool` is wrong: its name, template or parameters.
@@ -43,17 +56,36 @@ impl CompileError {
     /// The file that defines the tool.
     pub fn file(&self) -> &Path {
         match self {
-            CompileError::Field { file, .. } | CompileError::Tool { file, .. } => file,
+            CompileError::Field { file, .. }
+            | CompileError::Tool { file, .. }
+            | CompileError::UnknownKey { file, .. } => file,
         }
     }
 }
 
 impl From<FieldError> for CompileError {
     fn from(error: FieldError) -> Self {
-        CompileError::Field {
-            file: error.file,
-            message: error.message,
-            hint: error.hint,
+        match error {
+            FieldError::Invalid {
+                file,
+                message,
+                hint,
+            } => CompileError::Field {
+                file,
+                message,
+                hint,
+            },
+            FieldError::UnknownKey {
+                file,
+                key,
+                closest,
+                known,
+            } => CompileError::UnknownKey {
+                file,
+                key,
+                closest,
+                known,
+            },
         }
     }
 }

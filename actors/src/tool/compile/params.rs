@@ -12,9 +12,9 @@ use serde_yaml::Value;
 use super::error::CompileError;
 use super::invocation::stringify;
 use super::{InjectAs, ParamType, ToolParameter};
-use crate::yaml::{closest, kind_of, Fields};
+use crate::yaml::{closest, kind_of, Fields, UnknownKeys};
 
-const PARAMETER_KEYS: [&str; 8] = [
+pub(crate) const PARAMETER_KEYS: [&str; 8] = [
     "name",
     "type",
     "description",
@@ -42,6 +42,8 @@ pub(crate) struct ExplicitParam {
 pub(crate) struct ToolContext<'a> {
     pub file: &'a Path,
     pub tool: &'a str,
+    /// Unknown keys and undeclared placeholders: errors, or warnings (`strict: false`).
+    pub policy: UnknownKeys,
 }
 
 impl ToolContext<'_> {
@@ -109,7 +111,8 @@ fn parse_inject_as(
     )
 }
 
-/// Parses `parameters:` entries; unknown keys become warnings.
+/// Parses `parameters:` entries; an unknown key is an error (a warning under `strict:
+/// false`).
 pub(crate) fn parse_explicit(
     ctx: &ToolContext<'_>,
     prefix: &str,
@@ -126,7 +129,7 @@ pub(crate) fn parse_explicit(
                 "mark the placeholder in the template instead: ${name:raw} (shell: mode only)",
             ));
         }
-        fields.warn_unknown(&PARAMETER_KEYS, warnings);
+        fields.check_keys(&PARAMETER_KEYS, ctx.policy, warnings)?;
         let name = fields.required_string("name", "give every parameter a `name:`")?;
         if parsed.iter().any(|p| p.name == name) {
             return Err(ctx.error(
@@ -182,6 +185,46 @@ pub(crate) fn parse_explicit(
         });
     }
     Ok(parsed)
+}
+
+/// With `parameters:` given, every template placeholder must be one of its entries: a
+/// placeholder it lacks (`${patern}`) is an error naming the closest declared one (a
+/// warning under `strict: false`, and the placeholder is inferred as a string).
+pub(crate) fn check_declared(
+    ctx: &ToolContext<'_>,
+    placeholders: &[&str],
+    declared: &[String],
+    warnings: &mut Vec<String>,
+) -> Result<(), CompileError> {
+    let declared: Vec<&str> = declared.iter().map(String::as_str).collect();
+    for placeholder in placeholders {
+        if declared.contains(placeholder) {
+            continue;
+        }
+        let suggestion = closest(placeholder, &declared)
+            .map(|n| format!(" (did you mean `{n}`?)"))
+            .unwrap_or_default();
+        let message = format!(
+            "placeholder `${{{placeholder}}}` names no parameter under `parameters:`{suggestion}"
+        );
+        if ctx.policy == UnknownKeys::Warn {
+            warnings.push(format!(
+                "{}: tool `{}`: {message}; it is passed as a string parameter",
+                ctx.file.display(),
+                ctx.tool
+            ));
+            continue;
+        }
+        return Err(ctx.error(
+            message,
+            format!(
+                "with `parameters:` given, every placeholder is declared there: add `- name: \
+                 {placeholder}` or fix the placeholder's spelling; `strict: false` in agent.yaml \
+                 turns this into a warning (docs/agent.md)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn finish(

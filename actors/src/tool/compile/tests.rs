@@ -324,16 +324,87 @@ fn definition_errors_name_tool_file_and_hint() {
     }
 }
 
+/// Issue 24 item 18: unknown keys of a tool or a parameter are errors naming the closest key
+/// (warnings under `strict: false`).
 #[test]
-fn unknown_tool_keys_warn() {
+fn unknown_tool_keys_are_errors_and_warnings_under_strict_false() {
+    for (yaml, key, closest) in [
+        (
+            "name: t\nexec: date\ndescriptoin: x\n",
+            "tools[0].descriptoin",
+            "description",
+        ),
+        (
+            "name: t\nexec: echo ${n}\nparameters:\n  - name: n\n    typ: integer\n",
+            "tools[0].parameters[0].typ",
+            "type",
+        ),
+    ] {
+        let value: Value = serde_yaml::from_str(yaml).unwrap();
+        match compile_tool(&value, 0, Path::new("a.yaml"), &mut Vec::new()) {
+            Err(CompileError::UnknownKey {
+                key: found,
+                closest: Some(nearest),
+                ..
+            }) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
+            other => panic!("{yaml}: {other:?}"),
+        }
+    }
     let value: Value =
         serde_yaml::from_str("name: t\nexec: date\ndescriptoin: x\nparameters: []\n").unwrap();
     let mut warnings = Vec::new();
-    compile_tool(&value, 0, Path::new("a.yaml"), &mut warnings).unwrap();
+    compile_tool_with(
+        &value,
+        0,
+        Path::new("a.yaml"),
+        UnknownKeys::Warn,
+        &mut warnings,
+    )
+    .unwrap();
     assert_eq!(
         warnings,
         vec!["a.yaml: unknown key `tools[0].descriptoin` (did you mean `description`?)"]
     );
+}
+
+/// Issue 24 item 18: with `parameters:` given, a placeholder it does not declare was inferred
+/// silently (a typo such as `${patern}` became a parameter the model had to fill); it is an
+/// error naming the closest declared parameter, and a warning under `strict: false`.
+#[test]
+fn a_placeholder_parameters_does_not_declare_is_an_error() {
+    for yaml in [
+        "name: grep\nexec: grep ${patern} ${file}\nparameters:\n  - name: pattern\n    description: what to find\n  - name: file\n",
+        "name: grep\nshell: grep \"${patern}\" ${file}\nparameters:\n  - name: pattern\n  - name: file\n",
+    ] {
+        let err = compile_err(yaml);
+        assert!(err.contains("Parameter 'pattern' declared but not found in template (did you mean `patern`?)")
+            || err.contains("placeholder `${patern}` names no parameter under `parameters:` (did you mean `pattern`?)"),
+            "{yaml}\n=> {err}");
+    }
+    let undeclared = "name: grep\nexec: grep ${pattern} ${file}\nparameters:\n  - name: pattern\n    description: what to find\n";
+    let err = compile_err(undeclared);
+    assert!(
+        err.contains("placeholder `${file}` names no parameter under `parameters:`"),
+        "{err}"
+    );
+    assert!(err.contains("add `- name: file`"), "{err}");
+    let value: Value = serde_yaml::from_str(undeclared).unwrap();
+    let mut warnings = Vec::new();
+    let tool = compile_tool_with(
+        &value,
+        0,
+        Path::new("a.yaml"),
+        UnknownKeys::Warn,
+        &mut warnings,
+    )
+    .unwrap();
+    assert!(tool.parameter("file").is_some());
+    assert!(
+        warnings[0].contains("`${file}` names no parameter"),
+        "{warnings:?}"
+    );
+    // Without `parameters:`, every placeholder is inferred as before.
+    compile_ok("name: grep\nexec: grep ${pattern} ${file}\n");
 }
 
 /// Strings without NUL: quotes, `;`, `$(...)`, newlines, backslashes and any unicode.
@@ -425,7 +496,7 @@ fn exec_warns_about_unexpanded_shell_variables() {
 #[test]
 fn shell_optional_parameter_without_value_keeps_its_slot_empty() {
     let tool = compile_ok(
-        "name: t\nshell: echo ${a} ${b}\nparameters:\n  - name: a\n    required: false\n",
+        "name: t\nshell: echo ${a} ${b}\nparameters:\n  - name: a\n    required: false\n  - name: b\n",
     );
     let inv = invoke(&tool, json!({"b": "B"})).unwrap();
     assert_eq!(inv.argv[4..], ["", "B"], "$2 must still be b");
