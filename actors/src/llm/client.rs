@@ -162,7 +162,7 @@ impl HttpBackend {
         match result {
             Ok(completion) => Ok(completion),
             Err(Attempt::Failed(error) | Attempt::Stale(error)) => Err(error),
-            Err(Attempt::EmptyStream) => Err(self.empty_stream(req)),
+            Err(Attempt::EmptyStream) => Err(self.empty_stream(req, &meta.wire)),
         }
     }
 
@@ -171,7 +171,7 @@ impl HttpBackend {
     /// ("Automatic streaming tool choice is not supported"), or a prompt longer than the
     /// context. The endpoint is then not streamed to, and the call is sent again at once
     /// without streaming, which either works or says what is wrong.
-    fn empty_stream(&self, req: &ChatRequest) -> LlmError {
+    fn empty_stream(&self, req: &ChatRequest, sent: &WireOptions) -> LlmError {
         let message = "the response stream ended before its first chunk".to_owned();
         if self.inner.endpoint.dialect.stream.is_none()
             && self.inner.learned.learn(Adjustment::NoStream, &req.model)
@@ -180,6 +180,9 @@ impl HttpBackend {
                 endpoint = %self.inner.url,
                 "{message}: later calls to the endpoint are not streamed"
             );
+        }
+        if self.wire_options(&req.model) != *sent {
+            // Learned now, or by another run's call since this one was written.
             return LlmError::Adjusted {
                 status: 200,
                 message,
@@ -285,13 +288,17 @@ impl HttpBackend {
     ) -> LlmError {
         let code = status.as_u16();
         if let Some(adjustment) = adjustment_for(code, &message, wire, &sent_shape(req)) {
+            let change = adjustment.describe();
             if self.inner.learned.learn(adjustment, &req.model) {
-                let change = adjustment.describe();
                 tracing::info!(
                     endpoint = %self.inner.url,
                     status = code,
                     "the endpoint refused a request; it is sent again {change}, and so are later ones"
                 );
+            }
+            // Learned now, or by another run's call since this one was written: the next
+            // attempt is written the other way. Refused in both forms, the error stands.
+            if self.wire_options(&req.model) != *wire {
                 return LlmError::Adjusted {
                     status: code,
                     message: format!("HTTP {code}: {message}"),
@@ -1120,6 +1127,23 @@ mod tests {
         assert!(matches!(err, LlmError::Adjusted { .. }), "{err:?}");
         assert!(err.to_string().contains("without streaming"), "{err}");
         assert!(!backend.wire_options("m").stream);
+    }
+
+    /// Calls written before the endpoint learned (batches send many at once) are sent again
+    /// at once too, not backed off as transport errors.
+    #[tokio::test]
+    async fn calls_written_before_the_endpoint_learned_are_sent_again_at_once() {
+        let (backend, _) = answering_endpoint(|_| vec![(Duration::ZERO, SSE_HEAD.to_vec())]).await;
+        let meta = streamed(limits(5_000, 1_000));
+        for _ in 0..3 {
+            let err = backend.send(&hello(), &meta).await.unwrap_err();
+            assert!(matches!(err, LlmError::Adjusted { .. }), "{err:?}");
+        }
+        // Not streamed (as the endpoint is written to now), the same refusal stands.
+        let mut plain = meta.clone();
+        plain.wire = backend.wire_options("m");
+        let err = backend.send(&hello(), &plain).await.unwrap_err();
+        assert!(!matches!(err, LlmError::Adjusted { .. }), "{err:?}");
     }
 
     /// `llm.http2: true` against a server that speaks only HTTP/1.1 names the setting and is
