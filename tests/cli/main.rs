@@ -27,5 +27,6 @@ mod serve;
 mod sessions;
 mod sessions_pty;
 mod slurm;
+mod tool_isolation;
 mod tool_spawner;
 mod unwritable;
