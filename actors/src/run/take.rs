@@ -358,9 +358,20 @@ fn read_response_file(path: &Path) -> Result<Option<String>, SetupError> {
         }
         Ok(_) => {}
     }
-    Ok(std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim_end_matches(['\n', '\r']).to_string()))
+    // Within bounds, and checked again on the descriptor (a FIFO swapped in since the stat).
+    match crate::bounded_read::read_to_string(
+        path,
+        crate::bounded_read::ANSWER,
+        crate::bounded_read::Links::Follow,
+    ) {
+        Ok(text) => Ok(Some(text.trim_end_matches(['\n', '\r']).to_string())),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(crate::bounded_read::ReadError::Io(_)) => Ok(None),
+        Err(e) => Err(SetupError::Refused(format!(
+            "cannot read {}: {e}; or give the answer with -m \"...\"",
+            path.display()
+        ))),
+    }
 }
 
 #[cfg(test)]

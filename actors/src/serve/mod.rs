@@ -1,7 +1,8 @@
 //! The session/worker server's domain (`delta serve`): sessions and workers ([`model`]), their
 //! persistence and the migration of the old `sessions.json` ([`store`]), agent definitions
 //! ([`agents`]), a worker's output log tail and terminal screen ([`screen`]), activity
-//! detection ([`activity`]) and the runs/orchestrations views ([`runs_view`]).
+//! detection ([`activity`]) and the runs/orchestrations views ([`runs_view`], kept between
+//! scans by [`workspace_scan`]).
 //!
 //! Must not: import actix or actix-web, open sockets, spawn processes, print. The actors and
 //! the HTTP/WebSocket layer live in `runtime::worker` and `runtime::web`.
@@ -14,6 +15,7 @@ pub mod revival;
 pub mod runs_view;
 pub mod screen;
 pub mod store;
+pub mod workspace_scan;
 
 pub use error::{ErrorClass, ServeError};
 pub use model::SessionType;
