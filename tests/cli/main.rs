@@ -1,6 +1,7 @@
 //! CLI-level integration tests against the built binaries (one binary).
 mod bench;
 mod hooks;
+mod hostile_files;
 mod init_expand;
 
 mod ask_human;

@@ -211,6 +211,7 @@ pub fn take_run(
             meta.max_iterations = max_iterations;
             meta.agent_home = request.agent.home.to_string_lossy().into_owned();
             write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
+            crate::workspace::mark_runs_changed(&request.work_dir);
             restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
             if let Some(reason) = interrupted {
                 events.push(

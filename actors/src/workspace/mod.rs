@@ -313,6 +313,20 @@ pub(crate) fn create_run_dir_in_control_dir(
     Ok(paths)
 }
 
+/// Tells whoever watches the workspace's runs (`delta serve`) that a run that had ended is
+/// running again: the `.delta` folder's modification time is set to now. A new run's folder
+/// changes it anyway; a continued run's does not, and a watcher re-reads settled runs only
+/// when it changes (or now and then). Best effort: a watcher sees the run later otherwise.
+pub fn mark_runs_changed(work_dir: &Path) {
+    let _ = nix::sys::stat::utimensat(
+        None,
+        &control_dir(work_dir),
+        &nix::sys::time::TimeSpec::UTIME_NOW,
+        &nix::sys::time::TimeSpec::UTIME_NOW,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    );
+}
+
 /// The paths of an existing run; [`WorkspaceError::NotFound`] when its directory is missing.
 pub fn open_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, WorkspaceError> {
     validate_run_id(run_id)?;

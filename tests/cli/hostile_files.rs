@@ -1,0 +1,259 @@
+//! Files of a run or an orchestration that a tool replaced (issue 24, items 8 and 13): a
+//! FIFO, a symbolic link to `/dev/zero` or to a file elsewhere, in place of `metadata.json`,
+//! `journal.jsonl`, a `secrets/` file, an orchestration's journal, `io/` or `sessions.json`.
+//! Each used to hang the command (FIFO), eat memory (`/dev/zero`) or write elsewhere (link);
+//! now each is refused or listed as UNREADABLE at once, naming the file. Every command is
+//! bounded by the harness's timeout: a hang fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::*;
+
+fn fifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+}
+
+fn link(target: &Path, path: &Path) {
+    let _ = std::fs::remove_file(path);
+    std::os::unix::fs::symlink(target, path).unwrap();
+}
+
+/// A case whose scripted model answers every run at once, with one completed run `r1`.
+fn case_with_a_run(name: &str) -> Case {
+    let case = Case::new(
+        name,
+        "tools: []\n",
+        &json!({"steps": [{"answer": "done"}, {"answer": "again"}, {"answer": "more"}]}),
+    );
+    case.run("r1", "first", &[]).assert_code(0);
+    case
+}
+
+/// Regression: a FIFO as a run's `metadata.json` hung `list-runs` for good; a link to
+/// `/dev/zero` read until memory ran out. Both are listed as UNREADABLE with the reason.
+#[test]
+fn list_runs_lists_a_fifo_or_dev_zero_metadata_as_unreadable_at_once() {
+    let case = case_with_a_run("list");
+    for (run, hostile) in [("piped", "fifo"), ("zeroed", "zero")] {
+        let dir = case.run_dir(run);
+        std::fs::create_dir_all(&dir).unwrap();
+        match hostile {
+            "fifo" => fifo(&dir.join("metadata.json")),
+            _ => link(Path::new("/dev/zero"), &dir.join("metadata.json")),
+        }
+    }
+    let out = case.delta(&["list-runs", "-w", &case.work_dir().display().to_string()]);
+    out.assert_code(0);
+    let line = |run: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(run))
+            .unwrap_or_else(|| panic!("{run} not listed:\n{}", out.stdout))
+            .to_string()
+    };
+    assert!(line("r1").contains("COMPLETED"), "{}", out.stdout);
+    let piped = line("piped");
+    assert!(
+        piped.contains("UNREADABLE") && piped.contains("FIFO"),
+        "{piped}"
+    );
+    let zeroed = line("zeroed");
+    assert!(
+        zeroed.contains("UNREADABLE") && zeroed.contains("symbolic link"),
+        "{zeroed}"
+    );
+}
+
+/// Regression: `continue` of a run whose journal is a FIFO hung (and was then deaf to
+/// SIGTERM); a link to `/dev/zero` ate memory. Both are refused at once, naming the file.
+#[test]
+fn continue_refuses_a_fifo_or_dev_zero_journal_at_once() {
+    let case = case_with_a_run("journal");
+    let journal = case.run_dir("r1").join("journal.jsonl");
+    for (hostile, phrase) in [("fifo", "FIFO"), ("zero", "symbolic link")] {
+        match hostile {
+            "fifo" => fifo(&journal),
+            _ => link(Path::new("/dev/zero"), &journal),
+        }
+        let out = case.continue_run("r1", &["-m", "more"]);
+        assert_eq!(out.code, 126, "{hostile}: {out:?}");
+        assert!(
+            out.stderr.contains("journal.jsonl") && out.stderr.contains(phrase),
+            "{hostile}: {}",
+            out.stderr
+        );
+    }
+}
+
+/// Regression: `continue` appended to whatever file a link in the journal's place pointed
+/// at, and wrote its records into whatever folder a link in `io/`'s place pointed at. Both
+/// are refused; the files elsewhere are left as they were.
+#[test]
+fn continue_never_writes_through_a_link_in_the_run_folder() {
+    let case = case_with_a_run("links");
+    let run_dir = case.run_dir("r1");
+    let outside = case.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+
+    // The journal moved away and a link left in its place (the run's `lock` still names
+    // the moved file, so its text still parses as the run's journal).
+    let moved = outside.join("journal.jsonl");
+    std::fs::rename(run_dir.join("journal.jsonl"), &moved).unwrap();
+    link(&moved, &run_dir.join("journal.jsonl"));
+    let before = std::fs::read(&moved).unwrap();
+    let out = case.continue_run("r1", &["-m", "more"]);
+    assert_eq!(out.code, 126, "{out:?}");
+    assert!(
+        out.stderr.contains("journal.jsonl") && out.stderr.contains("symbolic link"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(std::fs::read(&moved).unwrap(), before);
+    std::fs::remove_file(run_dir.join("journal.jsonl")).unwrap();
+    std::fs::rename(&moved, run_dir.join("journal.jsonl")).unwrap();
+
+    // `io/` replaced by a link to a folder elsewhere.
+    let records = outside.join("io");
+    std::fs::rename(run_dir.join("io"), &records).unwrap();
+    link(&records, &run_dir.join("io"));
+    let listing = files_under(&records);
+    let out = case.continue_run("r1", &["-m", "more"]);
+    assert_eq!(out.code, 126, "{out:?}");
+    assert!(
+        out.stderr.contains("/io") && out.stderr.contains("symbolic link"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        files_under(&records),
+        listing,
+        "a record was written elsewhere"
+    );
+
+    // Put back, the run continues.
+    std::fs::remove_file(run_dir.join("io")).unwrap();
+    std::fs::rename(&records, run_dir.join("io")).unwrap();
+    case.continue_run("r1", &["-m", "more"]).assert_code(0);
+}
+
+/// Regression: a FIFO among a run's `secrets/` (the stored sensitive answers) hung
+/// `continue` while it loaded them. It is skipped; the run continues.
+#[test]
+fn a_fifo_among_the_runs_secrets_does_not_hang_continue() {
+    let case = case_with_a_run("secrets");
+    let secrets = case.run_dir("r1").join("secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    fifo(&secrets.join("call_9_0"));
+    let out = case.continue_run("r1", &["-m", "more"]);
+    out.assert_code(0);
+    assert_eq!(out.json()["status"], "COMPLETED");
+}
+
+/// A plan of one run, its agent and its script, in `root`.
+fn write_plan(root: &Path) {
+    write_agent(&root.join("agent"), "worker", "tools: []\n");
+    std::fs::write(
+        root.join("plan.yaml"),
+        "name: one\ndefaults: { agent: ./agent }\nstages:\n  - { id: work, message: hello }\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("script.yaml"), "steps: [{ answer: done }]\n").unwrap();
+}
+
+fn delta_in(root: &Path, args: &[&str]) -> Outcome {
+    let output = assert_cmd::Command::cargo_bin("delta")
+        .unwrap()
+        .current_dir(root)
+        .env_remove("DELTA_LOG")
+        .args(args)
+        .timeout(COMMAND_TIMEOUT)
+        .output()
+        .unwrap();
+    Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Regression: a FIFO as an orchestration's scheduling journal hung `list-orchestrations`
+/// and `orchestrate --resume`. The listing says UNREADABLE with the reason; the resume
+/// ends at once, naming the file.
+#[test]
+fn a_fifo_orchestration_journal_is_unreadable_not_waited_on() {
+    let root = tempfile::tempdir().unwrap();
+    write_plan(root.path());
+    let plan = [
+        "orchestrate",
+        "plan.yaml",
+        "-w",
+        "ws",
+        "--llm-script",
+        "script.yaml",
+    ];
+    delta_in(root.path(), &plan).assert_code(0);
+    let orchestrations = root.path().join("ws/.delta/orchestrations");
+    let id = std::fs::read_dir(&orchestrations)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    fifo(&orchestrations.join(&id).join("journal.jsonl"));
+
+    let out = delta_in(root.path(), &["list-orchestrations", "-w", "ws"]);
+    out.assert_code(0);
+    let line = out.stdout.lines().find(|l| l.starts_with(&id)).unwrap();
+    assert!(
+        line.contains("UNREADABLE") && line.contains("FIFO"),
+        "{line}"
+    );
+
+    let mut resume = plan.to_vec();
+    resume.extend(["--resume", &id]);
+    let out = delta_in(root.path(), &resume);
+    assert_ne!(out.code, 0, "{out:?}");
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("journal.jsonl") && said.contains("FIFO"),
+        "{said}"
+    );
+}
+
+/// Regression: a FIFO as `delta serve`'s `sessions.json` hung the server's start. It
+/// refuses to start at once, naming the file.
+#[test]
+fn serve_refuses_a_fifo_sessions_file_at_once() {
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::create_dir_all(root.path().join("rt")).unwrap();
+    fifo(&state.join("sessions.json"));
+    let child = std::process::Command::new(delta_exe())
+        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(&state)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", root.path())
+        .env("XDG_RUNTIME_DIR", root.path().join("rt"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(20));
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("sessions.json") && out.stderr.contains("FIFO"),
+        "{}",
+        out.stderr
+    );
+}
