@@ -257,3 +257,119 @@ fn serve_refuses_a_fifo_sessions_file_at_once() {
         out.stderr
     );
 }
+
+/// Regression (issue 24, item 9): a context source had no size limit, and
+/// `${CWD}/DELTA.md` is writable by tools (a 3 GiB file took 5.9 GiB of memory in 15 s).
+/// Over its `max_bytes` (default 1 MiB) the run fails with `context_error`, naming the source
+/// and the setting, before any model call; raised in context.yaml, the same file is read.
+#[test]
+fn a_workspace_guide_over_its_max_bytes_fails_the_run_naming_the_setting() {
+    let case = Case::new(
+        "big-guide",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "ok"}]}),
+    );
+    let guide = "  - type: file\n    id: workspace_guide\n    path: '${CWD}/DELTA.md'\n    on_missing: skip\n";
+    std::fs::write(
+        case.agent_dir().join("context.yaml"),
+        format!("{CONTEXT_YAML}{guide}"),
+    )
+    .unwrap();
+    std::fs::write(
+        case.work_dir().join("DELTA.md"),
+        "x".repeat(2 * 1024 * 1024),
+    )
+    .unwrap();
+    let out = case.run("r1", "task", &[]);
+    out.assert_code(1);
+    let result = out.json();
+    assert_eq!(result["error"]["type"], "context_error", "{result}");
+    let message = result["error"]["message"].as_str().unwrap();
+    for phrase in ["'workspace_guide'", "DELTA.md", "1048576", "`max_bytes`"] {
+        assert!(message.contains(phrase), "{phrase}: {message}");
+    }
+    assert_eq!(case.mock.stats()["requests_total"], 0);
+
+    // Raised for that source and for the context as a whole, it is read.
+    std::fs::write(
+        case.agent_dir().join("context.yaml"),
+        format!("max_bytes: 8388608\n{CONTEXT_YAML}{guide}    max_bytes: 4194304\n"),
+    )
+    .unwrap();
+    case.run("r2", "task", &[]).assert_code(0);
+
+    // A setting that is not a size is refused at load, naming the key.
+    std::fs::write(
+        case.agent_dir().join("context.yaml"),
+        format!("{CONTEXT_YAML}{guide}    max_bytes: 0\n"),
+    )
+    .unwrap();
+    let out = case.run("r3", "task", &[]);
+    out.assert_code(126);
+    assert!(
+        out.stderr.contains("sources[2].max_bytes"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Writes a planned-run file for `exec-planned`: stage `work`, item 0 of orchestration
+/// folder `dir`, with `orchestration_id` and `work_dir` as given.
+fn write_handoff(dir: &Path, orchestration_id: &str, work_dir: &Path) {
+    let file = dir.join("slurm/runs/work/0.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let planned = json!({
+        "orchestration_id": orchestration_id, "run_id": "r-0", "stage": "work", "index": 0,
+        "agent": "/nonexistent/agent", "work_dir": work_dir, "plan_dir": "/nonexistent",
+        "launch": {"kind": "new", "task": "t"}, "max_iterations": null, "timeout_ms": null,
+        "llm_route": "0", "llm_request_timeout_ms": null, "llm_idle_timeout_ms": null
+    });
+    std::fs::write(&file, planned.to_string()).unwrap();
+}
+
+/// Regression (issue 24, item 13): `exec-planned` ran whatever run a planned-run file named,
+/// in whatever folder and under whatever orchestration id (anyone who can write the shared
+/// folder can write that file). Both are checked against the folder the file is in.
+#[test]
+fn exec_planned_refuses_a_handoff_naming_another_workspace_or_orchestration() {
+    let root = tempfile::tempdir().unwrap();
+    let workspace = root.path().join("ws");
+    let dir = workspace.join(".delta/orchestrations/o-1");
+    let elsewhere = root.path().join("home-of-someone");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    for (id, work_dir, phrase) in [
+        ("o-1", &elsewhere, "work folder"),
+        ("o-2", &workspace, "names orchestration"),
+    ] {
+        write_handoff(&dir, id, work_dir);
+        let output = assert_cmd::Command::cargo_bin("delta")
+            .unwrap()
+            .args(["exec-planned"])
+            .arg(&dir)
+            .args(["work", "0"])
+            .env_remove("DELTA_LOG")
+            .env("DELTA_BASE_URL", "http://127.0.0.1:9/v1")
+            .env("DELTA_RELAY_TOKEN", "t")
+            .timeout(COMMAND_TIMEOUT)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(126), "{stderr}");
+        assert!(stderr.contains(phrase), "{phrase}: {stderr}");
+    }
+    // The genuine file gets past the check (and fails later, on its missing agent).
+    write_handoff(&dir, "o-1", &workspace);
+    let output = assert_cmd::Command::cargo_bin("delta")
+        .unwrap()
+        .args(["exec-planned"])
+        .arg(&dir)
+        .args(["work", "0"])
+        .env("DELTA_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("DELTA_RELAY_TOKEN", "t")
+        .timeout(COMMAND_TIMEOUT)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent/agent"), "{stderr}");
+}
