@@ -393,8 +393,7 @@ mod tests {
             r#"{"timestamp":"t","type":"RUN_FINISHED","stage":"map","index":1,"run_id":"b","status":"FAILED","attempt":1,"error":"x"}"#,
         ];
         std::fs::write(dir.join("journal.jsonl"), lines.join("\n") + "\n").unwrap();
-        let view = crate::serve::workspace_scan::WorkspaceScan::new(tmp.path()).scan();
-        let orchestration = &view.orchestrations[0];
+        let orchestration = &orchestration_view(&dir).unwrap();
         assert_eq!(orchestration.status, "RUNNING");
         assert_eq!(orchestration.stages[0].id, "map");
         assert_eq!(
