@@ -132,20 +132,34 @@ fn serve_runs_view_lists_runs_and_orchestrations_and_answers_a_waiting_run() {
 /// server exits on SIGTERM at once.
 #[test]
 fn a_fifo_in_one_workspace_freezes_neither_the_runs_view_nor_the_servers_exit() {
-    let good = Case::new("good", "tools: []\n", &json!({"steps": [{"answer": "done"}]}));
+    let good = Case::new(
+        "good",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "done"}]}),
+    );
     good.run("r1", "fine", &[]).assert_code(0);
-    let hostile = Case::new("hostile", "tools: []\n", &json!({"steps": [{"answer": "done"}]}));
+    let hostile = Case::new(
+        "hostile",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "done"}]}),
+    );
     hostile.run("r1", "fine", &[]).assert_code(0);
     let piped = hostile.run_dir("piped");
     std::fs::create_dir_all(&piped).unwrap();
-    nix::unistd::mkfifo(
-        &piped.join("metadata.json"),
-        nix::sys::stat::Mode::S_IRWXU,
-    )
-    .unwrap();
+    nix::unistd::mkfifo(&piped.join("metadata.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
     let root = Root::new();
-    let good_ws = good.work_dir().canonicalize().unwrap().display().to_string();
-    let hostile_ws = hostile.work_dir().canonicalize().unwrap().display().to_string();
+    let good_ws = good
+        .work_dir()
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string();
+    let hostile_ws = hostile
+        .work_dir()
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string();
     let mut server = Server::start_with(&root, &["-w", &hostile_ws, "-w", &good_ws]);
     runtime().block_on(async {
         let view = |ws: String| {
