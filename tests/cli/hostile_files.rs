@@ -234,7 +234,10 @@ fn a_fifo_orchestration_journal_is_unreadable_not_waited_on() {
 fn serve_refuses_a_fifo_sessions_file_at_once() {
     let root = tempfile::tempdir().unwrap();
     let state = root.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
+    // Private, as serve wants its state folder.
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&state)
+        .unwrap();
     std::fs::create_dir_all(root.path().join("rt")).unwrap();
     fifo(&state.join("sessions.json"));
     let child = std::process::Command::new(delta_exe())
