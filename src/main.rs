@@ -49,9 +49,35 @@ fn install_logging(verbose: u8) {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Keeps what this process holds out of the programs it starts (docs/tool-spawner.md, "What
+/// a tool cannot reach"): descriptors it inherited are closed on exec, whatever the command;
+/// a command that holds a model key or a token is made non-dumpable, so that a tool cannot
+/// read it from `/proc/<pid>/environ` or the process's memory.
+fn isolate_from_children(command: &cli::Command) {
+    use delta_actors::tool::isolation;
+    if let Err(error) = isolation::close_inherited_descriptors_on_exec() {
+        tracing::warn!("cannot mark inherited descriptors close-on-exec: {error}");
+    }
+    let holds_secrets = matches!(
+        command,
+        cli::Command::Run(_)
+            | cli::Command::Continue(_)
+            | cli::Command::Orchestrate(_)
+            | cli::Command::ExecPlanned(_)
+            | cli::Command::Relay(_)
+            | cli::Command::Serve(_)
+    );
+    if holds_secrets {
+        if let Err(error) = isolation::forbid_inspection() {
+            tracing::warn!("cannot make this process non-dumpable: {error}");
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     install_logging(cli.verbose);
+    isolate_from_children(&cli.command);
     match commands::dispatch(&cli.command, cli.verbose) {
         // A command's own outcome (0, 1, 101, 126, 130), from a run or an orchestration.
         Ok(code) => u8::try_from(code).map_or(ExitCode::FAILURE, ExitCode::from),

@@ -84,11 +84,68 @@ where
         .map_err(|e| BlockingError::Failed(e.to_string()))
 }
 
+/// Runs `work` on a thread of its own and waits for it at most `deadline`: `None` when it
+/// did not finish in time (or the thread could not start, or the work panicked). The thread
+/// is detached: work stuck for good (a read from a file system that stopped answering) keeps
+/// its thread, but neither its caller nor the process's exit waits for it (a tokio runtime
+/// being shut down waits for its `spawn_blocking` tasks; this is not one).
+pub async fn run_detached<T, F>(name: &str, work: F, deadline: std::time::Duration) -> Option<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let (done, result) = tokio::sync::oneshot::channel();
+    let started = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let _ = done.send(work());
+        });
+    if started.is_err() {
+        return None;
+    }
+    tokio::time::timeout(deadline, result).await.ok()?.ok()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// Regression (issue 24): a workspace scan stuck in a read froze `delta serve`'s runs
+    /// view, and SIGTERM then hung the server: shutting its runtime down waited for the
+    /// stuck blocking task. Detached work is given up at its deadline, and a runtime that
+    /// ran it shuts down at once.
+    #[test]
+    fn detached_work_is_given_up_at_its_deadline_and_does_not_hold_the_runtime() {
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(run_detached(
+            "stuck-scan",
+            move || stuck.recv().is_ok(),
+            Duration::from_millis(50),
+        ));
+        assert_eq!(outcome, None);
+        let (dropped_tx, dropped_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(runtime);
+            let _ = dropped_tx.send(());
+        });
+        assert!(
+            dropped_rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+            "the runtime waited for the stuck work"
+        );
+        drop(release);
+        let fast = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(run_detached("scan", || 7, Duration::from_secs(5)));
+        assert_eq!(fast, Some(7));
+    }
 
     #[tokio::test]
     async fn work_runs_off_the_caller_thread_and_returns_its_result() {

@@ -132,6 +132,35 @@ pub enum ContextError {
         /// What it is instead (`a FIFO`, `a directory`...).
         kind: String,
     },
+    /// The file (or a generator's output) is larger than the source's `max_bytes`.
+    #[error(
+        "context source '{id}': {path} is larger than {limit} bytes, the most this source \
+         reads (hint: raise `max_bytes` of source '{id}' in context.yaml, up to {}, or make \
+         the file smaller)",
+        crate::agent::MAX_CONFIGURABLE_BYTES
+    )]
+    SourceTooLarge {
+        /// The source's id.
+        id: String,
+        /// The file.
+        path: String,
+        /// The source's `max_bytes`.
+        limit: u64,
+    },
+    /// The `file` and `computed_file` sources together are larger than the recipe's
+    /// top-level `max_bytes`.
+    #[error(
+        "context source '{id}': with it, the context's file sources come to more than \
+         {limit} bytes, the most one context reads (hint: raise the top-level `max_bytes` in \
+         context.yaml, up to {}, or make the sources smaller)",
+        crate::agent::MAX_CONFIGURABLE_BYTES
+    )]
+    ContextTooLarge {
+        /// The source that went over.
+        id: String,
+        /// The recipe's `max_bytes`.
+        limit: u64,
+    },
     /// The run was stopped while the context was built (not a failure of the source).
     #[error("context build cancelled")]
     Cancelled,
@@ -146,7 +175,9 @@ impl ContextError {
             | ContextError::GeneratorFailed { id, .. }
             | ContextError::GeneratorOutputMissing { id, .. }
             | ContextError::OutsideAllowedFolders { id, .. }
-            | ContextError::NotRegularFile { id, .. } => Some(id),
+            | ContextError::NotRegularFile { id, .. }
+            | ContextError::SourceTooLarge { id, .. }
+            | ContextError::ContextTooLarge { id, .. } => Some(id),
             ContextError::Cancelled => None,
         }
     }

@@ -6,7 +6,6 @@
 //!
 //! Must not: parse documents or know their keys (callers do, and word errors with the key).
 
-use std::io::Read;
 use std::path::Path;
 
 /// Why an input file was refused before parsing.
@@ -28,44 +27,15 @@ pub enum InputError {
 }
 
 /// Reads `path` as UTF-8 text, refusing anything but a regular file of at most `limit`
-/// bytes (symlinks are followed).
+/// bytes (symlinks are followed), through [`crate::bounded_read`].
 pub fn read_bounded(path: &Path, limit: u64) -> Result<String, InputError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    // Opened without blocking and checked on the descriptor: a named pipe put in the file's
-    // place after a check by path would otherwise hang the open until a writer came.
-    // O_NONBLOCK changes nothing for reads of a regular file.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let metadata = file.metadata()?;
-    let file_type = metadata.file_type();
-    if !file_type.is_file() {
-        use std::os::unix::fs::FileTypeExt;
-        let kind = if file_type.is_dir() {
-            "directory"
-        } else if file_type.is_fifo() {
-            "named pipe"
-        } else if file_type.is_socket() {
-            "socket"
-        } else if file_type.is_char_device() || file_type.is_block_device() {
-            "device"
-        } else {
-            "special file"
-        };
-        return Err(InputError::NotRegular { kind });
-    }
-    if metadata.len() > limit {
-        return Err(InputError::TooLarge { limit });
-    }
-    // The file may grow between the check and the read: read one byte past the limit.
-    let mut text = String::new();
-    file.take(limit.saturating_add(1))
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > limit {
-        return Err(InputError::TooLarge { limit });
-    }
-    Ok(text)
+    use crate::bounded_read::{read_to_string, Limit, Links, ReadError};
+    read_to_string(path, Limit::bytes(limit), Links::Follow).map_err(|error| match error {
+        ReadError::Io(e) => InputError::Io(e),
+        ReadError::NotRegular { kind } => InputError::NotRegular { kind },
+        ReadError::TooLarge { limit } => InputError::TooLarge { limit },
+        other => InputError::Io(other.into()),
+    })
 }
 
 /// Refuses text larger than `limit` bytes (for documents handed over as strings).
@@ -164,7 +134,9 @@ mod tests {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert!(matches!(
             read_bounded(&fifo, 100),
-            Err(InputError::NotRegular { kind: "named pipe" })
+            Err(InputError::NotRegular {
+                kind: "FIFO (named pipe)"
+            })
         ));
         assert!(matches!(
             read_bounded(&dir.path().join("missing"), 100),

@@ -9,7 +9,8 @@
 //!
 //! # Layout, from the ground up
 //! - **Values** ([`protocol`], [`clock`]): requests, results, events, statuses and error
-//!   kinds as plain serde types; one timestamp format.
+//!   kinds as plain serde types; one timestamp format. [`bounded_read`]: the one way files a
+//!   tool may have replaced are read (regular files only, no blocking open, size caps).
 //! - **Domain** (no actix, unit-tested without an actor system): [`agent`] loads an agent
 //!   folder into one immutable [`agent::ResolvedAgent`]; [`tool`] compiles tool templates,
 //!   classifies a model's calls and runs processes (through a small spawner process when the
@@ -37,6 +38,7 @@
 pub mod agent;
 pub mod api;
 pub(crate) mod blocking;
+pub mod bounded_read;
 pub mod clock;
 pub mod cluster;
 pub mod context;

@@ -1,6 +1,7 @@
 //! CLI-level integration tests against the built binaries (one binary).
 mod bench;
 mod hooks;
+mod hostile_files;
 mod init_expand;
 
 mod ask_human;
@@ -35,5 +36,6 @@ mod sessions_pty;
 mod slurm;
 mod strict_agents;
 mod template_checks;
+mod tool_isolation;
 mod tool_spawner;
 mod unwritable;

@@ -15,6 +15,16 @@ use crate::yaml::{closest, Fields, UnknownKeys};
 
 /// Default generator timeout (spec §2.4.3).
 pub const DEFAULT_GENERATOR_TIMEOUT_MS: u64 = 30_000;
+/// Default cap on one `file` or `computed_file` source (a source's `max_bytes`): far more
+/// text than any model takes at once (≈ 250,000 tokens), far less than what a runaway
+/// file (a log, a dump a tool wrote into `DELTA.md`) would cost in memory at every
+/// iteration.
+pub const DEFAULT_SOURCE_MAX_BYTES: u64 = 1024 * 1024;
+/// Default cap on all `file` and `computed_file` sources of one context together (the
+/// recipe's top-level `max_bytes`).
+pub const DEFAULT_CONTEXT_MAX_BYTES: u64 = 4 * 1024 * 1024;
+/// The largest `max_bytes` context.yaml may set (per source or in total).
+pub const MAX_CONFIGURABLE_BYTES: u64 = 256 * 1024 * 1024;
 
 const DEFAULT_CONTEXT_YAML: &str = "# Delta Engine Context Strategy (v1.6+)
 # This file defines HOW the Agent's attention window (LLM context) is constructed.
@@ -74,6 +84,9 @@ pub enum ContextSource {
         path: String,
         /// What to do when the file does not exist.
         on_missing: OnMissing,
+        /// The most bytes read from the file (`max_bytes`, default
+        /// [`DEFAULT_SOURCE_MAX_BYTES`]): a larger file fails the run, naming the source.
+        max_bytes: u64,
     },
     /// `type: computed_file`: a generator writes a file, whose text becomes one system
     /// message.
@@ -90,6 +103,9 @@ pub enum ContextSource {
         /// What to do when the generator succeeded but wrote no file (a failing generator
         /// always fails the run).
         on_missing: OnMissing,
+        /// The most bytes read from the output file (`max_bytes`, default
+        /// [`DEFAULT_SOURCE_MAX_BYTES`]).
+        max_bytes: u64,
     },
     /// `type: journal`: the conversation so far.
     Journal {
@@ -117,6 +133,9 @@ impl ContextSource {
 pub struct ContextRecipe {
     /// The sources, in the order their messages are sent.
     pub sources: Vec<ContextSource>,
+    /// The most bytes the `file` and `computed_file` sources may bring together (top-level
+    /// `max_bytes`, default [`DEFAULT_CONTEXT_MAX_BYTES`]); the journal is not counted.
+    pub max_bytes: u64,
 }
 
 /// Replaces `${AGENT_HOME}` and `${CWD}` in a path or argv element.
@@ -129,10 +148,16 @@ pub(crate) fn expand_path_vars(template: &str, agent_home: &Path, cwd: &Path) ->
 const SOURCE_TYPES: [&str; 3] = ["file", "computed_file", "journal"];
 
 /// The keys of context.yaml, per place (what the parsers below read).
-pub(crate) const CONTEXT_KEYS: [&str; 1] = ["sources"];
-pub(crate) const FILE_SOURCE_KEYS: [&str; 4] = ["type", "id", "path", "on_missing"];
-pub(crate) const COMPUTED_FILE_SOURCE_KEYS: [&str; 5] =
-    ["type", "id", "generator", "output_path", "on_missing"];
+pub(crate) const CONTEXT_KEYS: [&str; 2] = ["sources", "max_bytes"];
+pub(crate) const FILE_SOURCE_KEYS: [&str; 5] = ["type", "id", "path", "on_missing", "max_bytes"];
+pub(crate) const COMPUTED_FILE_SOURCE_KEYS: [&str; 6] = [
+    "type",
+    "id",
+    "generator",
+    "output_path",
+    "on_missing",
+    "max_bytes",
+];
 pub(crate) const GENERATOR_KEYS: [&str; 2] = ["command", "timeout_ms"];
 pub(crate) const JOURNAL_SOURCE_KEYS: [&str; 3] = ["type", "id", "max_iterations"];
 
@@ -168,6 +193,7 @@ pub(crate) fn parse_context_recipe(
     }
     let root = Fields::new(file, "", doc)?;
     root.check_keys(&CONTEXT_KEYS, policy, warnings)?;
+    let max_bytes = parse_max_bytes(&root)?.unwrap_or(DEFAULT_CONTEXT_MAX_BYTES);
     let items = root.sequence("sources")?.unwrap_or_default();
     if items.is_empty() {
         return Err(AgentError::invalid(
@@ -182,7 +208,26 @@ pub(crate) fn parse_context_recipe(
         .map(|(i, item)| parse_source(file, i, item, policy, warnings))
         .collect::<Result<Vec<_>, _>>()?;
     refuse_second_journal(file, &sources)?;
-    Ok(ContextRecipe { sources })
+    Ok(ContextRecipe { sources, max_bytes })
+}
+
+/// `max_bytes` of a source or of the whole recipe: a whole number of bytes, 1 up to
+/// [`MAX_CONFIGURABLE_BYTES`].
+fn parse_max_bytes(fields: &Fields<'_>) -> Result<Option<u64>, AgentError> {
+    let Some(bytes) = fields.positive_integer("max_bytes")? else {
+        return Ok(None);
+    };
+    if bytes > MAX_CONFIGURABLE_BYTES {
+        return Err(AgentError::invalid(
+            fields.file(),
+            format!(
+                "`{}` is {bytes}, above the most delta reads into a context ({MAX_CONFIGURABLE_BYTES})",
+                fields.key_path("max_bytes")
+            ),
+            "a model takes far less text at once; trim the source, or summarize it with a `computed_file` generator",
+        ));
+    }
+    Ok(Some(bytes))
 }
 
 /// Two `journal` sources would send the conversation twice: every tool call id repeated,
@@ -235,6 +280,7 @@ fn parse_source(
                 path: fields
                     .required_string("path", "e.g. path: '${AGENT_HOME}/system_prompt.md'")?,
                 on_missing: parse_on_missing(&fields)?,
+                max_bytes: parse_max_bytes(&fields)?.unwrap_or(DEFAULT_SOURCE_MAX_BYTES),
                 id,
             }
         }
@@ -270,6 +316,7 @@ fn parse_source(
                     "the file the generator writes, e.g. '${CWD}/.delta/context_artifacts/summary.md'",
                 )?,
                 on_missing: parse_on_missing(&fields)?,
+                max_bytes: parse_max_bytes(&fields)?.unwrap_or(DEFAULT_SOURCE_MAX_BYTES),
                 id,
             }
         }
@@ -318,12 +365,14 @@ mod tests {
                 ContextSource::File {
                     id: "system_prompt".into(),
                     path: "${AGENT_HOME}/system_prompt.md".into(),
-                    on_missing: OnMissing::Error
+                    on_missing: OnMissing::Error,
+                    max_bytes: DEFAULT_SOURCE_MAX_BYTES,
                 },
                 ContextSource::File {
                     id: "workspace_guide".into(),
                     path: "${CWD}/DELTA.md".into(),
-                    on_missing: OnMissing::Skip
+                    on_missing: OnMissing::Skip,
+                    max_bytes: DEFAULT_SOURCE_MAX_BYTES,
                 },
                 ContextSource::Journal {
                     id: "conversation_history".into(),
@@ -346,9 +395,11 @@ mod tests {
                 command: vec!["python3".into(), "${AGENT_HOME}/s.py".into()],
                 timeout_ms: 30_000,
                 output_path: "${CWD}/o.md".into(),
-                on_missing: OnMissing::Error
+                on_missing: OnMissing::Error,
+                max_bytes: DEFAULT_SOURCE_MAX_BYTES,
             }
         );
+        assert_eq!(recipe.max_bytes, DEFAULT_CONTEXT_MAX_BYTES);
         assert_eq!(recipe.sources[1].id(), "journal");
     }
 
@@ -362,6 +413,9 @@ mod tests {
             ("sources:\n  - type: computed_file\n    output_path: x\n", "`sources[0].generator` is required"),
             ("sources:\n  - type: computed_file\n    generator: {command: []}\n    output_path: x\n", "non-empty list"),
             ("sources:\n  - type: journal\n    max_iterations: 0\n", "greater than 0"),
+            ("sources:\n  - type: file\n    path: x\n    max_bytes: 0\n", "`sources[0].max_bytes`"),
+            ("sources:\n  - type: file\n    path: x\n    max_bytes: 1GB\n", "`sources[0].max_bytes`"),
+            ("max_bytes: 300000000\nsources:\n  - type: file\n    path: x\n", "`max_bytes` is 300000000, above"),
             (
                 "sources:\n  - type: journal\n    id: a\n  - type: file\n    path: x\n  - type: journal\n    id: b\n",
                 "`sources[0]` (id `a`) and `sources[2]` (id `b`) are both `type: journal`",

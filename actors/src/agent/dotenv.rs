@@ -59,10 +59,16 @@ pub fn load_env_cascade(
             continue;
         }
         seen.push(identity);
-        let text = std::fs::read_to_string(&file).map_err(|e| {
+        // A tool can write `<workspace>/.env`: a FIFO there must not hang the next command.
+        let text = crate::bounded_read::read_to_string(
+            &file,
+            crate::bounded_read::CONFIG,
+            crate::bounded_read::Links::Follow,
+        )
+        .map_err(|e| {
             AgentError::io(
                 &file,
-                e,
+                e.into(),
                 "make the .env file readable UTF-8 text, or remove it",
             )
         })?;

@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 pub use config::{EmptyAnswerPolicy, LlmSettings, ResponseFormat};
 pub(crate) use context_recipe::expand_path_vars;
 pub use context_recipe::{
-    default_context_yaml, ContextRecipe, ContextSource, OnMissing, DEFAULT_GENERATOR_TIMEOUT_MS,
+    default_context_yaml, ContextRecipe, ContextSource, OnMissing, DEFAULT_CONTEXT_MAX_BYTES,
+    DEFAULT_GENERATOR_TIMEOUT_MS, DEFAULT_SOURCE_MAX_BYTES, MAX_CONFIGURABLE_BYTES,
 };
 pub use dotenv::{load_env_cascade, parse_dotenv, EnvCascade};
 pub use error::AgentError;
@@ -106,7 +107,7 @@ const CONFIG_NAMES: [&str; 2] = ["agent.yaml", "config.yaml"];
 
 /// Reads and parses one YAML file of the agent. An empty file parses as `Value::Null`.
 pub(crate) fn read_yaml(file: &Path) -> Result<serde_yaml::Value, AgentError> {
-    let text = std::fs::read_to_string(file)
+    let text = read_agent_file(file)
         .map_err(|e| AgentError::io(file, e, "check that the file exists and is readable UTF-8"))?;
     serde_yaml::from_str(&text).map_err(|e| {
         let syntax = crate::yaml_errors::syntax_error(&text, &e);
@@ -120,6 +121,13 @@ pub(crate) fn read_yaml(file: &Path) -> Result<serde_yaml::Value, AgentError> {
             message: syntax.to_string(),
         }
     })
+}
+
+/// One file of an agent folder as text: a regular file (links followed) of at most
+/// [`crate::bounded_read::CONFIG`]; a FIFO a tool left in the folder must not hang loading.
+pub(crate) fn read_agent_file(file: &Path) -> std::io::Result<String> {
+    use crate::bounded_read::{read_to_string, Links, CONFIG};
+    Ok(read_to_string(file, CONFIG, Links::Follow)?)
 }
 
 fn canonical(path: &Path) -> Result<PathBuf, AgentError> {
@@ -209,7 +217,7 @@ fn resolve_system_prompt(
             "keep the system prompt inside the agent folder (symlinks are followed); copy the file there",
         ));
     }
-    let text = std::fs::read_to_string(&resolved)
+    let text = read_agent_file(&resolved)
         .map_err(|e| AgentError::io(&path, e, "the system prompt must be readable UTF-8 text"))?;
     if text.trim().is_empty() {
         return Err(AgentError::invalid(

@@ -157,12 +157,21 @@ fn write_atomically(path: &Path, value: &impl Serialize) -> Result<(), HandoffEr
         message: e.to_string(),
     })?;
     let spare = path.with_extension("json.tmp");
+    // A spare left behind (or a link planted in its name) is replaced, never written
+    // through: the write below refuses links, and this makes room for a fresh file.
+    let _ = std::fs::remove_file(&spare);
     crate::workspace::write_private_file(&spare, &text).map_err(|e| io("write", e))?;
     std::fs::rename(&spare, path).map_err(|e| io("replace", e))
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, HandoffError> {
-    let bytes = crate::input::read_bounded(path, FILE_BYTES).map_err(|e| HandoffError::Io {
+    // The orchestration's own file: never through a link, never a FIFO, within bounds.
+    let bytes = crate::bounded_read::read_to_string(
+        path,
+        crate::bounded_read::Limit::bytes(FILE_BYTES),
+        crate::bounded_read::Links::Refuse,
+    )
+    .map_err(|e| HandoffError::Io {
         action: "read",
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -199,7 +208,73 @@ pub fn read_planned(
         path: path.clone(),
         message: e.to_string(),
     })?;
+    check_identity(orchestration_dir, &path, &run)?;
     Ok(run)
+}
+
+/// The file must describe a run of the orchestration whose folder it is in: the same
+/// orchestration id as the folder's name, and a work folder that is that orchestration's
+/// workspace (`<workspace>/.delta/orchestrations/<id>`), or the `<stage>/<index>` folder in
+/// it of an `isolate` stage. Anyone who can write the shared folder can write this file; a
+/// forged one must not make the node run (and record, and continue) a run elsewhere.
+fn check_identity(
+    orchestration_dir: &Path,
+    path: &Path,
+    run: &PlannedRunFile,
+) -> Result<(), HandoffError> {
+    let invalid = |message: String| HandoffError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let folder = std::fs::canonicalize(orchestration_dir).map_err(|e| HandoffError::Io {
+        action: "resolve",
+        path: orchestration_dir.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let name = folder
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if run.orchestration_id != name {
+        return Err(invalid(format!(
+            "it names orchestration {:?}, but it is in the folder of {name:?}",
+            run.orchestration_id
+        )));
+    }
+    let workspace = folder
+        .parent()
+        .filter(|p| p.ends_with(".delta/orchestrations"))
+        .and_then(|p| p.parent()?.parent())
+        .ok_or_else(|| {
+            invalid(format!(
+                "{} is not a folder `<workspace>/.delta/orchestrations/<id>`",
+                folder.display()
+            ))
+        })?;
+    let isolated = workspace.join(&run.stage).join(run.index.to_string());
+    let work_dir = resolve_as_far_as_exists(&run.work_dir);
+    if work_dir != workspace && work_dir != isolated {
+        return Err(invalid(format!(
+            "its work folder {} is neither the orchestration's workspace {} nor {} (hint: \
+             the file was not written by `delta orchestrate`; submit the plan again)",
+            run.work_dir.display(),
+            workspace.display(),
+            isolated.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `path` with links resolved in the part of it that exists (an isolated run's folder may
+/// not exist yet); not resolvable at all: as given.
+fn resolve_as_far_as_exists(path: &Path) -> PathBuf {
+    if let Ok(resolved) = std::fs::canonicalize(path) {
+        return resolved;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => resolve_as_far_as_exists(parent).join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// Records how the run ended (`delta exec-planned`, on the node).
@@ -233,14 +308,24 @@ pub fn read_result(path: &Path) -> Option<RunResult> {
 mod tests {
     use super::*;
 
-    fn planned(stage: &str, index: usize) -> PlannedRunFile {
+    /// A workspace with the folder of orchestration `o-1` in it: (the temporary root, the
+    /// workspace, the orchestration's folder).
+    fn orchestration() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let workspace = root.path().join("ws");
+        let dir = workspace.join(".delta/orchestrations/o-1");
+        std::fs::create_dir_all(&dir).unwrap();
+        (root, workspace, dir)
+    }
+
+    fn planned(stage: &str, index: usize, workspace: &Path) -> PlannedRunFile {
         PlannedRunFile {
             orchestration_id: "o-1".into(),
             run_id: format!("o-1-{stage}-{index}"),
             stage: stage.into(),
             index,
             agent: "/agents/a".into(),
-            work_dir: "/ws".into(),
+            work_dir: workspace.to_path_buf(),
             plan_dir: "/plan".into(),
             launch: HandoffLaunch::New {
                 task: "Summarize x".into(),
@@ -256,41 +341,99 @@ mod tests {
 
     #[test]
     fn a_planned_run_reads_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let run = planned("map", 7);
-        write_planned(dir.path(), &run).unwrap();
-        assert_eq!(read_planned(dir.path(), "map", 7).unwrap(), run);
-        let file = dir.path().join("slurm/runs/map/7.json");
+        let (_root, workspace, dir) = orchestration();
+        let run = planned("map", 7, &workspace);
+        write_planned(&dir, &run).unwrap();
+        assert_eq!(read_planned(&dir, "map", 7).unwrap(), run);
+        let file = dir.join("slurm/runs/map/7.json");
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o077, 0, "a run's task is private: mode {mode:o}");
-        assert!(read_planned(dir.path(), "map", 8).is_err());
+        assert!(read_planned(&dir, "map", 8).is_err());
+        // An isolated run works in `<workspace>/<stage>/<index>`, made later.
+        let isolated = planned("map", 3, &workspace.join("map/3"));
+        write_planned(&dir, &isolated).unwrap();
+        assert_eq!(read_planned(&dir, "map", 3).unwrap(), isolated);
+    }
+
+    /// Regression (issue 24): `exec-planned` ran (and recorded, and continued) whatever run
+    /// the file named, in whatever folder, under whatever orchestration id.
+    #[test]
+    fn a_file_naming_another_workspace_or_orchestration_is_refused() {
+        let (root, workspace, dir) = orchestration();
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        for (run, phrase) in [
+            (planned("map", 0, &elsewhere), "work folder"),
+            (planned("map", 0, &workspace.join("map/1")), "work folder"),
+            (
+                PlannedRunFile {
+                    orchestration_id: "o-2".into(),
+                    ..planned("map", 0, &workspace)
+                },
+                "names orchestration",
+            ),
+        ] {
+            write_planned(&dir, &run).unwrap();
+            let error = read_planned(&dir, "map", 0).unwrap_err().to_string();
+            assert!(error.contains(phrase), "{error}");
+        }
+    }
+
+    /// Regression (issue 24): the result was written through a link planted in the spare's
+    /// name, into the file it pointed at.
+    #[test]
+    fn a_result_is_never_written_through_a_link_in_its_spares_name() {
+        let (root, _workspace, dir) = orchestration();
+        let outside = root.path().join("outside.txt");
+        std::fs::write(&outside, "keep").unwrap();
+        let result_file = result_path(&dir, "map", 0).unwrap();
+        std::fs::create_dir_all(result_file.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&outside, result_file.with_extension("json.tmp")).unwrap();
+        let result: RunResult = serde_json::from_value(serde_json::json!({
+            "schema_version": "2.0", "run_id": "r", "status": "COMPLETED", "result": "done",
+            "metrics": {
+                "iterations": 1, "duration_ms": 1, "start_time": "t", "end_time": "t",
+                "usage": {
+                    "total_cost_usd": 0.0, "input_tokens": 0, "output_tokens": 0,
+                    "model_usage": {}
+                }
+            },
+            "metadata": {"agent_name": "a", "workspace_path": "w", "run_dir": "d"}
+        }))
+        .unwrap();
+        write_result(&dir, "map", 0, &result).unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
+        assert!(!std::fs::symlink_metadata(&result_file)
+            .unwrap()
+            .is_symlink());
+        assert_eq!(read_result(&result_file).unwrap(), result);
     }
 
     #[test]
     fn a_stage_that_would_leave_the_folder_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
+        let (_root, workspace, dir) = orchestration();
         for stage in ["../x", "a/b", "", ".", "UP"] {
-            let error = read_planned(dir.path(), stage, 0).unwrap_err();
+            let error = read_planned(&dir, stage, 0).unwrap_err();
             assert!(
                 matches!(error, HandoffError::InvalidStage { .. }),
                 "{stage}: {error}"
             );
         }
-        let mut run = planned("map", 0);
+        let mut run = planned("map", 0, &workspace);
         run.stage = "../../etc".into();
-        assert!(write_planned(dir.path(), &run).is_err());
+        assert!(write_planned(&dir, &run).is_err());
     }
 
     #[test]
     fn a_file_for_another_item_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let run = planned("map", 1);
-        let path = planned_path(dir.path(), "map", 2).unwrap();
+        let (_root, workspace, dir) = orchestration();
+        let run = planned("map", 1, &workspace);
+        let path = planned_path(&dir, "map", 2).unwrap();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, serde_json::to_string(&run).unwrap()).unwrap();
         assert!(matches!(
-            read_planned(dir.path(), "map", 2),
+            read_planned(&dir, "map", 2),
             Err(HandoffError::Invalid { .. })
         ));
     }

@@ -85,10 +85,12 @@ impl ContextFolders {
     }
 }
 
-/// A file to read: the source id and the path as written (variables expanded).
+/// A file to read: the source id, the path as written (variables expanded), and the most
+/// bytes it may have (the source's `max_bytes`).
 pub(super) struct SourceFile {
     pub(super) id: String,
     pub(super) path: String,
+    pub(super) max_bytes: u64,
 }
 
 impl<'a> SourceReader<'a> {
@@ -140,10 +142,7 @@ impl<'a> SourceReader<'a> {
         let (roots, read) = run_blocking(
             move || {
                 let roots = roots.unwrap_or_else(|| SourceRoots::resolve(agent_home, work_dir));
-                let read: Result<Vec<_>, _> = rest
-                    .iter()
-                    .map(|f| roots.read_now(&f.id, &f.path))
-                    .collect();
+                let read: Result<Vec<_>, _> = rest.iter().map(|f| roots.read_now(f)).collect();
                 (roots, read)
             },
             cancel,
@@ -194,7 +193,7 @@ impl SourceRoots {
     ) -> Result<Vec<io::Result<String>>, ContextError> {
         let mut texts = Vec::with_capacity(files.len());
         for file in files {
-            match self.read_inline(&file.id, &file.path) {
+            match self.read_inline(file) {
                 Some(text) => texts.push(text?),
                 None => break,
             }
@@ -208,11 +207,8 @@ impl SourceRoots {
     /// by the open), so the file is the folder's own: the confinement `canonicalize` would
     /// prove, at a third of the system calls. `None` when the file does not qualify (a
     /// symlink, a subfolder, `..`, too big): the caller reads it the full way.
-    fn read_inline(
-        &self,
-        id: &str,
-        written: &str,
-    ) -> Option<Result<io::Result<String>, ContextError>> {
+    fn read_inline(&self, source: &SourceFile) -> Option<Result<io::Result<String>, ContextError>> {
+        let (id, written) = (source.id.as_str(), source.path.as_str());
         let path = self.work_dir.join(written);
         let directly_inside = matches!(path.components().next_back(), Some(Component::Normal(_)))
             && path
@@ -244,14 +240,15 @@ impl SourceRoots {
         if !meta.is_file() {
             return Some(Err(not_regular(id, written, &meta.file_type())));
         }
-        if meta.len() > INLINE_READ_MAX_BYTES {
+        if meta.len() > INLINE_READ_MAX_BYTES.min(source.max_bytes) {
             return None;
         }
-        Some(Ok(read_text(file, meta.len())))
+        Some(read_text(file, meta.len(), source))
     }
 
     /// One file of [`SourceReader::read`], on the calling thread.
-    fn read_now(&self, id: &str, written: &str) -> Result<io::Result<String>, ContextError> {
+    fn read_now(&self, source: &SourceFile) -> Result<io::Result<String>, ContextError> {
+        let (id, written) = (source.id.as_str(), source.path.as_str());
         let resolved = match std::fs::canonicalize(self.work_dir.join(written)) {
             Ok(resolved) => resolved,
             Err(e) => return Ok(Err(e)),
@@ -271,17 +268,15 @@ impl SourceRoots {
             Ok(_) => {}
             Err(e) => return Ok(Err(e)),
         }
-        let mut file = match open_nonblocking(&resolved, 0) {
+        let file = match open_nonblocking(&resolved, 0) {
             Ok(file) => file,
             Err(e) => return Ok(Err(e)),
         };
         match file.metadata() {
-            Ok(meta) if !meta.is_file() => return Err(not_regular(id, written, &meta.file_type())),
-            Ok(_) => {}
-            Err(e) => return Ok(Err(e)),
+            Ok(meta) if !meta.is_file() => Err(not_regular(id, written, &meta.file_type())),
+            Ok(meta) => read_text(file, meta.len(), source),
+            Err(e) => Ok(Err(e)),
         }
-        let mut text = String::new();
-        Ok(file.read_to_string(&mut text).map(|_| text))
     }
 }
 
@@ -294,17 +289,42 @@ fn open_nonblocking(path: &Path, extra_flags: libc::c_int) -> io::Result<File> {
         .open(path)
 }
 
-/// Reads `file` (of `size` bytes, as `fstat` said) as UTF-8 text. Through `Take`, not
-/// `File::read_to_string`, which would ask the kernel for the size again (`fstat`, `lseek`).
-fn read_text(file: File, size: u64) -> io::Result<String> {
+/// Reads `file` (of `size` bytes, as `fstat` said) as UTF-8 text, at most the source's
+/// `max_bytes`: a larger file (or one that grew past it while read) is refused, naming the
+/// source and the setting. Through `Take`, not `File::read_to_string`, which would ask the
+/// kernel for the size again (`fstat`, `lseek`).
+fn read_text(
+    file: File,
+    size: u64,
+    source: &SourceFile,
+) -> Result<io::Result<String>, ContextError> {
+    if size > source.max_bytes {
+        return Err(too_large(source));
+    }
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
-    file.take(u64::MAX).read_to_end(&mut bytes)?;
-    String::from_utf8(bytes).map_err(|_| {
+    if let Err(e) = file
+        .take(source.max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+    {
+        return Ok(Err(e));
+    }
+    if bytes.len() as u64 > source.max_bytes {
+        return Err(too_large(source));
+    }
+    Ok(String::from_utf8(bytes).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             "stream did not contain valid UTF-8",
         )
-    })
+    }))
+}
+
+fn too_large(source: &SourceFile) -> ContextError {
+    ContextError::SourceTooLarge {
+        id: source.id.clone(),
+        path: source.path.clone(),
+        limit: source.max_bytes,
+    }
 }
 
 /// Whether `path` is on one of the [`LOCAL_FILE_SYSTEMS`] (false when `statfs` fails).
@@ -366,6 +386,7 @@ mod tests {
         let file = SourceFile {
             id: id.into(),
             path: path.into(),
+            max_bytes: crate::agent::DEFAULT_SOURCE_MAX_BYTES,
         };
         let mut texts = reader.read(vec![file], &CancellationToken::new()).await?;
         Ok(texts.remove(0))
@@ -384,6 +405,7 @@ mod tests {
         vec![SourceFile {
             id: "s".into(),
             path: path.into(),
+            max_bytes: crate::agent::DEFAULT_SOURCE_MAX_BYTES,
         }]
     }
 
@@ -442,6 +464,7 @@ mod tests {
             .map(|path| SourceFile {
                 id: "s".into(),
                 path: path.to_string(),
+                max_bytes: crate::agent::DEFAULT_SOURCE_MAX_BYTES,
             })
             .collect();
         let texts = reader.read(files, &CancellationToken::new()).await.unwrap();

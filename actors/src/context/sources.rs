@@ -26,6 +26,10 @@ pub async fn build_messages(
     cancel: &CancellationToken,
 ) -> Result<Vec<ChatMessage>, ContextError> {
     let mut messages = Vec::new();
+    let mut total = ContextTotal {
+        bytes: 0,
+        limit: recipe.max_bytes,
+    };
     let mut reader = SourceReader::new(inputs.agent_home, inputs.work_dir, inputs.folders);
     // Consecutive `file` sources are read in one trip to the blocking pool; a generator may
     // write what a later `file` source reads, so a batch never crosses another source.
@@ -35,16 +39,18 @@ pub async fn build_messages(
             id,
             path,
             on_missing,
+            max_bytes,
         } = source
         {
             pending.push(PendingFile {
                 id,
                 path: expand_path_vars(path, inputs.agent_home, inputs.work_dir),
                 on_missing: *on_missing,
+                max_bytes: *max_bytes,
             });
             continue;
         }
-        read_pending(&mut pending, &mut reader, &mut messages, cancel).await?;
+        read_pending(&mut pending, &mut reader, &mut messages, &mut total, cancel).await?;
         match source {
             ContextSource::ComputedFile {
                 id,
@@ -52,6 +58,7 @@ pub async fn build_messages(
                 timeout_ms,
                 output_path,
                 on_missing,
+                max_bytes,
             } => {
                 let generator = Generator {
                     id,
@@ -59,9 +66,11 @@ pub async fn build_messages(
                     timeout_ms: *timeout_ms,
                     output_path,
                     on_missing: *on_missing,
+                    max_bytes: *max_bytes,
                 };
                 let text = run_generator(&generator, inputs, &mut reader, cancel).await?;
                 if let Some(text) = text {
+                    total.add(id, &text)?;
                     push_block(&mut messages, id, &text);
                 }
             }
@@ -72,8 +81,28 @@ pub async fn build_messages(
             ContextSource::File { .. } => {}
         }
     }
-    read_pending(&mut pending, &mut reader, &mut messages, cancel).await?;
+    read_pending(&mut pending, &mut reader, &mut messages, &mut total, cancel).await?;
     Ok(messages)
+}
+
+/// The bytes the file sources of one context brought so far, against the recipe's
+/// `max_bytes`.
+struct ContextTotal {
+    bytes: u64,
+    limit: u64,
+}
+
+impl ContextTotal {
+    fn add(&mut self, id: &str, text: &str) -> Result<(), ContextError> {
+        self.bytes = self.bytes.saturating_add(text.len() as u64);
+        if self.bytes > self.limit {
+            return Err(ContextError::ContextTooLarge {
+                id: id.to_string(),
+                limit: self.limit,
+            });
+        }
+        Ok(())
+    }
 }
 
 fn push_block(messages: &mut Vec<ChatMessage>, id: &str, text: &str) {
@@ -93,6 +122,7 @@ struct PendingFile<'a> {
     id: &'a str,
     path: String,
     on_missing: OnMissing,
+    max_bytes: u64,
 }
 
 /// Reads the pending `file` sources (one trip) and appends their blocks in order.
@@ -100,6 +130,7 @@ async fn read_pending(
     pending: &mut Vec<PendingFile<'_>>,
     reader: &mut SourceReader<'_>,
     messages: &mut Vec<ChatMessage>,
+    total: &mut ContextTotal,
     cancel: &CancellationToken,
 ) -> Result<(), ContextError> {
     if pending.is_empty() {
@@ -110,6 +141,7 @@ async fn read_pending(
         .map(|f| SourceFile {
             id: f.id.to_string(),
             path: f.path.clone(),
+            max_bytes: f.max_bytes,
         })
         .collect();
     let texts = reader.read(files, cancel).await?;
@@ -133,6 +165,7 @@ async fn read_pending(
                 })
             }
         };
+        total.add(file.id, &text)?;
         push_block(messages, file.id, &text);
     }
     Ok(())
@@ -145,6 +178,7 @@ struct Generator<'a> {
     timeout_ms: u64,
     output_path: &'a str,
     on_missing: OnMissing,
+    max_bytes: u64,
 }
 
 async fn run_generator(
@@ -159,6 +193,7 @@ async fn run_generator(
         timeout_ms,
         output_path,
         on_missing,
+        ..
     } = *generator;
     let argv: Vec<String> = command
         .iter()
@@ -219,6 +254,7 @@ async fn run_generator(
     let output = SourceFile {
         id: id.to_string(),
         path: output_path.clone(),
+        max_bytes: generator.max_bytes,
     };
     let read = reader.read(vec![output], cancel).await?.into_iter().next();
     match read.unwrap_or_else(|| Err(std::io::ErrorKind::NotFound.into())) {
@@ -277,8 +313,10 @@ mod tests {
                     id: format!("s{i}"),
                     path: (*path).to_string(),
                     on_missing: *on_missing,
+                    max_bytes: 64,
                 })
                 .collect(),
+            max_bytes: 100,
         };
         let (home, work) = (tmp.join("agent"), tmp.join("ws"));
         let env = BTreeMap::new();
@@ -365,5 +403,59 @@ mod tests {
             assert!(text.contains("outside the agent folder"), "{text}");
             assert!(text.contains("hint:"), "{text}");
         }
+    }
+
+    /// Regression (issue 24): a context source had no size limit (a 3 GiB file passed
+    /// 5.9 GiB resident in 15 s). Over its `max_bytes` (64 here) a source fails the run,
+    /// naming the source and the setting, whether read inline (small, local) or on the pool
+    /// (in a subfolder).
+    #[tokio::test]
+    async fn a_source_over_its_max_bytes_fails_naming_the_source_and_the_setting() {
+        let tmp = confinement_fixture();
+        std::fs::create_dir(tmp.path().join("ws/sub")).unwrap();
+        std::fs::write(tmp.path().join("ws/big.md"), "x".repeat(65)).unwrap();
+        std::fs::write(tmp.path().join("ws/sub/big.md"), "x".repeat(65)).unwrap();
+        std::fs::write(tmp.path().join("ws/fits.md"), "x".repeat(64)).unwrap();
+        for path in ["big.md", "sub/big.md"] {
+            let err = build_files(tmp.path(), &[(path, OnMissing::Error)])
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, ContextError::SourceTooLarge { limit: 64, .. }),
+                "{path}: {err}"
+            );
+            let text = err.to_string();
+            for phrase in [
+                "'s0'",
+                path,
+                "larger than 64 bytes",
+                "`max_bytes`",
+                "context.yaml",
+            ] {
+                assert!(text.contains(phrase), "{phrase}: {text}");
+            }
+        }
+        assert!(build_files(tmp.path(), &[("fits.md", OnMissing::Error)])
+            .await
+            .is_ok());
+    }
+
+    /// The sources together are capped too (100 bytes here): the one that goes over is named.
+    #[tokio::test]
+    async fn sources_together_over_the_recipes_max_bytes_fail_naming_the_last_one() {
+        let tmp = confinement_fixture();
+        std::fs::write(tmp.path().join("ws/a.md"), "a".repeat(60)).unwrap();
+        std::fs::write(tmp.path().join("ws/b.md"), "b".repeat(60)).unwrap();
+        let err = build_files(
+            tmp.path(),
+            &[("a.md", OnMissing::Error), ("b.md", OnMissing::Error)],
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(err, ContextError::ContextTooLarge { ref id, limit: 100 } if id == "s1"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("top-level `max_bytes`"), "{err}");
     }
 }

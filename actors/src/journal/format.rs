@@ -260,7 +260,12 @@ pub(crate) fn parse_journal(path: &Path, bytes: &[u8]) -> Result<ParsedJournal, 
 /// journals a WARNING for each).
 pub fn read_journal(path: &Path) -> Result<Vec<JournalEvent>, JournalError> {
     check_file_name(path)?;
-    let bytes = std::fs::read(path).map_err(|e| JournalError::io(path, e))?;
+    let bytes = crate::bounded_read::read(
+        path,
+        crate::bounded_read::JOURNAL,
+        crate::bounded_read::Links::Refuse,
+    )
+    .map_err(|e| JournalError::read(path, e))?;
     parse_journal(path, &bytes).map(|parsed| parsed.events)
 }
 

@@ -60,6 +60,16 @@ pub enum JournalError {
         #[source]
         source: io::Error,
     },
+    /// The file is not one delta reads as a journal: a FIFO, a device, a symbolic link, far
+    /// too big or too long (the reason says which, with its hint).
+    #[error("cannot read journal {}: {reason}", path.display())]
+    Unreadable {
+        /// The journal file.
+        path: PathBuf,
+        /// Why it was not read.
+        #[source]
+        reason: crate::bounded_read::ReadError,
+    },
     /// A complete line (not a torn tail) is not an event.
     #[error(
         "journal {} line {line} is not a valid event: {message}; hint: the journal is \
@@ -97,6 +107,18 @@ fn io_message(path: &Path, source: &io::Error) -> String {
 }
 
 impl JournalError {
+    /// A bounded read of `path` that failed: the system's error as [`JournalError::Io`], a
+    /// refusal as [`JournalError::Unreadable`].
+    pub(crate) fn read(path: &Path, error: crate::bounded_read::ReadError) -> JournalError {
+        match error {
+            crate::bounded_read::ReadError::Io(source) => JournalError::io(path, source),
+            reason => JournalError::Unreadable {
+                path: path.to_path_buf(),
+                reason,
+            },
+        }
+    }
+
     pub(crate) fn io(path: &Path, source: io::Error) -> JournalError {
         JournalError::Io {
             path: path.to_path_buf(),

@@ -13,7 +13,7 @@
 //! through [`Journal::open_with_secrets`] restores the markers.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,7 @@ use super::format::{check_file_name, parse_journal, Tail};
 use super::repeats::{drop_repeated_lines, seq_list};
 use super::secrets::{redact_event, restore_event};
 use super::{JournalError, JOURNAL_FILE};
+use crate::bounded_read::{self, Links};
 use crate::clock::now_rfc3339;
 use crate::redact::Redactor;
 
@@ -94,27 +95,28 @@ impl Journal {
         let path = run_dir.join(JOURNAL_FILE);
         check_file_name(&path)?;
         if let Some(file) = locked {
-            let mut bytes = Vec::new();
-            (&*file)
-                .read_to_end(&mut bytes)
-                .and_then(|_| set_append(&file))
-                .map_err(|e| JournalError::io(&path, e))?;
+            // The lock opened it as a regular file, not through a link.
+            let bytes = bounded_read::read_open(&file, bounded_read::JOURNAL)
+                .map_err(|e| JournalError::read(&path, e))?;
+            set_append(&file).map_err(|e| JournalError::io(&path, e))?;
             return Journal::from_bytes(path, options, file, &bytes);
         }
-        let bytes = std::fs::read(&path).map_err(|e| {
+        // One descriptor, read then appended through: never a link (a journal swapped for a
+        // link to a file elsewhere would have `continue` append there), never a FIFO.
+        let mut append = OpenOptions::new();
+        append.read(true).append(true);
+        let file = bounded_read::open_with(&path, &append, Links::Refuse).map_err(|e| {
             // A journal renamed by an editor (journal.json) is the known corruption: say so.
             let renamed = run_dir.join("journal.json");
-            if e.kind() == std::io::ErrorKind::NotFound && renamed.is_file() {
+            if e.is_not_found() && renamed.is_file() {
                 if let Err(fatal) = check_file_name(&renamed) {
                     return fatal;
                 }
             }
-            JournalError::io(&path, e)
+            JournalError::read(&path, e)
         })?;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| JournalError::io(&path, e))?;
+        let bytes = bounded_read::read_open(&file, bounded_read::JOURNAL)
+            .map_err(|e| JournalError::read(&path, e))?;
         Journal::from_bytes(path, options, Arc::new(file), &bytes)
     }
 

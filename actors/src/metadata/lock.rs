@@ -26,6 +26,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use super::MetadataError;
+use crate::bounded_read::{self, Links};
 
 /// File name of the lock inside a run directory.
 pub const LOCK_FILE: &str = "lock";
@@ -97,14 +98,17 @@ impl RunLock {
     /// Takes the lock without waiting: `Ok(None)` when someone else holds it.
     pub fn try_acquire(run_dir: &Path) -> Result<Option<RunLock>, MetadataError> {
         let path = run_dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
+        let mut options = OpenOptions::new();
+        options
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| MetadataError::io("open lock file", &path, e))?;
+            .mode(0o600);
+        // Not through a link, and only a regular file: `continue` reads and appends the
+        // journal through this descriptor.
+        let file = bounded_read::open_with(&path, &options, Links::Refuse)
+            .map_err(|e| MetadataError::io("open lock file", &path, e.into()))?;
         match flock_nonblocking(&file, libc::LOCK_EX) {
             Ok(true) => Ok(Some(RunLock {
                 file: Arc::new(file),
@@ -152,7 +156,8 @@ impl RunLock {
         run_dir: &Path,
         journal_path: &Path,
     ) -> Result<Option<UnstartedRunLock>, MetadataError> {
-        let journal = match File::open(journal_path) {
+        let journal = match bounded_read::open(journal_path, Links::Refuse).map_err(io::Error::from)
+        {
             Ok(file) => match flock_nonblocking(&file, libc::LOCK_EX) {
                 Ok(true) => Some(file),
                 Ok(false) => return Ok(None),
@@ -193,7 +198,9 @@ impl RunLock {
     /// cannot be read.
     pub fn shares_file_with(&self, path: &Path) -> Option<Arc<File>> {
         let locked = self.file.metadata().ok()?;
-        let other = std::fs::metadata(path).ok()?;
+        // The name itself, not what it links to: a journal replaced by a link to this very
+        // file is not the run's journal any more (the open refuses it by name).
+        let other = std::fs::symlink_metadata(path).ok()?;
         (locked.dev() == other.dev() && locked.ino() == other.ino()).then(|| self.file.clone())
     }
 }
@@ -216,10 +223,10 @@ impl Drop for RunLock {
 /// missing lock file means nobody holds it).
 pub fn lock_is_held(run_dir: &Path) -> Result<bool, MetadataError> {
     let path = run_dir.join(LOCK_FILE);
-    let file = match File::open(&path) {
+    let file = match bounded_read::open(&path, Links::Refuse) {
         Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(MetadataError::io("open lock file", &path, e)),
+        Err(e) if e.is_not_found() => return Ok(false),
+        Err(e) => return Err(MetadataError::io("open lock file", &path, e.into())),
     };
     match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(_probe) => Ok(false),

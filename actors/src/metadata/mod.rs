@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
+use crate::bounded_read::{self, Links, ReadError};
 use crate::clock::now_rfc3339;
 use crate::protocol::{RecordedError, RunStatus, TokenUsage};
 
@@ -222,6 +223,16 @@ pub enum MetadataError {
         #[source]
         source: io::Error,
     },
+    /// The file is not one delta reads: a FIFO, a device, a symbolic link, far too big...
+    /// (the reason says which, with its hint).
+    #[error("cannot read {}: {reason}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why it was not read.
+        #[source]
+        reason: crate::bounded_read::ReadError,
+    },
     /// The file exists but is not a run record (ours or the original engine's), even on a
     /// second read.
     #[error(
@@ -271,7 +282,11 @@ pub fn write_metadata_with(
     if !durable {
         return Ok(());
     }
-    std::fs::File::open(run_dir)
+    // O_DIRECTORY: a FIFO put in the folder's place fails the open instead of blocking it.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(run_dir)
         .and_then(|dir| dir.sync_all())
         .map_err(|e| MetadataError::io("fsync directory", run_dir, e))
 }
@@ -349,12 +364,11 @@ pub fn read_metadata(run_dir: &Path) -> Result<RunMetadata, MetadataError> {
 
 fn read_metadata_once(run_dir: &Path) -> Result<RunMetadata, MetadataError> {
     let path = run_dir.join(METADATA_FILE);
-    let bytes = match std::fs::read(&path) {
+    let bytes = match bounded_read::read(&path, bounded_read::METADATA, Links::Refuse) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(MetadataError::NotFound { path })
-        }
-        Err(e) => return Err(MetadataError::io("read", &path, e)),
+        Err(e) if e.is_not_found() => return Err(MetadataError::NotFound { path }),
+        Err(ReadError::Io(e)) => return Err(MetadataError::io("read", &path, e)),
+        Err(reason) => return Err(MetadataError::Unreadable { path, reason }),
     };
     let parse_error = |message: String| MetadataError::Parse {
         path: path.clone(),

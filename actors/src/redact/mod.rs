@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
+use crate::bounded_read::{self, Links};
 use aho_corasick::{AhoCorasick, Input, MatchKind};
 use serde_json::Value;
 
@@ -160,13 +161,19 @@ impl SecretSet {
     }
 
     /// The answers stored under `dir` (the run's `secrets/` folder), by file name. A missing
-    /// folder is an empty set; an unreadable file is skipped.
+    /// folder is an empty set; an unreadable file (one that is not a plain file delta wrote:
+    /// a FIFO, a link, over [`bounded_read::ANSWER`]) is skipped.
     pub fn load_dir(dir: &Path) -> SecretSet {
         let mut secrets = Vec::new();
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                if let Ok(value) = std::fs::read_to_string(entry.path()) {
+                let read = bounded_read::read_to_string(
+                    &entry.path(),
+                    bounded_read::ANSWER,
+                    Links::Refuse,
+                );
+                if let Ok(value) = read {
                     secrets.push((name, value));
                 }
             }

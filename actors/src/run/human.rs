@@ -113,12 +113,27 @@ fn store_secret(paths: &RunPaths, id: &str, answer: &str) -> std::io::Result<()>
         .recursive(true)
         .mode(0o700)
         .create(&paths.secrets_dir)?;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(paths.secrets_dir.join(id))?;
+    // The answer goes into the run's own folder or nowhere: not through a `secrets` link
+    // or a link in its place (a tool could have put either there).
+    if std::fs::symlink_metadata(&paths.secrets_dir)?
+        .file_type()
+        .is_symlink()
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} is a symbolic link, not the run's own folder (hint: remove the link)",
+                paths.secrets_dir.display()
+            ),
+        ));
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).write(true).truncate(true).mode(0o600);
+    let mut file = crate::bounded_read::open_with(
+        &paths.secrets_dir.join(id),
+        &options,
+        crate::bounded_read::Links::Refuse,
+    )?;
     file.write_all(answer.as_bytes())?;
     file.sync_all()
 }

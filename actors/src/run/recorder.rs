@@ -11,6 +11,8 @@
 //! Must not: decide anything about the run.
 
 use std::fs::OpenOptions;
+
+use crate::bounded_read::Links;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -108,13 +110,12 @@ impl Recorder {
         let secrets = self.secrets.snapshot();
         let message = secrets.redact(message);
         tracing::debug!(target: "delta::run", "{message}");
-        if let Ok(mut file) = OpenOptions::new()
-            .create(true)
-            .append(true)
-            // Private like every file of the run, and never through a planted symlink.
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&self.engine_log)
+        let mut options = OpenOptions::new();
+        // Private like every file of the run; never through a planted symlink, and never
+        // into a FIFO (whose open would block the run's thread).
+        options.create(true).append(true).mode(0o600);
+        if let Ok(mut file) =
+            crate::bounded_read::open_with(&self.engine_log, &options, Links::Refuse)
         {
             let _ = file.write_all(format!("[{}] {message}\n", now_rfc3339()).as_bytes());
         }

@@ -211,6 +211,7 @@ pub fn take_run(
             meta.max_iterations = max_iterations;
             meta.agent_home = request.agent.home.to_string_lossy().into_owned();
             write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
+            crate::workspace::mark_runs_changed(&request.work_dir);
             restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
             if let Some(reason) = interrupted {
                 events.push(
@@ -358,9 +359,20 @@ fn read_response_file(path: &Path) -> Result<Option<String>, SetupError> {
         }
         Ok(_) => {}
     }
-    Ok(std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim_end_matches(['\n', '\r']).to_string()))
+    // Within bounds, and checked again on the descriptor (a FIFO swapped in since the stat).
+    match crate::bounded_read::read_to_string(
+        path,
+        crate::bounded_read::ANSWER,
+        crate::bounded_read::Links::Follow,
+    ) {
+        Ok(text) => Ok(Some(text.trim_end_matches(['\n', '\r']).to_string())),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(crate::bounded_read::ReadError::Io(_)) => Ok(None),
+        Err(e) => Err(SetupError::Refused(format!(
+            "cannot read {}: {e}; or give the answer with -m \"...\"",
+            path.display()
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -91,8 +91,12 @@ impl AgentCatalog {
                     return Err(config_error(path, "larger than 1 MiB".into()))
                 }
                 Ok(_) => {
-                    let text = std::fs::read_to_string(path)
-                        .map_err(|e| ServeError::io("cannot read", path, e))?;
+                    let text = crate::bounded_read::read_to_string(
+                        path,
+                        crate::bounded_read::Limit::bytes(MAX_CONFIG_BYTES),
+                        crate::bounded_read::Links::Follow,
+                    )
+                    .map_err(|e| ServeError::io("cannot read", path, e.into()))?;
                     let file: ConfigFile = serde_yaml::from_str(&text)
                         .map_err(|e| config_error(path, format!("{e}; expected `agents: [{{id, command: [..], continue_args: [..], asking_patterns: [..]}}]`")))?;
                     for agent in file.agents {

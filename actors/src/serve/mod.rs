@@ -1,8 +1,9 @@
 //! The session/worker server's domain (`delta serve`): sessions and workers ([`model`]), their
 //! persistence and the migration of the old `sessions.json` ([`store`]), agent definitions
 //! ([`agents`]), a worker's output log tail and terminal screen ([`screen`]), activity
-//! detection ([`activity`]), the runs/orchestrations views ([`runs_view`]) and the lock that
-//! keeps one server per state folder ([`state_lock`]).
+//! detection ([`activity`]), the runs/orchestrations views ([`runs_view`], kept between
+//! scans by [`workspace_scan`]) and the lock that keeps one server per state folder
+//! ([`state_lock`]).
 //!
 //! Must not: import actix or actix-web, open sockets, spawn processes, print. The actors and
 //! the HTTP/WebSocket layer live in `runtime::worker` and `runtime::web`.
@@ -16,5 +17,6 @@ pub mod runs_view;
 pub mod screen;
 pub mod state_lock;
 pub mod store;
+pub mod workspace_scan;
 
 pub use error::{ErrorClass, ServeError};

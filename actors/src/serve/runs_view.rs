@@ -2,19 +2,21 @@
 //! agent and tokens), its orchestrations under `.delta/orchestrations/` with per-stage
 //! progress (from `summary.json` when finished, else from the scheduling journal), and a run's
 //! journal as a readable timeline, read from a line offset so the page can tail it. Reads
-//! files only; bounded in what it reads.
+//! files only, through `bounded_read` (a FIFO or a link is never waited on), bounded in how
+//! much it reads; what a workspace scan keeps between scans is `workspace_scan`'s.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::error::ServeError;
-use crate::metadata::read_metadata;
+use crate::bounded_read::{self, Links};
+use crate::metadata::{read_metadata, RunMetadata};
 use crate::plan::state::{OrchestrationSummary, SchedulingEvent, SchedulingRecord, StageStatus};
 use crate::protocol::{RunStatus, TokenUsage};
-use crate::workspace::{control_dir, list_runs, validate_run_id};
+use crate::workspace::{control_dir, validate_run_id, RunSummary};
 
 /// Most runs listed per workspace (newest first).
 pub const MAX_RUNS: usize = 500;
@@ -60,78 +62,66 @@ pub struct OrchestrationView {
     pub stages: Vec<StageView>,
 }
 
+/// A run folder whose metadata cannot be read (a FIFO, a link, not JSON...), listed as
+/// UNREADABLE with the reason, as `delta list-runs` does.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnreadableRunView {
+    pub run_id: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceView {
     pub path: PathBuf,
     pub runs: Vec<RunRowView>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<UnreadableRunView>,
     pub orchestrations: Vec<OrchestrationView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
-/// Reads a workspace; a folder without `.delta` is an empty view, not an error.
-pub fn workspace_view(path: &Path) -> WorkspaceView {
-    let mut view = WorkspaceView {
-        path: path.to_path_buf(),
-        runs: Vec::new(),
-        orchestrations: Vec::new(),
-        error: None,
-    };
-    if !control_dir(path).is_dir() {
-        return view;
-    }
-    match list_runs(path) {
-        Ok(runs) => {
-            view.runs = runs
-                .into_iter()
-                .take(MAX_RUNS)
-                .map(|summary| {
-                    let meta = read_metadata(&control_dir(path).join(&summary.run_id)).ok();
-                    RunRowView {
-                        agent: meta
-                            .as_ref()
-                            .map(|m| m.agent_name.clone())
-                            .unwrap_or_default(),
-                        tokens: meta.as_ref().map(|m| m.usage).unwrap_or_default(),
-                        orchestration_id: meta.and_then(|m| m.orchestration_id),
-                        run_id: summary.run_id,
-                        status: summary.status,
-                        task: summary.task_summary,
-                        iterations: summary.iterations,
-                        created_at: summary.created_at,
-                        updated_at: summary.last_updated,
-                    }
-                })
-                .collect();
+impl WorkspaceView {
+    /// A workspace with nothing to show (yet).
+    pub fn empty(path: &Path) -> WorkspaceView {
+        WorkspaceView {
+            path: path.to_path_buf(),
+            runs: Vec::new(),
+            unreadable: Vec::new(),
+            orchestrations: Vec::new(),
+            error: None,
         }
-        Err(e) => view.error = Some(e.to_string()),
     }
-    view.orchestrations = orchestrations(path);
-    view
 }
 
-fn orchestrations(workspace: &Path) -> Vec<OrchestrationView> {
-    let root = control_dir(workspace).join("orchestrations");
-    let Ok(entries) = std::fs::read_dir(&root) else {
-        return Vec::new();
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs.into_iter()
-        .rev()
-        .take(MAX_ORCHESTRATIONS)
-        .filter_map(|dir| orchestration_view(&dir))
-        .collect()
+/// The row of run `run_id` (its folder's name) from its metadata.
+pub(crate) fn run_row(run_id: &str, meta: &RunMetadata) -> RunRowView {
+    let summary = RunSummary::from_metadata(run_id, meta);
+    RunRowView {
+        agent: meta.agent_name.clone(),
+        tokens: meta.usage,
+        orchestration_id: meta.orchestration_id.clone(),
+        run_id: summary.run_id,
+        status: summary.status,
+        task: summary.task_summary,
+        iterations: summary.iterations,
+        created_at: summary.created_at,
+        updated_at: summary.last_updated,
+    }
 }
 
-fn orchestration_view(dir: &Path) -> Option<OrchestrationView> {
+/// The view of one orchestration folder: from `summary.json` when finished, else rebuilt
+/// from its scheduling journal; `None` when neither reads.
+pub(crate) fn orchestration_view(dir: &Path) -> Option<OrchestrationView> {
     let id = dir.file_name()?.to_string_lossy().into_owned();
-    if let Ok(text) = std::fs::read_to_string(dir.join("summary.json")) {
+    let summary = bounded_read::read_to_string(
+        &dir.join("summary.json"),
+        bounded_read::RECORD,
+        Links::Refuse,
+    );
+    if let Ok(text) = summary {
         if let Ok(summary) = serde_json::from_str::<OrchestrationSummary>(&text) {
             return Some(OrchestrationView {
                 id,
@@ -152,7 +142,7 @@ fn orchestration_view(dir: &Path) -> Option<OrchestrationView> {
         }
     }
     // Still running (or killed): rebuild the progress from the scheduling journal.
-    let file = std::fs::File::open(dir.join("journal.jsonl")).ok()?;
+    let file = bounded_read::open(&dir.join("journal.jsonl"), Links::Refuse).ok()?;
     let mut view = OrchestrationView {
         id,
         status: "RUNNING".into(),
@@ -160,7 +150,7 @@ fn orchestration_view(dir: &Path) -> Option<OrchestrationView> {
         stages: Vec::new(),
     };
     let mut finished: BTreeMap<String, BTreeMap<usize, RunStatus>> = BTreeMap::new();
-    for line in BufReader::new(file)
+    for line in BufReader::new(file.take(bounded_read::JOURNAL.max_bytes))
         .lines()
         .map_while(Result::ok)
         .take(1_000_000)
@@ -253,18 +243,19 @@ pub fn timeline(workspace: &Path, run_id: &str, from: usize) -> Result<Timeline,
     })?;
     let dir = control_dir(workspace).join(run_id);
     let path = dir.join("journal.jsonl");
-    let file = std::fs::File::open(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ServeError::BadRequest(format!(
+    let file = bounded_read::open(&path, Links::Refuse).map_err(|e| match e {
+        e if e.is_not_found() => ServeError::BadRequest(format!(
             "no run `{run_id}` in {} (no {})",
             workspace.display(),
             path.display()
         )),
-        _ => ServeError::io("cannot read", &path, e),
+        e => ServeError::io("cannot read", &path, e.into()),
     })?;
     let status = read_metadata(&dir).ok().map(|m| m.status);
     let mut entries = Vec::new();
     let mut next = from;
-    for (index, line) in BufReader::new(file).lines().enumerate().skip(from) {
+    let lines = BufReader::new(file.take(bounded_read::JOURNAL.max_bytes)).lines();
+    for (index, line) in lines.enumerate().skip(from) {
         let Ok(line) = line else { break };
         // A torn last line of a live run: read it again next time.
         let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else {
@@ -402,8 +393,7 @@ mod tests {
             r#"{"timestamp":"t","type":"RUN_FINISHED","stage":"map","index":1,"run_id":"b","status":"FAILED","attempt":1,"error":"x"}"#,
         ];
         std::fs::write(dir.join("journal.jsonl"), lines.join("\n") + "\n").unwrap();
-        let view = workspace_view(tmp.path());
-        let orchestration = &view.orchestrations[0];
+        let orchestration = &orchestration_view(&dir).unwrap();
         assert_eq!(orchestration.status, "RUNNING");
         assert_eq!(orchestration.stages[0].id, "map");
         assert_eq!(

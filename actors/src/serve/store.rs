@@ -3,13 +3,13 @@
 //! the old one-agent-per-session format of the spec's migration section and keeps the
 //! original beside it (`sessions.json.pre-migration`). Knows nothing about processes.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use super::error::ServeError;
 use super::model::{check_id, Session, SessionStatus, SessionType, Worker, WorkerKind};
+use crate::bounded_read::{self, Links};
 use crate::session::files::{create_private_dir, replace_private};
 
 pub const SESSIONS_FILE: &str = "sessions.json";
@@ -50,10 +50,11 @@ impl SessionStore {
     /// Reads `sessions.json` (none yet: no sessions), migrating old-format entries.
     pub fn load(&self) -> Result<Loaded, ServeError> {
         let path = self.path();
-        let bytes = match fs::read(&path) {
+        // Within bounds: a FIFO or a link to /dev/zero here hung the server's start.
+        let bytes = match bounded_read::read(&path, bounded_read::RECORD, Links::Refuse) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
-            Err(e) => return Err(ServeError::io("cannot read", &path, e)),
+            Err(e) if e.is_not_found() => return Ok(Loaded::default()),
+            Err(e) => return Err(ServeError::io("cannot read", &path, e.into())),
         };
         let corrupt = |reason: String| ServeError::Config {
             path: path.clone(),
@@ -165,6 +166,7 @@ fn migrate_session(old: &Value) -> Result<Session, String> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;

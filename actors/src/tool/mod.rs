@@ -7,6 +7,7 @@
 pub mod ask_human;
 pub(crate) mod call;
 pub mod compile;
+pub mod isolation;
 pub(crate) mod job;
 pub mod observation;
 pub mod process;

@@ -28,7 +28,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use budget::{default_max_tool_processes, max_tool_processes, set_max_tool_processes};
 pub use capture::StreamCapture;
-pub use env::{build_child_env, engine_vars, ProgramCache, API_KEY_VAR};
+pub use env::{
+    build_child_env, engine_vars, is_engine_secret, ProgramCache, API_KEY_VAR, ENGINE_SECRET_VARS,
+    RELAY_TOKEN_VAR, SERVE_TOKEN_VAR,
+};
 
 use capture::{capture_stream, StreamLimits};
 use launch::{Launched, Leader};

@@ -106,7 +106,12 @@ pub fn create_workspace(agent_home: &Path, name: &str) -> Result<PathBuf, Worksp
 /// The name in `LAST_USED`, if it is a valid name whose folder still exists.
 pub fn last_used_workspace(agent_home: &Path) -> Option<String> {
     let dir = workspaces_dir(agent_home);
-    let name = std::fs::read_to_string(dir.join(LAST_USED_FILE)).ok()?;
+    let name = crate::bounded_read::read_to_string(
+        &dir.join(LAST_USED_FILE),
+        crate::bounded_read::MARKER,
+        crate::bounded_read::Links::Refuse,
+    )
+    .ok()?;
     let name = name.trim();
     if validate_workspace_name(name).is_err() || !dir.join(name).is_dir() {
         return None;

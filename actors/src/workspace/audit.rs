@@ -267,26 +267,31 @@ pub fn write_json_file(path: &Path, value: &serde_json::Value) -> Result<(), Wor
 /// Writes `bytes` as the whole text of `path` (created with mode 0600 when missing), the
 /// way [`write_json_file`] describes.
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| WorkspaceError::io("open", path, e))?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false).mode(0o600);
+    let mut file =
+        open_own_file(path, &options).map_err(|e| WorkspaceError::io("open", path, e))?;
     overwrite(&mut file, bytes).map_err(|e| WorkspaceError::io("write", path, e))
 }
 
 /// Creates or truncates `path` with mode 0600 (whatever the umask) and writes `bytes`: for
-/// the files delta keeps beside a run (hook results, an orchestration's copies and summary).
+/// the files delta keeps beside a run (hook results, an orchestration's copies and summary,
+/// sensitive answers). Never through a symbolic link, and only into a regular file.
 pub fn write_private_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?
-        .write_all(bytes)
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true).mode(0o600);
+    open_own_file(path, &options)?.write_all(bytes)
+}
+
+/// Opens one of delta's own files for writing: `O_NOFOLLOW` (a link a tool put in its place
+/// would send the write elsewhere) and regular files only (a FIFO would block the open, or
+/// the write).
+fn open_own_file(path: &Path, options: &std::fs::OpenOptions) -> io::Result<std::fs::File> {
+    Ok(crate::bounded_read::open_with(
+        path,
+        options,
+        crate::bounded_read::Links::Refuse,
+    )?)
 }
 
 /// Writes `bytes` over `file` from its start and cuts off what an older, longer text left

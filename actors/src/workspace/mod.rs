@@ -100,6 +100,21 @@ pub enum WorkspaceError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A folder of a run (the run folder itself, `io/` and its subfolders, `secrets/`) is a
+    /// symbolic link or not a folder: someone other than delta replaced it, and writing
+    /// through it would put the run's records (or answers) wherever it points.
+    #[error(
+        "{} is {what}, not the run's own folder; delta does not write through links inside a \
+         run (hint: something other than delta replaced it; remove it and restore the \
+         folder, or start a new run)",
+        path.display()
+    )]
+    NotOwnFolder {
+        /// The folder.
+        path: PathBuf,
+        /// What it is instead ("a symbolic link", "a FIFO (named pipe)"...).
+        what: String,
+    },
     /// A folder or file could not be created, read or written.
     #[error("cannot {action} {}: {source}; hint: check that the path exists and is writable", path.display())]
     Io {
@@ -305,6 +320,20 @@ pub(crate) fn create_run_dir_in_control_dir(
     Ok(paths)
 }
 
+/// Tells whoever watches the workspace's runs (`delta serve`) that a run that had ended is
+/// running again: the `.delta` folder's modification time is set to now. A new run's folder
+/// changes it anyway; a continued run's does not, and a watcher re-reads settled runs only
+/// when it changes (or now and then). Best effort: a watcher sees the run later otherwise.
+pub fn mark_runs_changed(work_dir: &Path) {
+    let _ = nix::sys::stat::utimensat(
+        None,
+        &control_dir(work_dir),
+        &nix::sys::time::TimeSpec::UTIME_NOW,
+        &nix::sys::time::TimeSpec::UTIME_NOW,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    );
+}
+
 /// The paths of an existing run; [`WorkspaceError::NotFound`] when its directory is missing.
 pub fn open_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, WorkspaceError> {
     validate_run_id(run_id)?;
@@ -315,7 +344,45 @@ pub fn open_run_dir(work_dir: &Path, run_id: &str) -> Result<RunPaths, Workspace
             work_dir: work_dir.to_path_buf(),
         });
     }
+    check_own_folders(&paths)?;
     Ok(paths)
+}
+
+/// Refuses a run whose folder, `io/` (and its three subfolders), `secrets/` or
+/// `interaction/` is a symbolic link or not a folder (a missing one is fine: it is made when
+/// needed). A tool can write the run folders of its workspace; `continue` must not then
+/// append records or answers wherever a link it left points.
+pub fn check_own_folders(paths: &RunPaths) -> Result<(), WorkspaceError> {
+    let io_dir = paths.run_dir.join("io");
+    let folders = [
+        &paths.run_dir,
+        &io_dir,
+        &paths.invocations_dir,
+        &paths.tool_executions_dir,
+        &paths.hooks_dir,
+        &paths.secrets_dir,
+        &paths.interaction_dir,
+    ];
+    for folder in folders {
+        match std::fs::symlink_metadata(folder) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(meta) => {
+                let file_type = meta.file_type();
+                let what = if file_type.is_file() {
+                    "a file".to_string()
+                } else {
+                    format!("a {}", crate::bounded_read::describe(&file_type))
+                };
+                return Err(WorkspaceError::NotOwnFolder {
+                    path: folder.clone(),
+                    what,
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(WorkspaceError::io("inspect", folder, e)),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

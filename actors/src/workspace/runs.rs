@@ -73,7 +73,7 @@ fn task_summary(initial_message: &str) -> String {
 }
 
 impl RunSummary {
-    fn from_metadata(dir_name: &str, meta: &RunMetadata) -> RunSummary {
+    pub(crate) fn from_metadata(dir_name: &str, meta: &RunMetadata) -> RunSummary {
         RunSummary {
             // The directory name is what `continue --run-id` needs, even if a copied
             // metadata file says otherwise.

@@ -127,3 +127,68 @@ fn serve_runs_view_lists_runs_and_orchestrations_and_answers_a_waiting_run() {
         );
     });
 }
+
+/// Regression (issue 24): one FIFO as a run's `metadata.json` in one watched workspace froze
+/// the runs view of every workspace (the scan of all of them waited on it), and SIGTERM then
+/// hung the server. The run is listed as unreadable, the other workspace is shown, and the
+/// server exits on SIGTERM at once.
+#[test]
+fn a_fifo_in_one_workspace_freezes_neither_the_runs_view_nor_the_servers_exit() {
+    let good = Case::new(
+        "good",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "done"}]}),
+    );
+    good.run("r1", "fine", &[]).assert_code(0);
+    let hostile = Case::new(
+        "hostile",
+        "tools: []\n",
+        &json!({"steps": [{"answer": "done"}]}),
+    );
+    hostile.run("r1", "fine", &[]).assert_code(0);
+    let piped = hostile.run_dir("piped");
+    std::fs::create_dir_all(&piped).unwrap();
+    nix::unistd::mkfifo(&piped.join("metadata.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let root = Root::new();
+    let good_ws = good
+        .work_dir()
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string();
+    let hostile_ws = hostile
+        .work_dir()
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string();
+    let mut server = Server::start_with(&root, &["-w", &hostile_ws, "-w", &good_ws]);
+    runtime().block_on(async {
+        let view = |ws: String| {
+            let server = &server;
+            async move {
+                let (_, views) = server.get("/api/workspaces").await;
+                views
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|v| v["path"] == json!(ws))
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            }
+        };
+        eventually("both workspaces scanned", || async {
+            view(good_ws.clone()).await != Value::Null
+                && view(hostile_ws.clone()).await != Value::Null
+        })
+        .await;
+        assert_eq!(view(good_ws.clone()).await["runs"][0]["runId"], "r1");
+        let hostile_view = view(hostile_ws.clone()).await;
+        assert_eq!(hostile_view["runs"][0]["runId"], "r1");
+        assert_eq!(hostile_view["unreadable"][0]["runId"], "piped");
+        let reason = hostile_view["unreadable"][0]["reason"].as_str().unwrap();
+        assert!(reason.contains("FIFO"), "{reason}");
+    });
+    crate::harness::send_signal(server.child.id(), nix::sys::signal::Signal::SIGTERM);
+    crate::harness::wait_child(&mut server.child, std::time::Duration::from_secs(10));
+}

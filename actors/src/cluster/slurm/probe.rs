@@ -162,7 +162,12 @@ async fn probe_in(
     let job_id = tools.submit(&submission, env).await?;
     let mut pause = Duration::from_millis(100);
     while started.elapsed() < limit {
-        if let Ok(text) = std::fs::read_to_string(&file) {
+        let probed = crate::bounded_read::read_to_string(
+            &file,
+            crate::bounded_read::MARKER,
+            crate::bounded_read::Links::Refuse,
+        );
+        if let Ok(text) = probed {
             let mut lines = text.lines();
             if lines.next() == Some(nonce.as_str()) {
                 let node = lines.next().unwrap_or("").to_owned();

@@ -17,6 +17,7 @@ use super::{
     validate_orchestration_id, OrchestrationState, OrchestrationStatus, OrchestrationSummary,
     RunCounts, SchedulingEvent, SchedulingRecord, StateError,
 };
+use crate::bounded_read::{self, Links};
 use crate::metadata::lock_is_held;
 use crate::protocol::{RunStatus, TokenUsage};
 
@@ -164,16 +165,17 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
         return unreadable(dir, id, "not a folder".to_owned());
     }
     let journal_path = dir.join("journal.jsonl");
-    let text = match std::fs::read_to_string(&journal_path) {
-        Ok(text) => text,
-        Err(error) => {
-            return unreadable(
-                dir,
-                id,
-                format!("cannot read {}: {error}", journal_path.display()),
-            )
-        }
-    };
+    let text =
+        match bounded_read::read_to_string(&journal_path, bounded_read::JOURNAL, Links::Refuse) {
+            Ok(text) => text,
+            Err(error) => {
+                return unreadable(
+                    dir,
+                    id,
+                    format!("cannot read {}: {error}", journal_path.display()),
+                )
+            }
+        };
     let journal = match JournalView::read(&text) {
         Ok(view) => view,
         Err(reason) => return unreadable(dir, id, format!("{}: {reason}", journal_path.display())),
@@ -233,11 +235,11 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
 
 fn read_summary(dir: &Path) -> Result<Option<OrchestrationSummary>, String> {
     let path = dir.join("summary.json");
-    match std::fs::read_to_string(&path) {
+    match bounded_read::read_to_string(&path, bounded_read::RECORD, Links::Refuse) {
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
             .map_err(|error| format!("{} is not a summary: {error}", path.display())),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) if error.is_not_found() => Ok(None),
         Err(error) => Err(format!("cannot read {}: {error}", path.display())),
     }
 }

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::bounded_read::{self, Links};
 use crate::clock::now_rfc3339;
 use crate::metadata::RunLock;
 use crate::protocol::{RunStatus, TokenUsage};
@@ -281,7 +282,8 @@ impl OrchestrationState {
         if !resume {
             // Copied as private files whatever the plan's own mode: vars may hold secrets.
             let copy = dir.join("plan.yaml");
-            std::fs::read(plan_file)
+            bounded_read::read(plan_file, bounded_read::CONFIG, Links::Follow)
+                .map_err(std::io::Error::from)
                 .and_then(|plan| write_private_file(&copy, &plan))
                 .map_err(|source| StateError::Io {
                     action: "copy the plan to",
@@ -307,16 +309,16 @@ impl OrchestrationState {
                 path: dir.join(crate::metadata::LOCK_FILE),
             })?;
         let path = dir.join("journal.jsonl");
-        let journal = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|source| StateError::Io {
+        let mut append = OpenOptions::new();
+        append.create(true).append(true).mode(0o600);
+        // Never through a link a tool put there, never a FIFO.
+        let journal = bounded_read::open_with(&path, &append, Links::Refuse).map_err(|source| {
+            StateError::Io {
                 action: "open",
                 path,
-                source,
-            })?;
+                source: source.into(),
+            }
+        })?;
         Ok(OrchestrationState {
             dir,
             journal,
@@ -342,16 +344,30 @@ impl OrchestrationState {
             })
     }
 
+    /// The scheduling journal's text, read within [`bounded_read::JOURNAL`].
+    fn read_journal(dir: &Path) -> Result<String, bounded_read::ReadError> {
+        bounded_read::read_to_string(
+            &dir.join("journal.jsonl"),
+            bounded_read::JOURNAL,
+            Links::Refuse,
+        )
+    }
+
     /// The vars saved when the orchestration started (used on resume).
     pub fn saved_vars(dir: &Path) -> Option<serde_json::Value> {
-        let text = std::fs::read_to_string(dir.join("vars.json")).ok()?;
+        let text = bounded_read::read_to_string(
+            &dir.join("vars.json"),
+            bounded_read::RECORD,
+            Links::Refuse,
+        )
+        .ok()?;
         serde_json::from_str(&text).ok()
     }
 
     /// Attempts recorded so far per run id (for retry budgets across resumes).
     pub fn attempts_so_far(dir: &Path) -> std::collections::HashMap<String, u32> {
         let mut attempts = std::collections::HashMap::new();
-        if let Ok(text) = std::fs::read_to_string(dir.join("journal.jsonl")) {
+        if let Ok(text) = Self::read_journal(dir) {
             for line in text.lines() {
                 if let Ok(SchedulingRecord {
                     event:
@@ -373,7 +389,7 @@ impl OrchestrationState {
     /// for attempts an interruption (Ctrl-C, kill) cut short.
     pub fn failures_so_far(dir: &Path) -> std::collections::HashMap<String, u32> {
         let mut failures = std::collections::HashMap::new();
-        if let Ok(text) = std::fs::read_to_string(dir.join("journal.jsonl")) {
+        if let Ok(text) = Self::read_journal(dir) {
             for line in text.lines() {
                 if let Ok(SchedulingRecord {
                     event:

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{OrchestrationState, SchedulingEvent, SchedulingRecord, StateError};
+use crate::bounded_read::{self, Links};
 use crate::metadata::{lock_is_held, LOCK_FILE};
 
 /// The folder of orchestration `id` in `workspace`, when it can be resumed now: the id is
@@ -35,12 +36,13 @@ pub fn check_resumable(workspace: &Path, id: &str) -> Result<PathBuf, StateError
 /// records it (the first `ORCHESTRATION_STARTED`), for a resume given no plan.
 pub fn recorded_plan(workspace: &Path, id: &str) -> Result<PathBuf, StateError> {
     let journal = OrchestrationState::dir_for(workspace, id)?.join("journal.jsonl");
-    let text = std::fs::read_to_string(&journal).map_err(|source| StateError::Unreadable {
-        id: id.to_owned(),
-        workspace: workspace.to_path_buf(),
-        journal: journal.clone(),
-        source,
-    })?;
+    let text = bounded_read::read_to_string(&journal, bounded_read::JOURNAL, Links::Refuse)
+        .map_err(|source| StateError::Unreadable {
+            id: id.to_owned(),
+            workspace: workspace.to_path_buf(),
+            journal: journal.clone(),
+            source: source.into(),
+        })?;
     text.lines()
         .filter_map(|line| serde_json::from_str::<SchedulingRecord>(line).ok())
         .find_map(|record| match record.event {

@@ -168,7 +168,7 @@ pub fn previous_output(log: Option<&Path>, limit: u64) -> String {
     let Some(path) = log else {
         return String::new();
     };
-    let Ok(mut file) = std::fs::File::open(path) else {
+    let Ok(mut file) = crate::bounded_read::open(path, crate::bounded_read::Links::Refuse) else {
         return String::new();
     };
     let length = file.metadata().map(|m| m.len()).unwrap_or(0);

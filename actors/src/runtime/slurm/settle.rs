@@ -131,7 +131,13 @@ impl SlurmExecutor {
 }
 
 fn tail(file: &Path) -> Option<String> {
-    let text = std::fs::read(file).ok()?;
+    // A job's output file, written by the job (its tools too): within bounds.
+    let text = crate::bounded_read::read(
+        file,
+        crate::bounded_read::JOURNAL,
+        crate::bounded_read::Links::Refuse,
+    )
+    .ok()?;
     let start = text.len().saturating_sub(LOG_TAIL);
     let tail = String::from_utf8_lossy(&text[start..]).trim().to_owned();
     (!tail.is_empty()).then_some(tail)

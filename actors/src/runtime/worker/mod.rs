@@ -257,7 +257,7 @@ async fn ending(control: &Control) -> TailEnd {
 /// The last `limit` bytes of a file.
 fn read_end(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path)?;
+    let mut file = crate::bounded_read::open(path, crate::bounded_read::Links::Refuse)?;
     let length = file.metadata()?.len();
     file.seek(SeekFrom::Start(length.saturating_sub(limit)))?;
     let mut bytes = Vec::new();

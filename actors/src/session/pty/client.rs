@@ -172,8 +172,12 @@ impl PtySessions {
                     let exit_code = metadata.exit_code;
                     return Ok(info(metadata, false, exit_code));
                 }
-                let reason = fs::read_to_string(dir.join(START_ERROR_FILE))
-                    .unwrap_or_else(|_| "the holder exited before it was ready".into());
+                let reason = crate::bounded_read::read_to_string(
+                    &dir.join(START_ERROR_FILE),
+                    crate::bounded_read::MARKER,
+                    crate::bounded_read::Links::Refuse,
+                )
+                .unwrap_or_else(|_| "the holder exited before it was ready".into());
                 let _ = fs::remove_dir_all(&dir);
                 return Err(start_failed(reason));
             }

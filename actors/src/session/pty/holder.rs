@@ -496,7 +496,7 @@ fn tail(shared: &Shared, from: u64, at_most: Option<u64>, output: &mut UnixStrea
         None => from,
     };
     let path = shared.args.session_dir.join("output.log");
-    let Ok(mut log) = File::open(&path) else {
+    let Ok(mut log) = crate::bounded_read::open(&path, crate::bounded_read::Links::Refuse) else {
         let message = format!("cannot open {}", path.display());
         let _ = write_frame(output, &Response::Error { message });
         return;

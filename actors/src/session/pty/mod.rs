@@ -19,7 +19,6 @@ pub mod socket_dir;
 
 mod client;
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -95,7 +94,12 @@ pub(crate) struct PtyMetadata {
 
 pub(crate) fn read_pty_metadata(dir: &Path) -> Result<PtyMetadata, SessionError> {
     let path = dir.join(METADATA_FILE);
-    let bytes = fs::read(&path).map_err(|e| SessionError::io("cannot read", &path, e))?;
+    let bytes = crate::bounded_read::read(
+        &path,
+        crate::bounded_read::RECORD,
+        crate::bounded_read::Links::Refuse,
+    )
+    .map_err(|e| SessionError::io("cannot read", &path, e.into()))?;
     serde_json::from_slice(&bytes).map_err(|e| SessionError::CorruptMetadata {
         path,
         reason: e.to_string(),

@@ -4,6 +4,7 @@
 //! group on timeout, commit the new state only if the shell saved it completely, and return
 //! capped output. Must not hold the lock past the exec or print.
 
+use crate::bounded_read::{self, Links};
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -180,7 +181,7 @@ pub(crate) async fn exec(
 
 /// The saved cwd, or a fallback (with a note for stderr) when it no longer exists.
 fn working_dir(dir: &Path, start_dir: &Path) -> (PathBuf, Option<String>) {
-    let saved = fs::read(dir.join(CWD_FILE))
+    let saved = bounded_read::read(&dir.join(CWD_FILE), bounded_read::MARKER, Links::Refuse)
         .map(|bytes| PathBuf::from(cwd_from_bytes(&bytes)))
         .unwrap_or_else(|_| start_dir.to_path_buf());
     if saved.is_dir() {
@@ -233,7 +234,8 @@ fn commit_state(dir: &Path) -> Result<(), SessionError> {
 
 /// Reads at most `cap` bytes, cut back to a UTF-8 boundary; `true` when the file is longer.
 fn read_capped(path: &Path, cap: usize) -> Result<(String, bool), SessionError> {
-    let file = fs::File::open(path).map_err(|e| SessionError::io("cannot read", path, e))?;
+    let file = bounded_read::open(path, Links::Refuse)
+        .map_err(|e| SessionError::io("cannot read", path, e.into()))?;
     let mut bytes = Vec::new();
     file.take(cap as u64 + 1)
         .read_to_end(&mut bytes)

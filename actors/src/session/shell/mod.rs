@@ -29,6 +29,7 @@ use super::error::SessionError;
 use super::files::{
     check_session_id, create_private_dir, now_rfc3339, replace_private, write_private,
 };
+use crate::bounded_read::{self, Links};
 use lock::SessionLock;
 
 /// The variable that carries the engine's API key; never saved into a session.
@@ -349,7 +350,8 @@ impl ShellSession {
 
 pub(crate) fn read_metadata(dir: &Path) -> Result<ShellMetadata, SessionError> {
     let path = dir.join(METADATA_FILE);
-    let bytes = fs::read(&path).map_err(|e| SessionError::io("cannot read", &path, e))?;
+    let bytes = bounded_read::read(&path, bounded_read::RECORD, Links::Refuse)
+        .map_err(|e| SessionError::io("cannot read", &path, e.into()))?;
     serde_json::from_slice(&bytes).map_err(|e| SessionError::CorruptMetadata {
         path,
         reason: e.to_string(),
@@ -359,10 +361,19 @@ pub(crate) fn read_metadata(dir: &Path) -> Result<ShellMetadata, SessionError> {
 /// `metadata.json` plus the live fields derived from `work_dir.txt` and `history.log`.
 fn describe(dir: &Path) -> Result<ShellMetadata, SessionError> {
     let mut metadata = read_metadata(dir)?;
-    if let Ok(cwd) = fs::read(dir.join(exec::CWD_FILE)) {
+    if let Ok(cwd) = bounded_read::read(
+        &dir.join(exec::CWD_FILE),
+        bounded_read::MARKER,
+        Links::Refuse,
+    ) {
         metadata.work_dir = PathBuf::from(exec::cwd_from_bytes(&cwd));
     }
-    if let Ok(history) = fs::read_to_string(dir.join(exec::HISTORY_FILE)) {
+    let history = bounded_read::read_to_string(
+        &dir.join(exec::HISTORY_FILE),
+        bounded_read::JOURNAL,
+        Links::Refuse,
+    );
+    if let Ok(history) = history {
         metadata.execution_count = history.lines().count() as u64;
         metadata.last_executed_at = history
             .lines()

@@ -1,7 +1,8 @@
 //! tool::process::env — builds the complete child environment and resolves a program name
 //! against the CHILD's `PATH` (never the parent's).
 //!
-//! Owns: secret scrubbing (`DELTA_API_KEY` always, plus the agent's `llm.api_key_env`), the
+//! Owns: secret scrubbing (the engine's own secrets, [`ENGINE_SECRET_VARS`], always; plus the
+//! agent's `llm.api_key_env`), the
 //! `PATH` prepend of the running `delta` directory, program lookup (and its per-run cache,
 //! [`ProgramCache`]).
 //! Must not: read or mutate the process environment itself — callers pass the base map.
@@ -13,9 +14,23 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// The variable that always holds the engine's API key; never given to a child.
 pub const API_KEY_VAR: &str = "DELTA_API_KEY";
+/// The token of `delta serve` (its workers' engines see it): with it, a tool could drive
+/// every other worker of the server. Never given to a child.
+pub const SERVE_TOKEN_VAR: &str = "DELTA_SERVE_TOKEN";
+/// The token of `delta relay` (a Slurm job's engine reaches the model through it). Never
+/// given to a child.
+pub const RELAY_TOKEN_VAR: &str = "DELTA_RELAY_TOKEN";
+/// Variables that hold the engine's own secrets: removed from the environment of every tool,
+/// hook and context generator, whatever the agent says.
+pub const ENGINE_SECRET_VARS: &[&str] = &[API_KEY_VAR, SERVE_TOKEN_VAR, RELAY_TOKEN_VAR];
 
-/// env = `base` minus `secret_names` (and always `DELTA_API_KEY`) plus `extra` (which wins
-/// over `base`), with `prepend_path_dir` placed first on `PATH`. Sorted by name.
+/// Whether `name` is one of the [`ENGINE_SECRET_VARS`].
+pub fn is_engine_secret(name: &str) -> bool {
+    ENGINE_SECRET_VARS.contains(&name)
+}
+
+/// env = `base` minus `secret_names` (and always the [`ENGINE_SECRET_VARS`]) plus `extra`
+/// (which wins over `base`), with `prepend_path_dir` placed first on `PATH`. Sorted by name.
 pub fn build_child_env(
     base: &BTreeMap<String, String>,
     secret_names: &[String],
@@ -24,7 +39,7 @@ pub fn build_child_env(
 ) -> Vec<(String, String)> {
     let mut env: BTreeMap<String, String> = base
         .iter()
-        .filter(|(name, _)| name.as_str() != API_KEY_VAR && !secret_names.contains(name))
+        .filter(|(name, _)| !is_engine_secret(name) && !secret_names.contains(name))
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect();
     for (name, value) in extra {
@@ -177,6 +192,8 @@ mod tests {
     fn base() -> BTreeMap<String, String> {
         [
             ("DELTA_API_KEY", "sk-secret"),
+            ("DELTA_SERVE_TOKEN", "serve-secret"),
+            ("DELTA_RELAY_TOKEN", "relay-secret"),
             ("OPENAI_KEY", "sk-other"),
             ("HOME", "/home/x"),
             ("PATH", "/usr/bin:/bin"),
@@ -197,6 +214,9 @@ mod tests {
         let env = build_child_env(&base(), &["OPENAI_KEY".to_owned()], &[], None);
         assert_eq!(get(&env, "DELTA_API_KEY"), None);
         assert_eq!(get(&env, "OPENAI_KEY"), None);
+        // Regression (issue 24): tools inherited the serve and relay tokens.
+        assert_eq!(get(&env, "DELTA_SERVE_TOKEN"), None);
+        assert_eq!(get(&env, "DELTA_RELAY_TOKEN"), None);
         assert_eq!(get(&env, "HOME"), Some("/home/x"));
     }
 

@@ -14,7 +14,7 @@ use std::process::{ExitStatus, Stdio};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::process::{Child, Command};
 
-use super::{ProcessSpec, API_KEY_VAR};
+use super::{is_engine_secret, ProcessSpec};
 use crate::tool::spawner::{ExitWatch, Launch, SpawnError};
 
 /// The group leader, started in-process or by the spawner.
@@ -59,11 +59,11 @@ pub(super) async fn launch(
     resolved: &Path,
 ) -> Result<Launched, String> {
     if let Some(spawner) = &spec.spawner {
-        // Defence in depth: even a hand-built env never hands the engine's key to a child.
+        // Defence in depth: even a hand-built env never hands the engine's secrets to a child.
         let env: Vec<(&str, &str)> = spec
             .env
             .iter()
-            .filter(|(name, _)| name != API_KEY_VAR)
+            .filter(|(name, _)| !is_engine_secret(name))
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         let request = Launch {
@@ -110,11 +110,11 @@ fn launch_in_process(
         .arg0(program)
         .args(&spec.argv[1..])
         .env_clear()
-        // Defence in depth: even a hand-built env never hands the engine's key to a child.
+        // Defence in depth: even a hand-built env never hands the engine's secrets to a child.
         .envs(
             spec.env
                 .iter()
-                .filter(|(name, _)| name != API_KEY_VAR)
+                .filter(|(name, _)| !is_engine_secret(name))
                 .map(|(k, v)| (k, v)),
         )
         .current_dir(&spec.cwd)
@@ -126,6 +126,13 @@ fn launch_in_process(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // SAFETY: the hook runs in the child between fork and exec and only makes
+    // async-signal-safe system calls. It costs `posix_spawn` (std forks instead when a hook
+    // is set), and is what keeps descriptors an embedder inherited, without close-on-exec,
+    // out of its tools (the spawner does the same for its own).
+    unsafe {
+        command.pre_exec(crate::tool::isolation::close_on_exec_in_child);
+    }
     let mut child = command
         .spawn()
         .map_err(|error| failed_to_start(&error, program, resolved, spec))?;

@@ -171,6 +171,9 @@ impl Spawner {
         let (engine_end, spawner_end) = sys::control_socket_pair().map_err(StartError::Socket)?;
         let mut child = std::process::Command::new(&command.program)
             .args(&command.args)
+            // Nothing of the engine's environment: every request carries the tool's own, and
+            // a tool could read ours from /proc/<spawner>/environ (the API key, the tokens).
+            .env_clear()
             .stdin(Stdio::from(spawner_end))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

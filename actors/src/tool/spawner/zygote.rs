@@ -17,7 +17,9 @@
 //! of every tool whose leader still runs, then returns. (`PR_SET_PDEATHSIG` is not used: it
 //! fires when the engine *thread* that started us exits, not the engine.)
 //! Must not: write to stdout or stderr, ignore a request (every one gets `Spawned` or
-//! `Failed`), or keep a descriptor a tool could inherit (all are close-on-exec). It ignores
+//! `Failed`), or keep a descriptor a tool could inherit (all are close-on-exec, the ones it
+//! inherited from the engine included), or be readable by its tools (it is non-dumpable and
+//! started with an empty environment: `tool::isolation`). It ignores
 //! SIGINT, SIGTERM, SIGHUP and SIGQUIT: a Ctrl-C is the engine's to handle, and the tools it
 //! is still supervising need their exit reported; tools get those signals back at default
 //! (except the ones the engine itself ignored, e.g. under `nohup`: tools inherit those ignored,
@@ -76,6 +78,11 @@ pub fn serve_stdin() -> Result<(), ServeError> {
         return Err(ServeError::NotAControlSocket);
     }
     sys::set_cloexec(control).map_err(setup("mark its control socket close-on-exec"))?;
+    // A tool must not inherit what the engine inherited (the spawner gets it in turn), nor
+    // read this process's memory: tools are its children.
+    crate::tool::isolation::close_inherited_descriptors_on_exec()
+        .map_err(setup("mark inherited descriptors close-on-exec"))?;
+    crate::tool::isolation::forbid_inspection().map_err(setup("make itself non-dumpable"))?;
     let ignored_by_the_engine = ignore_stop_signals()?;
     let (wake_read, wake_write) = sys::cloexec_pipe().map_err(setup("create its wake pipe"))?;
     for end in [&wake_read, &wake_write] {
