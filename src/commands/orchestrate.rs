@@ -16,7 +16,7 @@ use delta_actors::plan::state::{
     validate_orchestration_id, OrchestrationState, OrchestrationStatus, OrchestrationSummary,
 };
 use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
-use delta_actors::{LlmTarget, OrchestrationRequest, Supervisor};
+use delta_actors::{LlmTarget, OrchestrationRequest, RunEvent, Supervisor};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
@@ -296,6 +296,9 @@ fn drive(
         .enable_all()
         .build()?;
     rt.block_on(async {
+        // Subscribed before the first run starts: its model-call retries are shown (`↻`).
+        let mut run_events = supervisor.subscribe();
+        let mut run_events_open = true;
         let handle = supervisor.orchestrate(request).await?;
         eprintln!("orchestration {}", handle.orchestration_id);
         let mut progress = Progress::new();
@@ -316,6 +319,13 @@ fn drive(
             tokio::select! {
                 s = &mut wait => break s,
                 ev = events.recv() => if let Ok(ev) = ev { progress.on_event(&ev) },
+                ev = run_events.recv(), if run_events_open => match ev {
+                    Ok(RunEvent::ModelRetry { run_id, attempt, error, delay_ms }) => {
+                        progress.on_retry(&run_id, attempt, &error, delay_ms)
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => run_events_open = false,
+                    _ => {}
+                },
                 _ = tick.tick() => progress.tick(),
                 _ = sigint.recv() => interruption.on_signal(supervisor, "SIGINT (Ctrl-C)"),
                 _ = sigterm.recv() => interruption.on_signal(supervisor, "SIGTERM"),

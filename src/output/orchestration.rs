@@ -285,13 +285,31 @@ impl StageProgress {
     }
 }
 
+/// `text` on one line, at most `limit` characters (`…` marks a cut).
+fn shorten_line(text: &str, limit: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= limit {
+        return line;
+    }
+    let mut cut: String = line.chars().take(limit).collect();
+    cut.push('…');
+    cut
+}
+
 /// Live progress on stderr.
 pub struct Progress {
     bars: Option<(MultiProgress, HashMap<String, ProgressBar>)>,
     stages: BTreeMap<String, StageProgress>,
     /// The last plain line printed (a line is printed again only when it changed).
     last_line: Option<String>,
+    /// Model-call retry lines printed since the last tick, and those held back.
+    retries_shown: usize,
+    retries_held: usize,
 }
+
+/// Retry lines printed per [`PROGRESS_INTERVAL`] at most: an endpoint that is down for a
+/// thousand runs would otherwise print a thousand lines; the rest are counted in one line.
+const RETRY_LINES_PER_TICK: usize = 5;
 
 impl Progress {
     pub fn new() -> Progress {
@@ -305,6 +323,32 @@ impl Progress {
             bars,
             stages: BTreeMap::new(),
             last_line: None,
+            retries_shown: 0,
+            retries_held: 0,
+        }
+    }
+
+    /// A run's model call failed and is retried (the engine's `ModelRetry`): a `↻` line, or
+    /// counted for the next tick's summary when many come at once.
+    pub fn on_retry(&mut self, run_id: &str, attempt: u32, error: &str, delay_ms: u64) {
+        if self.retries_shown >= RETRY_LINES_PER_TICK {
+            self.retries_held += 1;
+            return;
+        }
+        self.retries_shown += 1;
+        let error = shorten_line(error, 200);
+        self.print_line(&format!(
+            "↻ {run_id}: model call attempt {attempt} failed ({error}); retrying in {delay_ms} ms"
+        ));
+    }
+
+    /// A line above the bars (or on stderr without them).
+    fn print_line(&self, line: &str) {
+        match &self.bars {
+            Some((multi, _)) => {
+                let _ = multi.println(line);
+            }
+            None => eprintln!("{line}"),
         }
     }
 
@@ -400,6 +444,14 @@ impl Progress {
     /// Called every [`PROGRESS_INTERVAL`]: when stderr is not a terminal, prints the plain
     /// progress line if it changed since the last one printed.
     pub fn tick(&mut self) {
+        if self.retries_held > 0 {
+            self.print_line(&format!(
+                "↻ {} more model call retries (each run's engine.log and io/invocations have them all)",
+                self.retries_held
+            ));
+        }
+        self.retries_shown = 0;
+        self.retries_held = 0;
         if self.bars.is_some() {
             return;
         }
@@ -445,7 +497,23 @@ mod tests {
             bars: None,
             stages: BTreeMap::new(),
             last_line: None,
+            retries_shown: 0,
+            retries_held: 0,
         }
+    }
+
+    #[test]
+    fn retry_lines_are_bounded_per_tick_and_the_rest_counted() {
+        let mut progress = plain();
+        for n in 0..12 {
+            progress.on_retry("r", n, "HTTP 503", 10);
+        }
+        assert_eq!(
+            (progress.retries_shown, progress.retries_held),
+            (RETRY_LINES_PER_TICK, 12 - RETRY_LINES_PER_TICK)
+        );
+        progress.tick();
+        assert_eq!((progress.retries_shown, progress.retries_held), (0, 0));
     }
 
     fn finished(status: RunStatus) -> OrchestrationEvent {

@@ -590,3 +590,34 @@ fn dry_run_counts_the_items_it_can_and_warns_when_no_model_is_configured() {
         out.stdout
     );
 }
+
+/// Regression: a model call retried in a batch left no line on stderr (`delta run` printed
+/// `↻`, orchestrate nothing), so a user watching a slow batch could not tell retries from a
+/// slow model.
+#[test]
+fn model_call_retries_in_a_batch_are_shown() {
+    let dir = plan_dir(
+        "name: retried\nstages:\n  - id: only\n    agent: ./agents/worker\n    foreach: { items: [a, b] }\n    message: \"do {{ item }}\"\n",
+        "steps:\n  - fail: 503\n    times: 1\n    message: upstream overloaded\n    then: { answer: done }\n",
+        "",
+    );
+    let mock = crate::harness::MockLlm::start(&dir.path().join("script.yaml"));
+    let output = delta_in(dir.path())
+        .args(["orchestrate", "plan.yaml", "-w", "ws", "--format", "json"])
+        .env("DELTA_BASE_URL", &mock.base_url)
+        .env("DELTA_RETRY_BASE_MS", "5")
+        .env_remove("DELTA_API_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let retries: Vec<&str> = stderr.lines().filter(|l| l.starts_with('↻')).collect();
+    assert_eq!(retries.len(), 2, "{stderr}");
+    for line in retries {
+        assert!(
+            line.contains("model call attempt 1 failed") && line.contains("upstream overloaded"),
+            "{line}"
+        );
+        assert!(line.contains("retried-"), "the run is named: {line}");
+    }
+}
