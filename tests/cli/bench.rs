@@ -45,6 +45,7 @@ struct Workload {
     journal_fsync: bool,
     endpoint: String,
     http2: bool,
+    stream: bool,
     max_connections: Option<u32>,
     sweep: Vec<usize>,
 }
@@ -166,6 +167,7 @@ fn json_report_validates_against_the_schema() {
     ]);
     assert_eq!(report.schema_version, "2");
     assert!(report.workload.http2, "HTTP/2 by default");
+    assert!(report.workload.stream, "streamed by default");
     assert!(report.spawner_spawn_rate_per_s > 0.0);
     assert_eq!(report.workload.calls_per_run, 3);
     assert_eq!(report.workload.latency_ms, 5);
