@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::dialect::{Dialect, WireOptions};
-use super::stream::ChunkText;
 use super::timeouts::{LlmTimeouts, TimeoutPhase};
 use super::types::{ChatCompletion, ChatRequest};
 
@@ -144,6 +143,15 @@ pub struct RequestMeta {
     /// Told each piece of reply text as a streamed reply arrives (live output); `None` when
     /// nobody watches.
     pub on_text: Option<TextSink>,
+}
+
+/// What one chunk added to the reply, for live output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkText<'a> {
+    /// New reply text.
+    pub content: &'a str,
+    /// New reasoning text (models that think aloud in a separate field).
+    pub reasoning: &'a str,
 }
 
 /// Receives a streamed reply's text as it arrives: the new content and reasoning of each

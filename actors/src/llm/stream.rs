@@ -21,6 +21,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+pub use super::endpoint::ChunkText;
 use super::endpoint::LlmError;
 use super::types::{provider_error_message, ChatCompletion, ChatMessage, ToolCall, Usage};
 
@@ -141,15 +142,6 @@ impl SseDecoder {
         self.data.clear();
         result
     }
-}
-
-/// What one chunk added to the reply, for live output.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChunkText<'a> {
-    /// New reply text.
-    pub content: &'a str,
-    /// New reasoning text (models that think aloud in a separate field).
-    pub reasoning: &'a str,
 }
 
 /// Folds a stream's chunks into one completion.

@@ -262,8 +262,10 @@ fn unwritable_audit_folders_are_reported_once_per_kind() {
 fn reply_cut_at_the_output_limit_fails_as_truncated_and_can_be_continued() {
     let agent = TestAgent::new("cut", "", "  - name: echo\n    exec: \"echo ${text}\"\n");
     let ws = tempfile::tempdir().unwrap();
+    // The empty cut reply is not sent back (providers refuse an assistant turn that says
+    // nothing), so the continuation is told apart by its message, not by its step.
     let s = script(
-        "steps:\n  - answer: \"\"\n    finish_reason: length\n  - answer: \"The whole answer: {{ last_user }}\"\n",
+        "rules:\n  - last_user_contains: shorter\n    steps:\n      - answer: \"The whole answer: {{ last_user }}\"\n  - steps:\n      - answer: \"\"\n        finish_reason: length\n",
     );
     let supervisor = Supervisor::start(fast_config()).unwrap();
     let request = new_run(agent.load(), ws.path(), s, "t");

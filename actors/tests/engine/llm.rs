@@ -323,6 +323,8 @@ async fn models_stats_and_unknown_routes() {
             "min_interval_ms",
             "rejected_invalid",
             "requests_total",
+            "streams",
+            "streams_cancelled",
             "uptime_ms"
         ]
     );
@@ -345,15 +347,19 @@ async fn models_stats_and_unknown_routes() {
     let message = |body: Value| body["error"]["message"].as_str().unwrap().to_owned();
     let not_json = message(not_json.json().await.unwrap());
     assert!(not_json.contains("not JSON"), "{not_json}");
+    // A request may stream (docs/llm-script.md, "Streaming"); `stream` must be a boolean.
     let streaming = http
         .post(format!("{base}/chat/completions"))
-        .json(&serde_json::json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
+        .json(&serde_json::json!({"model": "m", "stream": "yes", "messages": [{"role": "user", "content": "x"}]}))
         .send()
         .await
         .unwrap();
     assert_eq!(streaming.status(), 400);
     let streaming = message(streaming.json().await.unwrap());
-    assert!(streaming.contains("stream: false"), "{streaming}");
+    assert!(
+        streaming.contains("`stream` must be true or false"),
+        "{streaming}"
+    );
     let wrong_shape = http
         .post(format!("{base}/chat/completions"))
         .json(&serde_json::json!({"model": "m", "messages": "hello"}))

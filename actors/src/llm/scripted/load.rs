@@ -103,6 +103,7 @@ struct RawRule {
     _name: Option<String>,
     agent: Option<String>,
     task_contains: Option<String>,
+    last_user_contains: Option<String>,
     model: Option<String>,
     latency: Option<RawLatency>,
     #[serde(default)]
@@ -204,6 +205,7 @@ impl Loader {
                 _name: None,
                 agent: None,
                 task_contains: None,
+                last_user_contains: None,
                 model: None,
                 latency: None,
                 steps,
@@ -247,6 +249,7 @@ impl Loader {
         Ok(Rule {
             agent: raw.agent,
             task_contains: raw.task_contains,
+            last_user_contains: raw.last_user_contains,
             model: raw.model,
             latency,
             steps,

@@ -240,8 +240,13 @@ impl Script {
         self.rules.iter().enumerate().find(|(_, rule)| {
             let agent_ok = !matches!(rule.agent.as_deref(), Some(a) if a != meta.agent_name);
             let task_ok = !matches!(rule.task_contains.as_deref(), Some(t) if !task.contains(t));
+            let last_user = last_content(&req.messages, Role::User);
+            let last_user_ok = !matches!(
+                rule.last_user_contains.as_deref(),
+                Some(t) if !last_user.contains(t)
+            );
             let model_ok = !matches!(rule.model.as_deref(), Some(m) if m != req.model);
-            agent_ok && task_ok && model_ok
+            agent_ok && task_ok && last_user_ok && model_ok
         })
     }
 

@@ -105,6 +105,8 @@ impl Latency {
 pub(super) struct Rule {
     pub(super) agent: Option<String>,
     pub(super) task_contains: Option<String>,
+    /// A substring of the last user message (a `continue -m` message, say).
+    pub(super) last_user_contains: Option<String>,
     pub(super) model: Option<String>,
     pub(super) latency: Option<Latency>,
     pub(super) steps: Vec<Step>,
