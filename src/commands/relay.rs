@@ -38,8 +38,12 @@ holding it (yours, mode 0600, not a symbolic link). Never on the command line: e
 user can read a process's arguments, so `--token` is refused.
 
 stdout: line 1 the base URL callers use, line 2 the token (when it was generated). Every
-request needs `Authorization: Bearer <token>`. Routes: POST /v1/chat/completions, GET
-/v1/models. Stops on Ctrl-C / SIGTERM.")]
+request needs `Authorization: Bearer <token>`, checked before its body is read. Routes: POST
+/v1/chat/completions (passed through as sent; streamed answers relayed chunk by chunk, the
+endpoint's errors with their status, Retry-After and JSON error object), GET /v1/models. The
+key and the base URL's user-info and query never appear in an answer or a log line. A caller
+that disconnects has its call dropped, or cancelled at the endpoint. Stops on Ctrl-C /
+SIGTERM. More: docs/scale-out.md.")]
 pub struct RelayArgs {
     /// Address to listen on (port 0 = any free port); reachable from the calling machines.
     #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR")]

@@ -6,7 +6,7 @@
 //!
 //! Spellings searched: as is, JSON-escaped, and percent-encoded/decoded (a URL's parts come
 //! percent-encoded, and errors print them either way). Values shorter than
-//! [`MIN_SECRET_CHARS`](crate::redact::MIN_SECRET_CHARS) are only hidden in [`shown_url`]:
+//! [`MIN_SECRET_CHARS`] are only hidden in [`shown_url`]:
 //! searched in free text they would blot out ordinary words.
 //!
 //! Must not: print or log anything, or keep the secrets anywhere but in the matcher.
@@ -59,8 +59,11 @@ impl UpstreamSecrets {
         }
         let mut patterns: Vec<String> = Vec::new();
         for value in values {
+            if percent_decode(&value).chars().count() < MIN_SECRET_CHARS {
+                continue;
+            }
             for spelling in spellings(&value) {
-                if spelling.chars().count() >= MIN_SECRET_CHARS && !patterns.contains(&spelling) {
+                if !patterns.contains(&spelling) {
                     patterns.push(spelling);
                 }
             }

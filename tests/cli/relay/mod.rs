@@ -317,6 +317,55 @@ fn relay_refuses_requests_without_its_token_and_serves_a_run_with_it() {
     );
 }
 
+/// The pass-through in front of a real HTTP endpoint (`delta mock-llm`): a run's calls go
+/// through as they are and its answers come back as the endpoint sent them.
+#[test]
+fn relay_passes_a_runs_calls_through_to_an_http_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script_file(dir.path());
+    let endpoint = crate::harness::MockLlm::start(&script);
+    crate::orchestrate::write_agent(dir.path(), "worker", "");
+    let relay = RelayProcess::start(
+        &[],
+        &[
+            ("DELTA_BASE_URL", endpoint.base_url.as_str()),
+            ("DELTA_API_KEY", KEY),
+            ("DELTA_RELAY_TOKEN", TOKEN),
+        ],
+    );
+    let run = Command::new(delta_exe())
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "--agent",
+            "agents/worker",
+            "-m",
+            "over http",
+            "-y",
+            "-w",
+            "ws",
+            "--format",
+            "json",
+        ])
+        .env_remove("DELTA_LLM_SCRIPT")
+        .env("DELTA_BASE_URL", &relay.url)
+        .env("DELTA_API_KEY", TOKEN)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let result: serde_json::Value = serde_json::from_slice(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&run.stderr)));
+    assert_eq!(result["status"], "COMPLETED", "{result:#}");
+    assert_eq!(result["result"], "relayed over http");
+    let models = send(&relay.authority(), "GET", "/v1/models", Some(TOKEN), b"");
+    assert_eq!(models.status, 200, "{}", models.text());
+    let stderr = relay.stop();
+    assert!(
+        stderr.contains("relay stopped: 1 requests answered (0 streamed)"),
+        "{stderr}"
+    );
+}
+
 /// Careless or hostile `delta relay` flags: each refused at once with a clear error, before
 /// anything listens.
 #[test]

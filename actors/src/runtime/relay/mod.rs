@@ -117,6 +117,8 @@ fn build_state(config: &RelayConfig, usage: Arc<UsageCounters>) -> Result<RelayS
             Some(upstream) => upstream.clone(),
             None => {
                 let (backend, kind): (Arc<dyn ChatBackend>, _) = match &route.target {
+                    // The gate's backend is never called for an HTTP route (its requests pass
+                    // through the forwarder); the gate only admits them.
                     LlmTarget::Http(endpoint) => (
                         Arc::new(
                             HttpBackend::new(endpoint.clone(), config.request_timeout)
@@ -166,20 +168,22 @@ fn build_state(config: &RelayConfig, usage: Arc<UsageCounters>) -> Result<RelayS
     })
 }
 
+fn error_body(status: StatusCode, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "error": { "message": message, "type": "relay_error", "code": status.as_u16() }
+    })
+}
+
 /// The relay's own error answer, OpenAI-shaped.
 fn error(status: StatusCode, message: &str) -> HttpResponse {
-    HttpResponse::build(status).json(serde_json::json!({
-        "error": { "message": message, "type": "relay_error", "code": status.as_u16() }
-    }))
+    HttpResponse::build(status).json(error_body(status, message))
 }
 
 /// [`error`], closing the connection: the request's body (if any) is not read.
 fn refuse(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status)
         .force_close()
-        .json(serde_json::json!({
-            "error": { "message": message, "type": "relay_error", "code": status.as_u16() }
-        }))
+        .json(error_body(status, message))
 }
 
 fn authorized(request: &HttpRequest, state: &RelayState) -> bool {
