@@ -394,4 +394,12 @@ fn relay_redacts_the_key_and_the_url_secrets_from_answers_and_logs() {
     let stderr = relay.stop();
     assert!(stderr.contains("cannot connect"), "{stderr}");
     assert!(leaks(&stderr).is_empty(), "{stderr}");
+
+    // A base URL that does not parse is refused without being repeated.
+    let broken = format!("http://proxy:{PASSWORD}@127.0.0.1:99999/v1?key={QUERY}");
+    let env_pairs = env(&broken);
+    let env_refs: Vec<(&str, &str)> = env_pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let stderr = RelayProcess::try_start(&[], &env_refs).err().unwrap();
+    assert!(stderr.contains("not a valid URL"), "{stderr}");
+    assert!(leaks(&stderr).is_empty(), "{stderr}");
 }

@@ -119,15 +119,12 @@ fn build_state(config: &RelayConfig, usage: Arc<UsageCounters>) -> Result<RelayS
                 let (backend, kind): (Arc<dyn ChatBackend>, _) = match &route.target {
                     // The gate's backend is never called for an HTTP route (its requests pass
                     // through the forwarder); the gate only admits them.
-                    LlmTarget::Http(endpoint) => (
-                        Arc::new(
-                            HttpBackend::new(endpoint.clone(), config.request_timeout)
-                                .map_err(|e| RelayError::Start(e.to_string()))?,
-                        ),
-                        UpstreamKind::Http(Box::new(
-                            Forwarder::new(endpoint).map_err(RelayError::Start)?,
-                        )),
-                    ),
+                    LlmTarget::Http(endpoint) => {
+                        let forwarder = Forwarder::new(endpoint).map_err(RelayError::Start)?;
+                        let backend = HttpBackend::new(endpoint.clone(), config.request_timeout)
+                            .map_err(|e| RelayError::Start(forwarder.redact(&e.to_string())))?;
+                        (Arc::new(backend), UpstreamKind::Http(Box::new(forwarder)))
+                    }
                     LlmTarget::Scripted(script) => (
                         Arc::new(ScriptedBackend::new(script.clone())),
                         UpstreamKind::InProcess,
