@@ -211,3 +211,46 @@ fn relay_streams_the_scripted_model_when_asked() {
     let stderr = relay.stop();
     assert!(stderr.contains("(1 streamed)"), "{stderr}");
 }
+
+/// A caller that stops reading a stream and leaves: the relay closes the endpoint's stream
+/// (which stops the generation on servers that notice) and counts the caller as gone.
+#[test]
+fn relay_closes_the_endpoints_stream_when_the_caller_leaves_mid_stream() {
+    let upstream = Upstream::start(|_| Behaviour::Stream {
+        events: vec![chunk_event("first-chunk"), chunk_event("never-sent")],
+        pause_before: 1,
+        latch: Latch::default(),
+    });
+    let relay = relay_in_front_of(&upstream, &[]);
+    let authority = relay.authority();
+    let body = chat_body("stream then leave", true);
+    let mut client = TcpStream::connect(&authority).unwrap();
+    client.set_read_timeout(Some(LIMIT)).unwrap();
+    write_head(
+        &mut client,
+        &authority,
+        "POST",
+        "/v1/chat/completions",
+        Some(TOKEN),
+        Some(body.len()),
+    );
+    client.write_all(&body).unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&received).contains("first-chunk") {
+        let n = client.read(&mut buf).unwrap();
+        assert!(n > 0);
+        received.extend_from_slice(&buf[..n]);
+    }
+    assert!(matches!(upstream.next(LIMIT), Some(Seen::Request { .. })));
+    drop(client);
+    match upstream.next(LIMIT) {
+        Some(Seen::Closed { body }) => assert!(body.contains("stream then leave")),
+        other => panic!("the endpoint's stream was not closed: {other:?}"),
+    }
+    let stderr = relay.stop();
+    assert!(
+        stderr.contains("0 requests answered (0 streamed), 1 callers left before their answer"),
+        "{stderr}"
+    );
+}

@@ -17,7 +17,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 pub enum Behaviour {
     /// Writes these bytes (a whole HTTP response) and closes.
     Respond(Vec<u8>),
-    /// Writes an SSE head and `events`; before event `pause_before`, waits for `latch`.
+    /// Writes an SSE head and `events`; before event `pause_before`, waits for `latch`, or
+    /// reports [`Seen::Closed`] if the relay closes the connection meanwhile.
     Stream {
         events: Vec<String>,
         pause_before: usize,
@@ -32,7 +33,7 @@ pub enum Behaviour {
 pub enum Seen {
     /// A request: its headers (lowercase) and body.
     Request { head: String, body: String },
-    /// The relay closed a held request's connection; the held request's body.
+    /// The relay closed a held (or paused streaming) request's connection; its body.
     Closed { body: String },
 }
 
@@ -47,14 +48,40 @@ impl Latch {
         signal.notify_all();
     }
 
-    fn wait(&self) -> bool {
+    fn wait(&self, limit: Duration) -> bool {
         let (open, signal) = &*self.0;
         let guard = open.lock().unwrap();
         let (guard, _) = signal
-            .wait_timeout_while(guard, PATIENCE, |open| !*open)
+            .wait_timeout_while(guard, limit, |open| !*open)
             .unwrap();
         *guard
     }
+}
+
+/// Waits for `latch`; false when the relay closes the connection first (or after
+/// [`PATIENCE`]).
+fn wait_unless_closed(stream: &mut TcpStream, latch: &Latch) -> bool {
+    let started = std::time::Instant::now();
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut byte = [0u8; 1];
+    while started.elapsed() < PATIENCE {
+        if latch.wait(Duration::from_millis(20)) {
+            return true;
+        }
+        match stream.read(&mut byte) {
+            Ok(0) => return false,
+            Err(e)
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// A running endpoint.
@@ -115,7 +142,8 @@ fn serve(mut stream: TcpStream, decide: &(dyn Fn(&str) -> Behaviour + Sync), tx:
                 return;
             }
             for (i, event) in events.iter().enumerate() {
-                if i == pause_before && !latch.wait() {
+                if i == pause_before && !wait_unless_closed(&mut stream, &latch) {
+                    let _ = tx.send(Seen::Closed { body });
                     return;
                 }
                 if stream.write_all(event.as_bytes()).is_err() {
