@@ -24,14 +24,15 @@ pub const SERVE_TOKEN_VAR: &str = "DELTA_SERVE_TOKEN";
   delta serve --token-file ~/.config/delta/serve-token     the token from a file (chmod 600)
 
 The first line on stdout is the page's URL with the token (`?token=...`): open it once, the
-browser keeps an HttpOnly cookie. Scripts send `Authorization: Bearer <token>`. A fixed token comes from DELTA_SERVE_TOKEN or
---token-file (yours, mode 0600, not a symbolic link), never from the command line: every
-local user can read a process's arguments, so `--token` is refused.
+browser keeps an HttpOnly cookie. Scripts send `Authorization: Bearer <token>`.
 Workers run in detached holders: stopping the server (Ctrl-C, or even SIGKILL) stops no
 program; the next `delta serve` with the same --state-dir re-attaches to them.
 Agents: built-ins `shell` and `delta` (asks for a task, then `delta run -i` on the session
 folder as agent); add more in
-~/.config/delta/serve.yaml (see docs/serve.md).")]
+~/.config/delta/serve.yaml (see docs/serve.md).
+A fixed token comes from DELTA_SERVE_TOKEN or --token-file (yours, mode 0600, not a symbolic
+link), never from the command line: every local user can read a process's arguments, so
+`--token` is refused.")]
 pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free one. Other than loopback needs a fixed
     /// token (DELTA_SERVE_TOKEN or --token-file).
