@@ -9,6 +9,7 @@ mod commands;
 mod error;
 mod limits;
 mod output;
+mod token;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

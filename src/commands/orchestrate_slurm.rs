@@ -20,7 +20,9 @@ use delta_actors::cluster::{RunExecutor, SlurmJobs};
 use delta_actors::plan::executor::{resolve_executor, ExecutorChoice, ExecutorKind};
 use delta_actors::plan::state::OrchestrationState;
 use delta_actors::plan::{expand_stage, orchestration_id, ResolvedPlan, StageContext};
-use delta_actors::relay::{new_relay_token, token_digest, RelayConfig, RelayError, RelayRoute};
+use delta_actors::relay::{
+    new_relay_token, token_digest, RelayConfig, RelayError, RelayLimits, RelayRoute,
+};
 use delta_actors::LlmTarget;
 
 use crate::commands::engine::process_env;
@@ -218,6 +220,7 @@ pub fn start_slurm(
             .request
             .unwrap_or(delta_actors::llm::DEFAULT_REQUEST_TIMEOUT),
         accepted_token_digests: earlier.token_digests,
+        limits: RelayLimits::default(),
     };
     let fallback = (Some(listen) == earlier.listen).then(|| RelayConfig {
         listen: relay_listen.unwrap_or_else(default_relay_address),

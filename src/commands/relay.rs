@@ -10,12 +10,20 @@ use std::sync::Arc;
 use clap::Args;
 use delta_actors::api::Relay;
 use delta_actors::llm::{Endpoint, Script};
-use delta_actors::relay::{new_relay_token, RelayConfig, RelayRoute};
+use delta_actors::relay::secrets::shown_url;
+use delta_actors::relay::{
+    new_relay_token, RelayConfig, RelayError, RelayLimits, RelayRoute, DEFAULT_MAX_BODY,
+    DEFAULT_MAX_BODY_MEMORY,
+};
 use delta_actors::LlmTarget;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::process_env;
 use crate::error::CliError;
+use crate::token::{check_token, resolve_token, TokenOptions};
+
+/// The environment variable that may hold the relay's token.
+pub const RELAY_TOKEN_VAR: &str = "DELTA_RELAY_TOKEN";
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -25,27 +33,43 @@ use crate::error::CliError;
   DELTA_BASE_URL=http://10.0.0.5:8787/v1 DELTA_API_KEY=<token> delta run --agent a -m task -y
   delta relay --llm-script script.yaml --listen 127.0.0.1:0     # the scripted model, offline
 
-stdout: line 1 the base URL callers use, line 2 the token (unless given with --token /
-DELTA_RELAY_TOKEN). Every request needs `Authorization: Bearer <token>`. Routes:
-POST /v1/chat/completions, GET /v1/models. Stops on Ctrl-C / SIGTERM.")]
+The token: a fresh random one unless DELTA_RELAY_TOKEN is set or --token-file names a file
+holding it (yours, mode 0600, not a symbolic link). Never on the command line: every local
+user can read a process's arguments, so `--token` is refused.
+
+stdout: line 1 the base URL callers use, line 2 the token (when it was generated). Every
+request needs `Authorization: Bearer <token>`, checked before its body is read. Routes: POST
+/v1/chat/completions (passed through as sent; streamed answers relayed chunk by chunk, the
+endpoint's errors with their status, Retry-After and JSON error object), GET /v1/models. The
+key and the base URL's user-info and query never appear in an answer or a log line. A caller
+that disconnects has its call dropped, or cancelled at the endpoint. Stops on Ctrl-C /
+SIGTERM. More: docs/scale-out.md.")]
 pub struct RelayArgs {
     /// Address to listen on (port 0 = any free port); reachable from the calling machines.
     #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// The token callers must send (default: a fresh random one, printed).
-    #[arg(
-        long,
-        env = "DELTA_RELAY_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
+    /// Refused (a command line is readable by every local user): use DELTA_RELAY_TOKEN or
+    /// --token-file.
+    #[arg(long, hide = true, value_name = "TOKEN", allow_hyphen_values = true)]
     pub token: Option<String>,
+    /// Read the token callers must send from FILE (yours, mode 0600, not a symlink) instead
+    /// of DELTA_RELAY_TOKEN [default: a fresh random one, printed]
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     /// Requests in flight to the endpoint at once, all callers together.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub max_in_flight: u64,
     /// Requests per minute to the endpoint, all callers together (default: no limit).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub requests_per_minute: Option<u32>,
+    /// The largest request body accepted (413 above it), e.g. 8MiB, 512KiB, 1000000
+    /// [default: 8MiB: a million-token conversation, JSON-escaped]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_body: Option<usize>,
+    /// Request bodies held in memory at once, all callers together; a caller past it waits,
+    /// its body unread [default: 64MiB]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_body_memory: Option<usize>,
     /// Relay the built-in scripted model with this script instead of a real endpoint.
     #[arg(long, value_name = "FILE")]
     pub llm_script: Option<PathBuf>,
@@ -68,13 +92,23 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
             LlmTarget::Http(Endpoint::new(base_url.clone(), Some(key.clone())))
         }
     };
-    let generated = args.token.is_none();
-    let token = args.token.clone().unwrap_or_else(new_relay_token);
-    if token.len() < 16 {
-        return Err(CliError::Usage(
-            "--token: use at least 16 characters (the token is the relay's only lock)".into(),
-        ));
+    let forwarding_to = match &target {
+        LlmTarget::Http(endpoint) => shown_url(&endpoint.base_url),
+        _ => "the scripted model".to_owned(),
+    };
+    let given = resolve_token(
+        &TokenOptions {
+            argv_token: args.token.as_deref(),
+            token_file: args.token_file.as_deref(),
+            env_var: RELAY_TOKEN_VAR,
+        },
+        &env,
+    )?;
+    if let Some(given) = &given {
+        check_token(given, 16)?;
     }
+    let generated = given.is_none();
+    let token = given.map_or_else(new_relay_token, |given| given.value);
     let relay = Relay::start(RelayConfig {
         listen: args.listen,
         token: token.clone(),
@@ -86,15 +120,24 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
         requests_per_minute: args.requests_per_minute,
         request_timeout: delta_actors::llm::DEFAULT_REQUEST_TIMEOUT,
         accepted_token_digests: Vec::new(),
+        limits: RelayLimits {
+            max_body: args.max_body.unwrap_or(DEFAULT_MAX_BODY),
+            max_body_memory: args
+                .max_body_memory
+                .unwrap_or(DEFAULT_MAX_BODY_MEMORY.max(args.max_body.unwrap_or(0))),
+        },
     })
-    .map_err(|e| CliError::Config(e.to_string()))?;
+    .map_err(|e| match e {
+        RelayError::Limits { .. } => CliError::Usage(e.to_string()),
+        e => CliError::Config(e.to_string()),
+    })?;
     let mut out = format!("{}/v1\n", relay.url());
     if generated {
         out.push_str(&format!("{token}\n"));
     }
     crate::output::emit(&out);
     eprintln!(
-        "relay listening on {}/v1 (callers send Authorization: Bearer <token>; Ctrl-C to stop)",
+        "relay listening on {}/v1, forwarding to {forwarding_to} (callers send Authorization: Bearer <token>; Ctrl-C to stop)",
         relay.url()
     );
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -108,6 +151,33 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
         }
     });
+    let usage = relay.usage();
     relay.stop();
+    eprintln!(
+        "relay stopped: {} requests answered ({} streamed), {} callers left before their answer; {} tokens in, {} out",
+        usage.requests, usage.streamed, usage.abandoned, usage.prompt_tokens, usage.completion_tokens
+    );
     Ok(0)
+}
+
+/// A size: bytes, or a number with KiB, MiB or GiB (K, M, G and KB, MB, GB mean the same).
+fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size: write bytes or e.g. 8MiB, 512KiB"))?;
+    let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("unknown size unit {other:?}: use KiB, MiB or GiB")),
+    };
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }

@@ -11,12 +11,17 @@ use delta_actors::api::serve::{new_token, run as run_server, ServeOptions};
 use delta_actors::session::pty::socket_dir::default_runtime_dir;
 
 use crate::error::CliError;
+use crate::token::{check_token, resolve_token, TokenOptions};
+
+/// The environment variable that may hold a fixed token.
+pub const SERVE_TOKEN_VAR: &str = "DELTA_SERVE_TOKEN";
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   delta serve                                 http://127.0.0.1:7777/#token=..., a fresh token
   delta serve -w ./ws --listen 127.0.0.1:0    also show the runs of ./ws; any free port
   DELTA_SERVE_TOKEN=s3cret-token delta serve --listen 0.0.0.0:7777   reachable from other hosts
+  delta serve --token-file ~/.config/delta/serve-token     the token from a file (chmod 600)
 
 The first line on stdout is the page's URL with the token in its fragment (`/#token=...`,
 which the browser never sends to a server): open it once; the page keeps the token in this
@@ -26,19 +31,23 @@ Workers run in detached holders: stopping the server (Ctrl-C, or even SIGKILL) s
 program; the next `delta serve` with the same --state-dir re-attaches to them.
 Agents: built-ins `shell` and `delta` (asks for a task, then `delta run -i` on the session
 folder as agent); add more in
-~/.config/delta/serve.yaml (see docs/serve.md).")]
+~/.config/delta/serve.yaml (see docs/serve.md).
+A fixed token comes from DELTA_SERVE_TOKEN or --token-file (yours, mode 0600, not a symbolic
+link), never from the command line: every local user can read a process's arguments, so
+`--token` is refused.")]
 pub struct ServeArgs {
-    /// Address to listen on; port 0 picks a free one. Other than loopback needs --token.
+    /// Address to listen on; port 0 picks a free one. Other than loopback needs a fixed
+    /// token (DELTA_SERVE_TOKEN or --token-file).
     #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// Fixed token (default: a random one per start).
-    #[arg(
-        long,
-        env = "DELTA_SERVE_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
+    /// Refused (a command line is readable by every local user): use DELTA_SERVE_TOKEN or
+    /// --token-file.
+    #[arg(long, hide = true, value_name = "TOKEN", allow_hyphen_values = true)]
     pub token: Option<String>,
+    /// Read a fixed token from FILE (yours, mode 0600, not a symlink) instead of
+    /// DELTA_SERVE_TOKEN [default: a random one per start]
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     /// A workspace whose runs and orchestrations the page shows (repeatable).
     #[arg(short = 'w', long = "work-dir", value_name = "DIR")]
     pub work_dirs: Vec<PathBuf>,
@@ -76,16 +85,28 @@ fn fragment_encode(token: &str) -> String {
 }
 
 pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
-    let token = match &args.token {
-        Some(token) if token.len() < 8 || token.len() > 256 || !token.bytes().all(|b| b.is_ascii_graphic() && b != b';') => {
-            return Err(CliError::Usage(
-                "--token / DELTA_SERVE_TOKEN: use 8-256 printable characters without spaces or `;`".into(),
-            ))
+    let given = resolve_token(
+        &TokenOptions {
+            argv_token: args.token.as_deref(),
+            token_file: args.token_file.as_deref(),
+            env_var: SERVE_TOKEN_VAR,
+        },
+        &crate::commands::engine::process_env(),
+    )?;
+    let token = match given {
+        Some(given) => {
+            check_token(&given, 8)?;
+            if given.value.contains(';') {
+                return Err(CliError::Usage(format!(
+                    "{}: use a token without `;`",
+                    given.origin
+                )));
+            }
+            given.value
         }
-        Some(token) => token.clone(),
         None if !args.listen.ip().is_loopback() => {
             return Err(CliError::Config(format!(
-                "--listen {} is reachable from other hosts: refusing to start with a random token; pass --token or set DELTA_SERVE_TOKEN (or listen on 127.0.0.1)",
+                "--listen {} is reachable from other hosts: refusing to start with a random token; set DELTA_SERVE_TOKEN or pass --token-file FILE (or listen on 127.0.0.1)",
                 args.listen
             )))
         }

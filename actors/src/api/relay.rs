@@ -5,12 +5,15 @@
 //! Must not: outlive its thread (dropping it stops the relay and joins the thread).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use crate::relay::{RelayConfig, RelayError};
+use crate::relay::usage::UsageCounters;
+use crate::relay::{RelayConfig, RelayError, RelayUsage};
 
 /// A running relay; stopped when dropped.
 pub struct Relay {
     addr: SocketAddr,
+    usage: Arc<UsageCounters>,
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -21,15 +24,18 @@ impl Relay {
         config.validate()?;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let usage = Arc::new(UsageCounters::default());
+        let counters = Arc::clone(&usage);
         let thread = std::thread::Builder::new()
             .name("delta-relay".into())
-            .spawn(move || crate::runtime::relay::serve(config, ready_tx, stop_rx))
+            .spawn(move || crate::runtime::relay::serve(config, counters, ready_tx, stop_rx))
             .map_err(|e| RelayError::Start(e.to_string()))?;
         let addr = ready_rx
             .recv()
             .map_err(|_| RelayError::Start("the relay thread exited early".into()))??;
         Ok(Relay {
             addr,
+            usage,
             stop: Some(stop_tx),
             thread: Some(thread),
         })
@@ -43,6 +49,11 @@ impl Relay {
     /// `http://HOST:PORT`: callers use `<url>/v1` or `<url>/r/<route>/v1` as base URL.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Requests served and tokens reported so far.
+    pub fn usage(&self) -> RelayUsage {
+        self.usage.snapshot()
     }
 
     /// Stops serving and joins the relay's thread.
@@ -92,6 +103,7 @@ mod tests {
                 requests_per_minute: None,
                 request_timeout: Duration::from_secs(1),
                 accepted_token_digests: vec![],
+                limits: crate::relay::RelayLimits::default(),
             };
             assert!(
                 matches!(Relay::start(config), Err(RelayError::Route { .. })),
@@ -117,6 +129,7 @@ mod tests {
             requests_per_minute: None,
             request_timeout: Duration::from_secs(5),
             accepted_token_digests: vec![token_digest("old-token-0123456789")],
+            limits: crate::relay::RelayLimits::default(),
         })
         .unwrap();
         let status = |token: &str| {

@@ -53,10 +53,20 @@ pub struct GateOutcome {
     pub wire: super::WireOptions,
 }
 
+/// A caller let through a gate's limits — an in-flight place, then a rate slot — to send one
+/// request itself ([`LlmGate::admit`]; the relay's pass-through). The place is held until
+/// the pass is dropped.
+#[derive(Debug)]
+pub struct GatePass {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    /// Time spent queued for the place and waiting for the slot.
+    pub waited: Duration,
+}
+
 /// One gate per endpoint, shared (behind an `Arc`) by every run that uses it.
 pub struct LlmGate {
     backend: Arc<dyn ChatBackend>,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     max_in_flight: usize,
     limiter: Mutex<RateLimiter>,
     retry: RetryPolicy,
@@ -81,7 +91,7 @@ impl LlmGate {
         };
         LlmGate {
             backend,
-            permits: Semaphore::new(max_in_flight),
+            permits: Arc::new(Semaphore::new(max_in_flight)),
             max_in_flight,
             limiter: Mutex::new(RateLimiter::new(config.requests_per_minute)),
             retry: config.retry,
@@ -96,6 +106,32 @@ impl LlmGate {
     /// Requests currently being sent or answered through this gate.
     pub fn in_flight(&self) -> usize {
         self.max_in_flight - self.permits.available_permits()
+    }
+
+    /// Waits for an in-flight place, then for a rate slot (and any Retry-After barrier), for
+    /// a request the caller sends itself, once. Dropping the future while it waits for the
+    /// place gives nothing up; dropping it while it waits for the slot spends the slot.
+    pub async fn admit(&self) -> Result<GatePass, LlmError> {
+        let queued_at = Instant::now();
+        let permit = Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| LlmError::Transport("the LLM gate was shut down".to_owned()))?;
+        let slot_wait = self.lock_limiter().reserve(Instant::now());
+        if !slot_wait.is_zero() {
+            tokio::time::sleep(slot_wait).await;
+        }
+        Ok(GatePass {
+            _permit: permit,
+            waited: queued_at.elapsed(),
+        })
+    }
+
+    /// The endpoint answered with Retry-After: hold every caller of the gate back that long
+    /// (at most the retry policy's longest delay).
+    pub fn hold_back(&self, retry_after: Duration) {
+        self.lock_limiter()
+            .defer_until(Instant::now() + retry_after.min(self.retry.max_delay));
     }
 
     /// Sends `req` with admission, rate limiting and retries. `on_retry` is told before
@@ -145,8 +181,7 @@ impl LlmGate {
             failures += 1;
             if let Some(retry_after) = error.retry_after() {
                 // The provider spoke for the whole endpoint: hold every caller back.
-                self.lock_limiter()
-                    .defer_until(Instant::now() + retry_after.min(self.retry.max_delay));
+                self.hold_back(retry_after);
             }
             let Some(wait) = self.retry.next_delay(failures, &error) else {
                 return Err(error);
@@ -314,6 +349,33 @@ rules:
         }
         // Slots at 0, 100, 200 and 300 ms.
         assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+
+    /// The relay's pass-through: a pass holds an in-flight place until dropped, a queued
+    /// `admit` dropped before its turn takes nothing, and Retry-After holds the next one back.
+    #[tokio::test]
+    async fn admit_holds_a_place_until_the_pass_is_dropped() {
+        let g = gate(
+            "steps: [{answer: x}]",
+            GateConfig {
+                max_in_flight: 1,
+                retry: quick(1),
+                ..GateConfig::default()
+            },
+        );
+        let pass = g.admit().await.unwrap();
+        assert_eq!(g.in_flight(), 1);
+        let queued = tokio::time::timeout(Duration::from_millis(50), g.admit()).await;
+        assert!(queued.is_err(), "the second caller waits for the place");
+        drop(pass);
+        assert_eq!(g.in_flight(), 0);
+        g.hold_back(Duration::from_millis(150));
+        let pass = g.admit().await.unwrap();
+        assert!(
+            pass.waited >= Duration::from_millis(100),
+            "{:?}",
+            pass.waited
+        );
     }
 
     /// Any backend's attempt is bounded by the whole-request limit, and retried like a 5xx.

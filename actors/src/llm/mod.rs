@@ -51,7 +51,7 @@ pub use endpoint::{
     ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError, RequestMeta, TextSink,
     MAX_CONNECTIONS_LIMIT,
 };
-pub use gate::{GateConfig, GateOutcome, LlmGate};
+pub use gate::{GateConfig, GateOutcome, GatePass, LlmGate};
 pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,

@@ -311,6 +311,22 @@ fn serve_refuses_unauthenticated_requests_and_foreign_origins() {
     });
 }
 
+/// Issue 24 §2: a fixed token comes from a private `--token-file` (never from argv).
+#[test]
+fn serve_takes_its_token_from_a_private_token_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Root::new();
+    let file = root.path().join("serve-token");
+    std::fs::write(&file, "serve-file-token-0123\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let server = Server::start_with(&root, &["--token-file", file.to_str().unwrap()]);
+    assert_eq!(server.token, "serve-file-token-0123");
+    runtime().block_on(async {
+        let (status, _) = server.get("/api/sessions").await;
+        assert_eq!(status, 200);
+    });
+}
+
 #[test]
 fn serve_refuses_a_non_loopback_address_without_a_token() {
     let root = Root::new();

@@ -3,25 +3,75 @@
 //! `delta orchestrate --executor slurm` serves it for its jobs; `delta relay` serves it on
 //! its own for scripts that run `delta run` on cluster nodes.
 //!
-//! Every request must carry the relay's token (`Authorization: Bearer <token>`); it then
-//! goes through the route's [`LlmGate`](crate::llm::LlmGate) — the plan's `llm:` limits
-//! (requests in flight, requests per minute, the Retry-After barrier) for every caller
-//! together — to the route's real endpoint with the real key. Routes: `/r/<name>/v1/...`
-//! per agent endpoint, and `/v1/...` for the first route. The relay makes one attempt per
-//! request and answers the endpoint's errors (with their Retry-After) to the caller, whose
-//! own engine retries.
+//! Every request must carry the relay's token (`Authorization: Bearer <token>`), checked
+//! before a byte of its body is read; the body is then read within [`RelayLimits`] (a size
+//! cap per request, and a cap on the bytes of all bodies held at once). It goes through the
+//! route's [`LlmGate`](crate::llm::LlmGate) — the plan's `llm:` limits (requests in flight,
+//! requests per minute, the Retry-After barrier) for every caller together — to the route's
+//! real endpoint with the real key. Routes: `/r/<name>/v1/...` per agent endpoint, and
+//! `/v1/...` for the first route. The relay makes one attempt per request.
 //!
-//! This module holds the relay's values (its config, errors and token digests);
+//! Toward an HTTP endpoint the relay is a pass-through ([`forward`]): the request's bytes go
+//! as they came (a `stream: true` request included), the answer comes back as the endpoint
+//! sent it — a streamed (SSE) answer event by event as it arrives, an error with its status,
+//! Retry-After and JSON error object (`code`, `type`, `param`) unchanged — except that the
+//! key and the base URL's user-info and query values are replaced by [`REDACTED`]
+//! ([`secrets`]). A caller that disconnects is forgotten: its queued call never goes out,
+//! and its call in progress is cancelled upstream (the connection to the endpoint closes).
+//! The scripted model (`--llm-script`) answers in-process, streamed as SSE ([`sse`]) when
+//! asked.
+//!
+//! This module holds the relay's values (its config, limits, errors and token digests);
 //! [`Relay`](crate::api::Relay) is the handle: it owns an actix System on its own thread (the
 //! routes are in `runtime::relay`); no actix type crosses it.
 //!
-//! Must not: write the key anywhere, log request bodies, or accept a request without the
-//! token.
+//! Must not: write the key anywhere, log request bodies, or accept a request (or read its
+//! body) without the token.
+
+pub mod forward;
+pub mod secrets;
+pub mod sse;
+pub mod usage;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::protocol::LlmTarget;
+
+pub use secrets::REDACTED;
+pub use usage::RelayUsage;
+
+/// The default [`RelayLimits::max_body`]: 8 MiB. A request carries a whole conversation;
+/// the largest context windows offered today (about a million tokens, some 4 MB of text)
+/// fit with room for JSON escaping, while a delta run's requests are tens of kilobytes.
+pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
+/// The default [`RelayLimits::max_body_memory`]: 64 MiB, eight bodies of the largest size,
+/// or hundreds of ordinary ones, queued or on their way at once.
+pub const DEFAULT_MAX_BODY_MEMORY: usize = 64 * 1024 * 1024;
+/// The smallest [`RelayLimits::max_body`] accepted.
+pub const MIN_MAX_BODY: usize = 1024;
+/// The largest [`RelayLimits::max_body_memory`] accepted.
+pub const MAX_MAX_BODY_MEMORY: usize = 1 << 40;
+
+/// How much request body the relay holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayLimits {
+    /// The largest request body accepted; larger ones are answered 413 without being read.
+    pub max_body: usize,
+    /// Bytes of request bodies held in memory at once, all callers together (being read,
+    /// queued for the endpoint, or being sent). A caller past it waits, its body unread,
+    /// until others are done.
+    pub max_body_memory: usize,
+}
+
+impl Default for RelayLimits {
+    fn default() -> Self {
+        RelayLimits {
+            max_body: DEFAULT_MAX_BODY,
+            max_body_memory: DEFAULT_MAX_BODY_MEMORY,
+        }
+    }
+}
 
 /// One upstream: callers reach it at `/r/<name>/v1`.
 #[derive(Debug, Clone)]
@@ -50,6 +100,8 @@ pub struct RelayConfig {
     /// SHA-256 digests (hex) of earlier tokens still accepted: jobs of an orchestration
     /// resumed after a kill keep the token they were started with.
     pub accepted_token_digests: Vec<String>,
+    /// Request body limits.
+    pub limits: RelayLimits,
 }
 
 impl RelayConfig {
@@ -71,6 +123,19 @@ impl RelayConfig {
                     name: route.name.clone(),
                 });
             }
+        }
+        let RelayLimits {
+            max_body,
+            max_body_memory,
+        } = self.limits;
+        if max_body < MIN_MAX_BODY
+            || max_body > max_body_memory
+            || max_body_memory > MAX_MAX_BODY_MEMORY
+        {
+            return Err(RelayError::Limits {
+                max_body,
+                max_body_memory,
+            });
         }
         Ok(())
     }
@@ -94,6 +159,18 @@ pub enum RelayError {
     Route {
         /// The name as given.
         name: String,
+    },
+    /// The body limits do not fit together.
+    #[error(
+        "invalid relay body limits: --max-body {max_body} bytes and --max-body-memory \
+         {max_body_memory} bytes (hint: --max-body is at least 1 KiB and at most \
+         --max-body-memory, which is at most 1 TiB)"
+    )]
+    Limits {
+        /// The largest body asked for.
+        max_body: usize,
+        /// The memory for bodies asked for.
+        max_body_memory: usize,
     },
     /// The config has no route.
     #[error("the relay needs at least one route (an LLM endpoint or --llm-script)")]

@@ -1,33 +1,45 @@
-//! The relay's actix-web routes (see `crate::relay` for what it is for): token check, one
-//! [`LlmGate`] per distinct upstream (routes of one endpoint and key share it), one attempt
-//! per request, OpenAI-shaped errors with the upstream's status and Retry-After.
+//! The relay's actix-web routes (see `crate::relay` for what it is for): the token check
+//! (before any body is read), one [`LlmGate`] per distinct upstream (routes of one endpoint
+//! and key share it), one attempt per request, answers passed through from HTTP endpoints
+//! (`chat.rs`), bodies read within the relay's limits (`body.rs`).
+//!
+//! A caller that disconnects is noticed at once (HTTP/1 half-closed connections are not
+//! allowed: the end of a caller's input ends its request), and its handler is dropped: a call
+//! queued at the gate never goes out, a call in progress closes its connection to the
+//! endpoint, a stream stops being read.
 //!
 //! Must not: retry (the caller's engine does), log or store a request body or the key.
+
+mod body;
+mod chat;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
-use crate::llm::endpoint::{decode_header_value, HEADER_AGENT, HEADER_RUN_ID};
-use crate::llm::{
-    ChatBackend, ChatRequest, GateConfig, HttpBackend, LlmError, LlmGate, RequestMeta, RetryPolicy,
-    ScriptedBackend,
-};
+use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, RetryPolicy, ScriptedBackend};
 use crate::protocol::LlmTarget;
+use crate::relay::forward::{AnswerBody, Forwarder};
+use crate::relay::usage::UsageCounters;
 use crate::relay::{token_digest, RelayConfig, RelayError};
 use crate::runtime::web::auth::same_token;
 
-/// Largest request body forwarded.
-const MAX_BODY: usize = 64 * 1024 * 1024;
+/// Where a route's requests go.
+enum UpstreamKind {
+    /// An HTTP endpoint: requests and answers pass through.
+    Http(Box<Forwarder>),
+    /// An in-process model (the scripted one, or an embedder's backend), answered through
+    /// its gate.
+    InProcess,
+}
 
 struct Upstream {
     gate: Arc<LlmGate>,
-    /// For `/models` of an HTTP upstream.
-    endpoint: Option<crate::llm::Endpoint>,
+    kind: UpstreamKind,
 }
 
 struct RelayState {
@@ -35,18 +47,21 @@ struct RelayState {
     accepted_digests: Vec<String>,
     routes: HashMap<String, Arc<Upstream>>,
     default_route: String,
-    request_timeout: std::time::Duration,
+    request_timeout: Duration,
+    bodies: body::BodyMemory,
+    usage: Arc<UsageCounters>,
 }
 
 /// Runs the relay's System on this thread until `stop` says so (or its sender drops).
 pub(crate) fn serve(
     config: RelayConfig,
+    usage: Arc<UsageCounters>,
     ready: std::sync::mpsc::Sender<Result<SocketAddr, RelayError>>,
     stop: std::sync::mpsc::Receiver<()>,
 ) {
     let system = actix::System::new();
     system.block_on(async move {
-        let state = match build_state(&config) {
+        let state = match build_state(&config, usage) {
             Ok(state) => web::Data::new(state),
             Err(e) => {
                 let _ = ready.send(Err(e));
@@ -56,18 +71,19 @@ pub(crate) fn serve(
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
-                .app_data(web::PayloadConfig::new(MAX_BODY))
                 .route("/v1/chat/completions", web::post().to(chat_default))
                 .route("/v1/models", web::get().to(models_default))
                 .route("/r/{route}/v1/chat/completions", web::post().to(chat_routed))
                 .route("/r/{route}/v1/models", web::get().to(models_routed))
                 .default_service(web::to(|| async {
-                    error(StatusCode::NOT_FOUND, "no such relay route: use /v1/chat/completions or /r/<route>/v1/chat/completions")
+                    refuse(StatusCode::NOT_FOUND, "no such relay route: use /v1/chat/completions or /r/<route>/v1/chat/completions")
                 }))
         })
         .workers(2)
         .disable_signals()
         .shutdown_timeout(1)
+        // A caller's end of input ends its request, so a caller that left is noticed.
+        .h1_allow_half_closed(false)
         .bind(config.listen);
         let server = match server {
             Ok(server) => server,
@@ -92,7 +108,7 @@ pub(crate) fn serve(
     });
 }
 
-fn build_state(config: &RelayConfig) -> Result<RelayState, RelayError> {
+fn build_state(config: &RelayConfig, usage: Arc<UsageCounters>) -> Result<RelayState, RelayError> {
     let mut by_key: HashMap<String, Arc<Upstream>> = HashMap::new();
     let mut routes = HashMap::new();
     for route in &config.routes {
@@ -100,18 +116,20 @@ fn build_state(config: &RelayConfig) -> Result<RelayState, RelayError> {
         let upstream = match by_key.get(&key) {
             Some(upstream) => upstream.clone(),
             None => {
-                let (backend, endpoint): (Arc<dyn ChatBackend>, _) = match &route.target {
-                    LlmTarget::Http(endpoint) => (
-                        Arc::new(
-                            HttpBackend::new(endpoint.clone(), config.request_timeout)
-                                .map_err(|e| RelayError::Start(e.to_string()))?,
-                        ),
-                        Some(endpoint.clone()),
-                    ),
-                    LlmTarget::Scripted(script) => {
-                        (Arc::new(ScriptedBackend::new(script.clone())), None)
+                let (backend, kind): (Arc<dyn ChatBackend>, _) = match &route.target {
+                    // The gate's backend is never called for an HTTP route (its requests pass
+                    // through the forwarder); the gate only admits them.
+                    LlmTarget::Http(endpoint) => {
+                        let forwarder = Forwarder::new(endpoint).map_err(RelayError::Start)?;
+                        let backend = HttpBackend::new(endpoint.clone(), config.request_timeout)
+                            .map_err(|e| RelayError::Start(forwarder.redact(&e.to_string())))?;
+                        (Arc::new(backend), UpstreamKind::Http(Box::new(forwarder)))
                     }
-                    LlmTarget::Custom { backend, .. } => (backend.clone(), None),
+                    LlmTarget::Scripted(script) => (
+                        Arc::new(ScriptedBackend::new(script.clone())),
+                        UpstreamKind::InProcess,
+                    ),
+                    LlmTarget::Custom { backend, .. } => (backend.clone(), UpstreamKind::InProcess),
                 };
                 let gate = LlmGate::new(
                     backend,
@@ -123,7 +141,7 @@ fn build_state(config: &RelayConfig) -> Result<RelayState, RelayError> {
                 );
                 let upstream = Arc::new(Upstream {
                     gate: Arc::new(gate),
-                    endpoint,
+                    kind,
                 });
                 by_key.insert(key, upstream.clone());
                 upstream
@@ -142,19 +160,33 @@ fn build_state(config: &RelayConfig) -> Result<RelayState, RelayError> {
         routes,
         default_route,
         request_timeout: config.request_timeout,
+        bodies: body::BodyMemory::new(config.limits),
+        usage,
     })
 }
 
-fn error(status: StatusCode, message: &str) -> HttpResponse {
-    HttpResponse::build(status).json(serde_json::json!({
+fn error_body(status: StatusCode, message: &str) -> serde_json::Value {
+    serde_json::json!({
         "error": { "message": message, "type": "relay_error", "code": status.as_u16() }
-    }))
+    })
+}
+
+/// The relay's own error answer, OpenAI-shaped.
+fn error(status: StatusCode, message: &str) -> HttpResponse {
+    HttpResponse::build(status).json(error_body(status, message))
+}
+
+/// [`error`], closing the connection: the request's body (if any) is not read.
+fn refuse(status: StatusCode, message: &str) -> HttpResponse {
+    HttpResponse::build(status)
+        .force_close()
+        .json(error_body(status, message))
 }
 
 fn authorized(request: &HttpRequest, state: &RelayState) -> bool {
     request
         .headers()
-        .get(header::AUTHORIZATION)
+        .get(actix_web::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .is_some_and(|given| {
@@ -169,89 +201,22 @@ fn authorized(request: &HttpRequest, state: &RelayState) -> bool {
         })
 }
 
-fn header_text(request: &HttpRequest, name: &str) -> String {
-    request
-        .headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(decode_header_value)
-        .unwrap_or_default()
-}
-
 async fn chat_default(
     request: HttpRequest,
-    body: web::Bytes,
+    body: web::Payload,
     state: web::Data<RelayState>,
 ) -> HttpResponse {
     let route = state.default_route.clone();
-    chat(request, &route, body, state).await
+    chat::chat(request, &route, body, state).await
 }
 
 async fn chat_routed(
     request: HttpRequest,
     route: web::Path<String>,
-    body: web::Bytes,
+    body: web::Payload,
     state: web::Data<RelayState>,
 ) -> HttpResponse {
-    chat(request, &route.into_inner(), body, state).await
-}
-
-async fn chat(
-    request: HttpRequest,
-    route: &str,
-    body: web::Bytes,
-    state: web::Data<RelayState>,
-) -> HttpResponse {
-    if !authorized(&request, &state) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong relay token: send Authorization: Bearer <the relay's token>",
-        );
-    }
-    let Some(upstream) = state.routes.get(route).cloned() else {
-        return error(StatusCode::NOT_FOUND, &format!("no relay route {route:?}"));
-    };
-    let chat: ChatRequest = match serde_json::from_slice(&body) {
-        Ok(chat) => chat,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid chat request: {e}"),
-            )
-        }
-    };
-    let mut meta = RequestMeta::new(
-        header_text(&request, HEADER_AGENT),
-        header_text(&request, HEADER_RUN_ID),
-    );
-    meta.timeouts.request = state.request_timeout;
-    match upstream.gate.complete(chat, meta, |_| {}).await {
-        Ok(outcome) => {
-            let completion = outcome.completion;
-            let body = if completion.raw.is_null() {
-                completion.to_openai_json(chrono::Utc::now().timestamp())
-            } else {
-                completion.raw
-            };
-            HttpResponse::Ok().json(body)
-        }
-        Err(LlmError::Http {
-            status,
-            message,
-            retry_after,
-        }) => {
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-            let mut response = error(code, &message);
-            if let Some(wait) = retry_after {
-                let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
-                if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-                    response.headers_mut().insert(header::RETRY_AFTER, value);
-                }
-            }
-            response
-        }
-        Err(other) => error(StatusCode::BAD_GATEWAY, &other.to_string()),
-    }
+    chat::chat(request, &route.into_inner(), body, state).await
 }
 
 async fn models_default(request: HttpRequest, state: web::Data<RelayState>) -> HttpResponse {
@@ -267,40 +232,32 @@ async fn models_routed(
     models(request, &route.into_inner(), state).await
 }
 
-/// An HTTP upstream's own list (fetched with the key), else the scripted model's name.
+/// An HTTP upstream's own list (fetched with the key, passed through), else the scripted
+/// model's name.
 async fn models(request: HttpRequest, route: &str, state: web::Data<RelayState>) -> HttpResponse {
     if !authorized(&request, &state) {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong relay token");
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong relay token");
     }
     let Some(upstream) = state.routes.get(route).cloned() else {
-        return error(StatusCode::NOT_FOUND, &format!("no relay route {route:?}"));
+        return refuse(StatusCode::NOT_FOUND, &format!("no relay route {route:?}"));
     };
-    let Some(endpoint) = &upstream.endpoint else {
+    let UpstreamKind::Http(forwarder) = &upstream.kind else {
         return HttpResponse::Ok().json(serde_json::json!({
             "object": "list",
             "data": [{ "id": crate::llm::scripted::DEFAULT_MODEL, "object": "model", "owned_by": "delta" }]
         }));
     };
-    let url = format!("{}/models", endpoint.base_url.trim_end_matches('/'));
-    let client = reqwest::Client::new();
-    let mut call = client.get(url).timeout(state.request_timeout);
-    if let Some(key) = &endpoint.api_key {
-        call = call.bearer_auth(key);
-    }
-    match call.send().await {
-        Ok(response) => {
-            let status =
-                StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-            match response.bytes().await {
-                Ok(bytes) => HttpResponse::build(status)
-                    .content_type("application/json")
-                    .body(bytes),
-                Err(e) => error(StatusCode::BAD_GATEWAY, &e.to_string()),
+    match forwarder.models(state.request_timeout).await {
+        Ok(answer) => {
+            let mut response = chat::answer_head(&answer);
+            match answer.body {
+                AnswerBody::Whole { bytes, .. } => response.body(bytes),
+                AnswerBody::Events(events) => response.streaming(events),
             }
         }
-        Err(e) => error(
-            StatusCode::BAD_GATEWAY,
-            &format!("cannot reach the endpoint's /models: {}", e.without_url()),
-        ),
+        Err(e) => {
+            tracing::warn!(route, "relay: GET /models: {e}");
+            error(StatusCode::BAD_GATEWAY, &e.to_string())
+        }
     }
 }
