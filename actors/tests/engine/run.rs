@@ -133,13 +133,15 @@ fn retryable_failures_are_retried_then_succeed() {
     let result = drive(&sup, new_run(agent.load(), ws.path(), s, "t"));
     assert_eq!(result.status, RunStatus::Completed, "{result:?}");
     let dir = run_dir(&result);
-    let record = std::fs::read_dir(dir.join("io/invocations"))
+    let (attempts, calls): (Vec<_>, Vec<_>) = std::fs::read_dir(dir.join("io/invocations"))
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap();
+        .map(|e| e.unwrap().path())
+        .partition(|p| p.to_string_lossy().contains("_attempt"));
+    // Each failed attempt has a record of its own, and the call's record counts them all.
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(calls.len(), 1, "{calls:?}");
     let record: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(record.path()).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&calls[0]).unwrap()).unwrap();
     assert_eq!(record["attempts"], 3);
 }
 
