@@ -210,6 +210,12 @@ pub fn encode_header_value(value: &str) -> String {
 
 /// Reverses [`encode_header_value`]; malformed escapes are kept literally.
 pub fn decode_header_value(value: &str) -> String {
+    percent_decode(value, false)
+}
+
+/// `%XX` escapes decoded (and `+` as a space when `plus_is_space`, as in a URL's query);
+/// malformed escapes are kept literally.
+pub(crate) fn percent_decode(value: &str, plus_is_space: bool) -> String {
     let bytes = value.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -224,7 +230,11 @@ pub fn decode_header_value(value: &str) -> String {
                 i += 3;
             }
             None => {
-                out.push(bytes[i]);
+                out.push(if plus_is_space && bytes[i] == b'+' {
+                    b' '
+                } else {
+                    bytes[i]
+                });
                 i += 1;
             }
         }

@@ -15,6 +15,7 @@ use std::borrow::Cow;
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
+use crate::llm::endpoint::percent_decode;
 use crate::redact::MIN_SECRET_CHARS;
 
 /// What a secret is replaced with.
@@ -59,7 +60,7 @@ impl UpstreamSecrets {
         }
         let mut patterns: Vec<String> = Vec::new();
         for value in values {
-            if percent_decode(&value).chars().count() < MIN_SECRET_CHARS {
+            if percent_decode(&value, true).chars().count() < MIN_SECRET_CHARS {
                 continue;
             }
             for spelling in spellings(&value) {
@@ -113,33 +114,10 @@ fn spellings(value: &str) -> Vec<String> {
     if let Ok(json) = serde_json::to_string(value) {
         out.push(json[1..json.len() - 1].to_owned());
     }
-    out.push(percent_decode(value));
+    out.push(percent_decode(value, true));
     out.push(percent_encode(value));
     out.dedup();
     out
-}
-
-fn percent_decode(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| value.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(b) => {
-                out.push(b);
-                i += 3;
-            }
-            None => {
-                out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn percent_encode(value: &str) -> String {
