@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use delta_actors::api::serve::{new_token, run as run_server, ServeOptions};
+use delta_actors::api::serve::{new_token, run as run_server, PathContext, ServeOptions};
 use delta_actors::session::pty::socket_dir::default_runtime_dir;
 
 use crate::error::CliError;
@@ -139,6 +139,12 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
         agents_config_explicit: explicit,
         workspaces,
         http_workers: 2,
+        paths: PathContext {
+            base_dir: std::env::current_dir()?,
+            home: std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(PathBuf::from),
+        },
     };
     run_server(options, move |ready| {
         crate::output::emit(&format!(

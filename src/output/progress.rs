@@ -42,7 +42,7 @@ impl EventPrinter {
                 let shown = match &mut self.live {
                     Some((at, shown)) if at == iteration => shown,
                     _ => {
-                        let _ = write!(err, "💭 ");
+                        let _ = write!(err, "» ");
                         &mut self.live.insert((*iteration, String::new())).1
                     }
                 };
@@ -107,7 +107,7 @@ pub fn print_event(event: &RunEvent, verbosity: Verbosity, prefix_run_id: bool) 
             } else {
                 300
             };
-            format!("💭 {}", shorten(text, limit))
+            format!("» {}", shorten(text, limit))
         }
         RunEvent::ToolStarted {
             tool_name, summary, ..

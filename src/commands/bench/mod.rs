@@ -114,6 +114,10 @@ pub struct LoadArgs {
     /// process, to compare; see docs/tool-spawner.md).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub tool_spawner: OnOff,
+    /// Keep each streamed reply with text in the run's io/reply.partial, as `delta
+    /// orchestrate` does (`off`: as with its --no-live-reply).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub live_reply: OnOff,
     /// Talk to the model over HTTP/2 (`off`: HTTP/1.1, one connection per call in flight).
     /// The built-in scripted model speaks both; an --endpoint must speak HTTP/2 without TLS
     /// for `on` with an http:// URL (see `llm.http2` in the README).
@@ -361,6 +365,7 @@ async fn measure_point(
     if args.tool_spawner == OnOff::Off {
         config.tool_spawner = None;
     }
+    config.partial_reply_file = args.live_reply == OnOff::On;
     let supervisor = Supervisor::start(config)?;
     let fds_before = measure::open_fds();
     let sampler = measure::Sampler::start();

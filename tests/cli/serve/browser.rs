@@ -47,7 +47,7 @@ pub fn finished_example_orchestration(workspace: &std::path::Path) {
 
 /// Chromium and chromedriver, or `None` after saying SKIPPED when DELTA_SKIP_BROWSER=1 says
 /// to skip knowingly (without it a missing browser fails the test).
-fn browser_or_skip(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+pub(super) fn browser_or_skip(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     let found = browser();
     if found.is_none() {
         eprintln!("\n!!!!!!!!!! SKIPPED {test}: chromium or chromedriver is not installed (apt-get install chromium chromium-driver) !!!!!!!!!!\n");
@@ -61,7 +61,7 @@ fn browser_or_skip(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf
 }
 
 /// The page opened with the printed URL has taken the token out of the address bar and is live.
-const OPENED: &str =
+pub(super) const OPENED: &str =
     "return location.hash === '' && document.getElementById('connection').textContent === 'live'";
 
 #[test]

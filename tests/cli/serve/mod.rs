@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 mod api;
+mod batch;
+mod batch_browser;
 mod browser;
 mod lifecycle;
 mod runs;

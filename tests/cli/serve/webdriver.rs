@@ -1,7 +1,7 @@
 //! A small W3C WebDriver client over reqwest (WebDriver is plain HTTP + JSON), driving
 //! Debian's `chromium` through `chromedriver` for the browser test. Only what the test uses:
-//! open a session, navigate, find, click, type, run a script, refresh, tabs, cookies,
-//! screenshot.
+//! open a session, navigate, find, click, type, run a script, refresh, back, window size,
+//! tabs, cookies, screenshot.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -124,6 +124,21 @@ impl Driver {
 
     pub async fn refresh(&self) {
         self.call("POST", &self.path("/refresh"), None).await;
+    }
+
+    /// The browser's back button.
+    pub async fn back(&self) {
+        self.call("POST", &self.path("/back"), None).await;
+    }
+
+    /// Resizes the window (outer size, in CSS pixels).
+    pub async fn window_size(&self, width: u32, height: u32) {
+        self.call(
+            "POST",
+            &self.path("/window/rect"),
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
     }
 
     /// Opens a new tab and returns its window handle (the current tab stays current).

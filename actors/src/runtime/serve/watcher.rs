@@ -1,5 +1,5 @@
 //! `RunsWatcher`: polls the workspaces `delta serve` shows (the `-w` folders and every
-//! session's folder) once a second, off the arbiter, and publishes a `workspace` dashboard
+//! session's folder, each with its `workspaces/W001`... that hold runs) once a second, off the arbiter, and publishes a `workspace` dashboard
 //! event when a view changed. Keeps the last views for a new dashboard's full sync.
 
 use std::collections::BTreeMap;
@@ -12,6 +12,7 @@ use super::events::DashboardEvent;
 use super::messages::ListSessions;
 use super::ServeManager;
 use crate::serve::runs_view::{workspace_view, WorkspaceView};
+use crate::serve::session_workspaces::with_agent_workspaces;
 
 const POLL: Duration = Duration::from_secs(1);
 /// Most workspaces watched (sessions beyond it are not scanned).
@@ -56,6 +57,10 @@ impl RunsWatcher {
                     }
                 }
             }
+            // An agent folder's runs are in its workspaces/W001...: listed without -w.
+            let mut paths = tokio::task::spawn_blocking(move || with_agent_workspaces(paths))
+                .await
+                .unwrap_or_default();
             paths.truncate(MAX_WORKSPACES);
             tokio::task::spawn_blocking(move || {
                 paths.iter().map(|p| workspace_view(p)).collect::<Vec<_>>()
