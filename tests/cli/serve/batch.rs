@@ -151,6 +151,16 @@ impl Batch {
             }),
             "the slow batch did not start"
         );
+        // Started (under load, a debug build may take a while): its first run has a record.
+        let first = self
+            .workspace
+            .join(".delta")
+            .join(format!("{id}-map-0"))
+            .join("metadata.json");
+        assert!(
+            crate::harness::wait_until(COMMAND_TIMEOUT * 2, || first.is_file()),
+            "the slow batch's first run did not start"
+        );
         RunningBatch { child, id }
     }
 }

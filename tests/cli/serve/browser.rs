@@ -94,18 +94,19 @@ fn serve_browser_terminal_reload_and_runs_view() {
         driver.screenshot(&shot.join("terminal.png")).await;
 
         driver.goto(&format!("{}/#/runs", server.base)).await;
+        driver.click("[data-orchestration] a").await;
         driver.until(
             "the example orchestration's stages",
-            "const stages = [...document.querySelectorAll('[data-stage]')].map(s => s.dataset.stage + ':' + s.textContent);\
-             return stages.some(s => s.startsWith('map:') && s.includes('COMPLETED')) && stages.some(s => s.startsWith('reduce:') && s.includes('COMPLETED'));",
+            "const stages = [...document.querySelectorAll('#stage-graph [data-stage]')].map(s => s.dataset.stage + ':' + s.dataset.status);\
+             return stages.includes('map:COMPLETED') && stages.includes('reduce:COMPLETED');",
         )
         .await;
         driver.screenshot(&shot.join("runs.png")).await;
-        driver.click("tr.clickable").await;
+        driver.click("#batch-runs-table tr.clickable a").await;
         driver.until(
             "a run's timeline",
-            "const entries = [...document.querySelectorAll('#timeline .entry')].map(e => e.className + ':' + e.textContent);\
-             return entries.some(e => e.includes('start') && e.includes('Run started')) && entries.some(e => e.includes('end') && e.includes('COMPLETED'));",
+            "const entries = [...document.querySelectorAll('#run-entries .entry')].map(e => e.dataset.kind + ':' + e.textContent);\
+             return entries.some(e => e.startsWith('start:') && e.includes('Run started')) && entries.some(e => e.startsWith('end:') && e.includes('Completed'));",
         )
         .await;
         driver.screenshot(&shot.join("timeline.png")).await;

@@ -220,10 +220,16 @@ impl Driver {
     pub async fn until(&self, what: &str, script: &str) {
         let deadline = tokio::time::Instant::now() + LIMIT;
         while self.script(script).await != json!(true) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what} did not happen within {LIMIT:?}"
-            );
+            if tokio::time::Instant::now() >= deadline {
+                // What the page showed, to tell why.
+                let page = self
+                    .script("return location.hash + '\\n' + document.body.innerText.slice(0, 3000)")
+                    .await;
+                panic!(
+                    "{what} did not happen within {LIMIT:?}; the page showed: {}",
+                    page.as_str().unwrap_or_default()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
