@@ -215,15 +215,19 @@ pub struct RowPage {
     pub rows: Vec<BatchRow>,
 }
 
-/// The batch timeline: every run (of a stage, when asked) as `[row, stage, status, queued,
-/// started, ended]`, times in ms since the epoch (`null` when not known yet).
+/// One run of the batch timeline: `[index, stage, status, queued, started, ended]` (the stage
+/// and status as positions in [`TimelineView::stages`] and [`TimelineView::statuses`]; times
+/// in ms since the epoch, `null` when not known yet).
+pub type Bar = (usize, usize, usize, Option<i64>, Option<i64>, Option<i64>);
+
+/// The batch timeline: every run (of a stage, when asked) as a [`Bar`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TimelineView {
     pub stages: Vec<String>,
     /// Status names, indexed by the third number of a bar.
     pub statuses: Vec<RowStatus>,
-    pub bars: Vec<(usize, usize, usize, Option<i64>, Option<i64>, Option<i64>)>,
+    pub bars: Vec<Bar>,
     /// Run ids, in the order of `bars`.
     pub run_ids: Vec<String>,
     pub now: i64,
@@ -848,10 +852,13 @@ impl OrchestrationIndex {
     }
 }
 
+/// An orchestration's index in the cache, under its workspace and id.
+type CacheEntry = (PathBuf, String, Arc<Mutex<OrchestrationIndex>>);
+
 /// The orchestrations pages look at, indexed and kept fresh; shared by the server's threads.
 #[derive(Debug, Default)]
 pub struct BatchCache {
-    entries: Mutex<Vec<(PathBuf, String, Arc<Mutex<OrchestrationIndex>>)>>,
+    entries: Mutex<Vec<CacheEntry>>,
 }
 
 impl BatchCache {
@@ -863,26 +870,33 @@ impl BatchCache {
         id: &str,
         read: impl FnOnce(&OrchestrationIndex) -> Result<T, InspectError>,
     ) -> Result<T, InspectError> {
-        let index = {
-            let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-            match entries
+        let cached = |entries: &mut Vec<CacheEntry>| {
+            let position = entries
                 .iter()
-                .position(|(w, i, _)| w.as_path() == workspace && i == id)
-            {
-                Some(position) => {
-                    // Most recently used last.
-                    let entry = entries.remove(position);
-                    let index = entry.2.clone();
-                    entries.push(entry);
-                    index
-                }
-                None => {
-                    let index = Arc::new(Mutex::new(OrchestrationIndex::open(workspace, id)?));
-                    entries.push((workspace.to_path_buf(), id.to_string(), index.clone()));
-                    if entries.len() > CACHED_ORCHESTRATIONS {
-                        entries.remove(0);
+                .position(|(w, i, _)| w.as_path() == workspace && i == id)?;
+            // Most recently used last.
+            let entry = entries.remove(position);
+            let index = entry.2.clone();
+            entries.push(entry);
+            Some(index)
+        };
+        let lock = || self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = cached(&mut lock());
+        let index = match found {
+            Some(index) => index,
+            None => {
+                // Opened without holding the list: other orchestrations are served meanwhile.
+                let opened = Arc::new(Mutex::new(OrchestrationIndex::open(workspace, id)?));
+                let mut entries = lock();
+                match cached(&mut entries) {
+                    Some(index) => index,
+                    None => {
+                        entries.push((workspace.to_path_buf(), id.to_string(), opened.clone()));
+                        if entries.len() > CACHED_ORCHESTRATIONS {
+                            entries.remove(0);
+                        }
+                        opened
                     }
-                    index
                 }
             }
         };

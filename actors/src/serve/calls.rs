@@ -207,15 +207,18 @@ pub fn model_call(
     let dir = run_dir(workspace, run_id)?;
     let folder = dir.join("io").join("invocations");
     // The journal names the record of a call that got a reply.
-    let (events, _, _) = read_journal(&dir.join("journal.jsonl"))?;
-    let referenced = events
-        .iter()
-        .filter(|e| e.get("type").and_then(Value::as_str) == Some("THOUGHT"))
-        .filter(|e| e.get("iteration").and_then(Value::as_u64) == Some(u64::from(iteration)))
-        .filter_map(|e| e.get("llm_invocation_ref").and_then(Value::as_str))
-        .filter_map(|r| plain_name(r, "io/invocations"))
-        .next_back()
-        .map(str::to_string);
+    let mut referenced = None;
+    read_journal(&dir.join("journal.jsonl"), |e| {
+        let thought = e.get("type").and_then(Value::as_str) == Some("THOUGHT")
+            && e.get("iteration").and_then(Value::as_u64) == Some(u64::from(iteration));
+        if let Some(name) = thought
+            .then(|| e.get("llm_invocation_ref").and_then(Value::as_str))
+            .flatten()
+            .and_then(|r| plain_name(r, "io/invocations"))
+        {
+            referenced = Some(name.to_string());
+        }
+    })?;
     let mut records: Vec<(String, Option<u64>)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&folder) {
         for entry in entries.flatten().take(MAX_DIR_ENTRIES) {
@@ -385,16 +388,19 @@ pub fn tool_call(
     action_id: &str,
 ) -> Result<ToolCallView, InspectError> {
     let dir = run_dir(workspace, run_id)?;
-    let (events, _, _) = read_journal(&dir.join("journal.jsonl"))?;
-    let of_call = |kind: &str| {
-        events
-            .iter()
-            .filter(|e| e.get("type").and_then(Value::as_str) == Some(kind))
-            .filter(|e| e.get("action_id").and_then(Value::as_str) == Some(action_id))
-            .next_back()
-    };
-    let request = of_call("ACTION_REQUEST");
-    let result = of_call("ACTION_RESULT");
+    // The call's latest request and result (a resumed run may have made it again).
+    let (mut request, mut result) = (None, None);
+    read_journal(&dir.join("journal.jsonl"), |e| {
+        if e.get("action_id").and_then(Value::as_str) != Some(action_id) {
+            return;
+        }
+        match e.get("type").and_then(Value::as_str) {
+            Some("ACTION_REQUEST") => request = Some(e.clone()),
+            Some("ACTION_RESULT") => result = Some(e.clone()),
+            _ => {}
+        }
+    })?;
+    let (request, result) = (request.as_ref(), result.as_ref());
     let Some(any) = request.or(result) else {
         return Err(InspectError::NotFound(format!(
             "no tool call `{}` in run `{run_id}`",

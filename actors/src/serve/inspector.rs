@@ -22,13 +22,15 @@ use crate::workspace::{control_dir, validate_run_id};
 
 /// Most journal bytes read for one trace: a longer journal is read from its last this many
 /// bytes (the trace says so).
-pub const MAX_JOURNAL_BYTES: u64 = 32 * 1024 * 1024;
+pub const MAX_JOURNAL_BYTES: u64 = 8 * 1024 * 1024;
+/// Most entries and spans a trace sends (the latest; the trace says when some were left out).
+pub const MAX_TRACE_ITEMS: usize = 5_000;
 /// Most bytes of `metadata.json` read.
 pub const MAX_METADATA_BYTES: u64 = 16 * 1024 * 1024;
 /// Most bytes of `io/reply.partial` read.
 pub const MAX_PARTIAL_BYTES: u64 = 4 * 1024 * 1024;
 /// Longest text of one entry sent to the page (the details have more).
-pub const MAX_ENTRY_TEXT: usize = 16 * 1024;
+pub const MAX_ENTRY_TEXT: usize = 4 * 1024;
 
 /// Why a run cannot be inspected.
 #[derive(Debug, thiserror::Error)]
@@ -295,7 +297,8 @@ pub struct RunTrace {
     pub pauses: Vec<Pause>,
     /// The journal's size: pass it back as `known` to be told when nothing changed.
     pub journal_bytes: u64,
-    /// Only the journal's last [`MAX_JOURNAL_BYTES`] were read.
+    /// Only the journal's last [`MAX_JOURNAL_BYTES`] were read, or only the last
+    /// [`MAX_TRACE_ITEMS`] entries and spans are sent.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
     /// The reply the model is streaming now (a running run's).
@@ -330,12 +333,14 @@ pub fn run_trace(workspace: &Path, run_id: &str) -> Result<RunTrace, InspectErro
         Err(e) => trace.unreadable = Some(e.to_string()),
     }
     let journal = dir.join("journal.jsonl");
-    let (events, size, truncated) = read_journal(&journal)?;
+    let mut builder = TraceBuilder::default();
+    let (size, cut) = read_journal(&journal, |event| builder.event(event))?;
+    let built = builder.build(trace.status == Some(RunStatus::Running));
     trace.journal_bytes = size;
-    trace.truncated = truncated;
-    let built = TraceBuilder::default().build(&events, trace.status == Some(RunStatus::Running));
-    trace.entries = built.entries;
-    trace.spans = built.spans;
+    trace.truncated =
+        cut || built.entries.len() > MAX_TRACE_ITEMS || built.spans.len() > MAX_TRACE_ITEMS;
+    trace.entries = latest(built.entries);
+    trace.spans = latest(built.spans);
     trace.pauses = built.pauses;
     if trace.status == Some(RunStatus::Running) {
         trace.partial = read_partial(&dir)
@@ -344,17 +349,23 @@ pub fn run_trace(workspace: &Path, run_id: &str) -> Result<RunTrace, InspectErro
     Ok(trace)
 }
 
-/// A run's spans alone, as `(kind, start, end)` (for the batch timeline's phases).
-pub fn run_phases(
-    workspace: &Path,
-    run_id: &str,
-) -> Result<Vec<(&'static str, i64, Option<i64>)>, InspectError> {
+/// The last [`MAX_TRACE_ITEMS`] of `items`.
+fn latest<T>(mut items: Vec<T>) -> Vec<T> {
+    let extra = items.len().saturating_sub(MAX_TRACE_ITEMS);
+    items.drain(..extra);
+    items
+}
+
+/// One span as the batch timeline draws it: `(kind, start, end)`.
+pub type Phase = (&'static str, i64, Option<i64>);
+
+/// A run's spans alone (for the batch timeline's phases).
+pub fn run_phases(workspace: &Path, run_id: &str) -> Result<Vec<Phase>, InspectError> {
     let dir = run_dir(workspace, run_id)?;
     let running = read_record(&dir).ok().and_then(|r| r.status) == Some(RunStatus::Running);
-    let (events, _, _) = read_journal(&dir.join("journal.jsonl"))?;
-    let built = TraceBuilder::default().build(&events, running);
-    Ok(built
-        .spans
+    let mut builder = TraceBuilder::default();
+    read_journal(&dir.join("journal.jsonl"), |event| builder.event(event))?;
+    Ok(latest(builder.build(running).spans)
         .into_iter()
         .map(|span| (span.kind, span.start, span.end))
         .collect())
@@ -376,9 +387,13 @@ pub fn read_partial(dir: &Path) -> Option<PartialReply> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// The journal's events (its last [`MAX_JOURNAL_BYTES`] when longer), its size, and whether
-/// it was cut. A torn last line (a live run mid-write) is left for the next read.
-pub fn read_journal(path: &Path) -> Result<(Vec<Value>, u64, bool), InspectError> {
+/// Hands each event of the journal (its last [`MAX_JOURNAL_BYTES`] when longer) to `each`, one
+/// parsed line at a time; returns the journal's size and whether it was cut. A torn last line
+/// (a live run mid-write) is left for the next read.
+pub fn read_journal(
+    path: &Path,
+    mut each: impl FnMut(&Value),
+) -> Result<(u64, bool), InspectError> {
     let (_, size) = bounded_file::open_regular(path).map_err(|e| match e {
         FileError::Missing => InspectError::NotFound(format!("no journal {}", path.display())),
         e => InspectError::unreadable(path, e),
@@ -395,13 +410,14 @@ pub fn read_journal(path: &Path) -> Result<(Vec<Value>, u64, bool), InspectError
             .map_or(text.len(), |i| i + 1);
         text = &text[skip..];
     }
-    let events = text
-        .split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
-        .filter(Value::is_object)
-        .collect();
-    Ok((events, tail.size, from > 0))
+    for line in text.split(|b| *b == b'\n').filter(|line| !line.is_empty()) {
+        if let Ok(event) = serde_json::from_slice::<Value>(line) {
+            if event.is_object() {
+                each(&event);
+            }
+        }
+    }
+    Ok((tail.size, from > 0))
 }
 
 fn str_of<'a>(event: &'a Value, key: &str) -> &'a str {
@@ -445,10 +461,7 @@ struct Built {
 }
 
 impl TraceBuilder {
-    fn build(mut self, events: &[Value], running: bool) -> Built {
-        for event in events {
-            self.event(event);
-        }
+    fn build(mut self, running: bool) -> Built {
         if let Some(stop) = self.stop.take() {
             self.entries.push(stop);
         }

@@ -13,9 +13,11 @@ pub mod measure;
 pub mod plot;
 pub mod report;
 pub mod serve;
+pub mod serve_batch;
 pub mod serve_client;
 pub mod server_thread;
 pub mod spawn;
+pub mod webdriver_client;
 pub mod workload;
 
 use std::path::PathBuf;
@@ -41,6 +43,9 @@ pub enum BenchCommand {
     Load(LoadArgs),
     /// `delta serve` under load: workers printing to many WebSocket viewers, echo latency
     Serve(serve::ServeBenchArgs),
+    /// `delta serve` watching a big orchestration: its page's first paint in Chromium, list
+    /// request latency, memory
+    ServeBatch(serve_batch::ServeBatchArgs),
     /// CPU per tool start: from a small process, from one holding many descriptors, and
     /// through the tool spawner
     Spawn(spawn::SpawnArgs),
@@ -169,6 +174,7 @@ pub fn run(command: &BenchCommand) -> Result<i32, CliError> {
     match command {
         BenchCommand::Load(args) => load(args),
         BenchCommand::Serve(args) => serve::run(args),
+        BenchCommand::ServeBatch(args) => serve_batch::run(args),
         BenchCommand::Spawn(args) => spawn::run(args),
         BenchCommand::MeasureChild { argv } => baseline::measure_child(argv),
     }

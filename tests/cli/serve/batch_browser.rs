@@ -176,6 +176,9 @@ fn serve_browser_the_800px_layout_has_no_horizontal_scroll() {
         ] {
             driver.goto(&format!("{}/{page}", server.base)).await;
             driver.until(&format!("{table} without sideways scrolling"), &no_sideways.replace("TABLE", &format!("{table:?}"))).await;
+            driver
+                .screenshot(&std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-browser").join(format!("800px-{}.png", table.trim_start_matches(['#', '.']))))
+                .await;
         }
         // Folded by default at this width; it opens and folds again from the keyboard-reachable button.
         assert_eq!(driver.script("return getComputedStyle(document.getElementById('sidebar')).display").await, "none");
