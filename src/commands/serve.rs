@@ -24,9 +24,9 @@ browser's storage for this address and port (no cookie), so reloads and new tabs
 Scripts send `Authorization: Bearer <token>`.
 Workers run in detached holders: stopping the server (Ctrl-C, or even SIGKILL) stops no
 program; the next `delta serve` with the same --state-dir re-attaches to them.
-Agents: built-ins `shell` and `delta` (asks for a task, then `delta run -i` on the session
-folder as agent); add more in
-~/.config/delta/serve.yaml (see docs/serve.md).")]
+Agents: built-ins `shell` and `delta` (`delta run -i` on the session folder's agent, or on
+one it asks for; offline with DELTA_LLM_SCRIPT=FILE in the server's environment); add more in
+~/.config/delta/serve.yaml (see docs/serve.md). Runs & batches: #/runs on the page.")]
 pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free one. Other than loopback needs --token.
     #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
