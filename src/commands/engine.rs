@@ -342,6 +342,8 @@ pub fn run_one(
     config.reply_text_events = format == crate::output::Format::Text
         && verbosity != Verbosity::Quiet
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // ...and kept in io/reply.partial for `delta serve`'s run inspector.
+    config.partial_reply_file = true;
     let supervisor = Supervisor::start(config)?;
     let result = drive_single(&supervisor, request, verbosity, continue_flags)?;
     supervisor.shutdown();

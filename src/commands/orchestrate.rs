@@ -89,6 +89,10 @@ pub struct OrchestrateArgs {
     /// nodes (default: this host's address, any free port).
     #[arg(long, value_name = "ADDR")]
     pub relay_listen: Option<std::net::SocketAddr>,
+    /// Do not keep each run's streaming model reply in its io/reply.partial (which
+    /// `delta serve` shows growing); the batch then writes no file for it.
+    #[arg(long)]
+    pub no_live_reply: bool,
 }
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
@@ -189,6 +193,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let mut config = supervisor_config(arbiters, max_parallel);
     config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel);
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
+    config.partial_reply_file = !args.no_live_reply;
     // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
     let config = with_retry_override(config, &env.vars)?;
     let slurm_run = match slurm {

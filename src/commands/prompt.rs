@@ -13,7 +13,7 @@ pub struct TerminalPrompter;
 impl HumanPrompter for TerminalPrompter {
     fn ask(&self, prompt: &str, input_type: &str, sensitive: bool) -> Result<String, String> {
         eprintln!();
-        eprintln!("🔔 The agent asks: {prompt}");
+        eprintln!("? The agent asks: {prompt}");
         loop {
             let answer = match input_type {
                 "confirmation" => read_line("Please answer yes or no: ", false)?,

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use delta_actors::api::serve::{new_token, run as run_server, ServeOptions};
+use delta_actors::api::serve::{new_token, run as run_server, PathContext, ServeOptions};
 use delta_actors::session::pty::socket_dir::default_runtime_dir;
 
 use crate::error::CliError;
@@ -29,9 +29,9 @@ browser's storage for this address and port (no cookie), so reloads and new tabs
 Scripts send `Authorization: Bearer <token>`.
 Workers run in detached holders: stopping the server (Ctrl-C, or even SIGKILL) stops no
 program; the next `delta serve` with the same --state-dir re-attaches to them.
-Agents: built-ins `shell` and `delta` (asks for a task, then `delta run -i` on the session
-folder as agent); add more in
-~/.config/delta/serve.yaml (see docs/serve.md).
+Agents: built-ins `shell` and `delta` (`delta run -i` on the session folder's agent, or on
+one it asks for; offline with DELTA_LLM_SCRIPT=FILE in the server's environment); add more in
+~/.config/delta/serve.yaml (see docs/serve.md). Runs & batches: #/runs on the page.
 A fixed token comes from DELTA_SERVE_TOKEN or --token-file (yours, mode 0600, not a symbolic
 link), never from the command line: every local user can read a process's arguments, so
 `--token` is refused.")]
@@ -160,6 +160,12 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
         agents_config_explicit: explicit,
         workspaces,
         http_workers: 2,
+        paths: PathContext {
+            base_dir: std::env::current_dir()?,
+            home: std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(PathBuf::from),
+        },
     };
     run_server(options, move |ready| {
         crate::output::emit(&format!(

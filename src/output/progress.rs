@@ -50,7 +50,7 @@ impl<W: Write> EventPrinter<W> {
                 let shown = match &mut self.live {
                     Some((at, shown)) if at == iteration => shown,
                     _ => {
-                        let _ = write!(out, "💭 ");
+                        let _ = write!(out, "» ");
                         &mut self.live.insert((*iteration, String::new())).1
                     }
                 };
@@ -109,7 +109,7 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
             } else {
                 300
             };
-            format!("💭 {}", shorten(text, limit))
+            format!("» {}", shorten(text, limit))
         }
         RunEvent::ToolStarted {
             tool_name, summary, ..
@@ -213,6 +213,6 @@ mod tests {
             max_iterations: 5,
         });
         let shown = String::from_utf8(printer.out).unwrap();
-        assert_eq!(shown, "💭 Hello, world\n💭 half\n[iteration 3/5]\n");
+        assert_eq!(shown, "» Hello, world\n» half\n[iteration 3/5]\n");
     }
 }

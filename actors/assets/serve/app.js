@@ -1,5 +1,8 @@
-// delta serve page: sessions and workers (xterm.js over /ws/session/.../worker/...), the
-// dashboard feed (/ws/dashboard), and the runs & batches view. Plain JS, no build step.
+// delta serve page: the token, the REST and WebSocket helpers, the addresses (#/...), the
+// dashboard feed (/ws/dashboard), sessions and workers (xterm.js over
+// /ws/session/.../worker/...), the new-session form and the layout. The runs & batches pages
+// are batch.js (workspaces, orchestrations, batch timeline) and inspector.js (a run).
+// Plain JS, no build step.
 "use strict";
 
 const state = {
@@ -9,20 +12,34 @@ const state = {
   selectedSession: null,
   selectedWorker: null,
   view: "sessions",
-  timeline: null,
+  route: null,
 };
 
 const $ = (id) => document.getElementById(id);
 const el = (tag, attrs = {}, ...children) => {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
-    if (key === "onclick") node.onclick = value;
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "onclick" || key === "oninput" || key === "onchange" || key === "onkeydown" || key === "onsubmit") node[key] = value;
     else if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
+    else node.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children) node.append(child);
+  for (const child of children) if (child !== null && child !== undefined && child !== false) node.append(child);
   return node;
 };
+const SVG_NS = "http://www.w3.org/2000/svg";
+const svg = (tag, attrs = {}, ...children) => {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null) continue;
+    if (key === "onclick") node.onclick = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) if (child !== null && child !== undefined) node.append(child);
+  return node;
+};
+// A cell cut to its width shows its whole text as a tooltip.
+const cell = (text, attrs = {}) => el("td", Object.assign({ title: String(text ?? "") }, attrs), String(text ?? ""));
 
 // ---------- the token ----------
 // `delta serve` prints http://HOST/#token=…: a fragment is never sent to a server nor logged.
@@ -73,6 +90,10 @@ async function tokenRejected() {
   catch (e) { return false; }
 }
 
+class ApiError extends Error {
+  constructor(message, status, code) { super(message); this.status = status; this.code = code; }
+}
+
 async function api(method, path, body) {
   const options = { method, headers: authHeaders() };
   if (body !== undefined) {
@@ -84,7 +105,7 @@ async function api(method, path, body) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
   if (response.status === 401) showTokenProblem();
-  if (!response.ok) throw new Error((data && data.error) || response.statusText);
+  if (!response.ok) throw new ApiError((data && data.error) || response.statusText, response.status, data && data.code);
   return data;
 }
 
@@ -92,22 +113,64 @@ function wsUrl(path) {
   return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + path;
 }
 
-// ---------- routing: #/session/<sid>/worker/<wid> | #/runs ----------
+// ---------- addresses ----------
+// #/                                  sessions
+// #/session/<sid>[/worker/<wid>]      a session, a worker's terminal
+// #/runs                              every workspace's runs and orchestrations
+// #/runs/<ws>                         one workspace (<ws>: its path, URL-encoded)
+// #/runs/<ws>/o/<id>[/stage/<s>|/timeline][?status=&q=&sort=&order=&page=]   an orchestration
+// #/runs/<ws>/r/<run>[/call/<n>|/tool/<id>]                                 a run, a model or tool call
+// Every view is an address: reload, share or open it in a new tab (the token is in
+// localStorage); the back button goes back. Filters replace the address, pages push it.
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const cut = raw.indexOf("?");
+  const path = cut < 0 ? raw : raw.slice(0, cut);
+  const params = new URLSearchParams(cut < 0 ? "" : raw.slice(cut + 1));
+  const parts = path.split("/").filter(Boolean).map((p) => { try { return decodeURIComponent(p); } catch (e) { return p; } });
+  return { parts, params, hash: location.hash };
+}
+
+function href(parts, params) {
+  const path = "#/" + parts.map((p) => encodeURIComponent(p)).join("/");
+  const query = params ? new URLSearchParams(Object.entries(params).filter(([, v]) => v !== "" && v !== null && v !== undefined)).toString() : "";
+  return query ? path + "?" + query : path;
+}
+
+const scrollMemory = new Map();
+let lastPath = null;
+
 function route() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean);
-  if (parts[0] === "runs") {
+  const current = parseHash();
+  const path = current.hash.split("?")[0];
+  // A new page opens at its top; going back restores where it was.
+  if (lastPath !== null && lastPath !== path) scrollMemory.set(lastPath, $("workspace-view").scrollTop);
+  const changedPage = lastPath !== path;
+  lastPath = path;
+  state.route = current;
+  if (current.parts[0] === "runs") {
     state.view = "runs";
   } else {
     state.view = "sessions";
-    state.selectedSession = parts[0] === "session" ? parts[1] || null : state.selectedSession;
-    state.selectedWorker = parts[2] === "worker" ? parts[3] || null : null;
+    state.selectedSession = current.parts[0] === "session" ? current.parts[1] || null : state.selectedSession;
+    state.selectedWorker = current.parts[2] === "worker" ? current.parts[3] || null : null;
   }
   render();
+  if (state.view === "runs") {
+    runsPage(current, changedPage);
+    if (changedPage) $("workspace-view").scrollTop = scrollMemory.get(path) || 0;
+  }
 }
 
 function go(hash) {
   if (location.hash === hash) route();
   else location.hash = hash;
+}
+
+// Same page, other filters: the address changes without a new history entry.
+function replaceAddress(hash) {
+  history.replaceState(null, "", location.pathname + location.search + hash);
+  route();
 }
 
 // ---------- dashboard ----------
@@ -130,10 +193,12 @@ function connectDashboard() {
 function findSession(id) { return state.sessions.find((s) => s.id === id); }
 
 function applyDashboard(message) {
+  let workspacesChanged = false;
   switch (message.type) {
     case "sync":
       state.sessions = message.sessions;
       state.workspaces = message.workspaces;
+      workspacesChanged = true;
       break;
     case "session-created":
       state.sessions = state.sessions.filter((s) => s.id !== message.session.id).concat([message.session]);
@@ -156,37 +221,60 @@ function applyDashboard(message) {
     case "worker-activity": {
       const session = findSession(message.sessionId);
       const worker = session && session.workers.find((w) => w.id === message.workerId);
-      if (worker && message.type === "worker-exited") worker.exitCode = message.exitCode ?? -1;
-      if (worker && message.type === "worker-activity") worker.activity = message.state;
+      if (worker && message.type === "worker-exited") {
+        worker.exitCode = message.exitCode ?? -1;
+        worker.activity = "unknown"; // an exited program asks nothing
+      }
+      if (worker && message.type === "worker-activity" && worker.exitCode == null) worker.activity = message.state;
       break;
     }
     case "workspace":
       state.workspaces = state.workspaces.filter((w) => w.path !== message.workspace.path).concat([message.workspace]);
+      workspacesChanged = true;
       break;
   }
   render();
+  if (state.view === "runs" && workspacesChanged) runsDashboardChanged();
 }
 
 // ---------- sessions ----------
+function agentOf(id) { return state.agents.find((a) => a.id === id); }
+
+// A worker's state in a word: a program that exited 0 is done, not failed.
 function workerBadge(worker) {
-  if (worker.exitCode !== undefined && worker.exitCode !== null) return el("span", { class: "badge exited" }, "exited " + worker.exitCode);
+  if (worker.exitCode !== undefined && worker.exitCode !== null) {
+    return worker.exitCode === 0
+      ? el("span", { class: "badge done", title: "the program exited with code 0" }, "done")
+      : el("span", { class: "badge failed", title: "the program exited with code " + worker.exitCode }, "exited " + worker.exitCode);
+  }
   if (worker.type !== "agent") return el("span", { class: "badge" }, "terminal");
   return el("span", { class: "badge " + (worker.activity || "unknown") }, worker.activity || "unknown");
 }
+
+function baseName(path) { return String(path).replace(/\/+$/, "").split("/").pop() || path; }
+
+function workerHash(sessionId, workerId) { return "#/session/" + sessionId + "/worker/" + workerId; }
 
 function renderSessions() {
   const list = $("session-list");
   list.replaceChildren();
   for (const session of state.sessions) {
     const box = el("div", { class: "session" + (session.id === state.selectedSession ? " selected" : ""), "data-session": session.id },
-      el("div", { class: "session-title", onclick: () => go("#/session/" + session.id) }, session.locationPath),
-      el("div", { class: "session-meta" }, session.type + " · " + session.workers.length + " worker(s)"));
+      el("a", { class: "session-title", href: "#/session/" + session.id, title: session.locationPath }, baseName(session.locationPath)),
+      el("div", { class: "session-meta", title: session.locationPath }, session.workers.length + " worker(s) · " + session.locationPath));
     for (const worker of session.workers) {
-      box.append(el("div", { class: "worker-row", onclick: () => go("#/session/" + session.id + "/worker/" + worker.id) },
-        el("span", {}, worker.name), workerBadge(worker)));
+      box.append(el("a", { class: "worker-row", href: workerHash(session.id, worker.id), "data-worker": worker.id },
+        el("span", { title: worker.name }, worker.name), workerBadge(worker)));
     }
     list.append(box);
   }
+}
+
+// "Restart & continue" only where the agent has continue args to add.
+function canContinue(worker) {
+  if (worker.type !== "agent") return false;
+  const agent = agentOf(worker.agentId);
+  return !!(agent && agent.continueArgs && agent.continueArgs.length);
 }
 
 function renderSessionView() {
@@ -198,19 +286,22 @@ function renderSessionView() {
   $("empty-hint").hidden = !!session;
   if (!session) { detachTerminal(); return; }
   for (const worker of session.workers) {
-    tabs.append(el("div", { class: "tab" + (worker.id === state.selectedWorker ? " current" : ""),
-      onclick: () => go("#/session/" + session.id + "/worker/" + worker.id) }, worker.name, " ", workerBadge(worker)));
+    tabs.append(el("button", { class: "tab" + (worker.id === state.selectedWorker ? " current" : ""), role: "tab",
+      "aria-selected": worker.id === state.selectedWorker ? "true" : "false",
+      onclick: () => go(workerHash(session.id, worker.id)) }, worker.name, " ", workerBadge(worker)));
   }
   actions.append(el("button", { id: "add-terminal", onclick: () => addWorker(session.id, { type: "terminal" }) }, "+ Terminal"));
-  const agentSelect = el("select", { id: "add-agent-id" });
+  const agentSelect = el("select", { id: "add-agent-id", "aria-label": "Agent" });
   for (const agent of state.agents) agentSelect.append(el("option", { value: agent.id }, agent.name || agent.id));
   actions.append(agentSelect, el("button", { id: "add-agent", onclick: () => addWorker(session.id, { type: "agent", agentId: agentSelect.value }) }, "+ Agent"));
   const worker = session.workers.find((w) => w.id === state.selectedWorker);
   if (worker) {
-    actions.append(
-      el("button", { onclick: () => restartWorker(session.id, worker.id, false) }, "Restart"),
-      el("button", { onclick: () => restartWorker(session.id, worker.id, true) }, "Restart & continue"),
-      el("button", { onclick: () => deleteWorker(session.id, worker.id) }, "Delete worker"));
+    actions.append(el("button", { id: "restart-worker", onclick: () => restartWorker(session.id, worker.id, false) }, "Restart"));
+    if (canContinue(worker)) {
+      actions.append(el("button", { id: "restart-continue", title: "restart with: " + agentOf(worker.agentId).continueArgs.join(" "),
+        onclick: () => restartWorker(session.id, worker.id, true) }, "Restart & continue"));
+    }
+    actions.append(el("button", { onclick: () => deleteWorker(session.id, worker.id) }, "Delete worker"));
   }
   actions.append(el("button", { onclick: () => deleteSession(session.id) }, "Delete session"));
   if (worker) attachTerminal(session.id, worker.id);
@@ -222,7 +313,7 @@ async function addWorker(sessionId, request) {
     const { worker } = await api("POST", "/api/sessions/" + sessionId + "/workers", request);
     const session = findSession(sessionId);
     if (session && !session.workers.find((w) => w.id === worker.id)) session.workers.push(worker);
-    go("#/session/" + sessionId + "/worker/" + worker.id);
+    go(workerHash(sessionId, worker.id));
   } catch (e) { status(e.message); }
 }
 
@@ -243,19 +334,50 @@ async function deleteSession(sessionId) {
 
 function status(text) { $("terminal-status").textContent = text; }
 
+// ---------- new session ----------
+function formError(message, retry) {
+  const box = $("new-session-error");
+  box.replaceChildren(message);
+  if (retry) box.append(el("div", {}, el("button", { type: "button", id: "new-session-again", onclick: retry.run }, retry.label)));
+  box.hidden = !message;
+}
+
+async function createSession(allowDuplicate) {
+  const request = { type: "quick", locationPath: $("new-session-path").value.trim() };
+  const agent = $("new-session-agent").value;
+  if (agent) request.agentId = agent;
+  if (allowDuplicate) request.allowDuplicate = true;
+  formError("");
+  try {
+    const { session } = await api("POST", "/api/sessions", request);
+    if (!findSession(session.id)) state.sessions.push(session);
+    $("new-session-path").value = "";
+    const first = session.workers[0];
+    go("#/session/" + session.id + (first ? "/worker/" + first.id : ""));
+  } catch (e) {
+    // Said beside the form, not in a blocking alert; a folder already open is asked about.
+    if (e.code === "duplicate_folder") formError(e.message, { label: "Open another session on it", run: () => createSession(true) });
+    else formError(e.message);
+  }
+}
+
+$("new-session-form").onsubmit = (event) => { event.preventDefault(); createSession(false); };
+
 // ---------- terminal ----------
 const terminal = { term: null, fit: null, socket: null, key: null, epoch: null, next: 0, retry: 300, timer: null };
 
 function ensureTerm() {
   if (terminal.term) return;
+  // A monospace font first, then the emoji fonts systems have, for the emoji programs print.
   terminal.term = new Terminal({ convertEol: false, scrollback: 5000, fontSize: 13,
+    fontFamily: '"DejaVu Sans Mono", Menlo, Consolas, monospace, "Noto Color Emoji", "Apple Color Emoji", "Segoe UI Emoji"',
     theme: { background: "#000000" } });
   terminal.fit = new FitAddon.FitAddon();
   terminal.term.loadAddon(terminal.fit);
   terminal.term.open($("terminal"));
   terminal.term.onData((data) => send({ type: "input", data }));
   terminal.term.onResize(({ cols, rows }) => send({ type: "resize", cols, rows }));
-  window.addEventListener("resize", () => terminal.fit && terminal.fit.fit());
+  window.addEventListener("resize", () => terminal.fit && !$("terminal").hidden && terminal.fit.fit());
 }
 
 function send(message) {
@@ -306,7 +428,7 @@ function openSocket(sessionId, workerId) {
       terminal.term.write(message.data);
       terminal.next = message.end;
     } else if (message.type === "exit") {
-      status("the program exited (code " + message.exitCode + ")");
+      status(message.exitCode === 0 ? "the program finished (exit code 0)" : "the program exited (code " + message.exitCode + ")");
     } else if (message.type === "activity") {
       status("agent is " + message.state + " (" + message.source + ")");
     } else if (message.type === "error") {
@@ -324,96 +446,25 @@ function openSocket(sessionId, workerId) {
   };
 }
 
-// ---------- runs & batches ----------
-function fmtTokens(tokens) { return tokens ? (tokens.input_tokens + tokens.output_tokens).toLocaleString() : "0"; }
-function age(iso) {
-  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
-  if (seconds < 90) return Math.round(seconds) + "s";
-  if (seconds < 5400) return Math.round(seconds / 60) + "m";
-  if (seconds < 129600) return Math.round(seconds / 3600) + "h";
-  return Math.round(seconds / 86400) + "d";
+// ---------- layout ----------
+// The sidebar folds away (remembered per browser); on a narrow window it starts folded.
+const SIDEBAR_KEY = "delta-serve-sidebar";
+function setSidebar(shown) {
+  document.body.classList.toggle("sidebar-hidden", !shown);
+  $("toggle-sidebar").setAttribute("aria-expanded", shown ? "true" : "false");
+  if (terminal.fit && !$("terminal").hidden) terminal.fit.fit();
 }
-
-function renderRuns() {
-  const list = $("runs-list");
-  list.replaceChildren();
-  if (!state.workspaces.length) list.append(el("p", { class: "hint" }, "No workspace yet: start with `delta serve -w DIR`, or create a session."));
-  for (const workspace of state.workspaces) {
-    const section = el("div", { class: "workspace", "data-workspace": workspace.path }, el("h2", {}, workspace.path));
-    if (workspace.error) section.append(el("p", { class: "status-FAILED" }, workspace.error));
-    for (const orchestration of workspace.orchestrations) {
-      section.append(el("h3", {}, "Orchestration " + orchestration.id + " · ", el("span", { class: "status-" + orchestration.status }, orchestration.status), " · " + orchestration.plan));
-      const stages = el("div", { class: "stages" });
-      for (const stage of orchestration.stages) {
-        const done = stage.total ? Math.round(100 * (stage.completed + stage.failed) / stage.total) : 0;
-        const bar = el("div", { class: "bar" }, el("span", { style: "width:" + done + "%" }));
-        stages.append(el("div", { class: "stage", "data-stage": stage.id }, el("b", {}, stage.id), " ",
-          el("span", { class: "status-" + stage.status }, stage.status), el("div", {}, stage.completed + "/" + stage.total + " done, " + stage.failed + " failed"), bar));
-      }
-      section.append(stages);
-    }
-    if (workspace.runs.length) {
-      const table = el("table", {}, el("tr", {}, ...["Run", "Status", "Agent", "Iterations", "Tokens", "Age", "Task"].map((h) => el("th", {}, h))));
-      for (const run of workspace.runs) {
-        table.append(el("tr", { class: "clickable", onclick: () => openTimeline(workspace.path, run.runId) },
-          el("td", {}, run.runId), el("td", { class: "status-" + run.status }, run.status), el("td", {}, run.agent),
-          el("td", {}, String(run.iterations)), el("td", {}, fmtTokens(run.tokens)), el("td", {}, age(run.createdAt)), el("td", {}, run.task)));
-      }
-      section.append(table);
-    }
-    list.append(section);
-  }
-}
-
-async function openTimeline(workspace, runId) {
-  state.timeline = { workspace, runId, next: 0, entries: [], status: null };
-  $("timeline").hidden = false;
-  await pollTimeline();
-}
-
-async function pollTimeline() {
-  const current = state.timeline;
-  if (!current) return;
-  try {
-    const data = await api("GET", "/api/runs/" + encodeURIComponent(current.runId) + "/timeline?workspace=" +
-      encodeURIComponent(current.workspace) + "&from=" + current.next);
-    if (state.timeline !== current) return;
-    current.entries = current.entries.concat(data.entries);
-    current.next = data.next;
-    current.status = data.status;
-    renderTimeline();
-    if (current.status === "RUNNING") setTimeout(pollTimeline, 1000);
-  } catch (e) { $("timeline").textContent = e.message; }
-}
-
-function renderTimeline() {
-  const current = state.timeline;
-  const box = $("timeline");
-  box.replaceChildren(el("h2", {}, "Run " + current.runId + " · ", el("span", { class: "status-" + current.status }, current.status || "")),
-    el("button", { onclick: () => { state.timeline = null; box.hidden = true; } }, "Close"));
-  for (const entry of current.entries) {
-    box.append(el("div", { class: "entry " + entry.kind }, el("span", { class: "title" }, entry.title),
-      el("span", { class: "when" }, entry.timestamp), el("pre", {}, entry.text)));
-  }
-  if (current.status === "WAITING_FOR_INPUT") {
-    const answer = el("textarea", { id: "answer-text", rows: "3", cols: "60" });
-    const outcome = el("p", { id: "answer-outcome", class: "status-FAILED" });
-    box.append(el("h3", {}, "Answer the run"), answer, el("button", { id: "answer-send", onclick: async () => {
-      outcome.textContent = "";
-      try {
-        // The server hands the answer to `delta continue` on its stdin, never in its arguments.
-        const sent = await api("POST", "/api/runs/" + encodeURIComponent(current.runId) + "/answer", { workspace: current.workspace, message: answer.value });
-        current.status = sent.status || "RUNNING";
-        setTimeout(pollTimeline, 1000);
-      } catch (e) { outcome.textContent = e.message; }
-    } }, "Send (like delta continue)"), outcome);
-  }
-}
+$("toggle-sidebar").onclick = () => {
+  const shown = document.body.classList.contains("sidebar-hidden");
+  localStorage.setItem(SIDEBAR_KEY, shown ? "shown" : "hidden");
+  setSidebar(shown);
+  if (state.view === "runs") runsResized();
+};
 
 // ---------- render ----------
 // The tab's title says when an agent waits for an answer.
 function renderTitle() {
-  const asking = state.sessions.flatMap((s) => s.workers).filter((w) => w.activity === "asking").length;
+  const asking = state.sessions.flatMap((s) => s.workers).filter((w) => w.activity === "asking" && w.exitCode == null).length;
   document.title = asking ? "(" + asking + " asking) delta serve" : "delta serve";
 }
 
@@ -424,24 +475,11 @@ function render() {
   $("session-view").hidden = state.view !== "sessions";
   $("runs-view").hidden = state.view !== "runs";
   renderSessions();
-  if (state.view === "sessions") renderSessionView();
-  else { detachTerminal(); renderRuns(); }
+  if (state.view === "sessions") { runsLeave(); renderSessionView(); }
+  else detachTerminal();
 }
 
-$("new-session-form").onsubmit = async (event) => {
-  event.preventDefault();
-  const request = { type: "quick", locationPath: $("new-session-path").value.trim() };
-  const agent = $("new-session-agent").value;
-  if (agent) request.agentId = agent;
-  try {
-    const { session } = await api("POST", "/api/sessions", request);
-    if (!findSession(session.id)) state.sessions.push(session);
-    const first = session.workers[0];
-    go("#/session/" + session.id + (first ? "/worker/" + first.id : ""));
-  } catch (e) { status(e.message); alert(e.message); }
-};
-
-// Test and automation hook: the terminal's visible text.
+// Test and automation hooks: the terminal's visible text; the runs pages add theirs.
 window.deltaServe = {
   screenText() {
     if (!terminal.term) return "";
@@ -454,12 +492,15 @@ window.deltaServe = {
 
 (async function start() {
   takeTokenFromUrl();
+  const saved = localStorage.getItem(SIDEBAR_KEY);
+  setSidebar(saved ? saved === "shown" : window.innerWidth >= 1000);
   if (!token()) showTokenProblem();
   try {
     state.agents = await api("GET", "/api/agents");
     for (const agent of state.agents) $("new-session-agent").append(el("option", { value: agent.id }, agent.name || agent.id));
   } catch (e) { status(e.message); }
   window.addEventListener("hashchange", route);
+  window.addEventListener("resize", () => { if (state.view === "runs") runsResized(); });
   route();
   if (!tokenProblem) connectDashboard();
 })();

@@ -4,6 +4,7 @@
 //! this module.
 
 pub use crate::runtime::web::{run_server as run, ServeOptions, ServeReady};
+pub use crate::serve::session_path::PathContext;
 pub use crate::serve::ServeError;
 
 /// A fresh random bearer token for the server (when the user gives none).

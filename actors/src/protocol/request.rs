@@ -55,6 +55,12 @@ pub struct SupervisorConfig {
     /// a streamed reply as it arrives (default false: one event per chunk of every run is
     /// work nobody needs in a batch; `delta run` on a terminal turns it on).
     pub reply_text_events: bool,
+    /// Keep the text of a streamed reply, as it arrives, in the run's `io/reply.partial`
+    /// (rewritten at most every 250 ms, marked complete when the reply is whole) for a
+    /// separate process to watch: `delta serve`'s run inspector shows it growing. Only
+    /// replies that carry text write it (default false: `delta run` and `delta orchestrate`
+    /// turn it on; see [`crate::workspace::live_reply`]).
+    pub partial_reply_file: bool,
 }
 
 impl Default for SupervisorConfig {
@@ -78,6 +84,7 @@ impl Default for SupervisorConfig {
             event_capacity: 4096,
             tool_spawner: None,
             reply_text_events: false,
+            partial_reply_file: false,
         }
     }
 }

@@ -43,6 +43,7 @@ mod end;
 mod env;
 mod hooks;
 pub mod human;
+mod live_reply;
 mod model;
 mod recorder;
 mod redaction;

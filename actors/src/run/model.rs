@@ -17,7 +17,10 @@ use crate::llm::{
 };
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
+use crate::workspace::live_reply::partial_reply_path;
 use crate::workspace::{write_attempt_record, write_invocation_record};
+
+use super::live_reply::{FinishOnDrop, LiveReply};
 
 use super::state::{error_info, AuditKind, Halt, Run};
 
@@ -192,6 +195,10 @@ impl Run {
         // Serialized once: the same bytes are the HTTP body and the record's request.
         let wire = self.lp.model.wire_options(&request.model);
         let wire_body = self.serialize_for_wire(&request, &wire);
+        // The reply as it streams, for a separate process to watch (`io/reply.partial`);
+        // finished (marked complete) however this step ends.
+        let live = self.live_reply();
+        let _finish_live = live.clone().map(FinishOnDrop);
         let meta = RequestMeta {
             wire_body: wire_body
                 .as_ref()
@@ -206,12 +213,15 @@ impl Run {
                 .timeouts
                 .resolve(self.lp.config.llm_timeouts),
             wire,
-            on_text: self.reply_text_sink(),
+            on_text: self.reply_text_sink(live.clone()),
         };
         let events = self.events.clone();
         let run_id = self.lp.run_id.clone();
         let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel();
         let on_retry = Box::new(move |attempt: u32, error: &LlmError, delay: Duration| {
+            if let Some(live) = &live {
+                live.restart();
+            }
             let _ = events.send(RunEvent::ModelRetry {
                 run_id: run_id.clone(),
                 attempt,
@@ -353,10 +363,20 @@ impl Run {
             .map(|(raw, _reused)| WireBody(Arc::new(raw)))
     }
 
+    /// The live copy of this call's reply, when the supervisor keeps one
+    /// (`SupervisorConfig::partial_reply_file`).
+    fn live_reply(&self) -> Option<Arc<LiveReply>> {
+        self.lp
+            .config
+            .partial_reply_file
+            .then(|| LiveReply::new(partial_reply_path(&self.paths.run_dir), self.iteration))
+    }
+
     /// Where a streamed reply's text goes as it arrives: a `ReplyText` event, when the
-    /// supervisor was asked for them (`delta run` on a terminal).
-    fn reply_text_sink(&self) -> Option<TextSink> {
-        if !self.lp.config.reply_text_events {
+    /// supervisor was asked for them (`delta run` on a terminal), and the live copy `live`.
+    fn reply_text_sink(&self, live: Option<Arc<LiveReply>>) -> Option<TextSink> {
+        let send_events = self.lp.config.reply_text_events;
+        if !send_events && live.is_none() {
             return None;
         }
         let events = self.events.clone();
@@ -384,6 +404,12 @@ impl Run {
                 }
             };
             if content.is_empty() && reasoning.is_empty() {
+                return;
+            }
+            if let Some(live) = &live {
+                live.push(&content, &reasoning);
+            }
+            if !send_events {
                 return;
             }
             let _ = events.send(RunEvent::ReplyText {

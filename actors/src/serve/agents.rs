@@ -1,8 +1,10 @@
 //! Agent definitions: what an `agent` worker runs (`command`, with `{delta}` and `{location}`
 //! placeholders), what it adds to continue a conversation (`continue_args`), and the patterns
 //! that mean it is asking the user something (matched against the rendered bottom rows of its
-//! screen). Built-ins: `shell` (a plain bash) and `delta` (asks for a task, then `delta run -i`
-//! on the session's folder as agent); more come from `serve.yaml`. Parsing and validation only.
+//! screen). Built-ins: `shell` (a plain bash) and `delta` (`delta run -i` on the session's
+//! folder when it holds an agent, else on an agent folder it asks for, with the session folder
+//! as workspace; then asks for the task); more come from `serve.yaml`. Parsing and validation
+//! only.
 
 use std::path::{Path, PathBuf};
 
@@ -50,8 +52,20 @@ struct ConfigFile {
     agents: Vec<AgentDefinition>,
 }
 
-const DELTA_AGENT_SCRIPT: &str =
-    r#"read -r -p "Task: " task && exec "$0" run -i -y --agent "$1" -m "$task""#;
+/// The built-in `delta` agent: runs the session folder when it holds an agent (its runs go
+/// to the agent's `workspaces/W001`...); otherwise asks which agent folder to run (agents
+/// found below are listed) and runs it with the session folder as workspace (`-w`). Either
+/// way the runs are in a folder the runs view scans. Then asks for the task.
+const DELTA_AGENT_SCRIPT: &str = r#"delta="$0"; folder="$1"
+if [ -f "$folder/agent.yaml" ]; then
+  agent="$folder"; set --
+else
+  echo "This folder holds no agent (no agent.yaml). Agents below it:"
+  find "$folder" -mindepth 2 -maxdepth 3 -name agent.yaml -printf '  %h\n' 2>/dev/null | sort | head -20
+  read -r -e -p "Agent folder to run: " agent || exit 1
+  set -- -w "$folder"
+fi
+read -r -p "Task: " task && exec "$delta" run -i -y --agent "$agent" "$@" -m "$task""#;
 
 fn builtins() -> Vec<AgentDefinition> {
     vec![
@@ -65,8 +79,8 @@ fn builtins() -> Vec<AgentDefinition> {
         AgentDefinition {
             id: "delta".into(),
             name: "delta run -i".into(),
-            // Asks for the task, then runs the session folder as the agent. The paths are
-            // positional arguments, never spliced into the script.
+            // The session folder's agent, or asks which; then asks for the task. The paths
+            // are positional arguments, never spliced into the script.
             command: vec![
                 "bash".into(),
                 "-c".into(),
@@ -75,7 +89,11 @@ fn builtins() -> Vec<AgentDefinition> {
                 "{location}".into(),
             ],
             continue_args: vec![],
-            asking_patterns: vec![r"Task: *$".into(), r"\?\s*$".into()],
+            asking_patterns: vec![
+                r"Task: *$".into(),
+                r"Agent folder to run: *$".into(),
+                r"\?\s*$".into(),
+            ],
         },
     ]
 }

@@ -50,8 +50,33 @@ pub enum ServeError {
     #[error("unknown agent `{0}`; list the agents with GET /api/agents or add it to serve.yaml")]
     UnknownAgent(String),
     /// A session's folder does not exist.
-    #[error("folder {} does not exist (locationPath must be an existing folder)", .0.display())]
+    #[error("folder {} does not exist (locationPath must be an existing folder: an absolute path, `~/...`, or a path relative to the folder delta serve was started in)", .0.display())]
     NoSuchFolder(PathBuf),
+    /// A session's folder given as a path the server cannot place (empty, `~user`, `~`
+    /// without a home folder).
+    #[error("locationPath `{given}`: {reason}")]
+    BadLocation {
+        /// The path as given.
+        given: String,
+        /// Why, and what to give instead.
+        reason: String,
+    },
+    /// A session on this folder exists already; the request did not say `allowDuplicate`.
+    #[error("a session on {} exists already (session `{session}`): open it from the list, or ask again with allowDuplicate: true to open a second one", .path.display())]
+    DuplicateFolder {
+        /// The folder.
+        path: PathBuf,
+        /// The session already on it.
+        session: String,
+    },
+    /// "Restart & continue" asked of a worker whose agent has no continue args.
+    #[error("worker `{worker}` runs {what}, which has no continue args (continue_args in serve.yaml): restart it without continueConversation")]
+    NoContinueArgs {
+        /// The worker's id.
+        worker: String,
+        /// `agent <id>` or `a terminal`.
+        what: String,
+    },
     /// A request carried more than a limit allows.
     #[error("{what} is {size} bytes, more than the limit of {limit}")]
     TooLarge {
@@ -133,12 +158,16 @@ impl ServeError {
             ServeError::InvalidId { .. }
             | ServeError::BadRequest(_)
             | ServeError::UnknownAgent(_)
-            | ServeError::NoSuchFolder(_) => ErrorClass::BadRequest,
+            | ServeError::NoSuchFolder(_)
+            | ServeError::BadLocation { .. }
+            | ServeError::NoContinueArgs { .. } => ErrorClass::BadRequest,
             ServeError::SessionNotFound(_) | ServeError::WorkerNotFound { .. } => {
                 ErrorClass::NotFound
             }
             ServeError::TooLarge { .. } => ErrorClass::TooLarge,
-            ServeError::Conflict(_) | ServeError::StateInUse { .. } => ErrorClass::Conflict,
+            ServeError::Conflict(_)
+            | ServeError::StateInUse { .. }
+            | ServeError::DuplicateFolder { .. } => ErrorClass::Conflict,
             ServeError::Config { .. } | ServeError::Io { .. } | ServeError::Worker(_) => {
                 ErrorClass::Internal
             }
@@ -154,6 +183,9 @@ impl ServeError {
             ServeError::WorkerNotFound { .. } => "worker_not_found",
             ServeError::UnknownAgent(_) => "unknown_agent",
             ServeError::NoSuchFolder(_) => "no_such_folder",
+            ServeError::BadLocation { .. } => "bad_location",
+            ServeError::DuplicateFolder { .. } => "duplicate_folder",
+            ServeError::NoContinueArgs { .. } => "no_continue_args",
             ServeError::TooLarge { .. } => "too_large",
             ServeError::Conflict(_) => "conflict",
             ServeError::Config { .. } => "config",

@@ -205,6 +205,9 @@ pub struct CreateSessionRequest {
     pub agent_id: Option<String>,
     #[serde(default)]
     pub continue_conversation: bool,
+    /// Open a session on a folder that has one already (otherwise refused, 409).
+    #[serde(default)]
+    pub allow_duplicate: bool,
 }
 
 /// `POST /api/sessions/:id/workers`.

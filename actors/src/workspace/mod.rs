@@ -10,6 +10,7 @@
 
 mod agent_workspaces;
 mod audit;
+pub mod live_reply;
 mod recovery;
 mod runs;
 

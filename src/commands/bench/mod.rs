@@ -13,9 +13,11 @@ pub mod measure;
 pub mod plot;
 pub mod report;
 pub mod serve;
+pub mod serve_batch;
 pub mod serve_client;
 pub mod server_thread;
 pub mod spawn;
+pub mod webdriver_client;
 pub mod workload;
 
 use std::path::PathBuf;
@@ -41,6 +43,9 @@ pub enum BenchCommand {
     Load(LoadArgs),
     /// `delta serve` under load: workers printing to many WebSocket viewers, echo latency
     Serve(serve::ServeBenchArgs),
+    /// `delta serve` watching a big orchestration: its page's first paint in Chromium, list
+    /// request latency, memory
+    ServeBatch(serve_batch::ServeBatchArgs),
     /// CPU per tool start: from a small process, from one holding many descriptors, and
     /// through the tool spawner
     Spawn(spawn::SpawnArgs),
@@ -115,6 +120,10 @@ pub struct LoadArgs {
     /// process, to compare; see docs/tool-spawner.md).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub tool_spawner: OnOff,
+    /// Keep each streamed reply with text in the run's io/reply.partial, as `delta
+    /// orchestrate` does (`off`: as with its --no-live-reply).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub live_reply: OnOff,
     /// Talk to the model over HTTP/2 (`off`: HTTP/1.1, one connection per call in flight).
     /// The built-in scripted model speaks both; an --endpoint must speak HTTP/2 without TLS
     /// for `on` with an http:// URL (see `llm.http2` in the README).
@@ -170,6 +179,7 @@ pub fn run(command: &BenchCommand) -> Result<i32, CliError> {
     match command {
         BenchCommand::Load(args) => load(args),
         BenchCommand::Serve(args) => serve::run(args),
+        BenchCommand::ServeBatch(args) => serve_batch::run(args),
         BenchCommand::Spawn(args) => spawn::run(args),
         BenchCommand::MeasureChild { argv } => baseline::measure_child(argv),
     }
@@ -370,6 +380,7 @@ async fn measure_point(
     if args.tool_spawner == OnOff::Off {
         config.tool_spawner = None;
     }
+    config.partial_reply_file = args.live_reply == OnOff::On;
     let supervisor = Supervisor::start(config)?;
     let fds_before = measure::open_fds();
     let sampler = measure::Sampler::start();

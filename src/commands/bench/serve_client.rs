@@ -27,6 +27,11 @@ pub struct ServeChild {
 
 impl ServeChild {
     pub fn start(dir: &Path) -> Result<ServeChild, String> {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`ServeChild::start`] with more arguments (e.g. `-w DIR`).
+    pub fn start_with(dir: &Path, extra: &[&std::ffi::OsStr]) -> Result<ServeChild, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot locate delta: {e}"))?;
         // To a file, not a pipe: a pipe nobody reads would stall the server once full.
         let stderr_path = dir.join("serve.stderr");
@@ -37,6 +42,7 @@ impl ServeChild {
             .arg(dir.join("state"))
             .arg("--config")
             .arg(dir.join("serve.yaml"))
+            .args(extra)
             .env("XDG_RUNTIME_DIR", dir.join("rt"))
             .env_remove("DELTA_SERVE_TOKEN")
             .stdin(Stdio::null())

@@ -379,7 +379,9 @@ fn serve_the_number_of_sessions_is_bounded() {
     let root = Root::new();
     let server = Server::start(&root);
     runtime().block_on(async {
-        let request = json!({"type": "quick", "locationPath": root.workspace()});
+        // The same folder each time, which must then be said to be meant.
+        let request =
+            json!({"type": "quick", "locationPath": root.workspace(), "allowDuplicate": true});
         for _ in 0..256 {
             let (status, body) = server.post("/api/sessions", request.clone()).await;
             assert_eq!(status, 201, "{body}");

@@ -47,7 +47,7 @@ pub fn finished_example_orchestration(workspace: &std::path::Path) {
 
 /// Chromium and chromedriver, or `None` after saying SKIPPED when DELTA_SKIP_BROWSER=1 says
 /// to skip knowingly (without it a missing browser fails the test).
-fn browser_or_skip(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+pub(super) fn browser_or_skip(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     let found = browser();
     if found.is_none() {
         eprintln!("\n!!!!!!!!!! SKIPPED {test}: chromium or chromedriver is not installed (apt-get install chromium chromium-driver) !!!!!!!!!!\n");
@@ -61,7 +61,7 @@ fn browser_or_skip(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf
 }
 
 /// The page opened with the printed URL has taken the token out of the address bar and is live.
-const OPENED: &str =
+pub(super) const OPENED: &str =
     "return location.hash === '' && document.getElementById('connection').textContent === 'live'";
 
 #[test]
@@ -94,18 +94,19 @@ fn serve_browser_terminal_reload_and_runs_view() {
         driver.screenshot(&shot.join("terminal.png")).await;
 
         driver.goto(&format!("{}/#/runs", server.base)).await;
+        driver.click("[data-orchestration] a").await;
         driver.until(
             "the example orchestration's stages",
-            "const stages = [...document.querySelectorAll('[data-stage]')].map(s => s.dataset.stage + ':' + s.textContent);\
-             return stages.some(s => s.startsWith('map:') && s.includes('COMPLETED')) && stages.some(s => s.startsWith('reduce:') && s.includes('COMPLETED'));",
+            "const stages = [...document.querySelectorAll('#stage-graph [data-stage]')].map(s => s.dataset.stage + ':' + s.dataset.status);\
+             return stages.includes('map:COMPLETED') && stages.includes('reduce:COMPLETED');",
         )
         .await;
         driver.screenshot(&shot.join("runs.png")).await;
-        driver.click("tr.clickable").await;
+        driver.click("#batch-runs-table tr.clickable a").await;
         driver.until(
             "a run's timeline",
-            "const entries = [...document.querySelectorAll('#timeline .entry')].map(e => e.className + ':' + e.textContent);\
-             return entries.some(e => e.includes('start') && e.includes('Run started')) && entries.some(e => e.includes('end') && e.includes('COMPLETED'));",
+            "const entries = [...document.querySelectorAll('#run-entries .entry')].map(e => e.dataset.kind + ':' + e.textContent);\
+             return entries.some(e => e.startsWith('start:') && e.includes('Run started')) && entries.some(e => e.startsWith('end:') && e.includes('Completed'));",
         )
         .await;
         driver.screenshot(&shot.join("timeline.png")).await;

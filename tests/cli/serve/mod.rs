@@ -4,9 +4,13 @@
 //! leaks nothing). The tests are in the files beside this one.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+mod agent_workers;
 mod api;
+mod batch;
+mod batch_browser;
 mod browser;
 mod lifecycle;
+mod new_session;
 mod runs;
 mod security;
 mod streams;
@@ -143,7 +147,13 @@ impl Server {
 
     /// Also passes `env` (e.g. the scripted model's endpoint for `delta continue` children).
     pub fn start_env(root: &Root, extra: &[&str], env: &[(String, String)]) -> Server {
+        Self::start_in(root, extra, env, Path::new(env!("CARGO_MANIFEST_DIR")))
+    }
+
+    /// [`Server::start_env`] started in the folder `cwd`.
+    pub fn start_in(root: &Root, extra: &[&str], env: &[(String, String)], cwd: &Path) -> Server {
         let mut child = std::process::Command::new(delta_exe())
+            .current_dir(cwd)
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(root.state())
             .arg("--config")

@@ -1,7 +1,7 @@
 //! A small W3C WebDriver client over reqwest (WebDriver is plain HTTP + JSON), driving
 //! Debian's `chromium` through `chromedriver` for the browser test. Only what the test uses:
-//! open a session, navigate, find, click, type, run a script, refresh, tabs, cookies,
-//! screenshot.
+//! open a session, navigate, find, click, type, run a script, refresh, back, window size,
+//! tabs, cookies, screenshot.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -126,6 +126,21 @@ impl Driver {
         self.call("POST", &self.path("/refresh"), None).await;
     }
 
+    /// The browser's back button.
+    pub async fn back(&self) {
+        self.call("POST", &self.path("/back"), None).await;
+    }
+
+    /// Resizes the window (outer size, in CSS pixels).
+    pub async fn window_size(&self, width: u32, height: u32) {
+        self.call(
+            "POST",
+            &self.path("/window/rect"),
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
+    }
+
     /// Opens a new tab and returns its window handle (the current tab stays current).
     pub async fn new_tab(&self) -> String {
         let answer = self
@@ -205,10 +220,16 @@ impl Driver {
     pub async fn until(&self, what: &str, script: &str) {
         let deadline = tokio::time::Instant::now() + LIMIT;
         while self.script(script).await != json!(true) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what} did not happen within {LIMIT:?}"
-            );
+            if tokio::time::Instant::now() >= deadline {
+                // What the page showed, to tell why.
+                let page = self
+                    .script("return location.hash + '\\n' + document.body.innerText.slice(0, 3000)")
+                    .await;
+                panic!(
+                    "{what} did not happen within {LIMIT:?}; the page showed: {}",
+                    page.as_str().unwrap_or_default()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

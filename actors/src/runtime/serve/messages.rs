@@ -86,11 +86,22 @@ impl Handler<CreateSession> for ServeManager {
                 "this server already has {MAX_SESSIONS} sessions; delete some first"
             ))));
         }
-        let location = request.location_path.clone();
-        if !location.is_absolute() || !location.is_dir() {
+        let location = match self.config.paths.resolve(&request.location_path) {
+            Ok(location) => location,
+            Err(e) => return ready(Err(e)),
+        };
+        if !location.is_dir() {
             return ready(Err(ServeError::NoSuchFolder(location)));
         }
         let location = std::fs::canonicalize(&location).unwrap_or(location);
+        if let Some(other) = self.sessions.iter().find(|s| s.location_path == location) {
+            if !request.allow_duplicate {
+                return ready(Err(ServeError::DuplicateFolder {
+                    path: location,
+                    session: other.id.clone(),
+                }));
+            }
+        }
         if let Err(e) = request.kind.check() {
             return ready(Err(e));
         }
@@ -185,7 +196,9 @@ impl Handler<RestartSession> for ServeManager {
             .map(|w| RestartWorker {
                 session_id: session.id.clone(),
                 worker_id: w.id.clone(),
-                continue_conversation: message.continue_conversation,
+                // Only agents with continue args have a conversation to continue.
+                continue_conversation: message.continue_conversation
+                    && self.continue_args(w).is_some(),
             })
             .collect();
         let session_id = session.id.clone();
@@ -416,6 +429,15 @@ impl ServeManager {
             Ok(found) => found,
             Err(e) => return ready(Err(e)),
         };
+        let continue_args = self.continue_args(&worker);
+        if continuing && continue_args.is_none() {
+            return ready(Err(ServeError::NoContinueArgs {
+                worker: worker.id.clone(),
+                what: worker
+                    .agent_id()
+                    .map_or("a terminal".to_string(), |a| format!("agent `{a}`")),
+            }));
+        }
         let argv = match self.argv(&worker, &location, continuing) {
             Ok(argv) => argv,
             Err(e) => return ready(Err(e)),
@@ -426,12 +448,11 @@ impl ServeManager {
         let old = self
             .actors
             .remove(&(session_id.to_string(), worker_id.to_string()));
-        let why = if continuing {
-            "restarted with its continue args"
-        } else {
-            "restarted"
+        let why = match (continuing, continue_args) {
+            (true, Some(args)) => format!("restarted with its continue args ({args})"),
+            _ => "restarted".to_string(),
         };
-        let seam_text = seam(worker.epoch + 1, why);
+        let seam_text = seam(worker.epoch + 1, &why);
         let history = async move {
             let mut prelude = match &old {
                 Some(addr) => addr.send(History).await.unwrap_or_default(),

@@ -45,6 +45,8 @@ pub struct ManagerConfig {
     pub agents: AgentCatalog,
     /// The `delta` executable, for the `{delta}` placeholder of agent commands.
     pub delta_exe: PathBuf,
+    /// Where a new session's relative or `~` folder is taken from.
+    pub paths: crate::serve::session_path::PathContext,
 }
 
 pub struct ServeManager {
@@ -157,6 +159,13 @@ impl ServeManager {
     }
 
     /// The argv of `worker` in `location`.
+    /// The continue args of the worker's agent, as one line (`None`: a terminal, or an agent
+    /// without any: nothing to continue).
+    fn continue_args(&self, worker: &Worker) -> Option<String> {
+        let agent = self.config.agents.get(worker.agent_id()?)?;
+        (!agent.continue_args.is_empty()).then(|| agent.continue_args.join(" "))
+    }
+
     fn argv(
         &self,
         worker: &Worker,
@@ -330,6 +339,7 @@ impl ServeManager {
             HolderState::Exited { exit_code, log } => {
                 if let Some(w) = self.worker_mut(session_id, worker_id) {
                     w.exit_code = Some(exit_code.unwrap_or(-1));
+                    w.activity = Default::default();
                 }
                 self.spawn_actor(
                     session_id,
@@ -377,10 +387,11 @@ impl ServeManager {
             .as_ref()
             .and_then(|h| holder_log(&self.config.pty, h));
         let mut prelude = previous_output(log.as_deref(), SNAPSHOT_LOG_BYTES as u64);
-        prelude.push_str(&seam(
-            worker.epoch + 1,
-            "its process was gone; revived with its continue args",
-        ));
+        let why = match self.continue_args(&worker) {
+            Some(args) => format!("its process was gone; revived with its continue args ({args})"),
+            None => "its process was gone; started again".to_string(),
+        };
+        prelude.push_str(&seam(worker.epoch + 1, &why));
         let plan = Launch {
             session_id: session_id.to_string(),
             replace: worker.holder.clone(),
@@ -434,6 +445,8 @@ impl Handler<WorkerNotice> for ServeManager {
             return;
         }
         match kind {
+            // An exited program asks nothing: a late judgement of its last screen is dropped.
+            WorkerNoticeKind::Activity { .. } if worker.exit_code.is_some() => {}
             WorkerNoticeKind::Activity { state, source } => {
                 worker.activity = state;
                 self.publish(DashboardEvent::WorkerActivity {
@@ -445,6 +458,8 @@ impl Handler<WorkerNotice> for ServeManager {
             }
             WorkerNoticeKind::Exited { exit_code } => {
                 worker.exit_code = Some(exit_code.unwrap_or(-1));
+                // Regression (issue 27): an exited worker went on reporting `asking`.
+                worker.activity = Default::default();
                 self.persist();
                 self.publish(DashboardEvent::WorkerExited {
                     session_id,

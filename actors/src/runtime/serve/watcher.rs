@@ -1,5 +1,6 @@
 //! `RunsWatcher`: keeps the views of the workspaces `delta serve` shows (the `-w` folders and
-//! every session's folder), scanned once a second, and publishes a `workspace` dashboard
+//! every session's folder, each with its `workspaces/W001`... that hold runs), scanned once a
+//! second, and publishes a `workspace` dashboard
 //! event when a view changed. Keeps the last views for a new dashboard's full sync.
 //!
 //! Each workspace keeps its [`WorkspaceScan`] (which re-reads only what changed) and is
@@ -21,6 +22,7 @@ use super::messages::ListSessions;
 use super::ServeManager;
 use crate::blocking::run_detached;
 use crate::serve::runs_view::WorkspaceView;
+use crate::serve::session_workspaces::with_agent_workspaces;
 use crate::serve::workspace_scan::WorkspaceScan;
 
 const POLL: Duration = Duration::from_secs(1);
@@ -118,6 +120,10 @@ impl RunsWatcher {
                     }
                 }
             }
+            // An agent folder's runs are in its workspaces/W001...: listed without -w.
+            let mut paths = tokio::task::spawn_blocking(move || with_agent_workspaces(paths))
+                .await
+                .unwrap_or_default();
             paths.truncate(MAX_WORKSPACES);
             paths
         };

@@ -1,5 +1,5 @@
 //! The page, embedded in the binary (`include_bytes!`), so `delta serve` needs nothing else
-//! at run time: `/` is `index.html`, `/assets/...` the script, style and the vendored
+//! at run time: `/` is `index.html`, `/assets/...` the scripts, style and the vendored
 //! xterm.js files (see `scripts/update-xterm.sh`).
 
 use actix_web::http::header;
@@ -12,6 +12,16 @@ const FILES: &[(&str, &str, &[u8])] = &[
         "app.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../assets/serve/app.js"),
+    ),
+    (
+        "batch.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/serve/batch.js"),
+    ),
+    (
+        "inspector.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../assets/serve/inspector.js"),
     ),
     (
         "app.css",

@@ -10,12 +10,14 @@
 //! | `GET/POST /api/sessions`, `GET/DELETE /api/sessions/{id}`, `POST /api/sessions/{id}/restart` | sessions |
 //! | `GET/POST /api/sessions/{id}/workers`, `DELETE .../workers/{wid}`, `POST .../workers/{wid}/restart`, `POST .../workers/{wid}/input` | workers |
 //! | `GET /api/agents`, `GET /api/workspaces`, `GET /api/runs/{run}/timeline`, `POST /api/runs/{run}/answer` | agents, runs |
+//! | `GET /api/orchestrations/{id}[/runs\|/timeline\|/phases]`, `GET /api/runs/{run}/trace\|calls/{n}\|tools/{id}` | the batch view and the run inspector ([`inspect`]) |
 //! | `GET /ws/session/{sid}/worker/{wid}`, `GET /ws/dashboard` | WebSockets |
 
 pub mod answer;
 pub mod assets;
 pub mod auth;
 pub mod dashboard;
+pub mod inspect;
 pub mod rest;
 pub mod runs;
 pub mod ws;
@@ -75,6 +77,9 @@ pub struct ServeOptions {
     pub agents_config_explicit: bool,
     /// Workspaces shown in the runs view besides the sessions' folders.
     pub workspaces: Vec<PathBuf>,
+    /// The folders a new session's relative (the server's folder) or `~` (the user's home)
+    /// `locationPath` is taken from.
+    pub paths: crate::serve::session_path::PathContext,
     /// HTTP worker threads.
     pub http_workers: usize,
 }
@@ -96,6 +101,8 @@ pub struct WebState {
     pub agents: AgentCatalog,
     pub delta_exe: PathBuf,
     pub images_dir: PathBuf,
+    /// The orchestrations the batch view indexed.
+    pub batches: Arc<crate::serve::batch_view::BatchCache>,
 }
 
 /// Runs the server until it is stopped (Ctrl-C / SIGTERM). Holders and their programs are
@@ -131,6 +138,7 @@ pub fn run_server(
             pty,
             agents: agents.clone(),
             delta_exe: options.delta_exe.clone(),
+            paths: options.paths.clone(),
         };
         let manager_actor = ServeManager::new(config, loaded.sessions, arbiters.clone());
         let events = manager_actor.events();
@@ -142,6 +150,7 @@ pub fn run_server(
             agents,
             delta_exe: options.delta_exe.clone(),
             images_dir: options.state_dir.join("images"),
+            batches: inspect::batch_cache(),
         });
         let token: Arc<str> = Arc::from(options.token.as_str());
         let server = HttpServer::new(move || app(state.clone(), token.clone()))
@@ -264,6 +273,13 @@ fn app(
         .route("/api/workspaces", web::get().to(runs::workspaces))
         .route("/api/runs/{run_id}/timeline", web::get().to(runs::run_timeline))
         .route("/api/runs/{run_id}/answer", web::post().to(answer::answer_run))
+        .route("/api/runs/{run_id}/trace", web::get().to(inspect::trace))
+        .route("/api/runs/{run_id}/calls/{iteration}", web::get().to(inspect::model_call))
+        .route("/api/runs/{run_id}/tools/{action_id}", web::get().to(inspect::tool_call))
+        .route("/api/orchestrations/{id}", web::get().to(inspect::orchestration))
+        .route("/api/orchestrations/{id}/runs", web::get().to(inspect::orchestration_runs))
+        .route("/api/orchestrations/{id}/timeline", web::get().to(inspect::orchestration_timeline))
+        .route("/api/orchestrations/{id}/phases", web::get().to(inspect::orchestration_phases))
         .route("/api/sessions", web::get().to(rest::list_sessions))
         .route("/api/sessions", web::post().to(rest::create_session))
         .route("/api/sessions/{id}", web::get().to(rest::get_session))

@@ -163,6 +163,9 @@ impl WorkerActor {
 
     fn finish(&mut self, exit_code: Option<i32>) {
         self.exited = Some(exit_code);
+        // An exited program is neither active nor asking: detection stops here.
+        self.activity = None;
+        self.last_activity = None;
         let frame = self.exit_frame(exit_code);
         self.viewers.broadcast(&frame);
         self.viewers.close_all(CLOSE_STOPPED, "the program exited");

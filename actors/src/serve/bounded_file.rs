@@ -1,0 +1,220 @@
+//! Bounded reads of the files of a run or an orchestration for the page's batch view and run
+//! inspector: journals, metadata, io/ records and tool outputs, which agents' tools can
+//! replace (they run as the same user, in the workspace). Each file is opened
+//! `O_NONBLOCK | O_NOFOLLOW` (a FIFO without a writer would block the open forever, a link
+//! could point at `/dev/zero` or outside the run), must be a regular file (`fstat`), and is
+//! read up to a cap: whole when small enough, else refused, or (for outputs) its head and
+//! tail only.
+//!
+//! A private helper of `serve`'s views until the engine-wide bounded reader lands; its
+//! callers only need [`read_capped`], [`read_from`] and [`read_head_tail`].
+//!
+//! Must not: write, create or follow anything; know any file's format.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Why a file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The file does not exist.
+    #[error("it does not exist")]
+    Missing,
+    /// A symbolic link where delta keeps a file of its own.
+    #[error("it is a symbolic link, which delta does not follow here (something other than delta put it there)")]
+    Symlink,
+    /// A FIFO, a device, a socket or a folder.
+    #[error("it is a {0}, not a regular file (something other than delta put it there)")]
+    NotRegular(&'static str),
+    /// Larger than the cap of its kind.
+    #[error("it is {size} bytes, more than the {cap} bytes read of such a file")]
+    TooLarge {
+        /// Its size.
+        size: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// Any other failure of the system.
+    #[error("{0}")]
+    Io(io::Error),
+}
+
+impl FileError {
+    /// The file is not there (yet): not an error for a file that comes later.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, FileError::Missing)
+    }
+}
+
+/// Opens a regular file without following a link and without blocking on a FIFO; returns it
+/// with its size.
+pub fn open_regular(path: &Path) -> Result<(File, u64), FileError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => FileError::Missing,
+            _ if e.raw_os_error() == Some(libc::ELOOP) => FileError::Symlink,
+            _ => FileError::Io(e),
+        })?;
+    let meta = file.metadata().map_err(FileError::Io)?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "folder"
+        } else if kind.is_fifo() {
+            "FIFO (named pipe)"
+        } else if kind.is_socket() {
+            "socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "device"
+        } else {
+            "special file"
+        };
+        return Err(FileError::NotRegular(what));
+    }
+    Ok((file, meta.len()))
+}
+
+/// The whole file, when it is at most `cap` bytes (re-checked while reading: it may grow).
+pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, FileError> {
+    let (file, size) = open_regular(path)?;
+    if size > cap {
+        return Err(FileError::TooLarge { size, cap });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(FileError::Io)?;
+    if bytes.len() as u64 > cap {
+        return Err(FileError::TooLarge {
+            size: bytes.len() as u64,
+            cap,
+        });
+    }
+    Ok(bytes)
+}
+
+/// What [`read_from`] read: the bytes from `offset`, and the file's size when opened.
+#[derive(Debug, Default)]
+pub struct Tail {
+    /// At most the cap, from the offset asked for.
+    pub bytes: Vec<u8>,
+    /// The file's size when it was opened.
+    pub size: u64,
+}
+
+/// At most `cap` bytes from `offset` on (for a journal read in steps).
+pub fn read_from(path: &Path, offset: u64, cap: u64) -> Result<Tail, FileError> {
+    let (mut file, size) = open_regular(path)?;
+    if offset >= size {
+        return Ok(Tail {
+            bytes: Vec::new(),
+            size,
+        });
+    }
+    file.seek(SeekFrom::Start(offset)).map_err(FileError::Io)?;
+    let mut bytes = Vec::with_capacity((size - offset).min(cap) as usize);
+    file.take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(FileError::Io)?;
+    Ok(Tail { bytes, size })
+}
+
+/// A file's head and tail, as text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeadTail {
+    /// The first bytes (all of them when the file is small).
+    pub head: String,
+    /// The last bytes, when the file is larger than head + tail; empty otherwise.
+    pub tail: String,
+    /// The file's size.
+    pub bytes: u64,
+    /// Bytes between the head and the tail that were not read.
+    pub omitted: u64,
+}
+
+/// The first `head` and last `tail` bytes of a file (all of it when it is not larger than
+/// both), decoded as UTF-8 with replacement.
+pub fn read_head_tail(path: &Path, head: u64, tail: u64) -> Result<HeadTail, FileError> {
+    let (mut file, size) = open_regular(path)?;
+    let mut first = Vec::new();
+    (&mut file)
+        .take(head.saturating_add(tail).min(size))
+        .read_to_end(&mut first)
+        .map_err(FileError::Io)?;
+    if size <= head.saturating_add(tail) {
+        return Ok(HeadTail {
+            head: String::from_utf8_lossy(&first).into_owned(),
+            tail: String::new(),
+            bytes: size,
+            omitted: 0,
+        });
+    }
+    first.truncate(head as usize);
+    file.seek(SeekFrom::Start(size - tail))
+        .map_err(FileError::Io)?;
+    let mut last = Vec::new();
+    file.take(tail)
+        .read_to_end(&mut last)
+        .map_err(FileError::Io)?;
+    Ok(HeadTail {
+        head: String::from_utf8_lossy(&first).into_owned(),
+        tail: String::from_utf8_lossy(&last).into_owned(),
+        bytes: size,
+        omitted: size - head - tail,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_a_link_and_a_folder_are_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(matches!(
+            read_capped(&fifo, 10),
+            Err(FileError::NotRegular(_))
+        ));
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+        assert!(matches!(read_capped(&link, 10), Err(FileError::Symlink)));
+        assert!(matches!(
+            read_capped(tmp.path(), 10),
+            Err(FileError::NotRegular("folder"))
+        ));
+        assert!(read_capped(&tmp.path().join("none"), 10)
+            .unwrap_err()
+            .is_missing());
+    }
+
+    #[test]
+    fn caps_offsets_and_head_and_tail() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f");
+        std::fs::write(&path, "0123456789").unwrap();
+        assert!(matches!(
+            read_capped(&path, 9),
+            Err(FileError::TooLarge { size: 10, cap: 9 })
+        ));
+        assert_eq!(read_capped(&path, 10).unwrap(), b"0123456789");
+        let tail = read_from(&path, 4, 3).unwrap();
+        assert_eq!((tail.bytes.as_slice(), tail.size), (&b"456"[..], 10));
+        assert!(read_from(&path, 10, 3).unwrap().bytes.is_empty());
+        let cut = read_head_tail(&path, 3, 2).unwrap();
+        assert_eq!(
+            (cut.head.as_str(), cut.tail.as_str(), cut.omitted),
+            ("012", "89", 5)
+        );
+        let whole = read_head_tail(&path, 8, 2).unwrap();
+        assert_eq!((whole.head.as_str(), whole.omitted), ("0123456789", 0));
+    }
+}
