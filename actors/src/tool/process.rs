@@ -13,6 +13,7 @@ mod budget;
 mod capture;
 mod env;
 mod launch;
+mod service;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
@@ -32,6 +33,7 @@ pub use env::{build_child_env, engine_vars, ProgramCache, API_KEY_VAR};
 
 use capture::{capture_stream, StreamLimits};
 use launch::{Launched, Leader};
+pub use service::{ServicePipes, ServiceProcess};
 
 use crate::redact::SecretSet;
 use crate::tool::spawner::Spawner;
