@@ -12,6 +12,7 @@ mod hangs;
 mod harness;
 mod list_orchestrations;
 mod list_runs;
+mod mcp;
 mod orchestrate;
 mod orchestrate_bad_plans;
 mod orchestrate_crash;

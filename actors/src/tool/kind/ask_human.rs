@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value as Json};
 
-use super::{KindCall, KindName, OfferedTool, PlanError, ToolKind};
+use super::{KindCall, KindName, OfferedTool, PlanError, ToolKind, ToolOrigin};
 use crate::tool::ask_human::{self, ASK_HUMAN};
 use crate::tool::compile::EngineVars;
 
@@ -23,6 +23,7 @@ impl ToolKind for AskHumanKind {
             name: ASK_HUMAN.to_string(),
             kind: KindName::BuiltIn,
             schema: ask_human::schema(),
+            origin: ToolOrigin::BuiltIn,
         }]
     }
 

@@ -62,6 +62,24 @@ pub struct OfferedTool {
     pub kind: KindName,
     /// The OpenAI function definition.
     pub schema: Json,
+    /// Where it comes from (for `delta tool expand`).
+    pub origin: ToolOrigin,
+}
+
+/// Where an offered tool comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolOrigin {
+    /// Defined in this YAML file of the agent.
+    File(std::path::PathBuf),
+    /// Built into the engine.
+    BuiltIn,
+    /// Listed by an MCP server of the agent's `mcp:`.
+    McpServer {
+        /// The server's name in `mcp:`.
+        server: String,
+        /// The tool's own name on the server.
+        tool: String,
+    },
 }
 
 /// What one call becomes.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value as Json};
 
-use super::{KindCall, KindName, OfferedTool, PlanError, ToolKind};
+use super::{KindCall, KindName, OfferedTool, PlanError, ToolKind, ToolOrigin};
 use crate::agent::ResolvedAgent;
 use crate::tool::compile::{CompiledTool, EngineVars};
 
@@ -56,6 +56,7 @@ impl ToolKind for ProcessTools {
                 name: tool.name.clone(),
                 kind: KindName::Process,
                 schema: tool.openai_schema(),
+                origin: ToolOrigin::File(tool.source_file.clone()),
             })
             .collect()
     }

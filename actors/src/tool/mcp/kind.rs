@@ -21,7 +21,7 @@ use super::pool::McpPool;
 use crate::tool::compile::EngineVars;
 use crate::tool::kind::{
     EngineAnswer, EngineCall, EngineEnding, EngineTool, KindCall, KindName, OfferedTool, PlanError,
-    ToolKind,
+    ToolKind, ToolOrigin,
 };
 
 /// Limit of a server's start when its `startup_timeout_ms` is unset.
@@ -223,6 +223,10 @@ impl ToolKind for McpTools {
                 name: t.name.clone(),
                 kind: KindName::Mcp,
                 schema: t.schema.clone(),
+                origin: ToolOrigin::McpServer {
+                    server: t.tool.server.clone(),
+                    tool: t.tool.tool.clone(),
+                },
             })
             .collect()
     }
