@@ -212,8 +212,10 @@ fn an_mcp_server_killed_mid_run_is_started_again_and_the_run_goes_on() {
     };
     let logs = tempfile::tempdir().unwrap();
     let starts = logs.path().join("everything.starts");
+    // The tool kills the server and returns once it is dead (a zombie or gone), so the next
+    // call finds it dead rather than dying.
     let agent = format!(
-        "tools:\n  - name: kill_server\n    shell: \"kill -9 $(head -n1 '{}')\"\n{}",
+        "tools:\n  - name: kill_server\n    shell: \"p=$(head -n1 '{}'); kill -9 $p; while [ -e /proc/$p ] && ! grep -q ') [ZX]' /proc/$p/stat; do sleep 0.01; done\"\n{}",
         starts.display(),
         both_servers(&bin, logs.path())
     );

@@ -103,9 +103,10 @@ impl Connection {
         }
     }
 
-    /// False once the server exited or its session ended.
+    /// False once the server exited (also a moment before its exit is reported) or its
+    /// session ended.
     pub fn is_alive(&self) -> bool {
-        self.process.exit_status().is_none() && !self.session.is_closed()
+        !self.process.has_exited() && !self.session.is_closed()
     }
 
     /// The server's pid (its process group).

@@ -168,6 +168,22 @@ impl ServiceProcess {
         *self.exit.borrow()
     }
 
+    /// True once the leader has exited, also when that is not reported yet: a leader killed
+    /// a moment ago is a zombie (`/proc/<pid>/stat` says `Z`) until the spawner or the
+    /// runtime reaps it and its status reaches us.
+    pub fn has_exited(&self) -> bool {
+        if self.exit_status().is_some() {
+            return true;
+        }
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+            // Gone already (reaped), or no /proc to tell: only the report says.
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
+    }
+
     /// The leader's exit status, waiting at most `within` for it (a broken pipe is often
     /// seen a moment before the exit is reported).
     pub async fn exit_within(&self, within: Duration) -> Option<ExitStatus> {
