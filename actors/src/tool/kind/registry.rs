@@ -78,6 +78,7 @@ pub async fn open_toolbox(
 ) -> (Toolbox, Vec<String>) {
     let agent = ctx.agent;
     let mut kinds: Vec<Box<dyn ToolKind>> = vec![Box::new(ProcessTools::new(Arc::clone(agent)))];
+    #[cfg_attr(not(feature = "mcp"), allow(unused_mut))]
     let mut warnings = Vec::new();
     #[cfg(feature = "mcp")]
     if !agent.mcp.is_empty() {
