@@ -464,3 +464,70 @@ fn alive(pid: i32) -> bool {
         })
         .unwrap_or(false)
 }
+
+struct Answers(&'static str);
+
+impl delta_actors::HumanPrompter for Answers {
+    fn ask(&self, _: &str, _: &str, _: bool) -> Result<String, String> {
+        Ok(self.0.to_string())
+    }
+}
+
+/// A sensitive answer sent to an MCP tool reaches the server (it echoes it back), but no
+/// file of the run holds it: not the journal, the io/ record, nor the `.output` file of an
+/// answer long enough to be cut.
+#[test]
+fn a_sensitive_answer_sent_to_an_mcp_tool_is_redacted_from_every_file() {
+    const CANARY: &str = "canary-mcp-7731";
+    let mcp = format!(
+        "mcp:\n  srv:\n    command: python3\n    args: [\"{}\"]\n",
+        misbehaving_server()
+    );
+    let agent = TestAgent::new("mcp-secret", &mcp, ECHO_TOOL);
+    let ws = tempfile::tempdir().unwrap();
+    let padding = "x".repeat(20_000);
+    let s = script(&format!(
+        "steps:\n  - tool: ask_human\n    args: {{ prompt: \"PIN?\", sensitive: true }}\n  - tool: srv__echo\n    args: {{ message: \"{padding} {CANARY} {padding}\" }}\n  - answer: done\n"
+    ));
+    let mut request = new_run(agent.load(), ws.path(), s, "t");
+    request.prompter = Some(std::sync::Arc::new(Answers(CANARY)));
+    let sup = Supervisor::start(fast_config()).unwrap();
+    let result = drive(&sup, request);
+    assert_eq!(result.status, RunStatus::Completed, "{result:?}");
+    let dir = run_dir(&result);
+    let records = tool_records(&result);
+    assert_eq!(records[0]["kind"], "mcp");
+    let output = records[0]["output"]["file"].as_str().unwrap();
+    let output = std::fs::read_to_string(output).unwrap();
+    assert!(output.starts_with("echo: xxx"), "{}", &output[..40]);
+    assert!(
+        output.contains("[REDACTED: sensitive answer"),
+        "the .output file"
+    );
+    let mut files = vec![dir.clone()];
+    let mut checked = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "secrets") {
+                continue;
+            }
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                !text.contains(CANARY),
+                "{} holds the answer",
+                path.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5);
+    let results = results(&journal(&result));
+    assert!(
+        results[1].2.contains("[... "),
+        "cut for the model: {}",
+        &results[1].2[..80]
+    );
+    sup.shutdown();
+}

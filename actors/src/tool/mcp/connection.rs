@@ -169,6 +169,11 @@ impl Connection {
         }
     }
 
+    /// Waits at most `within` for the server's exit to be reported; true when it was.
+    pub async fn exited_within(&self, within: Duration) -> bool {
+        self.process.exit_within(within).await.is_some()
+    }
+
     /// Ends the session and kills the server's process group.
     pub fn kill(&self) {
         self.session.cancellation_token().cancel();

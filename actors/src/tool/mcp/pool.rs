@@ -26,6 +26,12 @@ use super::connection::{Connection, ServerLaunch, SpawnContext};
 /// agent of a 1,000-run batch is tried once, not 1,000 times.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
+/// How long shutting the pool down waits for killed servers to be reaped.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+/// The name of the pool's thread.
+const THREAD_NAME: &str = "delta-mcp";
+
 /// The servers of one engine (a supervisor, or one `delta tool expand`).
 #[derive(Clone, Default)]
 pub struct McpPool {
@@ -112,25 +118,6 @@ impl McpPool {
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }
-
-    /// Pids of the servers running now (for tests and diagnostics).
-    pub fn running_pids(&self) -> Vec<u32> {
-        let servers: Vec<Arc<SharedServer>> = self
-            .inner
-            .servers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
-        servers
-            .iter()
-            .filter_map(|s| match &*s.slot.try_lock().ok()? {
-                Slot::Up(conn) if conn.is_alive() => Some(conn.pid()),
-                _ => None,
-            })
-            .collect()
-    }
 }
 
 impl PoolInner {
@@ -146,16 +133,32 @@ impl PoolInner {
             .drain()
             .map(|(_, s)| s)
             .collect();
+        let mut killed = Vec::new();
         for server in servers {
             // A server being started holds its lock: its start is abandoned with the thread
             // below, and its process group is killed when its half-made connection drops.
             if let Ok(mut slot) = server.slot.try_lock() {
                 if let Slot::Up(conn) = std::mem::replace(&mut *slot, Slot::Empty) {
                     conn.kill();
+                    killed.push(conn);
                 }
             }
         }
         if let Some(Ok(thread)) = self.runtime.get() {
+            // The engine's end is the servers' end: wait (briefly) until they are reaped, so
+            // that no server is still dying when `delta run` returns. Not from the pool's
+            // own thread, which does the waiting.
+            let on_pool_thread = std::thread::current().name() == Some(THREAD_NAME);
+            if !killed.is_empty() && !on_pool_thread {
+                let (done_tx, done) = std::sync::mpsc::channel();
+                thread.handle.spawn(async move {
+                    for conn in &killed {
+                        conn.exited_within(KILL_WAIT).await;
+                    }
+                    let _ = done_tx.send(());
+                });
+                let _ = done.recv_timeout(KILL_WAIT + Duration::from_secs(1));
+            }
             thread.stop.cancel();
         }
     }
@@ -176,7 +179,7 @@ fn start_thread() -> Result<PoolThread, String> {
     let stop = CancellationToken::new();
     let stopped = stop.clone();
     std::thread::Builder::new()
-        .name("delta-mcp".into())
+        .name(THREAD_NAME.into())
         .spawn(move || {
             runtime.block_on(stopped.cancelled());
             // Tasks still in flight (a start being abandoned) are dropped with the runtime;
