@@ -129,11 +129,10 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
             ..
         } => {
             let mark = if *success { "✓" } else { "✗" };
-            let code = exit_code
-                .map(|c| format!("exit {c}"))
-                .unwrap_or_else(|| "no exit code".into());
+            // A call with no program (an MCP tool, a call a hook answered) has no exit code.
+            let code = exit_code.map(|c| format!("exit {c}, ")).unwrap_or_default();
             format!(
-                "  {mark} {tool_name} ({code}, {duration_ms} ms): {}",
+                "  {mark} {tool_name} ({code}{duration_ms} ms): {}",
                 shorten(&preview.replace('\n', " "), 100)
             )
         }

@@ -15,6 +15,7 @@ mod harness;
 mod list_orchestrations;
 mod list_runs;
 mod log_colour;
+mod mcp;
 mod orchestrate;
 mod orchestrate_bad_plans;
 mod orchestrate_crash;

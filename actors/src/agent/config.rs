@@ -16,7 +16,7 @@ use super::error::AgentError;
 use crate::llm::{parse_llm_timeout, LlmTimeoutSettings};
 use crate::yaml::{Fields, UnknownKeys};
 
-pub(crate) const AGENT_KEYS: [&str; 14] = [
+pub(crate) const AGENT_KEYS: [&str; 15] = [
     "strict",
     "name",
     "version",
@@ -29,6 +29,7 @@ pub(crate) const AGENT_KEYS: [&str; 14] = [
     "empty_answer",
     "imports",
     "tools",
+    "mcp",
     "lifecycle_hooks",
     "timeout_seconds",
 ];
@@ -127,6 +128,8 @@ pub(crate) struct AgentConfig {
     pub ask_human: bool,
     /// `empty_answer` (default `warn`): what an empty final answer does to the run.
     pub empty_answer: EmptyAnswerPolicy,
+    /// `mcp`: the Model Context Protocol servers whose tools the agent offers.
+    pub mcp: Vec<crate::tool::mcp::McpServerConfig>,
 }
 
 /// agent.yaml `empty_answer`: what a final answer with no text (the model replied with
@@ -244,6 +247,7 @@ pub(crate) fn parse_agent_config(
         parallel_tool_calls: root.boolean("parallel_tool_calls")?.unwrap_or(false),
         ask_human: root.boolean("ask_human")?.unwrap_or(true),
         empty_answer: empty_answer_policy(&root)?,
+        mcp: crate::tool::mcp::config::parse_servers(file, root.get("mcp"), policy, warnings)?,
     })
 }
 

@@ -35,6 +35,8 @@ pub use error::AgentError;
 pub use hooks::{HookName, HookSpec, Hooks};
 
 use crate::tool::compile::{ask_human_schema, CompiledTool};
+use crate::tool::mcp::config::namespace_clash;
+use crate::tool::mcp::McpServerConfig;
 use crate::yaml::Fields;
 pub use crate::yaml::UnknownKeys;
 
@@ -67,6 +69,9 @@ pub struct ResolvedAgent {
     pub empty_answer: EmptyAnswerPolicy,
     /// Imported and local tools, merged, in final order.
     pub tools: Vec<CompiledTool>,
+    /// `mcp`: the Model Context Protocol servers whose tools a run offers after the agent's
+    /// own (as `<server>__<tool>`; see `docs/mcp.md`), in the order listed.
+    pub mcp: Vec<McpServerConfig>,
     /// `context.yaml`: what the model sees at every call.
     pub context: ContextRecipe,
     /// `hooks.yaml` (or the deprecated `lifecycle_hooks`).
@@ -76,13 +81,24 @@ pub struct ResolvedAgent {
 }
 
 impl ResolvedAgent {
+    /// The environment variables no child of this agent (tool, hook, generator, MCP server)
+    /// may see: `DELTA_API_KEY` and the agent's `llm.api_key_env`.
+    pub fn secret_env_names(&self) -> Vec<String> {
+        let mut names = vec!["DELTA_API_KEY".to_string()];
+        if let Some(name) = &self.llm.api_key_env {
+            names.push(name.clone());
+        }
+        names
+    }
+
     /// Looks a tool up by name.
     pub fn tool(&self, name: &str) -> Option<&CompiledTool> {
         self.tools.iter().find(|t| t.name == name)
     }
 
-    /// Every tool as an OpenAI function definition, the built-in `ask_human` last (unless
-    /// the agent turned it off).
+    /// The agent's own tools as OpenAI function definitions, the built-in `ask_human` last
+    /// (unless the agent turned it off). MCP servers' tools are listed when a run starts the
+    /// servers (`tool::kind::registry::open_toolbox`).
     pub fn openai_tools(&self) -> Vec<serde_json::Value> {
         self.tools
             .iter()
@@ -280,6 +296,7 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
         resolve_system_prompt(&home, &config_file, config.system_prompt.as_deref())?;
     let context = context_recipe::load_context_recipe(&home, policy, &mut warnings)?;
     let hooks = load_hooks(&home, &config_file, &doc, policy, &mut warnings)?;
+    check_mcp(&config_file, &config.mcp, &tools)?;
     Ok(ResolvedAgent {
         home,
         config_file,
@@ -293,10 +310,39 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
         ask_human: config.ask_human,
         empty_answer: config.empty_answer,
         tools,
+        mcp: config.mcp,
         context,
         hooks,
         warnings,
     })
+}
+
+/// An agent tool may not take a name in an MCP server's namespace (`<server>__...`), and an
+/// engine built without the `mcp` feature refuses MCP servers rather than ignore them.
+fn check_mcp(
+    config_file: &Path,
+    servers: &[McpServerConfig],
+    tools: &[CompiledTool],
+) -> Result<(), AgentError> {
+    if let Some((tool, server)) = namespace_clash(servers, tools.iter().map(|t| t.name.as_str())) {
+        return Err(AgentError::invalid(
+            config_file,
+            format!(
+                "tool `{tool}` is named like a tool of the MCP server `{}` (its tools are offered as `{}<tool>`)",
+                server.name,
+                server.tool_prefix()
+            ),
+            "rename the tool (without the server's name and `__` in front), or rename the server in `mcp:`",
+        ));
+    }
+    if cfg!(not(feature = "mcp")) && !servers.is_empty() {
+        return Err(AgentError::invalid(
+            config_file,
+            "`mcp:` lists servers, but this delta was built without MCP support",
+            "build delta with the `mcp` feature (on by default), or remove `mcp:`",
+        ));
+    }
+    Ok(())
 }
 
 /// Loads a standalone tools file and its imports (confined to the file's folder).
@@ -366,6 +412,11 @@ pub fn known_key_paths() -> Vec<(&'static str, String)> {
         level("hooks.yaml", "", &hook_names),
         level("hooks.yaml", "<hook>.", &hooks::HOOK_KEYS),
         level("tools file", "", &imports::LIBRARY_KEYS),
+        level(
+            "agent.yaml",
+            "mcp.<server>.",
+            &crate::tool::mcp::config::SERVER_KEYS,
+        ),
     ]
     .concat()
 }

@@ -1,8 +1,8 @@
-//! The calls of one model reply: planned (each becomes a tool job, an immediate error
-//! observation, or an ask_human question) with their ACTION_REQUESTs journaled, then run —
-//! one at a time, or all at once with `parallel_tool_calls` — each process call between its
-//! `pre_tool_execution` (may skip it) and `post_tool_execution` hooks, with results journaled
-//! strictly in reply order.
+//! The calls of one model reply: planned through the run's toolbox (each becomes a tool job —
+//! a process or an engine call such as an MCP tool —, an immediate error observation, or a
+//! question for a person) with their ACTION_REQUESTs journaled, then run — one at a time, or
+//! all at once with `parallel_tool_calls` — each job between its `pre_tool_execution` (may
+//! skip it) and `post_tool_execution` hooks, with results journaled strictly in reply order.
 //!
 //! Invariant: every call of a reply is answered by exactly one ACTION_RESULT (unknown tools,
 //! unparsable arguments, skipped calls and calls not started because of a stop get error or
@@ -19,9 +19,10 @@ use crate::hooks::{parse_tool_control, HookOutcome, ToolControl};
 use crate::journal::PendingQuestion;
 use crate::journal::{ActionStatus, Event, ToolCallRecord};
 use crate::protocol::{InteractionInfo, RunErrorKind, RunEvent};
-use crate::tool::call::{plan_call, CallPlan};
+use crate::tool::call::CallPlan;
 use crate::tool::compile::EngineVars;
-use crate::tool::job::{ToolExecution, ToolJob};
+use crate::tool::job::{JobWork, ProcessWork, ToolExecution, ToolJob};
+use crate::tool::kind::KindCall;
 
 use super::state::{error_info, AuditKind, Halt, HookVars, Run};
 
@@ -39,7 +40,8 @@ pub(super) struct PlannedCall {
 
 /// What a call becomes.
 pub(super) enum Planned {
-    Process(Box<ToolJob>),
+    /// A job through the tool port: a process or an engine call.
+    Tool(Box<ToolJob>),
     Immediate {
         observation: String,
     },
@@ -143,8 +145,8 @@ impl Run {
         Ok(planned)
     }
 
-    /// Classifies one call ([`plan_call`]) and turns it into what the tool phase runs; only
-    /// the reply's first ask_human is asked.
+    /// Classifies one call through the run's toolbox and turns it into what the tool phase
+    /// runs; only the reply's first question for a person is asked.
     fn plan_call(&self, call: &ToolCallRecord, asked: &mut bool) -> (Value, Planned, String) {
         let agent = &self.lp.request.agent;
         let vars = EngineVars {
@@ -152,20 +154,13 @@ impl Run {
             cwd: self.lp.request.work_dir.clone(),
             run_id: self.lp.run_id.clone(),
         };
-        let (tool_args, call_plan) = plan_call(
-            &agent.tools,
-            agent.ask_human,
-            &call.name,
-            &call.arguments,
-            &vars,
-        );
+        let (tool_args, call_plan) = self.toolbox.plan_call(&call.name, &call.arguments, &vars);
         let resolved_command = call_plan.resolved_command();
-        let config = &self.lp.config;
         let plan = match call_plan {
-            CallPlan::Ask(_) if *asked => Planned::Immediate {
+            CallPlan::Call(KindCall::Human(_)) if *asked => Planned::Immediate {
                 observation: "Error: only one ask_human call per reply is answered; ask again after this answer.".into(),
             },
-            CallPlan::Ask(question) => {
+            CallPlan::Call(KindCall::Human(question)) => {
                 *asked = true;
                 Planned::Ask {
                     prompt: question.prompt,
@@ -173,25 +168,27 @@ impl Run {
                     sensitive: question.sensitive,
                 }
             }
-            CallPlan::Run { tool, invocation } => Planned::Process(Box::new(ToolJob {
-                tool_name: tool.name.clone(),
-                argv: invocation.argv,
-                stdin: invocation.stdin,
-                cwd: self.lp.request.work_dir.clone(),
-                env: std::sync::Arc::clone(&self.child_env),
-                timeout: tool
-                    .timeout_ms
-                    .map(std::time::Duration::from_millis)
-                    .unwrap_or(config.default_tool_timeout),
-                head_bytes: config.observation_head_bytes,
-                tail_bytes: config.observation_tail_bytes,
-                file_cap: config.tool_output_file_cap,
-                record: self.tool_records.borrow_mut().next(&self.paths, &tool.name),
-                display_root: self.paths.run_dir.clone(),
-                // Taken when the process starts (see `run_tool`).
-                secrets: Default::default(),
-                programs: Some(self.programs.clone()),
-            })),
+            CallPlan::Call(KindCall::Process {
+                invocation,
+                timeout_ms,
+            }) => {
+                let work = JobWork::Process(ProcessWork {
+                    argv: invocation.argv,
+                    stdin: invocation.stdin,
+                    cwd: self.lp.request.work_dir.clone(),
+                    env: std::sync::Arc::clone(&self.child_env),
+                    programs: Some(self.programs.clone()),
+                });
+                Planned::Tool(Box::new(self.job(&call.name, work, timeout_ms)))
+            }
+            CallPlan::Call(KindCall::Engine(engine)) => {
+                let timeout_ms = engine.timeout_ms;
+                Planned::Tool(Box::new(self.job(
+                    &call.name,
+                    JobWork::Engine(engine),
+                    timeout_ms,
+                )))
+            }
             other => Planned::Immediate {
                 observation: other.error_observation().unwrap_or_default(),
             },
@@ -201,6 +198,25 @@ impl Run {
             _ => resolved_command,
         };
         (tool_args, plan, resolved_command)
+    }
+
+    /// A job for a call of `tool_name`, with the run's limits and a fresh record name.
+    fn job(&self, tool_name: &str, work: JobWork, timeout_ms: Option<u64>) -> ToolJob {
+        let config = &self.lp.config;
+        ToolJob {
+            tool_name: tool_name.to_string(),
+            work,
+            timeout: timeout_ms
+                .map(std::time::Duration::from_millis)
+                .unwrap_or(config.default_tool_timeout),
+            head_bytes: config.observation_head_bytes,
+            tail_bytes: config.observation_tail_bytes,
+            file_cap: config.tool_output_file_cap,
+            record: self.tool_records.borrow_mut().next(&self.paths, tool_name),
+            display_root: self.paths.run_dir.clone(),
+            // Taken when the job starts (see `run_tool`).
+            secrets: Default::default(),
+        }
     }
 
     /// The tool phase: runs the planned calls and journals their results in reply order.
@@ -244,7 +260,7 @@ impl Run {
                 Planned::Immediate { observation } => {
                     Ok(Settled::Result(Recorded::error(&observation)))
                 }
-                Planned::Process(job) => self.run_tool(&call, *job).await.map(Settled::Result),
+                Planned::Tool(job) => self.run_tool(&call, *job).await.map(Settled::Result),
                 Planned::Ask {
                     prompt,
                     input_type,
@@ -255,7 +271,7 @@ impl Run {
         (call, settled)
     }
 
-    /// A process call between its tool hooks.
+    /// A job (process or engine call) between its tool hooks.
     async fn run_tool(&self, call: &PlannedCall, mut job: ToolJob) -> Result<Recorded, Halt> {
         let iteration = self.iteration;
         let vars = HookVars {
@@ -266,14 +282,16 @@ impl Run {
             .fire(
                 HookName::PreToolExecution,
                 || {
-                    json!({
+                    let (key, value) = job.hook_field();
+                    let mut payload = json!({
                         "iteration": iteration,
                         "action_id": call.action_id,
                         "tool_name": call.tool_name,
                         "tool_args": call.tool_args,
                         "resolved_command": call.resolved_command,
-                        "argv": job.argv,
-                    })
+                    });
+                    payload[key] = value;
+                    payload
                 },
                 vars,
             )
@@ -299,7 +317,7 @@ impl Run {
             iteration,
             action_id: call.action_id.clone(),
             tool_name: call.tool_name.clone(),
-            summary: summarize_argv(&job.argv),
+            summary: job.summary(),
         });
         // Answers given since the reply was planned (an earlier ask_human of it) count too.
         job.secrets = self.secrets.snapshot();
@@ -464,15 +482,5 @@ fn recorded_execution(execution: Option<ToolExecution>) -> Recorded {
             .record_path
             .file_name()
             .map(|n| format!("io/tool_executions/{}", n.to_string_lossy())),
-    }
-}
-
-fn summarize_argv(argv: &[String]) -> String {
-    let joined = shell_words::join(argv);
-    if joined.chars().count() > 120 {
-        let cut: String = joined.chars().take(117).collect();
-        format!("{cut}...")
-    } else {
-        joined
     }
 }

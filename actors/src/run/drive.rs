@@ -27,7 +27,8 @@ use crate::metadata::write_metadata_redacted;
 use crate::protocol::TokenUsage;
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, RunResult, RunStart};
 use crate::redact::Redactor;
-use crate::tool::compile::{ask_human_schema, CompiledTool};
+use crate::tool::call::Toolbox;
+use crate::tool::kind::registry::{local_toolbox, open_toolbox, server_environment, OpenContext};
 use crate::tool::process::ProgramCache;
 use crate::workspace::validate_run_id;
 
@@ -97,18 +98,57 @@ impl RunLoop {
                 return result;
             }
         };
-        let mut run = Run::start(self, taken, max_iterations, secrets);
-        let ending = match run.iterate().await {
-            Ok(ending) => ending,
+        let (toolbox, unavailable) = self.open_tools().await;
+        let mut run = Run::start(self, taken, max_iterations, secrets, toolbox);
+        let warned = unavailable.into_iter().try_for_each(|message| {
+            run.log(&format!("warning: {message}"));
+            run.append(Event::Warning { message })
+        });
+        let ending = match warned {
             Err(Halt::Failed(error)) => Ending::failed(error),
             Err(Halt::Stopped) => run.interrupted(),
+            Ok(()) => match run.iterate().await {
+                Ok(ending) => ending,
+                Err(Halt::Failed(error)) => Ending::failed(error),
+                Err(Halt::Stopped) => run.interrupted(),
+            },
         };
         run.end(ending).await
+    }
+
+    /// The run's toolbox (its agent's MCP servers started or joined, when it lists any) and
+    /// a WARNING text for each server that did not start. A stop request while servers start
+    /// gives up on them: the run stops at its first checkpoint anyway.
+    async fn open_tools(&self) -> (Toolbox, Vec<String>) {
+        let agent = &self.request.agent;
+        if agent.mcp.is_empty() {
+            return (local_toolbox(agent), Vec::new());
+        }
+        let server_env = server_environment(
+            agent,
+            &self.request.env,
+            self.config.tool_path_dir.as_deref(),
+        );
+        let ctx = OpenContext {
+            agent,
+            work_dir: &self.request.work_dir,
+            server_env: &server_env,
+        };
+        tokio::select! {
+            opened = open_toolbox(&self.services, &ctx) => opened,
+            () = self.control.token().cancelled() => (local_toolbox(agent), Vec::new()),
+        }
     }
 }
 
 impl Run {
-    fn start(lp: RunLoop, taken: TakenRun, max_iterations: u32, secrets: Redactor) -> Run {
+    fn start(
+        lp: RunLoop,
+        taken: TakenRun,
+        max_iterations: u32,
+        secrets: Redactor,
+        toolbox: Toolbox,
+    ) -> Run {
         let TakenRun {
             paths,
             journal,
@@ -133,7 +173,8 @@ impl Run {
             max_iterations
         ));
         let run = Run {
-            tool_schemas: tool_schemas(&lp),
+            tool_schemas: ToolList::new(toolbox.schemas()),
+            toolbox,
             message_json: MessageJson::new(),
             paths,
             rec: RefCell::new(rec),
@@ -535,17 +576,4 @@ impl Run {
             .append(event)
             .map_err(|e| Halt::Failed(error_info(RunErrorKind::JournalError, e)))
     }
-}
-
-/// The tools offered to the model: the agent's, then the built-in ask_human (unless the
-/// agent turned it off with `ask_human: false`).
-fn tool_schemas(lp: &RunLoop) -> ToolList {
-    let agent = &lp.request.agent;
-    let schemas: Vec<Value> = agent
-        .tools
-        .iter()
-        .map(CompiledTool::openai_schema)
-        .chain(agent.ask_human.then(ask_human_schema))
-        .collect();
-    ToolList::new(schemas)
 }

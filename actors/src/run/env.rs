@@ -1,5 +1,6 @@
 //! The environments a run's children inherit: tools (complete, secrets removed, the run's
-//! `DELTA_*` variables added) and context generators.
+//! `DELTA_*` variables added) and context generators. (MCP servers, shared by runs, get the
+//! same scrubbing without the run's variables: `tool::kind::registry::server_environment`.)
 //!
 //! Must not: read the process environment (the request carries the resolved one).
 
@@ -16,10 +17,7 @@ pub(super) fn child_environments(
     config: &SupervisorConfig,
     paths: &RunPaths,
 ) -> (Vec<(String, String)>, BTreeMap<String, String>) {
-    let mut secrets = vec!["DELTA_API_KEY".to_string()];
-    if let Some(name) = &request.agent.llm.api_key_env {
-        secrets.push(name.clone());
-    }
+    let secrets = request.agent.secret_env_names();
     let home = request.agent.home.to_string_lossy().into_owned();
     let cwd = request.work_dir.to_string_lossy().into_owned();
     let extra = vec![

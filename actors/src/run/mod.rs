@@ -27,9 +27,11 @@
 //! redacts sensitive answers through the run's [`crate::redact::Redactor`].
 //!
 //! The loop reaches the outside through two ports: [`ModelPort`] (one model call through the
-//! endpoint's limits and retries) and [`ToolPort`] (one tool process). The runtime implements
-//! them with the endpoint's shared `LlmGate` and the `ToolActor` actor; tests implement
-//! them with fakes.
+//! endpoint's limits and retries) and [`ToolPort`] (one tool job: a process, or an engine
+//! call such as an MCP tool). The runtime implements them with the endpoint's shared
+//! `LlmGate` and the `ToolActor` actor; tests implement them with fakes. What a tool call
+//! becomes is the tool kinds' decision (`tool::kind`): the run opens its toolbox once
+//! (`tool::kind::registry`) and plans every call through it.
 //!
 //! Cancellation is one [`RunControl`]: a stop request cancels its token, which kills running
 //! tool and hook process groups and aborts the context build or the model call; the loop
@@ -65,6 +67,7 @@ use tokio_util::sync::CancellationToken;
 use crate::llm::{CallFailure, CallOutcome, ChatRequest, RequestMeta, RetryObserver};
 use crate::protocol::{RunEvent, RunRequest, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
+use crate::tool::kind::registry::ToolServices;
 
 pub use unstarted::{record_panic_failure, setup_failure, unstarted_interrupted};
 
@@ -90,10 +93,11 @@ pub trait ModelPort {
     }
 }
 
-/// One tool process: its own group, timeout, output caps, audit record.
+/// One tool job: a process (its own group, timeout, output caps) or an engine call (an MCP
+/// tool, within its time limit), with its audit record.
 pub trait ToolPort {
-    /// Runs `job`; `cancel` kills its process group. `None` when the executor went away
-    /// without an answer.
+    /// Runs `job`; `cancel` kills its process group or abandons its call. `None` when the
+    /// executor went away without an answer.
     fn execute(
         &self,
         job: ToolJob,
@@ -173,6 +177,8 @@ pub struct RunLoop {
     pub(crate) tools: Rc<dyn ToolPort>,
     pub(crate) control: Arc<RunControl>,
     pub(crate) events: broadcast::Sender<RunEvent>,
+    /// What the run's tool kinds share with the engine's other runs (MCP servers).
+    pub(crate) services: ToolServices,
 }
 
 impl RunLoop {
@@ -194,6 +200,14 @@ impl RunLoop {
             tools,
             control,
             events,
+            services: ToolServices::default(),
         }
+    }
+
+    /// Opens the run's tools with `services` (the engine's shared MCP servers) instead of
+    /// services of its own.
+    pub fn with_tool_services(mut self, services: ToolServices) -> RunLoop {
+        self.services = services;
+        self
     }
 }

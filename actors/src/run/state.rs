@@ -16,6 +16,7 @@ use crate::llm::{MessageJson, ToolList};
 use crate::metadata::{RunLock, RunMetadata};
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
 use crate::redact::Redactor;
+use crate::tool::call::Toolbox;
 use crate::tool::process::ProgramCache;
 use crate::workspace::{RunPaths, ToolRecordNames};
 
@@ -62,6 +63,8 @@ pub(super) struct Run {
     /// The agent folder and workspace as the context builder resolved them.
     pub context_folders: ContextFolders,
     pub generator_env: Arc<BTreeMap<String, String>>,
+    /// The tools the run offers, by kind; every call is planned through it.
+    pub toolbox: Toolbox,
     pub tool_schemas: ToolList,
     /// The JSON of the last request's messages: a request repeats the whole history, and
     /// only the messages new since the last one are serialized again.

@@ -23,6 +23,7 @@ use crate::run::{record_panic_failure, setup_failure, unstarted_interrupted};
 use crate::runtime::admission::{CancelRun, RunDesk, SubmitRun};
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
 use crate::runtime::run::{CancelRunActor, RunActor};
+use crate::tool::kind::registry::ToolServices;
 use crate::tool::spawner::{self, Spawner};
 use crate::workspace::{generate_run_id, validate_run_id};
 
@@ -62,6 +63,9 @@ pub struct RunSupervisor {
     orchestrations: HashMap<String, Addr<OrchestrationActor>>,
     /// Keeps the process's tool spawner alive while this supervisor runs.
     tool_spawner: Option<Arc<Spawner>>,
+    /// What the runs' tool kinds share: the MCP servers, started by the first run that
+    /// needs one and killed when this supervisor stops.
+    tool_services: ToolServices,
 }
 
 impl RunSupervisor {
@@ -77,6 +81,7 @@ impl RunSupervisor {
             queued_ids: std::collections::HashSet::new(),
             orchestrations: HashMap::new(),
             tool_spawner: None,
+            tool_services: ToolServices::new(),
         }
     }
 
@@ -142,10 +147,11 @@ impl RunSupervisor {
         let (result_tx, result_rx) = oneshot::channel();
         let config = self.config.clone();
         let events = self.events.clone();
+        let services = self.tool_services.clone();
         let id = run_id.clone();
         let fallback_request = request.clone();
         let make = move |_: &mut Context<RunActor>| {
-            RunActor::new(id, request, config, gate, events, result_tx)
+            RunActor::new(id, request, config, gate, services, events, result_tx)
         };
         let addr = match arbiter {
             Some(handle) => RunActor::start_in_arbiter(&handle, make),
@@ -198,9 +204,17 @@ impl Actor for RunSupervisor {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.tool_services.shutdown();
         for arbiter in &self.arbiters {
             arbiter.stop();
         }
+    }
+}
+
+impl Drop for RunSupervisor {
+    /// A system stopped without stopping its actors first still ends the MCP servers.
+    fn drop(&mut self) {
+        self.tool_services.shutdown();
     }
 }
 

@@ -18,7 +18,7 @@ pub const DESCRIPTION: &str =
 
 /// How the answer is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum InputType {
+pub enum InputType {
     /// A line of text (the default).
     Text,
     /// Hidden input; the answer is treated as sensitive.
@@ -91,7 +91,7 @@ pub const PARAMETERS: [BuiltinParameter; 3] = [
 
 /// Validated arguments of one `ask_human` call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct AskHumanArgs {
+pub struct AskHumanArgs {
     /// The question, not empty.
     pub prompt: String,
     /// How the answer is asked for (default text).

@@ -1,46 +1,124 @@
-//! Classifying one tool call of a model reply: [`plan_call`] turns the tool name and the
-//! arguments text into a [`CallPlan`]: run a known tool with its built invocation, ask the
-//! human a validated question, or answer at once with an error (unknown tool, arguments that
-//! are not a JSON object, arguments the tool refuses).
+//! Classifying one tool call of a model reply against the run's [`Toolbox`] (the kinds it
+//! opened, see `tool::kind`): [`Toolbox::plan_call`] turns the tool name and the arguments
+//! text into a [`CallPlan`]: what the tool's kind makes of the call (a process job, an
+//! engine call, a question), or an error answered at once (unknown tool, a tool that cannot
+//! be called now, arguments that are not a JSON object, arguments the tool refuses).
 //!
-//! Must not: start processes, pause runs or write the journal (the run actor does that with
+//! Must not: start processes, pause runs or write the journal (the run loop does that with
 //! the plan).
 
 use serde_json::{Map, Value as Json};
 
-use super::ask_human::{self, AskHumanArgs, ASK_HUMAN};
-use super::compile::{CompiledTool, EngineVars, Invocation};
+use super::compile::{CompiledTool, EngineVars};
+use super::kind::{KindCall, OfferedTool, PlanError, ToolKind};
 
-/// What to do with one tool call.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CallPlan<'a> {
-    /// A tool of the agent, with the argv/stdin built from the arguments.
-    Run {
-        tool: &'a CompiledTool,
-        invocation: Invocation,
-    },
-    /// The built-in `ask_human`, with its validated question.
-    Ask(AskHumanArgs),
-    /// The model named a tool that does not exist.
-    UnknownTool {
-        name: String,
-        /// Every tool the model may call, the built-in last.
-        available: Vec<String>,
-    },
-    /// The arguments text is not a JSON object.
-    MalformedArguments { tool: String, message: String },
-    /// The tool refused the arguments (unknown or missing key, wrong type...).
-    BadArguments { tool: String, message: String },
+/// The tools one run offers the model, by kind, in the order they are offered.
+pub struct Toolbox {
+    kinds: Vec<Box<dyn ToolKind>>,
+    offered: Vec<OfferedTool>,
 }
 
-impl CallPlan<'_> {
+impl Toolbox {
+    /// A toolbox over `kinds` (their tools are offered in this order; a name is looked up in
+    /// the first kind that has it).
+    pub fn new(kinds: Vec<Box<dyn ToolKind>>) -> Toolbox {
+        let offered = kinds.iter().flat_map(|kind| kind.offered()).collect();
+        Toolbox { kinds, offered }
+    }
+
+    /// Every tool the model is offered, in order.
+    pub fn offered(&self) -> &[OfferedTool] {
+        &self.offered
+    }
+
+    /// Every tool as an OpenAI function definition, in order.
+    pub fn schemas(&self) -> Vec<Json> {
+        self.offered.iter().map(|t| t.schema.clone()).collect()
+    }
+
+    /// Classifies the call `name(arguments)`. Returns the arguments as journaled (see
+    /// [`parse_arguments`]) and the plan.
+    pub fn plan_call(&self, name: &str, arguments: &str, vars: &EngineVars) -> (Json, CallPlan) {
+        let (journaled, parsed) = parse_arguments(arguments);
+        let args = match parsed {
+            Ok(args) => args,
+            Err(message) => {
+                let plan = CallPlan::MalformedArguments {
+                    tool: name.to_string(),
+                    message,
+                };
+                return (journaled, plan);
+            }
+        };
+        let planned = self
+            .kinds
+            .iter()
+            .find_map(|kind| kind.plan(name, &args, vars));
+        let plan = match planned {
+            None => CallPlan::UnknownTool {
+                name: name.to_string(),
+                available: self.offered.iter().map(|t| t.name.clone()).collect(),
+            },
+            Some(Ok(call)) => CallPlan::Call(call),
+            Some(Err(PlanError::BadArguments(e))) => CallPlan::BadArguments {
+                tool: name.to_string(),
+                message: e.to_string(),
+            },
+            Some(Err(PlanError::Unavailable(message))) => CallPlan::Unavailable {
+                tool: name.to_string(),
+                message,
+            },
+        };
+        (journaled, plan)
+    }
+}
+
+/// What to do with one tool call.
+#[derive(Debug)]
+pub enum CallPlan {
+    /// What the tool's kind makes of it: a process job, an engine call or a question.
+    Call(KindCall),
+    /// The model named a tool that does not exist.
+    UnknownTool {
+        /// The name the model used.
+        name: String,
+        /// Every tool the model may call, in the order offered.
+        available: Vec<String>,
+    },
+    /// The tool exists but cannot be called now (its MCP server did not start).
+    Unavailable {
+        /// The tool's name.
+        tool: String,
+        /// Why, for the model.
+        message: String,
+    },
+    /// The arguments text is not a JSON object.
+    MalformedArguments {
+        /// The tool's name.
+        tool: String,
+        /// The JSON parser's message.
+        message: String,
+    },
+    /// The tool refused the arguments (unknown or missing key, wrong type...).
+    BadArguments {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong, for the model.
+        message: String,
+    },
+}
+
+impl CallPlan {
     /// The observation the model reads when the call cannot run; `None` for runnable calls.
     pub fn error_observation(&self) -> Option<String> {
         match self {
-            CallPlan::Run { .. } | CallPlan::Ask(_) => None,
+            CallPlan::Call(_) => None,
             CallPlan::UnknownTool { name, available } => Some(format!(
                 "Error: unknown tool '{name}'. Available tools: {}.",
                 available.join(", ")
+            )),
+            CallPlan::Unavailable { tool, message } => Some(format!(
+                "Error: tool '{tool}' cannot be called now: {message}"
             )),
             CallPlan::MalformedArguments { tool, message } => Some(format!(
                 "Error: the arguments for tool '{tool}' are not valid JSON ({message}). Call it again with a JSON object matching its parameters."
@@ -51,12 +129,15 @@ impl CallPlan<'_> {
         }
     }
 
-    /// The journal's `resolved_command`: the command line for a run, the question for
-    /// ask_human, empty for calls that do not run.
+    /// The journal's `resolved_command`: the command line of a process, the target of an
+    /// engine call, the question for ask_human, empty for calls that do not run.
     pub fn resolved_command(&self) -> String {
         match self {
-            CallPlan::Run { invocation, .. } => CompiledTool::render_command(invocation),
-            CallPlan::Ask(question) => question.rendered(),
+            CallPlan::Call(KindCall::Process { invocation, .. }) => {
+                CompiledTool::render_command(invocation)
+            }
+            CallPlan::Call(KindCall::Engine(call)) => call.rendered.clone(),
+            CallPlan::Call(KindCall::Human(question)) => question.rendered(),
             _ => String::new(),
         }
     }
@@ -76,52 +157,6 @@ pub fn parse_arguments(text: &str) -> (Json, Result<Map<String, Json>, String>) 
     }
 }
 
-/// Classifies the call `name(arguments)` against the agent's `tools` (and the built-in
-/// `ask_human` when `ask_human_offered`: an agent with `ask_human: false` treats a call to
-/// it as an unknown tool). Returns the arguments as journaled (see [`parse_arguments`]) and
-/// the plan.
-pub fn plan_call<'a>(
-    tools: &'a [CompiledTool],
-    ask_human_offered: bool,
-    name: &str,
-    arguments: &str,
-    vars: &EngineVars,
-) -> (Json, CallPlan<'a>) {
-    let (journaled, parsed) = parse_arguments(arguments);
-    let args = match parsed {
-        Ok(args) => args,
-        Err(message) => {
-            let plan = CallPlan::MalformedArguments {
-                tool: name.to_string(),
-                message,
-            };
-            return (journaled, plan);
-        }
-    };
-    let bad = |e: super::compile::ArgumentError| CallPlan::BadArguments {
-        tool: name.to_string(),
-        message: e.to_string(),
-    };
-    let plan = if name == ASK_HUMAN && ask_human_offered {
-        ask_human::parse(&args).map_or_else(bad, CallPlan::Ask)
-    } else {
-        match tools.iter().find(|t| t.name == name) {
-            None => CallPlan::UnknownTool {
-                name: name.to_string(),
-                available: tools
-                    .iter()
-                    .map(|t| t.name.clone())
-                    .chain(ask_human_offered.then(|| ASK_HUMAN.to_string()))
-                    .collect(),
-            },
-            Some(tool) => tool
-                .build_invocation(&args, vars)
-                .map_or_else(bad, |invocation| CallPlan::Run { tool, invocation }),
-        }
-    };
-    (journaled, plan)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -130,12 +165,24 @@ mod tests {
     use super::*;
     use crate::tool::ask_human::InputType;
     use crate::tool::compile::compile_tool;
+    use crate::tool::kind::ask_human::AskHumanKind;
+    use crate::tool::kind::process::ProcessTools;
 
-    fn tools() -> Vec<CompiledTool> {
+    fn toolbox(ask_human: bool) -> Toolbox {
         let value: serde_yaml::Value =
             serde_yaml::from_str("name: greet\nexec: echo ${who}\n").unwrap();
         let mut warnings = Vec::new();
-        vec![compile_tool(&value, 0, Path::new("agent.yaml"), &mut warnings).unwrap()]
+        let greet = compile_tool(&value, 0, Path::new("agent.yaml"), &mut warnings).unwrap();
+        let mut kinds: Vec<Box<dyn ToolKind>> =
+            vec![Box::new(ProcessTools::from_tools(vec![greet]))];
+        if ask_human {
+            kinds.push(Box::new(AskHumanKind));
+        }
+        Toolbox::new(kinds)
+    }
+
+    fn plan_call(ask_human: bool, name: &str, arguments: &str) -> (Json, CallPlan) {
+        toolbox(ask_human).plan_call(name, arguments, &vars())
     }
 
     fn vars() -> EngineVars {
@@ -148,12 +195,10 @@ mod tests {
 
     #[test]
     fn a_known_tool_with_good_arguments_runs() {
-        let tools = tools();
-        let (journaled, plan) = plan_call(&tools, true, "greet", r#"{"who":"Ada"}"#, &vars());
+        let (journaled, plan) = plan_call(true, "greet", r#"{"who":"Ada"}"#);
         assert_eq!(journaled, serde_json::json!({"who": "Ada"}));
         match &plan {
-            CallPlan::Run { tool, invocation } => {
-                assert_eq!(tool.name, "greet");
+            CallPlan::Call(KindCall::Process { invocation, .. }) => {
                 assert_eq!(invocation.argv, ["echo", "Ada"]);
             }
             other => panic!("expected a run, got {other:?}"),
@@ -164,16 +209,13 @@ mod tests {
 
     #[test]
     fn ask_human_is_parsed_into_a_question() {
-        let tools = tools();
         let (_, plan) = plan_call(
-            &tools,
             true,
             "ask_human",
             r#"{"prompt":"Go?","input_type":"confirmation"}"#,
-            &vars(),
         );
         match &plan {
-            CallPlan::Ask(q) => {
+            CallPlan::Call(KindCall::Human(q)) => {
                 assert_eq!(q.prompt, "Go?");
                 assert_eq!(q.input_type, InputType::Confirmation);
             }
@@ -184,9 +226,7 @@ mod tests {
 
     #[test]
     fn ask_human_with_a_wrong_key_is_bad_arguments_not_a_question() {
-        let tools = tools();
-        let (journaled, plan) =
-            plan_call(&tools, true, "ask_human", r#"{"question":"Go?"}"#, &vars());
+        let (journaled, plan) = plan_call(true, "ask_human", r#"{"question":"Go?"}"#);
         assert_eq!(journaled, serde_json::json!({"question": "Go?"}));
         let observation = plan.error_observation().unwrap();
         assert!(
@@ -199,8 +239,7 @@ mod tests {
 
     #[test]
     fn ask_human_off_makes_a_call_to_it_an_unknown_tool_not_a_question() {
-        let tools = tools();
-        let (_, plan) = plan_call(&tools, false, "ask_human", r#"{"prompt":"Go?"}"#, &vars());
+        let (_, plan) = plan_call(false, "ask_human", r#"{"prompt":"Go?"}"#);
         assert_eq!(
             plan.error_observation().unwrap(),
             "Error: unknown tool 'ask_human'. Available tools: greet."
@@ -209,8 +248,7 @@ mod tests {
 
     #[test]
     fn unknown_tool_lists_the_available_ones() {
-        let tools = tools();
-        let (_, plan) = plan_call(&tools, true, "nope", "{}", &vars());
+        let (_, plan) = plan_call(true, "nope", "{}");
         assert_eq!(
             plan.error_observation().unwrap(),
             "Error: unknown tool 'nope'. Available tools: greet, ask_human."
@@ -219,30 +257,28 @@ mod tests {
 
     #[test]
     fn arguments_that_are_not_an_object_are_malformed() {
-        let tools = tools();
         for text in ["[1]", "{not json", "\"x\""] {
-            let (_, plan) = plan_call(&tools, true, "greet", text, &vars());
+            let (_, plan) = plan_call(true, "greet", text);
             assert!(
                 matches!(plan, CallPlan::MalformedArguments { .. }),
                 "{text}: {plan:?}"
             );
             assert!(plan.error_observation().unwrap().contains("not valid JSON"));
         }
-        let (journaled, plan) = plan_call(&tools, true, "greet", "{oops", &vars());
+        let (journaled, plan) = plan_call(true, "greet", "{oops");
         assert_eq!(journaled, serde_json::json!("{oops"));
         assert!(matches!(plan, CallPlan::MalformedArguments { .. }));
     }
 
     #[test]
     fn bad_arguments_for_a_known_tool_name_the_problem() {
-        let tools = tools();
-        let (_, plan) = plan_call(&tools, true, "greet", r#"{"whom":"x"}"#, &vars());
+        let (_, plan) = plan_call(true, "greet", r#"{"whom":"x"}"#);
         let observation = plan.error_observation().unwrap();
         assert!(
             observation.contains("unknown argument `whom`"),
             "{observation}"
         );
-        let (_, empty) = plan_call(&tools, true, "greet", "", &vars());
+        let (_, empty) = plan_call(true, "greet", "");
         assert!(empty
             .error_observation()
             .unwrap()

@@ -84,6 +84,35 @@ pub fn format_observation_limited(
     sections.join("\n")
 }
 
+/// A text answer (an engine call's) as the model sees it: whole when it fits `limits`,
+/// else its head, a `[... N bytes cut; full output: <path> ...]` line naming `full_file`
+/// (shown relative to `display_root`) and its tail, cut between UTF-8 characters.
+pub fn cut_text(
+    text: &str,
+    limits: ObservationLimits,
+    full_file: Option<&Path>,
+    display_root: &Path,
+) -> String {
+    let bytes = text.as_bytes();
+    let keep = limits.head_bytes.saturating_add(limits.tail_bytes);
+    let capture = if bytes.len() <= keep {
+        StreamCapture {
+            head: bytes.to_vec(),
+            total_bytes: bytes.len() as u64,
+            ..StreamCapture::default()
+        }
+    } else {
+        StreamCapture {
+            head: bytes[..limits.head_bytes].to_vec(),
+            tail: bytes[bytes.len() - limits.tail_bytes..].to_vec(),
+            total_bytes: bytes.len() as u64,
+            file: full_file.map(Path::to_path_buf),
+            file_truncated: false,
+        }
+    };
+    stream_text(&capture, display_root, limits)
+}
+
 /// True only when the program exited by itself with code 0.
 pub fn is_success(outcome: &ProcessOutcome) -> bool {
     outcome.termination == Termination::Exited(0)
@@ -196,6 +225,25 @@ fn utf8_suffix_start(bytes: &[u8]) -> usize {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_engine_answer_is_cut_between_characters_and_names_its_full_file() {
+        let limits = ObservationLimits {
+            head_bytes: 4,
+            tail_bytes: 4,
+        };
+        let root = Path::new("/run");
+        assert_eq!(cut_text("short\n", limits, None, root), "short");
+        let text = "ab\u{e9}cd-middle-\u{e9}xyz";
+        let shown = cut_text(text, limits, Some(Path::new("/run/io/t/1.output")), root);
+        assert_eq!(
+            shown,
+            format!(
+                "ab\u{e9}\n[... {} bytes cut; full output: io/t/1.output ...]\nxyz",
+                text.len() - 4 - 3
+            )
+        );
+    }
     use std::path::PathBuf;
     use std::time::Duration;
 

@@ -13,6 +13,7 @@ mod budget;
 mod capture;
 mod env;
 mod launch;
+mod service;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
@@ -35,6 +36,7 @@ pub use env::{
 
 use capture::{capture_stream, StreamLimits};
 use launch::{Launched, Leader};
+pub use service::{ServicePipes, ServiceProcess};
 
 use crate::redact::SecretSet;
 use crate::tool::spawner::Spawner;

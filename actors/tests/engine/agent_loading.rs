@@ -608,3 +608,39 @@ fn every_key_the_agent_files_accept_is_in_the_agent_reference() {
         "keys missing from docs/agent.md: {missing:?}"
     );
 }
+
+/// Issue 26: `mcp:` lists Model Context Protocol servers; their tools are offered as
+/// `<server>__<tool>`, so an agent tool may not take a name in a server's namespace.
+#[test]
+fn an_agent_tool_named_in_an_mcp_servers_namespace_is_refused() {
+    let dir = AgentDir::new(
+        "name: a\nllm: {model: m}\ntools:\n  - name: files__read\n    exec: cat x\nmcp:\n  files:\n    command: mcp-server-filesystem\n",
+    );
+    let error = load_agent(&dir.home).unwrap_err().to_string();
+    assert!(
+        error.contains("tool `files__read` is named like a tool of the MCP server `files`"),
+        "{error}"
+    );
+    assert!(error.contains("hint"), "{error}");
+}
+
+/// Issue 26: the `mcp` Cargo feature. With it an agent's servers load in order; without it
+/// an agent listing servers is refused at load, naming the feature, rather than run without
+/// the tools it was written for.
+#[test]
+fn mcp_servers_load_with_the_mcp_feature_and_are_refused_without_it() {
+    let dir = AgentDir::new(
+        "name: a\nllm: {model: m}\nmcp:\n  files:\n    command: mcp-server-filesystem\n    args: [\"${CWD}\"]\n  web:\n    command: web-server\n",
+    );
+    let loaded = load_agent(&dir.home);
+    if cfg!(feature = "mcp") {
+        let agent = loaded.unwrap();
+        let names: Vec<&str> = agent.mcp.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["files", "web"]);
+        assert_eq!(agent.mcp[0].args, ["${CWD}"]);
+    } else {
+        let error = loaded.unwrap_err().to_string();
+        assert!(error.contains("built without MCP support"), "{error}");
+        assert!(error.contains("`mcp` feature"), "{error}");
+    }
+}

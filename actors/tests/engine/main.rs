@@ -6,6 +6,8 @@ mod hooks;
 mod http2;
 mod layering;
 mod llm;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod orchestrate;
 mod plan;
 mod process;

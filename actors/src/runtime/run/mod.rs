@@ -22,6 +22,7 @@ use crate::protocol::{RunEvent, RunRequest, RunResult, SupervisorConfig};
 use crate::run::{ModelPort, RunControl, RunLoop, ToolPort};
 use crate::runtime::tool::{Execute, ToolActor};
 use crate::tool::job::{ToolExecution, ToolJob};
+use crate::tool::kind::registry::ToolServices;
 
 /// Stop at the next await point and finish INTERRUPTED.
 #[derive(Message)]
@@ -46,6 +47,7 @@ impl RunActor {
         request: RunRequest,
         config: Arc<SupervisorConfig>,
         gate: Arc<LlmGate>,
+        services: ToolServices,
         events: broadcast::Sender<RunEvent>,
         result_tx: oneshot::Sender<RunResult>,
     ) -> Self {
@@ -59,7 +61,8 @@ impl RunActor {
             Rc::new(ToolActors),
             control.clone(),
             events,
-        );
+        )
+        .with_tool_services(services);
         RunActor {
             run: Some(run),
             control,
@@ -124,7 +127,7 @@ impl ModelPort for GatePort {
     }
 }
 
-/// The tool port: one `ToolActor` per call.
+/// The tool port: one `ToolActor` per call (a process or an engine call alike).
 struct ToolActors;
 
 impl ToolPort for ToolActors {
