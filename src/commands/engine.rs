@@ -91,7 +91,7 @@ pub fn llm_target(
 }
 
 /// `http://localhost…`, `http://127.x.x.x…` or `http://[::1]…`: an endpoint on this machine.
-fn is_loopback_url(url: &str) -> bool {
+pub(crate) fn is_loopback_url(url: &str) -> bool {
     let Some(rest) = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))

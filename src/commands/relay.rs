@@ -18,7 +18,7 @@ use delta_actors::relay::{
 use delta_actors::LlmTarget;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::commands::engine::process_env;
+use crate::commands::engine::{is_loopback_url, process_env};
 use crate::error::CliError;
 use crate::token::{check_token, resolve_token, TokenOptions};
 
@@ -32,6 +32,7 @@ pub const RELAY_TOKEN_VAR: &str = "DELTA_RELAY_TOKEN";
   # on any node (the token is the second line the relay printed):
   DELTA_BASE_URL=http://10.0.0.5:8787/v1 DELTA_API_KEY=<token> delta run --agent a -m task -y
   delta relay --llm-script script.yaml --listen 127.0.0.1:0     # the scripted model, offline
+  DELTA_BASE_URL=http://127.0.0.1:8080/v1 delta relay   # a local llama.cpp/Ollama: no key needed
 
 The token: a fresh random one unless DELTA_RELAY_TOKEN is set or --token-file names a file
 holding it (yours, mode 0600, not a symbolic link). Never on the command line: every local
@@ -83,13 +84,20 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
         )),
         None => {
             let base_url = env.get("DELTA_BASE_URL").filter(|v| !v.is_empty());
-            let key = env.get("DELTA_API_KEY").filter(|v| !v.is_empty());
-            let (Some(base_url), Some(key)) = (base_url, key) else {
-                return Err(CliError::Config(
-                    "the relay forwards to DELTA_BASE_URL with DELTA_API_KEY: set both (or use --llm-script FILE)".into(),
-                ));
-            };
-            LlmTarget::Http(Endpoint::new(base_url.clone(), Some(key.clone())))
+            let key = env.get("DELTA_API_KEY").filter(|v| !v.is_empty()).cloned();
+            // A server on this machine (llama.cpp, Ollama...) usually wants no key, as for
+            // `delta run`.
+            let key_optional = base_url.is_some_and(|url| is_loopback_url(url));
+            match (base_url, key) {
+                (Some(base_url), key) if key.is_some() || key_optional => {
+                    LlmTarget::Http(Endpoint::new(base_url.clone(), key))
+                }
+                _ => {
+                    return Err(CliError::Config(
+                        "the relay forwards to DELTA_BASE_URL with DELTA_API_KEY: set both (the key may be left out for an endpoint on 127.0.0.1 or localhost), or use --llm-script FILE".into(),
+                    ))
+                }
+            }
         }
     };
     let forwarding_to = match &target {

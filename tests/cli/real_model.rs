@@ -497,29 +497,111 @@ fn real_model_the_example_agents_and_templates_run() {
         out.assert_code(0);
         agents.push((format!("t-{template}"), dir));
     }
-    for (name, dir) in agents {
-        let ws = bench.path().join(format!("ws-{name}"));
-        let out = bench.delta(
-            &[
-                "run",
-                "--agent",
-                &dir.display().to_string(),
-                "-w",
-                &ws.display().to_string(),
-                "--run-id",
-                "r",
-                "-m",
-                TOOL_TASK,
-                "-y",
-                "--max-iterations",
-                "3",
-                "--format",
-                "json",
-            ],
-            &[],
-        );
-        let result: Value = serde_json::from_str(&out.stdout)
-            .unwrap_or_else(|e| panic!("{name}: {e}: {}\n{}", out.stdout, out.stderr));
-        assert_ended_without_protocol_error(&result, &out.stderr);
+    // Streamed where the server can (the default), then with `llm.stream: false`.
+    for stream in ["auto", "0"] {
+        for (name, dir) in &agents {
+            let ws = bench.path().join(format!("ws-{name}-{stream}"));
+            let out = bench.delta(
+                &[
+                    "run",
+                    "--agent",
+                    &dir.display().to_string(),
+                    "-w",
+                    &ws.display().to_string(),
+                    "--run-id",
+                    "r",
+                    "-m",
+                    TOOL_TASK,
+                    "-y",
+                    "--max-iterations",
+                    "3",
+                    "--format",
+                    "json",
+                ],
+                &[("DELTA_LLM_STREAM", stream)],
+            );
+            let result: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "{name} (stream {stream}): {e}: {}\n{}",
+                    out.stdout, out.stderr
+                )
+            });
+            assert_ended_without_protocol_error(&result, &out.stderr);
+            let run_dir = ws.join(".delta/r");
+            let streamed: Vec<bool> = answered_calls(&run_dir)
+                .iter()
+                .map(|r| r["stream"] == true)
+                .collect();
+            assert!(!streamed.is_empty(), "{name}: no answered call");
+            if stream == "0" {
+                assert!(!streamed.contains(&true), "{name}: {streamed:?}");
+            } else if streamed.contains(&false) {
+                // This server ends some streams with many tools before their first chunk:
+                // the call is then sent again unstreamed, and the record says why.
+                let fell_back = files_under(&run_dir.join("io/invocations"))
+                    .iter()
+                    .map(|p| read_json(p))
+                    .any(|r| {
+                        r["error"]
+                            .as_str()
+                            .is_some_and(|e| e.contains("again without streaming"))
+                    });
+                assert!(
+                    fell_back,
+                    "{name}: unstreamed calls {streamed:?} without a recorded fallback"
+                );
+            }
+        }
     }
+}
+
+/// `delta relay` in front of the real server: a tool-using run given only the relay's URL
+/// and token completes through it (with `llm.stream: auto`: this server fails streamed
+/// requests that offer tools, and the run falls back as it would without the relay), and a
+/// streamed reply comes through it chunk by chunk.
+#[test]
+fn real_model_runs_through_the_relay_complete_and_stream_end_to_end() {
+    let Some(model) =
+        real_model("real_model_runs_through_the_relay_complete_and_stream_end_to_end")
+    else {
+        return;
+    };
+    let token = "real-model-relay-token-0123456789";
+    // No DELTA_API_KEY: an endpoint on 127.0.0.1 needs none, for the relay as for `delta run`.
+    let relay = crate::relay::RelayProcess::start(
+        &[],
+        &[
+            ("DELTA_BASE_URL", model.url.as_str()),
+            ("DELTA_RELAY_TOKEN", token),
+        ],
+    );
+    let bench = Bench::new(&relay.url);
+    let with_tools = bench.agent("relayed", TOOLS);
+    let out = bench.run(&with_tools, "tools", TOOL_TASK, &[("DELTA_API_KEY", token)]);
+    let result = out.json();
+    assert_eq!(result["status"], "COMPLETED", "{result}\n{}", out.stderr);
+    let (requests, results) = tool_calls(&bench.run_dir("tools"));
+    assert!(requests >= 1 && results == requests, "{requests} calls");
+
+    let talker = bench.agent("talker", "ask_human: false\ntools: []\n");
+    let out = bench.run(
+        &talker,
+        "talk",
+        "Say hello in five words.",
+        &[("DELTA_API_KEY", token), ("DELTA_LLM_STREAM", "1")],
+    );
+    let result = out.json();
+    assert!(
+        result["status"] == "COMPLETED" || result["error"]["type"] == "truncated",
+        "{result}\n{}",
+        out.stderr
+    );
+    let records = answered_calls(&bench.run_dir("talk"));
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["stream"], true, "{records:?}");
+    let stderr = relay.stop();
+    assert!(
+        !stderr.contains("(0 streamed)") && stderr.contains(" streamed)"),
+        "the relay passed the stream through: {stderr}"
+    );
 }

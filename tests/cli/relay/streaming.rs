@@ -254,3 +254,51 @@ fn relay_closes_the_endpoints_stream_when_the_caller_leaves_mid_stream() {
         "{stderr}"
     );
 }
+
+/// An endpoint on this machine (llama.cpp, Ollama...) needs no key, for the relay as for
+/// `delta run`: it starts without DELTA_API_KEY and sends no `Authorization` upstream; a
+/// remote endpoint without a key is still refused.
+#[test]
+fn relay_forwards_to_a_loopback_endpoint_without_a_key_and_refuses_a_remote_one() {
+    let upstream = Upstream::start(|_| {
+        Behaviour::Respond(json_response(
+            200,
+            "",
+            r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#,
+        ))
+    });
+    let relay = RelayProcess::start(
+        &[],
+        &[
+            ("DELTA_BASE_URL", upstream.base_url.as_str()),
+            ("DELTA_RELAY_TOKEN", TOKEN),
+        ],
+    );
+    let answer = send(
+        &relay.authority(),
+        "POST",
+        "/v1/chat/completions",
+        Some(TOKEN),
+        &chat_body("hi", false),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let Some(Seen::Request { head, .. }) = upstream.next(LIMIT) else {
+        panic!("the endpoint saw no request");
+    };
+    assert!(
+        !head.to_ascii_lowercase().contains("authorization:"),
+        "no key, no Authorization header: {head}"
+    );
+    relay.stop();
+
+    let refused = RelayProcess::try_start(
+        &[],
+        &[
+            ("DELTA_BASE_URL", "https://llm.example.invalid/v1"),
+            ("DELTA_RELAY_TOKEN", TOKEN),
+        ],
+    )
+    .err()
+    .expect("a remote endpoint without a key is refused");
+    assert!(refused.contains("DELTA_API_KEY"), "{refused}");
+}
