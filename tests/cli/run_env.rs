@@ -468,6 +468,17 @@ fn ctrl_c_during_a_retry_after_wait_interrupts_at_once() {
         1,
         "retried after Ctrl-C"
     );
+    // Issue 25 §3: the run stopped mid-retry keeps the record of its failed attempt, written
+    // when the attempt failed, and its engine.log line.
+    let invocations = crate::harness::files_under(&case.run_dir("r1").join("io/invocations"));
+    assert!(
+        invocations
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with("_1_attempt1.json")),
+        "{invocations:?}"
+    );
+    let log = std::fs::read_to_string(case.run_dir("r1").join("engine.log")).unwrap();
+    assert!(log.contains("model call attempt 1 failed"), "{log}");
 }
 
 #[test]
