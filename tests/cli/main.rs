@@ -1,5 +1,6 @@
 //! CLI-level integration tests against the built binaries (one binary).
 mod bench;
+mod bench_docs;
 mod hooks;
 mod hostile_files;
 mod init_expand;
