@@ -66,7 +66,7 @@ pub(crate) mod yaml_errors;
 pub use api::{OrchestrationHandle, RunHandle, SessionManager, Supervisor};
 pub use protocol::{
     EngineError, HumanPrompter, InteractionInfo, LlmTarget, OrchestrationEvent,
-    OrchestrationRequest, RecordedError, RunErrorInfo, RunErrorKind, RunEvent, RunMetrics,
+    OrchestrationRequest, OrchestrationSummary, RecordedError, RunErrorInfo, RunErrorKind, RunEvent, RunMetrics,
     RunRequest, RunResult, RunResultMetadata, RunStart, RunStatus, SupervisorConfig, TokenUsage,
     UsageReport,
 };

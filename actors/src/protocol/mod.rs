@@ -8,6 +8,7 @@ mod event;
 mod request;
 mod result;
 mod status;
+mod summary;
 
 pub use error::EngineError;
 pub use event::{OrchestrationEvent, RunEvent};
@@ -19,3 +20,6 @@ pub use result::{
     RunResultMetadata, UsageReport,
 };
 pub use status::{RunStatus, TokenUsage};
+pub use summary::{
+    OrchestrationStatus, OrchestrationSummary, RunCounts, RunRow, StageStatus, StageSummary, Totals,
+};

@@ -31,11 +31,10 @@ use crate::workspace::{
 
 pub mod listing;
 mod resume;
-mod summary;
 
 pub use listing::{list_orchestrations, ListedStatus, OrchestrationListing};
 pub use resume::{check_resumable, recorded_plan};
-pub use summary::{
+pub use crate::protocol::{
     OrchestrationStatus, OrchestrationSummary, RunCounts, RunRow, StageStatus, StageSummary, Totals,
 };
 
