@@ -18,10 +18,8 @@ pub use sessions::SessionManager;
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::protocol::{
-    EngineError, OrchestrationEvent, OrchestrationRequest, RunEvent, RunRequest, RunResult,
-    SupervisorConfig,
-};
+use crate::protocol::{EngineError, OrchestrationEvent, RunEvent, RunResult};
+use crate::request::{OrchestrationRequest, RunRequest, SupervisorConfig};
 use crate::runtime::admission::{CancelRun, SubmitRun};
 use crate::runtime::supervisor::{CancelAll, RunSupervisor};
 

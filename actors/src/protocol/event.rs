@@ -95,7 +95,7 @@ pub enum RunEvent {
         delay_ms: u64,
     },
     /// A piece of a streamed reply, as it arrives (only when
-    /// [`SupervisorConfig::reply_text_events`](crate::protocol::SupervisorConfig::reply_text_events)
+    /// [`SupervisorConfig::reply_text_events`](crate::request::SupervisorConfig::reply_text_events)
     /// is set). The whole reply follows as a `Thought` once it is complete; these are for
     /// watching it grow.
     ReplyText {
