@@ -14,12 +14,15 @@ pub mod live_reply;
 mod recovery;
 mod runs;
 
+/// The private-file writer lives in [`crate::private_file`] (metadata needs it too, and
+/// `workspace` reads metadata); re-exported for the callers that reach it through here.
+pub(crate) use crate::private_file::write_private_file;
 pub use agent_workspaces::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name,
 };
 pub(crate) use audit::{
-    hook_record_path, overwrite, write_attempt_record, write_invocation_record, write_private_file,
-    write_redacted_json_file, ToolRecordName, ToolRecordNames,
+    hook_record_path, write_attempt_record, write_invocation_record, write_redacted_json_file,
+    ToolRecordName, ToolRecordNames,
 };
 pub use recovery::{
     prepare_continue, recover_orphaned_runs, ContinueError, ContinueReadiness, JanitorAction,
