@@ -49,7 +49,7 @@ pub mod context;
 pub mod duration;
 pub(crate) mod hooks;
 pub(crate) mod input;
-pub(crate) mod janitor;
+pub mod janitor;
 pub mod journal;
 pub mod llm;
 pub mod metadata;
