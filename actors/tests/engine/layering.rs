@@ -86,13 +86,7 @@ fn the_domain_imports_neither_the_runtime_nor_actix() {
 ///   settings error, while `cluster/handoff.rs` reads the plan's limits. The executor port
 ///   (issue 26) reworks both `plan/executor.rs` and `cluster/`; remove this entry when it
 ///   lands.
-/// - `tool/kind/` → `agent`: the tool-kind registry opens a run's toolbox from its
-///   `ResolvedAgent`, while agent loading compiles tools and MCP settings.
-const ALLOWED_MODULE_EDGES: &[(&str, &str)] = &[
-    ("plan/executor.rs", "cluster"),
-    ("tool/kind/process.rs", "agent"),
-    ("tool/kind/registry.rs", "agent"),
-];
+const ALLOWED_MODULE_EDGES: &[(&str, &str)] = &[("plan/executor.rs", "cluster")];
 
 /// Issue 26: the top-level modules (the children of `src/`) form no import cycle. Six mutual
 /// pairs (protocol↔plan, protocol↔cluster, plan↔cluster, llm↔plan, metadata↔workspace,
