@@ -4,13 +4,15 @@
 //! [`Supervisor::orchestrate`] a whole plan), [`SessionManager`] keeps shell sessions, and
 //! [`api::serve`] starts `delta serve`. What they take and give back — [`RunRequest`],
 //! [`RunResult`], [`RunEvent`], [`OrchestrationRequest`], [`OrchestrationSummary`]... — is
-//! re-exported here from [`protocol`] and [`request`]. No actix type crosses this surface: call it from your own tokio runtime or
-//! from plain synchronous code (`*_blocking`).
+//! re-exported here from [`protocol`] and [`request`]. No actix type crosses this surface:
+//! call it from your own tokio runtime or from plain synchronous code (`*_blocking`).
 //!
 //! # Layout, from the ground up
-//! - **Values** ([`protocol`], [`clock`]): results, events, statuses, orchestration
-//!   summaries and error kinds as plain serde types, importing nothing of the engine; one timestamp format. [`bounded_read`]: the one way files a
-//!   tool may have replaced are read (regular files only, no blocking open, size caps).
+//! - **Values** ([`protocol`], [`clock`], [`duration`]): results, events, statuses,
+//!   orchestration summaries and error kinds as plain serde types, importing nothing of the
+//!   engine; one timestamp format; the duration grammar. [`bounded_read`]: the one way files
+//!   a tool may have replaced are read (regular files only, no blocking open, size caps);
+//!   `private_file`: the one way delta's own files are written (mode 0600, no links).
 //! - **Domain** (no actix, unit-tested without an actor system): [`agent`] loads an agent
 //!   folder into one immutable [`agent::ResolvedAgent`]; [`tool`] compiles tool templates,
 //!   classifies a model's calls and runs processes (through a small spawner process when the
