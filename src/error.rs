@@ -8,10 +8,11 @@
 use std::path::PathBuf;
 
 use delta_actors::agent::AgentError;
+use delta_actors::janitor::ContinueError;
 use delta_actors::llm::scripted::ScriptError;
 use delta_actors::plan::state::StateError;
 use delta_actors::plan::PlanError;
-use delta_actors::workspace::{ContinueError, WorkspaceError};
+use delta_actors::workspace::WorkspaceError;
 use delta_actors::EngineError;
 
 /// A failed command. Every message is complete and user-facing (file, key, hint).

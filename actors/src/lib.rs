@@ -3,14 +3,16 @@
 //! Start here: [`Supervisor`] runs agents ([`Supervisor::submit`] one run,
 //! [`Supervisor::orchestrate`] a whole plan), [`SessionManager`] keeps shell sessions, and
 //! [`api::serve`] starts `delta serve`. What they take and give back — [`RunRequest`],
-//! [`RunResult`], [`RunEvent`], [`OrchestrationRequest`]... — is re-exported here from
-//! [`protocol`]. No actix type crosses this surface: call it from your own tokio runtime or
-//! from plain synchronous code (`*_blocking`).
+//! [`RunResult`], [`RunEvent`], [`OrchestrationRequest`], [`OrchestrationSummary`]... — is
+//! re-exported here from [`protocol`] and [`request`]. No actix type crosses this surface:
+//! call it from your own tokio runtime or from plain synchronous code (`*_blocking`).
 //!
 //! # Layout, from the ground up
-//! - **Values** ([`protocol`], [`clock`]): requests, results, events, statuses and error
-//!   kinds as plain serde types; one timestamp format. [`bounded_read`]: the one way files a
-//!   tool may have replaced are read (regular files only, no blocking open, size caps).
+//! - **Values** ([`protocol`], [`clock`], [`duration`]): results, events, statuses,
+//!   orchestration summaries and error kinds as plain serde types, importing nothing of the
+//!   engine; one timestamp format; the duration grammar. [`bounded_read`]: the one way files
+//!   a tool may have replaced are read (regular files only, no blocking open, size caps);
+//!   `private_file`: the one way delta's own files are written (mode 0600, no links).
 //! - **Domain** (no actix, unit-tested without an actor system): [`agent`] loads an agent
 //!   folder into one immutable [`agent::ResolvedAgent`]; [`tool`] compiles tool templates,
 //!   classifies a model's calls and runs processes (through a small spawner process when the
@@ -21,6 +23,9 @@
 //!   its schedule ([`plan::Scheduler`]: events in, effects out); [`session`] owns shell and
 //!   PTY sessions. Inside the crate: the run loop (`run`: one async function over a model
 //!   port and a tool port), hooks, and the `delta serve` model.
+//! - **Requests** ([`request`]): what an embedder asks for — the engine's settings, a run (a
+//!   compiled agent, a model target), a plan (a resolved plan, an executor) — between the
+//!   domain whose values they carry and the runtime that carries them out.
 //! - **Runtime** (private): actix actors that own mailboxes and state and call the domain:
 //!   `RunSupervisor` (admission, arbiter pool), `RunActor` (a run's mailbox around the run
 //!   loop), `ToolActor`, `OrchestrationActor` (carries out
@@ -28,8 +33,9 @@
 //!   `ServeManager`, `WorkerActor` and web routes.
 //! - **Handles** ([`api`]): [`Supervisor`], [`SessionManager`], [`api::serve`].
 //!
-//! No file imports a file that imports it back, and the domain imports neither the runtime
-//! nor actix (both checked by the `layering` engine test).
+//! No file imports a file that imports it back, the top-level modules form no import cycle,
+//! [`protocol`] imports no other module, and the domain imports neither the runtime nor actix
+//! (all checked by the `layering` engine test).
 //!
 //! The library never prints: user-facing text is the binary's job.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -42,16 +48,19 @@ pub mod bounded_read;
 pub mod clock;
 pub mod cluster;
 pub mod context;
+pub mod duration;
 pub(crate) mod hooks;
 pub(crate) mod input;
-pub(crate) mod janitor;
+pub mod janitor;
 pub mod journal;
 pub mod llm;
 pub mod metadata;
 pub mod plan;
+pub(crate) mod private_file;
 pub mod protocol;
 pub mod redact;
 pub mod relay;
+pub mod request;
 pub(crate) mod run;
 mod runtime;
 pub(crate) mod serve;
@@ -65,8 +74,10 @@ pub(crate) mod yaml_errors;
 
 pub use api::{OrchestrationHandle, RunHandle, SessionManager, Supervisor};
 pub use protocol::{
-    EngineError, HumanPrompter, InteractionInfo, LlmTarget, OrchestrationEvent,
-    OrchestrationRequest, RecordedError, RunErrorInfo, RunErrorKind, RunEvent, RunMetrics,
-    RunRequest, RunResult, RunResultMetadata, RunStart, RunStatus, SupervisorConfig, TokenUsage,
-    UsageReport,
+    EngineError, InteractionInfo, OrchestrationEvent, OrchestrationSummary, RecordedError,
+    RunErrorInfo, RunErrorKind, RunEvent, RunMetrics, RunResult, RunResultMetadata, RunStatus,
+    TokenUsage, UsageReport,
+};
+pub use request::{
+    HumanPrompter, LlmTarget, OrchestrationRequest, RunRequest, RunStart, SupervisorConfig,
 };

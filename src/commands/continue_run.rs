@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use clap::Args;
 use delta_actors::agent::load_agent;
-use delta_actors::workspace::{
-    prepare_continue, validate_run_id, ContinueReadiness, JanitorAction,
-};
+use delta_actors::janitor::{prepare_continue, ContinueReadiness, JanitorAction};
+use delta_actors::workspace::validate_run_id;
 use delta_actors::{RunRequest, RunStart, RunStatus};
 
 use crate::commands::engine::{

@@ -6,9 +6,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use delta_actors::workspace::{
-    list_runs_with_warnings, recover_orphaned_runs, JanitorAction, RunSummary,
-};
+use delta_actors::janitor::{recover_orphaned_runs, JanitorAction};
+use delta_actors::workspace::{list_runs_with_warnings, RunSummary};
 use delta_actors::RunStatus;
 
 use crate::error::CliError;

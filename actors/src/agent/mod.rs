@@ -35,6 +35,7 @@ pub use error::AgentError;
 pub use hooks::{HookName, HookSpec, Hooks};
 
 use crate::tool::compile::{ask_human_schema, CompiledTool};
+use crate::tool::kind::ToolOwner;
 use crate::tool::mcp::config::namespace_clash;
 use crate::tool::mcp::McpServerConfig;
 use crate::yaml::Fields;
@@ -105,6 +106,26 @@ impl ResolvedAgent {
             .map(CompiledTool::openai_schema)
             .chain(self.ask_human.then(ask_human_schema))
             .collect()
+    }
+}
+
+/// The run's tool kinds see the agent through [`ToolOwner`] (the kinds live in `tool`,
+/// which agent loading imports).
+impl ToolOwner for ResolvedAgent {
+    fn own_tools(&self) -> &[CompiledTool] {
+        &self.tools
+    }
+    fn home(&self) -> &Path {
+        &self.home
+    }
+    fn mcp_servers(&self) -> &[McpServerConfig] {
+        &self.mcp
+    }
+    fn offers_ask_human(&self) -> bool {
+        self.ask_human
+    }
+    fn hidden_env_names(&self) -> Vec<String> {
+        self.secret_env_names()
     }
 }
 

@@ -18,10 +18,8 @@ pub use sessions::SessionManager;
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::protocol::{
-    EngineError, OrchestrationEvent, OrchestrationRequest, RunEvent, RunRequest, RunResult,
-    SupervisorConfig,
-};
+use crate::protocol::{EngineError, OrchestrationEvent, RunEvent, RunResult};
+use crate::request::{OrchestrationRequest, RunRequest, SupervisorConfig};
 use crate::runtime::admission::{CancelRun, SubmitRun};
 use crate::runtime::supervisor::{CancelAll, RunSupervisor};
 
@@ -166,19 +164,19 @@ pub struct OrchestrationHandle {
     /// This plan's progress, from its first event on (4096 buffered; a slower reader gets
     /// `Lagged` and misses events, never the summary).
     pub events: broadcast::Receiver<OrchestrationEvent>,
-    receiver: oneshot::Receiver<crate::plan::state::OrchestrationSummary>,
+    receiver: oneshot::Receiver<crate::protocol::OrchestrationSummary>,
 }
 
 impl OrchestrationHandle {
     /// Waits for the plan to end and returns its summary (every final status is an `Ok`);
     /// [`EngineError::Stopped`] means the engine shut down first.
-    pub async fn wait(self) -> Result<crate::plan::state::OrchestrationSummary, EngineError> {
+    pub async fn wait(self) -> Result<crate::protocol::OrchestrationSummary, EngineError> {
         self.receiver.await.map_err(|_| EngineError::Stopped)
     }
 
     /// Synchronous variant of [`OrchestrationHandle::wait`] for code without an async
     /// runtime.
-    pub fn wait_blocking(self) -> Result<crate::plan::state::OrchestrationSummary, EngineError> {
+    pub fn wait_blocking(self) -> Result<crate::protocol::OrchestrationSummary, EngineError> {
         self.receiver
             .blocking_recv()
             .map_err(|_| EngineError::Stopped)

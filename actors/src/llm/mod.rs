@@ -37,6 +37,7 @@ pub(crate) mod rate;
 pub mod retry;
 pub mod scripted;
 pub mod stream;
+mod target;
 pub mod timeouts;
 pub mod types;
 pub mod wire;
@@ -57,6 +58,7 @@ pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,
     ServerStats,
 };
+pub use target::LlmTarget;
 pub use timeouts::{
     parse_llm_timeout, LlmTimeoutSettings, LlmTimeouts, TimeoutPhase, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,

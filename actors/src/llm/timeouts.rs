@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use crate::plan::parse_duration;
+use crate::duration::parse_duration;
 
 /// Default limit on one whole attempt (connect, send, wait, read the body).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);

@@ -323,7 +323,7 @@ fn write_spare_and_swap(
         .custom_flags(libc::O_NOFOLLOW)
         .open(&spare)
         .map_err(|e| MetadataError::io("create", &spare, e))?;
-    crate::workspace::overwrite(&mut file, bytes)
+    crate::private_file::overwrite(&mut file, bytes)
         .map_err(|e| MetadataError::io("write", &spare, e))?;
     if durable {
         file.sync_all()

@@ -8,11 +8,11 @@
 
 use std::path::Path;
 
-use super::duration::{parse_duration, DURATION_HINT};
 use super::model::DurationValue;
 pub use super::model::{ExecutorKind, ExecutorSpec};
 use super::PlanError;
 use crate::cluster::slurm::{SettingsError, SlurmSettings};
+use crate::duration::{parse_duration, DURATION_HINT};
 
 /// Where a plan's runs execute, validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

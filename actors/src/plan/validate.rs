@@ -11,7 +11,6 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::duration::{parse_duration, DURATION_HINT};
 use super::limits::{self, out_of_range, NAME_LEN, PLAN_BYTES, STAGE_ID_LEN};
 use super::model::{DurationValue, ForeachSpec, PlanFile, PREVIOUS};
 use super::needs::resolve_needs;
@@ -19,6 +18,7 @@ use super::parse::{input_error, parse_plan};
 use super::resolved::{ResolvedForeach, ResolvedPlan, ResolvedStage};
 use super::stage_checks::{check_stage_templates, stage_items};
 use super::PlanError;
+use crate::duration::{parse_duration, DURATION_HINT};
 use crate::input::{read_bounded, InputError};
 use crate::llm::timeouts::check_llm_timeout;
 use crate::llm::LlmTimeoutSettings;

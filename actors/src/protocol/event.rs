@@ -95,7 +95,7 @@ pub enum RunEvent {
         delay_ms: u64,
     },
     /// A piece of a streamed reply, as it arrives (only when
-    /// [`SupervisorConfig::reply_text_events`](crate::protocol::SupervisorConfig::reply_text_events)
+    /// [`SupervisorConfig::reply_text_events`](crate::request::SupervisorConfig::reply_text_events)
     /// is set). The whole reply follows as a `Thought` once it is complete; these are for
     /// watching it grow.
     ReplyText {
@@ -155,7 +155,7 @@ pub enum OrchestrationEvent {
         runs: usize,
         /// The outcomes of the runs finished by an earlier invocation.
         #[serde(default)]
-        already_done: crate::plan::state::RunCounts,
+        already_done: super::summary::RunCounts,
     },
     /// A run of a stage was submitted: a first attempt, a retry, or a continuation on resume.
     RunStarted {
@@ -190,9 +190,9 @@ pub enum OrchestrationEvent {
         stage: String,
         /// The stage's outcome (its `on_failure` decides between failed and completed with
         /// failures).
-        status: crate::plan::state::StageStatus,
+        status: super::summary::StageStatus,
         /// The outcomes of all the stage's runs, this invocation's and earlier ones'.
-        counts: crate::plan::state::RunCounts,
+        counts: super::summary::RunCounts,
     },
     /// Totals over the whole plan, sent after every run's end.
     Progress {
@@ -209,6 +209,6 @@ pub enum OrchestrationEvent {
     /// event.
     Finished {
         /// The plan's final status.
-        status: crate::plan::state::OrchestrationStatus,
+        status: super::summary::OrchestrationStatus,
     },
 }

@@ -36,7 +36,7 @@ pub mod usage;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::protocol::LlmTarget;
+use crate::llm::LlmTarget;
 
 pub use secrets::REDACTED;
 pub use usage::RelayUsage;

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::protocol::{RunRequest, SupervisorConfig};
+use crate::request::{RunRequest, SupervisorConfig};
 use crate::tool::process::build_child_env;
 use crate::workspace::RunPaths;
 

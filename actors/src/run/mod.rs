@@ -65,7 +65,8 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::llm::{CallFailure, CallOutcome, ChatRequest, RequestMeta, RetryObserver};
-use crate::protocol::{RunEvent, RunRequest, SupervisorConfig};
+use crate::protocol::RunEvent;
+use crate::request::{RunRequest, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
 use crate::tool::kind::registry::ToolServices;
 

@@ -17,8 +17,9 @@ use crate::metadata::{
     current_process_identity, read_metadata, try_take_over, write_metadata_with, RunLock,
     RunMetadata, Takeover, LOCK_FILE,
 };
-use crate::protocol::{RunRequest, RunStart, RunStatus};
+use crate::protocol::RunStatus;
 use crate::redact::Redactor;
+use crate::request::{RunRequest, RunStart};
 use crate::workspace::{
     create_run_dir, create_run_dir_in_control_dir, open_run_dir, RunPaths, WorkspaceError,
 };

@@ -20,8 +20,9 @@ use crate::llm::{
     CallFailure, CallOutcome, ChatCompletion, ChatMessage, ChatRequest, LlmError, RequestMeta,
     RetryObserver, ToolCall, Usage,
 };
+use crate::protocol::RunResult;
 use crate::protocol::RunStatus;
-use crate::protocol::{LlmTarget, RunRequest, RunResult, RunStart, SupervisorConfig};
+use crate::request::{LlmTarget, RunRequest, RunStart, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
 
 /// Answers each model call with the next scripted reply; records what it was sent.

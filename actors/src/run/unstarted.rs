@@ -9,9 +9,9 @@ use crate::clock::now_rfc3339;
 use crate::journal::{Event, Journal};
 use crate::metadata::{read_metadata, write_metadata};
 use crate::protocol::{
-    RecordedError, RunErrorInfo, RunErrorKind, RunMetrics, RunRequest, RunResult,
-    RunResultMetadata, RunStatus,
+    RecordedError, RunErrorInfo, RunErrorKind, RunMetrics, RunResult, RunResultMetadata, RunStatus,
 };
+use crate::request::RunRequest;
 use crate::workspace::RunPaths;
 
 /// A RunResult for a run that could not even start (its files were never created).

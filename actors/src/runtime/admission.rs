@@ -8,7 +8,8 @@
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::protocol::{EngineError, RunRequest, RunResult};
+use crate::protocol::{EngineError, RunResult};
+use crate::request::RunRequest;
 
 /// Submit a run; replies with its run id once admitted or queued.
 #[derive(Message)]

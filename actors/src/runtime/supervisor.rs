@@ -15,10 +15,8 @@ use tokio::sync::{broadcast, oneshot};
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
 use crate::plan::state::OrchestrationSummary;
 use crate::plan::LlmLimits;
-use crate::protocol::{
-    EngineError, LlmTarget, OrchestrationEvent, OrchestrationRequest, RunEvent, RunRequest,
-    RunResult, RunStart, SupervisorConfig,
-};
+use crate::protocol::{EngineError, OrchestrationEvent, RunEvent, RunResult};
+use crate::request::{LlmTarget, OrchestrationRequest, RunRequest, RunStart, SupervisorConfig};
 use crate::run::{record_panic_failure, setup_failure, unstarted_interrupted};
 use crate::runtime::admission::{CancelRun, RunDesk, SubmitRun};
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};

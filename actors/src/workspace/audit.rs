@@ -15,6 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{RunPaths, WorkspaceError};
+use crate::private_file::{open_own_file, overwrite};
 use crate::redact::SecretSet;
 
 /// Upper bound on suffix probing; past it a random suffix is used (never reached in practice).
@@ -272,39 +273,6 @@ fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
     let mut file =
         open_own_file(path, &options).map_err(|e| WorkspaceError::io("open", path, e))?;
     overwrite(&mut file, bytes).map_err(|e| WorkspaceError::io("write", path, e))
-}
-
-/// Creates or truncates `path` with mode 0600 (whatever the umask) and writes `bytes`: for
-/// the files delta keeps beside a run (hook results, an orchestration's copies and summary,
-/// sensitive answers). Never through a symbolic link, and only into a regular file.
-pub fn write_private_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true).mode(0o600);
-    open_own_file(path, &options)?.write_all(bytes)
-}
-
-/// Opens one of delta's own files for writing: `O_NOFOLLOW` (a link a tool put in its place
-/// would send the write elsewhere) and regular files only (a FIFO would block the open, or
-/// the write).
-fn open_own_file(path: &Path, options: &std::fs::OpenOptions) -> io::Result<std::fs::File> {
-    Ok(crate::bounded_read::open_with(
-        path,
-        options,
-        crate::bounded_read::Links::Refuse,
-    )?)
-}
-
-/// Writes `bytes` over `file` from its start and cuts off what an older, longer text left
-/// behind; a file no longer than `bytes` is not truncated at all (ext4 charges a truncate
-/// even to the same length).
-pub fn overwrite(file: &mut std::fs::File, bytes: &[u8]) -> io::Result<()> {
-    let old_len = file.metadata()?.len();
-    file.write_all(bytes)?;
-    let new_len = bytes.len() as u64;
-    if old_len > new_len {
-        file.set_len(new_len)?;
-    }
-    Ok(())
 }
 
 /// [`write_json_file`] with every sensitive answer in `value` (strings and keys) replaced by

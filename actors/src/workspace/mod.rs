@@ -1,28 +1,27 @@
 //! Workspaces and run directories: run-id rules and generation, the `<work>/.delta` control
 //! directory, the layout of one run directory ([`RunPaths`]), agent workspaces
-//! (`<agent>/workspaces/W001…`), io/ audit file names, the `list-runs` scan, and the
-//! janitor's check before a run is listed or continued ([`prepare_continue`]).
+//! (`<agent>/workspaces/W001…`), io/ audit file names and the `list-runs` scan. The check
+//! before a run is listed or continued is the janitor's ([`crate::janitor::prepare_continue`]).
 //!
 //! This module only does path math and directory/file creation. It must not interpret
 //! journal contents (that is [`crate::journal`]) or decide run ownership (that is
-//! [`crate::metadata`]; `recovery.rs` asks the janitor, which applies its rule). Every id or name that becomes a path segment is validated here, so
+//! [`crate::metadata`] and [`crate::janitor`]). Every id or name that becomes a path segment is validated here, so
 //! nothing from a user or a model can escape its folder (reference §19 item 8).
 
 mod agent_workspaces;
 mod audit;
 pub mod live_reply;
-mod recovery;
 mod runs;
 
+/// The private-file writer lives in [`crate::private_file`] (metadata needs it too, and
+/// `workspace` reads metadata); re-exported for the callers that reach it through here.
+pub(crate) use crate::private_file::write_private_file;
 pub use agent_workspaces::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name,
 };
 pub(crate) use audit::{
-    hook_record_path, overwrite, write_attempt_record, write_invocation_record, write_private_file,
-    write_redacted_json_file, ToolRecordName, ToolRecordNames,
-};
-pub use recovery::{
-    prepare_continue, recover_orphaned_runs, ContinueError, ContinueReadiness, JanitorAction,
+    hook_record_path, write_attempt_record, write_invocation_record, write_redacted_json_file,
+    ToolRecordName, ToolRecordNames,
 };
 pub use runs::{list_runs, list_runs_with_warnings, RunListing, RunSummary, SkippedRun};
 

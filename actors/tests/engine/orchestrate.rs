@@ -19,12 +19,12 @@ use std::sync::Arc;
 use chrono::{DateTime, FixedOffset};
 use delta_actors::agent::load_agent;
 use delta_actors::journal::{read_journal, Event, JournalEvent};
-use delta_actors::plan::state::{OrchestrationSummary, StageSummary};
+use delta_actors::plan::state::StageSummary;
 use delta_actors::plan::{load_plan, ResolvedPlan};
 use delta_actors::workspace::RunPaths;
-use delta_actors::RunStatus;
 use delta_actors::{
-    LlmTarget, OrchestrationEvent, OrchestrationHandle, OrchestrationRequest, Supervisor,
+    LlmTarget, OrchestrationEvent, OrchestrationHandle, OrchestrationRequest, OrchestrationSummary,
+    RunStatus, Supervisor,
 };
 use tempfile::TempDir;
 use tokio::sync::broadcast;

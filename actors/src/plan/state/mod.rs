@@ -31,13 +31,12 @@ use crate::workspace::{
 
 pub mod listing;
 mod resume;
-mod summary;
 
-pub use listing::{list_orchestrations, ListedStatus, OrchestrationListing};
-pub use resume::{check_resumable, recorded_plan};
-pub use summary::{
+pub use crate::protocol::{
     OrchestrationStatus, OrchestrationSummary, RunCounts, RunRow, StageStatus, StageSummary, Totals,
 };
+pub use listing::{list_orchestrations, ListedStatus, OrchestrationListing};
+pub use resume::{check_resumable, recorded_plan};
 
 /// The folder, under a workspace's `.delta`, that holds every orchestration.
 pub const ORCHESTRATIONS_DIR: &str = "orchestrations";

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use crate::plan::schedule::{Event, Launch, RunEnd};
 use crate::plan::PlannedRun;
-use crate::protocol::{RunRequest, RunStart};
+use crate::request::{RunRequest, RunStart};
 use crate::runtime::admission::SubmitRun;
 
 use super::OrchestrationActor;

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 use crate::llm::{
     complete_call, CallFailure, CallOutcome, ChatRequest, LlmGate, RequestMeta, RetryObserver,
 };
-use crate::protocol::{RunEvent, RunRequest, RunResult, SupervisorConfig};
+use crate::protocol::{RunEvent, RunResult};
+use crate::request::{RunRequest, SupervisorConfig};
 use crate::run::{ModelPort, RunControl, RunLoop, ToolPort};
 use crate::runtime::tool::{Execute, ToolActor};
 use crate::tool::job::{ToolExecution, ToolJob};

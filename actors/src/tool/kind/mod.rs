@@ -14,8 +14,11 @@
 //! `tool::job` runs the job).
 
 pub mod ask_human;
+mod owner;
 pub mod process;
 pub mod registry;
+
+pub use owner::ToolOwner;
 
 use std::sync::Arc;
 use std::time::Duration;

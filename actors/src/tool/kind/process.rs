@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value as Json};
 
-use super::{KindCall, KindName, OfferedTool, PlanError, ToolKind, ToolOrigin};
-use crate::agent::ResolvedAgent;
+use super::{KindCall, KindName, OfferedTool, PlanError, ToolKind, ToolOrigin, ToolOwner};
 use crate::tool::compile::{CompiledTool, EngineVars};
 
 /// The compiled tools of one agent (shared with the agent, not copied per run).
@@ -17,13 +16,13 @@ pub struct ProcessTools {
 }
 
 enum Source {
-    Agent(Arc<ResolvedAgent>),
+    Agent(Arc<dyn ToolOwner>),
     Tools(Arc<[CompiledTool]>),
 }
 
 impl ProcessTools {
-    /// The kind over `agent.tools`, in the order the model is offered them.
-    pub fn new(agent: Arc<ResolvedAgent>) -> ProcessTools {
+    /// The kind over the agent's own tools, in the order the model is offered them.
+    pub fn new<A: ToolOwner>(agent: Arc<A>) -> ProcessTools {
         ProcessTools {
             source: Source::Agent(agent),
         }
@@ -38,7 +37,7 @@ impl ProcessTools {
 
     fn tools(&self) -> &[CompiledTool] {
         match &self.source {
-            Source::Agent(agent) => &agent.tools,
+            Source::Agent(agent) => agent.own_tools(),
             Source::Tools(tools) => tools,
         }
     }

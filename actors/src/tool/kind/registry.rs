@@ -11,8 +11,7 @@ use std::sync::Arc;
 
 use super::ask_human::AskHumanKind;
 use super::process::ProcessTools;
-use super::ToolKind;
-use crate::agent::ResolvedAgent;
+use super::{ToolKind, ToolOwner};
 use crate::tool::call::Toolbox;
 use crate::tool::process::build_child_env;
 
@@ -46,24 +45,24 @@ impl ToolServices {
 /// The environment an MCP server of `agent` starts with: what the agent's tools get from
 /// `env` (the same scrubbing by `build_child_env`, the same `PATH` in front), plus
 /// `DELTA_AGENT_HOME` and `AGENT_HOME`; nothing of one run, since servers are shared by runs.
-pub fn server_environment(
-    agent: &ResolvedAgent,
+pub fn server_environment<A: ToolOwner + ?Sized>(
+    agent: &A,
     env: &BTreeMap<String, String>,
     tool_path_dir: Option<&Path>,
 ) -> Vec<(String, String)> {
-    let home = agent.home.to_string_lossy().into_owned();
+    let home = agent.home().to_string_lossy().into_owned();
     let extra = [
         ("DELTA_AGENT_HOME".to_string(), home.clone()),
         ("AGENT_HOME".to_string(), home),
     ];
-    build_child_env(env, &agent.secret_env_names(), &extra, tool_path_dir)
+    build_child_env(env, &agent.hidden_env_names(), &extra, tool_path_dir)
 }
 
 /// Where a run opens its tools: its agent, its workspace, the environment servers start
 /// with (the tools' cleaned one: [`server_environment`]).
-pub struct OpenContext<'a> {
+pub struct OpenContext<'a, A: ToolOwner> {
     /// The run's agent.
-    pub agent: &'a Arc<ResolvedAgent>,
+    pub agent: &'a Arc<A>,
     /// The run's workspace (`${CWD}`).
     pub work_dir: &'a Path,
     /// The environment MCP servers start with.
@@ -72,20 +71,20 @@ pub struct OpenContext<'a> {
 
 /// The tools a run offers, by kind, and a WARNING text for each kind's tools that cannot be
 /// offered (an MCP server that did not start).
-pub async fn open_toolbox(
+pub async fn open_toolbox<A: ToolOwner>(
     services: &ToolServices,
-    ctx: &OpenContext<'_>,
+    ctx: &OpenContext<'_, A>,
 ) -> (Toolbox, Vec<String>) {
     let agent = ctx.agent;
     let mut kinds: Vec<Box<dyn ToolKind>> = vec![Box::new(ProcessTools::new(Arc::clone(agent)))];
     #[cfg_attr(not(feature = "mcp"), allow(unused_mut))]
     let mut warnings = Vec::new();
     #[cfg(feature = "mcp")]
-    if !agent.mcp.is_empty() {
+    if !agent.mcp_servers().is_empty() {
         let tools = crate::tool::mcp::McpTools::open(
-            &agent.mcp,
+            agent.mcp_servers(),
             services.mcp(),
-            &agent.home,
+            agent.home(),
             ctx.work_dir,
             ctx.server_env,
         )
@@ -101,7 +100,7 @@ pub async fn open_toolbox(
     }
     #[cfg(not(feature = "mcp"))]
     let _ = (services, ctx.work_dir, ctx.server_env);
-    if agent.ask_human {
+    if agent.offers_ask_human() {
         kinds.push(Box::new(AskHumanKind));
     }
     (Toolbox::new(kinds), warnings)
@@ -109,9 +108,9 @@ pub async fn open_toolbox(
 
 /// The tools a run of `agent` offers without starting anything: its own and the built-in
 /// (what [`open_toolbox`] gives an agent without MCP servers).
-pub fn local_toolbox(agent: &Arc<ResolvedAgent>) -> Toolbox {
+pub fn local_toolbox<A: ToolOwner>(agent: &Arc<A>) -> Toolbox {
     let mut kinds: Vec<Box<dyn ToolKind>> = vec![Box::new(ProcessTools::new(Arc::clone(agent)))];
-    if agent.ask_human {
+    if agent.offers_ask_human() {
         kinds.push(Box::new(AskHumanKind));
     }
     Toolbox::new(kinds)

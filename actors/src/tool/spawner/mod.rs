@@ -27,7 +27,7 @@
 //! hooks and context generators find it through [`shared`] and fall back to starting
 //! in-process, with one warning, when it has died.
 //!
-//! [`SupervisorConfig`]: crate::protocol::SupervisorConfig
+//! [`SupervisorConfig`]: crate::request::SupervisorConfig
 
 pub mod client;
 mod exec;

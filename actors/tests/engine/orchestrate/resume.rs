@@ -5,9 +5,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use delta_actors::janitor::{prepare_continue, ContinueReadiness};
 use delta_actors::metadata::{read_metadata, write_metadata};
 use delta_actors::plan::state::{OrchestrationState, OrchestrationStatus, StageStatus};
-use delta_actors::workspace::{prepare_continue, ContinueReadiness, RunPaths};
+use delta_actors::workspace::RunPaths;
 use delta_actors::RunStatus;
 use delta_actors::{LlmTarget, OrchestrationEvent, Supervisor};
 

@@ -7,13 +7,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::open_run_dir;
-use super::{RunPaths, WorkspaceError};
-use crate::janitor::{check_run, sweep_workspace};
+use super::{check_run, sweep_workspace};
 use crate::metadata::{lock_is_held, read_metadata, MetadataError, RunMetadata};
 use crate::protocol::{RunResult, RunStatus};
+use crate::workspace::{open_run_dir, RunPaths, WorkspaceError};
 
-pub use crate::janitor::JanitorAction;
+use super::JanitorAction;
 
 /// Applies the janitor's rule to every run of `work_dir`: a RUNNING run whose process is
 /// gone becomes INTERRUPTED (or takes the final status its journal records). Returns what

@@ -9,7 +9,14 @@
 //! that cause ([`JanitorAction::CannotRecord`]) and leaves the journal alone, so checking
 //! the run again does not pile up INTERRUPTED events.
 //!
+//! [`recover_orphaned_runs`] and [`prepare_continue`] (in `recovery.rs`) apply the rule for
+//! embedders before a run is listed or continued.
+//!
 //! Must not: touch a run it could not lock.
+
+mod recovery;
+
+pub use recovery::{prepare_continue, recover_orphaned_runs, ContinueError, ContinueReadiness};
 
 use std::path::Path;
 
@@ -61,7 +68,7 @@ pub enum JanitorAction {
 }
 
 /// Checks every run of a workspace. Runs that are not RUNNING, or are alive, are untouched.
-pub fn sweep_workspace(work_dir: &Path, force: bool) -> Vec<JanitorAction> {
+pub(crate) fn sweep_workspace(work_dir: &Path, force: bool) -> Vec<JanitorAction> {
     let control = work_dir.join(".delta");
     let Ok(entries) = std::fs::read_dir(&control) else {
         return Vec::new();
@@ -82,7 +89,7 @@ pub fn sweep_workspace(work_dir: &Path, force: bool) -> Vec<JanitorAction> {
 }
 
 /// Checks one run; returns what was done, if anything.
-pub fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAction> {
+pub(crate) fn check_run(work_dir: &Path, run_id: &str, force: bool) -> Option<JanitorAction> {
     let paths = RunPaths::new(work_dir, run_id);
     let meta = read_metadata(&paths.run_dir).ok()?;
     if meta.status != RunStatus::Running {
@@ -169,7 +176,7 @@ enum Restored {
 /// kill between the journal's last write and the metadata's leaves it RUNNING (and a
 /// janitor may since have made that INTERRUPTED). Under the run's lock, records the final
 /// status, result and error from the journal. Returns the status when it changed.
-pub fn settle_from_journal(work_dir: &Path, run_id: &str) -> Option<RunStatus> {
+pub(crate) fn settle_from_journal(work_dir: &Path, run_id: &str) -> Option<RunStatus> {
     let paths = RunPaths::new(work_dir, run_id);
     let _lock = RunLock::try_acquire(&paths.run_dir).ok()??;
     let mut meta = read_metadata(&paths.run_dir).ok()?;

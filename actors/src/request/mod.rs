@@ -1,6 +1,13 @@
 //! What an embedder asks of the engine: the engine's settings ([`SupervisorConfig`]), one run
 //! ([`RunRequest`]: how it begins, where its model calls go, who answers its questions) and
 //! one plan ([`OrchestrationRequest`]).
+//!
+//! These sit between the domain and the runtime: a request carries a compiled agent, a
+//! resolved plan, a model backend and an executor, so it imports those modules, and only the
+//! runtime, the handles and the run loop import it.
+//!
+//! Must not: be imported by [`crate::protocol`] or by the domain modules whose values it
+//! carries (`agent`, `plan`, `llm`, `tool`, `cluster`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -8,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::ResolvedAgent;
-use crate::llm::{ChatBackend, Endpoint, LlmTimeouts, RetryPolicy, Script};
+pub use crate::llm::LlmTarget;
+use crate::llm::{LlmTimeouts, RetryPolicy};
 
 /// Engine-wide settings, fixed when the [`crate::Supervisor`] starts.
 #[derive(Debug, Clone)]
@@ -85,43 +93,6 @@ impl Default for SupervisorConfig {
             tool_spawner: None,
             reply_text_events: false,
             partial_reply_file: false,
-        }
-    }
-}
-
-/// Where a run's model calls go.
-#[derive(Clone)]
-pub enum LlmTarget {
-    /// An OpenAI-compatible HTTP endpoint.
-    Http(Endpoint),
-    /// The built-in scripted model, in process.
-    Scripted(Arc<Script>),
-    /// Any backend an embedder provides; `key` identifies it for gate sharing.
-    Custom {
-        /// Names the backend: targets with equal keys share one gate.
-        key: String,
-        /// The backend that answers the calls.
-        backend: Arc<dyn ChatBackend>,
-    },
-}
-
-impl std::fmt::Debug for LlmTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LlmTarget::Http(e) => f.debug_tuple("Http").field(e).finish(),
-            LlmTarget::Scripted(_) => f.write_str("Scripted"),
-            LlmTarget::Custom { key, .. } => f.debug_struct("Custom").field("key", key).finish(),
-        }
-    }
-}
-
-impl LlmTarget {
-    /// Runs with equal keys share one gate (one in-flight cap, one rate limit).
-    pub fn gateway_key(&self) -> String {
-        match self {
-            LlmTarget::Http(e) => e.key(),
-            LlmTarget::Scripted(s) => format!("scripted:{:p}", Arc::as_ptr(s)),
-            LlmTarget::Custom { key, .. } => format!("custom:{key}"),
         }
     }
 }

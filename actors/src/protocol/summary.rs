@@ -2,11 +2,15 @@
 //! `summary.json`) and [`RunCounts`], the one tally of run outcomes every view uses: the
 //! header, the stage lines, the JSON summary, `summary.json` and `list-orchestrations`.
 //!
-//! Must not: read or write files (the folder is `mod.rs`'s business).
+//! Plain values: `plan::state` writes them to and reads them from an orchestration's folder,
+//! [`crate::api::OrchestrationHandle::wait`] returns the summary, and the orchestration events
+//! carry the statuses and counts.
+//!
+//! Must not: read or write files (that is `plan::state`'s business).
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{RunStatus, TokenUsage};
+use super::status::{RunStatus, TokenUsage};
 
 /// Final status of an orchestration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

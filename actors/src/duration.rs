@@ -1,7 +1,8 @@
-//! plan::duration — parses the human durations plans use: `15m`, `30s`, `1h30m`, `250ms`,
+//! Parses the human durations plans and agents use: `15m`, `30s`, `1h30m`, `250ms`,
 //! `2d`, or a bare integer of milliseconds.
 //!
-//! Owns: the grammar and its error text. Must not: know about plan keys (callers add them).
+//! Owns: the grammar and its error text. Must not: know about plan or agent keys (callers
+//! add them), or import any other module of the engine: `plan` and `llm` both use it.
 
 use std::time::Duration;
 

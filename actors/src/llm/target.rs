@@ -1,0 +1,44 @@
+//! [`LlmTarget`]: where a run's model calls go (an HTTP endpoint, the scripted model, or an
+//! embedder's backend), and the key under which runs share one gate.
+
+use std::sync::Arc;
+
+use super::endpoint::{ChatBackend, Endpoint};
+use super::scripted::Script;
+
+/// Where a run's model calls go.
+#[derive(Clone)]
+pub enum LlmTarget {
+    /// An OpenAI-compatible HTTP endpoint.
+    Http(Endpoint),
+    /// The built-in scripted model, in process.
+    Scripted(Arc<Script>),
+    /// Any backend an embedder provides; `key` identifies it for gate sharing.
+    Custom {
+        /// Names the backend: targets with equal keys share one gate.
+        key: String,
+        /// The backend that answers the calls.
+        backend: Arc<dyn ChatBackend>,
+    },
+}
+
+impl std::fmt::Debug for LlmTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LlmTarget::Http(e) => f.debug_tuple("Http").field(e).finish(),
+            LlmTarget::Scripted(_) => f.write_str("Scripted"),
+            LlmTarget::Custom { key, .. } => f.debug_struct("Custom").field("key", key).finish(),
+        }
+    }
+}
+
+impl LlmTarget {
+    /// Runs with equal keys share one gate (one in-flight cap, one rate limit).
+    pub fn gateway_key(&self) -> String {
+        match self {
+            LlmTarget::Http(e) => e.key(),
+            LlmTarget::Scripted(s) => format!("scripted:{:p}", Arc::as_ptr(s)),
+            LlmTarget::Custom { key, .. } => format!("custom:{key}"),
+        }
+    }
+}
