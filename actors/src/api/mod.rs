@@ -192,6 +192,25 @@ impl Supervisor {
         &self,
         request: OrchestrationRequest,
     ) -> Result<OrchestrationHandle, EngineError> {
+        self.start_orchestration(request, None).await
+    }
+
+    /// [`Supervisor::orchestrate`] on an executor of the embedder's: the plan's runs are
+    /// handed to `executor` (the port of [`crate::runtime::executor`]) instead of the one
+    /// `request.executor` names.
+    pub async fn orchestrate_on(
+        &self,
+        request: OrchestrationRequest,
+        executor: std::sync::Arc<dyn crate::runtime::executor::Executor>,
+    ) -> Result<OrchestrationHandle, EngineError> {
+        self.start_orchestration(request, Some(executor)).await
+    }
+
+    async fn start_orchestration(
+        &self,
+        request: OrchestrationRequest,
+        executor: Option<std::sync::Arc<dyn crate::runtime::executor::Executor>>,
+    ) -> Result<OrchestrationHandle, EngineError> {
         let (events_tx, events) = broadcast::channel(4096);
         let (tx, receiver) = oneshot::channel();
         let orchestration_id = request.orchestration_id.clone();
@@ -200,6 +219,7 @@ impl Supervisor {
                 request,
                 events: events_tx,
                 reply: tx,
+                executor,
             })
             .await
             .map_err(|_| EngineError::Stopped)??;

@@ -69,12 +69,14 @@
 //!   HTTP, `llm.idle_timeout`); a timed-out attempt is retried like a 5xx.
 
 pub mod admission;
+pub mod executor;
 pub mod janitor;
 pub mod orchestrator;
 pub mod relay;
 pub mod run;
 pub mod serve;
 pub mod session;
+#[cfg(feature = "cluster")]
 pub mod slurm;
 pub mod supervisor;
 pub mod tool;

@@ -34,6 +34,8 @@ pub struct StartOrchestration {
     pub request: OrchestrationRequest,
     pub events: broadcast::Sender<OrchestrationEvent>,
     pub reply: oneshot::Sender<OrchestrationSummary>,
+    /// Where the runs execute; `None`: the executor `request.executor` names.
+    pub executor: Option<std::sync::Arc<dyn crate::runtime::executor::Executor>>,
 }
 
 /// Interrupt every run and drop the queue (queued runs finish INTERRUPTED without starting).
@@ -269,9 +271,17 @@ impl Handler<StartOrchestration> for RunSupervisor {
         }
         let mut request = msg.request;
         apply_plan_llm_timeouts(&mut request);
-        let addr =
-            OrchestrationActor::new(request, RunDesk::of(ctx.address()), msg.events, msg.reply)
-                .start();
+        let executor = msg
+            .executor
+            .unwrap_or_else(|| crate::runtime::executor::builtin(&request));
+        let addr = OrchestrationActor::new(
+            request,
+            RunDesk::of(ctx.address()),
+            executor,
+            msg.events,
+            msg.reply,
+        )
+        .start();
         self.orchestrations.insert(id, addr);
         Ok(())
     }
