@@ -70,3 +70,5 @@ pub use protocol::{
     RunRequest, RunResult, RunResultMetadata, RunStart, RunStatus, SupervisorConfig, TokenUsage,
     UsageReport,
 };
+/// The executor port: where an orchestration's runs execute (docs/scale-out.md).
+pub use runtime::executor;

@@ -196,7 +196,7 @@ impl Supervisor {
     }
 
     /// [`Supervisor::orchestrate`] on an executor of the embedder's: the plan's runs are
-    /// handed to `executor` (the port of [`crate::runtime::executor`]) instead of the one
+    /// handed to `executor` (the port of [`crate::executor`]) instead of the one
     /// `request.executor` names.
     pub async fn orchestrate_on(
         &self,

@@ -6,12 +6,16 @@
 //!
 //! Built in: [`LocalExecutor`] (this process, an adapter over the `RunSupervisor`'s
 //! `RunDesk`) and, with the `cluster` feature, the Slurm executor
-//! (`runtime::slurm::SlurmExecutor`, which writes its own handoff files). An embedder adds
-//! one by implementing [`Executor`] and passing it to `Supervisor::orchestrate_on`; no
+//! (`SlurmExecutor`, which writes its own handoff files). An embedder adds
+//! [`slurm::start_slurm`] runs a plan on Slurm in one call (relay, routes, the jobs'
+//! environment). An embedder adds one by implementing [`Executor`] and passing it to `Supervisor::orchestrate_on`; no
 //! orchestrator file changes (docs/scale-out.md).
 //!
 //! Must not: decide scheduling (retries, order, limits are the scheduler's): an executor
 //! runs what it is handed and reports each run's end.
+
+#[cfg(feature = "cluster")]
+pub use crate::runtime::slurm::launch as slurm;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,9 +33,13 @@ use crate::runtime::admission::{CancelRun, RunDesk, SubmitRun};
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SubmitPlanned {
+    /// The run as the scheduler planned it (id, stage, index, agent, message, limits).
     pub run: PlannedRun,
+    /// Its workspace, created already.
     pub work_dir: PathBuf,
+    /// Started afresh or continued from its journal.
     pub launch: Launch,
+    /// Where the run's end goes.
     pub reply: oneshot::Sender<RunEnd>,
 }
 
@@ -39,7 +47,9 @@ pub struct SubmitPlanned {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct CancelPlanned {
+    /// The run to interrupt.
     pub run_id: String,
+    /// Why, for the run's record.
     pub reason: String,
 }
 
@@ -57,9 +67,13 @@ pub struct StopExecutor;
 /// Where an orchestration hands its runs: the recipients of the four messages.
 #[derive(Clone)]
 pub struct ExecutorDesk {
+    /// Takes [`SubmitPlanned`].
     pub submit: Recipient<SubmitPlanned>,
+    /// Takes [`CancelPlanned`].
     pub cancel: Recipient<CancelPlanned>,
+    /// Takes [`Flush`].
     pub flush: Recipient<Flush>,
+    /// Takes [`StopExecutor`].
     pub stop: Recipient<StopExecutor>,
 }
 
@@ -194,7 +208,11 @@ impl Handler<SubmitPlanned> for LocalRuns {
         let (tx, rx) = oneshot::channel();
         // Enqueued at once, in the order the orchestration asked (a cancel sent after it
         // reaches the supervisor after it).
-        let submitted = self.setup.runs.submit.send(SubmitRun { request, reply: tx });
+        let submitted = self
+            .setup
+            .runs
+            .submit
+            .send(SubmitRun { request, reply: tx });
         let reply = msg.reply;
         async move {
             let result = match submitted.await {

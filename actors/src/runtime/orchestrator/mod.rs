@@ -25,11 +25,11 @@ mod summary;
 use std::sync::Arc;
 
 use crate::clock::now_rfc3339;
+use crate::plan::schedule::Launch;
 use crate::plan::schedule::{Effect, Event, Prior, RunEnd, Scheduler};
 use crate::plan::state::{OrchestrationState, OrchestrationSummary, SchedulingEvent};
-use crate::protocol::{OrchestrationEvent, OrchestrationRequest};
-use crate::plan::schedule::Launch;
 use crate::plan::PlannedRun;
+use crate::protocol::{OrchestrationEvent, OrchestrationRequest};
 use crate::runtime::admission::RunDesk;
 use crate::runtime::executor::{
     CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, SubmitPlanned,
@@ -276,16 +276,16 @@ impl OrchestrationActor {
                 .unwrap_or_else(|_| RunEnd::Lost("the executor stopped".into()))
         }
         .into_actor(self)
-            .map(move |end, act, ctx| {
-                act.apply(
-                    Event::RunFinished {
-                        run_id: finished_id,
-                        end,
-                    },
-                    ctx,
-                );
-            })
-            .spawn(ctx);
+        .map(move |end, act, ctx| {
+            act.apply(
+                Event::RunFinished {
+                    run_id: finished_id,
+                    end,
+                },
+                ctx,
+            );
+        })
+        .spawn(ctx);
         Event::RunSubmitted { run_id }
     }
 }

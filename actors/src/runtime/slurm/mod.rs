@@ -29,12 +29,13 @@ use crate::cluster::slurm::TaskState;
 use crate::cluster::SlurmJobs;
 use crate::plan::schedule::RunEnd;
 use crate::plan::ResolvedPlan;
+use crate::protocol::{RunErrorInfo, RunErrorKind, RunResult, RunStatus};
 use crate::runtime::executor::{
     CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, StopExecutor, SubmitPlanned,
 };
-use crate::protocol::{RunErrorInfo, RunErrorKind, RunResult, RunStatus};
 
 mod handoff;
+pub mod launch;
 mod settle;
 
 /// Queue looks in a row that must miss a job before its run is settled (the queue and the
@@ -59,7 +60,9 @@ pub struct Slurm(pub Arc<SlurmJobs>);
 
 impl Executor for Slurm {
     fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String> {
-        Ok(ExecutorDesk::of(SlurmExecutor::new(self.0.clone(), setup).start()))
+        Ok(ExecutorDesk::of(
+            SlurmExecutor::new(self.0.clone(), setup).start(),
+        ))
     }
 }
 
