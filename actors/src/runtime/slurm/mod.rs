@@ -301,7 +301,7 @@ impl SlurmExecutor {
             if result.status == RunStatus::Interrupted && !run.cancelled {
                 result.status = RunStatus::Failed;
                 result.error = Some(RunErrorInfo::new(
-                    RunErrorKind::SlurmJobStopped,
+                    RunErrorKind::ExecutorStopped,
                     format!(
                         "Slurm job {} was stopped before the run finished (scancel, preemption or time limit)",
                         run.job.as_deref().unwrap_or("?")
