@@ -71,4 +71,9 @@ pub use protocol::{
     UsageReport,
 };
 /// The executor port: where an orchestration's runs execute (docs/scale-out.md).
-pub use runtime::executor;
+pub mod executor {
+    pub use crate::runtime::executor::*;
+    /// Running a plan on Slurm in one call.
+    #[cfg(feature = "cluster")]
+    pub use crate::runtime::slurm::launch as slurm;
+}

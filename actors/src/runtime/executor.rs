@@ -7,18 +7,15 @@
 //! Built in: [`LocalExecutor`] (this process, an adapter over the `RunSupervisor`'s
 //! `RunDesk`) and, with the `cluster` feature, the Slurm executor
 //! (`SlurmExecutor`, which writes its own handoff files). An embedder adds
-//! [`slurm::start_slurm`] runs a plan on Slurm in one call (relay, routes, the jobs'
-//! environment). An embedder adds one by implementing [`Executor`] and passing it to `Supervisor::orchestrate_on`; no
+//! `delta_actors::executor::slurm::start_slurm` runs a plan on Slurm in one call (relay,
+//! routes, the jobs' environment). The supervisor picks the built-in one a request names.
+//! An embedder adds one by implementing [`Executor`] and passing it to `Supervisor::orchestrate_on`; no
 //! orchestrator file changes (docs/scale-out.md).
 //!
 //! Must not: decide scheduling (retries, order, limits are the scheduler's): an executor
 //! runs what it is handed and reports each run's end.
 
-#[cfg(feature = "cluster")]
-pub use crate::runtime::slurm::launch as slurm;
-
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
@@ -117,17 +114,6 @@ pub struct ExecutorSetup {
 pub trait Executor: Send + Sync + 'static {
     /// The desk of a started executor, or why it cannot start (every run then ends lost).
     fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String>;
-}
-
-/// The executor an [`OrchestrationRequest`] names (`request.executor`).
-pub fn builtin(request: &OrchestrationRequest) -> Arc<dyn Executor> {
-    match &request.executor {
-        crate::cluster::RunExecutor::Local => Arc::new(LocalExecutor),
-        #[cfg(feature = "cluster")]
-        crate::cluster::RunExecutor::Slurm(jobs) => {
-            Arc::new(crate::runtime::slurm::Slurm(jobs.clone()))
-        }
-    }
 }
 
 /// Runs in this process: each planned run becomes a `RunRequest` for the `RunSupervisor`.

@@ -271,9 +271,7 @@ impl Handler<StartOrchestration> for RunSupervisor {
         }
         let mut request = msg.request;
         apply_plan_llm_timeouts(&mut request);
-        let executor = msg
-            .executor
-            .unwrap_or_else(|| crate::runtime::executor::builtin(&request));
+        let executor = msg.executor.unwrap_or_else(|| builtin_executor(&request));
         let addr = OrchestrationActor::new(
             request,
             RunDesk::of(ctx.address()),
@@ -284,6 +282,21 @@ impl Handler<StartOrchestration> for RunSupervisor {
         .start();
         self.orchestrations.insert(id, addr);
         Ok(())
+    }
+}
+
+/// The executor `request.executor` names.
+fn builtin_executor(
+    request: &OrchestrationRequest,
+) -> std::sync::Arc<dyn crate::runtime::executor::Executor> {
+    match &request.executor {
+        crate::cluster::RunExecutor::Local => {
+            std::sync::Arc::new(crate::runtime::executor::LocalExecutor)
+        }
+        #[cfg(feature = "cluster")]
+        crate::cluster::RunExecutor::Slurm(jobs) => {
+            std::sync::Arc::new(crate::runtime::slurm::Slurm(jobs.clone()))
+        }
     }
 }
 
