@@ -81,3 +81,10 @@ pub use protocol::{
 pub use request::{
     HumanPrompter, LlmTarget, OrchestrationRequest, RunRequest, RunStart, SupervisorConfig,
 };
+/// The executor port: where an orchestration's runs execute (docs/scale-out.md).
+pub mod executor {
+    pub use crate::runtime::executor::*;
+    /// Running a plan on Slurm in one call.
+    #[cfg(feature = "cluster")]
+    pub use crate::runtime::slurm::launch as slurm;
+}

@@ -8,11 +8,10 @@
 //! No actix type crosses this module: an embedder calls it from its own tokio runtime or from
 //! plain synchronous code (`*_blocking` methods). The `delta` CLI is the first embedder.
 
-mod relay;
 pub mod serve;
 mod sessions;
 
-pub use relay::Relay;
+pub use crate::runtime::relay::Relay;
 pub use sessions::SessionManager;
 
 use actix::prelude::*;
@@ -190,6 +189,25 @@ impl Supervisor {
         &self,
         request: OrchestrationRequest,
     ) -> Result<OrchestrationHandle, EngineError> {
+        self.start_orchestration(request, None).await
+    }
+
+    /// [`Supervisor::orchestrate`] on an executor of the embedder's: the plan's runs are
+    /// handed to `executor` (the port of [`crate::executor`]) instead of the one
+    /// `request.executor` names.
+    pub async fn orchestrate_on(
+        &self,
+        request: OrchestrationRequest,
+        executor: std::sync::Arc<dyn crate::runtime::executor::Executor>,
+    ) -> Result<OrchestrationHandle, EngineError> {
+        self.start_orchestration(request, Some(executor)).await
+    }
+
+    async fn start_orchestration(
+        &self,
+        request: OrchestrationRequest,
+        executor: Option<std::sync::Arc<dyn crate::runtime::executor::Executor>>,
+    ) -> Result<OrchestrationHandle, EngineError> {
         let (events_tx, events) = broadcast::channel(4096);
         let (tx, receiver) = oneshot::channel();
         let orchestration_id = request.orchestration_id.clone();
@@ -198,6 +216,7 @@ impl Supervisor {
                 request,
                 events: events_tx,
                 reply: tx,
+                executor,
             })
             .await
             .map_err(|_| EngineError::Stopped)??;

@@ -2,13 +2,16 @@
 //! embedder chooses it in the `OrchestrationRequest`: in this process (the default), or as
 //! Slurm jobs with everything the `SlurmExecutor` needs ([`SlurmJobs`]).
 //!
+//! The Slurm variant exists with the `cluster` feature (default on). An embedder's own
+//! executor is not named here: it is handed to `Supervisor::orchestrate_on`.
+//!
 //! Must not: hold a provider key: the jobs' environment was cleared of keys by whoever built
 //! it, and carries the relay's address and token instead.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
+#[cfg(feature = "cluster")]
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
+#[cfg(feature = "cluster")]
 use super::slurm::{SlurmSettings, SlurmTools};
 
 /// Where an orchestration's runs execute.
@@ -18,10 +21,12 @@ pub enum RunExecutor {
     #[default]
     Local,
     /// As Slurm jobs: a stage's fan-out as job arrays.
+    #[cfg(feature = "cluster")]
     Slurm(Arc<SlurmJobs>),
 }
 
 /// What the Slurm executor submits with.
+#[cfg(feature = "cluster")]
 #[derive(Clone)]
 pub struct SlurmJobs {
     /// The plan's validated `executor:` settings: partition, account, time limit, extra
@@ -38,6 +43,7 @@ pub struct SlurmJobs {
     pub routes: HashMap<PathBuf, String>,
 }
 
+#[cfg(feature = "cluster")]
 impl std::fmt::Debug for SlurmJobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlurmJobs")

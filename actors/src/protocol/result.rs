@@ -39,12 +39,14 @@ pub enum RunErrorKind {
     SetupIoError,
     /// `ask_human` got no answer on the terminal (EOF, no terminal).
     HumanInputError,
-    /// The run's Slurm job ended (node failure, `scancel`, preemption, time limit) without
-    /// finishing the run (`delta orchestrate --executor slurm`; retried like a failure).
-    SlurmJobLost,
-    /// The run's Slurm job was stopped cleanly by someone other than the orchestration
-    /// (`scancel`, preemption, time limit); retried like a failure.
-    SlurmJobStopped,
+    /// Where the run executed (a Slurm job...) ended without finishing it (node failure,
+    /// `scancel`, preemption, time limit); retried like a failure. Read from files written
+    /// before it had this name as `slurm_job_lost`.
+    ExecutorLost,
+    /// Where the run executed was stopped cleanly by someone other than the orchestration
+    /// (`scancel`, preemption, time limit); retried like a failure. Formerly
+    /// `slurm_job_stopped`.
+    ExecutorStopped,
     /// The model's final answer was empty (no text, no tool call) and the agent says
     /// `empty_answer: fail`.
     EmptyAnswer,
@@ -68,8 +70,8 @@ impl RunErrorKind {
         RunErrorKind::SetupError,
         RunErrorKind::SetupIoError,
         RunErrorKind::HumanInputError,
-        RunErrorKind::SlurmJobLost,
-        RunErrorKind::SlurmJobStopped,
+        RunErrorKind::ExecutorLost,
+        RunErrorKind::ExecutorStopped,
         RunErrorKind::EmptyAnswer,
     ];
 
@@ -89,15 +91,21 @@ impl RunErrorKind {
             RunErrorKind::SetupError => "setup_error",
             RunErrorKind::SetupIoError => "setup_io_error",
             RunErrorKind::HumanInputError => "human_input_error",
-            RunErrorKind::SlurmJobLost => "slurm_job_lost",
-            RunErrorKind::SlurmJobStopped => "slurm_job_stopped",
+            RunErrorKind::ExecutorLost => "executor_lost",
+            RunErrorKind::ExecutorStopped => "executor_stopped",
             RunErrorKind::EmptyAnswer => "empty_answer",
             RunErrorKind::Other(kind) => kind,
         }
     }
 
-    /// Parses the on-disk spelling; an unknown one is kept as [`RunErrorKind::Other`].
+    /// Parses the on-disk spelling (and the former names of renamed kinds); an unknown one
+    /// is kept as [`RunErrorKind::Other`].
     pub fn parse(text: &str) -> RunErrorKind {
+        match text {
+            "slurm_job_lost" => return RunErrorKind::ExecutorLost,
+            "slurm_job_stopped" => return RunErrorKind::ExecutorStopped,
+            _ => {}
+        }
         RunErrorKind::KNOWN
             .into_iter()
             .find(|kind| kind.as_str() == text)
@@ -361,6 +369,20 @@ mod tests {
             serde_json::to_string(&foreign).unwrap(),
             "\"quota_exceeded\""
         );
+    }
+
+    #[test]
+    fn executor_error_kinds_read_their_former_slurm_spellings() {
+        // An error object as a run result or metadata.json written before the rename has it.
+        let old =
+            r#"{"type":"slurm_job_lost","message":"Slurm job 12 ended before the run started"}"#;
+        let info: RunErrorInfo = serde_json::from_str(old).unwrap();
+        assert_eq!(info.kind, RunErrorKind::ExecutorLost);
+        assert!(serde_json::to_string(&info)
+            .unwrap()
+            .contains(r#""type":"executor_lost""#));
+        let stopped: RunErrorKind = serde_json::from_str("\"slurm_job_stopped\"").unwrap();
+        assert_eq!(stopped, RunErrorKind::ExecutorStopped);
     }
 
     #[test]

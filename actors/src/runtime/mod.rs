@@ -7,7 +7,8 @@
 //!                                   │    │                    │ ask ──> ToolActor (one per tool call)
 //!                                   │    │                    │ runs ─> lifecycle hooks (futures on the actor)
 //!                                   │    │                    └ appends ──> journal.jsonl, metadata.json, io/
-//!                                   │    └──> OrchestrationActor (one per plan) ──SubmitRun──> RunSupervisor
+//!                                   │    └──> OrchestrationActor (one per plan) ──SubmitPlanned──> its executor (executor.rs):
+//!                                   │           LocalExecutor's actor ──SubmitRun──> RunSupervisor, or SlurmExecutor (sbatch), or an embedder's
 //!                                   └──> JanitorActor (orphaned runs; periodic inside orchestrations)
 //! SessionActor (one per session) — used by the sessions CLIs and by embedders
 //! ServeManager (delta serve) ──> WorkerActor (one per worker epoch, on a pool of 2 arbiters)
@@ -24,6 +25,7 @@
 //! | `CancelRun` / `CancelAll` | RunSupervisor | `()` | interrupt one / every run (queued runs finish INTERRUPTED unstarted) |
 //! | `CancelRunActor` | RunActor | `()` | stop at the next safe point |
 //! | `StartOrchestration` | RunSupervisor | `Result<()>` | start a plan's state machine; its summary arrives on the oneshot inside |
+//! | `SubmitPlanned` / `CancelPlanned` / `Flush` / `StopExecutor` | an executor (`executor.rs`) | `()` | run a planned run (its `RunEnd` on the oneshot inside) / interrupt it / the batch is over / the orchestration ended |
 //! | `CancelOrchestration` | OrchestrationActor | `()` | stop submitting, interrupt the plan's runs, finish INTERRUPTED |
 //! | `Sweep` / `StopJanitor` | JanitorActor | actions / `()` | mark orphaned RUNNING runs INTERRUPTED now / stop sweeping |
 //! | `ExecCommand` / `EndSession` | SessionActor | outcome | one shell exec (serialized by the mailbox) / end the session |
@@ -69,12 +71,14 @@
 //!   HTTP, `llm.idle_timeout`); a timed-out attempt is retried like a 5xx.
 
 pub mod admission;
+pub mod executor;
 pub mod janitor;
 pub mod orchestrator;
 pub mod relay;
 pub mod run;
 pub mod serve;
 pub mod session;
+#[cfg(feature = "cluster")]
 pub mod slurm;
 pub mod supervisor;
 pub mod tool;

@@ -32,6 +32,8 @@ pub struct StartOrchestration {
     pub request: OrchestrationRequest,
     pub events: broadcast::Sender<OrchestrationEvent>,
     pub reply: oneshot::Sender<OrchestrationSummary>,
+    /// Where the runs execute; `None`: the executor `request.executor` names.
+    pub executor: Option<std::sync::Arc<dyn crate::runtime::executor::Executor>>,
 }
 
 /// Interrupt every run and drop the queue (queued runs finish INTERRUPTED without starting).
@@ -267,11 +269,32 @@ impl Handler<StartOrchestration> for RunSupervisor {
         }
         let mut request = msg.request;
         apply_plan_llm_timeouts(&mut request);
-        let addr =
-            OrchestrationActor::new(request, RunDesk::of(ctx.address()), msg.events, msg.reply)
-                .start();
+        let executor = msg.executor.unwrap_or_else(|| builtin_executor(&request));
+        let addr = OrchestrationActor::new(
+            request,
+            RunDesk::of(ctx.address()),
+            executor,
+            msg.events,
+            msg.reply,
+        )
+        .start();
         self.orchestrations.insert(id, addr);
         Ok(())
+    }
+}
+
+/// The executor `request.executor` names.
+fn builtin_executor(
+    request: &OrchestrationRequest,
+) -> std::sync::Arc<dyn crate::runtime::executor::Executor> {
+    match &request.executor {
+        crate::cluster::RunExecutor::Local => {
+            std::sync::Arc::new(crate::runtime::executor::LocalExecutor)
+        }
+        #[cfg(feature = "cluster")]
+        crate::cluster::RunExecutor::Slurm(jobs) => {
+            std::sync::Arc::new(crate::runtime::slurm::Slurm(jobs.clone()))
+        }
     }
 }
 

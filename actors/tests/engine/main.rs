@@ -1,5 +1,6 @@
 //! Engine-level integration tests (one binary).
 mod agent_loading;
+mod executor_port;
 mod faults;
 mod harness;
 mod hooks;

@@ -32,13 +32,13 @@ use tokio::sync::broadcast;
 use crate::harness::{fast_config, script, test_env, DEFAULT_CONTEXT};
 
 /// A plan directory (`plan.yaml` + `agents/<name>/`) and a separate shared workspace.
-struct PlanDir {
+pub(crate) struct PlanDir {
     dir: TempDir,
     ws: TempDir,
 }
 
 impl PlanDir {
-    fn new() -> PlanDir {
+    pub(crate) fn new() -> PlanDir {
         PlanDir {
             dir: tempfile::tempdir().unwrap(),
             ws: tempfile::tempdir().unwrap(),
@@ -54,7 +54,7 @@ impl PlanDir {
     }
 
     /// `agents/<name>` with the given `tools:` list items (may be empty).
-    fn agent(&self, name: &str, tools_yaml: &str) -> &Self {
+    pub(crate) fn agent(&self, name: &str, tools_yaml: &str) -> &Self {
         let dir = self.path().join("agents").join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let tools = if tools_yaml.is_empty() {
@@ -79,13 +79,13 @@ impl PlanDir {
         self
     }
 
-    fn plan(&self, yaml: &str) -> Arc<ResolvedPlan> {
+    pub(crate) fn plan(&self, yaml: &str) -> Arc<ResolvedPlan> {
         let path = self.path().join("plan.yaml");
         std::fs::write(&path, yaml).unwrap();
         Arc::new(load_plan(&path, &[]).unwrap())
     }
 
-    fn request(
+    pub(crate) fn request(
         &self,
         plan: Arc<ResolvedPlan>,
         id: &str,
@@ -148,7 +148,7 @@ fn stage<'a>(summary: &'a OrchestrationSummary, id: &str) -> &'a StageSummary {
         .unwrap_or_else(|| panic!("no stage {id} in {summary:#?}"))
 }
 
-fn results(summary: &OrchestrationSummary, id: &str) -> Vec<String> {
+pub(crate) fn results(summary: &OrchestrationSummary, id: &str) -> Vec<String> {
     stage(summary, id)
         .runs
         .iter()

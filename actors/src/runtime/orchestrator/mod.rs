@@ -2,12 +2,11 @@
 //! retries, `output: json`, `on_failure`, resume) are the pure [`Scheduler`]'s; this actor
 //! owns the mailbox and the side effects: it feeds the scheduler events (started, a stage
 //! expanded, a run submitted or finished, cancel) and carries out the effects it returns —
-//! expanding stages and describing their runs' files, submitting runs to the
-//! `RunSupervisor`, appending to the orchestration's scheduling journal, emitting events,
+//! expanding stages and describing their runs' files, handing runs to its executor (the
+//! port of `runtime/executor.rs`: this process or a cluster, the actor cannot tell), appending to the orchestration's scheduling journal, emitting events,
 //! writing the summary.
 //!
-//! Files: `mod.rs` the actor and the effect loop, `runs.rs` submitting a run and taking its
-//! result, `resume.rs` expanding a stage and describing what its runs left on disk,
+//! Files: `mod.rs` the actor, the effect loop and handing runs to the executor, `resume.rs` expanding a stage and describing what its runs left on disk,
 //! `summary.rs` the end (summary.json, the caller's reply).
 //!
 //! Must not: decide scheduling (the scheduler does), touch run files itself (RunActors do;
@@ -21,20 +20,22 @@ use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
 mod resume;
-mod runs;
-mod slurm;
 mod summary;
 
-use crate::cluster::RunExecutor;
+use std::sync::Arc;
 
 use crate::clock::now_rfc3339;
+use crate::plan::schedule::Launch;
 use crate::plan::schedule::{Effect, Event, Prior, RunEnd, Scheduler};
 use crate::plan::state::{OrchestrationState, OrchestrationSummary, SchedulingEvent};
+use crate::plan::PlannedRun;
 use crate::protocol::OrchestrationEvent;
 use crate::request::OrchestrationRequest;
-use crate::runtime::admission::{CancelRun, RunDesk};
+use crate::runtime::admission::RunDesk;
+use crate::runtime::executor::{
+    CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, SubmitPlanned,
+};
 use crate::runtime::janitor::JanitorActor;
-use crate::runtime::slurm::{CancelPlanned, Flush, SlurmExecutor};
 
 /// Stop submitting, interrupt the plan's runs, finish INTERRUPTED.
 #[derive(Message)]
@@ -55,16 +56,21 @@ pub struct OrchestrationActor {
     started_at: Instant,
     started_at_text: String,
     janitor: Option<Addr<JanitorActor>>,
-    /// The executor of `--executor slurm` (`None`: the runs go to the `RunSupervisor`).
-    slurm: Option<Addr<SlurmExecutor>>,
-    /// Submissions or cancels were handed to the Slurm executor in this batch of effects.
-    slurm_batch_open: bool,
+    /// Starts the executor when the actor starts.
+    executor: Arc<dyn Executor>,
+    /// Where runs are handed (`None` before the start, or when the executor could not
+    /// start: `executor_error` says why, and every run ends lost with it).
+    desk: Option<ExecutorDesk>,
+    executor_error: Option<String>,
+    /// Submissions or cancels were handed to the executor in this batch of effects.
+    batch_open: bool,
 }
 
 impl OrchestrationActor {
     pub fn new(
         request: OrchestrationRequest,
         supervisor: RunDesk,
+        executor: Arc<dyn Executor>,
         events: broadcast::Sender<OrchestrationEvent>,
         reply: oneshot::Sender<OrchestrationSummary>,
     ) -> Self {
@@ -120,8 +126,10 @@ impl OrchestrationActor {
             started_at: Instant::now(),
             started_at_text: now_rfc3339(),
             janitor: None,
-            slurm: None,
-            slurm_batch_open: false,
+            executor,
+            desk: None,
+            executor_error: None,
+            batch_open: false,
         }
     }
 
@@ -137,9 +145,9 @@ impl OrchestrationActor {
                 }
             }
         }
-        if std::mem::take(&mut self.slurm_batch_open) {
-            if let Some(executor) = &self.slurm {
-                executor.do_send(Flush);
+        if std::mem::take(&mut self.batch_open) {
+            if let Some(desk) = &self.desk {
+                desk.flush.do_send(Flush);
             }
         }
     }
@@ -160,18 +168,13 @@ impl OrchestrationActor {
                         work_dir.display()
                     ),
                 )
-            } else if self.slurm.is_some() {
-                self.submit_to_slurm(run, work_dir, launch, ctx)
             } else {
                 self.submit(run, work_dir, launch, ctx)
             }),
             Effect::CancelRun { run_id, reason } => {
-                match &self.slurm {
-                    Some(executor) => {
-                        executor.do_send(CancelPlanned { run_id });
-                        self.slurm_batch_open = true;
-                    }
-                    None => self.supervisor.cancel.do_send(CancelRun { run_id, reason }),
+                if let Some(desk) = &self.desk {
+                    desk.cancel.do_send(CancelPlanned { run_id, reason });
+                    self.batch_open = true;
                 }
                 None
             }
@@ -208,17 +211,16 @@ impl Actor for OrchestrationActor {
         let Some(opened) = self.opened.take() else {
             return;
         };
-        if let (RunExecutor::Slurm(jobs), Some(state)) = (&self.request.executor, &self.state) {
-            self.slurm = Some(
-                SlurmExecutor::new(
-                    jobs.clone(),
-                    self.request.orchestration_id.clone(),
-                    state.dir.clone(),
-                    self.request.workspace.clone(),
-                    self.request.max_parallel,
-                )
-                .start(),
-            );
+        if let Some(state) = &self.state {
+            let setup = ExecutorSetup {
+                request: self.request.clone(),
+                orchestration_dir: state.dir.clone(),
+                runs: self.supervisor.clone(),
+            };
+            match self.executor.start(setup) {
+                Ok(desk) => self.desk = Some(desk),
+                Err(e) => self.executor_error = Some(e),
+            }
         }
         if self.state.is_some() {
             // Runs of this workspace orphaned by other processes are noticed while we work.
@@ -243,26 +245,48 @@ impl Handler<CancelOrchestration> for OrchestrationActor {
 }
 
 impl OrchestrationActor {
-    /// Feeds [`Event::RunFinished`] for `run_id` to the scheduler once `end` resolves, and
-    /// answers [`Event::RunSubmitted`] now: how either executor reports a run it took.
-    fn finish_when(
+    /// Hands the run to the executor and answers [`Event::RunSubmitted`], or
+    /// [`RunEnd::Lost`] when there is no executor; its end comes back later as
+    /// [`Event::RunFinished`].
+    fn submit(
         &mut self,
-        run_id: String,
-        end: impl std::future::Future<Output = RunEnd> + 'static,
+        run: PlannedRun,
+        work_dir: std::path::PathBuf,
+        launch: Launch,
         ctx: &mut Context<Self>,
     ) -> Event {
+        let Some(desk) = &self.desk else {
+            let why = self
+                .executor_error
+                .clone()
+                .unwrap_or_else(|| "the executor is not running".into());
+            return run_lost(&run.run_id, why);
+        };
+        let run_id = run.run_id.clone();
+        let (reply, end) = oneshot::channel();
+        desk.submit.do_send(SubmitPlanned {
+            run,
+            work_dir,
+            launch,
+            reply,
+        });
+        self.batch_open = true;
         let finished_id = run_id.clone();
-        end.into_actor(self)
-            .map(move |end, act, ctx| {
-                act.apply(
-                    Event::RunFinished {
-                        run_id: finished_id,
-                        end,
-                    },
-                    ctx,
-                );
-            })
-            .spawn(ctx);
+        async move {
+            end.await
+                .unwrap_or_else(|_| RunEnd::Lost("the executor stopped".into()))
+        }
+        .into_actor(self)
+        .map(move |end, act, ctx| {
+            act.apply(
+                Event::RunFinished {
+                    run_id: finished_id,
+                    end,
+                },
+                ctx,
+            );
+        })
+        .spawn(ctx);
         Event::RunSubmitted { run_id }
     }
 }

@@ -20,8 +20,8 @@ impl OrchestrationActor {
         if let Some(janitor) = self.janitor.take() {
             janitor.do_send(StopJanitor);
         }
-        if let Some(executor) = self.slurm.take() {
-            executor.do_send(crate::runtime::slurm::StopExecutor);
+        if let Some(desk) = self.desk.take() {
+            desk.stop.do_send(crate::runtime::executor::StopExecutor);
         }
         let status = conclusion.status;
         let summary = OrchestrationSummary {

@@ -11,7 +11,10 @@
 //! Must not: retry (the caller's engine does), log or store a request body or the key.
 
 mod body;
+mod handle;
 mod chat;
+
+pub use handle::Relay;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

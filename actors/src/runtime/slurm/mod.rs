@@ -1,6 +1,8 @@
-//! `SlurmExecutor`: one orchestration's runs as Slurm jobs. The OrchestrationActor hands it
-//! planned runs (their handoff files already written) and gets each run's end back, as it
-//! would from the local `RunSupervisor`; every decision stays with the scheduler.
+//! `SlurmExecutor`: one orchestration's runs as Slurm jobs, behind the executor port
+//! (`runtime/executor.rs`). The OrchestrationActor hands it planned runs and gets each run's
+//! end back, as from any executor; every decision stays with the scheduler. Each planned
+//! run is first described in the orchestration's folder (`handoff.rs`: the file the job
+//! reads). [`Slurm`] starts one per orchestration.
 //!
 //! One work cycle at a time (submissions, cancels and the periodic look are never
 //! interleaved): `squeue` first, then — runs asked for since the last cycle — adopt the
@@ -26,41 +28,19 @@ use crate::cluster::slurm::sbatch::{logs_dir, plan_submissions, JobTemplate};
 use crate::cluster::slurm::TaskState;
 use crate::cluster::SlurmJobs;
 use crate::plan::schedule::RunEnd;
+use crate::plan::ResolvedPlan;
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunResult, RunStatus};
+use crate::runtime::executor::{
+    CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, StopExecutor, SubmitPlanned,
+};
 
+mod handoff;
+pub mod launch;
 mod settle;
 
 /// Queue looks in a row that must miss a job before its run is settled (the queue and the
 /// shared filesystem are not updated at the same instant).
 const MISSES_BEFORE_SETTLING: u32 = 2;
-
-/// Run (or adopt the job already running) one planned run whose handoff file is written.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct SubmitPlanned {
-    pub run_id: String,
-    pub stage: String,
-    pub index: usize,
-    pub work_dir: PathBuf,
-    pub reply: oneshot::Sender<RunEnd>,
-}
-
-/// `scancel` the run's job (a run not submitted yet ends INTERRUPTED at once).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct CancelPlanned {
-    pub run_id: String,
-}
-
-/// Carry out the submissions and cancels asked for so far (sent after each batch).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Flush;
-
-/// The orchestration is over: stop looking at the queue.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopExecutor;
 
 struct Tracked {
     stage: String,
@@ -74,8 +54,22 @@ struct Tracked {
     misses: u32,
 }
 
+/// The Slurm executor ([`RunExecutor::Slurm`](crate::cluster::RunExecutor::Slurm)): what
+/// its jobs are submitted with.
+pub struct Slurm(pub Arc<SlurmJobs>);
+
+impl Executor for Slurm {
+    fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String> {
+        Ok(ExecutorDesk::of(
+            SlurmExecutor::new(self.0.clone(), setup).start(),
+        ))
+    }
+}
+
 pub struct SlurmExecutor {
     jobs: Arc<SlurmJobs>,
+    /// The plan, for the handoff files (its folder and model-call settings).
+    plan: Arc<ResolvedPlan>,
     orchestration_id: String,
     orchestration_dir: PathBuf,
     workspace: PathBuf,
@@ -105,19 +99,15 @@ struct CycleOutcome {
 }
 
 impl SlurmExecutor {
-    pub fn new(
-        jobs: Arc<SlurmJobs>,
-        orchestration_id: String,
-        orchestration_dir: PathBuf,
-        workspace: PathBuf,
-        max_parallel: usize,
-    ) -> Self {
+    pub fn new(jobs: Arc<SlurmJobs>, setup: ExecutorSetup) -> Self {
+        let request = setup.request;
         SlurmExecutor {
             jobs,
-            orchestration_id,
-            orchestration_dir,
-            workspace,
-            max_parallel,
+            plan: request.plan,
+            orchestration_id: request.orchestration_id,
+            orchestration_dir: setup.orchestration_dir,
+            workspace: request.workspace,
+            max_parallel: request.max_parallel,
             runs: HashMap::new(),
             to_submit: Vec::new(),
             to_cancel: Vec::new(),
@@ -311,7 +301,7 @@ impl SlurmExecutor {
             if result.status == RunStatus::Interrupted && !run.cancelled {
                 result.status = RunStatus::Failed;
                 result.error = Some(RunErrorInfo::new(
-                    RunErrorKind::SlurmJobStopped,
+                    RunErrorKind::ExecutorStopped,
                     format!(
                         "Slurm job {} was stopped before the run finished (scancel, preemption or time limit)",
                         run.job.as_deref().unwrap_or("?")
@@ -370,19 +360,29 @@ impl Handler<SubmitPlanned> for SlurmExecutor {
     type Result = ();
 
     fn handle(&mut self, msg: SubmitPlanned, _ctx: &mut Self::Context) {
-        let result = match result_path(&self.orchestration_dir, &msg.stage, msg.index) {
+        let (run_id, stage, index) = (
+            msg.run.run_id.clone(),
+            msg.run.stage_id.clone(),
+            msg.run.index,
+        );
+        let prepared = self
+            .write_handoff(msg.run, &msg.work_dir, msg.launch)
+            .and_then(|()| {
+                result_path(&self.orchestration_dir, &stage, index).map_err(|e| e.to_string())
+            });
+        let result = match prepared {
             Ok(path) => path,
             Err(e) => {
-                let _ = msg.reply.send(RunEnd::Lost(e.to_string()));
+                let _ = msg.reply.send(RunEnd::Lost(e));
                 return;
             }
         };
-        self.to_submit.push(msg.run_id.clone());
+        self.to_submit.push(run_id.clone());
         self.runs.insert(
-            msg.run_id,
+            run_id,
             Tracked {
-                stage: msg.stage,
-                index: msg.index,
+                stage,
+                index,
                 work_dir: msg.work_dir,
                 result,
                 job: None,

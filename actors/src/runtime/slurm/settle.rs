@@ -43,7 +43,7 @@ impl SlurmExecutor {
                         RunStatus::Failed,
                         Some(format!(
                             "{}: Slurm job {job} ended without finishing the run (node failure, scancel, preemption or time limit){}",
-                            RunErrorKind::SlurmJobLost,
+                            RunErrorKind::ExecutorLost,
                             self.log_tail(run_id)
                         )),
                     ),
@@ -71,7 +71,7 @@ impl SlurmExecutor {
                     (
                         RunStatus::Failed,
                         format!(
-                            "slurm_job_lost: Slurm job {job} ended before the run started{}",
+                            "executor_lost: Slurm job {job} ended before the run started{}",
                             self.log_tail(run_id)
                         ),
                     )

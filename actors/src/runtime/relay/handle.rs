@@ -1,4 +1,4 @@
-//! [`Relay`]: the handle of a running LLM relay (what it serves and why is in
+//! [`Relay`] (exported as `api::Relay`): the handle of a running LLM relay (what it serves and why is in
 //! [`crate::relay`]). It owns an actix System on its own thread, where `runtime::relay`
 //! serves the routes; no actix type crosses it.
 //!

@@ -1,0 +1,145 @@
+//! The executor port (`delta_actors::executor`), from an embedder's side: an executor of
+//! its own, written against the public API only, runs a plan to completion through
+//! `Supervisor::orchestrate_on` — adding an executor touches no orchestrator file.
+//!
+//! The test executor answers each run in the engine (the message upper-cased) when the
+//! orchestration flushes a batch, as a cluster executor would after one submission.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+
+use actix::prelude::*;
+use delta_actors::executor::{
+    CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, StopExecutor, SubmitPlanned,
+};
+use delta_actors::plan::schedule::{RunEnd, RunOutcome};
+use delta_actors::plan::state::OrchestrationStatus;
+use delta_actors::{LlmTarget, RunStatus, Supervisor, TokenUsage};
+
+use crate::harness::{fast_config, script};
+use crate::orchestrate::{results, PlanDir};
+
+/// What the executor saw: the runs of each flushed batch, by message.
+#[derive(Default)]
+struct Seen {
+    batches: Vec<Vec<String>>,
+    work_dirs_existed: bool,
+}
+
+struct UpperCaseExecutor {
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Executor for UpperCaseExecutor {
+    fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String> {
+        assert!(setup.orchestration_dir.is_dir());
+        let actor = UpperCaseRuns {
+            seen: self.seen.clone(),
+            pending: Vec::new(),
+        };
+        Ok(ExecutorDesk::of(actor.start()))
+    }
+}
+
+struct UpperCaseRuns {
+    seen: Arc<Mutex<Seen>>,
+    pending: Vec<SubmitPlanned>,
+}
+
+impl Actor for UpperCaseRuns {
+    type Context = Context<Self>;
+}
+
+impl Handler<SubmitPlanned> for UpperCaseRuns {
+    type Result = ();
+    fn handle(&mut self, msg: SubmitPlanned, _: &mut Self::Context) {
+        self.seen.lock().unwrap().work_dirs_existed = msg.work_dir.is_dir();
+        self.pending.push(msg);
+    }
+}
+
+impl Handler<CancelPlanned> for UpperCaseRuns {
+    type Result = ();
+    fn handle(&mut self, msg: CancelPlanned, _: &mut Self::Context) {
+        panic!("nothing is cancelled in this plan: {}", msg.run_id);
+    }
+}
+
+impl Handler<Flush> for UpperCaseRuns {
+    type Result = ();
+    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
+        let batch = std::mem::take(&mut self.pending);
+        self.seen
+            .lock()
+            .unwrap()
+            .batches
+            .push(batch.iter().map(|s| s.run.message.clone()).collect());
+        for submitted in batch {
+            let outcome = RunOutcome {
+                run_id: submitted.run.run_id.clone(),
+                status: RunStatus::Completed,
+                result: Some(submitted.run.message.to_uppercase()),
+                error: None,
+                duration_ms: 1,
+                iterations: 1,
+                usage: TokenUsage::default(),
+                empty_answer: false,
+                metadata_written: false,
+            };
+            let _ = submitted.reply.send(RunEnd::Finished(outcome));
+        }
+    }
+}
+
+impl Handler<StopExecutor> for UpperCaseRuns {
+    type Result = ();
+    fn handle(&mut self, _: StopExecutor, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+#[test]
+fn an_embedders_executor_runs_a_plan_to_completion_through_the_port() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let plan = p.plan(
+        "max_parallel: 8\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b, c] }\n    message: \"item {{ item }}\"\n  - id: combine\n    needs: [work]\n    message: \"{{ stages.work.results | join(',') }}\"\n",
+    );
+    // The model is never called: the executor answers every run itself.
+    let request = p.request(
+        plan,
+        "port",
+        LlmTarget::Scripted(script("steps: []\n")),
+        false,
+    );
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let executor = Arc::new(UpperCaseExecutor { seen: seen.clone() });
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = rt
+        .block_on(supervisor.orchestrate_on(request, executor))
+        .unwrap();
+    let summary = handle.wait_blocking().unwrap();
+
+    assert_eq!(
+        summary.status,
+        OrchestrationStatus::Completed,
+        "{summary:#?}"
+    );
+    assert_eq!(results(&summary, "work"), ["ITEM A", "ITEM B", "ITEM C"]);
+    assert_eq!(results(&summary, "combine"), ["ITEM A,ITEM B,ITEM C"]);
+    let seen = seen.lock().unwrap();
+    assert!(seen.work_dirs_existed);
+    // A stage's fan-out reaches the executor as one batch, then the next stage's.
+    let batches: Vec<_> = seen.batches.iter().filter(|b| !b.is_empty()).collect();
+    assert_eq!(
+        batches,
+        [
+            &vec!["item a".to_string(), "item b".into(), "item c".into()],
+            &vec!["ITEM A,ITEM B,ITEM C".to_string()],
+        ]
+    );
+}
