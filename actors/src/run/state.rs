@@ -40,48 +40,66 @@ pub(super) fn error_info(kind: RunErrorKind, message: String) -> RunErrorInfo {
 /// Where this driving's wall time went (for RunMetrics and benchmarks).
 #[derive(Default)]
 pub(super) struct Timings {
+    /// Time spent waiting on model replies, queueing excluded (added by `model.rs` per call).
     pub model: Duration,
+    /// Time spent queued at the LLM gate before a call was sent (added by `model.rs`).
     pub queue: Duration,
+    /// Time spent running tool calls (added by `calls.rs` per batch).
     pub tools: Duration,
 }
 
 /// A taken run being driven: everything a run needs once its files are open.
 pub(super) struct Run {
+    /// The loop's inputs: request, config, model and tool ports, control. Set at take; read only.
     pub lp: RunLoop,
+    /// The run's folder and its files (journal, metadata.json, io/). Set at take; read only.
     pub paths: RunPaths,
+    /// The journal and log writer; every event of the run goes through it (`drive`, `calls`, `end`).
     pub rec: RefCell<Recorder>,
+    /// metadata.json as last written; `drive.rs` refreshes its counters before each write, `end.rs` sets the final status.
     pub meta: RunMetadata,
+    /// The run folder's lock, held while driving; `end.rs` drops it (sets `None`) once the record is final.
     pub lock: Option<RunLock>,
+    /// Whether this driving continues an earlier start (from `take.rs`); read only afterwards.
     pub resumed: bool,
     /// Sensitive answers of the run (loaded from `secrets/` on continue, grown by ask_human).
     pub secrets: Redactor,
     /// The run's progress events, redacted on the way out.
     pub events: EventSink,
+    /// The environment given to tool programs (provider keys removed). Built at take; read only.
     pub child_env: Arc<Vec<(String, String)>>,
     /// Where the run's tool programs were found on `child_env`'s `PATH`.
     pub programs: ProgramCache,
     /// The agent folder and workspace as the context builder resolved them.
     pub context_folders: ContextFolders,
+    /// The environment given to context generators. Built at take; read only.
     pub generator_env: Arc<BTreeMap<String, String>>,
     /// The tools the run offers, by kind; every call is planned through it.
     pub toolbox: Toolbox,
+    /// The tool schemas sent to the model with each request. Built at take; read only.
     pub tool_schemas: ToolList,
     /// The JSON of the last request's messages: a request repeats the whole history, and
     /// only the messages new since the last one are serialized again.
     pub message_json: MessageJson,
+    /// The iteration cap for this driving (from the request or agent). Set at take; read only.
     pub max_iterations: u32,
     /// Iteration number across the run's whole life (THOUGHTs so far).
     pub iteration: u32,
     /// Iterations driven by this start or continuation (the cap applies to these).
     pub iterations_this_start: u32,
+    /// When this driving began (monotonic), for durations. Set at take.
     pub started_at: Instant,
+    /// When this driving began (RFC 3339), as recorded in metadata. Set at take.
     pub start_time: String,
     /// Tokens of this driving's model calls.
     pub usage: TokenUsage,
     /// Tokens of the run's earlier starts and continuations, as its record had them.
     pub usage_before: TokenUsage,
+    /// Tokens of this driving by model name; `model.rs` adds each call's usage.
     pub model_usage: BTreeMap<String, TokenUsage>,
+    /// Where this driving's time went; `model.rs` and `calls.rs` add to it.
     pub timings: Timings,
+    /// When metadata.json was last written for progress; `drive.rs` throttles writes by it.
     pub last_progress_write: Instant,
     /// The first failure to write metadata.json in this driving, with its path and cause.
     pub metadata_failure: Option<String>,

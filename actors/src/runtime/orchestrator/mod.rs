@@ -45,16 +45,27 @@ pub struct CancelOrchestration {
 }
 
 pub struct OrchestrationActor {
+    /// The resolved plan and options of this orchestration. Set in `new`; read only.
     request: OrchestrationRequest,
+    /// Where local runs are admitted and cancelled (the supervisor's desk). Set in `new`.
     supervisor: RunDesk,
+    /// Progress events for watchers (CLI, serve); the actor only sends on it.
     events: broadcast::Sender<OrchestrationEvent>,
+    /// Where the final summary goes; taken (left `None`) by `summary.rs` when the plan ends.
     reply: Option<oneshot::Sender<OrchestrationSummary>>,
+    /// The orchestration's folder and records; `None` when it failed to open in `new`.
+    /// Effects of the scheduler update it as runs start and end.
     state: Option<OrchestrationState>,
+    /// The plan's scheduler (events in, effects out); fed by the actor's handlers.
     scheduler: Scheduler,
     /// How the orchestration's folder opened, handed to the scheduler when the actor starts.
     opened: Option<Event>,
+    /// When the actor was built (monotonic), for the summary's duration. Set in `new`.
     started_at: Instant,
+    /// The same moment in RFC 3339, as the summary records it. Set in `new`.
     started_at_text: String,
+    /// The janitor of the orchestration's folder, started in `started` when the folder opened;
+    /// taken and stopped by `summary.rs` at the end.
     janitor: Option<Addr<JanitorActor>>,
     /// Starts the executor when the actor starts.
     executor: Arc<dyn Executor>,

@@ -35,10 +35,13 @@ pub struct CancelRunActor {
 }
 
 pub struct RunActor {
-    /// Taken when the actor starts.
+    /// The run to drive; `started` takes it (leaving `None`) and spawns its loop.
     run: Option<RunLoop>,
+    /// Stop requests shared with the loop: the time limit and `StopRun` set it, the loop reads it.
     control: Arc<RunControl>,
+    /// The request's wall-time limit, if any; read once in `started` to arm the timer.
     time_limit: Option<Duration>,
+    /// Where the run's result goes; taken (left `None`) when the loop finishes.
     result_tx: Option<oneshot::Sender<RunResult>>,
 }
 

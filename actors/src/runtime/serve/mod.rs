@@ -50,13 +50,24 @@ pub struct ManagerConfig {
 }
 
 pub struct ServeManager {
+    /// Agents, the session store and holder paths, from `delta serve`'s options. Set in `new`; read only.
     config: ManagerConfig,
+    /// The sessions and their workers as last saved to the store; the session and worker
+    /// handlers (`messages.rs`) add, remove and update them, and save after each change.
     sessions: Vec<Session>,
+    /// The live worker actors by (session id, worker id); inserted at each launch (a restart
+    /// replaces and stops the old one), removed when the worker or its session is deleted.
     actors: HashMap<(String, String), Addr<WorkerActor>>,
+    /// Workers being started, restarted or deleted; a second such request for one gets 409.
+    /// Marked before the work, released (`release`) when it ends.
     busy: HashSet<(String, String)>,
+    /// How many automatic revivals each worker has left in its window; spent on each revival.
     revivals: RevivalBudget,
+    /// Dashboard updates for the pages' event streams; the manager only sends on it.
     events: broadcast::Sender<DashboardEvent>,
+    /// The threads worker actors are spread over. Set in `new`; read only.
     arbiters: Vec<ArbiterHandle>,
+    /// Round-robin index into `arbiters`; advanced at each worker launch.
     next_arbiter: usize,
 }
 

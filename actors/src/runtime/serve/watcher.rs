@@ -80,11 +80,17 @@ fn late_view(path: PathBuf, last: Option<&WorkspaceView>) -> WorkspaceView {
 }
 
 pub struct RunsWatcher {
+    /// Workspaces given on the command line, always watched. Set in `new`; read only.
     pub fixed: Vec<PathBuf>,
+    /// The manager asked for the sessions' workspaces at each poll.
     pub manager: Addr<ServeManager>,
+    /// Where changed workspace views are announced to the pages; only sent on.
     pub events: tokio::sync::broadcast::Sender<DashboardEvent>,
+    /// The last scan of each watched workspace; replaced when a scan finishes.
     views: BTreeMap<PathBuf, WorkspaceView>,
+    /// Workspaces being watched, with their scan state; pruned at each poll to the current set.
     watched: BTreeMap<PathBuf, Watched>,
+    /// A poll is under way (set when one starts, cleared when it ends): polls never overlap.
     polling: bool,
 }
 

@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::session::pty::protocol::{Request, Response, MAX_FRAME};
+use crate::session::pty::protocol::{decode_frame, encode_frame, Request, Response, MAX_FRAME};
 
 /// How long a holder has to answer a control request.
 const REPLY_LIMIT: Duration = Duration::from_secs(5);
@@ -23,21 +23,18 @@ async fn write_frame(
     stream: &mut (impl AsyncWriteExt + Unpin),
     request: &Request,
 ) -> io::Result<()> {
-    let mut line = serde_json::to_vec(request).map_err(io::Error::other)?;
-    line.push(b'\n');
-    stream.write_all(&line).await
+    stream.write_all(&encode_frame(request)?).await
 }
 
 async fn read_frame(input: &mut (impl AsyncBufReadExt + Unpin)) -> io::Result<Response> {
     let mut line = Vec::new();
-    let read = input.take(MAX_FRAME).read_until(b'\n', &mut line).await?;
-    if read == 0 || line.last() != Some(&b'\n') {
-        return Err(io::Error::new(
+    input.take(MAX_FRAME).read_until(b'\n', &mut line).await?;
+    decode_frame(&line)?.ok_or_else(|| {
+        io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "the holder closed the connection",
-        ));
-    }
-    serde_json::from_slice(&line).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        )
+    })
 }
 
 type Pending = (Request, Option<oneshot::Sender<io::Result<Response>>>);

@@ -66,14 +66,22 @@ pub struct WorkerSpec {
 }
 
 pub struct WorkerActor {
+    /// Who the worker is and how it starts (ids, argv, holder socket, size). Set in `new`; read only.
     spec: WorkerSpec,
+    /// The terminal screen rebuilt from the holder's output, for viewers that attach later;
+    /// fed by each output frame, resized on viewer resize.
     screen: WorkerScreen,
+    /// The pages attached to this worker's terminal; added on attach, dropped when they go.
     viewers: Viewers,
+    /// The control connection to the PTY holder; set once the holder is reached, `None` before.
     control: Option<Control>,
+    /// Detects working/waiting from output when the agent has patterns; cleared when the worker exits.
     activity: Option<ActivityDetector>,
     /// The last change, for viewers that attach later.
     last_activity: Option<(ActivityState, crate::serve::activity::ActivitySource)>,
+    /// Set when the worker's program exits (with its exit code, if any); `None` while it runs.
     exited: Option<Option<i32>>,
+    /// Set by `StopWorker`, so the holder's ending that follows is not reported as an exit.
     stopping: bool,
 }
 

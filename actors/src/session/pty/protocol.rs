@@ -76,11 +76,35 @@ pub enum Response {
     },
 }
 
-/// Writes one frame and flushes.
-pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> std::io::Result<()> {
+/// The one codec of the holder protocol, used by the blocking client and holder here and by
+/// `delta serve`'s async link (`runtime/worker/link.rs`): a frame is one JSON message and a
+/// newline (JSON escapes every newline inside strings), at most `MAX_FRAME` bytes.
+pub fn encode_frame<T: Serialize>(message: &T) -> std::io::Result<Vec<u8>> {
     let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    out.write_all(&line)?;
+    Ok(line)
+}
+
+/// Decodes what a reader got with `read_until(b'\n')` over at most `MAX_FRAME` bytes: empty is a
+/// clean end of stream (`Ok(None)`); without its newline the frame was torn or too large.
+pub fn decode_frame<T: for<'de> Deserialize<'de>>(line: &[u8]) -> std::io::Result<Option<T>> {
+    if line.is_empty() {
+        return Ok(None);
+    }
+    if line.last() != Some(&b'\n') {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame truncated or larger than the limit of {MAX_FRAME} bytes"),
+        ));
+    }
+    serde_json::from_slice(line)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Writes one frame and flushes.
+pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> std::io::Result<()> {
+    out.write_all(&encode_frame(message)?)?;
     out.flush()
 }
 
@@ -89,19 +113,8 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(
     input: &mut impl BufRead,
 ) -> std::io::Result<Option<T>> {
     let mut line = Vec::new();
-    let read = std::io::Read::take(input.by_ref(), MAX_FRAME).read_until(b'\n', &mut line)?;
-    if read == 0 {
-        return Ok(None);
-    }
-    if line.last() != Some(&b'\n') {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "frame truncated or larger than the limit",
-        ));
-    }
-    serde_json::from_slice(&line)
-        .map(Some)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    std::io::Read::take(input.by_ref(), MAX_FRAME).read_until(b'\n', &mut line)?;
+    decode_frame(&line)
 }
 
 #[cfg(test)]
@@ -139,5 +152,31 @@ mod tests {
     fn a_truncated_frame_is_an_error() {
         let mut input = std::io::Cursor::new(b"{\"type\":\"ping\"".to_vec());
         assert!(read_frame::<Request>(&mut input).is_err());
+    }
+
+    #[test]
+    fn an_oversized_frame_is_refused() {
+        // A newline only after MAX_FRAME bytes: the reader stops at the limit and refuses the frame.
+        let mut wire = vec![b'"'; MAX_FRAME as usize];
+        wire.push(b'\n');
+        let mut input = std::io::Cursor::new(wire);
+        let error = read_frame::<Request>(&mut input).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+        assert!(
+            error.to_string().contains("larger than the limit"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_torn_frame_is_refused_by_the_codec() {
+        let whole = encode_frame(&Request::Follow).unwrap();
+        let torn = &whole[..whole.len() - 3];
+        assert!(decode_frame::<Request>(torn).is_err());
+        assert_eq!(
+            decode_frame::<Request>(&whole).unwrap(),
+            Some(Request::Follow)
+        );
+        assert!(decode_frame::<Request>(b"").unwrap().is_none());
     }
 }
