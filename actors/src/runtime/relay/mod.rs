@@ -11,8 +11,8 @@
 //! Must not: retry (the caller's engine does), log or store a request body or the key.
 
 mod body;
-mod handle;
 mod chat;
+mod handle;
 
 pub use handle::Relay;
 

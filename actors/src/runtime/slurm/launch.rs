@@ -14,15 +14,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::agent::ResolvedAgent;
-use crate::runtime::relay::Relay;
 use crate::cluster::relay_record::{read_record, write_record};
 use crate::cluster::slurm::{SlurmSettings, SlurmTools};
 use crate::cluster::{RunExecutor, SlurmJobs};
-use crate::plan::ResolvedPlan;
 use crate::llm::LlmTarget;
+use crate::plan::ResolvedPlan;
 use crate::relay::{
     new_relay_token, token_digest, RelayConfig, RelayError, RelayLimits, RelayRoute,
 };
+use crate::runtime::relay::Relay;
 
 /// The variable that carries the relay's address into a job (`http://HOST:PORT`).
 pub const RELAY_URL_VAR: &str = "DELTA_BASE_URL";
