@@ -89,6 +89,7 @@ where
 /// is detached: work stuck for good (a read from a file system that stopped answering) keeps
 /// its thread, but neither its caller nor the process's exit waits for it (a tokio runtime
 /// being shut down waits for its `spawn_blocking` tasks; this is not one).
+#[cfg(feature = "serve")]
 pub async fn run_detached<T, F>(name: &str, work: F, deadline: std::time::Duration) -> Option<T>
 where
     T: Send + 'static,
@@ -116,6 +117,7 @@ mod tests {
     /// view, and SIGTERM then hung the server: shutting its runtime down waited for the
     /// stuck blocking task. Detached work is given up at its deadline, and a runtime that
     /// ran it shuts down at once.
+    #[cfg(feature = "serve")]
     #[test]
     fn detached_work_is_given_up_at_its_deadline_and_does_not_hold_the_runtime() {
         let (release, stuck) = std::sync::mpsc::channel::<()>();

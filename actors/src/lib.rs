@@ -63,6 +63,7 @@ pub mod relay;
 pub mod request;
 pub(crate) mod run;
 mod runtime;
+#[cfg(feature = "serve")]
 pub(crate) mod serve;
 pub mod session;
 pub(crate) mod template_bounds;

@@ -8,9 +8,11 @@
 //! No actix type crosses this module: an embedder calls it from its own tokio runtime or from
 //! plain synchronous code (`*_blocking` methods). The `delta` CLI is the first embedder.
 
+#[cfg(feature = "serve")]
 pub mod serve;
 mod sessions;
 
+#[cfg(feature = "relay")]
 pub use crate::runtime::relay::Relay;
 pub use sessions::SessionManager;
 

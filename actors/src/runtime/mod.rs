@@ -74,13 +74,17 @@ pub mod admission;
 pub mod executor;
 pub mod janitor;
 pub mod orchestrator;
+#[cfg(feature = "relay")]
 pub mod relay;
 pub mod run;
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod session;
 #[cfg(feature = "cluster")]
 pub mod slurm;
 pub mod supervisor;
 pub mod tool;
+#[cfg(feature = "relay")]
 pub mod web;
+#[cfg(feature = "serve")]
 pub mod worker;

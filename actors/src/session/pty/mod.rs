@@ -10,8 +10,10 @@
 //! Nothing here reads the process environment: [`PtyConfig`] is resolved at the edge,
 //! including the path of the executable that runs the holder. No actix, no printing.
 
+#[cfg(feature = "serve")]
 pub(crate) mod buffer;
 pub mod escape;
+#[cfg(feature = "serve")]
 pub mod holder;
 pub mod keys;
 pub(crate) mod protocol;
@@ -26,7 +28,6 @@ use serde::{Deserialize, Serialize};
 pub use client::{PtySessionInfo, PtySessions, ReadOptions, StartOptions};
 
 use crate::session::error::SessionError;
-use crate::session::files::replace_private;
 
 pub(crate) const METADATA_FILE: &str = "metadata.json";
 pub(crate) const START_ERROR_FILE: &str = "start_error";
@@ -106,11 +107,12 @@ pub(crate) fn read_pty_metadata(dir: &Path) -> Result<PtyMetadata, SessionError>
     })
 }
 
+#[cfg(feature = "serve")]
 pub(crate) fn write_pty_metadata(dir: &Path, metadata: &PtyMetadata) -> Result<(), SessionError> {
     let path = dir.join(METADATA_FILE);
     let bytes = serde_json::to_vec_pretty(metadata).map_err(|e| SessionError::CorruptMetadata {
         path: path.clone(),
         reason: e.to_string(),
     })?;
-    replace_private(&path, &bytes)
+    crate::session::files::replace_private(&path, &bytes)
 }
