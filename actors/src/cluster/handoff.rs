@@ -105,7 +105,7 @@ pub enum HandoffError {
 
 fn check_stage(stage: &str) -> Result<(), HandoffError> {
     let valid = !stage.is_empty()
-        && stage.len() <= crate::plan::limits::STAGE_ID_LEN
+        && stage.len() <= crate::protocol::STAGE_ID_LEN
         && stage
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');

@@ -33,8 +33,9 @@ pub const TIMEOUT_MS: RangeInclusive<u64> = 1..=30 * 24 * 3_600_000;
 pub const FOREACH_ITEMS: usize = 100_000;
 /// Longest plan `name` (it starts every orchestration and run id).
 pub const NAME_LEN: usize = 48;
-/// Longest stage id (it is part of every run id of the stage).
-pub const STAGE_ID_LEN: usize = 48;
+/// Longest stage id (it is part of every run id of the stage): a value of the ground floor,
+/// since executors check it in the files they read back (`cluster::handoff`).
+pub use crate::protocol::STAGE_ID_LEN;
 
 /// Largest plan file, in bytes.
 pub const PLAN_BYTES: u64 = 1024 * 1024;

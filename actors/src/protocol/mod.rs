@@ -13,6 +13,10 @@ mod result;
 mod status;
 mod summary;
 
+/// Longest stage id (it is part of every run id of the stage, and of the handoff files an
+/// executor reads back). Plans are validated against it (`plan::limits`).
+pub const STAGE_ID_LEN: usize = 48;
+
 pub use error::EngineError;
 pub use event::{OrchestrationEvent, RunEvent};
 pub use result::{
