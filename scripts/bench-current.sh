@@ -14,6 +14,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=docs/bench/current
+want() { [ ${#SELECTED[@]} -eq 0 ] || [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
+SELECTED=("$@")
+NAMES="single-run overhead-200-events load-1000-stream load-1000-unstreamed load-10000 baseline-50 serve serve-batch installed-size"
+for name in "${SELECTED[@]}"; do
+  [[ " $NAMES " == *" $name "* ]] || { echo "bench-current.sh: unknown workload '$name' (one of: $NAMES)" >&2; exit 2; }
+done
 mkdir -p "$OUT"
 if [ -z "${DELTA_BIN:-}" ]; then
   cargo build --release --bins
@@ -28,9 +34,6 @@ load() { # name, then `delta bench load` arguments
   echo "== $name: delta bench load $*" >&2
   "$DELTA_BIN" bench load "$@" --work-dir "$WORK/$name" --keep --format json --out "$OUT/$name.json" >/dev/null
 }
-
-want() { [ ${#SELECTED[@]} -eq 0 ] || [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
-SELECTED=("$@")
 
 want single-run && load single-run --runs 1 --max-parallel 1 --calls 6 --latency-ms 0
 want overhead-200-events && load overhead-200-events --runs 10 --max-parallel 1 --calls 67 --latency-ms 0
