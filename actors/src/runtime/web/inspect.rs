@@ -100,18 +100,31 @@ async fn answer<T: Serialize + Send + 'static>(
     }
 }
 
+/// Answers from `read` (off the arbiter) when `workspace` is one the server watches, and
+/// refuses it otherwise: the one gate every inspector route goes through.
+async fn answer_in<T: Serialize + Send + 'static>(
+    state: &WebState,
+    workspace: PathBuf,
+    read: impl FnOnce(PathBuf) -> Result<T, InspectError> + Send + 'static,
+) -> HttpResponse {
+    if let Err(refused) = watched(state, &workspace).await {
+        return refused;
+    }
+    answer(move || read(workspace)).await
+}
+
 pub async fn orchestration(
     state: web::Data<WebState>,
     path: web::Path<String>,
     query: web::Query<WorkspaceQuery>,
 ) -> HttpResponse {
     let WorkspaceQuery { workspace } = query.into_inner();
-    if let Err(refused) = watched(&state, &workspace).await {
-        return refused;
-    }
     let batches = state.batches.clone();
     let id = path.into_inner();
-    answer(move || batches.with(&workspace, &id, |index| Ok(index.detail()))).await
+    answer_in(&state, workspace, move |ws| {
+        batches.with(&ws, &id, |index| Ok(index.detail()))
+    })
+    .await
 }
 
 pub async fn orchestration_runs(
@@ -138,12 +151,12 @@ pub async fn orchestration_runs(
         offset,
         limit,
     };
-    if let Err(refused) = watched(&state, &workspace).await {
-        return refused;
-    }
     let batches = state.batches.clone();
     let id = path.into_inner();
-    answer(move || batches.with(&workspace, &id, |index| index.rows(&rows))).await
+    answer_in(&state, workspace, move |ws| {
+        batches.with(&ws, &id, |index| index.rows(&rows))
+    })
+    .await
 }
 
 pub async fn orchestration_timeline(
@@ -152,13 +165,10 @@ pub async fn orchestration_timeline(
     query: web::Query<TimelineQuery>,
 ) -> HttpResponse {
     let TimelineQuery { workspace, stage } = query.into_inner();
-    if let Err(refused) = watched(&state, &workspace).await {
-        return refused;
-    }
     let batches = state.batches.clone();
     let id = path.into_inner();
-    answer(move || {
-        batches.with(&workspace, &id, |index| {
+    answer_in(&state, workspace, move |ws| {
+        batches.with(&ws, &id, |index| {
             Ok(index.timeline(stage.as_deref().filter(|s| !s.is_empty())))
         })
     })
@@ -218,11 +228,8 @@ pub async fn trace(
     query: web::Query<TraceQuery>,
 ) -> HttpResponse {
     let TraceQuery { workspace, known } = query.into_inner();
-    if let Err(refused) = watched(&state, &workspace).await {
-        return refused;
-    }
     let run_id = path.into_inner();
-    match web::block(move || {
+    answer_in(&state, workspace, move |workspace| {
         if let Some(known) = known {
             if journal_size(&workspace, &run_id)? == known {
                 let dir = run_dir(&workspace, &run_id)?;
@@ -241,11 +248,6 @@ pub async fn trace(
         run_trace(&workspace, &run_id).map(|t| serde_json::to_value(t).unwrap_or_default())
     })
     .await
-    {
-        Ok(Ok(value)) => HttpResponse::Ok().json(value),
-        Ok(Err(e)) => inspect_error(&e),
-        Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), "io"),
-    }
 }
 
 pub async fn model_call(
@@ -254,11 +256,11 @@ pub async fn model_call(
     query: web::Query<WorkspaceQuery>,
 ) -> HttpResponse {
     let WorkspaceQuery { workspace } = query.into_inner();
-    if let Err(refused) = watched(&state, &workspace).await {
-        return refused;
-    }
     let (run_id, iteration) = path.into_inner();
-    answer(move || calls::model_call(&workspace, &run_id, iteration)).await
+    answer_in(&state, workspace, move |ws| {
+        calls::model_call(&ws, &run_id, iteration)
+    })
+    .await
 }
 
 pub async fn tool_call(
@@ -267,11 +269,11 @@ pub async fn tool_call(
     query: web::Query<WorkspaceQuery>,
 ) -> HttpResponse {
     let WorkspaceQuery { workspace } = query.into_inner();
-    if let Err(refused) = watched(&state, &workspace).await {
-        return refused;
-    }
     let (run_id, action_id) = path.into_inner();
-    answer(move || calls::tool_call(&workspace, &run_id, &action_id)).await
+    answer_in(&state, workspace, move |ws| {
+        calls::tool_call(&ws, &run_id, &action_id)
+    })
+    .await
 }
 
 /// The cache the orchestration endpoints share (one per server).
