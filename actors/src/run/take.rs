@@ -60,13 +60,35 @@ fn journal_refusal(e: crate::journal::JournalError) -> SetupError {
     }
 }
 
+/// How long a run folder without metadata must have been still before it is taken for
+/// the leftover of a killed creation.
+const UNSTARTED_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A run folder without metadata.json is what a process killed while creating the run
 /// leaves behind (the metadata is written last). Nothing can continue it, so a new run may
 /// reuse the id: the folder is removed when its lock is free. Returns whether it was.
+///
+/// A folder changed moments ago may instead be another process creating the same run id
+/// right now (it takes its lock only after making the folder and its `io/` folders): such a
+/// folder is looked at again once it has been still for [`UNSTARTED_SETTLE`], by which time
+/// a live creator has written its metadata or holds its lock.
 fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) -> bool {
     let paths = RunPaths::new(work_dir, run_id);
-    if !paths.run_dir.is_dir() || paths.run_dir.join("metadata.json").exists() {
+    let unstarted = || paths.run_dir.is_dir() && !paths.run_dir.join("metadata.json").exists();
+    if !unstarted() {
         return false;
+    }
+    let age = std::fs::metadata(&paths.run_dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|modified| modified.elapsed().ok());
+    if let Some(age) = age.filter(|age| *age < UNSTARTED_SETTLE) {
+        // On the blocking pool (take_run), and only when an id collides with a folder
+        // made in the last moments.
+        std::thread::sleep(UNSTARTED_SETTLE - age);
+        if !unstarted() {
+            return false;
+        }
     }
     match RunLock::try_acquire_unstarted(&paths.run_dir, &paths.journal) {
         Ok(Some(lock)) => {
