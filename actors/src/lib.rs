@@ -24,7 +24,7 @@
 //!   PTY sessions. Inside the crate: the run loop (`run`: one async function over a model
 //!   port and a tool port), hooks, and the `delta serve` model.
 //! - **Requests** ([`request`]): what an embedder asks for — the engine's settings, a run (a
-//!   compiled agent, a model target), a plan (a resolved plan, an executor) — between the
+//!   compiled agent, a model target), a plan (a resolved plan and its agents) — between the
 //!   domain whose values they carry and the runtime that carries them out.
 //! - **Runtime** (private): actix actors that own mailboxes and state and call the domain:
 //!   `RunSupervisor` (admission, arbiter pool), `RunActor` (a run's mailbox around the run

@@ -229,13 +229,11 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             .with_env(Arc::new(env.vars))
             .with_max_parallel(max_parallel)
             .with_resume_command(resume_argv);
-    if let Some(slurm) = &slurm_run {
-        request = request.with_executor(slurm.executor.clone());
-    }
     if args.resume.is_some() {
         request = request.resuming();
     }
-    let summary = drive(&supervisor, request, &resume_hint)?;
+    let executor = slurm_run.as_ref().map(|slurm| slurm.executor.clone());
+    let summary = drive(&supervisor, request, executor, &resume_hint)?;
     supervisor.shutdown();
     if let Some(slurm_run) = slurm_run {
         slurm_run.relay.stop();
@@ -295,6 +293,7 @@ fn resume_command(parts: &ResumeParts<'_>) -> Vec<String> {
 fn drive(
     supervisor: &Supervisor,
     request: OrchestrationRequest,
+    executor: Option<Arc<dyn delta_actors::executor::Executor>>,
     resume_hint: &str,
 ) -> Result<OrchestrationSummary, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -304,7 +303,10 @@ fn drive(
         // Subscribed before the first run starts: its model-call retries are shown (`↻`).
         let mut run_events = supervisor.subscribe();
         let mut run_events_open = true;
-        let handle = supervisor.orchestrate(request).await?;
+        let handle = match executor {
+            Some(executor) => supervisor.orchestrate_on(request, executor).await?,
+            None => supervisor.orchestrate(request).await?,
+        };
         eprintln!("orchestration {}", handle.orchestration_id);
         let mut progress = Progress::new();
         let mut sigint = signal(SignalKind::interrupt())?;

@@ -194,9 +194,10 @@ impl Supervisor {
         self.start_orchestration(request, None).await
     }
 
-    /// [`Supervisor::orchestrate`] on an executor of the embedder's: the plan's runs are
-    /// handed to `executor` (the port of [`crate::executor`]) instead of the one
-    /// `request.executor` names.
+    /// [`Supervisor::orchestrate`] on another executor: the plan's runs are handed to
+    /// `executor` (the port of [`crate::executor`]) instead of being run in this process.
+    /// Slurm's is built by `executor::slurm::start_slurm`; an embedder's own implements
+    /// [`crate::executor::Executor`].
     pub async fn orchestrate_on(
         &self,
         request: OrchestrationRequest,

@@ -10,14 +10,9 @@
 //! Must not: import actix, decide scheduling (the plan's scheduler does), or hold secrets:
 //! nothing here ever sees a provider key.
 
-pub mod executor;
 pub mod handoff;
 pub mod relay_record;
 pub mod slurm;
-
-pub use executor::RunExecutor;
-#[cfg(feature = "cluster")]
-pub use executor::SlurmJobs;
 
 /// Creates `dir` and its missing parents 0700, whatever the umask: an orchestration's
 /// `slurm/` folders hold task texts, results and job logs. Existing folders are left as

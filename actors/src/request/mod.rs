@@ -3,7 +3,7 @@
 //! one plan ([`OrchestrationRequest`]).
 //!
 //! These sit between the domain and the runtime: a request carries a compiled agent, a
-//! resolved plan, a model backend and an executor, so it imports those modules, and only the
+//! resolved plan and a model backend, so it imports those modules, and only the
 //! runtime, the handles and the run loop import it.
 //!
 //! Must not: be imported by [`crate::protocol`] or by the domain modules whose values it
@@ -273,8 +273,6 @@ pub struct OrchestrationRequest {
     pub resume: bool,
     /// Runs in flight for this plan at most.
     pub max_parallel: usize,
-    /// Where the runs execute: this process (default) or Slurm jobs.
-    pub executor: crate::cluster::RunExecutor,
     /// The command (argv) that resumes this orchestration, recorded in its scheduling
     /// journal for `delta list-orchestrations` (see [`Self::with_resume_command`]).
     pub resume_command: Option<Vec<String>>,
@@ -303,7 +301,6 @@ impl OrchestrationRequest {
             env: Arc::new(BTreeMap::new()),
             resume: false,
             max_parallel,
-            executor: Default::default(),
             resume_command: None,
         }
     }
@@ -349,12 +346,6 @@ impl OrchestrationRequest {
     /// workspace can print it after a crash.
     pub fn with_resume_command(mut self, argv: Vec<String>) -> OrchestrationRequest {
         self.resume_command = Some(argv);
-        self
-    }
-
-    /// Where the plan's runs execute (default: this process's engine).
-    pub fn with_executor(mut self, executor: crate::cluster::RunExecutor) -> OrchestrationRequest {
-        self.executor = executor;
         self
     }
 }

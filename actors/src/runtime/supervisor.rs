@@ -32,7 +32,7 @@ pub struct StartOrchestration {
     pub request: OrchestrationRequest,
     pub events: broadcast::Sender<OrchestrationEvent>,
     pub reply: oneshot::Sender<OrchestrationSummary>,
-    /// Where the runs execute; `None`: the executor `request.executor` names.
+    /// Where the runs execute; `None`: in this process (`LocalExecutor`).
     pub executor: Option<std::sync::Arc<dyn crate::runtime::executor::Executor>>,
 }
 
@@ -269,7 +269,9 @@ impl Handler<StartOrchestration> for RunSupervisor {
         }
         let mut request = msg.request;
         apply_plan_llm_timeouts(&mut request);
-        let executor = msg.executor.unwrap_or_else(|| builtin_executor(&request));
+        let executor = msg
+            .executor
+            .unwrap_or_else(|| std::sync::Arc::new(crate::runtime::executor::LocalExecutor));
         let addr = OrchestrationActor::new(
             request,
             RunDesk::of(ctx.address()),
@@ -280,21 +282,6 @@ impl Handler<StartOrchestration> for RunSupervisor {
         .start();
         self.orchestrations.insert(id, addr);
         Ok(())
-    }
-}
-
-/// The executor `request.executor` names.
-fn builtin_executor(
-    request: &OrchestrationRequest,
-) -> std::sync::Arc<dyn crate::runtime::executor::Executor> {
-    match &request.executor {
-        crate::cluster::RunExecutor::Local => {
-            std::sync::Arc::new(crate::runtime::executor::LocalExecutor)
-        }
-        #[cfg(feature = "cluster")]
-        crate::cluster::RunExecutor::Slurm(jobs) => {
-            std::sync::Arc::new(crate::runtime::slurm::Slurm(jobs.clone()))
-        }
     }
 }
 

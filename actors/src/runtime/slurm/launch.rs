@@ -1,7 +1,7 @@
 //! Running a plan on Slurm in one call: [`start_slurm`] starts the relay for every agent's
 //! endpoint, records it in the orchestration's folder (a resume listens where the jobs
-//! still running were told it is), and builds the [`RunExecutor::Slurm`] to hand to the
-//! `OrchestrationRequest`: the tools from PATH, the `delta` binary on the nodes, each
+//! still running were told it is), and builds the [`Slurm`] executor to hand to
+//! `Supervisor::orchestrate_on`: the tools from PATH, the `delta` binary on the nodes, each
 //! agent's relay route and the jobs' environment — this process's minus every provider
 //! key, plus the relay's address and token ([`job_env`]).
 //!
@@ -16,13 +16,14 @@ use std::sync::Arc;
 use crate::agent::ResolvedAgent;
 use crate::cluster::relay_record::{read_record, write_record};
 use crate::cluster::slurm::{SlurmSettings, SlurmTools};
-use crate::cluster::{RunExecutor, SlurmJobs};
 use crate::llm::LlmTarget;
 use crate::plan::ResolvedPlan;
 use crate::relay::{
     new_relay_token, token_digest, RelayConfig, RelayError, RelayLimits, RelayRoute,
 };
+use crate::runtime::executor::Executor;
 use crate::runtime::relay::Relay;
+use crate::runtime::slurm::{Slurm, SlurmJobs};
 
 /// The variable that carries the relay's address into a job (`http://HOST:PORT`).
 pub const RELAY_URL_VAR: &str = "DELTA_BASE_URL";
@@ -54,12 +55,12 @@ impl SlurmStartError {
 }
 
 /// The running parts of a plan on Slurm: the relay (keep it alive while the plan runs) and
-/// the executor to hand to the request (`OrchestrationRequest::with_executor`).
+/// the executor to hand to `Supervisor::orchestrate_on`.
 pub struct SlurmStart {
     /// The relay the jobs' model calls go through.
     pub relay: Relay,
-    /// `RunExecutor::Slurm`, ready for the request.
-    pub executor: RunExecutor,
+    /// The [`Slurm`] executor, ready for `Supervisor::orchestrate_on`.
+    pub executor: Arc<dyn Executor>,
     /// What the caller should tell the user (the relay could not listen where it did).
     pub warnings: Vec<String>,
 }
@@ -218,13 +219,13 @@ pub fn start_slurm(launch: SlurmLaunch<'_>) -> Result<SlurmStart, SlurmStartErro
     key_vars.push("DELTA_API_KEY".into());
     let targets: Vec<&LlmTarget> = llm_by_agent.values().collect();
     let job_env = job_env(process_env, &key_vars, &targets, &relay.url(), &token);
-    let executor = RunExecutor::Slurm(Arc::new(SlurmJobs {
+    let executor: Arc<dyn Executor> = Arc::new(Slurm(Arc::new(SlurmJobs {
         settings,
         tools,
         delta_path,
         job_env,
         routes,
-    }));
+    })));
     Ok(SlurmStart {
         relay,
         executor,

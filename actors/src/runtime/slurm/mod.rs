@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use crate::cluster::handoff::{read_result, result_path};
 use crate::cluster::slurm::sbatch::{logs_dir, plan_submissions, JobTemplate};
 use crate::cluster::slurm::TaskState;
-use crate::cluster::SlurmJobs;
+use crate::cluster::slurm::{SlurmSettings, SlurmTools};
 use crate::plan::schedule::RunEnd;
 use crate::plan::ResolvedPlan;
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunResult, RunStatus};
@@ -54,8 +54,39 @@ struct Tracked {
     misses: u32,
 }
 
-/// The Slurm executor ([`RunExecutor::Slurm`](crate::cluster::RunExecutor::Slurm)): what
-/// its jobs are submitted with.
+/// What the Slurm executor submits with.
+#[derive(Clone)]
+pub struct SlurmJobs {
+    /// The plan's validated `executor:` settings: partition, account, time limit, extra
+    /// `sbatch` arguments, array width and how often the queue is polled.
+    pub settings: SlurmSettings,
+    /// `sbatch`, `squeue` and `scancel` as found on the orchestrating host's PATH.
+    pub tools: SlurmTools,
+    /// The `delta` binary on the nodes.
+    pub delta_path: PathBuf,
+    /// The environment of every `sbatch`, which the jobs inherit: no provider key, the
+    /// relay's address and token.
+    pub job_env: Vec<(String, String)>,
+    /// The relay route of each agent's endpoint, by the agent folder the plan resolved.
+    pub routes: HashMap<PathBuf, String>,
+}
+
+impl std::fmt::Debug for SlurmJobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlurmJobs")
+            .field("settings", &self.settings)
+            .field("delta_path", &self.delta_path)
+            .field(
+                "job_env",
+                &self.job_env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("routes", &self.routes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Slurm executor, an [`Executor`] to hand to `Supervisor::orchestrate_on`
+/// ([`launch::start_slurm`] builds one): what its jobs are submitted with.
 pub struct Slurm(pub Arc<SlurmJobs>);
 
 impl Executor for Slurm {
