@@ -68,6 +68,9 @@ pub(crate) mod serve;
 pub mod session;
 pub(crate) mod template_bounds;
 pub(crate) mod template_names;
+// Without a server (feature `relay`), only the relay module's token maker uses it.
+#[cfg_attr(not(feature = "relay"), allow(dead_code))]
+pub(crate) mod token;
 pub mod tool;
 pub mod workspace;
 pub(crate) mod yaml;

@@ -3,11 +3,11 @@
 //! stopped; its PTY workers live in holder processes that outlive it. No actix type crosses
 //! this module.
 
-pub use crate::runtime::web::{run_server as run, ServeOptions, ServeReady};
+pub use crate::runtime::serve::web::{run_server as run, ServeOptions, ServeReady};
 pub use crate::serve::session_path::PathContext;
 pub use crate::serve::ServeError;
 
 /// A fresh random bearer token for the server (when the user gives none).
 pub fn new_token() -> String {
-    crate::runtime::web::auth::new_token()
+    crate::token::new_token()
 }

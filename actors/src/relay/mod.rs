@@ -190,9 +190,9 @@ pub fn token_digest(token: &str) -> String {
         .collect()
 }
 
-/// A fresh random token.
+/// A fresh random token (the same kind `delta serve` makes: [`crate::token::new_token`]).
 pub fn new_relay_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+    crate::token::new_token()
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@
 //!                                   │           LocalExecutor's actor ──SubmitRun──> RunSupervisor, or SlurmExecutor (sbatch), or an embedder's
 //!                                   └──> JanitorActor (orphaned runs; periodic inside orchestrations)
 //! SessionActor (one per session) — used by the sessions CLIs and by embedders
-//! ServeManager (delta serve) ──> WorkerActor (one per worker epoch, on a pool of 2 arbiters)
-//!        └── RunsWatcher (polls the shown workspaces)      web/ (actix-web routes) asks both
+//! serve/ (delta serve, every actor of it):
+//!   ServeManager ──> WorkerActor (one per worker epoch, on a pool of 2 arbiters)
+//!        └── RunsWatcher (polls the shown workspaces)      web/ (actix-web routes) asks all three
 //! tool spawner (a `delta __spawner` process, not an actor): started by the RunSupervisor
 //!   before anything else when `SupervisorConfig::tool_spawner` is set; tools, hooks and
 //!   context generators start through it (`tool::spawner`)
@@ -84,7 +85,3 @@ pub mod session;
 pub mod slurm;
 pub mod supervisor;
 pub mod tool;
-#[cfg(feature = "relay")]
-pub mod web;
-#[cfg(feature = "serve")]
-pub mod worker;

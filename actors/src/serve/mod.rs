@@ -8,7 +8,7 @@
 //! ([`state_lock`]).
 //!
 //! Must not: import actix or actix-web, open sockets, spawn processes, print. The actors and
-//! the HTTP/WebSocket layer live in `runtime::worker` and `runtime::web`.
+//! the HTTP/WebSocket layer live in `runtime::serve`; the entry point is `api::serve`.
 
 pub mod activity;
 pub mod agents;

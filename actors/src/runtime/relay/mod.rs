@@ -29,7 +29,7 @@ use crate::relay::forward::{AnswerBody, Forwarder};
 use crate::relay::usage::UsageCounters;
 use crate::relay::{token_digest, RelayConfig, RelayError};
 use crate::request::LlmTarget;
-use crate::runtime::web::auth::same_token;
+use crate::token::same_token;
 
 /// Where a route's requests go.
 enum UpstreamKind {

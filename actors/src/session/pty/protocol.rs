@@ -77,7 +77,7 @@ pub enum Response {
 }
 
 /// The one codec of the holder protocol, used by the blocking client and holder here and by
-/// `delta serve`'s async link (`runtime/worker/link.rs`): a frame is one JSON message and a
+/// `delta serve`'s async link (`runtime/serve/worker/link.rs`): a frame is one JSON message and a
 /// newline (JSON escapes every newline inside strings), at most `MAX_FRAME` bytes.
 pub fn encode_frame<T: Serialize>(message: &T) -> std::io::Result<Vec<u8>> {
     let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;

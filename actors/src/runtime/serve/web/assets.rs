@@ -11,51 +11,51 @@ const FILES: &[(&str, &str, &[u8])] = &[
     (
         "app.js",
         "text/javascript; charset=utf-8",
-        include_bytes!("../../../assets/serve/app.js"),
+        include_bytes!("../../../../assets/serve/app.js"),
     ),
     (
         "batch.js",
         "text/javascript; charset=utf-8",
-        include_bytes!("../../../assets/serve/batch.js"),
+        include_bytes!("../../../../assets/serve/batch.js"),
     ),
     (
         "inspector.js",
         "text/javascript; charset=utf-8",
-        include_bytes!("../../../assets/serve/inspector.js"),
+        include_bytes!("../../../../assets/serve/inspector.js"),
     ),
     (
         "app.css",
         "text/css; charset=utf-8",
-        include_bytes!("../../../assets/serve/app.css"),
+        include_bytes!("../../../../assets/serve/app.css"),
     ),
     (
         "vendor/xterm.js",
         "text/javascript; charset=utf-8",
-        include_bytes!("../../../assets/serve/vendor/xterm.js"),
+        include_bytes!("../../../../assets/serve/vendor/xterm.js"),
     ),
     (
         "vendor/xterm.css",
         "text/css; charset=utf-8",
-        include_bytes!("../../../assets/serve/vendor/xterm.css"),
+        include_bytes!("../../../../assets/serve/vendor/xterm.css"),
     ),
     (
         "vendor/addon-fit.js",
         "text/javascript; charset=utf-8",
-        include_bytes!("../../../assets/serve/vendor/addon-fit.js"),
+        include_bytes!("../../../../assets/serve/vendor/addon-fit.js"),
     ),
     (
         "vendor/LICENSE.xterm",
         "text/plain; charset=utf-8",
-        include_bytes!("../../../assets/serve/vendor/LICENSE.xterm"),
+        include_bytes!("../../../../assets/serve/vendor/LICENSE.xterm"),
     ),
     (
         "vendor/LICENSE.addon-fit",
         "text/plain; charset=utf-8",
-        include_bytes!("../../../assets/serve/vendor/LICENSE.addon-fit"),
+        include_bytes!("../../../../assets/serve/vendor/LICENSE.addon-fit"),
     ),
 ];
 
-const INDEX: &[u8] = include_bytes!("../../../assets/serve/index.html");
+const INDEX: &[u8] = include_bytes!("../../../../assets/serve/index.html");
 
 pub async fn index() -> HttpResponse {
     HttpResponse::Ok()

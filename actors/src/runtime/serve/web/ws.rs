@@ -17,9 +17,9 @@ use serde::Deserialize;
 use super::rest::{error_response, serve_error};
 use super::WebState;
 use crate::runtime::serve::messages::FindWorker;
-use crate::runtime::worker::messages::ServerMessage;
-use crate::runtime::worker::viewers::{ViewerFrame, ViewerQueue};
-use crate::runtime::worker::{Attach, Detach, Input, Resize, Resync, WorkerActor};
+use crate::runtime::serve::worker::messages::ServerMessage;
+use crate::runtime::serve::worker::viewers::{ViewerFrame, ViewerQueue};
+use crate::runtime::serve::worker::{Attach, Detach, Input, Resize, Resync, WorkerActor};
 
 /// Largest client frame (an image message carries base64).
 pub const MAX_CLIENT_FRAME: usize = 16 * 1024 * 1024;

@@ -20,6 +20,8 @@
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 
+use crate::token::{same_bytes, same_token};
+
 /// The subprotocol the page speaks, and the only one the server ever answers with.
 pub const SUBPROTOCOL: &str = "delta.v1";
 /// The prefix of the subprotocol that carries the token (hex-encoded) on a WebSocket upgrade.
@@ -31,19 +33,6 @@ pub enum Verdict {
     Allowed,
     Unauthorized,
     ForeignOrigin,
-}
-
-/// Compares without stopping at the first difference.
-pub fn same_token(given: &str, token: &str) -> bool {
-    same_bytes(given.as_bytes(), token.as_bytes())
-}
-
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let mut difference = a.len() ^ b.len();
-    for (i, byte) in b.iter().enumerate() {
-        difference |= (a.get(i).copied().unwrap_or(0) ^ byte) as usize;
-    }
-    difference == 0
 }
 
 fn bearer(request: &HttpRequest) -> Option<&str> {
@@ -134,11 +123,6 @@ pub fn accept_subprotocol(request: &HttpRequest, response: &mut HttpResponse) {
             HeaderValue::from_static(SUBPROTOCOL),
         );
     }
-}
-
-/// A fresh random token (32 hex digits).
-pub fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use super::events::{DashboardEvent, DashboardSync};
 use super::process::terminate;
 use super::{seam, Launch, ServeManager};
 use crate::clock::now_rfc3339;
-use crate::runtime::worker::{History, StopWorker, WorkerActor};
+use crate::runtime::serve::worker::{History, StopWorker, WorkerActor};
 use crate::serve::model::{
     check_id, new_id, CreateSessionRequest, CreateWorkerRequest, Session, SessionStatus, Worker,
     WorkerKind, MAX_NAME_LEN, MAX_SESSIONS, MAX_WORKERS_PER_SESSION,

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::WebState;
 use crate::runtime::serve::messages::*;
+use crate::runtime::serve::worker::Input;
 use crate::runtime::serve::ServeManager;
-use crate::runtime::worker::Input;
 use crate::serve::model::{CreateSessionRequest, CreateWorkerRequest};
 use crate::serve::{ErrorClass, ServeError};
 

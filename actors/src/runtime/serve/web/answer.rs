@@ -26,7 +26,7 @@ use super::runs::watched;
 use super::WebState;
 use crate::metadata::read_metadata;
 use crate::protocol::RunStatus;
-use crate::runtime::serve::process::WITHHELD_FROM_WORKERS;
+use crate::runtime::serve::manager::process::WITHHELD_FROM_WORKERS;
 use crate::serve::ServeError;
 use crate::workspace::{control_dir, validate_run_id};
 
