@@ -3,7 +3,8 @@
 //! `Supervisor::orchestrate_on` — adding an executor touches no orchestrator file.
 //!
 //! The test executor answers each run in the engine (the message upper-cased) when the
-//! orchestration flushes a batch, as a cluster executor would after one submission.
+//! orchestration flushes a batch, as a cluster executor would after one submission. A second
+//! one lets go of every run it is handed: those runs fail with a reason and the plan ends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -142,4 +143,82 @@ fn an_embedders_executor_runs_a_plan_to_completion_through_the_port() {
             &vec!["ITEM A,ITEM B,ITEM C".to_string()],
         ]
     );
+}
+
+/// An executor that lets go of every run it is handed (drops its `reply`), as one that
+/// crashed between taking a run and reporting it would.
+struct DroppingExecutor;
+
+impl Executor for DroppingExecutor {
+    fn start(&self, _: ExecutorSetup) -> Result<ExecutorDesk, String> {
+        Ok(ExecutorDesk::of(DroppingRuns.start()))
+    }
+}
+
+struct DroppingRuns;
+
+impl Actor for DroppingRuns {
+    type Context = Context<Self>;
+}
+
+impl Handler<SubmitPlanned> for DroppingRuns {
+    type Result = ();
+    fn handle(&mut self, msg: SubmitPlanned, _: &mut Self::Context) {
+        drop(msg.reply);
+    }
+}
+
+impl Handler<CancelPlanned> for DroppingRuns {
+    type Result = ();
+    fn handle(&mut self, _: CancelPlanned, _: &mut Self::Context) {}
+}
+
+impl Handler<Flush> for DroppingRuns {
+    type Result = ();
+    fn handle(&mut self, _: Flush, _: &mut Self::Context) {}
+}
+
+impl Handler<StopExecutor> for DroppingRuns {
+    type Result = ();
+    fn handle(&mut self, _: StopExecutor, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+#[test]
+fn runs_an_executor_lets_go_of_fail_with_the_reason_and_the_plan_ends() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let plan = p.plan(
+        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b] }\n    message: \"item {{ item }}\"\n  - id: combine\n    needs: [work]\n    message: \"never\"\n",
+    );
+    let request = p.request(
+        plan,
+        "dropped",
+        LlmTarget::Scripted(script("steps: []\n")),
+        false,
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = rt
+        .block_on(supervisor.orchestrate_on(request, Arc::new(DroppingExecutor)))
+        .unwrap();
+    let summary = handle.wait_blocking().unwrap();
+
+    assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
+    let work = summary.stages.iter().find(|s| s.id == "work").unwrap();
+    assert_eq!(work.runs.len(), 2, "{summary:#?}");
+    for run in &work.runs {
+        assert_eq!(run.status, RunStatus::Failed);
+        let error = run.error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("the executor let go of the run without reporting its end"),
+            "{error}"
+        );
+    }
+    let combine = summary.stages.iter().find(|s| s.id == "combine").unwrap();
+    assert!(combine.runs.is_empty(), "{summary:#?}");
 }

@@ -285,7 +285,7 @@ impl OrchestrationActor {
         let finished_id = run_id.clone();
         async move {
             end.await
-                .unwrap_or_else(|_| RunEnd::Lost("the executor stopped".into()))
+                .unwrap_or_else(|_| RunEnd::Lost(EXECUTOR_DROPPED_THE_RUN.into()))
         }
         .into_actor(self)
         .map(move |end, act, ctx| {
@@ -301,6 +301,11 @@ impl OrchestrationActor {
         Event::RunSubmitted { run_id }
     }
 }
+
+/// Why a run failed whose executor let go of it without an end (its actor stopped or
+/// panicked, or it dropped the `reply` of `SubmitPlanned`).
+const EXECUTOR_DROPPED_THE_RUN: &str =
+    "the executor let go of the run without reporting its end (it stopped, failed or dropped the run)";
 
 /// The event for a run that could not be handed to its executor.
 fn run_lost(run_id: &str, message: String) -> Event {
