@@ -21,7 +21,8 @@ use crate::protocol::RunStatus;
 use crate::redact::Redactor;
 use crate::request::{RunRequest, RunStart};
 use crate::workspace::{
-    create_run_dir, create_run_dir_in_control_dir, open_run_dir, RunPaths, WorkspaceError,
+    create_run_dir, create_run_dir_in_control_dir, open_run_dir, CreationLock, RunPaths,
+    WorkspaceError,
 };
 
 /// A run, taken and ready for its first iteration.
@@ -60,35 +61,25 @@ fn journal_refusal(e: crate::journal::JournalError) -> SetupError {
     }
 }
 
-/// How long a run folder without metadata must have been still before it is taken for
-/// the leftover of a killed creation.
-const UNSTARTED_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// A run folder without metadata.json is what a process killed while creating the run
 /// leaves behind (the metadata is written last). Nothing can continue it, so a new run may
 /// reuse the id: the folder is removed when its lock is free. Returns whether it was.
 ///
-/// A folder changed moments ago may instead be another process creating the same run id
-/// right now (it takes its lock only after making the folder and its `io/` folders): such a
-/// folder is looked at again once it has been still for [`UNSTARTED_SETTLE`], by which time
-/// a live creator has written its metadata or holds its lock.
+/// Judged under the workspace's creation lock, exclusive ([`CreationLock`]): a creator
+/// holds it shared from its `mkdir` until its journal is locked, so a folder another
+/// process is creating right now is seen either not yet made or locked, never as a
+/// leftover.
 fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) -> bool {
     let paths = RunPaths::new(work_dir, run_id);
     let unstarted = || paths.run_dir.is_dir() && !paths.run_dir.join("metadata.json").exists();
     if !unstarted() {
         return false;
     }
-    let age = std::fs::metadata(&paths.run_dir)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|modified| modified.elapsed().ok());
-    if let Some(age) = age.filter(|age| *age < UNSTARTED_SETTLE) {
-        // On the blocking pool (take_run), and only when an id collides with a folder
-        // made in the last moments.
-        std::thread::sleep(UNSTARTED_SETTLE - age);
-        if !unstarted() {
-            return false;
-        }
+    let Ok(_judging) = CreationLock::judging(work_dir) else {
+        return false;
+    };
+    if !unstarted() {
+        return false;
     }
     match RunLock::try_acquire_unstarted(&paths.run_dir, &paths.journal) {
         Ok(Some(lock)) => {
@@ -111,15 +102,25 @@ pub fn take_run(
     let opts = JournalOptions { fsync_every_event };
     match &request.start {
         RunStart::New { task } => {
+            // Held from the mkdir until the journal is locked (see reclaim_unstarted_run_dir).
+            let refused = |e: WorkspaceError| match e {
+                // A folder or file that cannot be made is not a refusal (a full disk...).
+                WorkspaceError::Io { .. } => io(e),
+                e => SetupError::Refused(e.to_string()),
+            };
+            let mut creating = CreationLock::creating(&request.work_dir).map_err(refused)?;
             let paths = match create_run_dir(&request.work_dir, run_id) {
                 Ok(paths) => paths,
-                // A folder or file that cannot be made is not a refusal (a full disk...).
                 Err(e @ WorkspaceError::Io { .. }) => return Err(io(e)),
-                Err(e) if reclaim_unstarted_run_dir(&request.work_dir, run_id) => {
+                Err(e) => {
+                    drop(creating);
+                    if !reclaim_unstarted_run_dir(&request.work_dir, run_id) {
+                        return Err(SetupError::Refused(e.to_string()));
+                    }
+                    creating = CreationLock::creating(&request.work_dir).map_err(refused)?;
                     create_run_dir_in_control_dir(&request.work_dir, run_id)
                         .map_err(|_| SetupError::Refused(e.to_string()))?
                 }
-                Err(e) => return Err(SetupError::Refused(e.to_string())),
             };
             let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
             let lock = lock_new_run(&paths, &journal)?.ok_or_else(|| {
@@ -128,6 +129,7 @@ pub fn take_run(
                     paths.run_dir.join(LOCK_FILE).display()
                 ))
             })?;
+            drop(creating);
             journal.set_secrets(secrets.clone());
             let mut meta = RunMetadata::new_running(
                 run_id,
@@ -424,5 +426,60 @@ mod tests {
         // Its creator gone (the lock free), the unstarted folder is reclaimed.
         assert!(reclaim_unstarted_run_dir(work.path(), "same-id"));
         assert!(!paths.run_dir.exists());
+    }
+
+    /// Whether some process waits for an exclusive flock on the file with inode `inode`
+    /// (`/proc/locks` lists waiters with `->`).
+    fn someone_waits_for(inode: u64) -> bool {
+        let locks = std::fs::read_to_string("/proc/locks").unwrap();
+        let suffix = format!(":{inode}");
+        locks.lines().any(|line| {
+            line.contains("-> FLOCK")
+                && line
+                    .split_whitespace()
+                    .any(|field| field.ends_with(&suffix))
+        })
+    }
+
+    /// Regression: a second creator given the same run id in the instant between the first
+    /// one's `mkdir` and the lock on its journal took the folder for a killed creation's
+    /// leftover and removed it (both runs then failed). The judge now waits for the
+    /// creation to be locked, and leaves the folder alone.
+    #[test]
+    fn a_folder_being_created_this_instant_is_judged_only_once_its_creator_locked_it() {
+        use std::os::unix::fs::MetadataExt;
+        let work = tempfile::tempdir().unwrap();
+        let creating = CreationLock::creating(work.path()).unwrap();
+        let paths = create_run_dir(work.path(), "same-id").unwrap();
+        let lock_inode = std::fs::metadata(
+            crate::workspace::control_dir(work.path()).join(crate::workspace::CREATION_LOCK_FILE),
+        )
+        .unwrap()
+        .ino();
+        let work_dir = work.path().to_path_buf();
+        let judge = std::thread::spawn(move || reclaim_unstarted_run_dir(&work_dir, "same-id"));
+        // Half-way: the folder is made, its journal not yet locked. Without the creation
+        // lock the judge removes the folder now and returns.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !judge.is_finished() && !someone_waits_for(lock_inode) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the judge neither waited nor ended"
+            );
+            std::thread::yield_now();
+        }
+        assert!(
+            !judge.is_finished() && paths.run_dir.exists(),
+            "the judge did not wait for the creation under way"
+        );
+        let journal = std::fs::File::create(&paths.journal).unwrap();
+        // SAFETY: flock on a descriptor this test keeps open.
+        assert_eq!(
+            unsafe { libc::flock(journal.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+            0
+        );
+        drop(creating);
+        assert!(!judge.join().unwrap(), "a run being created was reclaimed");
+        assert!(paths.journal.exists());
     }
 }

@@ -10,6 +10,7 @@
 
 mod agent_workspaces;
 mod audit;
+mod creation;
 pub mod live_reply;
 mod runs;
 
@@ -23,6 +24,7 @@ pub(crate) use audit::{
     hook_record_path, write_attempt_record, write_invocation_record, write_redacted_json_file,
     ToolRecordName, ToolRecordNames,
 };
+pub use creation::{CreationLock, CREATION_LOCK_FILE};
 pub use runs::{list_runs, list_runs_with_warnings, RunListing, RunSummary, SkippedRun};
 
 use std::fs::DirBuilder;
