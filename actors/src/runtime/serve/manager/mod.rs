@@ -39,8 +39,11 @@ const DASHBOARD_BACKLOG: usize = 1024;
 /// Everything the manager needs, resolved at the edge.
 #[derive(Clone)]
 pub struct ManagerConfig {
+    /// `sessions.json` in the state folder: where sessions and workers are saved.
     pub store: SessionStore,
+    /// The PTY holders' folder and how holders are started (`delta-sessions-pty`).
     pub pty: PtySessions,
+    /// The agents a worker can run (`--agents` and the built-in shell).
     pub agents: AgentCatalog,
     /// The `delta` executable, for the `{delta}` placeholder of agent commands.
     pub delta_exe: PathBuf,
