@@ -376,3 +376,43 @@ fn exec_planned_refuses_a_handoff_naming_another_workspace_or_orchestration() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/agent"), "{stderr}");
 }
+
+/// The workspace's creation lock (`.delta/.creating.lock`) replaced by a link to a file
+/// elsewhere, or by a FIFO: a new run is refused (126) naming it, nothing is opened through
+/// the link, and once it is removed the next run starts.
+#[test]
+fn a_link_or_fifo_planted_as_the_creation_lock_is_refused_and_not_followed() {
+    let case = case_with_a_run("creation-lock");
+    let lock = case.work_dir().join(".delta/.creating.lock");
+    let outside = case.path().join("outside.txt");
+    std::fs::write(&outside, "untouched\n").unwrap();
+    let mode_before = std::fs::metadata(&outside).unwrap().permissions();
+
+    link(&outside, &lock);
+    let out = case.run("r2", "second", &[]);
+    assert_eq!(out.code, 126, "{out:?}");
+    assert!(
+        out.stderr.contains(".creating.lock") && out.stderr.contains("symbolic link"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "untouched\n");
+    assert_eq!(
+        std::fs::metadata(&outside).unwrap().permissions(),
+        mode_before
+    );
+    assert!(!case.run_dir("r2").exists(), "the run started anyway");
+
+    fifo(&lock);
+    let out = case.run("r2", "second", &[]);
+    assert_eq!(out.code, 126, "{out:?}");
+    assert!(
+        out.stderr.contains(".creating.lock") && out.stderr.contains("not a regular file"),
+        "{}",
+        out.stderr
+    );
+
+    std::fs::remove_file(&lock).unwrap();
+    case.run("r2", "second", &[]).assert_code(0);
+    assert!(lock.is_file(), "the lock is made again");
+}

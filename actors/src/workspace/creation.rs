@@ -55,6 +55,10 @@ impl CreationLock {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&path)
         };
+        let not_own = |what: &str| WorkspaceError::NotOwnFile {
+            path: path.clone(),
+            what: what.to_owned(),
+        };
         let file = match open() {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 ensure_control_dir(work_dir)?;
@@ -62,7 +66,14 @@ impl CreationLock {
             }
             opened => opened,
         }
-        .map_err(|e| WorkspaceError::io("open the creation lock", &path, e))?;
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => not_own("a symbolic link"),
+            Some(libc::EISDIR) => not_own("a folder"),
+            _ => WorkspaceError::io("open the creation lock", &path, e),
+        })?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(not_own("not a regular file"));
+        }
         loop {
             // SAFETY: flock only reads the descriptor number, which `file` keeps open.
             if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {

@@ -117,6 +117,19 @@ pub enum WorkspaceError {
         /// What it is instead ("a symbolic link", "a FIFO (named pipe)"...).
         what: String,
     },
+    /// A file delta keeps in `.delta/` (the creation lock) is a symbolic link or not a
+    /// regular file: something other than delta put it there.
+    #[error(
+        "{} is {what}, not delta's own file; delta does not open links or special files in \
+         its control folder (hint: remove it, delta makes it again)",
+        path.display()
+    )]
+    NotOwnFile {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead ("a symbolic link", "a folder", "not a regular file").
+        what: String,
+    },
     /// A folder or file could not be created, read or written.
     #[error("cannot {action} {}: {source}; hint: check that the path exists and is writable", path.display())]
     Io {
