@@ -138,7 +138,12 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     if let (true, Some(settings), None) = (args.check, &slurm, &args.resume) {
         return check_cluster(args, &plan, settings);
     }
-    let workspace = workspace_for(args, &plan)?;
+    let (workspace, made_now) = workspace_for(args, &plan)?;
+    // A setting refused from here on (.env, --llm-script, keys, Slurm) leaves no empty
+    // workspace behind; disarmed once the orchestration starts.
+    let mut fresh = FreshWorkspace {
+        path: made_now.then(|| workspace.clone()),
+    };
     if let (true, Some(settings)) = (args.check, &slurm) {
         return run_check(settings, &workspace, &process_env());
     }
@@ -233,6 +238,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         request = request.resuming();
     }
     let executor = slurm_run.as_ref().map(|slurm| slurm.executor.clone());
+    fresh.path = None;
     let summary = drive(&supervisor, request, executor, &resume_hint)?;
     supervisor.shutdown();
     if let Some(slurm_run) = slurm_run {
@@ -495,20 +501,36 @@ fn workspace_creatable(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// The shared workspace, absolute. A new orchestration creates it; a resume needs it to
-/// exist already (creating an empty one would only hide a mistyped -w).
-fn workspace_for(args: &OrchestrateArgs, plan: &ResolvedPlan) -> Result<PathBuf, CliError> {
-    let chosen = match (&args.resume, &args.work_dir, &plan.workspace) {
-        (Some(id), _, _) => resume_workspace(args, plan, id)?,
-        (None, Some(w), _) | (None, None, Some(w)) => w.clone(),
-        (None, None, None) => next_plan_workspace(&plan.dir)?,
+/// A workspace folder this command made, removed again if the command ends before the
+/// orchestration starts and it is still empty (`remove_dir` removes nothing else).
+struct FreshWorkspace {
+    path: Option<PathBuf>,
+}
+
+impl Drop for FreshWorkspace {
+    fn drop(&mut self) {
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_dir(path);
+        }
+    }
+}
+
+/// The shared workspace, absolute, and whether this call made its folder. A new
+/// orchestration creates it; a resume needs it to exist already (creating an empty one
+/// would only hide a mistyped -w).
+fn workspace_for(args: &OrchestrateArgs, plan: &ResolvedPlan) -> Result<(PathBuf, bool), CliError> {
+    let (chosen, made_now) = match (&args.resume, &args.work_dir, &plan.workspace) {
+        (Some(id), _, _) => (resume_workspace(args, plan, id)?, false),
+        (None, Some(w), _) | (None, None, Some(w)) => (w.clone(), !w.exists()),
+        // The first W00N that does not exist, made here.
+        (None, None, None) => (next_plan_workspace(&plan.dir)?, true),
     };
     if args.resume.is_none() {
         std::fs::create_dir_all(&chosen).map_err(|e| {
             CliError::Config(format!("cannot create workspace {}: {e}", chosen.display()))
         })?;
     }
-    chosen.canonicalize().map_err(|e| match &args.resume {
+    let absolute = chosen.canonicalize().map_err(|e| match &args.resume {
         Some(id) => CliError::Config(format!(
             "orchestration '{id}' not found: its workspace {} cannot be opened ({e}); hint: give \
              the workspace the orchestration ran in with -w (`delta list-orchestrations -w <dir>` \
@@ -516,5 +538,6 @@ fn workspace_for(args: &OrchestrateArgs, plan: &ResolvedPlan) -> Result<PathBuf,
             chosen.display()
         )),
         None => CliError::Config(format!("workspace {}: {e}", chosen.display())),
-    })
+    })?;
+    Ok((absolute, made_now))
 }

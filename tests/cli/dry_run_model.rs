@@ -220,3 +220,35 @@ fn dry_run_refuses_a_workspace_that_cannot_be_created() {
         assert_eq!(dry.trim(), real.trim(), "--dry-run says what the run says");
     }
 }
+
+/// Regression (issue 24, noticed): a plan refused after its workspace was chosen (here a
+/// missing `--llm-script`) left the new, empty workspace folder behind — `-w` or the
+/// plan's next `workspaces/W00N` — so the next run took W002. Nothing is left now, and a
+/// workspace that existed before is kept.
+#[test]
+fn a_refused_orchestration_leaves_no_new_workspace_behind() {
+    let dir = plan_dir();
+    let root = dir.path();
+    std::fs::remove_dir(root.join("ws")).unwrap();
+    let refused = orchestrate(root, false, &["--llm-script", "missing.yaml"], &[]);
+    assert_eq!(refused.code, Some(126), "{}", refused.stderr);
+    assert!(!root.join("ws").exists(), "-w ws was left behind");
+
+    let output = hermetic(root)
+        .args(["orchestrate", "plan.yaml", "--llm-script", "missing.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(126));
+    assert!(
+        !root.join("workspaces/W001").exists(),
+        "the plan's new W001 was left behind"
+    );
+
+    std::fs::create_dir_all(root.join("ws")).unwrap();
+    let refused = orchestrate(root, false, &["--llm-script", "missing.yaml"], &[]);
+    assert_eq!(refused.code, Some(126), "{}", refused.stderr);
+    assert!(
+        root.join("ws").is_dir(),
+        "a workspace made before was removed"
+    );
+}
