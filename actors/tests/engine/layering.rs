@@ -118,6 +118,31 @@ fn protocol_imports_no_other_module() {
     assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }
 
+/// Issue 26, one home for `delta serve`: its actors live under `runtime/serve/`, and only
+/// `api/serve.rs` (the entry point) reaches into them from outside; the relay shares only
+/// `token.rs` with them. Before, the relay imported serve's web layer for its token check.
+#[test]
+fn only_the_serve_entry_point_imports_the_serve_actors() {
+    let graph = engine_graph();
+    let offenders: Vec<String> = graph
+        .iter()
+        .filter(|(from, _)| !from.starts_with("runtime/serve/") && *from != "api/serve.rs")
+        .flat_map(|(from, edges)| {
+            edges
+                .iter()
+                .filter(|(to, _)| to.starts_with("runtime/serve/"))
+                .map(move |(to, e)| format!("{from}:{} uses `{}` ({to})", e.line, e.path))
+        })
+        .collect();
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+    assert!(
+        graph
+            .keys()
+            .all(|file| !file.starts_with("runtime/web/") && !file.starts_with("runtime/worker/")),
+        "serve actors outside runtime/serve/"
+    );
+}
+
 /// Writes a small crate and returns its import graph.
 fn graph_of(files: &[(&str, &str)]) -> Graph {
     let root = tempfile::tempdir().unwrap();
