@@ -190,7 +190,7 @@ pub fn token_digest(token: &str) -> String {
         .collect()
 }
 
-/// A fresh random token (the same kind `delta serve` makes: [`crate::token::new_token`]).
+/// A fresh random token (the same kind `delta serve` makes: `crate::token::new_token`).
 pub fn new_relay_token() -> String {
     crate::token::new_token()
 }

@@ -1,6 +1,6 @@
 //! Running a plan on Slurm in one call: [`start_slurm`] starts the relay for every agent's
 //! endpoint, records it in the orchestration's folder (a resume listens where the jobs
-//! still running were told it is), and builds the [`Slurm`] executor to hand to
+//! still running were told it is), and builds the Slurm executor to hand to
 //! `Supervisor::orchestrate_on`: the tools from PATH, the `delta` binary on the nodes, each
 //! agent's relay route and the jobs' environment — this process's minus every provider
 //! key, plus the relay's address and token ([`job_env`]).
@@ -59,7 +59,7 @@ impl SlurmStartError {
 pub struct SlurmStart {
     /// The relay the jobs' model calls go through.
     pub relay: Relay,
-    /// The [`Slurm`] executor, ready for `Supervisor::orchestrate_on`.
+    /// The Slurm executor, ready for `Supervisor::orchestrate_on`.
     pub executor: Arc<dyn Executor>,
     /// What the caller should tell the user (the relay could not listen where it did).
     pub warnings: Vec<String>,
