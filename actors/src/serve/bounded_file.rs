@@ -6,14 +6,15 @@
 //! read up to a cap: whole when small enough, else refused, or (for outputs) its head and
 //! tail only.
 //!
-//! A private helper of `serve`'s views until the engine-wide bounded reader lands; its
-//! callers only need [`read_capped`], [`read_from`] and [`read_head_tail`].
+//! Opening is the engine-wide bounded reader's (`crate::bounded_read`); what this adds is
+//! what the views need on top of it: a size cap that says the size ([`read_capped`]), a
+//! live file's new bytes ([`read_from`]) and a large output's head and tail
+//! ([`read_head_tail`]).
 //!
 //! Must not: write, create or follow anything; know any file's format.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Why a file was not read.
@@ -48,35 +49,18 @@ impl FileError {
     }
 }
 
-/// Opens a regular file without following a link and without blocking on a FIFO; returns it
-/// with its size.
+/// Opens a regular file without following a link and without blocking on a FIFO (the
+/// engine's own rules: [`crate::bounded_read::open`]); returns it with its size.
 pub fn open_regular(path: &Path) -> Result<(File, u64), FileError> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => FileError::Missing,
-            _ if e.raw_os_error() == Some(libc::ELOOP) => FileError::Symlink,
-            _ => FileError::Io(e),
-        })?;
-    let meta = file.metadata().map_err(FileError::Io)?;
-    let kind = meta.file_type();
-    if !kind.is_file() {
-        let what = if kind.is_dir() {
-            "folder"
-        } else if kind.is_fifo() {
-            "FIFO (named pipe)"
-        } else if kind.is_socket() {
-            "socket"
-        } else if kind.is_char_device() || kind.is_block_device() {
-            "device"
-        } else {
-            "special file"
-        };
-        return Err(FileError::NotRegular(what));
-    }
-    Ok((file, meta.len()))
+    use crate::bounded_read::{open, Links, ReadError};
+    let file = open(path, Links::Refuse).map_err(|e| match e {
+        e if e.is_not_found() => FileError::Missing,
+        ReadError::Symlink => FileError::Symlink,
+        ReadError::NotRegular { kind } => FileError::NotRegular(kind),
+        other => FileError::Io(other.into()),
+    })?;
+    let size = file.metadata().map_err(FileError::Io)?.len();
+    Ok((file, size))
 }
 
 /// The whole file, when it is at most `cap` bytes (re-checked while reading: it may grow).
@@ -189,7 +173,7 @@ mod tests {
         assert!(matches!(read_capped(&link, 10), Err(FileError::Symlink)));
         assert!(matches!(
             read_capped(tmp.path(), 10),
-            Err(FileError::NotRegular("folder"))
+            Err(FileError::NotRegular("directory"))
         ));
         assert!(read_capped(&tmp.path().join("none"), 10)
             .unwrap_err()
