@@ -455,8 +455,18 @@ fn ctrl_c_during_a_retry_after_wait_interrupts_at_once() {
     // Default retry policy: the provider's Retry-After of 30 s is honoured.
     cmd.env_remove("DELTA_RETRY_BASE_MS");
     let child = case.spawn_json_run(cmd, "r1", "task");
+    // In its retry wait once the engine has recorded the failed attempt (the mock counting
+    // its 429 is earlier: the answer may still be on its way, and a Ctrl-C then cancels the
+    // call instead of interrupting the wait).
+    let attempt_recorded = || {
+        let records = case.run_dir("r1").join("io/invocations");
+        records.is_dir()
+            && crate::harness::files_under(&records)
+                .iter()
+                .any(|p| p.to_string_lossy().ends_with("_1_attempt1.json"))
+    };
     let rate_limited = wait_until(Duration::from_secs(20), || {
-        case.mock.stats()["failures"] == 1
+        case.mock.stats()["failures"] == 1 && attempt_recorded()
     });
     assert!(rate_limited, "the first attempt never failed");
     send_signal(child.id(), nix::sys::signal::Signal::SIGINT);
