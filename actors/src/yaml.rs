@@ -23,16 +23,24 @@ pub(crate) enum FieldError {
         hint: String,
     },
     /// A key the format does not have at that place.
-    #[error("{}", unknown_key_text(file, key, closest.as_deref(), known))]
-    UnknownKey {
-        file: PathBuf,
-        /// Its dotted path, e.g. `tool` or `tools[0].descripton`.
-        key: String,
-        /// The known key it is closest to, when one is close.
-        closest: Option<String>,
-        /// Every key accepted at that place.
-        known: Vec<String>,
-    },
+    #[error(transparent)]
+    UnknownKey(UnknownKeyError),
+}
+
+/// A key a file's format does not have at that place: the one shape every error enum of
+/// the user's YAML (agent files, tool definitions) carries as it is. Its text names the
+/// file, the key, the closest known key, every known key and the opt-out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", unknown_key_text(file, key, closest.as_deref(), known))]
+pub struct UnknownKeyError {
+    /// The file.
+    pub file: PathBuf,
+    /// The key's dotted path, e.g. `tool` or `tools[0].descripton`.
+    pub key: String,
+    /// The known key it is closest to, when one is close.
+    pub closest: Option<String>,
+    /// Every key accepted at that place.
+    pub known: Vec<String>,
 }
 
 impl FieldError {
@@ -51,12 +59,7 @@ pub(crate) const STRICT_OPT_OUT: &str =
 
 /// The text of an unknown-key error: file, key, the closest known key, every known key,
 /// and the opt-out.
-pub(crate) fn unknown_key_text(
-    file: &Path,
-    key: &str,
-    closest: Option<&str>,
-    known: &[String],
-) -> String {
+fn unknown_key_text(file: &Path, key: &str, closest: Option<&str>, known: &[String]) -> String {
     let suggestion = closest
         .map(|k| format!(" (did you mean `{k}`?)"))
         .unwrap_or_default();
@@ -384,12 +387,12 @@ impl<'a> Fields<'a> {
             }
             let nearest = closest(&name, known);
             if policy == UnknownKeys::Refuse {
-                return Err(FieldError::UnknownKey {
+                return Err(FieldError::UnknownKey(UnknownKeyError {
                     file: self.file.to_path_buf(),
                     key: self.key_path(&name),
                     closest: nearest.map(str::to_owned),
                     known: known.iter().map(|k| (*k).to_owned()).collect(),
-                });
+                }));
             }
             let suggestion = match nearest {
                 Some(k) => format!(" (did you mean `{k}`?)"),
@@ -455,7 +458,9 @@ mod tests {
                 &mut warnings,
             )
             .unwrap_err();
-        assert!(matches!(error, FieldError::UnknownKey { ref key, .. } if key == "llm.temprature"));
+        assert!(
+            matches!(error, FieldError::UnknownKey(UnknownKeyError { ref key, .. }) if key == "llm.temprature")
+        );
         let text = error.to_string();
         assert!(
             text.starts_with(

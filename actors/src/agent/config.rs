@@ -382,6 +382,7 @@ fn llm_timeout(llm: &Fields<'_>, key: &str) -> Result<Option<std::time::Duration
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::yaml::UnknownKeyError;
 
     fn parse(text: &str) -> (Result<AgentConfig, AgentError>, Vec<String>) {
         let doc: Value = serde_yaml::from_str(text).unwrap();
@@ -470,11 +471,11 @@ mod tests {
             ),
         ] {
             match parse(text).0 {
-                Err(AgentError::UnknownKey {
+                Err(AgentError::UnknownKey(UnknownKeyError {
                     key: found,
                     closest: Some(nearest),
                     ..
-                }) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
+                })) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
                 other => panic!("{text}: {other:?}"),
             }
         }

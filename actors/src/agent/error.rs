@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::tool::compile::CompileError;
-use crate::yaml::{unknown_key_text, FieldError};
+use crate::yaml::{FieldError, UnknownKeyError};
 
 /// A configuration error found while loading an agent. Every variant names the file involved
 /// and ends with a `hint:` line telling the user what to do.
@@ -76,17 +76,8 @@ pub enum AgentError {
 
     /// A key the file's format does not have at that place (agent.yaml, context.yaml,
     /// hooks.yaml, a tools file). An error unless agent.yaml says `strict: false`.
-    #[error("{}", unknown_key_text(file, key, closest.as_deref(), known))]
-    UnknownKey {
-        /// The file.
-        file: PathBuf,
-        /// The key's dotted path, e.g. `tool` or `tools[0].descripton`.
-        key: String,
-        /// The known key it is closest to, when one is close.
-        closest: Option<String>,
-        /// Every key accepted at that place.
-        known: Vec<String>,
-    },
+    #[error(transparent)]
+    UnknownKey(UnknownKeyError),
 
     /// Anything else that is wrong with the content of a file: `message` names the key path
     /// (for example `llm.temperature` or ``tool `grep`: ...``).
@@ -128,8 +119,8 @@ impl AgentError {
             AgentError::Io { file, .. }
             | AgentError::Yaml { file, .. }
             | AgentError::EnvFile { file, .. }
-            | AgentError::UnknownKey { file, .. }
             | AgentError::Invalid { file, .. } => file,
+            AgentError::UnknownKey(unknown) => &unknown.file,
             AgentError::MissingContext { path, .. } => path,
         }
     }
@@ -149,17 +140,7 @@ impl From<FieldError> for AgentError {
                 message,
                 hint,
             },
-            FieldError::UnknownKey {
-                file,
-                key,
-                closest,
-                known,
-            } => AgentError::UnknownKey {
-                file,
-                key,
-                closest,
-                known,
-            },
+            FieldError::UnknownKey(unknown) => AgentError::UnknownKey(unknown),
         }
     }
 }
@@ -188,17 +169,7 @@ impl From<CompileError> for AgentError {
                 message: format!("tool `{tool}`: {message}"),
                 hint,
             },
-            CompileError::UnknownKey {
-                file,
-                key,
-                closest,
-                known,
-            } => AgentError::UnknownKey {
-                file,
-                key,
-                closest,
-                known,
-            },
+            CompileError::UnknownKey(unknown) => AgentError::UnknownKey(unknown),
         }
     }
 }

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_yaml::Value;
 
 use super::error::AgentError;
-use crate::yaml::{closest, Fields, UnknownKeys};
+use crate::yaml::{closest, Fields, UnknownKeyError, UnknownKeys};
 
 /// A point in the run where a hook may be invoked.
 ///
@@ -149,12 +149,12 @@ pub(crate) fn parse_hooks(
         let Some((name, legacy)) = HookName::parse(&key) else {
             let nearest = closest(&key, &known);
             if policy == UnknownKeys::Refuse {
-                return Err(AgentError::UnknownKey {
+                return Err(AgentError::UnknownKey(UnknownKeyError {
                     file: file.to_path_buf(),
                     key: path,
                     closest: nearest.map(str::to_owned),
                     known: known.iter().map(|k| (*k).to_owned()).collect(),
-                });
+                }));
             }
             let suggestion = nearest
                 .map(|k| format!(" (did you mean `{k}`?)"))
@@ -285,11 +285,11 @@ mod tests {
             ),
         ] {
             match parse(text).0 {
-                Err(AgentError::UnknownKey {
+                Err(AgentError::UnknownKey(UnknownKeyError {
                     key: found,
                     closest: Some(nearest),
                     ..
-                }) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
+                })) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
                 other => panic!("{text}: {other:?}"),
             }
         }

@@ -39,7 +39,7 @@ use crate::tool::kind::ToolOwner;
 use crate::tool::mcp::config::namespace_clash;
 use crate::tool::mcp::McpServerConfig;
 use crate::yaml::Fields;
-pub use crate::yaml::UnknownKeys;
+pub use crate::yaml::{UnknownKeyError, UnknownKeys};
 
 /// A fully validated agent folder. Immutable; share it behind an `Arc`.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use delta_actors::agent::{
     default_context_yaml, load_agent, load_tool_library, AgentError, ContextSource, HookName,
-    ResolvedAgent,
+    ResolvedAgent, UnknownKeyError,
 };
 use delta_actors::tool::compile::{EngineVars, ToolSyntax};
 use serde_json::json;
@@ -483,12 +483,12 @@ fn unknown_keys_in_every_agent_file_are_errors_naming_file_key_and_closest_key()
         dir.write("tools/lib.yaml", "tools: []\n");
         dir.write(file, &text);
         match load_agent(&dir.home) {
-            Err(AgentError::UnknownKey {
+            Err(AgentError::UnknownKey(UnknownKeyError {
                 file: found_file,
                 key: found_key,
                 closest: found_closest,
                 ..
-            }) => {
+            })) => {
                 assert!(found_file.ends_with(file), "{file}: {}", found_file.display());
                 assert_eq!(
                     (found_key.as_str(), found_closest.as_deref()),

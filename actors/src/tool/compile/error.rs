@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::yaml::{unknown_key_text, FieldError};
+use crate::yaml::{FieldError, UnknownKeyError};
 
 /// A tool definition that does not compile. Every variant names the file that defines the
 /// tool and ends with a `hint:` line telling the user what to do.
@@ -26,17 +26,8 @@ pub enum CompileError {
     },
 
     /// A key a tool entry (or a parameter entry) does not have.
-    #[error("{}", unknown_key_text(file, key, closest.as_deref(), known))]
-    UnknownKey {
-        /// The file that defines the tool.
-        file: PathBuf,
-        /// The key's dotted path, e.g. `tools[0].descripton`.
-        key: String,
-        /// The known key it is closest to, when one is close.
-        closest: Option<String>,
-        /// Every key accepted at that place.
-        known: Vec<String>,
-    },
+    #[error(transparent)]
+    UnknownKey(UnknownKeyError),
 
     /// The tool named `tool` is wrong: its name, template or parameters.
     #[error("`{}`: tool `{tool}`: {message}\n  hint: {hint}", file.display())]
@@ -56,9 +47,8 @@ impl CompileError {
     /// The file that defines the tool.
     pub fn file(&self) -> &Path {
         match self {
-            CompileError::Field { file, .. }
-            | CompileError::Tool { file, .. }
-            | CompileError::UnknownKey { file, .. } => file,
+            CompileError::Field { file, .. } | CompileError::Tool { file, .. } => file,
+            CompileError::UnknownKey(unknown) => &unknown.file,
         }
     }
 }
@@ -75,17 +65,7 @@ impl From<FieldError> for CompileError {
                 message,
                 hint,
             },
-            FieldError::UnknownKey {
-                file,
-                key,
-                closest,
-                known,
-            } => CompileError::UnknownKey {
-                file,
-                key,
-                closest,
-                known,
-            },
+            FieldError::UnknownKey(unknown) => CompileError::UnknownKey(unknown),
         }
     }
 }

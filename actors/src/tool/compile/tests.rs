@@ -342,11 +342,11 @@ fn unknown_tool_keys_are_errors_and_warnings_under_strict_false() {
     ] {
         let value: Value = serde_yaml::from_str(yaml).unwrap();
         match compile_tool(&value, 0, Path::new("a.yaml"), &mut Vec::new()) {
-            Err(CompileError::UnknownKey {
+            Err(CompileError::UnknownKey(crate::yaml::UnknownKeyError {
                 key: found,
                 closest: Some(nearest),
                 ..
-            }) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
+            })) => assert_eq!((found.as_str(), nearest.as_str()), (key, closest)),
             other => panic!("{yaml}: {other:?}"),
         }
     }
