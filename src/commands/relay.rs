@@ -139,6 +139,20 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
         RelayError::Limits { .. } => CliError::Usage(e.to_string()),
         e => CliError::Config(e.to_string()),
     })?;
+    // The stop signals are caught before the address is printed: whoever starts the relay
+    // and reads its address may send SIGTERM at once, and it must still stop cleanly (with
+    // its summary), not die of the signal's default action.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(e.to_string()))?;
+    let (mut interrupt, mut term) = {
+        let _runtime = rt.enter();
+        (
+            signal(SignalKind::interrupt()).map_err(|e| CliError::Runtime(e.to_string()))?,
+            signal(SignalKind::terminate()).map_err(|e| CliError::Runtime(e.to_string()))?,
+        )
+    };
     let mut out = format!("{}/v1\n", relay.url());
     if generated {
         out.push_str(&format!("{token}\n"));
@@ -148,15 +162,10 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
         "relay listening on {}/v1, forwarding to {forwarding_to} (callers send Authorization: Bearer <token>; Ctrl-C to stop)",
         relay.url()
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Runtime(e.to_string()))?;
     rt.block_on(async {
-        let mut term = signal(SignalKind::terminate()).ok();
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            _ = interrupt.recv() => {}
+            _ = term.recv() => {}
         }
     });
     let usage = relay.usage();

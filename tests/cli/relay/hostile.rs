@@ -403,3 +403,19 @@ fn relay_redacts_the_key_and_the_url_secrets_from_answers_and_logs() {
     assert!(stderr.contains("not a valid URL"), "{stderr}");
     assert!(leaks(&stderr).is_empty(), "{stderr}");
 }
+
+/// Regression (a fresh-clone CI run): the relay printed its address before it caught
+/// SIGTERM, so a caller that stopped it right after reading the address could kill it by
+/// the signal's default action (no summary, exit by signal 15). Stopped the instant its
+/// address is out, it still stops cleanly, every time.
+#[test]
+fn a_relay_stopped_the_moment_it_prints_its_address_stops_cleanly() {
+    for _ in 0..5 {
+        let (relay, _dir) = scripted_relay(&[]);
+        let stderr = relay.stop();
+        assert!(
+            stderr.contains("relay stopped: 0 requests answered"),
+            "{stderr}"
+        );
+    }
+}
