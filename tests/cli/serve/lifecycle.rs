@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::{marked, no_process_with, runtime, Root, Server, Transcript};
+use super::{marked, no_process_with, runtime, Root, Server, Transcript, LIMIT};
 
 #[test]
 fn serve_worker_restart_fresh_and_with_continue_args() {
@@ -207,4 +207,22 @@ fn serve_a_program_that_exits_is_reported_and_not_revived_after_a_restart() {
             super::Frame::Closed(Some(1000))
         ));
     });
+}
+
+/// Regression: `delta serve` printed its address before it caught SIGINT and SIGTERM (the
+/// handlers were set up by tasks that had not run yet), so stopping it right after reading
+/// the address could kill it by the signal's default action. It now stops cleanly (exit 0)
+/// however early the signal comes.
+#[test]
+fn serve_stopped_the_moment_it_prints_its_address_stops_cleanly() {
+    for signal in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGINT,
+    ] {
+        let root = Root::new();
+        let mut server = Server::start(&root);
+        crate::harness::send_signal(server.child.id(), signal);
+        let status = crate::harness::wait_child(&mut server.child, LIMIT);
+        assert_eq!(status.code(), Some(0), "{signal}: {status:?}");
+    }
 }

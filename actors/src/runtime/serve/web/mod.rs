@@ -164,21 +164,17 @@ pub fn run_server(
             .map_err(|e| ServeError::io("cannot listen on", options.listen.to_string(), e))?;
         let address = server.addrs().first().copied().unwrap_or(options.listen);
         let server = server.run();
-        let handle = server.handle();
-        actix_web::rt::spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
-            handle.stop(true).await;
-        });
-        #[cfg(unix)]
-        {
+        // Caught here, before the address is announced: whoever reads it may stop the
+        // server at once, and it must stop cleanly, not die of the signal's default action
+        // (a handler registered inside the spawned task would come only when it first ran).
+        use tokio::signal::unix::{signal, SignalKind};
+        for kind in [SignalKind::interrupt(), SignalKind::terminate()] {
+            let mut caught =
+                signal(kind).map_err(|e| ServeError::io("cannot catch", "SIGINT/SIGTERM", e))?;
             let handle = server.handle();
             actix_web::rt::spawn(async move {
-                if let Ok(mut term) =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                {
-                    term.recv().await;
-                    handle.stop(true).await;
-                }
+                caught.recv().await;
+                handle.stop(true).await;
             });
         }
         if let Err(e) = state_lock.record_address(&address.to_string()) {
