@@ -37,17 +37,10 @@ pub async fn dashboard_socket(
             "unavailable",
         );
     };
-    let (mut response, mut session, stream) = match actix_ws::handle(&request, body) {
+    let (response, mut session, stream) = match super::ws::upgrade(&request, body) {
         Ok(parts) => parts,
-        Err(e) => {
-            return error_response(
-                actix_web::http::StatusCode::BAD_REQUEST,
-                &format!("not a WebSocket upgrade: {e}"),
-                "bad_upgrade",
-            )
-        }
+        Err(refused) => return *refused,
     };
-    super::auth::accept_subprotocol(&request, &mut response);
     let state = state.into_inner();
     actix_web::rt::spawn(async move {
         let mut stream = stream.max_frame_size(64 * 1024);

@@ -47,6 +47,23 @@ enum ClientMessage {
     },
 }
 
+/// Upgrades `request` to a WebSocket answered with the page's subprotocol (the token, which
+/// came in the offered ones, is never echoed), or the 400 to send instead.
+pub(super) fn upgrade(
+    request: &HttpRequest,
+    body: web::Payload,
+) -> Result<(HttpResponse, actix_ws::Session, actix_ws::MessageStream), Box<HttpResponse>> {
+    let (mut response, session, stream) = actix_ws::handle(request, body).map_err(|e| {
+        Box::new(error_response(
+            actix_web::http::StatusCode::BAD_REQUEST,
+            &format!("not a WebSocket upgrade: {e}"),
+            "bad_upgrade",
+        ))
+    })?;
+    super::auth::accept_subprotocol(request, &mut response);
+    Ok((response, session, stream))
+}
+
 fn error_frame(error: &str, code: &str) -> String {
     serde_json::to_string(&ServerMessage::Error { error, code }).unwrap_or_default()
 }
@@ -76,17 +93,10 @@ pub async fn worker_socket(
             )
         }
     };
-    let (mut response, session, stream) = match actix_ws::handle(&request, body) {
+    let (response, session, stream) = match upgrade(&request, body) {
         Ok(parts) => parts,
-        Err(e) => {
-            return error_response(
-                actix_web::http::StatusCode::BAD_REQUEST,
-                &format!("not a WebSocket upgrade: {e}"),
-                "bad_upgrade",
-            )
-        }
+        Err(refused) => return *refused,
     };
-    super::auth::accept_subprotocol(&request, &mut response);
     let (queue, frames) = ViewerQueue::new();
     let queued = queue.queued.clone();
     let Ok(viewer) = worker.send(Attach(queue)).await else {
