@@ -798,8 +798,16 @@ impl OrchestrationIndex {
                 })
             }
         }
-        if query.order.as_deref() == Some("desc") {
-            kept.reverse();
+        match query.order.as_deref().filter(|o| !o.is_empty()) {
+            None | Some("asc") => {}
+            Some("desc") => kept.reverse(),
+            Some(other) => {
+                return Err(InspectError::Invalid {
+                    what: "order",
+                    value: other.chars().take(80).collect(),
+                    hint: "one of asc, desc",
+                })
+            }
         }
         let matched = kept.len();
         let limit = query.limit.unwrap_or(100).clamp(1, MAX_PAGE);

@@ -136,6 +136,36 @@ fn rows_are_filtered_sorted_and_paged() {
     }
 }
 
+/// Regression (issue 31 item 19): `order=` took anything, and anything but `desc` meant
+/// ascending; it is now refused naming the parameter and what it accepts.
+#[test]
+fn an_order_other_than_asc_or_desc_is_refused_naming_both() {
+    let (tmp, dir) = orchestration(&running_map_stage());
+    let _driving = RunLock::try_acquire(&dir).unwrap().unwrap();
+    let mut index = OrchestrationIndex::open(tmp.path(), "t-1").unwrap();
+    index.refresh().unwrap();
+    let query = |json: serde_json::Value| serde_json::from_value::<RowQuery>(json).unwrap();
+    let first = |json| index.rows(&query(json)).unwrap().rows[0].run_id.clone();
+    assert_eq!(first(serde_json::json!({"order": "asc"})), "t-map-0");
+    assert_eq!(first(serde_json::json!({"order": ""})), "t-map-0");
+    assert_eq!(first(serde_json::json!({"order": "desc"})), "t-map-2");
+    for bad in ["sideways", "DESC", "descending"] {
+        let error = index
+            .rows(&query(serde_json::json!({ "order": bad })))
+            .err()
+            .unwrap();
+        let text = error.to_string();
+        assert!(
+            matches!(error, InspectError::Invalid { what: "order", .. }),
+            "{text}"
+        );
+        assert!(
+            text.contains("order") && text.contains("asc, desc"),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn new_journal_lines_and_run_records_are_read_on_the_next_refresh() {
     let (tmp, dir) = orchestration(&running_map_stage());

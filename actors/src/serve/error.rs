@@ -14,6 +14,9 @@ pub enum ErrorClass {
     Conflict,
     /// A limit from the request was exceeded (413).
     TooLarge,
+    /// A file the request reads is not a plain file delta wrote (a FIFO, a link, too large):
+    /// reported, never waited on or followed (422).
+    Unreadable,
     /// The server could not do it (500): disk, PTY or process failures.
     Internal,
 }
@@ -110,6 +113,15 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    /// A run's file the request reads is not a plain file delta wrote (a FIFO, a link,
+    /// larger than delta writes it): it was neither waited on nor followed.
+    #[error("cannot read {}: {reason}", .path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why, with a hint.
+        reason: String,
+    },
     /// A worker's PTY holder or program could not be started or reached.
     #[error("{0}")]
     Worker(String),
@@ -165,6 +177,7 @@ impl ServeError {
                 ErrorClass::NotFound
             }
             ServeError::TooLarge { .. } => ErrorClass::TooLarge,
+            ServeError::Unreadable { .. } => ErrorClass::Unreadable,
             ServeError::Conflict(_)
             | ServeError::StateInUse { .. }
             | ServeError::DuplicateFolder { .. } => ErrorClass::Conflict,
@@ -190,6 +203,7 @@ impl ServeError {
             ServeError::Conflict(_) => "conflict",
             ServeError::Config { .. } => "config",
             ServeError::Io { .. } => "io",
+            ServeError::Unreadable { .. } => "unreadable",
             ServeError::Worker(_) => "worker_failed",
             ServeError::StateInUse { .. } => "state_in_use",
         }

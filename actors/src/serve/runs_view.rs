@@ -249,7 +249,12 @@ pub fn timeline(workspace: &Path, run_id: &str, from: usize) -> Result<Timeline,
             workspace.display(),
             path.display()
         )),
-        e => ServeError::io("cannot read", &path, e.into()),
+        // A FIFO, a link or a device a tool planted: said, never waited on nor followed.
+        bounded_read::ReadError::Io(e) => ServeError::io("cannot read", &path, e),
+        e => ServeError::Unreadable {
+            path: path.clone(),
+            reason: e.to_string(),
+        },
     })?;
     let status = read_metadata(&dir).ok().map(|m| m.status);
     let mut entries = Vec::new();
@@ -379,6 +384,23 @@ mod tests {
         assert_eq!(rest.entries.len(), 1);
         assert!(timeline(tmp.path(), "../x", 0).is_err());
         assert!(timeline(tmp.path(), "R2", 0).is_err());
+    }
+
+    /// Regression (issue 31 item 19): a FIFO planted as the journal was a 500 `io`; it is
+    /// said as unreadable (422), at once, without waiting for a writer.
+    #[test]
+    fn a_fifo_journal_is_unreadable_not_an_io_failure() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(".delta/R1");
+        std::fs::create_dir_all(&dir).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("journal.jsonl"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let error = timeline(tmp.path(), "R1", 0).err().unwrap();
+        assert_eq!(error.code(), "unreadable", "{error}");
+        assert!(error.to_string().contains("FIFO"), "{error}");
     }
 
     #[test]

@@ -329,12 +329,24 @@ fn serve_batch_api_pages_filters_and_sorts_the_runs_of_an_orchestration() {
             .collect();
         assert_eq!(kinds, ["model", "tool", "model"]);
 
-        for (query, code) in [("sort=age", "invalid_id"), ("status=done", "invalid_id")] {
+        // An unknown order (issue 31 item 19: it was taken as ascending) is refused too, the
+        // message naming the parameter and what it accepts.
+        for (query, named) in [
+            ("sort=age", "index, status, duration, tokens"),
+            ("status=done", "failed, running"),
+            ("order=sideways", "asc, desc"),
+        ] {
             let (status, body) = runs(query).await;
             assert_eq!(
                 (status, body["code"].clone()),
-                (400, json!(code)),
+                (400, json!("invalid_id")),
                 "{query}"
+            );
+            let error = body["error"].as_str().unwrap();
+            let parameter = query.split('=').next().unwrap();
+            assert!(
+                error.contains(parameter) && error.contains(named),
+                "{error}"
             );
         }
         let (status, body) = server
@@ -562,6 +574,16 @@ fn serve_inspector_a_fifo_or_a_link_planted_in_a_run_folder_neither_hangs_nor_le
         nix::unistd::mkfifo(&dir.join("journal.jsonl"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let (status, body) = server.get(&trace_url).await;
         assert_eq!(status, 422, "{body}");
+        // The run's timeline said the same as a 500 `io` (issue 31 item 19).
+        let (status, body) = server
+            .get(&format!("/api/runs/{run}/timeline?workspace={ws}"))
+            .await;
+        assert_eq!(
+            (status, body["code"].clone()),
+            (422, json!("unreadable")),
+            "{body}"
+        );
+        assert!(body["error"].as_str().unwrap().contains("FIFO"), "{body}");
         let (status, _) = server.get("/api/workspaces").await;
         assert_eq!(status, 200, "the server goes on");
     });

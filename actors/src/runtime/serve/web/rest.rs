@@ -34,6 +34,7 @@ pub fn serve_error(e: &ServeError) -> HttpResponse {
         ErrorClass::NotFound => StatusCode::NOT_FOUND,
         ErrorClass::Conflict => StatusCode::CONFLICT,
         ErrorClass::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorClass::Unreadable => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorClass::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error_response(status, &e.to_string(), e.code())
