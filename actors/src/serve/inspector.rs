@@ -32,6 +32,9 @@ pub const MAX_PARTIAL_BYTES: u64 = 4 * 1024 * 1024;
 /// Longest text of one entry sent to the page (the details have more).
 pub const MAX_ENTRY_TEXT: usize = 4 * 1024;
 
+/// The ERROR kinds of a model call that failed for good (the run ends on it).
+const MODEL_CALL_ERRORS: [&str; 2] = ["llm_error", "llm_timeout"];
+
 /// Why a run cannot be inspected.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -563,6 +566,9 @@ impl TraceBuilder {
             }
             "ERROR" => {
                 let error_type = str_of(event, "error_type");
+                if MODEL_CALL_ERRORS.contains(&error_type) {
+                    self.failed_model_call(entry.at, previous);
+                }
                 let message = clip(str_of(event, "error_message"), MAX_ENTRY_TEXT);
                 match &mut self.stop {
                     // The interruption said it already.
@@ -678,6 +684,26 @@ impl TraceBuilder {
             status: finish,
             calls,
             ..entry
+        });
+    }
+
+    /// The model call a run failed on has no reply (no THOUGHT): its bar runs from the event
+    /// before it to the ERROR, marked FAILED, so the call that ended the run is not missing.
+    fn failed_model_call(&mut self, at: i64, previous: Option<(i64, bool)>) {
+        let iteration = self.last_reply_iteration + 1;
+        let (start, start_unknown) = match previous {
+            Some((started, false)) => (started, false),
+            _ => (at, true),
+        };
+        self.spans.push(Span {
+            kind: "model",
+            iteration,
+            action_id: None,
+            label: format!("model call {iteration}"),
+            start,
+            end: Some(at),
+            start_unknown,
+            status: Some("FAILED".into()),
         });
     }
 

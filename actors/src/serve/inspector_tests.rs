@@ -148,6 +148,52 @@ fn a_failed_run_ends_once_with_its_error_kind() {
     assert_eq!(trace.entries[1].text, "HTTP 400: bad");
 }
 
+/// Regression (issue 31 item 17): the model call a run failed on (4 min 40 s, then HTTP
+/// 500 for good) had no bar: only calls with a reply (a THOUGHT) were drawn. It is now the
+/// last bar, marked FAILED, from the tool's result to the ERROR.
+#[test]
+fn the_model_call_that_failed_the_run_is_in_the_waterfall_marked_failed_with_its_duration() {
+    let lines = [
+        INTERRUPTED_THEN_ANSWERED[0],
+        INTERRUPTED_THEN_ANSWERED[1],
+        INTERRUPTED_THEN_ANSWERED[2],
+        INTERRUPTED_THEN_ANSWERED[3],
+        INTERRUPTED_THEN_ANSWERED[4],
+        r#"{"seq":6,"timestamp":"2026-11-26T17:43:50.737Z","type":"ERROR","error_type":"llm_error","error_message":"model call failed after 3 attempt(s): HTTP 500"}"#,
+        r#"{"seq":7,"timestamp":"2026-11-26T17:43:50.737Z","type":"ENGINE_END","run_id":"R1","status":"FAILED","final_iteration":2,"error":"model call failed after 3 attempt(s): HTTP 500"}"#,
+    ];
+    let tmp = workspace_with("R1", &lines, r#"{"status":"FAILED"}"#);
+    let trace = run_trace(tmp.path(), "R1").unwrap();
+    let spans: Vec<(&str, u32, Option<i64>, Option<&str>)> = trace
+        .spans
+        .iter()
+        .map(|s| {
+            (
+                s.kind,
+                s.iteration,
+                s.end.map(|e| e - s.start),
+                s.status.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            ("model", 1, Some(8), Some("tool_calls")),
+            ("tool", 1, Some(1509), Some("FAILED")),
+            ("model", 2, Some(280_000), Some("FAILED")),
+        ]
+    );
+    let failed = trace.spans.last().unwrap();
+    assert_eq!(failed.label, "model call 2");
+    assert!(!failed.start_unknown);
+    // A run that fails on anything but its model call gets no model bar for it.
+    let mut other = lines;
+    other[5] = r#"{"seq":6,"timestamp":"2026-11-26T17:43:50.737Z","type":"ERROR","error_type":"context_error","error_message":"a source failed"}"#;
+    let tmp = workspace_with("R1", &other, r#"{"status":"FAILED"}"#);
+    assert_eq!(run_trace(tmp.path(), "R1").unwrap().spans.len(), 2);
+}
+
 #[test]
 fn a_running_run_shows_the_call_in_progress_and_the_reply_streaming_into_it() {
     let lines = &INTERRUPTED_THEN_ANSWERED[..5];
