@@ -1,6 +1,8 @@
 //! Where `delta serve` and `delta relay` take their bearer token from: the command's
-//! environment variable (`DELTA_SERVE_TOKEN`, `DELTA_RELAY_TOKEN`) or `--token-file PATH`,
-//! never the command line.
+//! environment variable (`DELTA_SERVE_TOKEN`, `DELTA_RELAY_TOKEN`) or a token file named by
+//! `--token-file PATH` (or, for a command that has one, by an environment variable such as
+//! `DELTA_SERVE_TOKEN_FILE`, so the file's path is on no command line either), never the
+//! command line.
 //!
 //! Why: a process's argv is world-readable (`/proc/<pid>/cmdline`, `ps`), so a token given as
 //! `--token T` is the key to the server for every local user; its environment is readable by
@@ -30,6 +32,9 @@ pub struct TokenOptions<'a> {
     pub argv_token: Option<&'a str>,
     /// `--token-file PATH`.
     pub token_file: Option<&'a Path>,
+    /// The environment variable that may name a token file instead of `--token-file`, for a
+    /// command that has one.
+    pub file_env_var: Option<&'static str>,
     /// The environment variable that may hold the token.
     pub env_var: &'static str,
 }
@@ -39,14 +44,27 @@ pub struct TokenOptions<'a> {
 pub enum TokenOrigin {
     /// `--token-file PATH`.
     File(PathBuf),
+    /// A token file named by the command's file variable (`DELTA_SERVE_TOKEN_FILE`).
+    EnvFile(&'static str, PathBuf),
     /// The command's environment variable.
     Env(&'static str),
+}
+
+impl TokenOrigin {
+    /// The token file it was read from, if any.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            TokenOrigin::File(path) | TokenOrigin::EnvFile(_, path) => Some(path),
+            TokenOrigin::Env(_) => None,
+        }
+    }
 }
 
 impl std::fmt::Display for TokenOrigin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TokenOrigin::File(path) => write!(f, "--token-file {}", path.display()),
+            TokenOrigin::EnvFile(var, path) => write!(f, "{var}={}", path.display()),
             TokenOrigin::Env(var) => f.write_str(var),
         }
     }
@@ -60,8 +78,9 @@ pub struct GivenToken {
     pub origin: TokenOrigin,
 }
 
-/// The token the user gave, if any: `--token-file` first, then `options.env_var` (an empty
-/// variable counts as unset). `--token` on the command line is refused with exit 2.
+/// The token the user gave, if any: `--token-file` first, then the file named by
+/// `options.file_env_var`, then `options.env_var` (an empty variable counts as unset).
+/// `--token` on the command line is refused with exit 2.
 pub fn resolve_token(
     options: &TokenOptions<'_>,
     env: &BTreeMap<String, String>,
@@ -75,12 +94,21 @@ pub fn resolve_token(
             var = options.env_var
         )));
     }
-    if let Some(path) = options.token_file {
-        let value = read_token_file(path)?;
-        return Ok(Some(GivenToken {
-            value,
-            origin: TokenOrigin::File(path.to_path_buf()),
-        }));
+    let named_file = options
+        .token_file
+        .map(|path| (path.to_path_buf(), TokenOrigin::File(path.to_path_buf())));
+    let env_file = || {
+        let var = options.file_env_var?;
+        env.get(var).filter(|path| !path.is_empty()).map(|path| {
+            (
+                PathBuf::from(path),
+                TokenOrigin::EnvFile(var, PathBuf::from(path)),
+            )
+        })
+    };
+    if let Some((path, origin)) = named_file.or_else(env_file) {
+        let value = read_token_file(&path, &origin)?;
+        return Ok(Some(GivenToken { value, origin }));
     }
     Ok(env
         .get(options.env_var)
@@ -112,8 +140,9 @@ pub fn check_token(token: &GivenToken, min: usize) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Reads a token file after checking it is private (see the module docs).
-fn read_token_file(path: &Path) -> Result<String, CliError> {
+/// Reads a token file after checking it is private (see the module docs); messages begin
+/// with `origin` (`--token-file PATH` or `VAR=PATH`).
+fn read_token_file(path: &Path, origin: &TokenOrigin) -> Result<String, CliError> {
     let shown = path.display();
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -122,26 +151,26 @@ fn read_token_file(path: &Path) -> Result<String, CliError> {
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::ELOOP) {
                 CliError::Config(format!(
-                    "--token-file {shown}: is a symbolic link; point --token-file at the file \
-                     itself (a link could be switched to another file)"
+                    "{origin}: is a symbolic link; name the file itself (a link \
+                     could be switched to another file)"
                 ))
             } else {
-                CliError::Config(format!("--token-file {shown}: cannot open it: {e}"))
+                CliError::Config(format!("{origin}: cannot open it: {e}"))
             }
         })?;
     let meta = file
         .metadata()
-        .map_err(|e| CliError::Config(format!("--token-file {shown}: {e}")))?;
+        .map_err(|e| CliError::Config(format!("{origin}: {e}")))?;
     if !meta.file_type().is_file() {
         return Err(CliError::Config(format!(
-            "--token-file {shown}: not a regular file; write the token into a plain file \
+            "{origin}: not a regular file; write the token into a plain file \
              (chmod 600)"
         )));
     }
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
         return Err(CliError::Config(format!(
-            "--token-file {shown}: owned by uid {}, not by you (uid {me}): another user could \
+            "{origin}: owned by uid {}, not by you (uid {me}): another user could \
              have written or read it; create your own file (chmod 600)",
             meta.uid()
         )));
@@ -149,13 +178,13 @@ fn read_token_file(path: &Path) -> Result<String, CliError> {
     let mode = meta.mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(CliError::Config(format!(
-            "--token-file {shown}: mode {mode:04o} lets other users read or change it: run \
+            "{origin}: mode {mode:04o} lets other users read or change it: run \
              `chmod 600 {shown}` (and choose a new token if others could read this one)"
         )));
     }
     if meta.len() > MAX_TOKEN_FILE_BYTES {
         return Err(CliError::Config(format!(
-            "--token-file {shown}: {} bytes, more than a token ({MAX_TOKEN_FILE_BYTES} bytes \
+            "{origin}: {} bytes, more than a token ({MAX_TOKEN_FILE_BYTES} bytes \
              at most): is it the right file?",
             meta.len()
         )));
@@ -163,16 +192,16 @@ fn read_token_file(path: &Path) -> Result<String, CliError> {
     let mut bytes = Vec::new();
     file.take(MAX_TOKEN_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| CliError::Config(format!("--token-file {shown}: cannot read it: {e}")))?;
+        .map_err(|e| CliError::Config(format!("{origin}: cannot read it: {e}")))?;
     if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
         return Err(CliError::Config(format!(
-            "--token-file {shown}: grew past {MAX_TOKEN_FILE_BYTES} bytes while read: is it \
+            "{origin}: grew past {MAX_TOKEN_FILE_BYTES} bytes while read: is it \
              the right file?"
         )));
     }
     let text = String::from_utf8(bytes).map_err(|_| {
         CliError::Config(format!(
-            "--token-file {shown}: not UTF-8 text; write the token as plain text"
+            "{origin}: not UTF-8 text; write the token as plain text"
         ))
     })?;
     let token = text
@@ -181,7 +210,7 @@ fn read_token_file(path: &Path) -> Result<String, CliError> {
         .unwrap_or(&text);
     if token.is_empty() {
         return Err(CliError::Config(format!(
-            "--token-file {shown}: empty; write the token into it (e.g. `openssl rand -hex 16 \
+            "{origin}: empty; write the token into it (e.g. `openssl rand -hex 16 \
              > {shown}`)"
         )));
     }
@@ -198,6 +227,7 @@ mod tests {
         TokenOptions {
             argv_token: argv,
             token_file: file,
+            file_env_var: Some("DELTA_TEST_TOKEN_FILE"),
             env_var: "DELTA_TEST_TOKEN",
         }
     }
@@ -225,6 +255,45 @@ mod tests {
         assert!(resolve_token(&options(None, None), &empty)
             .unwrap()
             .is_none());
+    }
+
+    /// Issue 31 item 7: the file may be named in the environment, so its path is on no
+    /// command line; `--token-file` still wins, and messages name the variable.
+    #[test]
+    fn a_token_file_named_by_the_environment_is_read_and_named_in_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = private_file(dir.path(), "from-the-env-file-0123\n");
+        let env = BTreeMap::from([
+            (
+                "DELTA_TEST_TOKEN_FILE".to_owned(),
+                path.display().to_string(),
+            ),
+            ("DELTA_TEST_TOKEN".to_owned(), "from-env".to_owned()),
+        ]);
+        let token = resolve_token(&options(None, None), &env).unwrap().unwrap();
+        assert_eq!(token.value, "from-the-env-file-0123");
+        assert_eq!(
+            token.origin,
+            TokenOrigin::EnvFile("DELTA_TEST_TOKEN_FILE", path.clone())
+        );
+        assert_eq!(token.origin.file(), Some(path.as_path()));
+        let other = dir.path().join("other");
+        std::fs::write(&other, "from-the-named-file-0123").unwrap();
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let token = resolve_token(&options(Some(&other), None), &env)
+            .unwrap()
+            .unwrap();
+        assert_eq!(token.value, "from-the-named-file-0123");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let text = resolve_token(&options(None, None), &env)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            text.starts_with(&format!("DELTA_TEST_TOKEN_FILE={}:", path.display()))
+                && text.contains("chmod 600"),
+            "{text}"
+        );
     }
 
     #[test]

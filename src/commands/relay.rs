@@ -108,6 +108,7 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
         &TokenOptions {
             argv_token: args.token.as_deref(),
             token_file: args.token_file.as_deref(),
+            file_env_var: None,
             env_var: RELAY_TOKEN_VAR,
         },
         &env,

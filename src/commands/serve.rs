@@ -11,17 +11,20 @@ use delta_actors::api::serve::{new_token, run as run_server, PathContext, ServeO
 use delta_actors::session::pty::socket_dir::default_runtime_dir;
 
 use crate::error::CliError;
-use crate::token::{check_token, resolve_token, TokenOptions};
+use crate::token::{check_token, resolve_token, GivenToken, TokenOptions};
 
 /// The environment variable that may hold a fixed token.
 pub const SERVE_TOKEN_VAR: &str = "DELTA_SERVE_TOKEN";
+/// The environment variable that may name a token file (its path is then on no command line).
+pub const SERVE_TOKEN_FILE_VAR: &str = "DELTA_SERVE_TOKEN_FILE";
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   delta serve                                 http://127.0.0.1:7777/#token=..., a fresh token
   delta serve -w ./ws --listen 127.0.0.1:0    also show the runs of ./ws; any free port
   DELTA_SERVE_TOKEN=s3cret-token delta serve --listen 0.0.0.0:7777   reachable from other hosts
-  delta serve --token-file ~/.config/delta/serve-token     the token from a file (chmod 600)
+  DELTA_SERVE_TOKEN_FILE=~/.config/delta/serve-token delta serve   the token from a file (chmod 600)
+  delta serve --token-file ./one-time-token --unlink-token-file     read it, then remove it
 
 The first line on stdout is the page's URL with the token in its fragment (`/#token=...`,
 which the browser never sends to a server): open it once; the page keeps the token in this
@@ -32,12 +35,16 @@ program; the next `delta serve` with the same --state-dir re-attaches to them.
 Agents: built-ins `shell` and `delta` (`delta run -i` on the session folder's agent, or on
 one it asks for; offline with DELTA_LLM_SCRIPT=FILE in the server's environment); add more in
 ~/.config/delta/serve.yaml (see docs/serve.md). Runs & batches: #/runs on the page.
-A fixed token comes from DELTA_SERVE_TOKEN or --token-file (yours, mode 0600, not a symbolic
-link), never from the command line: every local user can read a process's arguments, so
-`--token` is refused.")]
+A fixed token comes from DELTA_SERVE_TOKEN, or from a file (yours, mode 0600, not a symbolic
+link) named by DELTA_SERVE_TOKEN_FILE or --token-file, never from the command line: every
+local user can read a process's arguments, so `--token` is refused, and the variable keeps
+even the file's path off it. The server's environment and memory are closed to your other
+processes (it is not dumpable), but the workers run as you: --unlink-token-file removes the
+file once read so they cannot read it later. Never reuse a fixed token on a shared host
+(docs/serve.md, \"The token\").")]
 pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free one. Other than loopback needs a fixed
-    /// token (DELTA_SERVE_TOKEN or --token-file).
+    /// token (DELTA_SERVE_TOKEN, DELTA_SERVE_TOKEN_FILE or --token-file).
     #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
     pub listen: SocketAddr,
     /// Refused (a command line is readable by every local user): use DELTA_SERVE_TOKEN or
@@ -45,9 +52,14 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "TOKEN", allow_hyphen_values = true)]
     pub token: Option<String>,
     /// Read a fixed token from FILE (yours, mode 0600, not a symlink) instead of
-    /// DELTA_SERVE_TOKEN [default: a random one per start]
+    /// DELTA_SERVE_TOKEN; DELTA_SERVE_TOKEN_FILE=FILE does the same without putting the
+    /// path on the command line [default: a random token per start]
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Remove the token file (--token-file or DELTA_SERVE_TOKEN_FILE) once it is read, so
+    /// the workers, which run as you, cannot read it while the server runs.
+    #[arg(long)]
+    pub unlink_token_file: bool,
     /// A workspace whose runs and orchestrations the page shows (repeatable).
     #[arg(short = 'w', long = "work-dir", value_name = "DIR")]
     pub work_dirs: Vec<PathBuf>,
@@ -84,15 +96,37 @@ fn fragment_encode(token: &str) -> String {
         .collect()
 }
 
+/// Removes the token file once read, when asked (`--unlink-token-file`).
+fn unlink_token_file(given: &GivenToken) -> Result<(), CliError> {
+    let Some(path) = given.origin.file() else {
+        return Err(CliError::Usage(format!(
+            "--unlink-token-file: the token came from {}, not from a file; name the file with --token-file FILE or {SERVE_TOKEN_FILE_VAR}=FILE, or drop --unlink-token-file",
+            given.origin
+        )));
+    };
+    std::fs::remove_file(path).map_err(|e| {
+        CliError::Config(format!(
+            "{}: --unlink-token-file could not remove it ({e}); remove it yourself, or drop --unlink-token-file",
+            given.origin
+        ))
+    })
+}
+
 pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
     let given = resolve_token(
         &TokenOptions {
             argv_token: args.token.as_deref(),
             token_file: args.token_file.as_deref(),
+            file_env_var: Some(SERVE_TOKEN_FILE_VAR),
             env_var: SERVE_TOKEN_VAR,
         },
         &crate::commands::engine::process_env(),
     )?;
+    if args.unlink_token_file && given.is_none() {
+        return Err(CliError::Usage(format!(
+            "--unlink-token-file: no token file was given; name it with --token-file FILE or {SERVE_TOKEN_FILE_VAR}=FILE"
+        )));
+    }
     let token = match given {
         Some(given) => {
             check_token(&given, 8)?;
@@ -102,11 +136,14 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
                     given.origin
                 )));
             }
+            if args.unlink_token_file {
+                unlink_token_file(&given)?;
+            }
             given.value
         }
         None if !args.listen.ip().is_loopback() => {
             return Err(CliError::Config(format!(
-                "--listen {} is reachable from other hosts: refusing to start with a random token; set DELTA_SERVE_TOKEN or pass --token-file FILE (or listen on 127.0.0.1)",
+                "--listen {} is reachable from other hosts: refusing to start with a random token; set DELTA_SERVE_TOKEN or DELTA_SERVE_TOKEN_FILE=FILE (or listen on 127.0.0.1)",
                 args.listen
             )))
         }

@@ -18,8 +18,9 @@ use crate::session::pty::{read_pty_metadata, PtySessions, PtyStatus, StartOption
 pub const SESSION_MARKER: &str = "DELTA_SESSION_ID";
 pub const WORKER_MARKER: &str = "DELTA_WORKER_ID";
 /// Variables of the server's environment no worker may inherit: with the server's token,
-/// one prompt-injected agent could drive every other worker (and run terminals).
-pub const WITHHELD_FROM_WORKERS: &[&str] = &["DELTA_SERVE_TOKEN"];
+/// one prompt-injected agent could drive every other worker (and run terminals); with the
+/// token file's path, read it.
+pub const WITHHELD_FROM_WORKERS: &[&str] = &["DELTA_SERVE_TOKEN", "DELTA_SERVE_TOKEN_FILE"];
 /// How long marked processes get between SIGTERM and SIGKILL.
 const SWEEP_GRACE: Duration = Duration::from_secs(2);
 
