@@ -48,16 +48,26 @@ const cell = (text, attrs = {}) => el("td", Object.assign({ title: String(text ?
 // and removes it from the address bar. REST calls send it as `Authorization: Bearer`; the
 // WebSockets, which cannot carry headers, offer it as the subprotocol `delta.token.<hex>`
 // beside `delta.v1` (the server answers `delta.v1` only).
+//
+// Login: a token from the fragment is stored only once the server confirms it
+// (GET /api/identity answers 200 to it): any site can link to /#token=x, and an unconfirmed
+// token never replaces one that works. The login's answer is this server start's identity
+// (a probe and its proof). After any connection loss (a socket closed, a request that got no
+// answer) the page asks GET /api/identity/check with the probe and *without* the token, and
+// sends the token again only to a server that answers the proof: a program that took the
+// port after delta serve stopped knows neither, and is sent nothing.
 const TOKEN_KEY = "delta-serve-token";
 let tokenProblem = false;
+const server = { probe: null, proof: null, verified: false, checking: null, changed: false, startView: "sessions" };
 
-function takeTokenFromUrl() {
+// The token of a /#token=… address, taken out of the address bar (null without one).
+function tokenFromUrl() {
   const match = location.hash.match(/^#token=([^&]*)$/);
-  if (!match) return;
+  if (!match) return null;
   let token = match[1];
   try { token = decodeURIComponent(token); } catch (e) { /* kept as written */ }
-  localStorage.setItem(TOKEN_KEY, token);
   history.replaceState(null, "", location.pathname + location.search);
+  return token;
 }
 
 function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
@@ -69,25 +79,97 @@ function wsProtocols() {
   return ["delta.v1", "delta.token." + hex];
 }
 
+// This server's identity for `candidate`, or null when it refuses the token (throws when
+// nobody answers). The one request that sends a token not yet known to work.
+async function identityFor(candidate) {
+  const response = await fetch("/api/identity", { headers: { Authorization: "Bearer " + candidate }, cache: "no-store", redirect: "error" });
+  if (response.status === 401) return null;
+  const data = await response.json().catch(() => null);
+  if (!response.ok || !data || !data.probe || !data.proof) throw new Error("unexpected answer to the login (HTTP " + response.status + ")");
+  return data;
+}
+
+function adopt(identity) {
+  Object.assign(server, { probe: identity.probe, proof: identity.proof, verified: true, changed: false, startView: identity.startView || "sessions" });
+}
+
+// At start: the link's token if the server confirms it, else the stored one if it works.
+async function login() {
+  const offered = tokenFromUrl();
+  const stored = token();
+  if (offered !== null && offered !== stored) {
+    const identity = await identityFor(offered);
+    if (identity) { localStorage.setItem(TOKEN_KEY, offered); adopt(identity); return; }
+    notice("The link's token was refused by this server, so it was not kept" + (stored ? ": this page goes on with the token it had." : "."));
+  }
+  if (!stored) { showTokenProblem(); return; }
+  const identity = await identityFor(stored);
+  if (identity) adopt(identity);
+  else showTokenProblem();
+}
+
+function connectionLost() { server.verified = false; }
+
+// Whether the token may go out now: at once while nothing was lost since the last check;
+// otherwise after the server proved it is the one this page logged in to. False while no
+// one answers (try again later) and for good once another program answered.
+function serverVerified() {
+  if (server.verified) return Promise.resolve(true);
+  if (server.changed || !server.probe) return Promise.resolve(false);
+  if (!server.checking) server.checking = checkServer().finally(() => { server.checking = null; });
+  return server.checking;
+}
+
+async function checkServer() {
+  let response;
+  try { response = await fetch("/api/identity/check", { headers: { "X-Delta-Probe": server.probe }, cache: "no-store", redirect: "error" }); }
+  catch (e) { return false; } // nobody answers (yet)
+  const data = await response.json().catch(() => null);
+  if (response.ok && data && data.proof === server.proof) { server.verified = true; return true; }
+  showServerChanged();
+  return false;
+}
+
+function banner(text) {
+  const box = $("token-problem");
+  box.textContent = text;
+  box.hidden = false;
+  $("connection").classList.remove("live");
+}
+
+function notice(text) {
+  const box = $("token-notice");
+  box.textContent = text;
+  box.hidden = false;
+}
+
 function showTokenProblem() {
   tokenProblem = true;
   const why = token()
     ? "This page's token is not this server's: delta serve makes a new one each time it starts (unless DELTA_SERVE_TOKEN sets it)."
     : "This page has no token yet.";
-  const box = $("token-problem");
-  box.textContent = why + " Open the URL that `delta serve` printed (http://" + location.host +
-    "/#token=…) once in this browser; reloads and new tabs then keep working.";
-  box.hidden = false;
+  banner(why + " Open the URL that `delta serve` printed (http://" + location.host +
+    "/#token=…) once in this browser; reloads and new tabs then keep working.");
   $("connection").textContent = "no valid token";
-  $("connection").classList.remove("live");
+}
+
+function showServerChanged() {
+  server.changed = true;
+  server.verified = false;
+  banner("This page stopped talking to http://" + location.host + ": the server answering there now is not the delta serve this page " +
+    "was opened from (that one stopped or restarted, and another program may hold its port), so the page did not send it its token. " +
+    "Start delta serve again and open the URL it prints.");
+  $("connection").textContent = "server changed";
 }
 
 // Opening the printed URL in another tab stores a new token: pick it up here too.
-window.addEventListener("storage", (event) => { if (event.key === TOKEN_KEY && tokenProblem) location.reload(); });
+window.addEventListener("storage", (event) => { if (event.key === TOKEN_KEY && (tokenProblem || server.changed)) location.reload(); });
 
+// Whether the server refuses the token (asked only of a verified server).
 async function tokenRejected() {
+  if (!(await serverVerified())) return false;
   try { return (await fetch("/api/agents", { headers: authHeaders() })).status === 401; }
-  catch (e) { return false; }
+  catch (e) { connectionLost(); return false; }
 }
 
 class ApiError extends Error {
@@ -95,12 +177,18 @@ class ApiError extends Error {
 }
 
 async function api(method, path, body) {
+  if (!(await serverVerified())) {
+    throw server.changed ? new ApiError("not sent: the server at this address is not the delta serve this page was opened from", 0, "server_changed")
+      : new ApiError("delta serve does not answer; retrying", 0, "offline");
+  }
   const options = { method, headers: authHeaders() };
   if (body !== undefined) {
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);
   }
-  const response = await fetch(path, options);
+  let response;
+  try { response = await fetch(path, options); }
+  catch (e) { connectionLost(); throw new ApiError("delta serve does not answer (" + e.message + ")", 0, "offline"); }
   const text = await response.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
@@ -175,18 +263,26 @@ function replaceAddress(hash) {
 
 // ---------- dashboard ----------
 let dashboardRetry = 500;
-function connectDashboard() {
-  if (tokenProblem) return;
+function retryDashboard() {
+  setTimeout(connectDashboard, dashboardRetry);
+  dashboardRetry = Math.min(dashboardRetry * 2, 8000);
+}
+
+async function connectDashboard() {
+  if (tokenProblem || server.changed) return;
+  // The token goes out only to the server this page logged in to (checked after a loss).
+  if (!(await serverVerified())) { if (!server.changed) retryDashboard(); return; }
   const socket = new WebSocket(wsUrl("/ws/dashboard"), wsProtocols());
   socket.onopen = () => { dashboardRetry = 500; $("connection").textContent = "live"; $("connection").classList.add("live"); };
   socket.onmessage = (event) => applyDashboard(JSON.parse(event.data));
   socket.onclose = async () => {
+    connectionLost();
+    if (server.changed || tokenProblem) return;
     $("connection").textContent = "reconnecting…";
     $("connection").classList.remove("live");
     // A browser does not say why an upgrade failed: ask, so a stale token is said, not retried.
     if (await tokenRejected()) { showTokenProblem(); return; }
-    setTimeout(connectDashboard, dashboardRetry);
-    dashboardRetry = Math.min(dashboardRetry * 2, 8000);
+    if (!server.changed) retryDashboard();
   };
 }
 
@@ -364,7 +460,7 @@ async function createSession(allowDuplicate) {
 $("new-session-form").onsubmit = (event) => { event.preventDefault(); createSession(false); };
 
 // ---------- terminal ----------
-const terminal = { term: null, fit: null, socket: null, key: null, epoch: null, next: 0, retry: 300, timer: null };
+const terminal = { term: null, fit: null, socket: null, connecting: false, key: null, epoch: null, next: 0, retry: 300, timer: null };
 
 function ensureTerm() {
   if (terminal.term) return;
@@ -395,16 +491,27 @@ function attachTerminal(sessionId, workerId) {
   const key = sessionId + "/" + workerId;
   $("terminal").hidden = false;
   ensureTerm();
-  if (terminal.key === key && terminal.socket) return;
+  if (terminal.key === key && (terminal.socket || terminal.connecting)) return;
   detachTerminal();
   $("terminal").hidden = false;
   terminal.key = key;
   openSocket(sessionId, workerId);
 }
 
-function openSocket(sessionId, workerId) {
+async function openSocket(sessionId, workerId) {
   const key = sessionId + "/" + workerId;
-  if (tokenProblem) return;
+  if (tokenProblem || server.changed) return;
+  terminal.connecting = true;
+  const verified = await serverVerified();
+  terminal.connecting = false;
+  if (terminal.key !== key || terminal.socket) return;
+  if (!verified) {
+    if (server.changed) { status("not reconnected: the server at this address is not the delta serve this page was opened from"); return; }
+    status("delta serve does not answer; reconnecting…");
+    terminal.timer = setTimeout(() => { if (terminal.key === key) openSocket(sessionId, workerId); }, terminal.retry);
+    terminal.retry = Math.min(terminal.retry * 2, 8000);
+    return;
+  }
   const socket = new WebSocket(wsUrl("/ws/session/" + sessionId + "/worker/" + workerId), wsProtocols());
   terminal.socket = socket;
   socket.onopen = () => {
@@ -438,6 +545,7 @@ function openSocket(sessionId, workerId) {
   socket.onclose = (event) => {
     if (terminal.key !== key) return;
     terminal.socket = null;
+    connectionLost();
     if (event.code === 1000) { status("stopped: " + (event.reason || "closed")); return; }
     const wait = event.code === 4001 ? 50 : terminal.retry;
     terminal.retry = Math.min(terminal.retry * 2, 8000);
@@ -491,16 +599,19 @@ window.deltaServe = {
 };
 
 (async function start() {
-  takeTokenFromUrl();
   const saved = localStorage.getItem(SIDEBAR_KEY);
   setSidebar(saved ? saved === "shown" : window.innerWidth >= 1000);
-  if (!token()) showTokenProblem();
-  try {
-    state.agents = await api("GET", "/api/agents");
-    for (const agent of state.agents) $("new-session-agent").append(el("option", { value: agent.id }, agent.name || agent.id));
-  } catch (e) { status(e.message); }
+  try { await login(); } catch (e) { status("cannot log in: " + e.message); }
+  // A server started with -w is about runs: a page opened without an address opens there.
+  if (server.startView === "runs" && /^#?\/?$/.test(location.hash)) history.replaceState(null, "", location.pathname + location.search + "#/runs");
+  if (!tokenProblem && server.probe) {
+    try {
+      state.agents = await api("GET", "/api/agents");
+      for (const agent of state.agents) $("new-session-agent").append(el("option", { value: agent.id }, agent.name || agent.id));
+    } catch (e) { status(e.message); }
+  }
   window.addEventListener("hashchange", route);
   window.addEventListener("resize", () => { if (state.view === "runs") runsResized(); });
   route();
-  if (!tokenProblem) connectDashboard();
+  if (!tokenProblem && server.probe) connectDashboard();
 })();

@@ -62,7 +62,7 @@ pub(super) fn browser_or_skip(test: &str) -> Option<(std::path::PathBuf, std::pa
 
 /// The page opened with the printed URL has taken the token out of the address bar and is live.
 pub(super) const OPENED: &str =
-    "return location.hash === '' && document.getElementById('connection').textContent === 'live'";
+    "return !location.hash.includes('token') && document.getElementById('connection').textContent === 'live'";
 
 #[test]
 fn serve_browser_terminal_reload_and_runs_view() {
@@ -115,17 +115,72 @@ fn serve_browser_terminal_reload_and_runs_view() {
     });
 }
 
-/// Another HTTP server on 127.0.0.1 (a dev server, another user's server): it answers every
-/// request with a small page and keeps every request head it received.
-struct OtherLocalServer {
-    url: String,
-    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+/// Regression (issue 31 item 17): `delta serve -w DIR` opened on the empty Sessions page,
+/// while the runs of DIR were what it was started for. Opened without an address, the page
+/// now shows Runs & batches when `-w` was given, and the sessions when it was not; an
+/// address given in the URL is kept.
+#[test]
+fn serve_browser_opens_on_runs_and_batches_when_started_with_w() {
+    let Some((chromium, chromedriver)) =
+        browser_or_skip("serve_browser_opens_on_runs_and_batches_when_started_with_w")
+    else {
+        return;
+    };
+    let root = Root::new();
+    let bare = Root::new();
+    let with_w = Server::start(&root);
+    let without_w = Server::start_without_workspace(&bare);
+    let runs_shown = "return location.hash === '#/runs' && !document.getElementById('runs-view').hidden && document.getElementById('session-view').hidden && document.getElementById('nav-runs').classList.contains('current')";
+    let sessions_shown = "return location.hash === '' && document.getElementById('runs-view').hidden && !document.getElementById('session-view').hidden && document.getElementById('nav-sessions').classList.contains('current')";
+    runtime().block_on(async {
+        let driver = Driver::start(&chromium, &chromedriver).await;
+        driver.goto(&format!("{}/#token={}", with_w.base, with_w.token)).await;
+        driver.until("the page opened", OPENED).await;
+        driver.until("Runs & batches shown", runs_shown).await;
+        driver.until("the -w workspace listed", &format!("return !!document.querySelector('[data-workspace={:?}]')", root.workspace().canonicalize().unwrap().display().to_string())).await;
+        driver.goto(&format!("{}/#/session/none", with_w.base)).await;
+        driver.refresh().await;
+        driver.until("an address given is kept", "return location.hash === '#/session/none' && !document.getElementById('session-view').hidden && document.getElementById('connection').textContent === 'live'").await;
+
+        driver.goto(&format!("{}/#token={}", without_w.base, without_w.token)).await;
+        driver.until("the page opened", OPENED).await;
+        driver.until("the sessions shown", sessions_shown).await;
+        driver.quit().await;
+    });
 }
 
+/// Another HTTP server on 127.0.0.1 (a dev server, another user's server, a program that took
+/// a stopped server's port): it answers `/control` with a small page of its own, every other
+/// request with its `page`, and keeps every request head it received.
+pub(super) struct OtherLocalServer {
+    pub url: String,
+    pub heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// What [`OtherLocalServer`] answers by default.
+pub(super) const OTHER_PAGE: &str =
+    "<!doctype html><title>other</title><p id=other>another local server</p>";
+
 impl OtherLocalServer {
-    fn start() -> OtherLocalServer {
+    pub fn start() -> OtherLocalServer {
+        Self::start_on("127.0.0.1:0", OTHER_PAGE.to_string())
+    }
+
+    /// Listens on `address` (a port another server just left: retried, bounded, until it is
+    /// free) and answers with `page`.
+    pub fn start_on(address: &str, page: String) -> OtherLocalServer {
         use std::io::{Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let deadline = std::time::Instant::now() + super::LIMIT;
+        let listener = loop {
+            match std::net::TcpListener::bind(address) {
+                Ok(listener) => break listener,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    eprintln!("waiting for {address} to be free: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("cannot listen on {address}: {e}"),
+            }
+        };
         let url = format!("http://{}", listener.local_addr().unwrap());
         let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let kept = heads.clone();
@@ -137,19 +192,26 @@ impl OtherLocalServer {
                 while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
                     head.push(byte[0]);
                 }
-                kept.lock()
-                    .unwrap()
-                    .push(String::from_utf8_lossy(&head).into_owned());
-                let page =
-                    "<!doctype html><title>other</title><p id=other>another local server</p>";
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let answer = if head.starts_with("GET /control ") {
+                    "<!doctype html><title>control</title><p id=control-ok>the other server's own page</p>"
+                } else {
+                    page.as_str()
+                };
+                kept.lock().unwrap().push(head);
                 let _ = write!(
                     stream,
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
-                    page.len()
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                    answer.len()
                 );
             }
         });
         OtherLocalServer { url, heads }
+    }
+
+    /// Every request head received so far.
+    pub fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
     }
 }
 
@@ -209,8 +271,10 @@ fn serve_browser_the_token_never_reaches_another_local_server_and_new_tabs_work(
             assert!(!head.to_ascii_lowercase().contains("cookie"), "{head}");
         }
 
-        // A token that is not the server's (an old one, after a restart) is said on the page.
-        driver.goto(&format!("{}/#token=not-this-servers-token", server.base)).await;
+        // A stored token that is not the server's (an old one, after a restart) is said.
+        driver.goto(&format!("{}/#/runs", server.base)).await;
+        driver.script("localStorage.setItem('delta-serve-token', 'not-this-servers-token'); return true").await;
+        driver.refresh().await;
         driver.until(
             "the stale-token message",
             "const box = document.getElementById('token-problem'); return !box.hidden && box.textContent.includes('Open the URL that `delta serve` printed');",

@@ -9,11 +9,13 @@ mod api;
 mod batch;
 mod batch_browser;
 mod browser;
+mod browser_security;
 mod lifecycle;
 mod new_session;
 mod runs;
 mod security;
 mod streams;
+mod token_file;
 mod webdriver;
 
 use std::io::{BufRead, BufReader};
@@ -152,14 +154,32 @@ impl Server {
 
     /// [`Server::start_env`] started in the folder `cwd`.
     pub fn start_in(root: &Root, extra: &[&str], env: &[(String, String)], cwd: &Path) -> Server {
+        let watched = [
+            std::ffi::OsString::from("-w"),
+            root.workspace().into_os_string(),
+        ];
+        Self::spawn(root, &watched, extra, env, cwd)
+    }
+
+    /// A server shown no workspace (no `-w`).
+    pub fn start_without_workspace(root: &Root) -> Server {
+        Self::spawn(root, &[], &[], &[], Path::new(env!("CARGO_MANIFEST_DIR")))
+    }
+
+    fn spawn(
+        root: &Root,
+        watched: &[std::ffi::OsString],
+        extra: &[&str],
+        env: &[(String, String)],
+        cwd: &Path,
+    ) -> Server {
         let mut child = std::process::Command::new(delta_exe())
             .current_dir(cwd)
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(root.state())
             .arg("--config")
             .arg(root.path().join("serve.yaml"))
-            .arg("-w")
-            .arg(root.workspace())
+            .args(watched)
             .args(extra)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

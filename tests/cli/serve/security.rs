@@ -57,6 +57,128 @@ fn serve_the_token_is_never_a_cookie_nor_read_from_a_query() {
     });
 }
 
+/// The framing and script headers every answer must carry; `what` names the answer.
+fn assert_no_framing_no_foreign_script(what: &str, headers: &reqwest::header::HeaderMap) {
+    let policy = headers
+        .get("content-security-policy")
+        .unwrap_or_else(|| panic!("{what}: no Content-Security-Policy in {headers:?}"))
+        .to_str()
+        .unwrap();
+    let directive = |name: &str| {
+        policy
+            .split(';')
+            .map(str::trim)
+            .find_map(|d| d.strip_prefix(name).map(str::trim))
+            .unwrap_or_else(|| panic!("{what}: no {name} in {policy}"))
+            .to_string()
+    };
+    assert_eq!(directive("frame-ancestors"), "'none'", "{what}");
+    assert_eq!(directive("script-src"), "'self'", "{what}: {policy}");
+    assert_eq!(directive("default-src"), "'none'", "{what}");
+    assert_eq!(
+        headers.get("x-frame-options").map(|v| v.to_str().unwrap()),
+        Some("DENY"),
+        "{what}"
+    );
+    assert_eq!(
+        headers
+            .get("x-content-type-options")
+            .map(|v| v.to_str().unwrap()),
+        Some("nosniff"),
+        "{what}"
+    );
+}
+
+/// Regression (issue 31 item 1): any server on another 127.0.0.1 port could frame the page,
+/// which shares `localStorage` with it (same site) and so was logged in; typing on the
+/// framing page ran commands in a worker. Every answer (the page, its scripts, the API, its
+/// refusals, a WebSocket upgrade) now forbids framing and any script but the page's own.
+#[test]
+fn serve_every_answer_forbids_framing_and_any_script_but_its_own() {
+    let root = Root::new();
+    let server = Server::start(&root);
+    runtime().block_on(async {
+        let client = client();
+        let bearer = format!("Bearer {}", server.token);
+        let answers = [
+            ("the page", "/", None, None, 200),
+            ("a script", "/assets/app.js", None, None, 200),
+            (
+                "a vendored script",
+                "/assets/vendor/xterm.js",
+                None,
+                None,
+                200,
+            ),
+            ("the API", "/api/agents", Some(bearer.as_str()), None, 200),
+            (
+                "the login",
+                "/api/identity",
+                Some(bearer.as_str()),
+                None,
+                200,
+            ),
+            (
+                "a refusal without the token",
+                "/api/agents",
+                None,
+                None,
+                401,
+            ),
+            (
+                "the identity check refused",
+                "/api/identity/check",
+                None,
+                None,
+                401,
+            ),
+            (
+                "an unknown path",
+                "/nothing",
+                Some(bearer.as_str()),
+                None,
+                404,
+            ),
+            (
+                "a foreign origin",
+                "/api/agents",
+                Some(bearer.as_str()),
+                Some("http://127.0.0.1:1"),
+                403,
+            ),
+        ];
+        for (what, path, authorization, origin, status) in answers {
+            let mut request = client.get(server.url(path));
+            if let Some(value) = authorization {
+                request = request.header("authorization", value);
+            }
+            if let Some(value) = origin {
+                request = request.header("origin", value);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), status, "{what}");
+            assert_no_framing_no_foreign_script(what, response.headers());
+        }
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = server
+            .ws_url("/ws/dashboard")
+            .into_client_request()
+            .unwrap();
+        request
+            .headers_mut()
+            .insert("authorization", bearer.parse().unwrap());
+        let (_socket, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in response.headers() {
+            headers.insert(
+                reqwest::header::HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
+                reqwest::header::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+            );
+        }
+        assert_no_framing_no_foreign_script("a WebSocket upgrade", &headers);
+    });
+}
+
 /// Regression (issue 24 item 15): `GET //evil.example/?token=<token>` answered 303 with
 /// `Location: //evil.example/`, a redirect off-site.
 #[test]
@@ -109,7 +231,9 @@ fn serve_websockets_authenticate_by_subprotocol_and_never_echo_the_token() {
 /// Regression (issue 24 item 15): a clean WebSocket close took 0.5-1 s: the server's Close
 /// carried no code and the connection stayed open until actix's 1 s linger ran out (the
 /// client waits for the server to end it). Now the Close is echoed with the client's code
-/// and the connection ends at once.
+/// and the server ends the connection itself: the test waits for that end (the event, not a
+/// clock: a loaded machine may be slow, issue 31 item 23), within the generous bound every
+/// read has. Without the server's end the client would wait for the linger, or forever.
 #[test]
 fn serve_a_clean_websocket_close_is_answered_at_once() {
     let root = Root::new();
@@ -124,7 +248,6 @@ fn serve_a_clean_websocket_close_is_answered_at_once() {
         for path in [worker_path.as_str(), "/ws/dashboard"] {
             let mut viewer = Viewer::connect(&server, path, None).await.unwrap();
             assert!(matches!(viewer.next().await, Frame::Json(_)), "{path}");
-            let started = Instant::now();
             viewer.send_close(1000).await;
             // Frames already on their way may come first; then the echo.
             let echoed = loop {
@@ -140,12 +263,7 @@ fn serve_a_clean_websocket_close_is_answered_at_once() {
             );
             assert!(
                 matches!(viewer.next().await, Frame::Closed(None)),
-                "{path}: the connection ends"
-            );
-            let took = started.elapsed();
-            assert!(
-                took < Duration::from_millis(500),
-                "{path}: the close took {took:?} (it took 0.5-1 s)"
+                "{path}: the server ends the connection"
             );
         }
     });
@@ -398,7 +516,7 @@ fn serve_a_password_typed_into_a_worker_is_in_no_file() {
 }
 
 /// The command lines of every process whose arguments contain all of `words`.
-fn command_lines_with(words: &[&str]) -> Vec<String> {
+pub(super) fn command_lines_with(words: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) else {

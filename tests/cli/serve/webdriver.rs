@@ -1,7 +1,7 @@
 //! A small W3C WebDriver client over reqwest (WebDriver is plain HTTP + JSON), driving
 //! Debian's `chromium` through `chromedriver` for the browser test. Only what the test uses:
-//! open a session, navigate, find, click, type, run a script, refresh, back, window size,
-//! tabs, cookies, screenshot.
+//! open a session, navigate, find, click, type, hover, run a script, refresh, back, window
+//! size, tabs, frames, cookies, screenshot.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -153,6 +153,12 @@ impl Driver {
         answer["handle"].as_str().unwrap().to_string()
     }
 
+    /// The current tab's window handle.
+    pub async fn window_handle(&self) -> String {
+        let answer = self.call("GET", &self.path("/window"), None).await;
+        answer.as_str().unwrap().to_string()
+    }
+
     pub async fn switch_to(&self, handle: &str) {
         self.call(
             "POST",
@@ -160,6 +166,32 @@ impl Driver {
             Some(json!({"handle": handle})),
         )
         .await;
+    }
+
+    /// Makes the frame `css` (an iframe of the current page) the current browsing context.
+    pub async fn switch_to_frame(&self, css: &str) {
+        let id = self.find(css).await;
+        self.call(
+            "POST",
+            &self.path("/frame"),
+            Some(json!({"id": {ELEMENT: id}})),
+        )
+        .await;
+    }
+
+    /// Back from a frame to the page around it.
+    pub async fn switch_to_parent_frame(&self) {
+        self.call("POST", &self.path("/frame/parent"), None).await;
+    }
+
+    /// Moves the mouse to `(x, y)` from the centre of the element `css`, as a user would.
+    pub async fn hover(&self, css: &str, x: i64, y: i64) {
+        let id = self.find(css).await;
+        let move_to = json!({"actions": [{"type": "pointer", "id": "mouse",
+            "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "duration": 0, "origin": {ELEMENT: id}, "x": x, "y": y}]}]});
+        self.call("POST", &self.path("/actions"), Some(move_to))
+            .await;
     }
 
     /// Every cookie the browser holds for the current page's address.

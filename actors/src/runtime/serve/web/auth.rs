@@ -10,7 +10,9 @@
 //! unauthenticated client never holds a socket (a first message within a deadline would).
 //!
 //! The page itself (`/`, `/assets/...`) is public: it holds no data. It takes the token from
-//! the URL's fragment (`/#token=...`, never sent to a server) into `localStorage`.
+//! the URL's fragment (`/#token=...`, never sent to a server) into `localStorage` once the
+//! server confirmed it. So is the identity check ([`super::identity`]), which the page asks
+//! without its token to learn whether this is still the server it logged in to.
 //!
 //! Must not: accept a token from a cookie or a query string. Cookies are scoped by host, not
 //! port, so every other server on 127.0.0.1 the user opens would receive one; a query string
@@ -95,16 +97,17 @@ fn foreign_origin(request: &HttpRequest) -> bool {
 }
 
 /// The page and its scripts: served to anyone, they hold no data (the token arrives in the
-/// URL's fragment, which the browser never sends).
-fn is_public_page(path: &str) -> bool {
-    path == "/" || path.starts_with("/assets/")
+/// URL's fragment, which the browser never sends); and the identity check, which answers
+/// only a caller that knows the probe.
+fn is_public(path: &str) -> bool {
+    path == "/" || path.starts_with("/assets/") || path == super::identity::CHECK_PATH
 }
 
 pub fn judge(request: &HttpRequest, token: &str) -> Verdict {
     if foreign_origin(request) {
         return Verdict::ForeignOrigin;
     }
-    if is_public_page(request.path())
+    if is_public(request.path())
         || bearer(request).is_some_and(|given| same_token(given, token))
         || subprotocol_token(request, token)
     {
@@ -177,12 +180,19 @@ mod tests {
     }
 
     #[test]
-    fn only_the_page_and_its_assets_are_public() {
-        for public in ["/", "/assets/app.js", "/?token=x"] {
+    fn only_the_page_its_assets_and_the_identity_check_are_public() {
+        for public in ["/", "/assets/app.js", "/?token=x", "/api/identity/check"] {
             let request = TestRequest::with_uri(public).to_http_request();
             assert_eq!(judge(&request, "t0ken-t0ken"), Verdict::Allowed, "{public}");
         }
-        for private in ["/api/agents", "/ws/dashboard", "/index.html", "/nothing"] {
+        for private in [
+            "/api/agents",
+            "/api/identity",
+            "/api/identity/checks",
+            "/ws/dashboard",
+            "/index.html",
+            "/nothing",
+        ] {
             let request = TestRequest::with_uri(private).to_http_request();
             assert_eq!(
                 judge(&request, "t0ken-t0ken"),

@@ -7,17 +7,22 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /` , `GET /assets/{file}` | the page (embedded; public, it holds no data) |
+//! | `GET /api/identity`, `GET /api/identity/check` | the page's login and its check that this is still the server it logged in to ([`identity`]; the check is public) |
 //! | `GET/POST /api/sessions`, `GET/DELETE /api/sessions/{id}`, `POST /api/sessions/{id}/restart` | sessions |
 //! | `GET/POST /api/sessions/{id}/workers`, `DELETE .../workers/{wid}`, `POST .../workers/{wid}/restart`, `POST .../workers/{wid}/input` | workers |
 //! | `GET /api/agents`, `GET /api/workspaces`, `GET /api/runs/{run}/timeline`, `POST /api/runs/{run}/answer` | agents, runs |
 //! | `GET /api/orchestrations/{id}[/runs\|/timeline\|/phases]`, `GET /api/runs/{run}/trace\|calls/{n}\|tools/{id}` | the batch view and the run inspector ([`inspect`]) |
 //! | `GET /ws/session/{sid}/worker/{wid}`, `GET /ws/dashboard` | WebSockets |
+//!
+//! Every answer carries the headers of [`policy`] (no framing, no script but the page's own).
 
 pub mod answer;
 pub mod assets;
 pub mod auth;
 pub mod dashboard;
+pub mod identity;
 pub mod inspect;
+pub mod policy;
 pub mod rest;
 pub mod runs;
 pub mod ws;
@@ -103,6 +108,8 @@ pub struct WebState {
     pub images_dir: PathBuf,
     /// The orchestrations the batch view indexed.
     pub batches: Arc<crate::serve::batch_view::BatchCache>,
+    /// This start's identity, which the page checks before its token goes out again.
+    pub identity: identity::ServerIdentity,
 }
 
 /// Runs the server until it is stopped (Ctrl-C / SIGTERM). Holders and their programs are
@@ -151,6 +158,7 @@ pub fn run_server(
             delta_exe: options.delta_exe.clone(),
             images_dir: options.state_dir.join("images"),
             batches: inspect::batch_cache(),
+            identity: identity::ServerIdentity::new(!options.workspaces.is_empty()),
         });
         let token: Arc<str> = Arc::from(options.token.as_str());
         let server = HttpServer::new(move || app(state.clone(), token.clone()))
@@ -263,8 +271,12 @@ fn app(
                 }
             }
         })
+        // Outermost: the refusals above get the headers too.
+        .wrap(policy::security_headers())
         .route("/", web::get().to(assets::index))
         .route("/assets/{file:.*}", web::get().to(assets::asset))
+        .route("/api/identity", web::get().to(identity::identity))
+        .route(identity::CHECK_PATH, web::get().to(identity::check))
         .route("/api/agents", web::get().to(rest::list_agents))
         .route("/api/workspaces", web::get().to(runs::workspaces))
         .route("/api/runs/{run_id}/timeline", web::get().to(runs::run_timeline))
