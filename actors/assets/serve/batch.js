@@ -127,7 +127,7 @@ function orchestrationTable(workspace, orchestrations) {
     const stages = o.stages.map((s) => s.id + " " + s.completed + "/" + s.total + (s.failed ? " (" + s.failed + " failed)" : "")).join(" · ");
     table.append(el("tr", { class: "clickable", "data-orchestration": o.id, onclick: (e) => { if (e.target.tagName !== "A") go(link); } },
       el("td", { title: o.id + " — " + o.plan }, el("a", { href: link }, o.id)),
-      el("td", {}, statusSpan(o.status)),
+      el("td", { class: "status" }, statusSpan(o.status)),
       cell(stages)));
   }
   return table;
@@ -142,7 +142,7 @@ function runTable(workspace, runs) {
     const link = href(["runs", workspace, "r", run.runId]);
     table.append(el("tr", { class: "clickable", "data-run": run.runId, onclick: (e) => { if (e.target.tagName !== "A") go(link); } },
       el("td", { title: run.runId }, el("a", { href: link }, run.runId)),
-      el("td", {}, statusSpan(run.status)),
+      el("td", { class: "status" }, statusSpan(run.status)),
       cell(run.agent, { class: "wide-only" }), cell(String(run.iterations), { class: "num" }), cell(fmtTokens(run.tokens), { class: "num wide-only" }),
       cell(age(run.createdAt)), cell(run.task)));
   }
@@ -262,7 +262,7 @@ function orchestrationPage(view, workspace, id, route) {
       table.append(el("tr", { class: "clickable", "data-run": row.runId, "data-status": row.status, onclick: (e) => { if (e.target.tagName !== "A") go(link); } },
         cell(row.index, { class: "num" }),
         el("td", { title: row.runId + (stage ? "" : " (stage " + row.stage + ")") }, el("a", { href: link }, shortRun(row.runId, id))),
-        el("td", {}, statusSpan(row.status)),
+        el("td", { class: "status" }, statusSpan(row.status)),
         cell(row.attempts, { class: "num wide-only" }), cell(fmtMs(row.durationMs), { class: "num" }), cell(fmtTokens(row.tokens), { class: "num wide-only" }),
         cell(row.iterations, { class: "num wide-only" }),
         el("td", { title: row.error || "" }, row.errorKind ? el("b", { class: "status-FAILED" }, row.errorKind) : "", row.error ? " " + row.error.slice((row.errorKind || "").length + 2) : "")));
@@ -360,7 +360,7 @@ function stageTable(detail, stageHref) {
     const c = s.counts;
     table.append(el("tr", { "data-stage-row": s.id },
       el("td", { title: s.id + (s.needs.length ? " (needs " + s.needs.join(", ") + ")" : "") }, el("a", { href: stageHref(s.id) }, s.id)),
-      el("td", {}, statusSpan(s.status)), cell(fmtInt(c.completed) + "/" + fmtInt(c.planned), { class: "num" }),
+      el("td", { class: "status" }, statusSpan(s.status)), cell(fmtInt(c.completed) + "/" + fmtInt(c.planned), { class: "num" }),
       cell(fmtInt(c.failed), { class: "num" + (c.failed ? " status-FAILED" : "") }), cell(fmtInt(c.running + c.queued + c.waiting), { class: "num wide-only" }),
       cell(fmtInt(c.notStarted), { class: "num wide-only" }), cell(fmtTokens(s.tokens), { class: "num" }), cell(fmtMs(s.durationMs), { class: "num" })));
   }
@@ -381,9 +381,13 @@ function timelinePage(view, workspace, id, route) {
       ["interrupted", BAR_COLORS.INTERRUPTED], ["waiting for an answer", BAR_COLORS.WAITING_FOR_INPUT]].map(([t, c]) => el("span", {}, el("i", { style: "background:" + c }), t)),
     el("span", { id: "phase-legend" }, "inside a run: ", el("i", { style: "background:" + PHASE_COLORS.model }), "model ", el("i", { style: "background:" + PHASE_COLORS.tool }), "tool"));
   const note = el("p", { class: "hint", id: "timeline-note" });
-  const tip = el("div", { class: "tooltip", hidden: true });
+  const tip = el("div", { class: "tooltip", id: "timeline-tooltip", hidden: true });
   view.append(header, canvas, legend, note, tip);
   const stage = () => page.route.params.get("stage") || "";
+  // The tooltip describes the bar under the pointer as last drawn: a zoom, a redraw or a
+  // scroll moves the bars (and a fixed tooltip would stay where it was), so each hides it.
+  const hideTip = () => { tip.hidden = true; };
+  $("workspace-view").addEventListener("scroll", hideTip, { passive: true });
 
   async function load() {
     try {
@@ -413,6 +417,7 @@ function timelinePage(view, workspace, id, route) {
   }
 
   function draw() {
+    hideTip();
     const data = page.data;
     if (!data) return;
     const bars = data.bars;
@@ -487,7 +492,7 @@ function timelinePage(view, workspace, id, route) {
     tip.style.top = (event.clientY + 12) + "px";
     tip.hidden = false;
   };
-  canvas.onmouseleave = () => { tip.hidden = true; };
+  canvas.onmouseleave = hideTip;
   canvas.onclick = (event) => {
     const i = rowAt(event);
     if (i >= 0) go(href(["runs", workspace, "r", page.data.runIds[i]]));
@@ -496,8 +501,8 @@ function timelinePage(view, workspace, id, route) {
   const polling = poller(load, 3000, () => !page.detail || page.detail.status === "RUNNING");
   polling.start();
   return {
-    update(next) { page.route = next; polling.kick(); },
-    stop() { polling.stop(); tip.remove(); },
+    update(next) { hideTip(); page.route = next; polling.kick(); },
+    stop() { polling.stop(); $("workspace-view").removeEventListener("scroll", hideTip); tip.remove(); },
     resized() { draw(); },
   };
 }

@@ -108,14 +108,28 @@ function inspectorPage(view, workspace, runId, route) {
     const width = Math.max(320, waterfallBox.clientWidth || 800);
     const labelW = Math.min(220, width * 0.3), rowH = 18, top = 18;
     const x = (time) => labelW + (width - labelW - 60) * (fold(time) - t0) / (t1 - t0);
-    const picture = svg("svg", { width: String(width), height: String(top + spans.length * rowH + 4), role: "img", "aria-label": "waterfall of the run's calls" });
+    // The "resumed" marks are labelled on a row of their own below the bars, so a label
+    // never runs into the axis's texts, the bars or the picture's edge.
+    const rowsBottom = top + spans.length * rowH;
+    const marksH = pauses.length ? 16 : 0;
+    const picture = svg("svg", { width: String(width), height: String(rowsBottom + marksH + 4), role: "img", "aria-label": "waterfall of the run's calls" });
     picture.append(svg("text", { class: "dim", x: "0", y: "12" }, "calls over time"),
       svg("text", { class: "dim", x: String(labelW), y: "12" }, "0"),
       svg("text", { class: "dim", x: String(width - 60), y: "12", "text-anchor": "end" }, fmtMs(Math.round(t1 - t0)) + (pauses.length ? " (pauses folded)" : "")));
+    const RESUMED_LABEL_W = 56; // "resumed" at 11 px, with room to spare
+    let labelledUpTo = -Infinity;
     for (const p of pauses) {
       const px = x(p.to);
-      picture.append(svg("line", { class: "resumed", x1: String(px), x2: String(px), y1: "14", y2: String(top + spans.length * rowH) }),
-        svg("text", { class: "dim", x: String(px + 3), y: "12" }, "resumed"));
+      const when = "resumed after " + fmtMs(p.to - p.from) + " without being driven";
+      const mark = svg("g", { class: "resumed-mark" }, svg("title", {}, when),
+        svg("line", { class: "resumed", x1: String(px), x2: String(px), y1: "14", y2: String(rowsBottom + 4) }));
+      picture.append(mark);
+      // Left of its mark where the right edge is too near; none where it would overlap the last.
+      const atEnd = px + 3 + RESUMED_LABEL_W > width;
+      const from = atEnd ? px - 3 - RESUMED_LABEL_W : px + 3;
+      if (from < labelledUpTo) continue;
+      labelledUpTo = from + RESUMED_LABEL_W;
+      mark.append(svg("text", { class: "dim resumed-label", x: String(atEnd ? px - 3 : px + 3), y: String(rowsBottom + marksH), "text-anchor": atEnd ? "end" : "start" }, "resumed"));
     }
     const selected = selection();
     spans.forEach((span, i) => {

@@ -124,8 +124,16 @@ fn serve_browser_batch_orchestration_run_inspector_and_addresses() {
         driver.goto(&format!("{orchestration}/timeline")).await;
         driver.until("the batch timeline", "return window.deltaServe.timeline && window.deltaServe.timeline.drawn && window.deltaServe.timeline.bars === 151").await;
         screenshot(&driver, "serve-batch-timeline.png").await;
+        // A bar's tooltip, then a zoom (issue 31 item 17: the tooltip stayed on screen, over
+        // bars that had moved away, until the mouse moved again).
+        // Near the top: the canvas is still under the mouse once zoomed (a canvas that shrinks
+        // away from under it gets a mouseleave, which hid the tooltip even before).
+        let half = driver.script("return Math.round(document.getElementById('batch-timeline').getBoundingClientRect().height / 2)").await;
+        driver.hover("#batch-timeline", 0, 40 - half.as_i64().unwrap()).await;
+        driver.until("the tooltip of the bar under the mouse", "const tip = document.querySelector('.tooltip'); return !tip.hidden && tip.textContent.includes('map')").await;
         driver.script("const s = document.getElementById('timeline-stage'); s.value = 'combine'; s.onchange(); return true").await;
         driver.until("zoomed to a stage", "return window.deltaServe.timeline.bars === 1 && window.deltaServe.timeline.phases && location.hash.includes('stage=combine')").await;
+        assert_eq!(driver.script("return document.querySelector('.tooltip').hidden").await, true, "the tooltip stayed after the zoom");
 
         // A sensitive answer stays redacted.
         driver.goto(&format!("{}/#/runs/{ws}/r/asker", server.base)).await;
@@ -149,6 +157,19 @@ fn serve_browser_batch_orchestration_run_inspector_and_addresses() {
         driver.quit().await;
     });
 }
+
+/// Every status cell of the page's tables shows its whole status (at least one is there).
+const STATUSES_WHOLE: &str = "const cells = [...document.querySelectorAll('table.data td')].filter(td => td.querySelector('span[class^=\"status-\"]')); return cells.length > 0 && cells.every(td => td.scrollWidth <= td.clientWidth + 1);";
+
+/// The waterfall's texts: how many say `resumed`, and each text that leaves the picture or
+/// overlaps another one.
+const WATERFALL_TEXT_PROBLEMS: &str = "const svg = document.querySelector('#waterfall svg'); const box = svg.getBoundingClientRect(); \
+    const texts = [...svg.querySelectorAll('text')].map(t => ({ text: t.textContent, r: t.getBoundingClientRect() })).filter(t => t.r.width > 0); \
+    const problems = []; \
+    for (const t of texts) if (t.r.left < box.left - 0.5 || t.r.right > box.right + 0.5) problems.push(t.text + ' leaves the picture'); \
+    for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++) { const a = texts[i].r, b = texts[j].r; \
+      if (a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5) problems.push(texts[i].text + ' overlaps ' + texts[j].text); } \
+    return { resumed: texts.filter(t => t.text === 'resumed').length, problems };";
 
 /// Regression (issue 27): at 800 px the sidebar stayed 280 px, buttons wrapped and the runs
 /// table scrolled sideways; the sidebar could not be folded.
@@ -176,6 +197,8 @@ fn serve_browser_the_800px_layout_has_no_horizontal_scroll() {
         ] {
             driver.goto(&format!("{}/{page}", server.base)).await;
             driver.until(&format!("{table} without sideways scrolling"), &no_sideways.replace("TABLE", &format!("{table:?}"))).await;
+            // Issue 31 item 17: statuses were cut ("COMPLETED WITH FA…"); they wrap instead.
+            driver.until(&format!("{table}'s statuses whole"), STATUSES_WHOLE).await;
             driver
                 .screenshot(&std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-browser").join(format!("800px-{}.png", table.trim_start_matches(['#', '.']))))
                 .await;
@@ -189,6 +212,12 @@ fn serve_browser_the_800px_layout_has_no_horizontal_scroll() {
         driver.until("the sidebar folded", "return getComputedStyle(document.getElementById('sidebar')).display === 'none'").await;
         driver.goto(&format!("{}/#/runs/{ws}/r/{}", server.base, batch.map_run(11))).await;
         driver.until("the inspector without sideways scrolling", "const v = document.getElementById('workspace-view'); return document.querySelectorAll('#waterfall [data-span]').length === 3 && v.scrollWidth <= v.clientWidth + 1").await;
+        // Issue 31 item 17: the "resumed" label ran into the axis's total and out of the picture.
+        driver.goto(&format!("{}/#/runs/{ws}/r/asker", server.base)).await;
+        driver.until("the resumed run's waterfall", "return document.querySelectorAll('#waterfall [data-span]').length === 3").await;
+        let labels = driver.script(WATERFALL_TEXT_PROBLEMS).await;
+        assert_eq!(labels["resumed"], 1, "one resumed label: {labels}");
+        assert_eq!(labels["problems"], serde_json::json!([]), "{labels}");
         driver.quit().await;
     });
 }
