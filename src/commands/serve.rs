@@ -34,7 +34,9 @@ Workers run in detached holders: stopping the server (Ctrl-C, or even SIGKILL) s
 program; the next `delta serve` with the same --state-dir re-attaches to them.
 Agents: built-ins `shell` and `delta` (`delta run -i` on the session folder's agent, or on
 one it asks for; offline with DELTA_LLM_SCRIPT=FILE in the server's environment); add more in
-~/.config/delta/serve.yaml (see docs/serve.md). Runs & batches: #/runs on the page.
+~/.config/delta/serve.yaml (see docs/serve.md). Runs & batches: #/runs on the page, where it
+opens when -w is given. A link's token is kept only once the server confirms it, and after a
+connection loss an open tab sends its token only to the server start it logged in to.
 A fixed token comes from DELTA_SERVE_TOKEN, or from a file (yours, mode 0600, not a symbolic
 link) named by DELTA_SERVE_TOKEN_FILE or --token-file, never from the command line: every
 local user can read a process's arguments, so `--token` is refused, and the variable keeps
@@ -143,7 +145,7 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
         }
         None if !args.listen.ip().is_loopback() => {
             return Err(CliError::Config(format!(
-                "--listen {} is reachable from other hosts: refusing to start with a random token; set DELTA_SERVE_TOKEN or DELTA_SERVE_TOKEN_FILE=FILE (or listen on 127.0.0.1)",
+                "--listen {} is reachable from other hosts: refusing to start with a random token; set DELTA_SERVE_TOKEN or DELTA_SERVE_TOKEN_FILE=FILE, or pass --token-file FILE (or listen on 127.0.0.1)",
                 args.listen
             )))
         }
