@@ -42,7 +42,11 @@ impl Driver {
             .local_addr()
             .unwrap()
             .port();
+        // In a process group of its own, which the browser it starts joins: a test that fails
+        // (and never quits the session) still ends the browser with it, see `Drop`.
+        use std::os::unix::process::CommandExt;
         let child = std::process::Command::new(chromedriver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -288,7 +292,11 @@ impl Driver {
 }
 
 impl Drop for Driver {
+    /// Kills chromedriver's whole group: the browser too, whose processes a killed
+    /// chromedriver would leave running after a failed test.
     fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(-(self.child.id() as i32));
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
