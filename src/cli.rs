@@ -6,6 +6,7 @@
 
 use clap::{Parser, Subcommand};
 
+use crate::commands::completions::{CompletionsArgs, ManArgs};
 use crate::commands::continue_run::ContinueArgs;
 use crate::commands::exec_planned::ExecPlannedArgs;
 use crate::commands::init::InitArgs;
@@ -22,7 +23,10 @@ const AFTER_HELP: &str = "\
 Quick start:
   delta init demo -t hello-world     create an agent folder from a template
   delta tool expand demo             show the tools the model will be offered
-  delta run --agent demo -m \"Say hello\" -y --llm-script <script.yaml>   run it offline
+  delta run --agent demo -m \"Say hello\" -y --llm-script demo/llm-script.yaml   run it offline
+  DELTA_BASE_URL=http://127.0.0.1:8080/v1 delta run --agent demo -m \"Say hello\" -y   a model server here
+
+Shell completions: delta completions bash|zsh|fish; the manual: delta man (scripts/install.sh installs both).
 
 Exit codes: 0 success (run COMPLETED), 1 failure (run FAILED), 2 usage error,
 101 run waiting for human input, 126 invalid configuration or invocation, 130 interrupted.";
@@ -83,6 +87,12 @@ pub enum Command {
     /// Measure the engine under load (`delta bench load --help`)
     #[command(subcommand)]
     Bench(crate::commands::bench::BenchCommand),
+
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell
+    Completions(CompletionsArgs),
+
+    /// Print the manual page delta(1), or write every command's page with --dir
+    Man(ManArgs),
 
     /// Same as `delta tool expand` (the original engine's spelling)
     #[command(name = "tool:expand", hide = true)]

@@ -114,6 +114,8 @@ fn no_api_key_text(key_var: &str, agent_home: &std::path::Path, slurm: bool) -> 
          Set it in the environment or in a .env file (workspace, agent folder or project root), e.g.\n  \
          echo '{key_var}=sk-...' >> {}/.env\n\
          and set DELTA_BASE_URL to your provider's OpenAI-compatible URL including /v1.\n\
+         A model server on this machine needs no key: DELTA_BASE_URL=http://127.0.0.1:8080/v1 \
+         (llama.cpp, Ollama, LM Studio, vLLM) is called without one.\n\
          To run offline with the built-in scripted model instead: --llm-script <script.yaml> (see docs/llm-script.md).",
         agent_home.display()
     )

@@ -20,11 +20,12 @@ use crate::output::hints::model_flags;
 use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "What -m means depends on the run's status:
+#[command(after_help = concat!("What -m means depends on the run's status:
   INTERRUPTED        optional; appended as a new user message, then the run resumes
   WAITING_FOR_INPUT  required (or write .delta/<run>/interaction/response.txt); the answer to ask_human
   COMPLETED          required; the next instruction in the same conversation
-  FAILED             required; what to do differently
+  FAILED             optional; without it the same conversation is sent again (a connection
+                     error, a timeout, a server that was down); with it, what to do differently
   RUNNING            the janitor checks the run: if its process is gone it is resumed,
                      if it is alive this command refuses (--force: ignore a different host)
 
@@ -37,7 +38,10 @@ Examples:
   delta continue --run-id 20261122_101500_a1b2c3 -w ./ws
   delta continue --run-id job-7 -w ./ws -m \"yes, proceed\"
   printf '%s' \"$ANSWER\" | delta continue --run-id job-7 -w ./ws --message-file -
-  delta list-runs -w ./ws --resumable")]
+  delta continue --run-id job-7 -w ./ws      # retry a run that FAILED on a connection error
+  delta list-runs -w ./ws --resumable
+
+", crate::model_env_help!()))]
 pub struct ContinueArgs {
     /// The run to continue (see `delta list-runs`).
     #[arg(long)]
@@ -51,7 +55,8 @@ pub struct ContinueArgs {
     /// Read the message from FILE, `-` for standard input (keeps it out of the process list).
     #[arg(long, value_name = "FILE", conflicts_with = "message")]
     pub message_file: Option<PathBuf>,
-    /// Iteration cap for this continuation.
+    /// Iteration cap for this continuation, counted from where the run stands (default: the
+    /// cap the run was given with --max-iterations, kept in its metadata, else the agent's).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_iterations: Option<u32>,
     /// Answer ask_human questions on this terminal.
@@ -128,6 +133,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
             let continue_flags = model_flags(
                 args.llm_script.as_deref(),
                 args.llm_timeout,
+                args.max_iterations,
                 &std::env::current_dir()?,
             );
             crate::output::run_result::print(&result, args.format, &continue_flags);
@@ -144,9 +150,13 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         llm,
         supervisor,
     } = run_inputs(agent, &work_dir, args.llm_script.as_deref(), verbosity)?;
+    // The cap the run was given keeps applying until another is given (issue 31 item 15:
+    // a continuation fell back to the agent's cap, `[iteration 2/6]` after `--max-iterations 20`).
+    let max_iterations = args.max_iterations.or(meta.max_iterations_requested);
     let continue_flags = model_flags(
         script_path(&env, args.llm_script.as_deref()).as_deref(),
         args.llm_timeout,
+        max_iterations,
         &std::env::current_dir()?,
     );
     let start = RunStart::Continue {
@@ -157,7 +167,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     let mut request = RunRequest::new(agent, work_dir, start, llm)
         .with_run_id(args.run_id.clone())
         .with_env(Arc::new(env));
-    request.max_iterations = args.max_iterations;
+    request.max_iterations = max_iterations;
     request.workspace_id = meta.workspace_id.clone();
     request.orchestration_id = meta.orchestration_id.clone();
     if args.interactive {

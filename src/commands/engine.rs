@@ -19,6 +19,22 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::error::CliError;
 use crate::output::progress::{EventPrinter, Verbosity};
 
+/// The `--help` paragraph of `run`, `continue` and `orchestrate` on the variables that
+/// choose the model (a string literal, for `concat!` in the commands' `after_help`).
+#[macro_export]
+macro_rules! model_env_help {
+    () => {
+        "The model (without --llm-script) is chosen by three variables, read from the environment,
+else <workspace>/.env, <agent>/.env, then the project's .env:
+  DELTA_BASE_URL   the OpenAI-compatible endpoint with its /v1, e.g. http://127.0.0.1:8080/v1
+                   (llama.cpp on this machine) or https://api.openai.com/v1
+  DELTA_API_KEY    its key (or the variable agent.yaml's llm.api_key_env names); a server on
+                   this machine (http://127.0.0.1, http://localhost) needs none
+  DELTA_MODEL      the model name, over agent.yaml's llm.model
+"
+    };
+}
+
 /// The process environment as a map, read once at the edge.
 pub fn process_env() -> BTreeMap<String, String> {
     std::env::vars_os()
@@ -57,6 +73,14 @@ pub fn llm_target(
     if let Some(script) = scripted_model(env, script)? {
         return Ok(LlmTarget::Scripted(script));
     }
+    // The URL first: `DELTA_BASE_URL=127.0.0.1:8080/v1` (no scheme) was reported as a
+    // missing key, because only an http:// URL is known to be on this machine.
+    // agent.yaml's `llm.base_url` is checked when the agent loads.
+    if agent.llm.base_url.is_none() {
+        if let Some(url) = env.get(BASE_URL_VAR).filter(|u| !u.is_empty()) {
+            check_base_url(url)?;
+        }
+    }
     let key_var = agent
         .llm
         .api_key_env
@@ -67,7 +91,7 @@ pub fn llm_target(
         .llm
         .base_url
         .clone()
-        .or_else(|| env.get("DELTA_BASE_URL").filter(|u| !u.is_empty()).cloned());
+        .or_else(|| env.get(BASE_URL_VAR).filter(|u| !u.is_empty()).cloned());
     // A server on this machine (llama.cpp, Ollama, LM Studio, vLLM...) usually wants no key.
     let key_optional = base_url.as_deref().is_some_and(is_loopback_url);
     match (key, base_url) {
@@ -88,6 +112,36 @@ pub fn llm_target(
                 .with_dialect(dialect(agent, env)?),
         )),
     }
+}
+
+/// The environment variable naming the model endpoint (below agent.yaml's `llm.base_url`).
+pub const BASE_URL_VAR: &str = "DELTA_BASE_URL";
+
+/// `DELTA_BASE_URL` must be an `http://` or `https://` URL with a host: anything else is
+/// refused (exit 126) with the URL written as it should be.
+fn check_base_url(url: &str) -> Result<(), CliError> {
+    let lower = url.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"));
+    let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    let well_formed = host.is_some_and(|host| !host.is_empty())
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+    if well_formed {
+        return Ok(());
+    }
+    let example = if url.contains("://") || url.trim().is_empty() {
+        "http://127.0.0.1:8080/v1".to_owned()
+    } else if is_loopback_url(&format!("http://{}", url.trim())) {
+        format!("http://{}", url.trim())
+    } else {
+        format!("https://{}", url.trim())
+    };
+    Err(CliError::Config(format!(
+        "{BASE_URL_VAR}='{url}' is not an http:// or https:// URL with a host; write it with its \
+         scheme and the API's /v1 prefix, e.g. {BASE_URL_VAR}={example} (a model server on this \
+         machine, such as llama.cpp, Ollama or LM Studio on http://127.0.0.1, needs no API key)"
+    )))
 }
 
 /// `http://localhost…`, `http://127.x.x.x…` or `http://[::1]…`: an endpoint on this machine.
@@ -434,6 +488,38 @@ mod tests {
             "localhost:8080",
         ] {
             assert!(!is_loopback_url(url), "{url}");
+        }
+    }
+
+    /// Issue 31 item 16: a URL without its scheme was reported as a missing API key.
+    #[test]
+    fn a_base_url_without_a_scheme_is_refused_with_the_url_it_should_be() {
+        for (url, fix) in [
+            (
+                "127.0.0.1:8080/v1",
+                "DELTA_BASE_URL=http://127.0.0.1:8080/v1",
+            ),
+            (
+                "localhost:11434/v1",
+                "DELTA_BASE_URL=http://localhost:11434/v1",
+            ),
+            (
+                "api.example.com/v1",
+                "DELTA_BASE_URL=https://api.example.com/v1",
+            ),
+            ("ftp://host/v1", "DELTA_BASE_URL=http://127.0.0.1:8080/v1"),
+            ("http:///v1", "DELTA_BASE_URL=http://127.0.0.1:8080/v1"),
+        ] {
+            match check_base_url(url) {
+                Err(CliError::Config(message)) => {
+                    assert!(message.contains(fix), "{url}: {message}");
+                    assert!(message.contains("needs no API key"), "{message}");
+                }
+                other => panic!("{url}: {:?}", other.map_err(|e| e.to_string())),
+            }
+        }
+        for url in ["http://127.0.0.1:8080/v1", "HTTPS://api.example.com/v1"] {
+            assert!(check_base_url(url).is_ok(), "{url}");
         }
     }
 

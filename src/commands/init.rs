@@ -1,6 +1,7 @@
 //! `delta init [name] [-t template] [-y]`: writes a new agent folder from a template.
 //!
-//! Owns the five templates (files under `init_templates/`, compiled in), the "new or empty
+//! Owns the five templates (files under `init_templates/`, compiled in, and each one's
+//! `llm-script.yaml` for a first offline run), the "new or empty
 //! folder" rule (dot-entries such as `.git` do not count) and the template menu, which is
 //! only offered on a terminal: without one, init never waits for input.
 
@@ -18,7 +19,8 @@ Examples:
   delta init -y                      the minimal template in the current (empty) folder
   delta init api -t api-tester
 
-Then: delta tool expand demo";
+Then: delta tool expand demo
+      delta run --agent demo -m \"Say hello\" -y --llm-script demo/llm-script.yaml   (offline)";
 
 /// A starting point for a new agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -63,6 +65,29 @@ impl Template {
             Template::ApiTester => "test HTTP APIs with curl",
             Template::BashSession => "a persistent shell through delta-sessions",
         }
+    }
+
+    /// `llm-script.yaml`: the scripted model's part for this template, so the new agent
+    /// runs offline at once (`delta --help`'s quick start runs it): a first call of one of
+    /// the template's tools where one takes a message, then a final answer.
+    fn llm_script(self, folder: &str) -> String {
+        let first_turn = match self {
+            Template::Minimal => {
+                "  - tool: echo\n    args: { message: \"Hello! You asked: {{ task }}\" }\n"
+            }
+            Template::HelloWorld => {
+                "  - tool: print_message\n    args: { message: \"Hello! You asked: {{ task }}\" }\n"
+            }
+            Template::FileOps | Template::ApiTester | Template::BashSession => "",
+        };
+        format!(
+            "# The scripted model for this agent: it runs offline, with no model server or key:\n\
+             #   delta run --agent {folder} -m \"Say hello\" -y --llm-script {folder}/llm-script.yaml\n\
+             # Each step is one model turn (format: docs/llm-script.md). For a real model, drop\n\
+             # --llm-script and set DELTA_BASE_URL (and DELTA_API_KEY for a remote provider).\n\
+             steps:\n\
+             {first_turn}  - answer: \"(scripted model) Done: {{{{ task }}}}. Set DELTA_BASE_URL to work with a real model.\"\n"
+        )
     }
 
     /// (agent.yaml, system_prompt.md, README.md) with `__AGENT_NAME__` placeholders.
@@ -231,6 +256,7 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
         ("system_prompt.md", system_prompt.to_string()),
         ("context.yaml", default_context_yaml().to_string()),
         ("README.md", readme.replace("__AGENT_NAME__", &folder_name)),
+        ("llm-script.yaml", template.llm_script(&shown_folder(args))),
     ];
     std::fs::create_dir_all(&target)
         .map_err(|e| CliError::Runtime(format!("cannot create `{}`: {e}", target.display())))?;
@@ -239,10 +265,7 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
         std::fs::write(&path, content)
             .map_err(|e| CliError::Runtime(format!("cannot write `{}`: {e}", path.display())))?;
     }
-    let shown = args
-        .name
-        .as_ref()
-        .map_or_else(|| ".".to_string(), |n| n.display().to_string());
+    let shown = shown_folder(args);
     println!(
         "Created agent `{folder_name}` from template {} in {shown}",
         template.name()
@@ -251,7 +274,17 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
         println!("  {shown}/{name}");
     }
     println!("Next: delta tool expand {shown}");
+    println!(
+        "Try it offline: delta run --agent {shown} -m \"Say hello\" -y --llm-script {shown}/llm-script.yaml"
+    );
     Ok(0)
+}
+
+/// The new agent's folder as the printed commands name it (`.` for the current one).
+fn shown_folder(args: &InitArgs) -> String {
+    args.name
+        .as_ref()
+        .map_or_else(|| ".".to_string(), |n| n.display().to_string())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! own results (stdout) and diagnostics (stderr); the library below them never prints.
 
 pub mod bench;
+pub mod completions;
 pub mod continue_run;
 pub mod engine;
 pub mod exec_planned;
@@ -62,6 +63,8 @@ pub fn dispatch(command: &Command, verbose: u8) -> Result<i32, CliError> {
         Command::Relay(args) => relay::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Init(args) => init::run(args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
         Command::Bench(command) => bench::run(command),
         Command::Spawner => spawner::run(),
         Command::Tool(ToolCommand::Expand(args)) | Command::ToolExpandLegacy(args) => {

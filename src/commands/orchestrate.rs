@@ -32,7 +32,7 @@ use crate::output::orchestration::{print_dry_run, print_summary, Progress};
 use crate::output::Format;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:
+#[command(after_help = concat!("Examples:
   delta orchestrate examples/plans/map-reduce/plan.yaml --llm-script examples/plans/map-reduce/llm-script.yaml
   delta orchestrate plan.yaml --dry-run                  # validate, load every agent, print the stage graph
   delta orchestrate plan.yaml --var repo=acme/api --max-parallel 32 --format json
@@ -45,8 +45,9 @@ use crate::output::Format;
 
 The plan format (every key, templates, foreach, needs, limits): docs/plan.md.
 
+", crate::model_env_help!(), "
 Exit codes: 0 every run completed, 1 a stage or run failed, 2 bad arguments, 126 invalid plan,
-agent or orchestration id, 130 interrupted (the summary prints the command that resumes).")]
+agent or orchestration id, 130 interrupted (the summary prints the command that resumes)."))]
 pub struct OrchestrateArgs {
     /// The plan (YAML). Optional with --resume and -w: the plan recorded by the orchestration is used.
     pub plan: Option<PathBuf>,
@@ -59,10 +60,15 @@ pub struct OrchestrateArgs {
     /// Template variable, repeatable: --var repo=acme/api
     #[arg(long = "var", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
-    /// Summary format on stdout: text (a table), json (the summary.json object) or raw
-    /// (one `run_id<TAB>status` line per run).
+    /// Summary format on stdout: text (counts per stage, and the runs: all of a stage of
+    /// up to 20, else those that did not complete, at most 20), json (the summary.json
+    /// object, every run) or raw (one `run_id<TAB>status` line per run).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// List every run in the text summary, however many (default: a stage of more than
+    /// 20 runs lists at most 20 that did not complete).
+    #[arg(long)]
+    pub all_runs: bool,
     /// Finish the orchestration with this id (as printed when it started): completed runs
     /// are kept, interrupted ones continued, the rest started.
     #[arg(long, value_name = "ID")]
@@ -245,7 +251,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         slurm_run.relay.stop();
     }
     let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then_some(resume_hint);
-    print_summary(&summary, args.format, resume_hint.as_deref());
+    print_summary(&summary, args.format, resume_hint.as_deref(), args.all_runs);
     Ok(summary.exit_code())
 }
 

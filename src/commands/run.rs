@@ -22,16 +22,18 @@ use crate::output::hints::model_flags;
 use crate::output::{progress::Verbosity, Format};
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:
+#[command(after_help = concat!("Examples:
   cd my-agent && delta run -m \"Analyze sales data\"      # --agent defaults to the current folder
   delta run --agent ./my-agent -m \"Analyze sales data\" -y
   delta run -m \"Summarise DELTA.md\" -w ./workspace --format json
   delta run --agent examples/agents/hello-world -m \"Say hello\" -y \\
       --llm-script examples/agents/hello-world/llm-script.yaml
   delta run -m \"Summarise DELTA.md\" -w ./ws --llm-timeout 90s   # give up on a silent endpoint sooner
+  DELTA_BASE_URL=http://127.0.0.1:8080/v1 delta run -m \"Say hello\" -y   # a llama.cpp server here
 
+", crate::model_env_help!(), "
 Exit codes: 0 COMPLETED, 1 FAILED, 101 WAITING_FOR_INPUT (answer with `delta continue`),
-126 configuration error, 130 interrupted (Ctrl-C; resume with `delta continue`).")]
+126 configuration error, 130 interrupted (Ctrl-C; resume with `delta continue`)."))]
 pub struct RunArgs {
     /// Agent folder holding agent.yaml; optional, the current directory by default.
     #[arg(short = 'a', long, value_name = "DIR", default_value = ".")]
@@ -99,6 +101,7 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     let continue_flags = model_flags(
         script_path(&env, args.llm_script.as_deref()).as_deref(),
         args.llm_timeout,
+        args.max_iterations,
         &std::env::current_dir()?,
     );
     let (work_dir, workspace_id) = choice.create()?;

@@ -1,7 +1,7 @@
 //! The commands delta prints for the user to type next (`Resume with:`, `Answer with:`,
 //! the forced-exit note, `list-orchestrations`' resume hint): each one exact, runnable from
 //! any folder, quoted for a POSIX shell, with the flags the first command had that the next
-//! one needs again (`--llm-script`, `--llm-timeout`).
+//! one needs again (`--llm-script`, `--llm-timeout`, `--max-iterations`).
 //!
 //! Must not: print (callers decide where the text goes).
 
@@ -21,11 +21,13 @@ pub fn program_for_hints(cwd: &Path) -> String {
         )
 }
 
-/// The flags a later `delta continue` needs to reach the same model as this command:
-/// `--llm-script` (absolute; from the flag or `DELTA_LLM_SCRIPT`) and `--llm-timeout`.
+/// The flags a later `delta continue` needs to go on as this command did: `--llm-script`
+/// (absolute; from the flag or `DELTA_LLM_SCRIPT`), `--llm-timeout`, and the run's
+/// `--max-iterations` when it was given one (the run keeps it anyway: the flag shows it).
 pub fn model_flags(
     script: Option<&Path>,
     llm_timeout: Option<Duration>,
+    max_iterations: Option<u32>,
     cwd: &Path,
 ) -> Vec<String> {
     let mut flags = Vec::new();
@@ -40,6 +42,9 @@ pub fn model_flags(
             "--llm-timeout".to_owned(),
             format!("{}ms", limit.as_millis()),
         ]);
+    }
+    if let Some(cap) = max_iterations {
+        flags.extend(["--max-iterations".to_owned(), cap.to_string()]);
     }
     flags
 }

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use delta_actors::agent::ResolvedAgent;
-use delta_actors::plan::state::{OrchestrationSummary, RunRow, StageStatus};
+use delta_actors::llm::timeouts::describe_duration;
+use delta_actors::plan::state::{OrchestrationSummary, RunCounts, RunRow, StageStatus};
 use delta_actors::plan::{planned_runs, topo_order, ResolvedForeach, ResolvedPlan};
 use delta_actors::OrchestrationEvent;
 use delta_actors::RunStatus;
@@ -22,9 +23,20 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::{emit, emit_json, Format};
 
+/// A stage with at most this many runs lists every run in the text summary; a larger one
+/// lists its runs that did not complete, at most this many (a 10,000-run batch printed
+/// 10,007 lines on the terminal).
+pub const SUMMARY_RUN_LINES: usize = 20;
+
 /// The summary on stdout. `resume_hint` (an interrupted orchestration) is the command that
-/// finishes it: part of the text summary, on stderr for the machine formats.
-pub fn print_summary(summary: &OrchestrationSummary, format: Format, resume_hint: Option<&str>) {
+/// finishes it: part of the text summary, on stderr for the machine formats. `all_runs`
+/// (`--all-runs`) lists every run in the text summary, however many.
+pub fn print_summary(
+    summary: &OrchestrationSummary,
+    format: Format,
+    resume_hint: Option<&str>,
+    all_runs: bool,
+) {
     match format {
         Format::Json => emit_json(summary),
         Format::Raw => {
@@ -36,14 +48,14 @@ pub fn print_summary(summary: &OrchestrationSummary, format: Format, resume_hint
             }
             emit(&out);
         }
-        Format::Text => emit(&render_summary(summary, resume_hint)),
+        Format::Text => emit(&render_summary(summary, resume_hint, all_runs)),
     }
     if let (Some(hint), Format::Json | Format::Raw) = (resume_hint, format) {
         eprintln!("Resume with: {hint}");
     }
 }
 
-fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>) -> String {
+fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>, all_runs: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "Orchestration {}  {}\n",
@@ -77,7 +89,8 @@ fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>) -> String
             tokens(&stage.usage),
             empty_answers(&stage.runs)
         ));
-        for run in &stage.runs {
+        let listed = listed_runs(&stage.runs, all_runs);
+        for run in &listed.rows {
             let detail = match run.status {
                 RunStatus::Completed if run.empty_answer => "(empty answer)".to_owned(),
                 RunStatus::Completed => one_line(run.result.as_deref().unwrap_or(""), 70),
@@ -97,6 +110,21 @@ fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>) -> String
                 detail
             ));
         }
+        if listed.more_unsuccessful > 0 {
+            out.push_str(&format!(
+                "  … and {} more that did not complete: `--format json` lists every run, `delta \
+                 list-runs -w {} --status FAILED` the failed ones\n",
+                listed.more_unsuccessful,
+                shell_words::quote(&s.workspace)
+            ));
+        }
+        if listed.completed_unlisted > 0 {
+            out.push_str(&format!(
+                "  ({} completed runs not listed: `--all-runs` lists every run, `--format json` \
+                 gives them with their answers)\n",
+                listed.completed_unlisted
+            ));
+        }
         if stage.counts.not_started > 0 {
             out.push_str(&format!(
                 "  ({} more not started)\n",
@@ -108,6 +136,36 @@ fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>) -> String
         out.push_str(&format!("\nResume with: {hint}\n"));
     }
     out
+}
+
+/// The rows of a stage the text summary lists, and what it leaves out.
+struct ListedRuns<'a> {
+    rows: Vec<&'a RunRow>,
+    /// Runs that did not complete beyond the [`SUMMARY_RUN_LINES`] listed.
+    more_unsuccessful: usize,
+    /// Completed runs not listed (a stage over [`SUMMARY_RUN_LINES`] runs).
+    completed_unlisted: usize,
+}
+
+/// Every row of a small stage (or with `all_runs`); of a larger one, the first
+/// [`SUMMARY_RUN_LINES`] rows that did not complete, in fan-out order.
+fn listed_runs(rows: &[RunRow], all_runs: bool) -> ListedRuns<'_> {
+    if all_runs || rows.len() <= SUMMARY_RUN_LINES {
+        return ListedRuns {
+            rows: rows.iter().collect(),
+            more_unsuccessful: 0,
+            completed_unlisted: 0,
+        };
+    }
+    let unsuccessful: Vec<&RunRow> = rows
+        .iter()
+        .filter(|r| r.status != RunStatus::Completed)
+        .collect();
+    ListedRuns {
+        more_unsuccessful: unsuccessful.len().saturating_sub(SUMMARY_RUN_LINES),
+        completed_unlisted: rows.len() - unsuccessful.len(),
+        rows: unsuccessful.into_iter().take(SUMMARY_RUN_LINES).collect(),
+    }
 }
 
 /// `; tokens 12 in / 3 out` when the stage used any.
@@ -228,13 +286,25 @@ pub fn print_dry_run(
                         } else {
                             format!("needs [{}]", needs.join(", "))
                         };
+                        let timeout = s["timeout_ms"]
+                            .as_u64()
+                            .map(|ms| {
+                                format!(
+                                    "; timeout {} of each run's own time",
+                                    describe_duration(Duration::from_millis(ms))
+                                )
+                            })
+                            .unwrap_or_default();
                         out.push_str(&format!(
-                            "  {id}: agent {} — {}; {needs}\n",
+                            "  {id}: agent {} — {}; {needs}{timeout}\n",
                             s["agent"].as_str().unwrap_or(""),
                             s["fan_out"].as_str().unwrap_or(""),
                         ));
                     }
                 }
+            }
+            if plan.stages.iter().any(|stage| stage.timeout.is_some()) {
+                out.push_str(&format!("\n{TIMEOUT_NOTE}\n"));
             }
             if let Some(previews) = sbatch {
                 out.push_str(
@@ -249,6 +319,12 @@ pub fn print_dry_run(
         }
     }
 }
+
+/// What a stage's `timeout` counts, as `--dry-run` says it (docs/plan.md says the same).
+pub const TIMEOUT_NOTE: &str = "A stage's `timeout` counts each run's own time: its model \
+calls, tools and hooks. Time a run waits for the endpoint (behind `llm.max_in_flight`, \
+`llm.requests_per_minute` or a Retry-After) is not counted, so a small max_in_flight does \
+not cut runs that are only queued.";
 
 /// One `sbatch` a `--executor slurm` plan would run, as `--dry-run` shows it.
 pub struct SbatchPreview {
@@ -272,17 +348,29 @@ struct StageProgress {
     failed: usize,
     /// Stopped by Ctrl-C, SIGTERM or a kill: resumable, not failed.
     interrupted: usize,
+    /// Failed attempts that were retried (`retries:` in the plan); not outcomes.
+    retries: usize,
 }
 
 impl StageProgress {
-    /// `running 2, failed 1, interrupted 3` (interrupted only when there are some).
+    /// `running 2, failed 1, interrupted 3, retries 4` (interrupted and retries only when
+    /// there are some).
     fn describe(&self) -> String {
         let mut text = format!("running {}, failed {}", self.running, self.failed);
         if self.interrupted > 0 {
             text.push_str(&format!(", interrupted {}", self.interrupted));
         }
+        if self.retries > 0 {
+            text.push_str(&format!(", retries {}", self.retries));
+        }
         text
     }
+}
+
+/// `stage work: Completed with failures (3 completed, 2 failed of 5)`: a stage's end as the
+/// plain progress says it, with the status's label (never its Rust name).
+fn stage_finished_line(stage: &str, status: StageStatus, counts: &RunCounts) -> String {
+    format!("stage {stage}: {} ({})", status.label(), counts.describe())
 }
 
 /// `text` on one line, at most `limit` characters (`…` marks a cut).
@@ -369,6 +457,7 @@ impl Progress {
                         running: 0,
                         failed: already_done.unsuccessful() - already_done.interrupted,
                         interrupted: already_done.interrupted,
+                        retries: 0,
                     },
                 );
                 match &mut self.bars {
@@ -399,9 +488,21 @@ impl Progress {
                 }
                 self.refresh(stage);
             }
-            OrchestrationEvent::RunFinished { stage, status, .. } => {
+            OrchestrationEvent::RunFinished {
+                stage,
+                status,
+                retried,
+                ..
+            } => {
                 if let Some(c) = self.stages.get_mut(stage) {
                     c.running = c.running.saturating_sub(1);
+                    // An attempt that is retried is not an outcome: its run starts again
+                    // (counting it made a stage of 5 read `9/5`).
+                    if *retried {
+                        c.retries += 1;
+                        self.refresh(stage);
+                        return;
+                    }
                     c.done += 1;
                     match status {
                         RunStatus::Completed => {}
@@ -419,10 +520,14 @@ impl Progress {
                 match &self.bars {
                     Some((_, bars)) => {
                         if let Some(bar) = bars.get(stage) {
-                            bar.finish_with_message(format!("{status:?}: {}", counts.describe()));
+                            bar.finish_with_message(format!(
+                                "{}: {}",
+                                status.label(),
+                                counts.describe()
+                            ));
                         }
                     }
-                    None => eprintln!("stage {stage}: {status:?} ({})", counts.describe()),
+                    None => eprintln!("{}", stage_finished_line(stage, *status, counts)),
                 }
                 if *status == StageStatus::Failed {
                     eprintln!("stage {stage} failed: dependants will not start");
@@ -490,7 +595,6 @@ impl Progress {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use delta_actors::plan::state::RunCounts;
 
     fn plain() -> Progress {
         Progress {
@@ -524,6 +628,7 @@ mod tests {
             status,
             duration_ms: 0,
             error: None,
+            retried: false,
         }
     }
 
@@ -573,6 +678,69 @@ mod tests {
         assert_eq!(
             progress.changed_line().unwrap(),
             "progress: work 3/3 (running 0, failed 1, interrupted 2)"
+        );
+    }
+
+    /// Issue 31 item 15: every attempt's end was counted as a finished run, so a stage of
+    /// five runs with retries read `9/5`.
+    #[test]
+    fn a_retried_attempt_is_not_counted_as_a_finished_run() {
+        let mut progress = plain();
+        progress.on_event(&OrchestrationEvent::StageStarted {
+            stage: "read".into(),
+            runs: 5,
+            already_done: RunCounts::default(),
+        });
+        for index in 0..5 {
+            for attempt in 1..=2 {
+                progress.on_event(&OrchestrationEvent::RunStarted {
+                    stage: "read".into(),
+                    index,
+                    run_id: format!("r{index}"),
+                    attempt,
+                });
+                progress.on_event(&OrchestrationEvent::RunFinished {
+                    stage: "read".into(),
+                    index,
+                    run_id: format!("r{index}"),
+                    status: RunStatus::Failed,
+                    duration_ms: 0,
+                    error: None,
+                    retried: attempt == 1 && index != 4,
+                });
+                if index == 4 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            progress.changed_line().unwrap(),
+            "progress: read 5/5 (running 0, failed 5, retries 4)"
+        );
+    }
+
+    /// Issue 31 item 15: `CompletedWithFailures` was printed raw on stderr.
+    #[test]
+    fn a_finished_stage_is_named_with_its_label() {
+        let mut out = Vec::new();
+        for status in [
+            StageStatus::CompletedWithFailures,
+            StageStatus::NotStarted,
+            StageStatus::Failed,
+        ] {
+            out.push(stage_finished_line(
+                "work",
+                status,
+                &RunCounts::tally(1, &[]),
+            ));
+        }
+        assert_eq!(
+            out,
+            [
+                "stage work: Completed with failures (0 completed, 0 failed, 1 not started of 1)",
+                "stage work: Not started (0 completed, 0 failed, 1 not started of 1)",
+                "stage work: Failed (0 completed, 0 failed, 1 not started of 1)",
+            ]
         );
     }
 
@@ -641,7 +809,7 @@ mod tests {
             },
             error: None,
         };
-        let text = render_summary(&summary, None);
+        let text = render_summary(&summary, None, false);
         assert!(!text.contains('\t'), "{text}");
         assert!(
             text.contains("\nstage combine  Not started\n"),
@@ -659,6 +827,84 @@ mod tests {
         assert!(empty_row.ends_with("(empty answer)"), "{empty_row}");
         let tabbed_row = text.lines().find(|l| l.contains("t-work-0")).unwrap();
         assert!(tabbed_row.ends_with(" a b"), "{tabbed_row}");
+    }
+
+    /// Issue 31 item 18: a 10,000-run batch printed 10,007 summary lines on the terminal.
+    /// The text summary holds counts per stage and the runs that did not complete (20 at
+    /// most, then how to get the rest); a small stage still lists every run.
+    #[test]
+    fn the_text_summary_of_a_big_batch_is_counts_and_the_first_failures() {
+        use delta_actors::plan::state::{OrchestrationStatus, StageSummary, Totals};
+        let map_runs: Vec<RunRow> = (0..10_000)
+            .map(|index| {
+                let (status, error) = match index % 250 {
+                    7 => (
+                        RunStatus::Failed,
+                        Some(format!("llm_timeout: no answer in 600 s (item {index})")),
+                    ),
+                    99 if index < 2500 => (
+                        RunStatus::Interrupted,
+                        Some("timeout: the run exceeded its time limit of 300 s".to_owned()),
+                    ),
+                    _ => (RunStatus::Completed, None),
+                };
+                RunRow {
+                    run_id: format!("nightly-map-{index}"),
+                    index,
+                    result: error.is_none().then(|| format!("summary of file {index}")),
+                    error,
+                    ..row("", status, "", false)
+                }
+            })
+            .collect();
+        let reduce_runs = vec![RunRow {
+            run_id: "nightly-reduce-0".into(),
+            ..row("", RunStatus::Completed, "the report", false)
+        }];
+        let stage = |id: &str, status, runs: Vec<RunRow>| StageSummary {
+            id: id.into(),
+            status,
+            counts: RunCounts::tally(runs.len(), &runs),
+            usage: TokenUsage {
+                input_tokens: 10 * runs.len() as u64,
+                output_tokens: 4 * runs.len() as u64,
+                total_tokens: 14 * runs.len() as u64,
+            },
+            runs,
+        };
+        let stages = vec![
+            stage("map", StageStatus::CompletedWithFailures, map_runs),
+            stage("reduce", StageStatus::Completed, reduce_runs),
+        ];
+        let mut counts = RunCounts::default();
+        for s in &stages {
+            counts.add(&s.counts);
+        }
+        let summary = OrchestrationSummary {
+            orchestration_id: "nightly".into(),
+            status: OrchestrationStatus::Completed,
+            plan: "/plans/nightly/plan.yaml".into(),
+            workspace: "/plans/nightly/workspaces/W001".into(),
+            started_at: String::new(),
+            ended_at: String::new(),
+            duration_ms: 3_723_400,
+            stages,
+            totals: Totals {
+                counts,
+                input_tokens: 100_010,
+                output_tokens: 40_004,
+            },
+            error: None,
+        };
+        let text = render_summary(&summary, None, false);
+        assert!(text.lines().count() < 40, "{} lines", text.lines().count());
+        insta::assert_snapshot!(text);
+        let all = render_summary(&summary, None, true);
+        assert_eq!(
+            all.lines().filter(|l| l.contains("nightly-map-")).count(),
+            10_000,
+            "--all-runs lists every run"
+        );
     }
 
     /// Issue 24 item 23: a tab or newline in an answer shifted the summary's columns.

@@ -14,6 +14,9 @@ pub struct EventPrinter<W: Write = std::io::Stderr> {
     out: W,
     /// The reply being shown as it arrives: its iteration and the text shown so far.
     live: Option<(u32, String)>,
+    /// The run shown and the iteration at which its cap stops this start or continuation
+    /// (see [`EventPrinter::iteration_line`]).
+    last_iteration: Option<(String, u32)>,
 }
 
 impl EventPrinter {
@@ -30,6 +33,7 @@ impl<W: Write> EventPrinter<W> {
             verbosity,
             out,
             live: None,
+            last_iteration: None,
         }
     }
 
@@ -69,12 +73,49 @@ impl<W: Write> EventPrinter<W> {
                 if self.live.take().is_some() {
                     let _ = writeln!(out);
                 }
+                if let RunEvent::IterationStarted {
+                    run_id,
+                    iteration,
+                    max_iterations,
+                } = other
+                {
+                    let line = Self::iteration_line(
+                        &mut self.last_iteration,
+                        run_id,
+                        *iteration,
+                        *max_iterations,
+                    );
+                    let _ = writeln!(out, "{line}");
+                    return;
+                }
                 match event_line(other, self.verbosity) {
                     Some(line) => writeln!(out, "{line}"),
                     None => Ok(()),
                 }
             }
         };
+    }
+}
+
+impl<W: Write> EventPrinter<W> {
+    /// `[iteration 7/12]`: the run's iteration (counted over its whole life) out of the
+    /// iteration at which this start or continuation reaches its cap. The cap counts from
+    /// where a continuation starts, so `7/6` (the cap alone) read as past the limit.
+    fn iteration_line(
+        last: &mut Option<(String, u32)>,
+        run_id: &str,
+        iteration: u32,
+        max_iterations: u32,
+    ) -> String {
+        let limit = match last {
+            Some((shown, limit)) if shown == run_id => *limit,
+            _ => {
+                let limit = iteration.saturating_sub(1).saturating_add(max_iterations);
+                *last = Some((run_id.to_owned(), limit));
+                limit
+            }
+        };
+        format!("[iteration {iteration}/{limit}]")
     }
 }
 
@@ -98,11 +139,8 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
             "{} run {run_id} (agent {agent_name}) in {work_dir}",
             if *resumed { "Resuming" } else { "Starting" }
         ),
-        RunEvent::IterationStarted {
-            iteration,
-            max_iterations,
-            ..
-        } => format!("[iteration {iteration}/{max_iterations}]"),
+        // Shown by an `EventPrinter`, which knows where this start's cap stops.
+        RunEvent::IterationStarted { .. } => return None,
         RunEvent::Thought { text, .. } => {
             let limit = if verbosity == Verbosity::Verbose {
                 2000
@@ -212,6 +250,31 @@ mod tests {
             max_iterations: 5,
         });
         let shown = String::from_utf8(printer.out).unwrap();
-        assert_eq!(shown, "» Hello, world\n» half\n[iteration 3/5]\n");
+        assert_eq!(shown, "» Hello, world\n» half\n[iteration 3/7]\n");
+    }
+
+    /// Issue 31 item 15: a continued run printed `[iteration 7/6]` (its whole-life
+    /// iteration over the continuation's own cap). The second number is the iteration at
+    /// which this continuation stops.
+    #[test]
+    fn a_continuation_counts_its_cap_from_where_it_starts() {
+        let mut printer = EventPrinter::to(Verbosity::Normal, Vec::new());
+        for iteration in [7, 8] {
+            printer.print(&RunEvent::IterationStarted {
+                run_id: "r".into(),
+                iteration,
+                max_iterations: 6,
+            });
+        }
+        printer.print(&RunEvent::IterationStarted {
+            run_id: "other".into(),
+            iteration: 1,
+            max_iterations: 6,
+        });
+        let shown = String::from_utf8(printer.out).unwrap();
+        assert_eq!(
+            shown,
+            "[iteration 7/12]\n[iteration 8/12]\n[iteration 1/6]\n"
+        );
     }
 }

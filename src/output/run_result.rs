@@ -1,6 +1,7 @@
 //! Renders a RunResult in the three formats of spec §2.6.5: `json` (the schema 2.0 object),
 //! `text` (the original engine's summary layout, plus the next command to type), `raw` (the answer alone).
 
+use delta_actors::RunErrorKind;
 use delta_actors::RunResult;
 use delta_actors::RunStatus;
 
@@ -98,9 +99,22 @@ pub fn render_text(r: &RunResult, continue_flags: &[String]) -> String {
                 "Journal:      {}/journal.jsonl\n",
                 r.metadata.run_dir
             ));
-            s.push_str(&format!(
-                "Retry with:   {resume} -m \"<what to do differently>\"\n"
-            ));
+            // The same conversation again (a connection error, a timeout), or with a hint;
+            // after the model's own (empty) answer only a hint can change the outcome.
+            let answered = r
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == RunErrorKind::EmptyAnswer);
+            if answered {
+                s.push_str(&format!(
+                    "Retry with:   {resume} -m \"<what to do differently>\"\n"
+                ));
+            } else {
+                s.push_str(&format!("Retry with:   {resume}\n"));
+                s.push_str(&format!(
+                    "          or: {resume} -m \"<what to do differently>\"\n"
+                ));
+            }
         }
     }
     s.push_str(RULE);

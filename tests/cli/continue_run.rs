@@ -166,23 +166,30 @@ fn completed_needs_a_message_and_then_continues() {
     assert_seq_strictly_increasing(&journal);
 }
 
+/// A FAILED run is retried with a message saying what to do differently, or (issue 31
+/// item 16) without one: the same conversation again, keeping the run's iteration cap.
 #[test]
-fn failed_needs_a_message_and_then_continues() {
+fn failed_is_retried_with_a_message_or_as_it_stood() {
     let script = json!({"steps": [
         {"tool": "nap", "args": {"seconds": "0"}},
         {"answer": "retried with: {{ last_user }}"}
     ]});
     let case = Case::new("retry", HANG_TOOLS, &script);
-    case.run("r1", "work", &["--max-iterations", "1"])
-        .assert_code(1);
-    assert_eq!(case.metadata("r1")["status"], "FAILED");
-    let refused = case.continue_run("r1", &[]);
-    refused.assert_code(126);
-    assert!(refused.stderr.contains("FAILED"), "{}", refused.stderr);
+    for run_id in ["r1", "r2"] {
+        case.run(run_id, "work", &["--max-iterations", "1"])
+            .assert_code(1);
+        assert_eq!(case.metadata(run_id)["status"], "FAILED");
+    }
     let out = case.continue_run("r1", &["-m", "be quicker"]);
     out.assert_code(0);
     assert_eq!(out.json()["result"], "retried with: be quicker");
     assert_eq!(case.metadata("r1")["status"], "COMPLETED");
+
+    let out = case.continue_run("r2", &[]);
+    out.assert_code(0);
+    assert_eq!(out.json()["result"], "retried with: work");
+    assert_eq!(case.metadata("r2")["status"], "COMPLETED");
+    assert_eq!(count(&case.journal("r2"), "USER_MESSAGE"), 1);
 }
 
 #[test]

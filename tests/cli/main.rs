@@ -4,13 +4,16 @@ mod bench_docs;
 mod hooks;
 mod hostile_files;
 mod init_expand;
+mod install_scripts;
 
 mod ask_human;
 mod continue_compat;
 mod continue_run;
 mod crash;
+mod docs_defaults;
 mod dry_run_model;
 mod env_precedence;
+mod first_hour;
 mod hangs;
 mod harness;
 mod list_orchestrations;

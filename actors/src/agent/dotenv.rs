@@ -1,8 +1,8 @@
 //! The `.env` cascade: real environment > workspace `.env` > agent `.env` > project-root
 //! `.env`, merged once into one map. The spec (§2.6.7) puts the process environment last;
 //! the original engine and every dotenv convention let the real environment win, so a
-//! variable set on the command line is never silently replaced by a file (README,
-//! "Differences from the spec").
+//! variable set on the command line is never silently replaced by a file
+//! (docs/spec-differences.md).
 //!
 //! Owns `.env` parsing (`KEY=VALUE`, `export`, quotes, comments) and the precedence rule.
 //! It never reads or writes the process environment itself: callers pass it in and use the

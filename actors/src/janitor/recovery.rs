@@ -91,7 +91,8 @@ pub enum ContinueError {
         /// `interaction/response.txt`, where an answer may be written instead.
         response_file: PathBuf,
     },
-    /// COMPLETED or FAILED: continuing needs the next instruction.
+    /// COMPLETED: continuing needs the next instruction (a FAILED run without one is
+    /// retried with the same conversation).
     #[error(
         "run '{run_id}' is {status}: to continue it, give a message with -m \"...\"\nExample: delta continue --run-id {run_id} -w {} -m \"Now do something else\"",
         work_dir.display()
@@ -150,8 +151,9 @@ pub enum ContinueError {
 /// Checks run `run_id` of `work_dir` before it is continued, as `delta continue` does: the
 /// janitor first (a RUNNING run whose process is gone becomes INTERRUPTED; `force` takes
 /// over one recorded on another host), then the status table of spec §2.6.2 — `message` is
-/// required for COMPLETED and FAILED, and for WAITING_FOR_INPUT unless the answer was
-/// written to `interaction/response.txt`; a RUNNING run with a live owner is refused.
+/// required for COMPLETED, and for WAITING_FOR_INPUT unless the answer was written to
+/// `interaction/response.txt` (a FAILED run without one is retried as it stands: the
+/// engine sends the same conversation again); a RUNNING run with a live owner is refused.
 pub fn prepare_continue(
     work_dir: &Path,
     run_id: &str,
@@ -191,13 +193,11 @@ pub fn prepare_continue(
                 response_file,
             })
         }
-        RunStatus::Completed | RunStatus::Failed if message.is_none() => {
-            Err(ContinueError::NeedsMessage {
-                run_id: run_id.to_owned(),
-                status: metadata.status,
-                work_dir: work_dir.to_path_buf(),
-            })
-        }
+        RunStatus::Completed if message.is_none() => Err(ContinueError::NeedsMessage {
+            run_id: run_id.to_owned(),
+            status: metadata.status,
+            work_dir: work_dir.to_path_buf(),
+        }),
         RunStatus::Running => Err(still_running(run_id, &paths, &metadata)),
         _ => Ok(ContinueReadiness::Ready {
             janitor,

@@ -54,20 +54,36 @@ fn invalid_or_missing_runs_are_refused_by_the_workspace_rules() {
     );
 }
 
+/// Issue 31 item 16: a FAILED run (a connection error) is retried without inventing a
+/// message; a COMPLETED one still needs the next instruction.
 #[test]
-fn finished_runs_need_a_message() {
+fn a_failed_run_is_ready_without_a_message() {
     let work = tempfile::tempdir().unwrap();
+    run_with_status(work.path(), "bad", RunStatus::Failed);
+    let ready = prepare_continue(work.path(), "bad", None, false).unwrap();
+    let ContinueReadiness::Ready { janitor, metadata } = ready else {
+        panic!("expected Ready");
+    };
+    assert_eq!((janitor, metadata.status), (None, RunStatus::Failed));
+}
+
+#[test]
+fn a_completed_run_needs_a_message() {
+    let work = tempfile::tempdir().unwrap();
+    run_with_status(work.path(), "done", RunStatus::Completed);
+    let refused = prepare_continue(work.path(), "done", None, false).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "run 'done' is COMPLETED: to continue it, give a message with -m \"...\"\n\
+             Example: delta continue --run-id done -w {} -m \"Now do something else\"",
+            work.path().display()
+        )
+    );
     for (run_id, status) in [("done", RunStatus::Completed), ("bad", RunStatus::Failed)] {
-        run_with_status(work.path(), run_id, status);
-        let refused = prepare_continue(work.path(), run_id, None, false).unwrap_err();
-        assert_eq!(
-            refused.to_string(),
-            format!(
-                "run '{run_id}' is {status}: to continue it, give a message with -m \"...\"\n\
-                 Example: delta continue --run-id {run_id} -w {} -m \"Now do something else\"",
-                work.path().display()
-            )
-        );
+        if status == RunStatus::Failed {
+            run_with_status(work.path(), run_id, status);
+        }
         let ready = prepare_continue(work.path(), run_id, Some("again"), false).unwrap();
         let ContinueReadiness::Ready { janitor, metadata } = ready else {
             panic!("expected Ready");

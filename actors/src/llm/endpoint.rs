@@ -143,6 +143,10 @@ pub struct RequestMeta {
     /// Told each piece of reply text as a streamed reply arrives (live output); `None` when
     /// nobody watches.
     pub on_text: Option<TextSink>,
+    /// Told when the call starts waiting in the gate's queue (for an in-flight place and a
+    /// rate slot) and when it is let through: a run's time limit does not count that wait.
+    /// `None` when nobody keeps the time.
+    pub on_queue: Option<QueueSink>,
 }
 
 /// What one chunk added to the reply, for live output.
@@ -180,6 +184,58 @@ impl PartialEq for TextSink {
 
 impl Eq for TextSink {}
 
+/// A call's place in its gate's queue, as told to a [`QueueSink`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueEvent {
+    /// The call waits for an in-flight place or a rate slot (the endpoint is busy with
+    /// other calls, or held back by `requests_per_minute` or a Retry-After).
+    Waiting,
+    /// The call was let through (or gave up waiting): from here the time is its own.
+    Admitted,
+}
+
+/// Receives a call's [`QueueEvent`]s: every `Waiting` is followed by one `Admitted`, also
+/// when the call is dropped while it waits. Called on the caller's thread; it must return
+/// quickly.
+#[derive(Clone)]
+pub struct QueueSink(pub Arc<dyn Fn(QueueEvent) + Send + Sync>);
+
+impl QueueSink {
+    /// A sink that calls `f`.
+    pub fn new(f: impl Fn(QueueEvent) + Send + Sync + 'static) -> QueueSink {
+        QueueSink(Arc::new(f))
+    }
+
+    /// Says `Waiting` now and `Admitted` when the returned guard is dropped.
+    pub fn waiting(&self) -> QueueWait<'_> {
+        (self.0)(QueueEvent::Waiting);
+        QueueWait(self)
+    }
+}
+
+/// A call waiting in the queue: says [`QueueEvent::Admitted`] when dropped.
+pub struct QueueWait<'a>(&'a QueueSink);
+
+impl Drop for QueueWait<'_> {
+    fn drop(&mut self) {
+        (self.0 .0)(QueueEvent::Admitted);
+    }
+}
+
+impl fmt::Debug for QueueSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("QueueSink")
+    }
+}
+
+impl PartialEq for QueueSink {
+    fn eq(&self, other: &QueueSink) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for QueueSink {}
+
 impl RequestMeta {
     /// Meta for `agent_name`'s run `run_id`, with the default timeouts.
     pub fn new(agent_name: impl Into<String>, run_id: impl Into<String>) -> Self {
@@ -190,6 +246,7 @@ impl RequestMeta {
             wire_body: None,
             wire: WireOptions::default(),
             on_text: None,
+            on_queue: None,
         }
     }
 }

@@ -149,6 +149,9 @@ impl LlmGate {
         loop {
             let queued_at = Instant::now();
             let result = {
+                // Told to whoever keeps the caller's time (a run's time limit leaves the
+                // queue out); `Admitted` also when this future is dropped while waiting.
+                let in_queue = meta.on_queue.as_ref().map(super::QueueSink::waiting);
                 let _permit =
                     self.permits.acquire().await.map_err(|_| {
                         LlmError::Transport("the LLM gate was shut down".to_owned())
@@ -157,6 +160,7 @@ impl LlmGate {
                 if !slot_wait.is_zero() {
                     tokio::time::sleep(slot_wait).await;
                 }
+                drop(in_queue);
                 waited += queued_at.elapsed();
                 // The backend may have learned another way to write requests (from this
                 // call's refusal, or another run's): a body written the old way is dropped.
@@ -375,6 +379,86 @@ rules:
             pass.waited >= Duration::from_millis(100),
             "{:?}",
             pass.waited
+        );
+    }
+
+    /// Issue 31 item 14: a call tells its meta's queue sink when it waits behind the
+    /// in-flight cap and when it is let through (a run's time limit leaves that wait out);
+    /// a call admitted at once says both at once, a dropped waiting call says `Admitted`.
+    #[tokio::test]
+    async fn a_call_says_when_it_waits_in_the_queue_and_when_it_is_let_through() {
+        use crate::llm::{QueueEvent, QueueSink};
+        let g = Arc::new(gate(
+            "steps: [{answer: x, latency: 200}]",
+            GateConfig {
+                max_in_flight: 1,
+                ..GateConfig::default()
+            },
+        ));
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let meta = |run: &str| {
+            let told = Arc::clone(&told);
+            let run = run.to_owned();
+            RequestMeta {
+                on_queue: Some(QueueSink::new(move |event| {
+                    told.lock()
+                        .unwrap()
+                        .push((run.clone(), event, Instant::now()))
+                })),
+                ..RequestMeta::new("a", "r")
+            }
+        };
+        let first = {
+            let (g, meta) = (Arc::clone(&g), meta("first"));
+            tokio::spawn(async move { g.complete(req(), meta, |_| {}).await })
+        };
+        while g.in_flight() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let began = Instant::now();
+        g.complete(req(), meta("second"), |_| {}).await.unwrap();
+        first.await.unwrap().unwrap();
+        let told = told.lock().unwrap().clone();
+        let of = |run: &str| -> Vec<(QueueEvent, Instant)> {
+            told.iter()
+                .filter(|(r, _, _)| r == run)
+                .map(|(_, e, at)| (*e, *at))
+                .collect()
+        };
+        let first_events: Vec<QueueEvent> = of("first").iter().map(|(e, _)| *e).collect();
+        assert_eq!(first_events, [QueueEvent::Waiting, QueueEvent::Admitted]);
+        let second = of("second");
+        assert_eq!(
+            second.iter().map(|(e, _)| *e).collect::<Vec<_>>(),
+            [QueueEvent::Waiting, QueueEvent::Admitted]
+        );
+        assert!(
+            second[1].1.duration_since(began) >= Duration::from_millis(150),
+            "admitted only once the first call let go of the place"
+        );
+
+        // A call dropped while it waits still says it left the queue.
+        let pass = g.admit().await.unwrap();
+        let dropped = Arc::new(Mutex::new(Vec::new()));
+        let sink = {
+            let dropped = Arc::clone(&dropped);
+            QueueSink::new(move |event| dropped.lock().unwrap().push(event))
+        };
+        let waiting = g.complete(
+            req(),
+            RequestMeta {
+                on_queue: Some(sink),
+                ..RequestMeta::new("a", "r3")
+            },
+            |_| {},
+        );
+        assert!(tokio::time::timeout(Duration::from_millis(50), waiting)
+            .await
+            .is_err());
+        drop(pass);
+        assert_eq!(
+            *dropped.lock().unwrap(),
+            [QueueEvent::Waiting, QueueEvent::Admitted]
         );
     }
 

@@ -49,8 +49,8 @@ pub(crate) use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use dialect::{Dialect, MaxTokensField, SystemRole, ToolCallContent, WireOptions};
 pub use endpoint::{
-    ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError, RequestMeta, TextSink,
-    MAX_CONNECTIONS_LIMIT,
+    ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError, QueueEvent, QueueSink,
+    RequestMeta, TextSink, MAX_CONNECTIONS_LIMIT,
 };
 pub use gate::{GateConfig, GateOutcome, GatePass, LlmGate};
 pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};

@@ -72,6 +72,11 @@ pub struct RunMetadata {
     /// The iteration cap of the run's last start or continuation.
     #[serde(default)]
     pub max_iterations: u32,
+    /// The cap the run was explicitly given (`delta run --max-iterations`, a request's
+    /// `max_iterations`), kept so that a later `delta continue` without the flag goes on
+    /// with it instead of the agent's default; `None` when the agent's setting applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations_requested: Option<u32>,
     /// Why the run failed or stopped: `{"type": ..., "message": ...}` (the older
     /// `"type: message"` string is read too).
     #[serde(default)]
@@ -139,6 +144,7 @@ impl RunMetadata {
             task: initial_message.to_string(),
             iterations: 0,
             max_iterations,
+            max_iterations_requested: None,
             error: None,
             agent_home: agent_home.to_string_lossy().into_owned(),
             work_dir: work_dir.to_string_lossy().into_owned(),
@@ -432,6 +438,7 @@ fn from_original(
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
         max_iterations: ORIGINAL_DEFAULT_MAX_ITERATIONS,
+        max_iterations_requested: None,
         error: text("error").map(|e| RecordedError::from_legacy(&e)),
         agent_home,
         work_dir,

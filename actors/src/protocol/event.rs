@@ -183,6 +183,11 @@ pub enum OrchestrationEvent {
         duration_ms: u64,
         /// The run's error message, when it did not complete.
         error: Option<String>,
+        /// The attempt failed and the run is retried (a `RunStarted` with the next
+        /// `attempt` follows): this is not the run's final outcome, and a count of finished
+        /// runs leaves it out.
+        #[serde(default)]
+        retried: bool,
     },
     /// Every run of a stage has its final outcome.
     StageFinished {

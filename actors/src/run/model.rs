@@ -214,6 +214,8 @@ impl Run {
                 .resolve(self.lp.config.llm_timeouts),
             wire,
             on_text: self.reply_text_sink(live.clone()),
+            // Set by the model port that keeps the run's time (the run actor's).
+            on_queue: None,
         };
         let events = self.events.clone();
         let run_id = self.lp.run_id.clone();

@@ -11,7 +11,8 @@ use std::path::Path;
 
 use crate::context::INTERRUPTED_OBSERVATION;
 use crate::journal::{
-    pending_ask_human, unanswered_calls, ActionStatus, Event, Journal, JournalEvent, JournalOptions,
+    pending_ask_human, recorded_final_answer, unanswered_calls, ActionStatus, Event, Journal,
+    JournalEvent, JournalOptions,
 };
 use crate::metadata::{
     current_process_identity, read_metadata, try_take_over, write_metadata_with, RunLock,
@@ -141,6 +142,7 @@ pub fn take_run(
             );
             meta.workspace_id = request.workspace_id.clone();
             meta.orchestration_id = request.orchestration_id.clone();
+            meta.max_iterations_requested = request.max_iterations;
             let mut events = Vec::with_capacity(16);
             events.push(
                 journal
@@ -218,9 +220,20 @@ pub fn take_run(
                     };
                     Some(answer)
                 }
-                RunStatus::Completed | RunStatus::Failed if message.is_none() => {
+                RunStatus::Completed if message.is_none() => {
                     return Err(SetupError::Refused(format!(
                         "run '{run_id}' is {status}: to continue it, give a message with -m \"...\""
+                    )));
+                }
+                // A FAILED run is retried without a message by sending the same conversation
+                // again (a connection error, a timeout: issue 31 item 16), unless the model
+                // had answered: the same history would only end the run the same way.
+                RunStatus::Failed
+                    if message.is_none() && recorded_final_answer(&events).is_some() =>
+                {
+                    return Err(SetupError::Refused(format!(
+                        "run '{run_id}' is FAILED after the model's final answer: to retry it, give \
+                         a message with -m \"...\" saying what to do differently"
                     )));
                 }
                 _ => None,
@@ -234,6 +247,11 @@ pub fn take_run(
             meta.error = None;
             meta.result = None;
             meta.max_iterations = max_iterations;
+            // A continuation given a cap keeps it for the next one; one without keeps the
+            // cap the run was given before (the caller applied it: see the field).
+            if request.max_iterations.is_some() {
+                meta.max_iterations_requested = request.max_iterations;
+            }
             meta.agent_home = request.agent.home.to_string_lossy().into_owned();
             write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
             crate::workspace::mark_runs_changed(&request.work_dir);

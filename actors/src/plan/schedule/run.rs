@@ -83,6 +83,10 @@ impl Scheduler {
             error: row.error.clone(),
             usage: row.usage,
         });
+        if retryable {
+            run.failures += 1;
+        }
+        let retried = retryable && !stopping && run.failures <= retries;
         let emitted = Effect::Emit(OrchestrationEvent::RunFinished {
             stage: stage_id.to_string(),
             index: row.index,
@@ -90,11 +94,9 @@ impl Scheduler {
             status: row.status,
             duration_ms: row.duration_ms,
             error: row.error.clone(),
+            retried,
         });
-        if retryable {
-            run.failures += 1;
-        }
-        if retryable && !stopping && run.failures <= retries {
+        if retried {
             run.first_error = run.first_error.take().or_else(|| row.error.clone());
             // A run whose setup failed before its metadata was written (too many open files,
             // a full disk) never started: there is nothing to continue, so it starts afresh.

@@ -140,7 +140,9 @@ impl Scheduler {
             StageStatus::Interrupted
         } else if counts.unsuccessful() == 0 {
             StageStatus::Completed
-        } else if spec.on_failure == OnFailure::Continue {
+        } else if spec.on_failure == OnFailure::Continue && counts.completed > 0 {
+            // `on_failure: continue` goes on past failed items; a stage none of whose runs
+            // completed has nothing to go on with: it failed (issue 31 item 15).
             StageStatus::CompletedWithFailures
         } else {
             StageStatus::Failed

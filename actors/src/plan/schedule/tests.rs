@@ -381,6 +381,43 @@ fn an_output_json_answer_that_does_not_parse_is_retried_then_counts_as_failed() 
     assert_eq!(d.conclusion().status, OrchestrationStatus::Failed);
 }
 
+/// Issue 31 item 15: a stage none of whose runs completed was "Completed with failures"
+/// under `on_failure: continue`, and its dependants started on nothing. It failed.
+#[test]
+fn a_stage_with_no_completed_run_fails_even_under_on_failure_continue() {
+    let mut s = stage("a", &[], Some(5));
+    s.on_failure = OnFailure::Continue;
+    let mut d = Driver::start(plan(vec![s, stage("b", &["a"], None)]), 8);
+    for index in 0..5 {
+        d.fail(&format!("o-a-{index}"), "llm_timeout: no answer");
+    }
+    assert_eq!(d.stage_summary("a").status, StageStatus::Failed);
+    assert_eq!(d.stage_summary("a").counts.completed, 0);
+    assert_eq!(d.stage_summary("b").status, StageStatus::Skipped);
+    assert_eq!(d.conclusion().status, OrchestrationStatus::Failed);
+}
+
+/// Issue 31 item 15: progress counted every attempt's end as a finished run (`read 9/5`).
+/// The scheduler says which ends are followed by a retry.
+#[test]
+fn a_run_end_followed_by_a_retry_is_marked_retried_and_the_last_is_not() {
+    let mut s = stage("a", &[], None);
+    s.retries = 2;
+    let mut d = Driver::start(plan(vec![s]), 4);
+    d.fail("o-a-0", "tool_error: first");
+    d.fail("o-a-0", "tool_error: second");
+    d.complete("o-a-0", "third time lucky");
+    let retried: Vec<bool> = d
+        .emitted
+        .iter()
+        .filter_map(|event| match event {
+            OrchestrationEvent::RunFinished { retried, .. } => Some(*retried),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retried, [true, true, false]);
+}
+
 #[test]
 fn on_failure_stop_skips_the_dependants_and_continue_lets_them_start() {
     for (on_failure, dependant, stage_status) in [

@@ -1,5 +1,6 @@
 //! `RunActor`: one actor per run_id. It owns the run's mailbox — a stop request, and the
-//! run's own time limit — and drives the run loop ([`crate::run::RunLoop::drive`]) as one
+//! run's time limit, which counts the run's own time ([`own_time`]: not the time its model
+//! calls wait in their endpoint's queue) — and drives the run loop ([`crate::run::RunLoop::drive`]) as one
 //! future on its context. The loop reaches the model through the endpoint's shared
 //! `LlmGate`, called on this actor's arbiter, and runs each tool call in its own
 //! `ToolActor`, through the two ports below.
@@ -16,7 +17,8 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::llm::{
-    complete_call, CallFailure, CallOutcome, ChatRequest, LlmGate, RequestMeta, RetryObserver,
+    complete_call, CallFailure, CallOutcome, ChatRequest, LlmGate, QueueSink, RequestMeta,
+    RetryObserver,
 };
 use crate::protocol::{RunEvent, RunResult};
 use crate::request::{RunRequest, SupervisorConfig};
@@ -24,6 +26,10 @@ use crate::run::{ModelPort, RunControl, RunLoop, ToolPort};
 use crate::runtime::tool::{Execute, ToolActor};
 use crate::tool::job::{ToolExecution, ToolJob};
 use crate::tool::kind::registry::ToolServices;
+
+mod own_time;
+
+use own_time::OwnTime;
 
 /// Stop at the next await point and finish INTERRUPTED.
 #[derive(Message)]
@@ -39,8 +45,11 @@ pub struct RunActor {
     run: Option<RunLoop>,
     /// Stop requests shared with the loop: the time limit and `StopRun` set it, the loop reads it.
     control: Arc<RunControl>,
-    /// The request's wall-time limit, if any; read once in `started` to arm the timer.
+    /// The request's time limit, if any; read once in `started` to arm the timer.
     time_limit: Option<Duration>,
+    /// The run's own time, which the limit counts (the model port pauses it while a call
+    /// waits in the endpoint's queue).
+    own_time: Arc<OwnTime>,
     /// Where the run's result goes; taken (left `None`) when the loop finishes.
     result_tx: Option<oneshot::Sender<RunResult>>,
 }
@@ -57,11 +66,14 @@ impl RunActor {
     ) -> Self {
         let control = RunControl::new();
         let time_limit = request.timeout;
+        let own_time = OwnTime::start();
+        // Only a run with a limit needs to know when its calls wait.
+        let queue = time_limit.map(|_| own_time.queue_sink());
         let run = RunLoop::new(
             run_id,
             request,
             config,
-            Rc::new(GatePort(gate)),
+            Rc::new(GatePort { gate, queue }),
             Rc::new(ToolActors),
             control.clone(),
             events,
@@ -71,6 +83,7 @@ impl RunActor {
             run: Some(run),
             control,
             time_limit,
+            own_time,
             result_tx: Some(result_tx),
         }
     }
@@ -81,13 +94,15 @@ impl Actor for RunActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if let Some(limit) = self.time_limit {
-            ctx.run_later(limit, move |act, _| {
+            let expiry = Arc::clone(&self.own_time).expiry(limit);
+            ctx.spawn(expiry.into_actor(self).map(move |(), act, _| {
                 let reason = format!(
-                    "the run exceeded its time limit of {} s",
+                    "the run exceeded its time limit of {} s (its own time: model calls, \
+                     tools and hooks, not time queued for the endpoint)",
                     limit.as_secs_f64()
                 );
                 act.control.request_stop(reason, true);
-            });
+            }));
         }
         let Some(run) = self.run.take() else {
             return;
@@ -112,7 +127,11 @@ impl Handler<CancelRunActor> for RunActor {
 /// The model port: the endpoint's gate, called on the run's own arbiter. The gate's limits
 /// are shared state (a semaphore, a locked limiter), so every run of the endpoint still
 /// shares one budget, and the call costs no trip to another thread and back.
-struct GatePort(Arc<LlmGate>);
+struct GatePort {
+    gate: Arc<LlmGate>,
+    /// Told when a call waits in the gate's queue (a run with a time limit).
+    queue: Option<QueueSink>,
+}
 
 impl ModelPort for GatePort {
     fn complete(
@@ -122,12 +141,16 @@ impl ModelPort for GatePort {
         cancel: CancellationToken,
         on_retry: RetryObserver,
     ) -> LocalBoxFuture<'static, Result<CallOutcome, CallFailure>> {
-        let gate = Arc::clone(&self.0);
+        let gate = Arc::clone(&self.gate);
+        let meta = RequestMeta {
+            on_queue: self.queue.clone(),
+            ..meta
+        };
         Box::pin(async move { complete_call(&gate, request, meta, cancel, Some(on_retry)).await })
     }
 
     fn wire_options(&self, model: &str) -> crate::llm::WireOptions {
-        self.0.wire_options(model)
+        self.gate.wire_options(model)
     }
 }
 

@@ -207,6 +207,39 @@ fn a_run_over_its_timeout_is_interrupted_and_counted_as_failed() {
     );
 }
 
+/// Issue 31 item 14: with `max_in_flight: 1` (the README's advice for a local server), a
+/// stage's `timeout` cut four of five runs that waited behind one another for the model.
+/// The limit counts each run's own time: five runs of ~1 s each under a 1.6 s limit all
+/// complete (~5 s of wall time in all), and a run whose own model call takes 3 s is still
+/// cut at its limit.
+#[test]
+fn a_stage_timeout_counts_each_runs_own_time_not_its_wait_behind_max_in_flight() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let began = Instant::now();
+    let (summary, _) = run_plan(
+        &p,
+        "max_parallel: 5\nllm: { max_in_flight: 1 }\ndefaults: { agent: ./agents/worker, timeout: 1600ms, on_failure: continue }\nstages:\n  - id: queued\n    foreach: { items: [a, b, c, d, e] }\n    message: \"item {{ item }}\"\n  - { id: slow, needs: [queued], message: slow task }\n",
+        "rules:\n  - task_contains: slow\n    steps:\n      - answer: too late\n        latency: 3000\n  - steps:\n      - answer: \"done {{ task }}\"\n        latency: 1000\n",
+    );
+    let queued = stage(&summary, "queued");
+    let statuses: Vec<RunStatus> = queued.runs.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [RunStatus::Completed; 5], "{summary:#?}");
+    assert_eq!(queued.status, StageStatus::Completed);
+    assert!(
+        began.elapsed() >= Duration::from_millis(5000),
+        "one model call at a time: {:?}",
+        began.elapsed()
+    );
+    let slow = stage(&summary, "slow");
+    assert_eq!(slow.runs[0].status, RunStatus::Interrupted, "{slow:#?}");
+    let error = slow.runs[0].error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("timeout") && error.contains("1.6 s"),
+        "{error}"
+    );
+}
+
 #[test]
 fn every_foreach_form_expands_in_item_order() {
     let p = PlanDir::new();
