@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod continue_run;
+pub mod endpoint_memory;
 pub mod engine;
 pub mod exec_planned;
 pub mod init;

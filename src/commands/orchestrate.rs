@@ -201,6 +201,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     config.partial_reply_file = !args.no_live_reply;
     // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
     let config = with_retry_override(config, &env.vars)?;
+    let config = super::endpoint_memory::with_endpoint_memory(config, &env.vars)?;
     let slurm_run = match slurm {
         Some(settings) => Some(start_slurm(
             settings,
@@ -336,6 +337,7 @@ fn drive(
                     Ok(RunEvent::ModelRetry { run_id, attempt, error, delay_ms }) => {
                         progress.on_retry(&run_id, attempt, &error, delay_ms)
                     }
+                    Ok(RunEvent::ModelAdapted { message, .. }) => progress.on_adapted(&message),
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => run_events_open = false,
                     _ => {}
                 },

@@ -342,6 +342,11 @@ impl Progress {
         ));
     }
 
+    /// What an endpoint taught (the engine's `ModelAdapted`, once per lesson): one line.
+    pub fn on_adapted(&self, message: &str) {
+        self.print_line(&format!("· {}", shorten_line(message, 400)));
+    }
+
     /// A line above the bars (or on stderr without them).
     fn print_line(&self, line: &str) {
         match &self.bars {

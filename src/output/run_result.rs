@@ -42,7 +42,7 @@ pub fn render_text(r: &RunResult, continue_flags: &[String]) -> String {
     s.push_str(&format!("  • Start Time: {}\n", r.metrics.start_time));
     s.push_str(&format!("  • End Time:   {}\n", r.metrics.end_time));
     s.push_str(&format!("  • Workspace:  {}\n", r.metadata.workspace_path));
-    if r.metrics.usage.input_tokens + r.metrics.usage.output_tokens > 0 {
+    if r.metrics.usage.input_tokens > 0 || r.metrics.usage.output_tokens > 0 {
         s.push_str(&format!(
             "  • Tokens:     {} in / {} out\n",
             r.metrics.usage.input_tokens, r.metrics.usage.output_tokens

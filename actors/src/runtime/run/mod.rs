@@ -129,6 +129,10 @@ impl ModelPort for GatePort {
     fn wire_options(&self, model: &str) -> crate::llm::WireOptions {
         self.0.wire_options(model)
     }
+
+    fn take_adaptations(&self) -> Vec<crate::llm::Adaptation> {
+        self.0.take_adaptations()
+    }
 }
 
 /// The tool port: one `ToolActor` per call (a process or an engine call alike).
