@@ -595,6 +595,7 @@ mod tests {
                 input_tokens: 10,
                 output_tokens: 4,
                 total_tokens: 14,
+                estimated: false,
             },
             empty_answer,
             reused: false,
@@ -629,6 +630,7 @@ mod tests {
                         input_tokens: 20,
                         output_tokens: 8,
                         total_tokens: 28,
+                        estimated: false,
                     },
                 },
                 StageSummary {
