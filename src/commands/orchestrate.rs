@@ -393,6 +393,7 @@ fn warn_without_model(
     let workspace = args.work_dir.clone().or_else(|| plan.workspace.clone());
     let env = load_env_cascade(workspace.as_deref(), &plan.dir, &cwd, &process_env())?;
     with_retry_override(supervisor_config(1, 1), &env.vars)?;
+    super::endpoint_memory::endpoint_memory_path(&env.vars)?;
     if scripted_model(&env.vars, args.llm_script.as_deref())?.is_some() {
         return Ok(());
     }
