@@ -126,7 +126,8 @@ async fn a_server_refusing_both_content_forms_gets_each_once() {
 }
 
 /// Regression: a `max_tokens` value error switched every later request to
-/// `max_completion_tokens`. It is the request's value, final, and nothing is learned.
+/// `max_completion_tokens`. It is the request's value, final, and nothing is learned. (vLLM's
+/// words name both fields.)
 #[tokio::test]
 async fn a_max_tokens_value_error_changes_nothing() {
     let (backend, bodies) = answering_endpoint(|_| {
@@ -134,9 +135,8 @@ async fn a_max_tokens_value_error_changes_nothing() {
             Duration::ZERO,
             json_answer(
                 400,
-                &json!({"error": {
-                    "message": "max_tokens is too large: 20480. This model supports at most 16384 completion tokens, whereas you provided 20480.",
-                    "type": "invalid_request_error", "param": "max_tokens", "code": "invalid_value"}}),
+                &json!({"object": "error", "type": "BadRequestError", "code": 400,
+                    "message": "'max_tokens' or 'max_completion_tokens' is too large: 20480. This model's maximum context length is 4096 tokens and your request has 35 input tokens (20480 > 4096 - 35). None"}),
             ),
         )]
     })
