@@ -148,6 +148,22 @@ impl EndpointMemory {
         Ok(true)
     }
 
+    /// The context window remembered for `model` on `base_url`, in tokens (for the
+    /// context budget; see [`Remembered::context_window`]).
+    pub fn context_window(&self, base_url: &str, model: &str) -> Option<u64> {
+        self.recall(base_url, model)?.context_window
+    }
+
+    /// Remembers `tokens` as `model`'s context window on `base_url`.
+    pub fn remember_context_window(
+        &self,
+        base_url: &str,
+        model: &str,
+        tokens: u64,
+    ) -> io::Result<bool> {
+        self.remember(base_url, model, |entry| entry.context_window = Some(tokens))
+    }
+
     /// The file's contents, or nothing (a missing, unreadable, oversized or foreign file:
     /// warned about in the log, except a missing one).
     fn read(&self) -> MemoryFile {
@@ -362,9 +378,11 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let path = root.path().join("endpoints.json");
         let memory = EndpointMemory::new(&path);
+        assert_eq!(memory.context_window("http://h/v1", "m"), None);
+        assert!(memory.remember_context_window("http://h/v1", "m", 4096).unwrap());
+        assert_eq!(memory.context_window("http://h/v1/", "m"), Some(4096));
         memory
             .remember("http://h/v1", "m", |r| {
-                r.context_window = Some(4096);
                 r.other.insert("from_the_future".into(), Value::from(7));
             })
             .unwrap();
