@@ -379,7 +379,9 @@ mod tests {
         let path = root.path().join("endpoints.json");
         let memory = EndpointMemory::new(&path);
         assert_eq!(memory.context_window("http://h/v1", "m"), None);
-        assert!(memory.remember_context_window("http://h/v1", "m", 4096).unwrap());
+        assert!(memory
+            .remember_context_window("http://h/v1", "m", 4096)
+            .unwrap());
         assert_eq!(memory.context_window("http://h/v1/", "m"), Some(4096));
         memory
             .remember("http://h/v1", "m", |r| {
