@@ -272,3 +272,30 @@ async fn a_stream_cut_by_the_request_limit_is_a_timeout_naming_it() {
     let text = err.to_string();
     assert!(text.contains("400 ms (llm.request_timeout)"), "{text}");
 }
+
+/// FastAPI's own answer to an invalid body (HTTP 422, `detail` a list of pydantic errors,
+/// as llama-cpp-python sends when its handler does not turn it into a 500) names `content`
+/// by its location: the other form is learned, once.
+#[tokio::test]
+async fn a_fastapi_422_naming_content_is_learned() {
+    let (backend, bodies) = answering_endpoint(|body| {
+        if body["messages"][1]["content"].is_string() {
+            return vec![(Duration::ZERO, json_answer(200, &completion_json("ok")))];
+        }
+        let refusal = json!({"detail": [{"type": "string_type",
+            "loc": ["body", "messages", 1, "ChatCompletionRequestAssistantMessage", "content"],
+            "msg": "Input should be a valid string", "input": null}]});
+        vec![(Duration::ZERO, json_answer(422, &refusal))]
+    })
+    .await;
+    let out = gate(&backend)
+        .complete(
+            with_tool_turn(),
+            meta_for(&backend, limits(5_000, 1_000)),
+            |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.attempts, 2);
+    assert_eq!(bodies.lock().unwrap()[1]["messages"][1]["content"], "");
+}
