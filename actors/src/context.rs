@@ -387,6 +387,7 @@ mod tests {
                     .collect(),
                 llm_invocation_ref: None,
                 finish_reason: None,
+                usage: None,
             },
         )
     }

@@ -287,14 +287,16 @@ pub fn with_retry_override(
     Ok(config)
 }
 
-/// Submits one run and drives it to its result, printing progress on stderr. The first
-/// SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED journaled); see
-/// [`Interruption`]. `continue_flags` go into the `delta continue` command printed when a
-/// later signal forces the exit.
+/// Submits one run and drives it to its result, printing progress on stderr (with
+/// `live_status`, a silent model call's waiting line too, updated in place: for a terminal).
+/// The first SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED
+/// journaled); see [`Interruption`]. `continue_flags` go into the `delta continue` command
+/// printed when a later signal forces the exit.
 pub fn drive_single(
     supervisor: &Supervisor,
     request: RunRequest,
     verbosity: Verbosity,
+    live_status: bool,
     continue_flags: &[String],
 ) -> Result<RunResult, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -303,7 +305,9 @@ pub fn drive_single(
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async {
         let mut events = supervisor.subscribe();
-        let mut printer = EventPrinter::new(verbosity);
+        let mut printer = EventPrinter::new(verbosity).with_live_status(live_status);
+        let mut ticks = tokio::time::interval(crate::output::progress::WAIT_TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let work_dir = request.work_dir.clone();
         let handle: RunHandle = supervisor.submit(request).await?;
         let mut sigint = signal(SignalKind::interrupt())?;
@@ -322,6 +326,7 @@ pub fn drive_single(
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => {}
                 },
+                _ = ticks.tick(), if printer.is_waiting() => printer.tick(),
                 _ = sigint.recv() => interruption.on_signal(supervisor, "SIGINT (Ctrl-C)"),
                 _ = sigterm.recv() => interruption.on_signal(supervisor, "SIGTERM"),
             }
@@ -373,6 +378,7 @@ pub fn run_inputs(
     let agent = with_model_override(agent, &env.vars);
     let llm = llm_target(&agent, &env.vars, llm_script)?;
     let supervisor = with_retry_override(supervisor_config(1, 1), &env.vars)?;
+    let supervisor = super::endpoint_memory::with_endpoint_memory(supervisor, &env.vars)?;
     Ok(RunInputs {
         agent,
         env: env.vars,
@@ -398,8 +404,9 @@ pub fn run_one(
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     // ...and kept in io/reply.partial for `delta serve`'s run inspector.
     config.partial_reply_file = true;
+    let live_status = config.reply_text_events;
     let supervisor = Supervisor::start(config)?;
-    let result = drive_single(&supervisor, request, verbosity, continue_flags)?;
+    let result = drive_single(&supervisor, request, verbosity, live_status, continue_flags)?;
     supervisor.shutdown();
     if let Some(error) = &result.error {
         let needed = super::open_files_baseline();

@@ -91,9 +91,10 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
         request = request.with_timeout(Duration::from_millis(timeout_ms));
     }
     let config = with_retry_override(supervisor_config(1, 1), &cascade.vars)?;
+    let config = super::endpoint_memory::with_endpoint_memory(config, &cascade.vars)?;
     let supervisor =
         delta_actors::Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
-    let result = drive_single(&supervisor, request, Verbosity::Normal, &[]);
+    let result = drive_single(&supervisor, request, Verbosity::Normal, false, &[]);
     supervisor.shutdown();
     let result = result?;
     write_result(&args.orchestration_dir, &args.stage, args.index, &result)

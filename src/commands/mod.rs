@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod completions;
 pub mod continue_run;
+pub mod endpoint_memory;
 pub mod engine;
 pub mod exec_planned;
 pub mod init;

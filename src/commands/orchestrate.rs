@@ -207,6 +207,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     config.partial_reply_file = !args.no_live_reply;
     // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
     let config = with_retry_override(config, &env.vars)?;
+    let config = super::endpoint_memory::with_endpoint_memory(config, &env.vars)?;
     let slurm_run = match slurm {
         Some(settings) => Some(start_slurm(
             settings,
@@ -342,6 +343,7 @@ fn drive(
                     Ok(RunEvent::ModelRetry { run_id, attempt, error, delay_ms }) => {
                         progress.on_retry(&run_id, attempt, &error, delay_ms)
                     }
+                    Ok(RunEvent::ModelAdapted { message, .. }) => progress.on_adapted(&message),
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => run_events_open = false,
                     _ => {}
                 },
@@ -397,6 +399,7 @@ fn warn_without_model(
     let workspace = args.work_dir.clone().or_else(|| plan.workspace.clone());
     let env = load_env_cascade(workspace.as_deref(), &plan.dir, &cwd, &process_env())?;
     with_retry_override(supervisor_config(1, 1), &env.vars)?;
+    super::endpoint_memory::endpoint_memory_path(&env.vars)?;
     if scripted_model(&env.vars, args.llm_script.as_deref())?.is_some() {
         return Ok(());
     }

@@ -430,6 +430,11 @@ impl Progress {
         ));
     }
 
+    /// What an endpoint taught (the engine's `ModelAdapted`, once per lesson): one line.
+    pub fn on_adapted(&self, message: &str) {
+        self.print_line(&format!("· {}", shorten_line(message, 400)));
+    }
+
     /// A line above the bars (or on stderr without them).
     fn print_line(&self, line: &str) {
         match &self.bars {
@@ -758,6 +763,7 @@ mod tests {
                 input_tokens: 10,
                 output_tokens: 4,
                 total_tokens: 14,
+                estimated: false,
             },
             empty_answer,
             reused: false,
@@ -792,6 +798,7 @@ mod tests {
                         input_tokens: 20,
                         output_tokens: 8,
                         total_tokens: 28,
+                        estimated: false,
                     },
                 },
                 StageSummary {
@@ -869,6 +876,7 @@ mod tests {
                 input_tokens: 10 * runs.len() as u64,
                 output_tokens: 4 * runs.len() as u64,
                 total_tokens: 14 * runs.len() as u64,
+                estimated: false,
             },
             runs,
         };

@@ -1,11 +1,23 @@
 //! Live progress of runs on stderr, from the engine's event stream: iterations, thoughts,
-//! tool calls and retries, and (on a terminal) a streamed reply as it arrives. Never stdout
-//! (that is the result's contract).
+//! tool calls, retries and what an endpoint taught, and (on a terminal) a streamed reply as
+//! it arrives and, while a model call is silent, one line updated in place that says it is
+//! still going ("waiting for the model 1m42s, limit 10m"). Never stdout (that is the
+//! result's contract), and the in-place line only on a terminal.
 #![allow(clippy::print_stderr)]
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use delta_actors::RunEvent;
+
+/// A model call silent for less than this shows nothing: most answer sooner.
+pub const WAIT_SHOWN_AFTER: Duration = Duration::from_secs(3);
+
+/// How often the waiting line is redrawn.
+pub const WAIT_TICK: Duration = Duration::from_secs(1);
+
+/// Back to the start of the line, and the line erased (a terminal's control sequence).
+const CLEAR_LINE: &str = "\r\x1b[2K";
 
 /// Prints one run's events, showing a streamed reply as it grows (the engine sends
 /// `ReplyText` events when asked to: see `SupervisorConfig::reply_text_events`).
@@ -17,6 +29,21 @@ pub struct EventPrinter<W: Write = std::io::Stderr> {
     /// The run shown and the iteration at which its cap stops this start or continuation
     /// (see [`EventPrinter::iteration_line`]).
     last_iteration: Option<(String, u32)>,
+    /// Show a silent model call's waiting line, updated in place (a terminal watches).
+    live_status: bool,
+    /// The model call being waited for, when `live_status`.
+    waiting: Option<Waiting>,
+}
+
+/// A model call in progress, as the waiting line shows it.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    /// When the current attempt began (or begins, after a retry's wait).
+    since: Instant,
+    /// The attempt's whole-request limit.
+    limit: Duration,
+    /// The line is on screen now (to be erased before anything else is printed).
+    shown: bool,
 }
 
 impl EventPrinter {
@@ -34,6 +61,76 @@ impl<W: Write> EventPrinter<W> {
             out,
             live: None,
             last_iteration: None,
+            live_status: false,
+            waiting: None,
+        }
+    }
+
+    /// Also show, updated in place, that a silent model call is still going: for a person
+    /// watching stderr on a terminal, never for a log or a pipe.
+    pub fn with_live_status(mut self, on: bool) -> EventPrinter<W> {
+        self.live_status = on;
+        self
+    }
+
+    /// A model call is being waited for (the driver then calls [`EventPrinter::tick`]).
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.is_some()
+    }
+
+    /// Redraws the waiting line (see [`waiting_line`]), if a model call is silent.
+    pub fn tick(&mut self) {
+        self.tick_at(Instant::now());
+    }
+
+    /// [`EventPrinter::tick`] at `now`.
+    pub fn tick_at(&mut self, now: Instant) {
+        let Some(waiting) = self.waiting.as_mut() else {
+            return;
+        };
+        let Some(line) = waiting_line(now.saturating_duration_since(waiting.since), waiting.limit)
+        else {
+            return;
+        };
+        waiting.shown = true;
+        let _ = write!(self.out, "{CLEAR_LINE}  … {line}").and_then(|()| self.out.flush());
+    }
+
+    /// Erases the waiting line if it is on screen (before anything else is printed).
+    fn clear_waiting_line(&mut self) {
+        if let Some(waiting) = self.waiting.as_mut().filter(|w| w.shown) {
+            waiting.shown = false;
+            let _ = write!(self.out, "{CLEAR_LINE}");
+        }
+    }
+
+    /// Follows the model call `event` tells of.
+    fn follow_model_call(&mut self, event: &RunEvent) {
+        let now = Instant::now();
+        match event {
+            RunEvent::ModelCallStarted {
+                request_timeout_ms, ..
+            } if self.live_status => {
+                self.waiting = Some(Waiting {
+                    since: now,
+                    limit: Duration::from_millis(*request_timeout_ms),
+                    shown: false,
+                });
+            }
+            // The call goes on: a new attempt after the wait, or at once, written another
+            // way.
+            RunEvent::ModelRetry { delay_ms, .. } => {
+                if let Some(waiting) = self.waiting.as_mut() {
+                    waiting.since = now + Duration::from_millis(*delay_ms);
+                }
+            }
+            RunEvent::ModelAdapted { .. } => {
+                if let Some(waiting) = self.waiting.as_mut() {
+                    waiting.since = now;
+                }
+            }
+            // Anything else means the model answered (or the run moved on).
+            _ => self.waiting = None,
         }
     }
 
@@ -43,6 +140,8 @@ impl<W: Write> EventPrinter<W> {
         if self.verbosity == Verbosity::Quiet {
             return;
         }
+        self.clear_waiting_line();
+        self.follow_model_call(event);
         let out = &mut self.out;
         let _ = match event {
             RunEvent::ReplyText {
@@ -174,6 +273,9 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
                 shorten(&preview.replace('\n', " "), 100)
             )
         }
+        // The waiting line shows a call in progress, on a terminal only.
+        RunEvent::ModelCallStarted { .. } => return None,
+        RunEvent::ModelAdapted { message, .. } => format!("  · {message}"),
         RunEvent::ModelRetry {
             attempt,
             error,
@@ -205,6 +307,32 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
             None => format!("■ {status} after {:.2}s", *duration_ms as f64 / 1000.0),
         },
     })
+}
+
+/// The line that says a model call is still going, `elapsed` into an attempt limited to
+/// `limit`: "waiting for the model 1m42s, limit 10m"; `None` before [`WAIT_SHOWN_AFTER`].
+pub fn waiting_line(elapsed: Duration, limit: Duration) -> Option<String> {
+    (elapsed >= WAIT_SHOWN_AFTER).then(|| {
+        format!(
+            "waiting for the model {}, limit {}",
+            clock(elapsed),
+            clock(limit)
+        )
+    })
+}
+
+/// `42s`, `1m42s`, `10m`, `1h05m`, `2h`: whole seconds, the largest units first, a unit
+/// left out when it is zero at the end.
+fn clock(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    match (h, m, s) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, 0, _) => format!("{h}h"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
 }
 
 fn shorten(text: &str, limit: usize) -> String {
@@ -275,6 +403,84 @@ mod tests {
         assert_eq!(
             shown,
             "[iteration 7/12]\n[iteration 8/12]\n[iteration 1/6]\n"
+        );
+    }
+
+    #[test]
+    fn the_waiting_line_says_how_long_and_the_limit() {
+        let s = Duration::from_secs;
+        assert_eq!(
+            waiting_line(s(2), s(600)),
+            None,
+            "a quick call shows nothing"
+        );
+        assert_eq!(
+            waiting_line(s(102), s(600)).as_deref(),
+            Some("waiting for the model 1m42s, limit 10m")
+        );
+        assert_eq!(
+            waiting_line(s(3), s(90)).as_deref(),
+            Some("waiting for the model 3s, limit 1m30s")
+        );
+        assert_eq!(
+            waiting_line(s(3_900), s(7_200)).as_deref(),
+            Some("waiting for the model 1h05m, limit 2h")
+        );
+        assert_eq!(clock(Duration::from_millis(59_999)), "59s");
+        assert_eq!(clock(s(120)), "2m");
+    }
+
+    fn started(limit_ms: u64) -> RunEvent {
+        RunEvent::ModelCallStarted {
+            run_id: "r".into(),
+            iteration: 1,
+            streamed: false,
+            request_timeout_ms: limit_ms,
+        }
+    }
+
+    /// Regression: a model call that was not streamed showed nothing for minutes. On a
+    /// terminal the waiting line is drawn in place (no newline, redrawn over itself) and
+    /// erased before the next event's line.
+    #[test]
+    fn a_silent_model_call_is_shown_in_place_and_erased_by_the_answer() {
+        let mut printer = EventPrinter::to(Verbosity::Normal, Vec::new()).with_live_status(true);
+        printer.print(&started(600_000));
+        assert!(printer.is_waiting());
+        let now = Instant::now();
+        printer.tick_at(now);
+        assert!(printer.out.is_empty(), "nothing in the first seconds");
+        printer.tick_at(now + Duration::from_secs(100));
+        printer.tick_at(now + Duration::from_secs(102));
+        printer.print(&RunEvent::Thought {
+            run_id: "r".into(),
+            iteration: 1,
+            text: "done".into(),
+        });
+        assert!(!printer.is_waiting());
+        let shown = String::from_utf8(printer.out).unwrap();
+        assert_eq!(
+            shown,
+            "\r\x1b[2K  … waiting for the model 1m40s, limit 10m\r\x1b[2K  … waiting for the model 1m42s, limit 10m\r\x1b[2K» done\n"
+        );
+    }
+
+    /// Not on a terminal (a pipe, a log, `--format json`): no waiting line, ever; and a
+    /// lesson about the endpoint is one calm line.
+    #[test]
+    fn no_waiting_line_off_a_terminal() {
+        let mut printer = EventPrinter::to(Verbosity::Normal, Vec::new());
+        printer.print(&started(600_000));
+        assert!(!printer.is_waiting());
+        printer.tick_at(Instant::now() + Duration::from_secs(100));
+        printer.print(&RunEvent::ModelAdapted {
+            run_id: "r".into(),
+            message: "http://127.0.0.1:1/v1 (m) refused `content: null` on a tool-call turn (HTTP 500): calls are sent with ...".into(),
+        });
+        let shown = String::from_utf8(printer.out).unwrap();
+        assert_eq!(
+            shown,
+            "  · http://127.0.0.1:1/v1 (m) refused `content: null` on a tool-call turn (HTTP 500): calls are sent with ...\n"
         );
     }
 }

@@ -43,10 +43,12 @@ pub fn render_text(r: &RunResult, continue_flags: &[String]) -> String {
     s.push_str(&format!("  • Start Time: {}\n", r.metrics.start_time));
     s.push_str(&format!("  • End Time:   {}\n", r.metrics.end_time));
     s.push_str(&format!("  • Workspace:  {}\n", r.metadata.workspace_path));
-    if r.metrics.usage.input_tokens + r.metrics.usage.output_tokens > 0 {
+    if r.metrics.usage.input_tokens > 0 || r.metrics.usage.output_tokens > 0 {
         s.push_str(&format!(
-            "  • Tokens:     {} in / {} out\n",
-            r.metrics.usage.input_tokens, r.metrics.usage.output_tokens
+            "  • Tokens:     {} in / {} out{}\n",
+            r.metrics.usage.input_tokens,
+            r.metrics.usage.output_tokens,
+            estimated_note(r.metrics.usage.estimated)
         ));
     }
     let total = &r.metrics.cumulative_usage;
@@ -55,8 +57,10 @@ pub fn render_text(r: &RunResult, continue_flags: &[String]) -> String {
     {
         // A continued run: what its earlier starts spent is billed too.
         s.push_str(&format!(
-            "  • Run total:  {} in / {} out (every start)\n",
-            total.input_tokens, total.output_tokens
+            "  • Run total:  {} in / {} out (every start){}\n",
+            total.input_tokens,
+            total.output_tokens,
+            estimated_note(total.estimated)
         ));
     }
     s.push('\n');
@@ -120,6 +124,15 @@ pub fn render_text(r: &RunResult, continue_flags: &[String]) -> String {
     s.push_str(RULE);
     s.push('\n');
     s
+}
+
+/// Said after token counts that are partly delta's estimate.
+fn estimated_note(estimated: bool) -> &'static str {
+    if estimated {
+        " (estimated: the endpoint sent no usage)"
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +201,7 @@ mod tests {
             input_tokens: 30,
             output_tokens: 7,
             total_tokens: 37,
+            estimated: false,
         };
         result.result = Some(String::new());
         result.empty_answer = true;
@@ -200,5 +214,13 @@ mod tests {
         assert!(text.contains("Final Response: (empty"), "{text}");
         // A first start shows no separate total.
         assert!(!render_text(&completed(), &[]).contains("Run total"));
+        result.metrics.usage.estimated = true;
+        let text = render_text(&result, &[]);
+        assert!(
+            text.contains(
+                "  • Tokens:     10 in / 2 out (estimated: the endpoint sent no usage)\n"
+            ),
+            "{text}"
+        );
     }
 }

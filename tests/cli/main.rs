@@ -20,6 +20,7 @@ mod list_orchestrations;
 mod list_runs;
 mod log_colour;
 mod mcp;
+mod model_calls;
 mod orchestrate;
 mod orchestrate_bad_plans;
 mod orchestrate_crash;

@@ -113,6 +113,10 @@ pub enum Event {
         /// the output limit...).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finish_reason: Option<String>,
+        /// The tokens of the model call (its failed attempts not included): the provider's
+        /// count, or an estimate marked `estimated` when it sent none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<crate::protocol::TokenUsage>,
     },
     /// A tool call about to be carried out (after argument checks and hooks decided it).
     ActionRequest {
@@ -287,6 +291,7 @@ mod tests {
             }],
             llm_invocation_ref: None,
             finish_reason: Some("tool_calls".into()),
+            usage: None,
         });
         assert_eq!(
             text,
@@ -313,6 +318,7 @@ mod tests {
                 tool_calls: vec![],
                 llm_invocation_ref: Some("io/invocations/x.json".into()),
                 finish_reason: None,
+                usage: None,
             },
             Event::ActionRequest {
                 iteration: 1,
@@ -390,7 +396,8 @@ mod tests {
                 content: None,
                 tool_calls: vec![],
                 llm_invocation_ref: None,
-                finish_reason: None
+                finish_reason: None,
+                usage: None
             }
         );
     }

@@ -54,6 +54,7 @@ fn visit(event: &mut Event, text: &mut dyn FnMut(&mut String), json: &mut dyn Fn
             tool_calls,
             llm_invocation_ref,
             finish_reason,
+            usage: _,
         } => {
             if let Some(v) = content {
                 text(v);

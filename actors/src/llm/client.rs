@@ -23,8 +23,10 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use serde_json::Value;
 
-use super::dialect::WireOptions;
-use super::dialect::{adjustment_for, is_validation_error, Adjustment, Learned, SentShape};
+use super::dialect::{Adjustment, WireOptions};
+use super::learned::{Adaptation, Learned, Trigger};
+use super::memory::EndpointMemory;
+use super::refusal::{adjustment_for, is_validation_error, Refusal, SentShape};
 use super::stream::{SseDecoder, StreamAssembler};
 use super::types::Role;
 use super::wire::request_body;
@@ -61,7 +63,8 @@ struct Inner {
     timeout: Duration,
     /// `llm.max_connections`: one permit per request open on the wire.
     connections: Option<tokio::sync::Semaphore>,
-    /// What the endpoint's refusals taught (for the life of the process).
+    /// What the endpoint taught, per model (this process's lessons, and what the endpoint
+    /// memory kept of earlier ones).
     learned: Learned,
 }
 
@@ -76,7 +79,18 @@ impl std::fmt::Debug for HttpBackend {
 
 impl HttpBackend {
     /// Builds the client. The API key, when present, is sent as `Authorization: Bearer`.
+    /// What the endpoint teaches is kept for this process only.
     pub fn new(endpoint: Endpoint, timeout: Duration) -> Result<Self, LlmError> {
+        HttpBackend::with_memory(endpoint, timeout, None)
+    }
+
+    /// [`HttpBackend::new`], starting from what `memory` kept of earlier processes' lessons
+    /// about the endpoint and keeping this one's there.
+    pub fn with_memory(
+        endpoint: Endpoint,
+        timeout: Duration,
+        memory: Option<EndpointMemory>,
+    ) -> Result<Self, LlmError> {
         let mut headers = HeaderMap::new();
         if let Some(key) = endpoint.api_key.as_deref() {
             let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
@@ -116,6 +130,7 @@ impl HttpBackend {
                 endpoint.base_url
             ))
         })?;
+        let learned = Learned::new(&endpoint.base_url, memory);
         Ok(HttpBackend {
             inner: Arc::new(Inner {
                 endpoint,
@@ -123,7 +138,7 @@ impl HttpBackend {
                 clients,
                 timeout,
                 connections,
-                learned: Learned::new(),
+                learned,
             }),
         })
     }
@@ -172,26 +187,35 @@ impl HttpBackend {
     /// context. The endpoint is then not streamed to, and the call is sent again at once
     /// without streaming, which either works or says what is wrong.
     fn empty_stream(&self, req: &ChatRequest, sent: &WireOptions) -> LlmError {
-        let message = "the response stream ended before its first chunk".to_owned();
-        if self.inner.endpoint.dialect.stream.is_none()
-            && self.inner.learned.learn(Adjustment::NoStream, &req.model)
-        {
-            tracing::info!(
-                endpoint = %self.inner.url,
-                "{message}: later calls to the endpoint are not streamed"
-            );
-        }
+        let learned_now = self.learn(Adjustment::NoStream, &req.model, Trigger::EmptyStream);
         if self.wire_options(&req.model) != *sent {
             // Learned now, or by another run's call since this one was written.
             return LlmError::Adjusted {
                 status: 200,
-                message,
+                message: "ended its response stream before the first chunk".to_owned(),
                 change: Adjustment::NoStream.describe(),
+                learned_now,
             };
         }
-        LlmError::Transport(format!(
-            "{message} (the server may fail streamed requests it would answer unstreamed: try `llm.stream: false` or DELTA_LLM_STREAM=0)"
-        ))
+        LlmError::Transport(
+            "the response stream ended before its first chunk (the server may fail streamed requests it would answer unstreamed: try `llm.stream: false` or DELTA_LLM_STREAM=0)".to_owned()
+        )
+    }
+
+    /// Learns `adjustment` for `model` (see [`Learned::learn`]); `true` when it is new.
+    fn learn(&self, adjustment: Adjustment, model: &str, trigger: Trigger) -> bool {
+        let learned =
+            self.inner
+                .learned
+                .learn(&self.inner.endpoint.dialect, adjustment, model, trigger);
+        if learned {
+            tracing::info!(
+                endpoint = %self.inner.url,
+                "learned about the endpoint ({trigger:?}): later calls are sent {}",
+                adjustment.describe()
+            );
+        }
+        learned
     }
 
     /// One POST written with `wire`.
@@ -249,7 +273,7 @@ impl HttpBackend {
                 req,
                 &wire,
                 status,
-                error_message(status, &body),
+                &body,
                 retry_after,
             )));
         }
@@ -261,15 +285,10 @@ impl HttpBackend {
         if wire.stream && event_stream {
             return self.read_stream(req, response, meta).await;
         }
-        if wire.stream && self.inner.endpoint.dialect.stream.is_none() {
+        if wire.stream {
             // Asked to stream, the server answered in one body: it does not stream, and
             // its silence while it generates must not be cut by the idle limit next time.
-            if self.inner.learned.learn(Adjustment::NoStream, &req.model) {
-                tracing::info!(
-                    endpoint = %self.inner.url,
-                    "the endpoint answered a streamed request in one body: later calls are not streamed"
-                );
-            }
+            self.learn(Adjustment::NoStream, &req.model, Trigger::OneBody);
         }
         let body = self.read_body(response, meta).await?;
         Ok(parse_completion(&body)?)
@@ -283,26 +302,28 @@ impl HttpBackend {
         req: &ChatRequest,
         wire: &WireOptions,
         status: reqwest::StatusCode,
-        message: String,
+        body: &[u8],
         retry_after: Option<Duration>,
     ) -> LlmError {
         let code = status.as_u16();
-        if let Some(adjustment) = adjustment_for(code, &message, wire, &sent_shape(req)) {
-            let change = adjustment.describe();
-            if self.inner.learned.learn(adjustment, &req.model) {
-                tracing::info!(
-                    endpoint = %self.inner.url,
-                    status = code,
-                    "the endpoint refused a request; it is sent again {change}, and so are later ones"
-                );
-            }
+        let message = error_message(status, body);
+        let (param, error_code) = error_param_and_code(body);
+        let refusal = Refusal {
+            status: code,
+            message: &message,
+            param: param.as_deref(),
+            code: error_code.as_deref(),
+        };
+        if let Some(adjustment) = adjustment_for(&refusal, wire, &sent_shape(req)) {
+            let learned_now = self.learn(adjustment, &req.model, Trigger::Refusal(code));
             // Learned now, or by another run's call since this one was written: the next
             // attempt is written the other way. Refused in both forms, the error stands.
             if self.wire_options(&req.model) != *wire {
                 return LlmError::Adjusted {
                     status: code,
-                    message: format!("HTTP {code}: {message}"),
-                    change,
+                    message: format!("refused the request (HTTP {code}: {message})"),
+                    change: adjustment.describe(),
+                    learned_now,
                 };
             }
         }
@@ -346,6 +367,13 @@ impl HttpBackend {
                 .map_err(|_| self.timeout(TimeoutPhase::Body, limits.idle))?;
             let chunk = match chunk {
                 Ok(chunk) => chunk,
+                // Cut by the whole-request limit (reqwest's timeout) while it streamed: a
+                // timeout that names its limit, not a broken connection.
+                Err(e) if e.is_timeout() => {
+                    return Err(Attempt::Failed(
+                        self.timeout(TimeoutPhase::Request, limits.request),
+                    ))
+                }
                 // Broken before any of the reply came (llama-cpp-python sends a first chunk,
                 // then fails a tool call it cannot stream): as good as an empty stream.
                 Err(_) if !assembler.has_reply() => return Err(Attempt::EmptyStream),
@@ -373,16 +401,11 @@ impl HttpBackend {
             return Err(Attempt::EmptyStream);
         }
         let completion = assembler.finish()?;
-        if completion.usage.is_none() && self.inner.endpoint.dialect.stream.is_none() {
+        if completion.usage.is_none() {
             // Token counts are what the provider bills: an endpoint that sends no usage in
             // its streams (llama-cpp-python ignores `stream_options`) is called unstreamed,
-            // where it does.
-            if self.inner.learned.learn(Adjustment::NoStream, &req.model) {
-                tracing::info!(
-                    endpoint = %self.inner.url,
-                    "the endpoint sent no token usage in its stream: later calls are not streamed, so that their tokens are counted"
-                );
-            }
+            // where it does (this call's tokens are estimated by the run).
+            self.learn(Adjustment::NoStream, &req.model, Trigger::NoUsageInStream);
         }
         Ok(completion)
     }
@@ -453,6 +476,10 @@ impl ChatBackend for HttpBackend {
         self.inner
             .learned
             .options(&self.inner.endpoint.dialect, model)
+    }
+
+    fn take_adaptations(&self) -> Vec<Adaptation> {
+        self.inner.learned.take_news()
     }
 }
 
@@ -650,9 +677,24 @@ fn error_message(status: reqwest::StatusCode, body: &[u8]) -> String {
     text.chars().take(MAX_ERROR_CHARS).collect()
 }
 
+/// The provider's `error.param` and `error.code` (OpenAI's and Azure's error shape), as
+/// text: which field it refuses, and why.
+fn error_param_and_code(body: &[u8]) -> (Option<String>, Option<String>) {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return (None, None);
+    };
+    let error = &value["error"];
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.chars().take(200).collect()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    (text(&error["param"]), text(&error["code"]))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use reqwest::StatusCode;
 
@@ -730,7 +772,7 @@ mod tests {
         assert!(err.is_retryable());
     }
 
-    fn hello() -> ChatRequest {
+    pub(crate) fn hello() -> ChatRequest {
         ChatRequest {
             model: "m".into(),
             messages: vec![super::super::ChatMessage::user("hi")],
@@ -738,7 +780,7 @@ mod tests {
         }
     }
 
-    fn limits(request_ms: u64, idle_ms: u64) -> RequestMeta {
+    pub(crate) fn limits(request_ms: u64, idle_ms: u64) -> RequestMeta {
         RequestMeta {
             timeouts: crate::llm::LlmTimeouts {
                 request: Duration::from_millis(request_ms),
@@ -777,7 +819,7 @@ mod tests {
         .unwrap()
     }
 
-    fn streamed(mut meta: RequestMeta) -> RequestMeta {
+    pub(crate) fn streamed(mut meta: RequestMeta) -> RequestMeta {
         meta.wire.stream = true;
         meta.wire.stream_usage = true;
         meta
@@ -857,12 +899,12 @@ mod tests {
 
     /// One answer of [`answering_endpoint`]: pieces of the raw HTTP response, each sent after
     /// its delay.
-    type Answer = Vec<(Duration, Vec<u8>)>;
+    pub(crate) type Answer = Vec<(Duration, Vec<u8>)>;
 
     /// A loopback HTTP/1.1 endpoint that reads each request (headers, then `content-length`
     /// bytes of body), hands the body to `answer` and writes what it returns, then closes the
     /// connection. Every body received is kept, in order.
-    async fn answering_endpoint(
+    pub(crate) async fn answering_endpoint(
         answer: impl Fn(&Value) -> Answer + Send + Sync + 'static,
     ) -> (HttpBackend, Arc<std::sync::Mutex<Vec<Value>>>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -924,7 +966,7 @@ mod tests {
         (backend, bodies)
     }
 
-    fn json_answer(status: u16, body: &Value) -> Vec<u8> {
+    pub(crate) fn json_answer(status: u16, body: &Value) -> Vec<u8> {
         let text = body.to_string();
         format!(
             "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
@@ -933,14 +975,14 @@ mod tests {
         .into_bytes()
     }
 
-    const SSE_HEAD: &[u8] =
+    pub(crate) const SSE_HEAD: &[u8] =
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
 
-    fn event(data: &str) -> Vec<u8> {
+    pub(crate) fn event(data: &str) -> Vec<u8> {
         format!("data: {data}\n\n").into_bytes()
     }
 
-    fn completion_json(text: &str) -> Value {
+    pub(crate) fn completion_json(text: &str) -> Value {
         serde_json::json!({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
     }
@@ -1046,7 +1088,7 @@ mod tests {
         assert_eq!(bodies.lock().unwrap()[0]["stream"], true);
     }
 
-    fn with_tool_turn() -> ChatRequest {
+    pub(crate) fn with_tool_turn() -> ChatRequest {
         use super::super::{ChatMessage, ToolCall};
         ChatRequest {
             model: "m".into(),

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::dialect::{Dialect, WireOptions};
+use super::learned::Adaptation;
 use super::timeouts::{LlmTimeouts, TimeoutPhase};
 use super::types::{ChatCompletion, ChatRequest};
 
@@ -314,19 +315,24 @@ pub enum LlmError {
     },
     /// The endpoint refused how a detail of the request was written (`content: null` on a
     /// tool-call turn, `max_tokens` for a reasoning model...; see
-    /// [`adjustment_for`](super::dialect::adjustment_for)). The endpoint's backend has learned
-    /// the other form, and the call is sent again at once, written that way.
-    #[error("the LLM endpoint refused the request ({message}); it is sent again {change}")]
+    /// [`adjustment_for`](super::refusal::adjustment_for)), or closed its stream before the
+    /// first chunk. The endpoint's backend has learned the other form, and the call is sent
+    /// again at once, written that way.
+    #[error("the LLM endpoint {message}; it is sent again {change}")]
     Adjusted {
-        /// The refusal's HTTP status.
+        /// The refusal's HTTP status (200 for a stream that ended before its first chunk).
         status: u16,
-        /// What the endpoint said: `HTTP <status>: <the provider's message>`.
+        /// What the endpoint did: `refused the request (HTTP <status>: <its message>)`, or
+        /// `ended its response stream before the first chunk`.
         message: String,
         /// What the next attempt sends differently.
         change: String,
+        /// This attempt taught the lesson (announced once, see
+        /// [`ChatBackend::take_adaptations`]); `false` when another call had already.
+        learned_now: bool,
     },
     /// A server error whose message is a request-validation error (see
-    /// [`is_validation_error`](super::dialect::is_validation_error)): the same request would
+    /// [`is_validation_error`](super::refusal::is_validation_error)): the same request would
     /// be refused again, so it is not retried.
     #[error("the LLM endpoint refused the request as invalid (HTTP {status} with a request-validation error, so it is not retried): {message} (hint: see docs/providers.md for the endpoint's quirks; the request is in the run's io/invocations)")]
     InvalidRequest {
@@ -432,6 +438,13 @@ pub trait ChatBackend: Send + Sync + 'static {
     fn wire_options(&self, model: &str) -> WireOptions {
         let _ = model;
         WireOptions::default()
+    }
+
+    /// The lessons the backend learned about its endpoint since it was last asked, each
+    /// returned once (for one calm line each on the terminal). Backends that learn nothing
+    /// return none.
+    fn take_adaptations(&self) -> Vec<Adaptation> {
+        Vec::new()
     }
 }
 

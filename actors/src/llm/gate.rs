@@ -103,6 +103,12 @@ impl LlmGate {
         self.backend.wire_options(model)
     }
 
+    /// The lessons the backend learned about the endpoint since it was last asked (see
+    /// [`ChatBackend::take_adaptations`]).
+    pub fn take_adaptations(&self) -> Vec<super::Adaptation> {
+        self.backend.take_adaptations()
+    }
+
     /// Requests currently being sent or answered through this gate.
     pub fn in_flight(&self) -> usize {
         self.max_in_flight - self.permits.available_permits()

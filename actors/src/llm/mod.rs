@@ -8,8 +8,12 @@
 //!   JSON text between a run's requests.
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
 //!   [`LlmError`] and the one-attempt [`ChatBackend`] trait.
-//! - [`dialect`]: how requests are written for an endpoint ([`Dialect`], [`WireOptions`]),
-//!   what its refusals teach, and how they are recognised.
+//! - [`dialect`]: how requests are written for an endpoint ([`Dialect`], [`WireOptions`],
+//!   [`dialect::Adjustment`]).
+//! - [`refusal`]: which refusals teach a change, read from the field they name.
+//! - [`learned`]: what an endpoint taught, per model, each detail once ([`Adaptation`]).
+//! - [`memory`]: [`EndpointMemory`], the lessons kept across processes in the user's cache.
+//! - [`usage`]: what a call cost: the provider's usage checked, or estimated from bytes.
 //! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest, streamed or not.
 //! - [`stream`]: server-sent events and the assembly of `chat.completion.chunk`s into one
 //!   completion.
@@ -33,15 +37,21 @@ pub mod client;
 pub mod dialect;
 pub mod endpoint;
 pub mod gate;
+pub mod learned;
+pub mod memory;
 pub(crate) mod rate;
+pub mod refusal;
 pub mod retry;
 pub mod scripted;
 pub mod stream;
 mod target;
 pub mod timeouts;
 pub mod types;
+pub mod usage;
 pub mod wire;
 
+#[cfg(test)]
+mod learning_tests;
 #[cfg(test)]
 mod streaming_tests;
 
@@ -53,6 +63,8 @@ pub use endpoint::{
     RequestMeta, TextSink, MAX_CONNECTIONS_LIMIT,
 };
 pub use gate::{GateConfig, GateOutcome, GatePass, LlmGate};
+pub use learned::Adaptation;
+pub use memory::EndpointMemory;
 pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,

@@ -171,11 +171,3 @@ async fn abandoning_a_call_closes_its_stream() {
     assert_eq!(server.stats().streams_cancelled(), 1);
     assert_eq!(server.stats().in_flight(), 0);
 }
-
-/// Backends that are not HTTP write requests the plain way: no streaming.
-#[test]
-fn the_scripted_backend_in_process_does_not_stream() {
-    let script = Arc::new(Script::from_yaml_str("steps: [{answer: x}]", "s.yaml").unwrap());
-    let backend = super::ScriptedBackend::new(script);
-    assert_eq!(backend.wire_options("m"), super::WireOptions::default());
-}

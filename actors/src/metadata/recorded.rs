@@ -39,6 +39,7 @@ impl RunMetadata {
                     input_tokens: meta.usage.input_tokens,
                     output_tokens: meta.usage.output_tokens,
                     model_usage: BTreeMap::new(),
+                    estimated: meta.usage.estimated,
                 },
                 cumulative_usage: meta.usage_so_far(),
             },

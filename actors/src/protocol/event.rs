@@ -82,8 +82,33 @@ pub enum RunEvent {
         /// The first 200 characters of the observation the model will see.
         preview: String,
     },
+    /// A model call is sent (after the context is built and `pre_llm_request` ran): a
+    /// watcher can show that the model is working, which a call that is not streamed does
+    /// not otherwise show for as long as it takes.
+    ModelCallStarted {
+        /// The run this event belongs to.
+        run_id: String,
+        /// The iteration the call belongs to.
+        iteration: u32,
+        /// The reply is asked for as a stream (text then comes as `ReplyText` events when
+        /// they are asked for).
+        streamed: bool,
+        /// Each attempt's whole-request limit (`llm.request_timeout`), in milliseconds.
+        request_timeout_ms: u64,
+    },
+    /// The endpoint taught delta how to write its requests (it refused a detail, its stream
+    /// ended before the first chunk, it sent no usage in a stream) and later calls are
+    /// written that way: sent once per lesson and process, by the run whose call learned it.
+    ModelAdapted {
+        /// The run this event belongs to.
+        run_id: String,
+        /// One line: the endpoint and model, what it did, what is sent from now on, and
+        /// where the lesson is remembered.
+        message: String,
+    },
     /// A model call failed and is retried after `delay_ms` (5xx, 429, a timeout, a broken
-    /// connection; the endpoint's retry policy decides).
+    /// connection; the endpoint's retry policy decides). A refusal delta answers by writing
+    /// the request another way is not one: it is sent again at once (see `ModelAdapted`).
     ModelRetry {
         /// The run this event belongs to.
         run_id: String,
@@ -132,6 +157,8 @@ impl RunEvent {
             | RunEvent::Thought { run_id, .. }
             | RunEvent::ToolStarted { run_id, .. }
             | RunEvent::ToolFinished { run_id, .. }
+            | RunEvent::ModelCallStarted { run_id, .. }
+            | RunEvent::ModelAdapted { run_id, .. }
             | RunEvent::ModelRetry { run_id, .. }
             | RunEvent::ReplyText { run_id, .. }
             | RunEvent::RunFinished { run_id, .. } => run_id,

@@ -262,8 +262,13 @@ pub struct UsageReport {
     pub input_tokens: u64,
     /// Completion tokens over every model.
     pub output_tokens: u64,
-    /// Per model: `{input_tokens, output_tokens, total_tokens}`.
+    /// Per model: `{input_tokens, output_tokens, total_tokens}` (and `estimated: true`
+    /// where some of them are).
     pub model_usage: BTreeMap<String, TokenUsage>,
+    /// Some of these tokens are estimated from bytes: a reply came without `usage` (left out
+    /// of JSON when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 /// `metrics` of a RunResult. Times are in milliseconds and cover this start or

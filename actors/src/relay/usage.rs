@@ -43,10 +43,8 @@ impl UsageCounters {
             self.streamed.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(usage) = usage {
-            self.prompt_tokens
-                .fetch_add(usage.prompt_tokens, Ordering::Relaxed);
-            self.completion_tokens
-                .fetch_add(usage.completion_tokens, Ordering::Relaxed);
+            saturating_add(&self.prompt_tokens, usage.prompt_tokens);
+            saturating_add(&self.completion_tokens, usage.completion_tokens);
         }
     }
 
@@ -65,6 +63,14 @@ impl UsageCounters {
             completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Adds `amount` to `counter`, stopping at `u64::MAX`: an upstream's absurd usage must not
+/// wrap the relay's totals.
+fn saturating_add(counter: &AtomicU64, amount: u64) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+        Some(now.saturating_add(amount))
+    });
 }
 
 /// The `usage` object of a completion or chunk body, when it has a non-null one.

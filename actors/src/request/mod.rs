@@ -69,6 +69,11 @@ pub struct SupervisorConfig {
     /// replies that carry text write it (default false: `delta run` and `delta orchestrate`
     /// turn it on; see [`crate::workspace::live_reply`]).
     pub partial_reply_file: bool,
+    /// The file that keeps what endpoints taught across processes (see
+    /// [`crate::llm::memory`]): read when an endpoint's first call is written, written at
+    /// each new lesson. `None` (the default, as embedders get it): lessons last for the
+    /// process only. The CLI sets `$XDG_CACHE_HOME/delta/endpoints.json`.
+    pub endpoint_memory: Option<PathBuf>,
 }
 
 impl Default for SupervisorConfig {
@@ -93,6 +98,7 @@ impl Default for SupervisorConfig {
             tool_spawner: None,
             reply_text_events: false,
             partial_reply_file: false,
+            endpoint_memory: None,
         }
     }
 }

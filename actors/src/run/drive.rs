@@ -41,6 +41,21 @@ use super::take::{take_run, SetupError, TakenRun};
 use super::unstarted::setup_failure;
 use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
 
+/// The result of a call in a reply cut at the output limit in the middle of a call.
+const CUT_CALL_OBSERVATION: &str = "Error: not run: your reply was cut off at its output limit (finish_reason: length) before this call was complete.";
+
+/// The first call of a reply whose arguments are not complete JSON (an empty text is a call
+/// without arguments, not a cut one).
+fn first_cut_call(calls: &[ToolCallRecord]) -> Option<String> {
+    calls
+        .iter()
+        .find(|c| {
+            let args = c.arguments.trim();
+            !args.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(args).is_err()
+        })
+        .map(|c| c.name.clone())
+}
+
 /// How often a live run's metadata.json shows its progress.
 const PROGRESS_WRITE_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -256,7 +271,7 @@ impl Run {
                 self.apply_override(&mut request, &outcome)?;
             }
 
-            let (completion, record_ref) = self.call_model(request).await?;
+            let (completion, record_ref, usage) = self.call_model(request).await?;
             self.hook(
                 HookName::PostLlmResponse,
                 || self.completion_payload(iteration, &completion),
@@ -267,10 +282,17 @@ impl Run {
             let completion_text = completion.message.content.clone();
             let text = completion_text.clone().filter(|t| !t.is_empty());
             let cut = completion.finish_reason.as_deref() == Some(TRUNCATED_FINISH_REASON);
-            let calls = self.record_thought(completion, text.clone(), record_ref)?;
+            let calls = self.record_thought(completion, text.clone(), record_ref, usage)?;
             if calls.is_empty() && cut {
-                let message = self.truncation_message(text.is_some());
+                let message = self.truncation_message(text.is_some(), None);
                 self.log(&message);
+                return Ok(Ending::failed(error_info(RunErrorKind::Truncated, message)));
+            }
+            if let Some(cut_call) = cut.then(|| first_cut_call(&calls)).flatten() {
+                // Not invalid JSON the model should "call again": the output limit cut it.
+                let message = self.truncation_message(false, Some(&cut_call));
+                self.log(&message);
+                self.answer_cut_calls(&calls)?;
                 return Ok(Ending::failed(error_info(RunErrorKind::Truncated, message)));
             }
             if calls.is_empty() {
@@ -346,19 +368,46 @@ impl Run {
     }
 
     /// A reply cut at the output limit with no tool call is not an answer: presenting it as
-    /// COMPLETED (possibly empty) would hide the cut. The run fails with a way forward.
-    fn truncation_message(&self, partial: bool) -> String {
+    /// COMPLETED (possibly empty) would hide the cut; nor is a tool call cut in the middle of
+    /// its arguments (`cut_call` names it) an invalid call to make again. The run fails with
+    /// a way forward.
+    fn truncation_message(&self, partial: bool, cut_call: Option<&str>) -> String {
         let limit = match self.lp.request.agent.llm.max_tokens {
             Some(n) => format!("raise `llm.max_tokens` in agent.yaml (now {n})"),
             None => "set `llm.max_tokens` in agent.yaml (the provider's default limit applied)"
                 .to_string(),
         };
+        let what = match cut_call {
+            Some(name) => format!(
+                " in the middle of its call of `{name}` (the call's arguments are not complete JSON; the cut call is in the journal, answered as not run)"
+            ),
+            None => format!(
+                " before it gave an answer or a tool call{}",
+                if partial { " (the partial reply is in the journal)" } else { "" }
+            ),
+        };
         format!(
-            "the model's reply was cut off at its output limit (finish_reason: length) before it gave an answer or a tool call{}; hint: {limit}, then continue the run with `delta continue --run-id {} -w {} -m \"...\"`",
-            if partial { " (the partial reply is in the journal)" } else { "" },
+            "the model's reply was cut off at its output limit (finish_reason: length){what}; hint: {limit}, then continue the run with `delta continue --run-id {} -w {} -m \"...\"`",
             self.lp.run_id,
             self.lp.request.work_dir.display()
         )
+    }
+
+    /// Every call of a reply cut in the middle of a call gets an ERROR result (none is run:
+    /// the reply is incomplete), so the conversation stays valid for `delta continue`.
+    fn answer_cut_calls(&self, calls: &[ToolCallRecord]) -> Result<(), Halt> {
+        for call in calls {
+            self.append(Event::ActionResult {
+                iteration: self.iteration,
+                action_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                status: crate::journal::ActionStatus::Error,
+                observation_content: CUT_CALL_OBSERVATION.to_string(),
+                exit_code: None,
+                execution_ref: None,
+            })?;
+        }
+        Ok(())
     }
 
     fn iteration_cap_error(&self) -> RunErrorInfo {
@@ -379,6 +428,7 @@ impl Run {
         completion: ChatCompletion,
         text: Option<String>,
         record_ref: Option<String>,
+        usage: TokenUsage,
     ) -> Result<Vec<ToolCallRecord>, Halt> {
         let calls = self.normalize_calls(completion.message.tool_calls.unwrap_or_default());
         self.append(Event::Thought {
@@ -387,6 +437,7 @@ impl Run {
             tool_calls: calls.clone(),
             llm_invocation_ref: record_ref,
             finish_reason: completion.finish_reason,
+            usage: (!usage.is_zero()).then_some(usage),
         })?;
         if let Some(text) = text {
             self.emit(RunEvent::Thought {

@@ -181,6 +181,7 @@ impl Run {
                     input_tokens: self.usage.input_tokens,
                     output_tokens: self.usage.output_tokens,
                     model_usage: self.model_usage.clone(),
+                    estimated: self.usage.estimated,
                 },
                 cumulative_usage: self.cumulative_usage(),
             },

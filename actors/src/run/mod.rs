@@ -55,6 +55,8 @@ mod unstarted;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_model;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,6 +93,12 @@ pub trait ModelPort {
     fn wire_options(&self, model: &str) -> crate::llm::WireOptions {
         let _ = model;
         crate::llm::WireOptions::default()
+    }
+
+    /// What the endpoint taught since this was last asked (each lesson returned once, to
+    /// whichever run asks first), for the run to announce.
+    fn take_adaptations(&self) -> Vec<crate::llm::Adaptation> {
+        Vec::new()
     }
 }
 

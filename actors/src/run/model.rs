@@ -1,6 +1,8 @@
 //! The model step of an iteration: the request built from the journal by the context
 //! builder, a `pre_llm_request` override applied, the call through the model port, its
-//! io/invocations record and the usage it reports.
+//! io/invocations record, the usage it reports (or an estimate, marked so, when it reports
+//! none; an absurd one is the provider's error, recorded as a WARNING and not summed), and
+//! the announcement of what the endpoint taught during the call.
 //!
 //! Must not: journal the reply (the THOUGHT is `drive.rs`'s) or run tools.
 
@@ -12,6 +14,8 @@ use serde_json::{json, Value};
 
 use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
+use crate::journal::Event;
+use crate::llm::usage::{call_usage, CallUsage};
 use crate::llm::{
     CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta, TextSink, Usage, WireOptions,
 };
@@ -187,11 +191,12 @@ impl Run {
 
     /// One model call through the model port; its io/invocations record either way, and a
     /// record and an engine.log line for each failed attempt as it fails (a run stopped in
-    /// the middle of retries keeps them).
+    /// the middle of retries keeps them). Returns the reply, its record's reference and the
+    /// tokens it was counted for.
     pub(super) async fn call_model(
         &mut self,
         request: ChatRequest,
-    ) -> Result<(ChatCompletion, Option<String>), Halt> {
+    ) -> Result<(ChatCompletion, Option<String>, TokenUsage), Halt> {
         // Serialized once: the same bytes are the HTTP body and the record's request.
         let wire = self.lp.model.wire_options(&request.model);
         let wire_body = self.serialize_for_wire(&request, &wire);
@@ -199,24 +204,31 @@ impl Run {
         // finished (marked complete) however this step ends.
         let live = self.live_reply();
         let _finish_live = live.clone().map(FinishOnDrop);
+        let timeouts = self
+            .lp
+            .request
+            .agent
+            .llm
+            .timeouts
+            .resolve(self.lp.config.llm_timeouts);
         let meta = RequestMeta {
             wire_body: wire_body
                 .as_ref()
                 .map(|body| bytes::Bytes::from_owner(body.clone())),
             agent_name: self.lp.request.agent.name.clone(),
             run_id: self.lp.run_id.clone(),
-            timeouts: self
-                .lp
-                .request
-                .agent
-                .llm
-                .timeouts
-                .resolve(self.lp.config.llm_timeouts),
+            timeouts,
             wire,
             on_text: self.reply_text_sink(live.clone()),
             // Set by the model port that keeps the run's time (the run actor's).
             on_queue: None,
         };
+        self.emit(RunEvent::ModelCallStarted {
+            run_id: self.lp.run_id.clone(),
+            iteration: self.iteration,
+            streamed: wire.stream,
+            request_timeout_ms: u64::try_from(timeouts.request.as_millis()).unwrap_or(u64::MAX),
+        });
         let events = self.events.clone();
         let run_id = self.lp.run_id.clone();
         let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -224,12 +236,16 @@ impl Run {
             if let Some(live) = &live {
                 live.restart();
             }
-            let _ = events.send(RunEvent::ModelRetry {
-                run_id: run_id.clone(),
-                attempt,
-                error: error.to_string(),
-                delay_ms: delay.as_millis() as u64,
-            });
+            // A refusal answered by writing the request another way is no failure to show:
+            // the lesson is announced once, in one line, when the call ends.
+            if !matches!(error, LlmError::Adjusted { .. }) {
+                let _ = events.send(RunEvent::ModelRetry {
+                    run_id: run_id.clone(),
+                    attempt,
+                    error: error.to_string(),
+                    delay_ms: delay.as_millis() as u64,
+                });
+            }
             let _ = failed_tx.send(FailedAttempt {
                 attempt,
                 error: error.to_string(),
@@ -259,6 +275,7 @@ impl Run {
         while let Ok(failed) = failed_rx.try_recv() {
             self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
         }
+        self.announce_adaptations();
         let CallOutcome {
             completion,
             attempts,
@@ -270,12 +287,12 @@ impl Run {
         } = match outcome {
             Ok(outcome) => outcome,
             Err(failure) if failure.cancelled => {
-                self.count_usage(failure.failed_attempts_usage, None, &request.model);
+                self.count_usage(exact(failure.failed_attempts_usage), None, &request.model);
                 return Err(Halt::Stopped);
             }
             Err(failure) => {
                 // Billed even though no reply came of them.
-                self.count_usage(failure.failed_attempts_usage, None, &request.model);
+                self.count_usage(exact(failure.failed_attempts_usage), None, &request.model);
                 self.write_invocation_record(&InvocationRecord {
                     iteration: self.iteration,
                     attempt: None,
@@ -324,28 +341,52 @@ impl Run {
             failed_attempts: Some(&failed_attempts),
         })?;
         self.count_usage(
-            failed_attempts_usage,
+            exact(failed_attempts_usage),
             completion.model.as_deref(),
             &request.model,
         );
-        if let Some(usage) = completion.usage {
-            self.count_usage(usage, completion.model.as_deref(), &request.model);
+        let sent_bytes = match &sent_body {
+            Some(body) => body.as_ref().len(),
+            None => serde_json::to_vec(&*request).map_or(0, |bytes| bytes.len()),
+        };
+        let used = call_usage(&completion, sent_bytes);
+        if let CallUsage::Absurd {
+            reported, reason, ..
+        } = &used
+        {
+            // The provider's error: recorded, and not summed (the estimate counts).
+            let message = format!(
+                "the endpoint reported an impossible token usage for iteration {} ({reason}; it sent prompt_tokens {}, completion_tokens {}, total_tokens {}): it is not counted, and the call's tokens are estimated from its bytes",
+                self.iteration, reported.prompt_tokens, reported.completion_tokens, reported.total_tokens
+            );
+            self.log(&format!("warning: {message}"));
+            self.append(Event::Warning { message })?;
         }
-        Ok((completion, record_ref))
+        let (counted, estimated) = used.counted();
+        let used = token_usage(counted, estimated);
+        self.count_usage(used, completion.model.as_deref(), &request.model);
+        Ok((completion, record_ref, used))
     }
 
-    /// Adds tokens the provider reported to this driving's usage, under the model that
-    /// answered (or the one asked for). Every attempt counts, failed ones too: the
-    /// provider bills them.
-    fn count_usage(&mut self, usage: Usage, answered_by: Option<&str>, asked_for: &str) {
-        if usage == Usage::default() {
+    /// Announces, once each, what the endpoint taught during the call (see
+    /// [`crate::llm::Adaptation`]): a line in engine.log and a `ModelAdapted` event.
+    fn announce_adaptations(&self) {
+        for adaptation in self.lp.model.take_adaptations() {
+            let message = adaptation.announcement();
+            self.log(&message);
+            self.emit(RunEvent::ModelAdapted {
+                run_id: self.lp.run_id.clone(),
+                message,
+            });
+        }
+    }
+
+    /// Adds a call's tokens to this driving's usage, under the model that answered (or the
+    /// one asked for). Every attempt counts, failed ones too: the provider bills them.
+    fn count_usage(&mut self, used: TokenUsage, answered_by: Option<&str>, asked_for: &str) {
+        if used.is_zero() {
             return;
         }
-        let used = TokenUsage {
-            input_tokens: usage.prompt_tokens,
-            output_tokens: usage.completion_tokens,
-            total_tokens: usage.total_tokens,
-        };
         self.usage.add(used);
         let model = answered_by.unwrap_or(asked_for).to_string();
         self.model_usage.entry(model).or_default().add(used);
@@ -494,5 +535,23 @@ impl Run {
             completion.raw.clone()
         };
         json!({"iteration": iteration, "response": response})
+    }
+}
+
+/// The provider's `usage` as the run counts it.
+fn token_usage(usage: Usage, estimated: bool) -> TokenUsage {
+    TokenUsage {
+        input_tokens: usage.prompt_tokens,
+        output_tokens: usage.completion_tokens,
+        total_tokens: usage.total_tokens,
+        estimated,
+    }
+}
+
+/// Usage the provider reported for failed attempts (exact, when there is any).
+fn exact(usage: Usage) -> TokenUsage {
+    match crate::llm::usage::implausible(&usage) {
+        None => token_usage(usage, false),
+        Some(_) => TokenUsage::default(),
     }
 }

@@ -86,6 +86,16 @@ fn redact_event(event: &mut RunEvent, secrets: &SecretSet) {
                 text(field);
             }
         }
+        RunEvent::ModelCallStarted {
+            run_id,
+            iteration: _,
+            streamed: _,
+            request_timeout_ms: _,
+        } => text(run_id),
+        RunEvent::ModelAdapted { run_id, message } => {
+            text(run_id);
+            text(message);
+        }
         RunEvent::ModelRetry {
             run_id,
             attempt: _,

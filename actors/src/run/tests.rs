@@ -26,7 +26,7 @@ use crate::request::{LlmTarget, RunRequest, RunStart, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
 
 /// Answers each model call with the next scripted reply; records what it was sent.
-struct FakeModel {
+pub(super) struct FakeModel {
     replies: RefCell<VecDeque<Result<ChatMessage, String>>>,
     requests: Rc<RefCell<Vec<ChatRequest>>>,
     /// The serialized request each call came with (`RequestMeta::wire_body`).
@@ -34,20 +34,35 @@ struct FakeModel {
     /// Usage reported by each successful reply, and by the failed attempts of every call.
     usage: Option<Usage>,
     failed_attempts_usage: Usage,
+    /// The finish reason of every reply (`stop` unless a test cuts them: `length`).
+    finish_reason: &'static str,
 }
 
 impl FakeModel {
-    fn new(replies: Vec<Result<ChatMessage, String>>) -> Rc<FakeModel> {
+    pub(super) fn new(replies: Vec<Result<ChatMessage, String>>) -> Rc<FakeModel> {
         Rc::new(FakeModel {
             replies: RefCell::new(replies.into()),
             requests: Rc::default(),
             wire_bodies: RefCell::default(),
             usage: None,
             failed_attempts_usage: Usage::default(),
+            finish_reason: "stop",
         })
     }
 
-    fn with_usage(
+    /// Every reply cut at the output limit (`finish_reason: length`).
+    pub(super) fn cut(replies: Vec<Result<ChatMessage, String>>) -> Rc<FakeModel> {
+        Rc::new(FakeModel {
+            replies: RefCell::new(replies.into()),
+            requests: Rc::default(),
+            wire_bodies: RefCell::default(),
+            usage: None,
+            failed_attempts_usage: Usage::default(),
+            finish_reason: "length",
+        })
+    }
+
+    pub(super) fn with_usage(
         replies: Vec<Result<ChatMessage, String>>,
         usage: Usage,
         failed_attempts_usage: Usage,
@@ -58,6 +73,7 @@ impl FakeModel {
             wire_bodies: RefCell::default(),
             usage: Some(usage),
             failed_attempts_usage,
+            finish_reason: "stop",
         })
     }
 }
@@ -78,6 +94,7 @@ impl ModelPort for FakeModel {
             .pop_front()
             .unwrap_or_else(|| Err("no more scripted replies".into()));
         let (usage, failed_attempts_usage) = (self.usage, self.failed_attempts_usage);
+        let finish_reason = self.finish_reason;
         Box::pin(async move {
             match reply {
                 Ok(message) => Ok(CallOutcome {
@@ -85,7 +102,7 @@ impl ModelPort for FakeModel {
                         id: None,
                         model: Some("fake".into()),
                         message,
-                        finish_reason: Some("stop".into()),
+                        finish_reason: Some(finish_reason.into()),
                         usage,
                         raw: serde_json::Value::Null,
                     },
@@ -120,10 +137,10 @@ enum Behaviour {
 }
 
 #[derive(Default)]
-struct FakeTools {
+pub(super) struct FakeTools {
     behaviours: BTreeMap<&'static str, Behaviour>,
     finished: Rc<RefCell<BTreeMap<String, Rc<Notify>>>>,
-    started: Rc<RefCell<Vec<String>>>,
+    pub(super) started: Rc<RefCell<Vec<String>>>,
 }
 
 impl FakeTools {
@@ -187,7 +204,7 @@ impl ToolPort for FakeTools {
     }
 }
 
-fn calls(names: &[&str]) -> ChatMessage {
+pub(super) fn calls(names: &[&str]) -> ChatMessage {
     let calls = names
         .iter()
         .enumerate()
@@ -196,17 +213,17 @@ fn calls(names: &[&str]) -> ChatMessage {
     ChatMessage::assistant(None, calls)
 }
 
-fn answer(text: &str) -> ChatMessage {
+pub(super) fn answer(text: &str) -> ChatMessage {
     ChatMessage::assistant(Some(text.to_string()), Vec::new())
 }
 
-struct Fixture {
+pub(super) struct Fixture {
     agent_dir: tempfile::TempDir,
-    work_dir: tempfile::TempDir,
+    pub(super) work_dir: tempfile::TempDir,
 }
 
 impl Fixture {
-    fn new(parallel: bool) -> Fixture {
+    pub(super) fn new(parallel: bool) -> Fixture {
         let agent_dir = tempfile::tempdir().unwrap();
         let tools: String = ["first", "second", "third"]
             .iter()
@@ -254,7 +271,7 @@ impl Fixture {
         }
     }
 
-    async fn drive(
+    pub(super) async fn drive(
         &self,
         model: Rc<FakeModel>,
         tools: Rc<FakeTools>,
@@ -277,7 +294,7 @@ impl Fixture {
         run.drive().await
     }
 
-    fn journal(&self) -> Vec<Event> {
+    pub(super) fn journal(&self) -> Vec<Event> {
         let path: PathBuf = self.work_dir.path().join(".delta/looptest/journal.jsonl");
         read_journal(&path)
             .unwrap()
@@ -501,7 +518,7 @@ async fn engine_log_does_not_grow_with_iterations() {
     assert_eq!(one, five);
 }
 
-fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+pub(super) fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
     Usage {
         prompt_tokens,
         completion_tokens,

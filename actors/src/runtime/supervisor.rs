@@ -102,8 +102,15 @@ impl RunSupervisor {
         }
         let backend: Arc<dyn ChatBackend> = match target {
             LlmTarget::Http(endpoint) => Arc::new(
-                HttpBackend::new(endpoint.clone(), crate::llm::DEFAULT_TIMEOUT)
-                    .map_err(|e| EngineError::Rejected(e.to_string()))?,
+                HttpBackend::with_memory(
+                    endpoint.clone(),
+                    crate::llm::DEFAULT_TIMEOUT,
+                    self.config
+                        .endpoint_memory
+                        .as_ref()
+                        .map(crate::llm::EndpointMemory::new),
+                )
+                .map_err(|e| EngineError::Rejected(e.to_string()))?,
             ),
             LlmTarget::Scripted(script) => Arc::new(ScriptedBackend::new(script.clone())),
             LlmTarget::Custom { backend, .. } => backend.clone(),

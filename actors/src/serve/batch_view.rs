@@ -112,9 +112,7 @@ pub struct BatchRow {
 
 /// The total of a usage as the views show it: the provider's, or the sum when it gave none.
 fn total(usage: &TokenUsage) -> u64 {
-    usage
-        .total_tokens
-        .max(usage.input_tokens + usage.output_tokens)
+    usage.total_tokens.max(usage.sum())
 }
 
 /// Runs of a stage by status.
@@ -651,9 +649,10 @@ impl OrchestrationIndex {
                 let rows = || self.rows.iter().filter(|r| r.stage == stage.id);
                 let counts = Self::counts_of(rows(), stage.planned);
                 let tokens = rows().fold(TokenUsage::default(), |mut sum, row| {
-                    sum.input_tokens += row.usage.input_tokens;
-                    sum.output_tokens += row.usage.output_tokens;
-                    sum.total_tokens += row.tokens;
+                    sum.add(TokenUsage {
+                        total_tokens: row.tokens,
+                        ..row.usage
+                    });
                     sum
                 });
                 for (total, add) in [

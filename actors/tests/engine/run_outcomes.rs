@@ -35,6 +35,7 @@ pub fn recorded_usage(run_dir: &Path) -> TokenUsage {
             input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
             output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
             total_tokens: usage["total_tokens"].as_u64().unwrap_or(0),
+            estimated: false,
         });
     }
     total

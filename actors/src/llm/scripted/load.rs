@@ -87,6 +87,7 @@ impl Script {
 struct RawScript {
     model: Option<String>,
     strict: Option<bool>,
+    quirks: Option<Vec<String>>,
     require_api_key: Option<String>,
     default_latency_ms: Option<u64>,
     default_latency: Option<RawLatency>,
@@ -217,6 +218,18 @@ impl Loader {
                 ))
             }
         };
+        let mut quirks = super::script::Quirks::default();
+        for (i, name) in raw.quirks.iter().flatten().enumerate() {
+            if !quirks.set(name) {
+                return Err(self.invalid(
+                    &format!("quirks[{i}]"),
+                    format!(
+                        "`{name}` is not a quirk the scripted model imitates (known: {})",
+                        super::script::Quirks::NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
         let mut rules = Vec::with_capacity(raw_rules.len());
         for (i, rule) in raw_rules.into_iter().enumerate() {
             rules.push(self.rule(&format!("rules[{i}]"), rule)?);
@@ -225,6 +238,7 @@ impl Loader {
             origin: self.origin,
             model: raw.model.unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
             strict: raw.strict.unwrap_or(true),
+            quirks,
             require_api_key: raw.require_api_key,
             exhausted_answer: raw
                 .when_exhausted

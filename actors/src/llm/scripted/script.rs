@@ -55,6 +55,8 @@ pub struct Script {
     pub(super) origin: String,
     pub(super) model: String,
     pub(super) strict: bool,
+    /// HTTP only: another server's ways, imitated (`quirks:`).
+    pub(super) quirks: Quirks,
     /// HTTP only: the bearer token every request must carry.
     pub(super) require_api_key: Option<String>,
     pub(super) exhausted_answer: String,
@@ -65,6 +67,42 @@ pub struct Script {
     pub(super) attempts: DashMap<(String, usize, usize), u32>,
     /// Stalled streams already served per (conversation key, rule index, step index).
     pub(super) stalls: DashMap<(String, usize, usize), u32>,
+}
+
+/// `quirks:` — ways of other OpenAI-compatible servers the HTTP endpoint imitates, so that
+/// delta's handling of them is tested against a server on 127.0.0.1. All three together are
+/// llama-cpp-python's server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quirks {
+    /// `refuse_null_tool_content`: an assistant turn with tool calls and `content: null` (or
+    /// none) is refused with HTTP 500 and pydantic's validation text.
+    pub refuse_null_tool_content: bool,
+    /// `no_stream_usage`: streams carry no usage, whatever `stream_options` asks.
+    pub no_stream_usage: bool,
+    /// `no_streamed_tools`: a streamed request that offers tools (with `tool_choice` auto or
+    /// unset) is answered with an event stream closed before its first chunk.
+    pub no_streamed_tools: bool,
+}
+
+impl Quirks {
+    /// Every quirk's name, as written in a script.
+    pub const NAMES: [&'static str; 3] = [
+        "refuse_null_tool_content",
+        "no_stream_usage",
+        "no_streamed_tools",
+    ];
+
+    /// Turns on the quirk `name`; `false` for an unknown name.
+    pub(super) fn set(&mut self, name: &str) -> bool {
+        let flag = match name {
+            "refuse_null_tool_content" => &mut self.refuse_null_tool_content,
+            "no_stream_usage" => &mut self.no_stream_usage,
+            "no_streamed_tools" => &mut self.no_streamed_tools,
+            _ => return false,
+        };
+        *flag = true;
+        true
+    }
 }
 
 /// Most chunks a step's streamed reply may be cut into.
@@ -177,6 +215,11 @@ impl Script {
     /// Whether invalid histories are rejected with HTTP 400 (`strict:`, default true).
     pub fn strict(&self) -> bool {
         self.strict
+    }
+
+    /// The other servers' ways the HTTP endpoint imitates (`quirks:`).
+    pub fn quirks(&self) -> Quirks {
+        self.quirks
     }
 
     /// The model id reported to clients.

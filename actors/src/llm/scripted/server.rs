@@ -241,8 +241,13 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
             return error_reply(StatusCode::UNAUTHORIZED, message, "invalid_api_key", None);
         }
     }
+    let quirks = shared.script.quirks();
     let (streamed, reply) = match read_request(req).await {
         Ok(chat_req) => {
+            if let Some(reply) = imitated_refusal(quirks, &chat_req) {
+                stats.record_rejected();
+                return reply;
+            }
             if shared.script.strict() {
                 if let Err(problem) = validate_history(&chat_req.messages) {
                     stats.record_rejected();
@@ -254,10 +259,15 @@ async fn chat(shared: &Shared, req: Request<Incoming>) -> Reply {
                     );
                 }
             }
-            (
-                wants_stream(&chat_req),
-                shared.script.respond_unchecked(&chat_req, &meta),
-            )
+            let streamed = wants_stream(&chat_req)
+                .map(|include_usage| include_usage && !quirks.no_stream_usage);
+            if streamed.is_some() && quirks.no_streamed_tools && offers_tools_auto(&chat_req) {
+                // llama-cpp-python: "Automatic streaming tool choice is not supported", told
+                // by closing the stream before its first chunk.
+                stats.record_stream();
+                return stream_reply(Vec::new(), Duration::ZERO, StreamPlan::default(), in_flight);
+            }
+            (streamed, shared.script.respond_unchecked(&chat_req, &meta))
         }
         Err(reply) => {
             stats.record_failure();
@@ -336,6 +346,33 @@ async fn read_request(req: Request<Incoming>) -> Result<ChatRequest, Reply> {
         }
     }
     Ok(request)
+}
+
+/// `refuse_null_tool_content`: llama-cpp-python's answer to an assistant turn with tool calls
+/// and no text content (HTTP 500, pydantic's validation errors, one per message type it
+/// tried).
+fn imitated_refusal(quirks: super::script::Quirks, request: &ChatRequest) -> Option<Reply> {
+    if !quirks.refuse_null_tool_content {
+        return None;
+    }
+    let index = request
+        .messages
+        .iter()
+        .position(|m| m.content.is_none() && !m.tool_calls().is_empty())?;
+    let message = format!(
+        "4 validation errors:\n  {{'type': 'string_type', 'loc': ('body', 'messages', {index}, 'ChatCompletionRequestSystemMessage', 'content'), 'msg': 'Input should be a valid string', 'input': None}}\n  {{'type': 'literal_error', 'loc': ('body', 'messages', {index}, 'ChatCompletionRequestUserMessage', 'role'), 'msg': \"Input should be 'user'\", 'input': 'assistant', 'ctx': {{'expected': \"'user'\"}}}}\n  {{'type': 'string_type', 'loc': ('body', 'messages', {index}, 'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid string', 'input': None}}\n  {{'type': 'literal_error', 'loc': ('body', 'messages', {index}, 'ChatCompletionRequestToolMessage', 'role'), 'msg': \"Input should be 'tool'\", 'input': 'assistant', 'ctx': {{'expected': \"'tool'\"}}}}"
+    );
+    Some(error_reply(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &message,
+        "internal_server_error",
+        None,
+    ))
+}
+
+/// The request offers tools and lets the model choose whether to call one.
+fn offers_tools_auto(request: &ChatRequest) -> bool {
+    !request.tools.is_empty() && matches!(request.tool_choice.as_deref(), None | Some("auto"))
 }
 
 /// `Some(include_usage)` when the request asks for a streamed reply.

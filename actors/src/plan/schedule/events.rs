@@ -119,7 +119,8 @@ fn lifetime_usage(result: &RunResult) -> TokenUsage {
     TokenUsage {
         input_tokens: driving.input_tokens,
         output_tokens: driving.output_tokens,
-        total_tokens: driving.input_tokens + driving.output_tokens,
+        total_tokens: driving.input_tokens.saturating_add(driving.output_tokens),
+        estimated: driving.estimated,
     }
 }
 
@@ -278,6 +279,7 @@ mod tests {
             input_tokens: 40,
             output_tokens: 9,
             total_tokens: 49,
+            estimated: false,
         };
         write_metadata(&paths.run_dir, &meta).unwrap();
         let mut result = meta.recorded_result(&paths.run_dir);

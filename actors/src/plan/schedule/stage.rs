@@ -234,8 +234,8 @@ impl Scheduler {
             for r in &runs {
                 usage.add(r.usage);
             }
-            totals.input_tokens += usage.input_tokens;
-            totals.output_tokens += usage.output_tokens;
+            totals.input_tokens = totals.input_tokens.saturating_add(usage.input_tokens);
+            totals.output_tokens = totals.output_tokens.saturating_add(usage.output_tokens);
             stages.push(StageSummary {
                 id: spec.id.clone(),
                 status,

@@ -18,6 +18,7 @@ fn recorded(status: RunStatus, result: Option<&str>, error: Option<&str>) -> OnD
             input_tokens: 10,
             output_tokens: 5,
             total_tokens: 15,
+            estimated: false,
         },
     })
 }

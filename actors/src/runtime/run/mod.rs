@@ -152,6 +152,10 @@ impl ModelPort for GatePort {
     fn wire_options(&self, model: &str) -> crate::llm::WireOptions {
         self.gate.wire_options(model)
     }
+
+    fn take_adaptations(&self) -> Vec<crate::llm::Adaptation> {
+        self.gate.take_adaptations()
+    }
 }
 
 /// The tool port: one `ToolActor` per call (a process or an engine call alike).
