@@ -1,6 +1,6 @@
 // What the page knows (state.js): each /ws/dashboard message applied, and the polling of a
-// runs page (poll.js) under a mocked clock.
-import { test, mock } from "node:test";
+// runs page (poll.js) under a clock the test moves.
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { applyDashboardMessage, askingCount } from "../state.js";
 import { poller } from "../poll.js";
@@ -59,43 +59,55 @@ test("a workspace message replaces that workspace only; an unknown message chang
   assert.deepEqual(known, before);
 });
 
-// Lets every promise the poller chained settle (setImmediate is not mocked: it runs after them).
-const settle = () => new Promise((resolve) => setImmediate(resolve));
+// A clock the test moves by hand: poll.js's setTimeout and clearTimeout while `run` runs.
+async function withFakeTimers(run) {
+  const saved = { setTimeout: globalThis.setTimeout, clearTimeout: globalThis.clearTimeout };
+  let now = 0;
+  let nextId = 1;
+  const pending = new Map();
+  globalThis.setTimeout = (fn, ms) => { pending.set(nextId, { fn, at: now + ms }); return nextId++; };
+  globalThis.clearTimeout = (id) => { pending.delete(id); };
+  // Moves the clock by `ms`, firing what falls due, then lets the loads it started settle.
+  const tick = async (ms) => {
+    now += ms;
+    for (const [id, timer] of [...pending].sort((a, b) => a[1].at - b[1].at)) {
+      if (timer.at <= now && pending.delete(id)) timer.fn();
+    }
+    await new Promise((resolve) => saved.setTimeout(resolve, 0));
+  };
+  try { await run(tick, () => pending.size); } finally { Object.assign(globalThis, saved); }
+}
 
 test("a poller loads at once, again after each wait while the page says so, and never after stop", async () => {
-  mock.timers.enable({ apis: ["setTimeout"] });
-  try {
+  await withFakeTimers(async (tick, waiting) => {
     let loads = 0;
     let running = true;
     const polling = poller(async () => { loads++; }, 1000, () => running);
     await polling.start();
     assert.equal(loads, 1);
-    mock.timers.tick(999);
-    await settle();
+    assert.equal(waiting(), 1);
+    await tick(999);
     assert.equal(loads, 1, "no load before the wait is over");
-    mock.timers.tick(1);
-    await settle();
+    await tick(1);
     assert.equal(loads, 2);
     polling.kick();
-    await settle();
+    await tick(0);
     assert.equal(loads, 3, "a kick loads at once");
-    mock.timers.tick(1000);
-    await settle();
-    assert.equal(loads, 4, "and the kick's wait replaced the one before: one load, not two");
+    assert.equal(waiting(), 1, "and its wait replaces the one before");
+    await tick(1000);
+    assert.equal(loads, 4, "one load a wait, not two");
     running = false;
-    mock.timers.tick(1000);
-    await settle();
+    await tick(1000);
     assert.equal(loads, 5, "the last load runs, and says the page is done");
-    mock.timers.tick(10000);
-    await settle();
-    assert.equal(loads, 5, "nothing follows once the page is done");
+    assert.equal(waiting(), 0, "nothing follows once the page is done");
     running = true;
-    polling.stop();
     polling.kick();
-    mock.timers.tick(10000);
-    await settle();
-    assert.equal(loads, 5, "nothing after stop, not even a kick");
-  } finally {
-    mock.timers.reset();
-  }
+    await tick(0);
+    assert.equal(loads, 6, "a kick wakes a page that was done");
+    polling.stop();
+    assert.equal(waiting(), 0, "stop cancels the wait");
+    polling.kick();
+    await tick(10000);
+    assert.equal(loads, 6, "nothing after stop, not even a kick");
+  });
 });
