@@ -1,15 +1,21 @@
-// delta serve page, the run inspector (#/runs/<ws>/r/<run>[/call/<n>|/tool/<id>]): the run's
+// inspector.js — the run inspector (#/runs/<ws>/r/<run>[/call/<n>|/tool/<id>]): the run's
 // iterations as a waterfall (each model call, tool call and wait for an answer a bar with its
 // duration; the time a run was not driven is folded, with a "resumed" mark), the details of
-// the model call or tool call clicked, one entry per event, and, while the run runs, its
-// current model reply growing as it streams. Uses app.js's and batch.js's helpers.
-// Plain JS, no build step.
-"use strict";
+// the model call or tool call clicked, one entry per event, the answer box of a run that waits
+// for one, and, while the run runs, its current model reply growing as it streams.
+// Must not: show a sensitive answer (the server sends it redacted; this page shows the mark),
+// or start a run's continuation itself (the server's /answer does).
 
-const PAUSE_WIDTH_MS = 400; // how wide a folded pause is drawn, in the waterfall's time
+import { api } from "./api.js";
+import { href, runSelection, workspaceQuery } from "./address.js";
+import { crumbs, el, statusSpan, svg } from "./dom.js";
+import { age, clip, fmtInt, fmtMs, fmtTokens, shellQuote } from "./format.js";
+import { resumedLabels, waterfallScale } from "./geometry.js";
+import { poller } from "./poll.js";
+
 const LIVE_POLL_MS = 1000;
 
-function inspectorPage(view, workspace, runId, route) {
+export function inspectorPage(view, workspace, runId, route) {
   const page = { trace: null, route, error: null, detail: null, detailKey: null, detailError: null, answerStatus: null };
   const header = el("div", { id: "run-header" });
   const partialBox = el("div", { id: "partial-reply", class: "partial", "aria-live": "polite", hidden: true });
@@ -20,15 +26,12 @@ function inspectorPage(view, workspace, runId, route) {
   view.append(el("div", { class: "inspector-grid" }, header, partialBox, waterfallBox, detailBox, answerBox, el("h2", {}, "Events"), entriesBox));
   const base = "/api/runs/" + encodeURIComponent(runId);
   const runHref = (...more) => href(["runs", workspace, "r", runId].concat(more));
-  const selection = () => {
-    const [, , , , kind, key] = page.route.parts;
-    return kind === "call" || kind === "tool" ? { kind, key } : null;
-  };
+  const selection = () => runSelection(page.route.parts);
 
   async function load() {
     try {
       const known = page.trace ? "&known=" + page.trace.journalBytes : "";
-      const data = await api("GET", base + "/trace?" + wsQuery(workspace) + known);
+      const data = await api("GET", base + "/trace?" + workspaceQuery(workspace) + known);
       if (data.unchanged && page.trace) {
         page.trace.partial = data.partial || null;
         page.trace.now = data.now;
@@ -68,7 +71,7 @@ function inspectorPage(view, workspace, runId, route) {
         el("span", {}, el("b", {}, String(t.iterations)), " iterations"),
         el("span", {}, el("b", {}, fmtTokens(t.tokens)), " tokens"),
         duration != null ? el("span", {}, "last driven ", el("b", {}, fmtMs(duration))) : null,
-        t.createdAt ? el("span", { title: t.createdAt }, "started " + age(t.createdAt)) : null,
+        t.createdAt ? el("span", { title: t.createdAt }, "started " + age(t.createdAt, Date.now())) : null,
         t.pauses.length ? el("span", {}, "resumed " + t.pauses.length + "×") : null),
       t.error ? el("p", { class: "error-text", id: "run-error" }, el("b", {}, t.error[0] || "error"), ": " + t.error[1]) : "",
       t.unreadable ? el("p", { class: "error-text" }, t.unreadable) : "",
@@ -85,7 +88,7 @@ function inspectorPage(view, workspace, runId, route) {
   }
 
   // The waterfall: one row per span; the x axis is the run's time with each pause between a
-  // stop and its continuation folded to PAUSE_WIDTH_MS.
+  // stop and its continuation folded (geometry.js).
   function renderWaterfall() {
     const t = page.trace;
     waterfallBox.replaceChildren();
@@ -93,82 +96,52 @@ function inspectorPage(view, workspace, runId, route) {
     const spans = t.spans;
     if (!spans.length) { waterfallBox.append(el("p", { class: "hint" }, "No model call yet.")); return; }
     const now = t.now;
-    const pauses = t.pauses.slice().sort((a, b) => a.from - b.from);
-    const fold = (time) => {
-      let folded = time;
-      for (const p of pauses) {
-        if (time >= p.to) folded -= (p.to - p.from) - PAUSE_WIDTH_MS;
-        else if (time > p.from) folded -= (time - p.from) * (1 - PAUSE_WIDTH_MS / Math.max(p.to - p.from, 1));
-      }
-      return folded;
-    };
-    const starts = spans.map((s) => s.start);
-    const ends = spans.map((s) => s.end ?? now);
-    const t0 = fold(Math.min(...starts)), t1 = Math.max(fold(Math.max(...ends)), t0 + 1);
     const width = Math.max(320, waterfallBox.clientWidth || 800);
-    const labelW = Math.min(220, width * 0.3), rowH = 18, top = 18;
-    const x = (time) => labelW + (width - labelW - 60) * (fold(time) - t0) / (t1 - t0);
+    const { pauses, t0, t1, labelW, x } = waterfallScale(spans, t.pauses, now, width);
+    const rowH = 18, top = 18;
     // The "resumed" marks are labelled on a row of their own below the bars, so a label
     // never runs into the axis's texts, the bars or the picture's edge.
     const rowsBottom = top + spans.length * rowH;
     const marksH = pauses.length ? 16 : 0;
     const picture = svg("svg", { width: String(width), height: String(rowsBottom + marksH + 4), role: "img", "aria-label": "waterfall of the run's calls" });
+    const total = fmtMs(Math.round(t1 - t0)) + (pauses.length ? " (pauses folded)" : "");
     picture.append(svg("text", { class: "dim", x: "0", y: "12" }, "calls over time"),
       svg("text", { class: "dim", x: String(labelW), y: "12" }, "0"),
-      svg("text", { class: "dim", x: String(width - 60), y: "12", "text-anchor": "end" }, fmtMs(Math.round(t1 - t0)) + (pauses.length ? " (pauses folded)" : "")));
-    const RESUMED_LABEL_W = 56; // "resumed" at 11 px, with room to spare
-    let labelledUpTo = -Infinity;
-    for (const p of pauses) {
-      const px = x(p.to);
-      const when = "resumed after " + fmtMs(p.to - p.from) + " without being driven";
+      svg("text", { class: "dim", x: String(width - 60), y: "12", "text-anchor": "end" }, total));
+    const marks = pauses.map((p) => x(p.to));
+    resumedLabels(marks, width).forEach((place, i) => {
+      const px = marks[i];
+      const when = "resumed after " + fmtMs(pauses[i].to - pauses[i].from) + " without being driven";
       const mark = svg("g", { class: "resumed-mark" }, svg("title", {}, when),
         svg("line", { class: "resumed", x1: String(px), x2: String(px), y1: "14", y2: String(rowsBottom + 4) }));
       picture.append(mark);
-      // Left of its mark where the right edge is too near; none where it would overlap the last.
-      const atEnd = px + 3 + RESUMED_LABEL_W > width;
-      const from = atEnd ? px - 3 - RESUMED_LABEL_W : px + 3;
-      if (from < labelledUpTo) continue;
-      labelledUpTo = from + RESUMED_LABEL_W;
-      mark.append(svg("text", { class: "dim resumed-label", x: String(atEnd ? px - 3 : px + 3), y: String(rowsBottom + marksH), "text-anchor": atEnd ? "end" : "start" }, "resumed"));
-    }
-    const selected = selection();
-    spans.forEach((span, i) => {
-      const y = top + i * rowH;
-      const key = span.kind === "model" ? "call/" + span.iteration : span.actionId ? "tool/" + span.actionId : null;
-      const isSelected = selected && key === selected.kind + "/" + selected.key;
-      const end = span.end ?? now;
-      const failed = span.status === "FAILED" || span.status === "ERROR";
-      const bx = x(span.start), bw = Math.max(2, x(end) - bx);
-      const label = (span.kind === "model" ? "" : span.kind === "human" ? "? " : "▸ ") + span.label;
-      const row = svg(key ? "a" : "g", { class: "row" + (isSelected ? " selected" : ""), href: key ? runHref(...key.split("/")) : null, "data-span": key || "",
-        "data-kind": span.kind },
-        svg("title", {}, span.label + ": " + (span.startUnknown ? "start not recorded, " : "") + (span.end == null ? "running for " : "") + fmtMs(end - span.start) + (span.status ? " (" + span.status + ")" : "")),
-        svg("rect", { class: "hit", x: "0", y: String(y), width: String(width), height: String(rowH), fill: "transparent" }),
-        svg("text", { x: "4", y: String(y + 13) }, label.length > 30 ? label.slice(0, 29) + "…" : label),
-        svg("rect", { class: "bar-" + (failed ? "failed" : span.kind) + (span.end == null ? " live" : ""), x: String(bx), y: String(y + 4), width: String(bw), height: String(rowH - 8), rx: "2" }),
-        svg("text", { class: "dim", x: String(Math.min(bx + bw + 4, width - 56)), y: String(y + 13) }, span.end == null ? "…" : fmtMs(end - span.start)));
-    picture.append(row);
+      if (!place) return;
+      mark.append(svg("text", { class: "dim resumed-label", x: String(place.x), y: String(rowsBottom + marksH), "text-anchor": place.anchor }, "resumed"));
     });
+    const selected = selection();
+    spans.forEach((span, i) => picture.append(waterfallRow(span, top + i * rowH, rowH, { x, width, now, selected })));
     waterfallBox.append(picture);
   }
 
-  function entryView(entry) {
-    if (entry.kind === "resumed") return el("div", { class: "entry resumed", "data-kind": "resumed" }, entry.title, el("span", { class: "when" }, entry.timestamp));
-    const box = el("div", { class: "entry " + entry.kind + (entry.status ? " " + entry.status : ""), "data-kind": entry.kind, "data-seq": String(entry.seq) },
-      el("span", { class: "title" }, entry.title), el("span", { class: "when" }, entry.timestamp));
-    if (entry.kind === "reply") box.append(el("a", { class: "open", href: runHref("call", String(entry.iteration)) }, "request & reply"));
-    if (entry.kind === "tool" && entry.actionId) box.append(el("a", { class: "open", href: runHref("tool", entry.actionId) }, "argv & output"));
-    if (entry.text) box.append(el("pre", {}, entry.text));
-    if (entry.calls && entry.calls.length) box.append(el("div", { class: "calls" }, entry.calls.map((c) => c.name + "(" + c.arguments + ")").join("\n")));
-    if (entry.kind === "question") {
-      const answered = entry.answer !== undefined && entry.answer !== null;
-      box.append(el("div", {}, el("b", {}, "Answer: "),
-        !answered ? el("span", { class: "hint" }, "not answered yet")
-          : entry.redacted ? el("span", { class: "redacted", "data-redacted": "true", title: "a sensitive answer is kept only in the run's secrets/ (0600) and never shown" }, entry.answer)
-            : el("span", {}, entry.answer),
-        entry.sensitive ? el("span", { class: "hint" }, " (sensitive)") : ""));
-    }
-    return box;
+  // One span of the waterfall at `y`: its label, its bar, its duration; a model or tool call is
+  // a link to its details.
+  function waterfallRow(span, y, rowH, { x, width, now, selected }) {
+    const key = span.kind === "model" ? "call/" + span.iteration : span.actionId ? "tool/" + span.actionId : null;
+    const isSelected = selected && key === selected.kind + "/" + selected.key;
+    const end = span.end ?? now;
+    const failed = span.status === "FAILED" || span.status === "ERROR";
+    const bx = x(span.start), bw = Math.max(2, x(end) - bx);
+    const label = (span.kind === "model" ? "" : span.kind === "human" ? "? " : "▸ ") + span.label;
+    const title = span.label + ": " + (span.startUnknown ? "start not recorded, " : "") + (span.end == null ? "running for " : "") +
+      fmtMs(end - span.start) + (span.status ? " (" + span.status + ")" : "");
+    const barClass = "bar-" + (failed ? "failed" : span.kind) + (span.end == null ? " live" : "");
+    return svg(key ? "a" : "g", { class: "row" + (isSelected ? " selected" : ""), href: key ? runHref(...key.split("/")) : null, "data-span": key || "",
+      "data-kind": span.kind },
+      svg("title", {}, title),
+      svg("rect", { class: "hit", x: "0", y: String(y), width: String(width), height: String(rowH), fill: "transparent" }),
+      svg("text", { x: "4", y: String(y + 13) }, clip(label, 30)),
+      svg("rect", { class: barClass, x: String(bx), y: String(y + 4), width: String(bw), height: String(rowH - 8), rx: "2" }),
+      svg("text", { class: "dim", x: String(Math.min(bx + bw + 4, width - 56)), y: String(y + 13) }, span.end == null ? "…" : fmtMs(end - span.start)));
   }
 
   function renderEntries() {
@@ -176,7 +149,7 @@ function inspectorPage(view, workspace, runId, route) {
     entriesBox.replaceChildren();
     if (!t) return;
     if (!t.entries.length) entriesBox.append(el("p", { class: "hint" }, "The journal is empty."));
-    for (const entry of t.entries) entriesBox.append(entryView(entry));
+    for (const entry of t.entries) entriesBox.append(entryView(entry, runHref));
   }
 
   function renderAnswer() {
@@ -185,7 +158,7 @@ function inspectorPage(view, workspace, runId, route) {
     if (!t || t.status !== "WAITING_FOR_INPUT") return;
     const answer = el("textarea", { id: "answer-text", rows: "3", "aria-label": "your answer" });
     const outcome = el("p", { id: "answer-outcome", class: "error-text" }, page.answerStatus || "");
-    answerBox.append(el("h2", {}, "Answer the run"), answer, el("div", { class: "toolbar" }, el("button", { id: "answer-send", onclick: async () => {
+    const send = async () => {
       outcome.textContent = "";
       try {
         // The server hands the answer to `delta continue` on its stdin, never in its arguments.
@@ -194,7 +167,9 @@ function inspectorPage(view, workspace, runId, route) {
         answerBox.replaceChildren(el("p", { class: "hint" }, "Answer sent; the run continues."));
         polling.kick();
       } catch (e) { outcome.textContent = e.message; }
-    } }, "Send (like delta continue)")), outcome);
+    };
+    answerBox.append(el("h2", {}, "Answer the run"), answer,
+      el("div", { class: "toolbar" }, el("button", { id: "answer-send", onclick: send }, "Send (like delta continue)")), outcome);
   }
 
   // ---------- the call clicked ----------
@@ -210,7 +185,7 @@ function inspectorPage(view, workspace, runId, route) {
     detailBox.replaceChildren(el("p", { class: "hint" }, "loading…"));
     const path = selected.kind === "call" ? "/calls/" + encodeURIComponent(selected.key) : "/tools/" + encodeURIComponent(selected.key);
     try {
-      const detail = await api("GET", base + path + "?" + wsQuery(workspace));
+      const detail = await api("GET", base + path + "?" + workspaceQuery(workspace));
       if (page.detailKey !== key) return;
       page.detail = detail;
     } catch (e) { page.detailError = e.message; }
@@ -238,6 +213,28 @@ function inspectorPage(view, workspace, runId, route) {
   };
 }
 
+// One journal entry of the run; `runHref(...)` the address of a call of this run.
+function entryView(entry, runHref) {
+  const when = el("span", { class: "when" }, entry.timestamp);
+  if (entry.kind === "resumed") return el("div", { class: "entry resumed", "data-kind": "resumed" }, entry.title, when);
+  const box = el("div", { class: "entry " + entry.kind + (entry.status ? " " + entry.status : ""), "data-kind": entry.kind, "data-seq": String(entry.seq) },
+    el("span", { class: "title" }, entry.title), when);
+  if (entry.kind === "reply") box.append(el("a", { class: "open", href: runHref("call", String(entry.iteration)) }, "request & reply"));
+  if (entry.kind === "tool" && entry.actionId) box.append(el("a", { class: "open", href: runHref("tool", entry.actionId) }, "argv & output"));
+  if (entry.text) box.append(el("pre", {}, entry.text));
+  if (entry.calls && entry.calls.length) box.append(el("div", { class: "calls" }, entry.calls.map((c) => c.name + "(" + c.arguments + ")").join("\n")));
+  if (entry.kind === "question") {
+    const answered = entry.answer !== undefined && entry.answer !== null;
+    const why = "a sensitive answer is kept only in the run's secrets/ (0600) and never shown";
+    box.append(el("div", {}, el("b", {}, "Answer: "),
+      !answered ? el("span", { class: "hint" }, "not answered yet")
+        : entry.redacted ? el("span", { class: "redacted", "data-redacted": "true", title: why }, entry.answer)
+          : el("span", {}, entry.answer),
+      entry.sensitive ? el("span", { class: "hint" }, " (sensitive)") : ""));
+  }
+  return box;
+}
+
 function kv(label, value) { return value === undefined || value === null || value === "" ? null : el("span", {}, label + " ", el("b", {}, String(value))); }
 
 function modelCallView(d) {
@@ -248,8 +245,9 @@ function modelCallView(d) {
       kv("prompt tokens", usage.prompt_tokens), kv("completion tokens", usage.completion_tokens), kv("finish", d.finishReason), kv("record", d.record))];
   if (d.error) parts.push(el("p", { class: "error-text" }, "Failed: " + d.error));
   if (d.failedAttempts && d.failedAttempts.length) {
-    parts.push(el("h3", {}, "Failed attempts"), el("ol", { id: "failed-attempts" }, ...d.failedAttempts.map((a) =>
-      el("li", {}, (a.attempt ? "attempt " + a.attempt + ": " : "") + a.error + (a.retryInMs != null ? " (retried after " + fmtMs(a.retryInMs) + ")" : "")))));
+    const attempt = (a) => (a.attempt ? "attempt " + a.attempt + ": " : "") + a.error +
+      (a.retryInMs != null ? " (retried after " + fmtMs(a.retryInMs) + ")" : "");
+    parts.push(el("h3", {}, "Failed attempts"), el("ol", { id: "failed-attempts" }, ...d.failedAttempts.map((a) => el("li", {}, attempt(a)))));
   }
   parts.push(el("h3", {}, "Request: " + d.messages.length + " messages" + (d.tools.length ? ", tools " + d.tools.join(", ") : "")));
   const messages = el("div", { id: "request-messages" });
@@ -258,7 +256,8 @@ function modelCallView(d) {
     const title = m.role + (m.source ? " · context " + m.source : "") + (m.toolCallId ? " · result of " + m.toolCallId : "");
     const body = [el("pre", {}, m.content || (m.toolCalls.length ? "" : "(empty)"))];
     if (m.toolCalls.length) body.push(el("div", { class: "calls mono" }, m.toolCalls.join("\n")));
-    messages.append(el("details", { open: !m.collapsed, "data-role": m.role }, el("summary", {}, title + " — " + (m.content || m.toolCalls.join(" ")).slice(0, 120)), ...body));
+    const summary = el("summary", {}, title + " — " + (m.content || m.toolCalls.join(" ")).slice(0, 120));
+    messages.append(el("details", { open: !m.collapsed, "data-role": m.role }, summary, ...body));
   }
   parts.push(messages, el("h3", {}, "Reply"));
   const reply = el("div", { id: "reply" });
@@ -274,20 +273,22 @@ function outputView(name, output) {
   const parts = [el("h3", {}, name + " · " + fmtInt(output.bytes) + " bytes")];
   const pre = el("pre", { class: "output", id: "tool-" + name }, output.head);
   parts.push(pre);
-  if (output.omitted) parts.push(el("div", { class: "omitted" }, "… " + fmtInt(output.omitted) + " bytes not shown …"), el("pre", { class: "output" }, output.tail));
+  if (output.omitted) {
+    parts.push(el("div", { class: "omitted" }, "… " + fmtInt(output.omitted) + " bytes not shown …"), el("pre", { class: "output" }, output.tail));
+  }
   return parts;
 }
 
 function toolCallView(d) {
-  const quote = (a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : "'" + a.replace(/'/g, "'\\''") + "'");
   const parts = [el("h2", { id: "detail-title" }, "Tool call " + d.tool + " · " + d.actionId),
     el("div", { class: "meta" }, kv("status", d.status), kv("exit code", d.exitCode), kv("signal", d.signal), kv("duration", fmtMs(d.durationMs)),
       kv("timed out", d.timedOut ? "yes" : null), kv("iteration", d.iteration), kv("record", d.record))];
   if (d.spawnError) parts.push(el("p", { class: "error-text" }, "Could not start: " + d.spawnError));
-  parts.push(el("h3", {}, "argv"), el("pre", { id: "tool-argv" }, d.argv.length ? d.argv.map(quote).join(" ") : d.command || "(none)"));
+  parts.push(el("h3", {}, "argv"), el("pre", { id: "tool-argv" }, d.argv.length ? d.argv.map(shellQuote).join(" ") : d.command || "(none)"));
   parts.push(el("details", {}, el("summary", {}, "arguments the model gave"), el("pre", {}, JSON.stringify(d.arguments, null, 2))));
   if (d.outputTruncated) parts.push(el("p", { class: "omitted" }, "The stored output was cut at the engine's cap when it was written."));
   if (d.stdout || d.stderr) parts.push(...outputView("stdout", d.stdout), ...outputView("stderr", d.stderr));
-  parts.push(el("details", { open: !(d.stdout || d.stderr) }, el("summary", {}, "what the model was shown"), el("pre", { id: "tool-observation" }, d.observation)));
+  const shown = el("pre", { id: "tool-observation" }, d.observation);
+  parts.push(el("details", { open: !(d.stdout || d.stderr) }, el("summary", {}, "what the model was shown"), shown));
   return parts;
 }

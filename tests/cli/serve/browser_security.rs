@@ -126,7 +126,7 @@ fn serve_browser_a_token_link_is_kept_only_when_the_server_confirms_it() {
     let server = Server::start(&root);
     let stored = "return localStorage.getItem('delta-serve-token')";
     // Calls the API the way the page does; the outcome lands in `window.outcome`.
-    let call_api = "window.outcome = null; api('GET', '/api/agents').then(() => { window.outcome = 'ok'; }, (e) => { window.outcome = e.message; }); return true";
+    let call_api = "window.outcome = null; window.deltaServe.api('GET', '/api/agents').then(() => { window.outcome = 'ok'; }, (e) => { window.outcome = e.message; }); return true";
     runtime().block_on(async {
         let driver = Driver::start(&chromium, &chromedriver).await;
         driver.goto(&format!("{}/#token={}", server.base, server.token)).await;
