@@ -90,6 +90,10 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     if let Some(timeout_ms) = planned.timeout_ms {
         request = request.with_timeout(Duration::from_millis(timeout_ms));
     }
+    // The submitting host's span of this run: the node's run continues it.
+    if let Some(trace) = planned.trace.clone() {
+        request = request.with_trace(trace);
+    }
     let config = with_retry_override(supervisor_config(1, 1), &cascade.vars)?;
     let supervisor =
         delta_actors::Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;

@@ -13,13 +13,15 @@ use serde_json::{json, Value};
 use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
 use crate::llm::{
-    CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta, TextSink, Usage, WireOptions,
+    CallOutcome, ChatCompletion, ChatRequest, FirstTokenClock, LlmError, RequestMeta, TextSink,
+    Usage, WireOptions,
 };
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
 use crate::workspace::live_reply::partial_reply_path;
 use crate::workspace::{write_attempt_record, write_invocation_record};
 
+use super::call_event::{CallEnding, CallFigures};
 use super::live_reply::{FinishOnDrop, LiveReply};
 
 use super::state::{error_info, AuditKind, Halt, Run};
@@ -199,6 +201,9 @@ impl Run {
         // finished (marked complete) however this step ends.
         let live = self.live_reply();
         let _finish_live = live.clone().map(FinishOnDrop);
+        let started = std::time::Instant::now();
+        // Only an observed engine reads the clock (the call's span, its metrics).
+        let first_token = self.lp.config.observer.is_some().then(FirstTokenClock::new);
         let meta = RequestMeta {
             wire_body: wire_body
                 .as_ref()
@@ -214,6 +219,8 @@ impl Run {
                 .resolve(self.lp.config.llm_timeouts),
             wire,
             on_text: self.reply_text_sink(live.clone()),
+            traceparent: self.chat_span().map(|span| span.traceparent()),
+            first_token: first_token.clone(),
         };
         let events = self.events.clone();
         let run_id = self.lp.run_id.clone();
@@ -247,9 +254,18 @@ impl Run {
                 outcome = &mut call => break outcome,
                 Some(failed) = failed_rx.recv() => self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?,
                 _ = token.cancelled() => {
+                    let mut attempts = 1;
                     while let Ok(failed) = failed_rx.try_recv() {
+                        attempts += 1;
                         self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
                     }
+                    self.report_model_call(&request, CallEnding::Cancelled, CallFigures {
+                        attempts,
+                        duration: started.elapsed(),
+                        waited: Duration::ZERO,
+                        first_token: None,
+                        usage: Usage::default(),
+                    });
                     return Err(Halt::Stopped);
                 }
             }
@@ -269,11 +285,33 @@ impl Run {
             Ok(outcome) => outcome,
             Err(failure) if failure.cancelled => {
                 self.count_usage(failure.failed_attempts_usage, None, &request.model);
+                self.report_model_call(
+                    &request,
+                    CallEnding::Cancelled,
+                    CallFigures {
+                        attempts: failure.attempts,
+                        duration: started.elapsed(),
+                        waited: Duration::ZERO,
+                        first_token: None,
+                        usage: failure.failed_attempts_usage,
+                    },
+                );
                 return Err(Halt::Stopped);
             }
             Err(failure) => {
                 // Billed even though no reply came of them.
                 self.count_usage(failure.failed_attempts_usage, None, &request.model);
+                self.report_model_call(
+                    &request,
+                    CallEnding::Failed(&failure.error),
+                    CallFigures {
+                        attempts: failure.attempts,
+                        duration: started.elapsed(),
+                        waited: Duration::ZERO,
+                        first_token: None,
+                        usage: failure.failed_attempts_usage,
+                    },
+                );
                 self.write_invocation_record(&InvocationRecord {
                     iteration: self.iteration,
                     attempt: None,
@@ -329,6 +367,23 @@ impl Run {
         if let Some(usage) = completion.usage {
             self.count_usage(usage, completion.model.as_deref(), &request.model);
         }
+        let mut call_usage = failed_attempts_usage;
+        if let Some(usage) = completion.usage {
+            call_usage.prompt_tokens += usage.prompt_tokens;
+            call_usage.completion_tokens += usage.completion_tokens;
+            call_usage.total_tokens += usage.total_tokens;
+        }
+        self.report_model_call(
+            &request,
+            CallEnding::Answered(&completion),
+            CallFigures {
+                attempts,
+                duration,
+                waited,
+                first_token: first_token.as_ref().and_then(FirstTokenClock::read),
+                usage: call_usage,
+            },
+        );
         Ok((completion, record_ref))
     }
 

@@ -19,3 +19,4 @@ mod session;
 mod spawner_host;
 mod store;
 mod tool_spawner;
+mod trace_context;
