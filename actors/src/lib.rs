@@ -72,6 +72,7 @@ pub mod session;
 pub(crate) mod template_bounds;
 pub(crate) mod template_names;
 // Without a server (feature `relay`), only the relay module's token maker uses it.
+pub mod telemetry;
 #[cfg_attr(not(feature = "relay"), allow(dead_code))]
 pub(crate) mod token;
 pub mod tool;
