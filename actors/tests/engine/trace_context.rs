@@ -47,7 +47,7 @@ fn observed(recorder: &Arc<Recorder>) -> SupervisorConfig {
     }
 }
 
-const PRINT_TRACEPARENT: &str = "  - name: show_trace\n    exec: \"printenv TRACEPARENT\"\n";
+const PRINT_TRACEPARENT: &str = "  - name: show_trace\n    shell: \"printenv TRACEPARENT; printenv OTEL_EXPORTER_OTLP_HEADERS || echo no-collector-headers\"\n";
 
 #[test]
 fn a_traced_run_gives_each_tool_its_own_span_and_reports_its_model_calls() {
@@ -62,6 +62,11 @@ fn a_traced_run_gives_each_tool_its_own_span_and_reports_its_model_calls() {
     env.insert(
         "TRACEPARENT".into(),
         "00-11111111111111111111111111111111-2222222222222222-01".into(),
+    );
+    // The collector's credentials are the engine's, like its model key.
+    env.insert(
+        "OTEL_EXPORTER_OTLP_HEADERS".into(),
+        "authorization=sk-collector-secret".into(),
     );
     let request = new_run(agent.load(), ws.path(), s, "trace me")
         .with_env(Arc::new(env))
@@ -91,6 +96,8 @@ fn a_traced_run_gives_each_tool_its_own_span_and_reports_its_model_calls() {
         .unwrap();
     assert!(preview.contains(&tool_span.traceparent()), "{preview}");
     assert!(!preview.contains("1111111111"), "{preview}");
+    assert!(preview.contains("no-collector-headers"), "{preview}");
+    assert!(!preview.contains("sk-collector-secret"), "{preview}");
 
     let calls: Vec<_> = events
         .iter()
