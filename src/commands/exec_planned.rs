@@ -94,11 +94,16 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     if let Some(trace) = planned.trace.clone() {
         request = request.with_trace(trace);
     }
-    let config = with_retry_override(supervisor_config(1, 1), &cascade.vars)?;
+    let mut config = with_retry_override(supervisor_config(1, 1), &cascade.vars)?;
+    // The run's span came with the handoff; this job exports it (and its calls' spans).
+    let observability = super::observe::observe(&cascade.vars, None, &mut config)?;
     let supervisor =
         delta_actors::Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let result = drive_single(&supervisor, request, Verbosity::Normal, &[]);
     supervisor.shutdown();
+    if let Some(observability) = observability {
+        observability.finish();
+    }
     let result = result?;
     write_result(&args.orchestration_dir, &args.stage, args.index, &result)
         .map_err(|e| CliError::Runtime(e.to_string()))?;

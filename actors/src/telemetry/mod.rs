@@ -15,12 +15,14 @@
 //! span exported for its call.
 //!
 //! Files: `metrics.rs` (counters from events), `openmetrics.rs` (the text format),
+//! `endpoint.rs` (`/metrics` on an address of its own),
 //! `config.rs` (the `OTEL_*` variables), `spans.rs` (events to spans), `export.rs` (the
 //! queue and the OTLP exporter).
 //!
 //! Must not: import actix, block the thread that emits an event, print, or read the
 //! process environment (the binary hands the variables over).
 
+pub mod endpoint;
 pub mod metrics;
 pub mod openmetrics;
 
