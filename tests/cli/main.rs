@@ -17,6 +17,7 @@ mod list_orchestrations;
 mod list_runs;
 mod log_colour;
 mod mcp;
+mod observability;
 mod orchestrate;
 mod orchestrate_bad_plans;
 mod orchestrate_crash;

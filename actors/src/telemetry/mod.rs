@@ -15,7 +15,7 @@
 //! span exported for its call.
 //!
 //! Files: `metrics.rs` (counters from events), `openmetrics.rs` (the text format),
-//! `endpoint.rs` (`/metrics` on an address of its own),
+//! `endpoint.rs` (`/metrics` on an address of its own), `serve_metrics.rs` (`delta serve`'s),
 //! `config.rs` (the `OTEL_*` variables), `spans.rs` (events to spans), `export.rs` (the
 //! queue and the OTLP exporter).
 //!
@@ -25,6 +25,8 @@
 pub mod endpoint;
 pub mod metrics;
 pub mod openmetrics;
+#[cfg(feature = "serve")]
+pub mod serve_metrics;
 
 #[cfg(feature = "otel")]
 pub mod config;

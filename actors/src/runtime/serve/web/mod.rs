@@ -12,6 +12,7 @@
 //! | `GET /api/agents`, `GET /api/workspaces`, `GET /api/runs/{run}/timeline`, `POST /api/runs/{run}/answer` | agents, runs |
 //! | `GET /api/orchestrations/{id}[/runs\|/timeline\|/phases]`, `GET /api/runs/{run}/trace\|calls/{n}\|tools/{id}` | the batch view and the run inspector ([`inspect`]) |
 //! | `GET /ws/session/{sid}/worker/{wid}`, `GET /ws/dashboard` | WebSockets |
+//! | `GET /metrics` | the watched batches as Prometheus metrics (`telemetry::serve_metrics`) |
 
 pub mod answer;
 pub mod assets;
@@ -267,6 +268,7 @@ fn app(
         .route("/assets/{file:.*}", web::get().to(assets::asset))
         .route("/api/agents", web::get().to(rest::list_agents))
         .route("/api/workspaces", web::get().to(runs::workspaces))
+        .route("/metrics", web::get().to(runs::metrics))
         .route("/api/runs/{run_id}/timeline", web::get().to(runs::run_timeline))
         .route("/api/runs/{run_id}/answer", web::post().to(answer::answer_run))
         .route("/api/runs/{run_id}/trace", web::get().to(inspect::trace))
