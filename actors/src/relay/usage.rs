@@ -44,6 +44,9 @@ pub struct UsageCounters {
     routes: Mutex<BTreeMap<String, RouteCounts>>,
 }
 
+/// One figure of a route's counts, as a metric's value.
+type RouteFigure = fn(&RouteCounts) -> f64;
+
 /// One route's counts, for its metrics.
 #[derive(Debug, Default, Clone)]
 struct RouteCounts {
@@ -135,7 +138,7 @@ impl UsageCounters {
                 );
             }
         }
-        let per_route: [(&str, &str, fn(&RouteCounts) -> f64); 4] = [
+        let per_route: [(&str, &str, RouteFigure); 4] = [
             (
                 "delta_relay_streamed",
                 "Answers streamed (SSE), by route.",

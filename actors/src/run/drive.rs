@@ -574,8 +574,7 @@ impl Run {
     }
 
     pub(super) fn emit(&self, event: RunEvent) {
-        // No subscriber is fine: events are progress, not results.
-        let _ = self.events.send(event);
+        self.events.send(event);
     }
 
     pub(super) fn log(&self, line: &str) {

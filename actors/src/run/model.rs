@@ -229,7 +229,7 @@ impl Run {
             if let Some(live) = &live {
                 live.restart();
             }
-            let _ = events.send(RunEvent::ModelRetry {
+            events.send(RunEvent::ModelRetry {
                 run_id: run_id.clone(),
                 attempt,
                 error: error.to_string(),
@@ -467,7 +467,7 @@ impl Run {
             if !send_events {
                 return;
             }
-            let _ = events.send(RunEvent::ReplyText {
+            events.send(RunEvent::ReplyText {
                 run_id: run_id.clone(),
                 iteration,
                 content,
