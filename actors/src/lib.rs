@@ -58,6 +58,7 @@ pub mod janitor;
 pub mod journal;
 pub mod llm;
 pub mod metadata;
+pub mod openmetrics;
 pub mod plan;
 pub(crate) mod private_file;
 pub mod protocol;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::llm::Usage;
-use crate::telemetry::openmetrics::{Kind, MetricsText};
+use crate::openmetrics::{Kind, MetricsText};
 
 /// Totals since the relay started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 
-use super::openmetrics::CONTENT_TYPE as OPENMETRICS;
+use crate::openmetrics::CONTENT_TYPE as OPENMETRICS;
 use crate::token::same_token;
 
 /// Shortest token accepted.

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
-use super::openmetrics::{Histogram, Kind, MetricsText, LATENCY_BUCKETS};
+use crate::openmetrics::{Histogram, Kind, MetricsText, LATENCY_BUCKETS};
 use crate::protocol::{OrchestrationEvent, RunEvent};
 
 /// The counters and histograms of one engine.

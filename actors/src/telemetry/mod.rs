@@ -14,7 +14,7 @@
 //! of spans are the engine's (see [`TraceSpan`]), so the `TRACEPARENT` a tool saw names the
 //! span exported for its call.
 //!
-//! Files: `metrics.rs` (counters from events), `openmetrics.rs` (the text format),
+//! Files: `metrics.rs` (counters from events), `crate::openmetrics` (the text format),
 //! `endpoint.rs` (`/metrics` on an address of its own), `serve_metrics.rs` (`delta serve`'s),
 //! `config.rs` (the `OTEL_*` variables), `spans.rs` (events to spans), `export.rs` (the
 //! queue and the OTLP exporter).
@@ -24,7 +24,8 @@
 
 pub mod endpoint;
 pub mod metrics;
-pub mod openmetrics;
+/// The OpenMetrics text format (a module of its own, below the relay, which writes it too).
+pub use crate::openmetrics;
 #[cfg(feature = "serve")]
 pub mod serve_metrics;
 
@@ -41,7 +42,7 @@ use crate::protocol::{OrchestrationEvent, RunEvent, TraceSpan};
 use crate::request::{EngineObserver, ObservedOrchestration};
 
 use self::metrics::EngineMetrics;
-use self::openmetrics::{Kind, MetricsText};
+use crate::openmetrics::{Kind, MetricsText};
 
 /// What is exported of one engine: metrics, traces, both or neither.
 #[derive(Default)]

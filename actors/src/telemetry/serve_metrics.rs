@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::openmetrics::{Kind, MetricsText};
+use crate::openmetrics::{Kind, MetricsText};
 use crate::serve::runs_view::WorkspaceView;
 
 /// The OpenMetrics exposition of `views`.

@@ -228,10 +228,10 @@ async fn metrics(request: HttpRequest, state: web::Data<RelayState>) -> HttpResp
     if !authorized(&request, &state) {
         return refuse(StatusCode::UNAUTHORIZED, "missing or wrong relay token");
     }
-    let mut text = crate::telemetry::openmetrics::MetricsText::new();
+    let mut text = crate::openmetrics::MetricsText::new();
     state.usage.write_metrics(&mut text);
     HttpResponse::Ok()
-        .content_type(crate::telemetry::openmetrics::CONTENT_TYPE)
+        .content_type(crate::openmetrics::CONTENT_TYPE)
         .body(text.finish())
 }
 

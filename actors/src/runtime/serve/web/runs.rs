@@ -28,7 +28,7 @@ pub async fn metrics(state: web::Data<WebState>) -> HttpResponse {
         .await
         .unwrap_or_default();
     HttpResponse::Ok()
-        .content_type(crate::telemetry::openmetrics::CONTENT_TYPE)
+        .content_type(crate::openmetrics::CONTENT_TYPE)
         .body(text)
 }
 

@@ -3,8 +3,8 @@
 //! closing `# EOF`. Every `/metrics` of delta (`delta serve`, `delta relay`,
 //! `delta orchestrate --metrics-listen`) is written with it.
 //!
-//! Must not: hold state (the metric owners do) or choose metric names (their owners do, all
-//! prefixed `delta_`).
+//! Must not: import another module of the engine, hold state (the metric owners do) or
+//! choose metric names (their owners do, all prefixed `delta_`).
 
 use std::fmt::Write as _;
 
