@@ -58,6 +58,7 @@ pub mod janitor;
 pub mod journal;
 pub mod llm;
 pub mod metadata;
+pub mod openmetrics;
 pub mod plan;
 pub(crate) mod private_file;
 pub mod protocol;
@@ -72,6 +73,7 @@ pub mod session;
 pub(crate) mod template_bounds;
 pub(crate) mod template_names;
 // Without a server (feature `relay`), only the relay module's token maker uses it.
+pub mod telemetry;
 #[cfg_attr(not(feature = "relay"), allow(dead_code))]
 pub(crate) mod token;
 pub mod tool;

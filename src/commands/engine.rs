@@ -379,6 +379,9 @@ pub fn run_inputs(
     let llm = llm_target(&agent, &env.vars, llm_script)?;
     let supervisor = with_retry_override(supervisor_config(1, 1), &env.vars)?;
     let supervisor = super::endpoint_memory::with_endpoint_memory(supervisor, &env.vars)?;
+    // The OTEL_* variables are checked with the rest, before anything is created.
+    delta_actors::telemetry::config::TraceConfig::from_env(&env.vars)
+        .map_err(|e| CliError::Config(e.to_string()))?;
     Ok(RunInputs {
         agent,
         env: env.vars,
@@ -405,9 +408,14 @@ pub fn run_one(
     // ...and kept in io/reply.partial for `delta serve`'s run inspector.
     config.partial_reply_file = true;
     let live_status = config.reply_text_events;
+    let (request, observability) = observed(request, &mut config)?;
     let supervisor = Supervisor::start(config)?;
-    let result = drive_single(&supervisor, request, verbosity, live_status, continue_flags)?;
+    let result = drive_single(&supervisor, request, verbosity, live_status, continue_flags);
     supervisor.shutdown();
+    if let Some(observability) = observability {
+        observability.finish();
+    }
+    let result = result?;
     if let Some(error) = &result.error {
         let needed = super::open_files_baseline();
         if let Some(explained) = crate::limits::explain_open_files(&error.message, needed) {
@@ -416,6 +424,21 @@ pub fn run_one(
     }
     crate::output::run_result::print(&result, format, continue_flags);
     Ok(result.exit_code())
+}
+
+/// `request` traced as its environment's `OTEL_*` variables ask (its root span under an
+/// inherited `TRACEPARENT`), `config` told its events; the export to finish at the end.
+pub fn observed(
+    request: RunRequest,
+    config: &mut SupervisorConfig,
+) -> Result<(RunRequest, Option<super::observe::Observability>), CliError> {
+    let observability = super::observe::observe(&request.env, None, config)?;
+    let root = observability.as_ref().and_then(|o| o.root_span());
+    let request = match root {
+        Some(root) => request.with_trace(root),
+        None => request,
+    };
+    Ok((request, observability))
 }
 
 /// How SIGINT / SIGTERM stop a command that drives runs.

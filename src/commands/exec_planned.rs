@@ -90,12 +90,21 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     if let Some(timeout_ms) = planned.timeout_ms {
         request = request.with_timeout(Duration::from_millis(timeout_ms));
     }
+    // The submitting host's span of this run: the node's run continues it.
+    if let Some(trace) = planned.trace.clone() {
+        request = request.with_trace(trace);
+    }
     let config = with_retry_override(supervisor_config(1, 1), &cascade.vars)?;
-    let config = super::endpoint_memory::with_endpoint_memory(config, &cascade.vars)?;
+    let mut config = super::endpoint_memory::with_endpoint_memory(config, &cascade.vars)?;
+    // The run's span came with the handoff; this job exports it (and its calls' spans).
+    let observability = super::observe::observe(&cascade.vars, None, &mut config)?;
     let supervisor =
         delta_actors::Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let result = drive_single(&supervisor, request, Verbosity::Normal, false, &[]);
     supervisor.shutdown();
+    if let Some(observability) = observability {
+        observability.finish();
+    }
     let result = result?;
     write_result(&args.orchestration_dir, &args.stage, args.index, &result)
         .map_err(|e| CliError::Runtime(e.to_string()))?;

@@ -13,6 +13,7 @@ pub mod init;
 pub mod list_orchestrations;
 pub mod list_runs;
 pub mod mock_llm;
+pub mod observe;
 pub mod orchestrate;
 pub mod orchestrate_slurm;
 pub mod prompt;

@@ -23,6 +23,7 @@ use crate::commands::engine::{
     llm_target, parse_llm_timeout_arg, process_env, script_path, scripted_model, supervisor_config,
     with_model_override, with_retry_override, Interruption,
 };
+use crate::commands::observe::{observe, MetricsListen};
 use crate::commands::orchestrate_slurm::{
     dry_run_previews, run_check, slurm_settings, start_slurm, ExecutorArg,
 };
@@ -99,6 +100,16 @@ pub struct OrchestrateArgs {
     /// `delta serve` shows growing); the batch then writes no file for it.
     #[arg(long)]
     pub no_live_reply: bool,
+    /// Serve Prometheus metrics of the batch at http://ADDR/metrics while it runs (e.g.
+    /// 127.0.0.1:9464; port 0 picks one, printed on stderr). Loopback only unless
+    /// --metrics-public; DELTA_METRICS_TOKEN, when set, is asked for as a bearer token.
+    /// Metric names: docs/observability.md.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Allow --metrics-listen on a non-loopback address (other hosts can scrape it); needs
+    /// DELTA_METRICS_TOKEN (16 characters or more), which every scrape must send.
+    #[arg(long, requires = "metrics_listen")]
+    pub metrics_public: bool,
 }
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
@@ -207,7 +218,13 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     config.partial_reply_file = !args.no_live_reply;
     // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
     let config = with_retry_override(config, &env.vars)?;
-    let config = super::endpoint_memory::with_endpoint_memory(config, &env.vars)?;
+    let mut config = super::endpoint_memory::with_endpoint_memory(config, &env.vars)?;
+    // Traces (OTEL_* variables) and --metrics-listen, docs/observability.md.
+    let metrics = args.metrics_listen.map(|addr| MetricsListen {
+        addr,
+        public: args.metrics_public,
+    });
+    let observability = observe(&env.vars, metrics, &mut config)?;
     let slurm_run = match slurm {
         Some(settings) => Some(start_slurm(
             settings,
@@ -244,10 +261,17 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     if args.resume.is_some() {
         request = request.resuming();
     }
+    if let Some(root) = observability.as_ref().and_then(|o| o.root_span()) {
+        request = request.with_trace(root);
+    }
     let executor = slurm_run.as_ref().map(|slurm| slurm.executor.clone());
     fresh.path = None;
-    let summary = drive(&supervisor, request, executor, &resume_hint)?;
+    let summary = drive(&supervisor, request, executor, &resume_hint);
     supervisor.shutdown();
+    if let Some(observability) = observability {
+        observability.finish();
+    }
+    let summary = summary?;
     if let Some(slurm_run) = slurm_run {
         slurm_run.relay.stop();
     }

@@ -234,6 +234,7 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
             agent_name,
             work_dir,
             resumed,
+            ..
         } => format!(
             "{} run {run_id} (agent {agent_name}) in {work_dir}",
             if *resumed { "Resuming" } else { "Starting" }
@@ -297,6 +298,8 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
         }
         // Shown only by an `EventPrinter` (one run on a terminal).
         RunEvent::ReplyText { .. } => return None,
+        // For exporters: the reply's Thought (or the failure) says what a person needs.
+        RunEvent::ModelCallFinished { .. } => return None,
         RunEvent::RunFinished {
             status,
             duration_ms,

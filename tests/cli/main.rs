@@ -21,6 +21,7 @@ mod list_runs;
 mod log_colour;
 mod mcp;
 mod model_calls;
+mod observability;
 mod orchestrate;
 mod orchestrate_bad_plans;
 mod orchestrate_crash;

@@ -71,6 +71,10 @@ pub struct PlannedRunFile {
     /// The plan's `llm.response_format`, which wins over the agent's; `None` = the agent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_response_format: Option<crate::agent::ResponseFormat>,
+    /// The span this submission of the run is (the orchestration is traced): the node's
+    /// run continues it, under the stage's span on the submitting host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::protocol::TraceSpan>,
 }
 
 /// A handoff file that cannot be used.
@@ -336,6 +340,7 @@ mod tests {
             llm_request_timeout_ms: None,
             llm_idle_timeout_ms: None,
             llm_response_format: None,
+            trace: None,
         }
     }
 

@@ -227,6 +227,10 @@ impl HttpBackend {
     ) -> Result<super::ChatCompletion, Attempt> {
         let inner = &self.inner;
         let limits = meta.timeouts;
+        let started = std::time::Instant::now();
+        if let Some(clock) = &meta.first_token {
+            clock.reset();
+        }
         let body = match &meta.wire_body {
             Some(body) if meta.wire == wire => body.clone(),
             _ => bytes::Bytes::from(request_body(req, &wire).map_err(|e| {
@@ -248,6 +252,9 @@ impl HttpBackend {
         }
         if !meta.run_id.is_empty() {
             builder = builder.header(HEADER_RUN_ID, encode_header_value(&meta.run_id));
+        }
+        if let Some(traceparent) = &meta.traceparent {
+            builder = builder.header("traceparent", traceparent.as_str());
         }
         let sent = builder.send();
         let response = if wire.stream {
@@ -283,7 +290,7 @@ impl HttpBackend {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
         if wire.stream && event_stream {
-            return self.read_stream(req, response, meta).await;
+            return self.read_stream(req, response, meta, started).await;
         }
         if wire.stream {
             // Asked to stream, the server answered in one body: it does not stream, and
@@ -347,12 +354,16 @@ impl HttpBackend {
         req: &ChatRequest,
         mut response: reqwest::Response,
         meta: &RequestMeta,
+        started: std::time::Instant,
     ) -> Result<super::ChatCompletion, Attempt> {
         let limits = meta.timeouts;
         let mut decoder = SseDecoder::new();
         let mut assembler = StreamAssembler::new();
         let mut received = 0usize;
         let mut on_data = |data: &str| -> Result<(), LlmError> {
+            if let Some(clock) = &meta.first_token {
+                clock.note(started.elapsed());
+            }
             let text = assembler.push(data)?;
             if let Some(sink) = &meta.on_text {
                 if !text.content.is_empty() || !text.reasoning.is_empty() {

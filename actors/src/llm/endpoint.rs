@@ -148,7 +148,65 @@ pub struct RequestMeta {
     /// rate slot) and when it is let through: a run's time limit does not count that wait.
     /// `None` when nobody keeps the time.
     pub on_queue: Option<QueueSink>,
+    /// Sent as the `traceparent` header (W3C trace context: the call's span), so a relay or
+    /// a traced provider joins the run's trace; `None` sends none.
+    pub traceparent: Option<String>,
+    /// Set by an HTTP backend to the time from an attempt's start to the first event of its
+    /// streamed reply (each attempt starts it afresh); `None` when nobody asks.
+    pub first_token: Option<FirstTokenClock>,
 }
+
+/// Where a backend notes how long a streamed reply took to start (see
+/// [`RequestMeta::first_token`]). Shared: the caller reads what the last attempt noted.
+#[derive(Clone, Default)]
+pub struct FirstTokenClock(Arc<std::sync::atomic::AtomicU64>);
+
+impl FirstTokenClock {
+    /// A clock with nothing noted.
+    pub fn new() -> FirstTokenClock {
+        FirstTokenClock::default()
+    }
+
+    /// An attempt starts: forget what an earlier one noted.
+    pub fn reset(&self) {
+        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The attempt's first event arrived `after` its start (only the first note counts).
+    pub fn note(&self, after: Duration) {
+        let micros = u64::try_from(after.as_micros()).unwrap_or(u64::MAX).max(1);
+        let _ = self.0.compare_exchange(
+            0,
+            micros,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// What the last attempt noted, if its reply was streamed.
+    pub fn read(&self) -> Option<Duration> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            micros => Some(Duration::from_micros(micros)),
+        }
+    }
+}
+
+impl fmt::Debug for FirstTokenClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FirstTokenClock")
+            .field(&self.read())
+            .finish()
+    }
+}
+
+impl PartialEq for FirstTokenClock {
+    fn eq(&self, other: &FirstTokenClock) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for FirstTokenClock {}
 
 /// What one chunk added to the reply, for live output.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -248,6 +306,8 @@ impl RequestMeta {
             wire: WireOptions::default(),
             on_text: None,
             on_queue: None,
+            traceparent: None,
+            first_token: None,
         }
     }
 }
@@ -376,6 +436,22 @@ fn status_hint(status: u16) -> &'static str {
 }
 
 impl LlmError {
+    /// A short, fixed name for the failure (OpenTelemetry's `error.type`, a metric label):
+    /// `http_<status>`, `timeout`, `transport`, `invalid_request`, `invalid_response`,
+    /// `http2_refused`, `adjusted`, `scripted`.
+    pub fn error_type(&self) -> String {
+        match self {
+            LlmError::Http { status, .. } => format!("http_{status}"),
+            LlmError::Adjusted { .. } => "adjusted".into(),
+            LlmError::InvalidRequest { .. } => "invalid_request".into(),
+            LlmError::Http2Refused(_) => "http2_refused".into(),
+            LlmError::Transport(_) => "transport".into(),
+            LlmError::InvalidResponse(_) => "invalid_response".into(),
+            LlmError::Scripted(_) => "scripted".into(),
+            LlmError::Timeout { .. } => "timeout".into(),
+        }
+    }
+
     /// 408, 409, 429, any 5xx, transport failures and timeouts are worth another attempt;
     /// other 4xx, invalid responses and script errors are not.
     pub fn is_retryable(&self) -> bool {

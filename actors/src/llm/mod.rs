@@ -59,8 +59,8 @@ pub(crate) use call::{complete_call, CallFailure, CallOutcome, RetryObserver};
 pub use client::{HttpBackend, DEFAULT_TIMEOUT};
 pub use dialect::{Dialect, MaxTokensField, SystemRole, ToolCallContent, WireOptions};
 pub use endpoint::{
-    ChatBackend, CompletionFuture, Endpoint, HttpTransport, LlmError, QueueEvent, QueueSink,
-    RequestMeta, TextSink, MAX_CONNECTIONS_LIMIT,
+    ChatBackend, CompletionFuture, Endpoint, FirstTokenClock, HttpTransport, LlmError, QueueEvent,
+    QueueSink, RequestMeta, TextSink, MAX_CONNECTIONS_LIMIT,
 };
 pub use gate::{GateConfig, GateOutcome, GatePass, LlmGate};
 pub use learned::Adaptation;
@@ -70,7 +70,7 @@ pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,
     ServerStats,
 };
-pub use target::LlmTarget;
+pub use target::{LlmTarget, ServerIdentity};
 pub use timeouts::{
     parse_llm_timeout, LlmTimeoutSettings, LlmTimeouts, TimeoutPhase, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,

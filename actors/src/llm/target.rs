@@ -32,7 +32,43 @@ impl std::fmt::Debug for LlmTarget {
     }
 }
 
+/// Who answers a target's calls, as a trace names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerIdentity {
+    /// OpenTelemetry's `gen_ai.provider.name`: `openai` for an OpenAI-compatible endpoint,
+    /// `delta.scripted`, `delta.custom`.
+    pub provider: &'static str,
+    /// The HTTP endpoint's host.
+    pub address: Option<String>,
+    /// Its port (the scheme's default when the URL names none).
+    pub port: Option<u16>,
+}
+
 impl LlmTarget {
+    /// Who answers this target's calls (for traces and metrics).
+    pub fn server_identity(&self) -> ServerIdentity {
+        match self {
+            LlmTarget::Http(endpoint) => {
+                let url = reqwest::Url::parse(&endpoint.base_url).ok();
+                ServerIdentity {
+                    provider: "openai",
+                    address: url.as_ref().and_then(|u| u.host_str().map(str::to_string)),
+                    port: url.as_ref().and_then(reqwest::Url::port_or_known_default),
+                }
+            }
+            LlmTarget::Scripted(_) => ServerIdentity {
+                provider: "delta.scripted",
+                address: None,
+                port: None,
+            },
+            LlmTarget::Custom { .. } => ServerIdentity {
+                provider: "delta.custom",
+                address: None,
+                port: None,
+            },
+        }
+    }
+
     /// Runs with equal keys share one gate (one in-flight cap, one rate limit).
     pub fn gateway_key(&self) -> String {
         match self {

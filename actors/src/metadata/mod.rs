@@ -118,6 +118,10 @@ pub struct RunMetadata {
     /// The orchestration the run belongs to, for runs of a plan.
     #[serde(default)]
     pub orchestration_id: Option<String>,
+    /// The span of the run's last start, when it was traced (W3C trace context): a later
+    /// continuation's span links to it, so a trace viewer leads from one start to the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::protocol::TraceSpan>,
 }
 
 impl RunMetadata {
@@ -157,6 +161,7 @@ impl RunMetadata {
             cumulative_usage: TokenUsage::default(),
             duration_ms: None,
             orchestration_id: None,
+            trace: None,
         }
     }
 
@@ -453,6 +458,7 @@ fn from_original(
         cumulative_usage: TokenUsage::default(),
         duration_ms: None,
         orchestration_id: None,
+        trace: None,
     })
 }
 

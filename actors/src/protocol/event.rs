@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::status::RunStatus;
+use super::status::{RunStatus, TokenUsage};
+use super::trace::TraceSpan;
 
 /// Progress, streamed to every subscriber. Lossy for slow subscribers; results never are.
 ///
@@ -25,6 +26,15 @@ pub enum RunEvent {
         /// `true` for a continuation of an existing run (`delta continue`, a retried or
         /// resumed plan run), `false` for a new one.
         resumed: bool,
+        /// The span this start of the run is (`invoke_agent`), when the request carried a
+        /// trace context ([`RunRequest::trace`](crate::RunRequest::trace)); its model calls'
+        /// and tools' spans are derived from it (see [`TraceSpan::child`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<TraceSpan>,
+        /// The span of the run's previous start, for a continuation whose earlier start was
+        /// traced (kept in its metadata.json): the new span links to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous_trace: Option<TraceSpan>,
     },
     /// One Think-Act-Observe iteration begins.
     IterationStarted {
@@ -60,6 +70,12 @@ pub enum RunEvent {
         tool_name: String,
         /// The command line, shell-quoted, cut to 120 characters (`...` marks a cut).
         summary: String,
+        /// For a call answered by an MCP server: the server's name in agent.yaml.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mcp_server: Option<String>,
+        /// For a call answered by an MCP server: the tool's name on that server.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mcp_tool: Option<String>,
     },
     /// A tool call's result was journaled (calls of one reply finish in reply order).
     ToolFinished {
@@ -119,6 +135,68 @@ pub enum RunEvent {
         /// How long the engine waits before the next attempt, in milliseconds.
         delay_ms: u64,
     },
+    /// A model call ended: answered (after `attempts` attempts), failed for good, or
+    /// abandoned because the run stopped. Sent after its `ModelRetry` events and before the
+    /// reply's `Thought`.
+    ModelCallFinished {
+        /// The run this event belongs to.
+        run_id: String,
+        /// The iteration the call belongs to.
+        iteration: u32,
+        /// The model asked for (`llm.model`, or a `pre_llm_request` hook's).
+        model: String,
+        /// The model that answered, as the provider names it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        response_model: Option<String>,
+        /// The provider's completion id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        response_id: Option<String>,
+        /// Who answered, in OpenTelemetry's words (`gen_ai.provider.name`): `openai` for an
+        /// OpenAI-compatible endpoint (its `server_address` tells which),
+        /// `delta.scripted` for the scripted model, `delta.custom` for an embedder's backend.
+        provider: String,
+        /// The endpoint's host, for an HTTP endpoint.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server_address: Option<String>,
+        /// The endpoint's port (the scheme's default when the URL has none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server_port: Option<u16>,
+        /// Attempts made, the last one included.
+        attempts: u32,
+        /// Wall time of the whole call (queue, attempts, backoff), in milliseconds.
+        duration_ms: u64,
+        /// Of which waiting: for an in-flight place, a rate-limit slot or Retry-After, and
+        /// backing off between attempts, in milliseconds.
+        waited_ms: u64,
+        /// Time from the answering attempt's start to the first piece of its streamed
+        /// reply, in milliseconds; `None` for a reply that was not streamed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        time_to_first_token_ms: Option<u64>,
+        /// Tokens the provider reported for every attempt of the call (failed ones too: they
+        /// are billed).
+        usage: TokenUsage,
+        /// Why the reply ended (`stop`, `tool_calls`, `length`...).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
+        /// What the call cost in US dollars; `None` while the price of the model is not
+        /// known (prices are not part of this version: always `None`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+        /// A short, fixed name for why the call failed (`timeout`, `http_429`, `http_500`,
+        /// `transport`, `invalid_request`, `invalid_response`, `cancelled`...); `None` when
+        /// it was answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_type: Option<String>,
+        /// The failure's message, when it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// The conversation sent and the reply, as OpenTelemetry's `gen_ai.input.messages`
+        /// and `gen_ai.output.messages` JSON: only when the engine was asked to capture
+        /// message content ([`SupervisorConfig::capture_message_content`](crate::SupervisorConfig::capture_message_content)),
+        /// sensitive answers redacted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<ModelCallContent>,
+    },
     /// A piece of a streamed reply, as it arrives (only when
     /// [`SupervisorConfig::reply_text_events`](crate::request::SupervisorConfig::reply_text_events)
     /// is set). The whole reply follows as a `Thought` once it is complete; these are for
@@ -160,10 +238,21 @@ impl RunEvent {
             | RunEvent::ModelCallStarted { run_id, .. }
             | RunEvent::ModelAdapted { run_id, .. }
             | RunEvent::ModelRetry { run_id, .. }
+            | RunEvent::ModelCallFinished { run_id, .. }
             | RunEvent::ReplyText { run_id, .. }
             | RunEvent::RunFinished { run_id, .. } => run_id,
         }
     }
+}
+
+/// A model call's messages, captured on request (see [`RunEvent::ModelCallFinished`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelCallContent {
+    /// The messages sent, as a JSON array of `{role, parts: [...]}`.
+    pub input_messages: String,
+    /// The reply, as a JSON array of one `{role, parts, finish_reason}`; empty when the
+    /// call failed.
+    pub output_messages: String,
 }
 
 /// Progress of an orchestration. Lossy for slow subscribers; the summary never is.

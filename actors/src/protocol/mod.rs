@@ -12,13 +12,14 @@ mod event;
 mod result;
 mod status;
 mod summary;
+mod trace;
 
 /// Longest stage id (it is part of every run id of the stage, and of the handoff files an
 /// executor reads back). Plans are validated against it (`plan::limits`).
 pub const STAGE_ID_LEN: usize = 48;
 
 pub use error::EngineError;
-pub use event::{OrchestrationEvent, RunEvent};
+pub use event::{ModelCallContent, OrchestrationEvent, RunEvent};
 pub use result::{
     InteractionInfo, RecordedError, RunErrorInfo, RunErrorKind, RunMetrics, RunResult,
     RunResultMetadata, UsageReport,
@@ -27,3 +28,4 @@ pub use status::{RunStatus, TokenUsage};
 pub use summary::{
     OrchestrationStatus, OrchestrationSummary, RunCounts, RunRow, StageStatus, StageSummary, Totals,
 };
+pub use trace::{TraceSpan, TRACE_ENV_VARS, TRACE_STATE_MAX_LEN};

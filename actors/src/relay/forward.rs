@@ -73,6 +73,9 @@ pub struct ForwardRequest {
     pub stream: bool,
     /// The relay's limit (see the module docs).
     pub limit: Duration,
+    /// The caller's trace context, passed on as `traceparent`/`tracestate` so the
+    /// endpoint's spans join the run's trace.
+    pub trace: Option<crate::protocol::TraceSpan>,
 }
 
 /// The endpoint's answer.
@@ -205,6 +208,12 @@ impl Forwarder {
         }
         if !request.run_id.is_empty() {
             builder = builder.header(HEADER_RUN_ID, encode_header_value(&request.run_id));
+        }
+        if let Some(trace) = &request.trace {
+            builder = builder.header("traceparent", trace.traceparent());
+            if let Some(state) = &trace.trace_state {
+                builder = builder.header("tracestate", state.as_str());
+            }
         }
         if request.stream {
             let response = tokio::time::timeout(request.limit, builder.send())

@@ -9,6 +9,10 @@
 //! Must not: be imported by [`crate::protocol`] or by the domain modules whose values it
 //! carries (`agent`, `plan`, `llm`, `tool`, `cluster`).
 
+mod observer;
+
+pub use observer::{EngineObserver, ObservedOrchestration, ObserverHandle};
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use std::time::Duration;
 use crate::agent::ResolvedAgent;
 pub use crate::llm::LlmTarget;
 use crate::llm::{LlmTimeouts, RetryPolicy};
+use crate::protocol::TraceSpan;
 
 /// Engine-wide settings, fixed when the [`crate::Supervisor`] starts.
 #[derive(Debug, Clone)]
@@ -74,6 +79,15 @@ pub struct SupervisorConfig {
     /// each new lesson. `None` (the default, as embedders get it): lessons last for the
     /// process only. The CLI sets `$XDG_CACHE_HOME/delta/endpoints.json`.
     pub endpoint_memory: Option<PathBuf>,
+    /// Told every run and orchestration event as it is emitted, losslessly (trace and
+    /// metric export; see [`EngineObserver`]). `None` (the default): nobody is, at no cost.
+    pub observer: Option<ObserverHandle>,
+    /// Put the messages of each model call into its
+    /// [`RunEvent::ModelCallFinished`](crate::protocol::RunEvent::ModelCallFinished)
+    /// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` for `delta`); sensitive
+    /// answers are redacted there as everywhere. Default false: conversations stay in the
+    /// run's files.
+    pub capture_message_content: bool,
 }
 
 impl Default for SupervisorConfig {
@@ -99,6 +113,8 @@ impl Default for SupervisorConfig {
             reply_text_events: false,
             partial_reply_file: false,
             endpoint_memory: None,
+            observer: None,
+            capture_message_content: false,
         }
     }
 }
@@ -170,6 +186,11 @@ pub struct RunRequest {
     pub workspace_id: Option<String>,
     /// Set by `delta orchestrate`.
     pub orchestration_id: Option<String>,
+    /// The span this start of the run is (W3C trace context): its tools, hooks and context
+    /// generators get `TRACEPARENT`/`TRACESTATE` naming their own spans under it, its model
+    /// calls send a `traceparent` header, and its events carry it for an exporter. `None`
+    /// (the default): the run sets no trace context (children inherit the environment's).
+    pub trace: Option<TraceSpan>,
 }
 
 impl RunRequest {
@@ -194,6 +215,7 @@ impl RunRequest {
             prompter: None,
             workspace_id: None,
             orchestration_id: None,
+            trace: None,
         }
     }
 
@@ -236,6 +258,12 @@ impl RunRequest {
     /// The orchestration the run belongs to, recorded in its metadata.
     pub fn with_orchestration_id(mut self, orchestration_id: impl Into<String>) -> RunRequest {
         self.orchestration_id = Some(orchestration_id.into());
+        self
+    }
+
+    /// The span this start of the run is (see [`RunRequest::trace`]).
+    pub fn with_trace(mut self, trace: TraceSpan) -> RunRequest {
+        self.trace = Some(trace);
         self
     }
 }
@@ -282,6 +310,10 @@ pub struct OrchestrationRequest {
     /// The command (argv) that resumes this orchestration, recorded in its scheduling
     /// journal for `delta list-orchestrations` (see [`Self::with_resume_command`]).
     pub resume_command: Option<Vec<String>>,
+    /// The orchestration's span (W3C trace context): its stages are its children
+    /// `("stage", <id>)` and each submitted run a child of its stage's span with an id of its
+    /// own. `None` (the default): no trace context.
+    pub trace: Option<TraceSpan>,
 }
 
 impl OrchestrationRequest {
@@ -308,6 +340,7 @@ impl OrchestrationRequest {
             resume: false,
             max_parallel,
             resume_command: None,
+            trace: None,
         }
     }
 
@@ -352,6 +385,12 @@ impl OrchestrationRequest {
     /// workspace can print it after a crash.
     pub fn with_resume_command(mut self, argv: Vec<String>) -> OrchestrationRequest {
         self.resume_command = Some(argv);
+        self
+    }
+
+    /// The orchestration's span (see [`OrchestrationRequest::trace`]).
+    pub fn with_trace(mut self, trace: TraceSpan) -> OrchestrationRequest {
+        self.trace = Some(trace);
         self
     }
 }

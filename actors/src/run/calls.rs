@@ -176,7 +176,11 @@ impl Run {
                     argv: invocation.argv,
                     stdin: invocation.stdin,
                     cwd: self.lp.request.work_dir.clone(),
-                    env: std::sync::Arc::clone(&self.child_env),
+                    env: super::env::tool_call_environment(
+                        &self.child_env,
+                        self.lp.request.trace.as_ref(),
+                        &call.id,
+                    ),
                     programs: Some(self.programs.clone()),
                 });
                 Planned::Tool(Box::new(self.job(&call.name, work, timeout_ms)))
@@ -312,12 +316,15 @@ impl Run {
                 execution_ref: None,
             });
         }
+        let (mcp_server, mcp_tool) = mcp_target(&job);
         self.emit(RunEvent::ToolStarted {
             run_id: self.lp.run_id.clone(),
             iteration,
             action_id: call.action_id.clone(),
             tool_name: call.tool_name.clone(),
             summary: job.summary(),
+            mcp_server,
+            mcp_tool,
         });
         // Answers given since the reply was planned (an earlier ask_human of it) count too.
         job.secrets = self.secrets.snapshot();
@@ -456,6 +463,17 @@ impl Run {
             }
         }
     }
+}
+
+/// The MCP server and tool an engine call goes to (`{"server": .., "tool": ..}`), for the
+/// call's `ToolStarted`; `(None, None)` for a process.
+fn mcp_target(job: &ToolJob) -> (Option<String>, Option<String>) {
+    let JobWork::Engine(call) = &job.work else {
+        return (None, None);
+    };
+    let target = call.tool.target();
+    let text = |key: &str| target.get(key).and_then(Value::as_str).map(str::to_string);
+    (text("server"), text("tool"))
 }
 
 fn recorded_execution(execution: Option<ToolExecution>) -> Recorded {

@@ -140,11 +140,16 @@ impl RunLoop {
         if agent.mcp.is_empty() {
             return (local_toolbox(agent), Vec::new());
         }
-        let server_env = server_environment(
+        let mut server_env = server_environment(
             agent,
             &self.request.env,
             self.config.tool_path_dir.as_deref(),
         );
+        // A server this run starts is traced under it (servers are shared: the first
+        // run's span is the one it keeps).
+        if let Some(trace) = &self.request.trace {
+            super::env::set_trace_context(&mut server_env, trace);
+        }
         let ctx = OpenContext {
             agent,
             work_dir: &self.request.work_dir,
@@ -172,6 +177,7 @@ impl Run {
             meta,
             lock,
             resumed,
+            previous_trace,
         } = taken;
         let (child_env, generator_env) =
             child_environments(&lp.run_id, &lp.request, &lp.config, &paths);
@@ -197,7 +203,11 @@ impl Run {
             meta,
             lock: Some(lock),
             resumed,
-            events: EventSink::new(lp.events.clone(), secrets.clone()),
+            events: EventSink::new(
+                lp.events.clone(),
+                secrets.clone(),
+                lp.config.observer.clone(),
+            ),
             secrets,
             child_env: Arc::new(child_env),
             programs: ProgramCache::new(),
@@ -223,6 +233,8 @@ impl Run {
             agent_name: run.lp.request.agent.name.clone(),
             work_dir: run.lp.request.work_dir.to_string_lossy().into_owned(),
             resumed,
+            trace: run.lp.request.trace.clone(),
+            previous_trace,
         });
         run
     }
@@ -613,8 +625,7 @@ impl Run {
     }
 
     pub(super) fn emit(&self, event: RunEvent) {
-        // No subscriber is fine: events are progress, not results.
-        let _ = self.events.send(event);
+        self.events.send(event);
     }
 
     pub(super) fn log(&self, line: &str) {

@@ -2,9 +2,16 @@
 //! `DELTA_*` variables added) and context generators. (MCP servers, shared by runs, get the
 //! same scrubbing without the run's variables: `tool::kind::registry::server_environment`.)
 //!
+//! A traced run (its request carries a span) also sets `TRACEPARENT`/`TRACESTATE` for its
+//! children, replacing any the engine inherited: tools get their own call's span (see
+//! [`tool_call_environment`]), hooks and context generators the run's.
+//!
 //! Must not: read the process environment (the request carries the resolved one).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::protocol::{TraceSpan, TRACE_ENV_VARS};
 
 use crate::request::{RunRequest, SupervisorConfig};
 use crate::tool::process::build_child_env;
@@ -30,15 +37,43 @@ pub(super) fn child_environments(
         ("DELTA_CWD".to_string(), cwd),
         ("AGENT_HOME".to_string(), home),
     ];
-    let tools = build_child_env(
+    let mut tools = build_child_env(
         &request.env,
         &secrets,
         &extra,
         config.tool_path_dir.as_deref(),
     );
-    let generators: BTreeMap<String, String> =
-        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref())
-            .into_iter()
-            .collect();
-    (tools, generators)
+    let mut generators: Vec<(String, String)> =
+        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref());
+    if let Some(trace) = &request.trace {
+        set_trace_context(&mut tools, trace);
+        set_trace_context(&mut generators, trace);
+    }
+    (tools, generators.into_iter().collect())
+}
+
+/// Replaces the trace context in `env` (any `TRACEPARENT`/`TRACESTATE` inherited) with
+/// `trace`'s.
+pub(crate) fn set_trace_context(env: &mut Vec<(String, String)>, trace: &TraceSpan) {
+    env.retain(|(name, _)| !TRACE_ENV_VARS.contains(&name.as_str()));
+    env.extend(trace.environment());
+}
+
+/// The environment of one tool call of a traced run: the run's tool environment with the
+/// call's own span as `TRACEPARENT` (the run's span's child `("tool", <action id>)`, the
+/// span an exporter builds from the call's events). The run's environment, shared, when
+/// the run is not traced.
+pub(super) fn tool_call_environment(
+    run_env: &Arc<Vec<(String, String)>>,
+    run_trace: Option<&TraceSpan>,
+    action_id: &str,
+) -> Arc<Vec<(String, String)>> {
+    match run_trace {
+        None => Arc::clone(run_env),
+        Some(trace) => {
+            let mut env = run_env.as_ref().clone();
+            set_trace_context(&mut env, &trace.child("tool", action_id));
+            Arc::new(env)
+        }
+    }
 }

@@ -39,6 +39,7 @@
 //!
 //! Must not: import actix, print, or read the process environment (the request carries it).
 
+mod call_event;
 mod calls;
 mod drive;
 mod end;

@@ -17,13 +17,15 @@ use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
 use crate::journal::Event;
 use crate::llm::usage::{call_usage, CallUsage};
 use crate::llm::{
-    CallOutcome, ChatCompletion, ChatRequest, LlmError, RequestMeta, TextSink, Usage, WireOptions,
+    CallOutcome, ChatCompletion, ChatRequest, FirstTokenClock, LlmError, RequestMeta, TextSink,
+    Usage, WireOptions,
 };
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
 use crate::workspace::live_reply::partial_reply_path;
 use crate::workspace::{write_attempt_record, write_invocation_record};
 
+use super::call_event::{CallEnding, CallFigures};
 use super::live_reply::{FinishOnDrop, LiveReply};
 
 use super::state::{error_info, AuditKind, Halt, Run};
@@ -211,6 +213,9 @@ impl Run {
             .llm
             .timeouts
             .resolve(self.lp.config.llm_timeouts);
+        let started = std::time::Instant::now();
+        // Only an observed engine reads the clock (the call's span, its metrics).
+        let first_token = self.lp.config.observer.is_some().then(FirstTokenClock::new);
         let meta = RequestMeta {
             wire_body: wire_body
                 .as_ref()
@@ -222,6 +227,8 @@ impl Run {
             on_text: self.reply_text_sink(live.clone()),
             // Set by the model port that keeps the run's time (the run actor's).
             on_queue: None,
+            traceparent: self.chat_span().map(|span| span.traceparent()),
+            first_token: first_token.clone(),
         };
         self.emit(RunEvent::ModelCallStarted {
             run_id: self.lp.run_id.clone(),
@@ -239,7 +246,7 @@ impl Run {
             // A refusal answered by writing the request another way is no failure to show:
             // the lesson is announced once, in one line, when the call ends.
             if !matches!(error, LlmError::Adjusted { .. }) {
-                let _ = events.send(RunEvent::ModelRetry {
+                events.send(RunEvent::ModelRetry {
                     run_id: run_id.clone(),
                     attempt,
                     error: error.to_string(),
@@ -265,9 +272,19 @@ impl Run {
                 outcome = &mut call => break outcome,
                 Some(failed) = failed_rx.recv() => self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?,
                 _ = token.cancelled() => {
+                    let mut attempts = 1;
                     while let Ok(failed) = failed_rx.try_recv() {
+                        attempts += 1;
                         self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
                     }
+                    self.report_model_call(&request, CallEnding::Cancelled, CallFigures {
+                        attempts,
+                        duration: started.elapsed(),
+                        waited: Duration::ZERO,
+                        first_token: None,
+                        usage: Usage::default(),
+                        estimated: false,
+                    });
                     return Err(Halt::Stopped);
                 }
             }
@@ -288,11 +305,35 @@ impl Run {
             Ok(outcome) => outcome,
             Err(failure) if failure.cancelled => {
                 self.count_usage(exact(failure.failed_attempts_usage), None, &request.model);
+                self.report_model_call(
+                    &request,
+                    CallEnding::Cancelled,
+                    CallFigures {
+                        attempts: failure.attempts,
+                        duration: started.elapsed(),
+                        waited: Duration::ZERO,
+                        first_token: None,
+                        usage: failure.failed_attempts_usage,
+                        estimated: false,
+                    },
+                );
                 return Err(Halt::Stopped);
             }
             Err(failure) => {
                 // Billed even though no reply came of them.
                 self.count_usage(exact(failure.failed_attempts_usage), None, &request.model);
+                self.report_model_call(
+                    &request,
+                    CallEnding::Failed(&failure.error),
+                    CallFigures {
+                        attempts: failure.attempts,
+                        duration: started.elapsed(),
+                        waited: Duration::ZERO,
+                        first_token: None,
+                        usage: failure.failed_attempts_usage,
+                        estimated: false,
+                    },
+                );
                 self.write_invocation_record(&InvocationRecord {
                     iteration: self.iteration,
                     attempt: None,
@@ -363,6 +404,30 @@ impl Run {
             self.append(Event::Warning { message })?;
         }
         let (counted, estimated) = used.counted();
+        // The call's span and metrics carry every attempt's tokens, as billed.
+        let call_usage = Usage {
+            prompt_tokens: failed_attempts_usage
+                .prompt_tokens
+                .saturating_add(counted.prompt_tokens),
+            completion_tokens: failed_attempts_usage
+                .completion_tokens
+                .saturating_add(counted.completion_tokens),
+            total_tokens: failed_attempts_usage
+                .total_tokens
+                .saturating_add(counted.total_tokens),
+        };
+        self.report_model_call(
+            &request,
+            CallEnding::Answered(&completion),
+            CallFigures {
+                attempts,
+                duration,
+                waited,
+                first_token: first_token.as_ref().and_then(FirstTokenClock::read),
+                usage: call_usage,
+                estimated,
+            },
+        );
         let used = token_usage(counted, estimated);
         self.count_usage(used, completion.model.as_deref(), &request.model);
         Ok((completion, record_ref, used))
@@ -455,7 +520,7 @@ impl Run {
             if !send_events {
                 return;
             }
-            let _ = events.send(RunEvent::ReplyText {
+            events.send(RunEvent::ReplyText {
                 run_id: run_id.clone(),
                 iteration,
                 content,

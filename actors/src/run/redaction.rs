@@ -9,29 +9,41 @@ use tokio::sync::broadcast;
 
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunEvent, RunResult, RunResultMetadata};
 use crate::redact::{Redactor, SecretSet};
+use crate::request::ObserverHandle;
 
 /// The run's event sender: redacts each event, then broadcasts it.
 #[derive(Clone)]
 pub(super) struct EventSink {
     tx: broadcast::Sender<RunEvent>,
     secrets: Redactor,
+    /// Told each event, redacted, before the broadcast (trace and metric export).
+    observer: Option<ObserverHandle>,
 }
 
 impl EventSink {
-    pub(super) fn new(tx: broadcast::Sender<RunEvent>, secrets: Redactor) -> EventSink {
-        EventSink { tx, secrets }
+    pub(super) fn new(
+        tx: broadcast::Sender<RunEvent>,
+        secrets: Redactor,
+        observer: Option<ObserverHandle>,
+    ) -> EventSink {
+        EventSink {
+            tx,
+            secrets,
+            observer,
+        }
     }
 
-    /// Like [`broadcast::Sender::send`] (no subscriber is an error the caller may ignore).
-    pub(super) fn send(
-        &self,
-        mut event: RunEvent,
-    ) -> Result<usize, broadcast::error::SendError<RunEvent>> {
+    /// Redacts `event`, tells the observer, broadcasts it (to nobody, when nobody listens).
+    pub(super) fn send(&self, mut event: RunEvent) {
         let secrets = self.secrets.snapshot();
         if !secrets.is_empty() {
             redact_event(&mut event, &secrets);
         }
-        self.tx.send(event)
+        if let Some(observer) = &self.observer {
+            observer.run_event(&event);
+        }
+        // No subscriber is fine: events are progress, not results.
+        let _ = self.tx.send(event);
     }
 }
 
@@ -43,6 +55,8 @@ fn redact_event(event: &mut RunEvent, secrets: &SecretSet) {
             agent_name,
             work_dir,
             resumed: _,
+            trace: _,
+            previous_trace: _,
         } => {
             text(run_id);
             text(agent_name);
@@ -67,8 +81,13 @@ fn redact_event(event: &mut RunEvent, secrets: &SecretSet) {
             action_id,
             tool_name,
             summary,
+            mcp_server,
+            mcp_tool,
         } => {
             for field in [run_id, action_id, tool_name, summary] {
+                text(field);
+            }
+            for field in [mcp_server, mcp_tool].into_iter().flatten() {
                 text(field);
             }
         }
@@ -104,6 +123,46 @@ fn redact_event(event: &mut RunEvent, secrets: &SecretSet) {
         } => {
             text(run_id);
             text(error);
+        }
+        RunEvent::ModelCallFinished {
+            run_id,
+            iteration: _,
+            model,
+            response_model,
+            response_id,
+            provider,
+            server_address,
+            server_port: _,
+            attempts: _,
+            duration_ms: _,
+            waited_ms: _,
+            time_to_first_token_ms: _,
+            usage: _,
+            finish_reason,
+            cost_usd: _,
+            error_type,
+            error,
+            content,
+        } => {
+            for field in [run_id, model, provider] {
+                text(field);
+            }
+            let optional = [
+                response_model,
+                response_id,
+                server_address,
+                finish_reason,
+                error_type,
+                error,
+            ];
+            for field in optional.into_iter().flatten() {
+                text(field);
+            }
+            if let Some(content) = content {
+                // JSON text: a secret inside a string is replaced by a marker without quotes.
+                text(&mut content.input_messages);
+                text(&mut content.output_messages);
+            }
         }
         RunEvent::ReplyText {
             run_id,
@@ -191,14 +250,13 @@ mod tests {
     fn events_are_redacted_before_they_are_broadcast() {
         let (tx, mut rx) = broadcast::channel(4);
         let secrets = Redactor::default();
-        let sink = EventSink::new(tx, secrets.clone());
+        let sink = EventSink::new(tx, secrets.clone(), None);
         secrets.add("call_1", "canary-88");
         sink.send(RunEvent::Thought {
             run_id: "r".into(),
             iteration: 1,
             text: "it is canary-88".into(),
-        })
-        .unwrap();
+        });
         let RunEvent::Thought { text, .. } = rx.try_recv().unwrap() else {
             panic!("not a thought");
         };

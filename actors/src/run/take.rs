@@ -34,6 +34,8 @@ pub struct TakenRun {
     pub meta: RunMetadata,
     pub lock: RunLock,
     pub resumed: bool,
+    /// The span of the run's previous start as its metadata recorded it (a continuation).
+    pub previous_trace: Option<crate::protocol::TraceSpan>,
 }
 
 /// Why a run could not be taken. The run's files are left as they were.
@@ -143,6 +145,7 @@ pub fn take_run(
             meta.workspace_id = request.workspace_id.clone();
             meta.orchestration_id = request.orchestration_id.clone();
             meta.max_iterations_requested = request.max_iterations;
+            meta.trace = request.trace.clone();
             let mut events = Vec::with_capacity(16);
             events.push(
                 journal
@@ -172,6 +175,7 @@ pub fn take_run(
                 meta,
                 lock,
                 resumed: false,
+                previous_trace: None,
             })
         }
         RunStart::Continue { message, force } => {
@@ -253,6 +257,8 @@ pub fn take_run(
                 meta.max_iterations_requested = request.max_iterations;
             }
             meta.agent_home = request.agent.home.to_string_lossy().into_owned();
+            // This start's span replaces the last one's, which its span links to.
+            let previous_trace = std::mem::replace(&mut meta.trace, request.trace.clone());
             write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
             crate::workspace::mark_runs_changed(&request.work_dir);
             restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
@@ -307,6 +313,7 @@ pub fn take_run(
                 meta,
                 lock,
                 resumed: true,
+                previous_trace,
             })
         }
     }

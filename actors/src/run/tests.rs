@@ -268,6 +268,7 @@ impl Fixture {
             prompter: None,
             workspace_id: None,
             orchestration_id: None,
+            trace: None,
         }
     }
 

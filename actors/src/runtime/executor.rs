@@ -38,6 +38,9 @@ pub struct SubmitPlanned {
     pub launch: Launch,
     /// Where the run's end goes.
     pub reply: oneshot::Sender<RunEnd>,
+    /// The span this submission of the run is, when the orchestration is traced (see
+    /// `RunRequest::trace`): an executor running it elsewhere carries it along.
+    pub trace: Option<crate::protocol::TraceSpan>,
 }
 
 /// Interrupt one run (a run not started yet ends INTERRUPTED).
@@ -141,6 +144,7 @@ impl LocalRuns {
         planned: PlannedRun,
         work_dir: PathBuf,
         launch: Launch,
+        trace: Option<crate::protocol::TraceSpan>,
     ) -> Result<RunRequest, String> {
         let request = &self.setup.request;
         let Some(agent) = request.agents.get(&planned.agent).cloned() else {
@@ -174,6 +178,7 @@ impl LocalRuns {
             prompter: None,
             workspace_id: None,
             orchestration_id: Some(request.orchestration_id.clone()),
+            trace,
         })
     }
 }
@@ -184,7 +189,7 @@ impl Handler<SubmitPlanned> for LocalRuns {
     fn handle(&mut self, msg: SubmitPlanned, ctx: &mut Self::Context) {
         let run_id = msg.run.run_id.clone();
         let work_dir = msg.work_dir.clone();
-        let request = match self.run_request(msg.run, msg.work_dir, msg.launch) {
+        let request = match self.run_request(msg.run, msg.work_dir, msg.launch, msg.trace) {
             Ok(request) => request,
             Err(message) => {
                 let _ = msg.reply.send(RunEnd::Lost(message));

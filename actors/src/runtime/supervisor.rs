@@ -286,6 +286,7 @@ impl Handler<StartOrchestration> for RunSupervisor {
             msg.events,
             msg.reply,
         )
+        .observed_by(self.config.observer.clone())
         .start();
         self.orchestrations.insert(id, addr);
         Ok(())

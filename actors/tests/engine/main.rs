@@ -18,4 +18,7 @@ mod secrets;
 mod session;
 mod spawner_host;
 mod store;
+#[cfg(feature = "otel")]
+mod telemetry;
 mod tool_spawner;
+mod trace_context;

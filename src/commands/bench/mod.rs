@@ -381,6 +381,22 @@ async fn measure_point(
         config.tool_spawner = None;
     }
     config.partial_reply_file = args.live_reply == OnOff::On;
+    // Trace export as the OTEL_* variables say (docs/observability.md), to measure its cost:
+    // each run is a trace of its own.
+    let observability = crate::commands::observe::observe(
+        &crate::commands::engine::process_env(),
+        None,
+        &mut config,
+    )?;
+    let requests: Vec<_> = requests
+        .into_iter()
+        .map(
+            |request| match observability.as_ref().and_then(|o| o.root_span()) {
+                Some(root) => request.with_trace(root),
+                None => request,
+            },
+        )
+        .collect();
     let supervisor = Supervisor::start(config)?;
     let fds_before = measure::open_fds();
     let sampler = measure::Sampler::start();
@@ -420,6 +436,9 @@ async fn measure_point(
     let apart = apart_cpu(&sampler, server) - apart_before;
     let peaks = sampler.stop();
     supervisor.shutdown();
+    if let Some(observability) = observability {
+        observability.finish();
+    }
     let lower = report::LowerBound::for_workload(
         runs,
         max_parallel,

@@ -29,8 +29,8 @@ use crate::plan::schedule::Launch;
 use crate::plan::schedule::{Effect, Event, Prior, RunEnd, Scheduler};
 use crate::plan::state::{OrchestrationState, OrchestrationSummary, SchedulingEvent};
 use crate::plan::PlannedRun;
-use crate::protocol::OrchestrationEvent;
-use crate::request::OrchestrationRequest;
+use crate::protocol::{OrchestrationEvent, TraceSpan};
+use crate::request::{ObservedOrchestration, ObserverHandle, OrchestrationRequest};
 use crate::runtime::admission::RunDesk;
 use crate::runtime::executor::{
     CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, SubmitPlanned,
@@ -75,6 +75,9 @@ pub struct OrchestrationActor {
     executor_error: Option<String>,
     /// Submissions or cancels were handed to the executor in this batch of effects.
     batch_open: bool,
+    /// Told every event before the watchers (trace and metric export); set once, before
+    /// the actor starts.
+    observer: Option<ObserverHandle>,
 }
 
 impl OrchestrationActor {
@@ -141,7 +144,37 @@ impl OrchestrationActor {
             desk: None,
             executor_error: None,
             batch_open: false,
+            observer: None,
         }
+    }
+
+    /// The same actor with `observer` told its events.
+    pub fn observed_by(mut self, observer: Option<ObserverHandle>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// Sends `event` to the observer, then to the watchers.
+    fn emit(&self, event: OrchestrationEvent) {
+        if let Some(observer) = &self.observer {
+            let plan_name = self.request.plan.name.as_deref().unwrap_or("plan");
+            observer.orchestration_event(
+                ObservedOrchestration {
+                    id: &self.request.orchestration_id,
+                    plan_name,
+                    trace: self.request.trace.as_ref(),
+                },
+                &event,
+            );
+        }
+        let _ = self.events.send(event);
+    }
+
+    /// The span of one submission of `run`: a child, with an id of its own, of its stage's
+    /// span (the orchestration span's child `("stage", <id>)`).
+    fn run_span(&self, run: &PlannedRun) -> Option<TraceSpan> {
+        let stage = self.request.trace.as_ref()?.child("stage", &run.stage_id);
+        Some(stage.child_with_id(fastrand::u64(..).to_be_bytes()))
     }
 
     /// Feeds one event to the scheduler and carries out its effects in order. An effect that
@@ -204,7 +237,7 @@ impl OrchestrationActor {
                 None
             }
             Effect::Emit(event) => {
-                let _ = self.events.send(event);
+                self.emit(event);
                 None
             }
             Effect::Finish(conclusion) => {
@@ -275,11 +308,13 @@ impl OrchestrationActor {
         };
         let run_id = run.run_id.clone();
         let (reply, end) = oneshot::channel();
+        let trace = self.run_span(&run);
         desk.submit.do_send(SubmitPlanned {
             run,
             work_dir,
             launch,
             reply,
+            trace,
         });
         self.batch_open = true;
         let finished_id = run_id.clone();

@@ -44,7 +44,7 @@ impl OrchestrationActor {
             // Before the caller hears of the end, so it may resume at once.
             state.release();
         }
-        let _ = self.events.send(OrchestrationEvent::Finished { status });
+        self.emit(OrchestrationEvent::Finished { status });
         let _ = reply.send(summary);
         ctx.stop();
     }

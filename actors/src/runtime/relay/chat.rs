@@ -57,6 +57,8 @@ impl Exchange {
     fn done(&mut self, status: u16, streamed: bool, usage: Option<Usage>) {
         self.answered = true;
         self.usage.record(streamed, usage);
+        self.usage
+            .record_route(&self.route, status, streamed, usage);
         let (prompt, completion) = usage.map_or((0, 0), |u| (u.prompt_tokens, u.completion_tokens));
         tracing::info!(
             route = %self.route,
@@ -73,6 +75,7 @@ impl Drop for Exchange {
     fn drop(&mut self) {
         if !self.answered {
             self.usage.record_abandoned();
+            self.usage.record_route_abandoned(&self.route);
             tracing::info!(
                 route = %self.route,
                 agent = %self.agent,
@@ -82,6 +85,13 @@ impl Drop for Exchange {
             );
         }
     }
+}
+
+/// The caller's W3C trace context (`traceparent`, `tracestate`), passed on to the endpoint
+/// when well-formed (anything else is dropped, as the W3C rules say).
+fn trace_context(request: &HttpRequest) -> Option<crate::protocol::TraceSpan> {
+    let value = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+    crate::protocol::TraceSpan::from_traceparent(value("traceparent")?, value("tracestate"))
 }
 
 fn header_text(request: &HttpRequest, name: &str) -> String {
@@ -140,6 +150,7 @@ pub(super) async fn chat(
                 run_id: exchange.run_id.clone(),
                 stream: flags.stream == Some(true),
                 limit: state.request_timeout,
+                trace: trace_context(&request),
             };
             pass_through(&upstream, forwarder, body, share, request, exchange).await
         }
@@ -166,7 +177,10 @@ async fn pass_through(
         "relay: queued for a place at the endpoint"
     );
     let pass = match upstream.gate.admit().await {
-        Ok(pass) => pass,
+        Ok(pass) => {
+            exchange.usage.record_wait(&exchange.route, pass.waited);
+            pass
+        }
         Err(e) => {
             exchange.answered = true;
             return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
@@ -281,6 +295,7 @@ async fn in_process(
     meta.timeouts.request = state.request_timeout;
     match upstream.gate.complete(chat, meta, |_| {}).await {
         Ok(outcome) => {
+            exchange.usage.record_wait(&exchange.route, outcome.waited);
             let completion = outcome.completion;
             let created = chrono::Utc::now().timestamp();
             let streamed = flags.stream == Some(true);

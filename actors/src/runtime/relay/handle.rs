@@ -153,4 +153,118 @@ mod tests {
         assert_eq!(status("another-token-0123456"), 401);
         relay.stop();
     }
+
+    /// An endpoint on loopback answering every chat request with one fixed completion and
+    /// keeping each request's `traceparent` header.
+    fn header_keeping_endpoint() -> (
+        String,
+        std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
+    ) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(4) {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let (mut length, mut traceparent) = (0usize, None);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if lower.starts_with("traceparent:") {
+                        traceparent = Some(line["traceparent:".len()..].trim().to_string());
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                kept.lock().unwrap().push(traceparent);
+                let reply = r#"{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+                    reply.len()
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    /// Issue 33: the caller's trace context reaches the endpoint; `/metrics` counts the
+    /// route's requests and tokens for a holder of the token only.
+    #[test]
+    fn the_trace_context_is_passed_on_and_metrics_are_served_to_the_token() {
+        let (url, seen) = header_keeping_endpoint();
+        let token = "relay-token-0123456789";
+        let relay = Relay::start(RelayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            token: token.into(),
+            routes: vec![RelayRoute {
+                name: "a0".into(),
+                target: LlmTarget::Http(crate::llm::Endpoint::new(url, Some("sk-up".into()))),
+            }],
+            max_in_flight: 4,
+            requests_per_minute: None,
+            request_timeout: Duration::from_secs(5),
+            accepted_token_digests: vec![],
+            limits: crate::relay::RelayLimits::default(),
+        })
+        .unwrap();
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (chat, metrics, refused) = rt.block_on(async {
+            let client = reqwest::Client::new();
+            let chat = client
+                .post(format!("{}/r/a0/v1/chat/completions", relay.url()))
+                .bearer_auth(token)
+                .header("traceparent", traceparent)
+                .header("tracestate", "congo=t61rcWkgMzE")
+                .body(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16();
+            let metrics = client
+                .get(format!("{}/metrics", relay.url()))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let refused = client
+                .get(format!("{}/metrics", relay.url()))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16();
+            (chat, metrics, refused)
+        });
+        relay.stop();
+        assert_eq!(chat, 200);
+        assert_eq!(*seen.lock().unwrap(), vec![Some(traceparent.to_string())]);
+        assert!(
+            metrics.contains("delta_relay_requests_total{route=\"a0\",status=\"200\"} 1"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("delta_relay_tokens_total{route=\"a0\",type=\"input\"} 5"),
+            "{metrics}"
+        );
+        assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+        assert_eq!(refused, 401);
+    }
 }

@@ -78,6 +78,7 @@ pub(crate) fn serve(
                 .route("/v1/models", web::get().to(models_default))
                 .route("/r/{route}/v1/chat/completions", web::post().to(chat_routed))
                 .route("/r/{route}/v1/models", web::get().to(models_routed))
+                .route("/metrics", web::get().to(metrics))
                 .default_service(web::to(|| async {
                     refuse(StatusCode::NOT_FOUND, "no such relay route: use /v1/chat/completions or /r/<route>/v1/chat/completions")
                 }))
@@ -220,6 +221,18 @@ async fn chat_routed(
     state: web::Data<RelayState>,
 ) -> HttpResponse {
     chat::chat(request, &route.into_inner(), body, state).await
+}
+
+/// The relay's Prometheus metrics (OpenMetrics), for a holder of its token.
+async fn metrics(request: HttpRequest, state: web::Data<RelayState>) -> HttpResponse {
+    if !authorized(&request, &state) {
+        return refuse(StatusCode::UNAUTHORIZED, "missing or wrong relay token");
+    }
+    let mut text = crate::openmetrics::MetricsText::new();
+    state.usage.write_metrics(&mut text);
+    HttpResponse::Ok()
+        .content_type(crate::openmetrics::CONTENT_TYPE)
+        .body(text.finish())
 }
 
 async fn models_default(request: HttpRequest, state: web::Data<RelayState>) -> HttpResponse {

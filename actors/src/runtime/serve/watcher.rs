@@ -191,6 +191,20 @@ impl Handler<Views> for RunsWatcher {
     }
 }
 
+/// The metrics of the workspaces as last seen (`GET /metrics`), written where the views
+/// are, so a scrape copies none of them.
+#[derive(Message)]
+#[rtype(result = "String")]
+pub struct MetricsText;
+
+impl Handler<MetricsText> for RunsWatcher {
+    type Result = String;
+    fn handle(&mut self, _: MetricsText, _: &mut Self::Context) -> String {
+        let views: Vec<&WorkspaceView> = self.views.values().collect();
+        crate::telemetry::serve_metrics::serve_metrics_of(&views)
+    }
+}
+
 /// Whether `path` is one of the workspaces the page may read.
 #[derive(Message)]
 #[rtype(result = "bool")]

@@ -17,6 +17,7 @@ impl SlurmExecutor {
         planned: PlannedRun,
         work_dir: &Path,
         launch: Launch,
+        trace: Option<crate::protocol::TraceSpan>,
     ) -> Result<(), String> {
         let Some(route) = self.jobs.routes.get(&planned.agent).cloned() else {
             return Err(format!(
@@ -45,6 +46,7 @@ impl SlurmExecutor {
             llm_request_timeout_ms: timeouts.request.map(|t| t.as_millis() as u64),
             llm_idle_timeout_ms: timeouts.idle.map(|t| t.as_millis() as u64),
             llm_response_format: self.plan.llm.response_format,
+            trace,
         };
         write_planned(&self.orchestration_dir, &file).map_err(|e| e.to_string())?;
         if let Ok(stale) = result_path(&self.orchestration_dir, &planned.stage_id, planned.index) {

@@ -397,7 +397,7 @@ impl Handler<SubmitPlanned> for SlurmExecutor {
             msg.run.index,
         );
         let prepared = self
-            .write_handoff(msg.run, &msg.work_dir, msg.launch)
+            .write_handoff(msg.run, &msg.work_dir, msg.launch, msg.trace)
             .and_then(|()| {
                 result_path(&self.orchestration_dir, &stage, index).map_err(|e| e.to_string())
             });

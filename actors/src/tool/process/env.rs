@@ -20,9 +20,23 @@ pub const SERVE_TOKEN_VAR: &str = "DELTA_SERVE_TOKEN";
 /// The token of `delta relay` (a Slurm job's engine reaches the model through it). Never
 /// given to a child.
 pub const RELAY_TOKEN_VAR: &str = "DELTA_RELAY_TOKEN";
+/// The token `/metrics` of `delta orchestrate --metrics-listen` asks for. Never given to a
+/// child.
+pub const METRICS_TOKEN_VAR: &str = "DELTA_METRICS_TOKEN";
 /// Variables that hold the engine's own secrets: removed from the environment of every tool,
 /// hook and context generator, whatever the agent says.
-pub const ENGINE_SECRET_VARS: &[&str] = &[API_KEY_VAR, SERVE_TOKEN_VAR, RELAY_TOKEN_VAR];
+pub const ENGINE_SECRET_VARS: &[&str] = &[
+    API_KEY_VAR,
+    SERVE_TOKEN_VAR,
+    RELAY_TOKEN_VAR,
+    METRICS_TOKEN_VAR,
+    // A trace collector's headers (the API key of a hosted one: Langfuse, Honeycomb...):
+    // the engine's credentials for its own export.
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
+];
 
 /// Whether `name` is one of the [`ENGINE_SECRET_VARS`].
 pub fn is_engine_secret(name: &str) -> bool {

@@ -13,6 +13,7 @@
 //! | `GET /api/agents`, `GET /api/workspaces`, `GET /api/runs/{run}/timeline`, `POST /api/runs/{run}/answer` | agents, runs |
 //! | `GET /api/orchestrations/{id}[/runs\|/timeline\|/phases]`, `GET /api/runs/{run}/trace\|calls/{n}\|tools/{id}` | the batch view and the run inspector ([`inspect`]) |
 //! | `GET /ws/session/{sid}/worker/{wid}`, `GET /ws/dashboard` | WebSockets |
+//! | `GET /metrics` | the watched batches as Prometheus metrics (`telemetry::serve_metrics`) |
 //!
 //! Every answer carries the headers of [`policy`] (no framing, no script but the page's own).
 
@@ -279,6 +280,7 @@ fn app(
         .route(identity::CHECK_PATH, web::get().to(identity::check))
         .route("/api/agents", web::get().to(rest::list_agents))
         .route("/api/workspaces", web::get().to(runs::workspaces))
+        .route("/metrics", web::get().to(runs::metrics))
         .route("/api/runs/{run_id}/timeline", web::get().to(runs::run_timeline))
         .route("/api/runs/{run_id}/answer", web::post().to(answer::answer_run))
         .route("/api/runs/{run_id}/trace", web::get().to(inspect::trace))

@@ -19,6 +19,19 @@ pub async fn workspaces(state: web::Data<WebState>) -> HttpResponse {
     HttpResponse::Ok().json(state.watcher.send(Views).await.unwrap_or_default())
 }
 
+/// `GET /metrics`: the watched batches as Prometheus metrics (OpenMetrics; behind the
+/// token like every route but the page).
+pub async fn metrics(state: web::Data<WebState>) -> HttpResponse {
+    let text = state
+        .watcher
+        .send(crate::runtime::serve::watcher::MetricsText)
+        .await
+        .unwrap_or_default();
+    HttpResponse::Ok()
+        .content_type(crate::openmetrics::CONTENT_TYPE)
+        .body(text)
+}
+
 pub(super) async fn watched(state: &WebState, workspace: &Path) -> Result<(), HttpResponse> {
     if state
         .watcher

@@ -1,0 +1,141 @@
+//! The metrics of `delta serve` (`GET /metrics`, behind its token): what the batches it
+//! watches hold, read from the views its runs watcher keeps (no file is read for a scrape):
+//! runs by workspace, orchestration and status, their tokens, orchestrations by status and
+//! each stage's runs.
+//!
+//! Must not: read files (the watcher's last views are the truth here), or keep state.
+
+use std::collections::BTreeMap;
+
+use crate::openmetrics::{Kind, MetricsText};
+use crate::serve::runs_view::WorkspaceView;
+
+/// The OpenMetrics exposition of `views`.
+pub fn serve_metrics_of(views: &[&WorkspaceView]) -> String {
+    let mut runs: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
+    let mut tokens: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
+    let mut text = MetricsText::new();
+    let names: Vec<String> = views
+        .iter()
+        .map(|v| v.path.to_string_lossy().into_owned())
+        .collect();
+    for (view, workspace) in views.iter().zip(&names) {
+        for run in &view.runs {
+            let plan = run.orchestration_id.as_deref().unwrap_or("");
+            *runs
+                .entry((workspace, plan, run.status.as_str()))
+                .or_default() += 1;
+            let sum = tokens.entry((workspace, plan)).or_default();
+            sum.0 += run.tokens.input_tokens;
+            sum.1 += run.tokens.output_tokens;
+        }
+    }
+    text.family(
+        "delta_serve_workspaces",
+        Kind::Gauge,
+        "Workspaces delta serve watches.",
+    );
+    text.sample("delta_serve_workspaces", &[], views.len() as f64);
+    text.family("delta_serve_runs", Kind::Gauge, "Runs in the watched workspaces, by workspace, orchestration (empty for a lone run) and status.");
+    for ((workspace, plan, status), n) in &runs {
+        text.sample(
+            "delta_serve_runs",
+            &[
+                ("workspace", workspace),
+                ("orchestration", plan),
+                ("status", status),
+            ],
+            *n as f64,
+        );
+    }
+    text.family(
+        "delta_serve_run_tokens",
+        Kind::Gauge,
+        "Tokens of those runs (their last start), by workspace, orchestration and type.",
+    );
+    for ((workspace, plan), (input, output)) in &tokens {
+        text.sample(
+            "delta_serve_run_tokens",
+            &[
+                ("workspace", workspace),
+                ("orchestration", plan),
+                ("type", "input"),
+            ],
+            *input as f64,
+        );
+        text.sample(
+            "delta_serve_run_tokens",
+            &[
+                ("workspace", workspace),
+                ("orchestration", plan),
+                ("type", "output"),
+            ],
+            *output as f64,
+        );
+    }
+    text.family(
+        "delta_serve_unreadable_runs",
+        Kind::Gauge,
+        "Run folders whose metadata cannot be read, by workspace.",
+    );
+    for (view, workspace) in views.iter().zip(&names) {
+        text.sample(
+            "delta_serve_unreadable_runs",
+            &[("workspace", workspace)],
+            view.unreadable.len() as f64,
+        );
+    }
+    text.family(
+        "delta_serve_orchestrations",
+        Kind::Gauge,
+        "Orchestrations in the watched workspaces, by workspace, id and status (1 each).",
+    );
+    text.family(
+        "delta_serve_stage_runs",
+        Kind::Gauge,
+        "Each stage's runs: total, completed, failed.",
+    );
+    let mut stages = Vec::new();
+    for (view, workspace) in views.iter().zip(&names) {
+        for plan in &view.orchestrations {
+            text.sample(
+                "delta_serve_orchestrations",
+                &[
+                    ("workspace", workspace),
+                    ("orchestration", &plan.id),
+                    ("status", &plan.status),
+                ],
+                1.0,
+            );
+            for stage in &plan.stages {
+                for (state, n) in [
+                    ("total", stage.total),
+                    ("completed", stage.completed),
+                    ("failed", stage.failed),
+                ] {
+                    stages.push((
+                        workspace.clone(),
+                        plan.id.clone(),
+                        stage.id.clone(),
+                        state,
+                        n,
+                    ));
+                }
+            }
+        }
+    }
+    // A family's samples stay together: the stages' after every orchestration's.
+    for (workspace, plan, stage, state, n) in &stages {
+        text.sample(
+            "delta_serve_stage_runs",
+            &[
+                ("workspace", workspace),
+                ("orchestration", plan),
+                ("stage", stage),
+                ("state", state),
+            ],
+            *n as f64,
+        );
+    }
+    text.finish()
+}
