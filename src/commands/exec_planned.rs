@@ -20,7 +20,7 @@ use delta_actors::llm::Endpoint;
 use delta_actors::{LlmTarget, RunRequest, RunStart};
 
 use crate::commands::engine::{
-    drive_single, process_env, supervisor_config, with_model_override, with_retry_override,
+    drive_single, process_env, supervisor_config, with_env_overrides, with_model_override,
 };
 use crate::commands::orchestrate_slurm::{RELAY_TOKEN_VAR, RELAY_URL_VAR};
 use crate::error::CliError;
@@ -90,7 +90,7 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     if let Some(timeout_ms) = planned.timeout_ms {
         request = request.with_timeout(Duration::from_millis(timeout_ms));
     }
-    let config = with_retry_override(supervisor_config(1, 1), &cascade.vars)?;
+    let config = with_env_overrides(supervisor_config(1, 1), &cascade.vars)?;
     let supervisor =
         delta_actors::Supervisor::start(config).map_err(|e| CliError::Runtime(e.to_string()))?;
     let result = drive_single(&supervisor, request, Verbosity::Normal, &[]);

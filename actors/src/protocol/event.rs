@@ -94,6 +94,16 @@ pub enum RunEvent {
         /// How long the engine waits before the next attempt, in milliseconds.
         delay_ms: u64,
     },
+    /// The run waits for something another process holds: its workspace's creation lock
+    /// (`.delta/.creating.lock`) while the run is being created. Sent once, when the wait
+    /// has lasted a second; the run may not exist yet. A stop request ends the wait.
+    Waiting {
+        /// The run this event belongs to (not created yet while it waits for the lock).
+        run_id: String,
+        /// What it waits for, in words: the file, the process holding it (from
+        /// `/proc/locks`), and how long the run waits at most.
+        message: String,
+    },
     /// A piece of a streamed reply, as it arrives (only when
     /// [`SupervisorConfig::reply_text_events`](crate::request::SupervisorConfig::reply_text_events)
     /// is set). The whole reply follows as a `Thought` once it is complete; these are for
@@ -133,6 +143,7 @@ impl RunEvent {
             | RunEvent::ToolStarted { run_id, .. }
             | RunEvent::ToolFinished { run_id, .. }
             | RunEvent::ModelRetry { run_id, .. }
+            | RunEvent::Waiting { run_id, .. }
             | RunEvent::ReplyText { run_id, .. }
             | RunEvent::RunFinished { run_id, .. } => run_id,
         }

@@ -69,6 +69,13 @@ pub struct SupervisorConfig {
     /// replies that carry text write it (default false: `delta run` and `delta orchestrate`
     /// turn it on; see [`crate::workspace::live_reply`]).
     pub partial_reply_file: bool,
+    /// How long a new run waits at most for its workspace's creation lock
+    /// (`.delta/.creating.lock`, held for a few file-system calls by each creator) before it
+    /// is refused naming the process that holds it (default 30 s; see
+    /// [`crate::workspace::LockWait`]). A wait of over a second is announced with a
+    /// [`RunEvent::Waiting`](crate::protocol::RunEvent::Waiting) event, and a stop request
+    /// ends it at once.
+    pub creation_lock_wait: Duration,
 }
 
 impl Default for SupervisorConfig {
@@ -93,6 +100,7 @@ impl Default for SupervisorConfig {
             tool_spawner: None,
             reply_text_events: false,
             partial_reply_file: false,
+            creation_lock_wait: crate::workspace::DEFAULT_CREATION_LOCK_WAIT,
         }
     }
 }

@@ -95,6 +95,10 @@ fn redact_event(event: &mut RunEvent, secrets: &SecretSet) {
             text(run_id);
             text(error);
         }
+        RunEvent::Waiting { run_id, message } => {
+            text(run_id);
+            text(message);
+        }
         RunEvent::ReplyText {
             run_id,
             iteration: _,
