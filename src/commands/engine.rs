@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use delta_actors::agent::{load_env_cascade, ResolvedAgent};
 use delta_actors::llm::{Dialect, Endpoint, HttpTransport, Script};
+use delta_actors::metadata::METADATA_FILE;
 use delta_actors::tool::spawner::SpawnerCommand;
 use delta_actors::{
     LlmTarget, RunErrorKind, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig,
@@ -18,7 +19,6 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::CliError;
 use crate::output::progress::{EventPrinter, Verbosity};
-use delta_actors::metadata::METADATA_FILE;
 
 /// The process environment as a map, read once at the edge.
 pub fn process_env() -> BTreeMap<String, String> {

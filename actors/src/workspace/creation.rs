@@ -223,7 +223,7 @@ fn slow_notice(path: &Path, holder: &str, limit: Duration) -> String {
 
 /// Who holds the lock on `file`, in words: the processes `/proc/locks` names (with their
 /// command names), or a phrase saying it does not tell.
-pub(crate) fn holder_of(file: &File) -> String {
+fn holder_of(file: &File) -> String {
     let unknown = || "another process (/proc/locks does not say which)".to_string();
     let Ok(meta) = file.metadata() else {
         return unknown();
@@ -257,7 +257,7 @@ pub(crate) fn holder_of(file: &File) -> String {
 /// The pids `/proc/locks` (its text) gives as holders (not waiters) of a flock on the file
 /// `dev`/`ino`, in order, each once; pids it cannot show (another pid namespace: 0 or -1)
 /// are left out.
-pub(crate) fn flock_holders(proc_locks: &str, dev: u64, ino: u64) -> Vec<u32> {
+fn flock_holders(proc_locks: &str, dev: u64, ino: u64) -> Vec<u32> {
     // /proc/locks writes the device as "%02x:%02x" (major, minor) and then the inode.
     let file_id = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
     let mut pids = Vec::new();

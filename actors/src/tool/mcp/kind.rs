@@ -187,10 +187,9 @@ async fn open_server(
             }
         }
     };
-    let kept: Vec<&rmcp::model::Tool> = listed.iter().collect();
-    let originals: Vec<&str> = kept.iter().map(|t| t.name.as_ref()).collect();
+    let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     let names = exposed_names(&config.name, &originals);
-    let tools = kept
+    let tools = listed
         .iter()
         .zip(names)
         .map(|(tool, name)| ExposedTool {
