@@ -45,13 +45,19 @@ const MAX_POLL_PAUSE: Duration = Duration::from_millis(50);
 /// The most of `/proc/locks` read to name a holder (one line per lock on the machine).
 const MAX_PROC_LOCKS_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Who is told, once, that the wait is slow (the line says which file and who holds it).
+type SlowNotice = Box<dyn FnMut(&str) + Send>;
+
+/// Asked between tries whether the wait should end now (Ctrl-C).
+type StopAsked = Box<dyn Fn() -> bool + Send>;
+
 /// How a wait for the creation lock goes: its limit, who is told when it is slow, and what
 /// ends it early.
 pub struct LockWait {
     limit: Duration,
     notice_after: Duration,
-    on_slow: Option<Box<dyn FnMut(&str) + Send>>,
-    stop: Option<Box<dyn Fn() -> bool + Send>>,
+    on_slow: Option<SlowNotice>,
+    stop: Option<StopAsked>,
     /// The notice was given (once for all the takes this wait is used for).
     told: bool,
 }
@@ -68,8 +74,9 @@ impl LockWait {
         }
     }
 
-    /// `on_slow` gets, once per wait (however many takes use it), a line saying which file the wait is for and who holds it, when
-    /// the wait has lasted [`SLOW_LOCK_NOTICE`] (or what [`LockWait::notice_after`] says).
+    /// `on_slow` gets, once per wait (however many takes use it), a line saying which file the
+    /// wait is for and who holds it, when the wait has lasted [`SLOW_LOCK_NOTICE`] (or what
+    /// [`LockWait::notice_after`] says).
     pub fn telling(mut self, on_slow: impl FnMut(&str) + Send + 'static) -> LockWait {
         self.on_slow = Some(Box::new(on_slow));
         self

@@ -42,6 +42,10 @@ pub struct ServerLaunch {
     pub startup_timeout: Duration,
 }
 
+/// A tool list read again for one `tools:` filter (keyed by the filter's names), or why it
+/// could not be.
+type FilteredLists = HashMap<Vec<String>, Result<Arc<Vec<rmcp::model::Tool>>, String>>;
+
 /// A running server: its process, its MCP session and its tools.
 pub struct Connection {
     session: RunningService<RoleClient, ClientConfig>,
@@ -50,7 +54,7 @@ pub struct Connection {
     pub listing: Listed,
     /// Its tool list read again for one `tools:` filter (when the whole list is over the
     /// cap), once per filter.
-    named: tokio::sync::Mutex<HashMap<Vec<String>, Result<Arc<Vec<rmcp::model::Tool>>, String>>>,
+    named: tokio::sync::Mutex<FilteredLists>,
     /// Turns `true` when the server sent a message over [`MAX_MESSAGE_BYTES`] (the session
     /// is over).
     oversized: watch::Receiver<bool>,
