@@ -1,6 +1,6 @@
 //! `CliError`: why a command failed, with the library error that caused it as its source,
 //! and the one mapping from a failure to its exit code (configuration 126, usage 2,
-//! runtime 1) that `main.rs` applies.
+//! runtime 1, interrupted before anything was created 130) that `main.rs` applies.
 //!
 //! It does not print; `main.rs` writes `error: <message>`. The message is the library
 //! error's own text (file, key, hint), unchanged: a variant wrapping one is `transparent`.
@@ -88,6 +88,10 @@ pub enum CliError {
     /// The tool spawner process could not be started (exit 1).
     #[error(transparent)]
     ToolSpawner(#[from] delta_actors::tool::spawner::StartError),
+    /// A signal (Ctrl-C, SIGTERM) stopped the command before it created anything to
+    /// resume, e.g. while a new run waited for its workspace's creation lock (exit 130).
+    #[error("{0}")]
+    Interrupted(String),
     /// The operating system refused the CLI something it needs (a signal handler, the
     /// current folder, the terminal) (exit 1).
     #[error(transparent)]
@@ -125,6 +129,7 @@ impl CliError {
     pub const CONFIG_EXIT: u8 = 126;
     pub const USAGE_EXIT: u8 = 2;
     pub const RUNTIME_EXIT: u8 = 1;
+    pub const INTERRUPTED_EXIT: u8 = 130;
 
     /// The same error as `delta orchestrate --executor slurm` words it (a missing key is
     /// set on the orchestrating host only).
@@ -163,6 +168,7 @@ impl CliError {
             // bad request.
             CliError::Continue(ContinueError::CannotRecord { .. }) => Self::RUNTIME_EXIT,
             CliError::Continue(_) => Self::CONFIG_EXIT,
+            CliError::Interrupted(_) => Self::INTERRUPTED_EXIT,
             CliError::Runtime(_)
             | CliError::Engine(_)
             | CliError::ToolSpawner(_)
@@ -180,6 +186,7 @@ mod tests {
         assert_eq!(CliError::Config(String::new()).exit_code(), 126);
         assert_eq!(CliError::Usage(String::new()).exit_code(), 2);
         assert_eq!(CliError::Runtime(String::new()).exit_code(), 1);
+        assert_eq!(CliError::Interrupted(String::new()).exit_code(), 130);
         let from_agent = CliError::from(AgentError::NoConfig { dir: "/x".into() });
         assert_eq!(from_agent.exit_code(), 126);
         assert!(from_agent.to_string().contains("/x"));

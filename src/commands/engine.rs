@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use delta_actors::agent::{load_env_cascade, ResolvedAgent};
 use delta_actors::llm::{Dialect, Endpoint, HttpTransport, Script};
+use delta_actors::metadata::METADATA_FILE;
 use delta_actors::tool::spawner::SpawnerCommand;
 use delta_actors::{
     LlmTarget, RunErrorKind, RunHandle, RunRequest, RunResult, Supervisor, SupervisorConfig,
@@ -287,6 +288,40 @@ pub fn with_retry_override(
     Ok(config)
 }
 
+/// The environment variable that sets how long a new run waits for its workspace's
+/// creation lock (`.delta/.creating.lock`) before it is refused (a duration: `30s`, `2m`;
+/// default 30 s, at most 24 h).
+pub const CREATION_LOCK_WAIT_VAR: &str = "DELTA_CREATION_LOCK_WAIT";
+
+/// The longest creation-lock wait `DELTA_CREATION_LOCK_WAIT` may ask for.
+const MAX_CREATION_LOCK_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Applies the engine settings the environment may change: `DELTA_RETRY_BASE_MS` and
+/// `DELTA_CREATION_LOCK_WAIT`, each validated here, before anything is created.
+pub fn with_env_overrides(
+    config: SupervisorConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<SupervisorConfig, CliError> {
+    let mut config = with_retry_override(config, env)?;
+    let Some(raw) = env
+        .get(CREATION_LOCK_WAIT_VAR)
+        .filter(|v| !v.trim().is_empty())
+    else {
+        return Ok(config);
+    };
+    let wait = delta_actors::duration::parse_duration(raw)
+        .ok()
+        .filter(|wait| *wait <= MAX_CREATION_LOCK_WAIT)
+        .ok_or_else(|| {
+            CliError::Config(format!(
+                "{CREATION_LOCK_WAIT_VAR}='{raw}' is not a duration of at most 24h; unset it \
+                 (30s by default) or give e.g. {CREATION_LOCK_WAIT_VAR}=2m"
+            ))
+        })?;
+    config.creation_lock_wait = wait;
+    Ok(config)
+}
+
 /// Submits one run and drives it to its result, printing progress on stderr (with
 /// `live_status`, a silent model call's waiting line too, updated in place: for a terminal).
 /// The first SIGINT/SIGTERM interrupts the run cleanly (tools killed, INTERRUPTED
@@ -315,7 +350,8 @@ pub fn drive_single(
         let mut interruption = Interruption::new(format!(
             "the run left RUNNING is recovered by `{}`",
             crate::output::hints::continue_command(&handle.run_id, &work_dir, continue_flags)
-        ));
+        ))
+        .unless_missing(created_marker(&work_dir, &handle.run_id));
         let wait = handle.wait();
         tokio::pin!(wait);
         let result = loop {
@@ -341,13 +377,29 @@ pub fn drive_single(
 /// A run the engine could not take changed nothing, so printing a FAILED RunResult would
 /// misreport it: the CLI says why on stderr instead — exit 126 for a refusal (already exists,
 /// locked by another process, not found...), 1 when its files could not be written (a full
-/// disk...), which is not a configuration error.
+/// disk...), which is not a configuration error. A run interrupted before it was created
+/// (Ctrl-C while it waited for its workspace's creation lock) has nothing to resume: exit
+/// 130 with the reason, and no run named.
 fn refusal_as_error(result: RunResult) -> Result<RunResult, CliError> {
     match result.error.as_ref().map(|e| (&e.kind, &e.message)) {
         Some((RunErrorKind::SetupError, message)) => Err(CliError::Config(message.clone())),
         Some((RunErrorKind::SetupIoError, message)) => Err(CliError::Runtime(message.clone())),
+        Some((RunErrorKind::Interrupted | RunErrorKind::Timeout, message))
+            if !Path::new(&result.metadata.run_dir)
+                .join(METADATA_FILE)
+                .exists() =>
+        {
+            Err(CliError::Interrupted(message.clone()))
+        }
         _ => Ok(result),
     }
+}
+
+/// The file whose existence says a run was created (its metadata, written last).
+fn created_marker(work_dir: &Path, run_id: &str) -> PathBuf {
+    delta_actors::workspace::RunPaths::new(work_dir, run_id)
+        .run_dir
+        .join(METADATA_FILE)
 }
 
 /// What a single run needs besides its start: the agent with `DELTA_MODEL` applied, the
@@ -377,7 +429,7 @@ pub fn run_inputs(
     }
     let agent = with_model_override(agent, &env.vars);
     let llm = llm_target(&agent, &env.vars, llm_script)?;
-    let supervisor = with_retry_override(supervisor_config(1, 1), &env.vars)?;
+    let supervisor = with_env_overrides(supervisor_config(1, 1), &env.vars)?;
     let supervisor = super::endpoint_memory::with_endpoint_memory(supervisor, &env.vars)?;
     // The OTEL_* variables are checked with the rest, before anything is created.
     delta_actors::telemetry::config::TraceConfig::from_env(&env.vars)
@@ -453,6 +505,9 @@ pub fn observed(
 pub struct Interruption {
     first: Option<Instant>,
     exit_hint: String,
+    /// The hint holds only once this file exists (a run not yet created has nothing to
+    /// continue).
+    hint_needs: Option<PathBuf>,
 }
 
 impl Interruption {
@@ -464,7 +519,15 @@ impl Interruption {
         Interruption {
             first: None,
             exit_hint: exit_hint.into(),
+            hint_needs: None,
         }
+    }
+
+    /// Prints the exit hint only if `file` exists by then; otherwise says that nothing was
+    /// created (a hint naming a run that does not exist would send the user after it).
+    pub fn unless_missing(mut self, file: PathBuf) -> Interruption {
+        self.hint_needs = Some(file);
+        self
     }
 
     /// Handles one SIGINT or SIGTERM (`signal_name` is how stderr names it).
@@ -481,7 +544,12 @@ impl Interruption {
             Some(first) if first.elapsed() < Self::SAME_SIGNAL_WINDOW => {}
             Some(_) => {
                 supervisor.kill_running_tools();
-                eprintln!("interrupted again: exiting now; {}", self.exit_hint);
+                match &self.hint_needs {
+                    Some(file) if !file.exists() => {
+                        eprintln!("interrupted again: exiting now; no run was created")
+                    }
+                    _ => eprintln!("interrupted again: exiting now; {}", self.exit_hint),
+                }
                 std::process::exit(130);
             }
         }

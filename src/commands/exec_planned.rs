@@ -20,7 +20,7 @@ use delta_actors::llm::Endpoint;
 use delta_actors::{LlmTarget, RunRequest, RunStart};
 
 use crate::commands::engine::{
-    drive_single, process_env, supervisor_config, with_model_override, with_retry_override,
+    drive_single, process_env, supervisor_config, with_env_overrides, with_model_override,
 };
 use crate::commands::orchestrate_slurm::{RELAY_TOKEN_VAR, RELAY_URL_VAR};
 use crate::error::CliError;
@@ -94,7 +94,7 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     if let Some(trace) = planned.trace.clone() {
         request = request.with_trace(trace);
     }
-    let config = with_retry_override(supervisor_config(1, 1), &cascade.vars)?;
+    let config = with_env_overrides(supervisor_config(1, 1), &cascade.vars)?;
     let mut config = super::endpoint_memory::with_endpoint_memory(config, &cascade.vars)?;
     // The run's span came with the handoff; this job exports it (and its calls' spans).
     let observability = super::observe::observe(&cascade.vars, None, &mut config)?;

@@ -21,7 +21,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
     llm_target, parse_llm_timeout_arg, process_env, script_path, scripted_model, supervisor_config,
-    with_model_override, with_retry_override, Interruption,
+    with_env_overrides, with_model_override, Interruption,
 };
 use crate::commands::observe::{observe, MetricsListen};
 use crate::commands::orchestrate_slurm::{
@@ -217,7 +217,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     config.llm_requests_per_minute = plan.llm.requests_per_minute;
     config.partial_reply_file = !args.no_live_reply;
     // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
-    let config = with_retry_override(config, &env.vars)?;
+    let config = with_env_overrides(config, &env.vars)?;
     let mut config = super::endpoint_memory::with_endpoint_memory(config, &env.vars)?;
     // Traces (OTEL_* variables) and --metrics-listen, docs/observability.md.
     let metrics = args.metrics_listen.map(|addr| MetricsListen {
@@ -368,6 +368,7 @@ fn drive(
                         progress.on_retry(&run_id, attempt, &error, delay_ms)
                     }
                     Ok(RunEvent::ModelAdapted { message, .. }) => progress.on_adapted(&message),
+                    Ok(RunEvent::Waiting { run_id, message }) => progress.on_waiting(&run_id, &message),
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => run_events_open = false,
                     _ => {}
                 },
@@ -422,7 +423,7 @@ fn warn_without_model(
     let cwd = std::env::current_dir()?;
     let workspace = args.work_dir.clone().or_else(|| plan.workspace.clone());
     let env = load_env_cascade(workspace.as_deref(), &plan.dir, &cwd, &process_env())?;
-    with_retry_override(supervisor_config(1, 1), &env.vars)?;
+    with_env_overrides(supervisor_config(1, 1), &env.vars)?;
     super::endpoint_memory::endpoint_memory_path(&env.vars)?;
     if scripted_model(&env.vars, args.llm_script.as_deref())?.is_some() {
         return Ok(());

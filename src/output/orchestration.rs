@@ -393,6 +393,9 @@ pub struct Progress {
     /// Model-call retry lines printed since the last tick, and those held back.
     retries_shown: usize,
     retries_held: usize,
+    /// A run's wait for another process (the workspace's creation lock) was shown: every
+    /// run of the batch waits for the same holder, so it is shown once.
+    waiting_shown: bool,
 }
 
 /// Retry lines printed per [`PROGRESS_INTERVAL`] at most: an endpoint that is down for a
@@ -413,6 +416,14 @@ impl Progress {
             last_line: None,
             retries_shown: 0,
             retries_held: 0,
+            waiting_shown: false,
+        }
+    }
+
+    /// A run waits for another process (the engine's `Waiting`): shown once per batch.
+    pub fn on_waiting(&mut self, run_id: &str, message: &str) {
+        if !std::mem::replace(&mut self.waiting_shown, true) {
+            self.print_line(&format!("… {run_id}: {message}"));
         }
     }
 
@@ -608,6 +619,7 @@ mod tests {
             last_line: None,
             retries_shown: 0,
             retries_held: 0,
+            waiting_shown: false,
         }
     }
 

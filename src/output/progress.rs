@@ -296,6 +296,9 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
             );
             format!("  ↻ model call attempt {attempt} failed ({error}); retrying in {delay_ms} ms")
         }
+        // The run waits for another process (its workspace's creation lock): the message
+        // names the file, the holder and the limit.
+        RunEvent::Waiting { message, .. } => format!("  … {message}"),
         // Shown only by an `EventPrinter` (one run on a terminal).
         RunEvent::ReplyText { .. } => return None,
         // For exporters: the reply's Thought (or the failure) says what a person needs.

@@ -397,3 +397,76 @@ fn sigkill_of_delta_leaves_no_mcp_server_running() {
         "an MCP server or the tool outlived `kill -9` of delta"
     );
 }
+
+/// The test server that misbehaves on demand (python3).
+fn misbehaving_server() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/misbehaving-server.py")
+}
+
+/// Tool definitions large enough to weigh on every model request (issue 31, item 4): each
+/// run of a batch gets the WARNING in its journal, and stderr says it once, not once a run.
+#[test]
+fn large_mcp_tool_definitions_are_warned_in_every_journal_and_once_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent_dir = dir.path().join("agents/worker");
+    write_agent(
+        &agent_dir,
+        "worker",
+        &format!(
+            "tools: []\nmcp:\n  big:\n    command: python3\n    args: [\"{}\", big-schemas]\n",
+            misbehaving_server().display()
+        ),
+    );
+    std::fs::write(
+        dir.path().join("plan.yaml"),
+        "name: big-tools\nmax_parallel: 3\nworkspace: ./ws\nstages:\n  - id: fan\n    agent: ./agents/worker\n    foreach: { items: [a, b, c] }\n    message: \"handle {{ item }}\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("script.yaml"), "steps:\n  - answer: done\n").unwrap();
+    let output = std::process::Command::new(delta_exe())
+        .current_dir(dir.path())
+        .env_remove("DELTA_LOG")
+        .env_remove("DELTA_LLM_SCRIPT")
+        .args([
+            "orchestrate",
+            "plan.yaml",
+            "--llm-script",
+            "script.yaml",
+            "--format",
+            "json",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = outcome(output);
+    out.assert_code(0);
+    assert_eq!(
+        out.stderr.matches("KiB of JSON").count(),
+        1,
+        "said once: {}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("`tools:`"), "{}", out.stderr);
+    let mut journals = 0;
+    for entry in std::fs::read_dir(dir.path().join("ws/.delta"))
+        .unwrap()
+        .flatten()
+    {
+        let journal = entry.path().join("journal.jsonl");
+        if !journal.exists() {
+            continue;
+        }
+        let journal = read_journal(&journal);
+        let warnings = events_of(&journal, "WARNING");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("KiB of JSON"),
+            "{warnings:?}"
+        );
+        journals += 1;
+    }
+    assert_eq!(journals, 3);
+}

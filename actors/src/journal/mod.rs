@@ -87,6 +87,9 @@ pub enum JournalError {
 }
 
 fn io_message(path: &Path, source: &io::Error) -> String {
+    if crate::private_file::is_other_names(source) {
+        return format!("refusing to write journal {}: {source}", path.display());
+    }
     match source.kind() {
         io::ErrorKind::AlreadyExists => format!(
             "journal {} already exists; hint: open it with Journal::open (`delta continue`) \

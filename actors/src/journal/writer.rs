@@ -94,8 +94,12 @@ impl Journal {
     ) -> Result<(Journal, Vec<JournalEvent>), JournalError> {
         let path = run_dir.join(JOURNAL_FILE);
         check_file_name(&path)?;
+        let lock_name = run_dir.join(crate::metadata::LOCK_FILE);
         if let Some(file) = locked {
-            // The lock opened it as a regular file, not through a link.
+            // The lock opened it as a regular file, not through a link; its only other name
+            // is the run's `lock`.
+            crate::private_file::refuse_other_names(&file, Some(&lock_name))
+                .map_err(|e| JournalError::io(&path, e))?;
             let bytes = bounded_read::read_open(&file, bounded_read::JOURNAL)
                 .map_err(|e| JournalError::read(&path, e))?;
             set_append(&file).map_err(|e| JournalError::io(&path, e))?;
@@ -115,6 +119,10 @@ impl Journal {
             }
             JournalError::read(&path, e)
         })?;
+        // Nor a second name of a file elsewhere (a hard link planted in its place): the
+        // appends would go to that file. Its one other name may be the run's `lock`.
+        crate::private_file::refuse_other_names(&file, Some(&lock_name))
+            .map_err(|e| JournalError::io(&path, e))?;
         let bytes = bounded_read::read_open(&file, bounded_read::JOURNAL)
             .map_err(|e| JournalError::read(&path, e))?;
         Journal::from_bytes(path, options, Arc::new(file), &bytes)

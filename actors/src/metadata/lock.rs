@@ -31,6 +31,9 @@ use crate::bounded_read::{self, Links};
 /// File name of the lock inside a run directory.
 pub const LOCK_FILE: &str = "lock";
 
+/// The run's journal, the lock's one other name (see the file header).
+const JOURNAL_NAME: &str = "journal.jsonl";
+
 /// Who this process is, as recorded in metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessIdentity {
@@ -109,6 +112,9 @@ impl RunLock {
         // journal through this descriptor.
         let file = bounded_read::open_with(&path, &options, Links::Refuse)
             .map_err(|e| MetadataError::io("open lock file", &path, e.into()))?;
+        // Nor a second name of another file: its one other name may be the run's journal.
+        crate::private_file::refuse_other_names(&file, Some(&run_dir.join(JOURNAL_NAME)))
+            .map_err(|e| MetadataError::io("open lock file", &path, e))?;
         match flock_nonblocking(&file, libc::LOCK_EX) {
             Ok(true) => Ok(Some(RunLock {
                 file: Arc::new(file),

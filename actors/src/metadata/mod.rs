@@ -234,6 +234,16 @@ pub enum MetadataError {
         #[source]
         source: io::Error,
     },
+    /// A file delta was about to write is not its own: a second name (hard link) of
+    /// another file (the reason says so, with its hint). Nothing was written.
+    #[error("refusing to write {}: {source}", path.display())]
+    NotOwn {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        #[source]
+        source: io::Error,
+    },
     /// The file is not one delta reads: a FIFO, a device, a symbolic link, far too big...
     /// (the reason says which, with its hint).
     #[error("cannot read {}: {reason}", path.display())]
@@ -261,6 +271,12 @@ pub enum MetadataError {
 
 impl MetadataError {
     pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> MetadataError {
+        if crate::private_file::is_other_names(&source) {
+            return MetadataError::NotOwn {
+                path: path.to_path_buf(),
+                source,
+            };
+        }
         MetadataError::Io {
             action,
             path: path.to_path_buf(),
@@ -325,14 +341,12 @@ fn write_spare_and_swap(
     // Not O_TRUNC: ext4 flushes a file truncated to zero when it is closed (its
     // `auto_da_alloc` guard for replace-by-truncate), which put a disk write on the run's
     // thread at every update. The old text is overwritten and cut to the new length instead.
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        // The run dir is private, but a planted symlink must still not redirect the write.
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&spare)
+    // The run dir is private, but a planted symlink or hard link must still not redirect
+    // the write, nor a FIFO block it. (A hard link planted as metadata.json becomes the
+    // spare at the next exchange: it is refused here, before anything is written.)
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false).mode(0o600);
+    let mut file = crate::private_file::open_own_file(&spare, &options)
         .map_err(|e| MetadataError::io("create", &spare, e))?;
     crate::private_file::overwrite(&mut file, bytes)
         .map_err(|e| MetadataError::io("write", &spare, e))?;

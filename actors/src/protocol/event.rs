@@ -197,6 +197,16 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<ModelCallContent>,
     },
+    /// The run waits for something another process holds: its workspace's creation lock
+    /// (`.delta/.creating.lock`) while the run is being created. Sent once, when the wait
+    /// has lasted a second; the run may not exist yet. A stop request ends the wait.
+    Waiting {
+        /// The run this event belongs to (not created yet while it waits for the lock).
+        run_id: String,
+        /// What it waits for, in words: the file, the process holding it (from
+        /// `/proc/locks`), and how long the run waits at most.
+        message: String,
+    },
     /// A piece of a streamed reply, as it arrives (only when
     /// [`SupervisorConfig::reply_text_events`](crate::request::SupervisorConfig::reply_text_events)
     /// is set). The whole reply follows as a `Thought` once it is complete; these are for
@@ -239,6 +249,7 @@ impl RunEvent {
             | RunEvent::ModelAdapted { run_id, .. }
             | RunEvent::ModelRetry { run_id, .. }
             | RunEvent::ModelCallFinished { run_id, .. }
+            | RunEvent::Waiting { run_id, .. }
             | RunEvent::ReplyText { run_id, .. }
             | RunEvent::RunFinished { run_id, .. } => run_id,
         }

@@ -88,6 +88,13 @@ pub struct SupervisorConfig {
     /// answers are redacted there as everywhere. Default false: conversations stay in the
     /// run's files.
     pub capture_message_content: bool,
+    /// How long a new run waits at most for its workspace's creation lock
+    /// (`.delta/.creating.lock`, held for a few file-system calls by each creator) before it
+    /// is refused naming the process that holds it (default 30 s; see
+    /// [`crate::workspace::LockWait`]). A wait of over a second is announced with a
+    /// [`RunEvent::Waiting`](crate::protocol::RunEvent::Waiting) event, and a stop request
+    /// ends it at once.
+    pub creation_lock_wait: Duration,
 }
 
 impl Default for SupervisorConfig {
@@ -115,6 +122,7 @@ impl Default for SupervisorConfig {
             endpoint_memory: None,
             observer: None,
             capture_message_content: false,
+            creation_lock_wait: crate::workspace::DEFAULT_CREATION_LOCK_WAIT,
         }
     }
 }

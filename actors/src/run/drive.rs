@@ -31,14 +31,14 @@ use crate::request::RunStart;
 use crate::tool::call::Toolbox;
 use crate::tool::kind::registry::{local_toolbox, open_toolbox, server_environment, OpenContext};
 use crate::tool::process::ProgramCache;
-use crate::workspace::validate_run_id;
+use crate::workspace::{validate_run_id, LockWait};
 
 use super::env::child_environments;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
 use super::state::{error_info, Ending, Halt, HookVars, Run, Timings};
 use super::take::{take_run, SetupError, TakenRun};
-use super::unstarted::setup_failure;
+use super::unstarted::{setup_failure, unstarted_interrupted};
 use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
 
 /// The result of a call in a reply cut at the output limit in the middle of a call.
@@ -86,6 +86,7 @@ impl RunLoop {
             Arc::clone(&self.config),
             secrets.clone(),
         );
+        let mut lock_wait = self.creation_lock_wait();
         let taken = crate::blocking::run_to_end(move || {
             let mut taken = take_run(
                 &run_id,
@@ -93,6 +94,7 @@ impl RunLoop {
                 max_iterations,
                 (config.fsync_every_event, config.journal_fsync),
                 &taking_secrets,
+                &mut lock_wait,
             );
             if let (true, Ok(taken)) = (config.journal_fsync, taken.as_mut()) {
                 let _ = taken.journal.sync();
@@ -103,6 +105,8 @@ impl RunLoop {
         .unwrap_or_else(|e| Err(SetupError::Io(format!("taking the run failed: {e}"))));
         let taken = match taken {
             Ok(taken) => taken,
+            // A stop ended a wait before anything of the run was made.
+            Err(SetupError::Stopped(message)) => return self.stopped_before_creation(&message),
             // Nothing of the run was touched: answer without writing anything.
             Err(e) => {
                 let mut result = setup_failure(&self.request, &self.run_id, &e.to_string());
@@ -130,6 +134,42 @@ impl RunLoop {
             },
         };
         run.end(ending).await
+    }
+
+    /// How this run waits for its workspace's creation lock: at most the engine's
+    /// `creation_lock_wait`, a [`RunEvent::Waiting`] once it is slow, ended by a stop request.
+    fn creation_lock_wait(&self) -> LockWait {
+        let (events, run_id, control) = (
+            self.events.clone(),
+            self.run_id.clone(),
+            Arc::clone(&self.control),
+        );
+        LockWait::up_to(self.config.creation_lock_wait)
+            .telling(move |message| {
+                let _ = events.send(RunEvent::Waiting {
+                    run_id: run_id.clone(),
+                    message: message.to_string(),
+                });
+            })
+            .stopped_by(move || control.is_stopping())
+    }
+
+    /// The result of a run stopped while it waited to be created: INTERRUPTED (or FAILED
+    /// with `timeout` when its own time limit stopped it), with nothing written.
+    fn stopped_before_creation(&self, waited: &str) -> RunResult {
+        let stop = self.control.stop_request();
+        let reason = stop
+            .as_ref()
+            .map(|s| format!("{}: {waited}", s.reason))
+            .unwrap_or_else(|| waited.to_string());
+        if stop.is_some_and(|s| s.timeout) {
+            let mut result = setup_failure(&self.request, &self.run_id, &reason);
+            if let Some(error) = result.error.as_mut() {
+                error.kind = RunErrorKind::Timeout;
+            }
+            return result;
+        }
+        unstarted_interrupted(&self.request, &self.run_id, &reason)
     }
 
     /// The run's toolbox (its agent's MCP servers started or joined, when it lists any) and

@@ -6,7 +6,6 @@
 //!
 //! Must not: prompt anyone (the CLI's prompter does that) or decide run status.
 
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 
 use serde_json::json;
@@ -128,13 +127,10 @@ fn store_secret(paths: &RunPaths, id: &str, answer: &str) -> std::io::Result<()>
         ));
     }
     let mut options = std::fs::OpenOptions::new();
-    options.create(true).write(true).truncate(true).mode(0o600);
-    let mut file = crate::bounded_read::open_with(
-        &paths.secrets_dir.join(id),
-        &options,
-        crate::bounded_read::Links::Refuse,
-    )?;
-    file.write_all(answer.as_bytes())?;
+    options.create(true).write(true).truncate(false).mode(0o600);
+    // Never through a link (symbolic or hard): the answer must not land in another file.
+    let mut file = crate::private_file::open_own_file(&paths.secrets_dir.join(id), &options)?;
+    crate::private_file::overwrite(&mut file, answer.as_bytes())?;
     file.sync_all()
 }
 

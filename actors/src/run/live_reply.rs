@@ -100,7 +100,13 @@ impl LiveReply {
             }
             Err(e) => {
                 state.failed = true;
-                tracing::debug!("cannot write {}: {e}", self.path.display());
+                // A refused file (a link or a special file planted in its place) is
+                // something to see; any other failure only stops the live copy.
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    tracing::warn!("not writing {}: {e}", self.path.display());
+                } else {
+                    tracing::debug!("cannot write {}: {e}", self.path.display());
+                }
             }
         }
     }

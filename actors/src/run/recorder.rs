@@ -12,7 +12,6 @@
 
 use std::fs::OpenOptions;
 
-use crate::bounded_read::Links;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -111,12 +110,10 @@ impl Recorder {
         let message = secrets.redact(message);
         tracing::debug!(target: "delta::run", "{message}");
         let mut options = OpenOptions::new();
-        // Private like every file of the run; never through a planted symlink, and never
-        // into a FIFO (whose open would block the run's thread).
+        // Private like every file of the run; never through a planted symlink or hard link,
+        // and never into a FIFO (whose open would block the run's thread).
         options.create(true).append(true).mode(0o600);
-        if let Ok(mut file) =
-            crate::bounded_read::open_with(&self.engine_log, &options, Links::Refuse)
-        {
+        if let Ok(mut file) = crate::private_file::open_own_file(&self.engine_log, &options) {
             let _ = file.write_all(format!("[{}] {message}\n", now_rfc3339()).as_bytes());
         }
     }

@@ -164,6 +164,10 @@ fn redact_event(event: &mut RunEvent, secrets: &SecretSet) {
                 text(&mut content.output_messages);
             }
         }
+        RunEvent::Waiting { run_id, message } => {
+            text(run_id);
+            text(message);
+        }
         RunEvent::ReplyText {
             run_id,
             iteration: _,

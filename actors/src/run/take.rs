@@ -22,7 +22,7 @@ use crate::protocol::RunStatus;
 use crate::redact::Redactor;
 use crate::request::{RunRequest, RunStart};
 use crate::workspace::{
-    create_run_dir, create_run_dir_in_control_dir, open_run_dir, CreationLock, RunPaths,
+    create_run_dir, create_run_dir_in_control_dir, open_run_dir, CreationLock, LockWait, RunPaths,
     WorkspaceError,
 };
 
@@ -45,22 +45,35 @@ pub enum SetupError {
     Refused(String),
     #[error("{0}")]
     Io(String),
+    /// A stop request (Ctrl-C, a time limit) ended a wait before the run was created.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 fn io<E: std::fmt::Display>(e: E) -> SetupError {
     SetupError::Io(e.to_string())
 }
 
-/// A journal that cannot be used as it is (FATAL shapes, a bad line) is refused like bad
-/// input; only a failing read or write is an I/O error.
+/// A journal that cannot be used as it is (FATAL shapes, a bad line, a second name of
+/// another file) is refused like bad input; only a failing read or write is an I/O error.
 fn journal_refusal(e: crate::journal::JournalError) -> SetupError {
     match &e {
         crate::journal::JournalError::Io { source, .. }
-            if source.kind() != std::io::ErrorKind::NotFound =>
+            if source.kind() != std::io::ErrorKind::NotFound
+                && !crate::private_file::is_other_names(source) =>
         {
             SetupError::Io(e.to_string())
         }
         _ => SetupError::Refused(e.to_string()),
+    }
+}
+
+/// A run lock that cannot be taken because its file is not the run's own (a second name of
+/// another file) is refused like bad input; any other failure is an I/O error.
+fn lock_refusal(e: crate::metadata::MetadataError) -> SetupError {
+    match e {
+        e @ crate::metadata::MetadataError::NotOwn { .. } => SetupError::Refused(e.to_string()),
+        e => io(e),
     }
 }
 
@@ -71,56 +84,72 @@ fn journal_refusal(e: crate::journal::JournalError) -> SetupError {
 /// Judged under the workspace's creation lock, exclusive ([`CreationLock`]): a creator
 /// holds it shared from its `mkdir` until its journal is locked, so a folder another
 /// process is creating right now is seen either not yet made or locked, never as a
-/// leftover.
-fn reclaim_unstarted_run_dir(work_dir: &Path, run_id: &str) -> bool {
+/// leftover. The wait for it is `wait`'s (bounded, and ended by a stop request).
+fn reclaim_unstarted_run_dir(
+    work_dir: &Path,
+    run_id: &str,
+    wait: &mut LockWait,
+) -> Result<bool, WorkspaceError> {
     let paths = RunPaths::new(work_dir, run_id);
     let unstarted = || paths.run_dir.is_dir() && !paths.run_dir.join("metadata.json").exists();
     if !unstarted() {
-        return false;
+        return Ok(false);
     }
-    let Ok(_judging) = CreationLock::judging(work_dir) else {
-        return false;
-    };
+    let _judging = CreationLock::judging(work_dir, wait)?;
     if !unstarted() {
-        return false;
+        return Ok(false);
     }
-    match RunLock::try_acquire_unstarted(&paths.run_dir, &paths.journal) {
-        Ok(Some(lock)) => {
-            let removed = std::fs::remove_dir_all(&paths.run_dir).is_ok();
-            drop(lock);
-            removed
-        }
-        _ => false,
+    Ok(
+        match RunLock::try_acquire_unstarted(&paths.run_dir, &paths.journal) {
+            Ok(Some(lock)) => {
+                let removed = std::fs::remove_dir_all(&paths.run_dir).is_ok();
+                drop(lock);
+                removed
+            }
+            _ => false,
+        },
+    )
+}
+
+/// A failure to take the creation lock as a [`SetupError`]: a wait a stop request ended is
+/// [`SetupError::Stopped`]; a lock file that cannot be made is an I/O error (a full disk);
+/// anything else (a planted link, a holder that never lets go) is a refusal.
+fn lock_failure(e: WorkspaceError) -> SetupError {
+    match e {
+        WorkspaceError::Io { .. } => io(e),
+        e @ WorkspaceError::CreationLockWaitStopped { .. } => SetupError::Stopped(e.to_string()),
+        e => SetupError::Refused(e.to_string()),
     }
 }
 
 /// `durable`: fsync the run's first metadata record (the engine's `journal_fsync`).
+/// `wait`: how a new run waits for its workspace's creation lock.
 pub fn take_run(
     run_id: &str,
     request: &RunRequest,
     max_iterations: u32,
     (fsync_every_event, durable): (bool, bool),
     secrets: &Redactor,
+    wait: &mut LockWait,
 ) -> Result<TakenRun, SetupError> {
     let opts = JournalOptions { fsync_every_event };
     match &request.start {
         RunStart::New { task } => {
             // Held from the mkdir until the journal is locked (see reclaim_unstarted_run_dir).
-            let refused = |e: WorkspaceError| match e {
-                // A folder or file that cannot be made is not a refusal (a full disk...).
-                WorkspaceError::Io { .. } => io(e),
-                e => SetupError::Refused(e.to_string()),
-            };
-            let mut creating = CreationLock::creating(&request.work_dir).map_err(refused)?;
+            let mut creating =
+                CreationLock::creating(&request.work_dir, wait).map_err(lock_failure)?;
             let paths = match create_run_dir(&request.work_dir, run_id) {
                 Ok(paths) => paths,
                 Err(e @ WorkspaceError::Io { .. }) => return Err(io(e)),
                 Err(e) => {
                     drop(creating);
-                    if !reclaim_unstarted_run_dir(&request.work_dir, run_id) {
+                    if !reclaim_unstarted_run_dir(&request.work_dir, run_id, wait)
+                        .map_err(lock_failure)?
+                    {
                         return Err(SetupError::Refused(e.to_string()));
                     }
-                    creating = CreationLock::creating(&request.work_dir).map_err(refused)?;
+                    creating =
+                        CreationLock::creating(&request.work_dir, wait).map_err(lock_failure)?;
                     create_run_dir_in_control_dir(&request.work_dir, run_id)
                         .map_err(|_| SetupError::Refused(e.to_string()))?
                 }
@@ -347,13 +376,13 @@ fn take_lock(
         ))
     };
     if meta.status != RunStatus::Running {
-        return match RunLock::try_acquire(&paths.run_dir).map_err(io)? {
+        return match RunLock::try_acquire(&paths.run_dir).map_err(lock_refusal)? {
             Some(lock) => Ok((lock, None)),
             None => Err(busy(meta.pid, &meta.hostname)),
         };
     }
     let here = current_process_identity().hostname;
-    match try_take_over(&paths.run_dir, meta, &here, force).map_err(io)? {
+    match try_take_over(&paths.run_dir, meta, &here, force).map_err(lock_refusal)? {
         Takeover::Acquired { lock, reason } => Ok((lock, Some(reason))),
         Takeover::Alive { pid, hostname } => Err(busy(pid, &hostname)),
         // Across hosts the lock may not be shared (network file systems): only with --force.
@@ -445,25 +474,13 @@ mod tests {
             unsafe { libc::flock(journal.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
             0
         );
-        assert!(!reclaim_unstarted_run_dir(work.path(), "same-id"));
+        let mut wait = LockWait::default();
+        assert!(!reclaim_unstarted_run_dir(work.path(), "same-id", &mut wait).unwrap());
         assert!(paths.journal.exists());
         drop(journal);
         // Its creator gone (the lock free), the unstarted folder is reclaimed.
-        assert!(reclaim_unstarted_run_dir(work.path(), "same-id"));
+        assert!(reclaim_unstarted_run_dir(work.path(), "same-id", &mut wait).unwrap());
         assert!(!paths.run_dir.exists());
-    }
-
-    /// Whether some process waits for an exclusive flock on the file with inode `inode`
-    /// (`/proc/locks` lists waiters with `->`).
-    fn someone_waits_for(inode: u64) -> bool {
-        let locks = std::fs::read_to_string("/proc/locks").unwrap();
-        let suffix = format!(":{inode}");
-        locks.lines().any(|line| {
-            line.contains("-> FLOCK")
-                && line
-                    .split_whitespace()
-                    .any(|field| field.ends_with(&suffix))
-        })
     }
 
     /// Regression: a second creator given the same run id in the instant between the first
@@ -472,27 +489,27 @@ mod tests {
     /// creation to be locked, and leaves the folder alone.
     #[test]
     fn a_folder_being_created_this_instant_is_judged_only_once_its_creator_locked_it() {
-        use std::os::unix::fs::MetadataExt;
+        use std::time::Duration;
         let work = tempfile::tempdir().unwrap();
-        let creating = CreationLock::creating(work.path()).unwrap();
+        let creating = CreationLock::creating(work.path(), &mut LockWait::default()).unwrap();
         let paths = create_run_dir(work.path(), "same-id").unwrap();
-        let lock_inode = std::fs::metadata(
-            crate::workspace::control_dir(work.path()).join(crate::workspace::CREATION_LOCK_FILE),
-        )
-        .unwrap()
-        .ino();
         let work_dir = work.path().to_path_buf();
-        let judge = std::thread::spawn(move || reclaim_unstarted_run_dir(&work_dir, "same-id"));
+        // The judge says the moment it finds the lock held (its wait's notice, given at once).
+        let (waiting, waits) = std::sync::mpsc::channel();
+        let mut wait = LockWait::up_to(Duration::from_secs(3600))
+            .notice_after(Duration::ZERO)
+            .telling(move |_| {
+                let _ = waiting.send(());
+            });
+        let judge =
+            std::thread::spawn(move || reclaim_unstarted_run_dir(&work_dir, "same-id", &mut wait));
         // Half-way: the folder is made, its journal not yet locked. Without the creation
         // lock the judge removes the folder now and returns.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !judge.is_finished() && !someone_waits_for(lock_inode) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the judge neither waited nor ended"
-            );
-            std::thread::yield_now();
-        }
+        let waited = waits.recv_timeout(Duration::from_secs(20));
+        assert!(
+            waited.is_ok() || judge.is_finished(),
+            "the judge neither waited nor ended"
+        );
         assert!(
             !judge.is_finished() && paths.run_dir.exists(),
             "the judge did not wait for the creation under way"
@@ -504,7 +521,10 @@ mod tests {
             0
         );
         drop(creating);
-        assert!(!judge.join().unwrap(), "a run being created was reclaimed");
+        assert!(
+            !judge.join().unwrap().unwrap(),
+            "a run being created was reclaimed"
+        );
         assert!(paths.journal.exists());
     }
 }

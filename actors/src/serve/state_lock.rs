@@ -51,6 +51,10 @@ impl StateLock {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| ServeError::io("cannot open", &path, e))?;
+        // The holder's pid and address are written into it: never into a second name
+        // (hard link) of another file.
+        crate::private_file::refuse_other_names(&file, None)
+            .map_err(|e| ServeError::io("cannot write", &path, e))?;
         // SAFETY: flock only reads the descriptor number, which `file` keeps open.
         let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if locked != 0 {

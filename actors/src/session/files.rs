@@ -95,24 +95,22 @@ pub(crate) fn check_private_dir(dir: &Path) -> Result<(), Result<DirProblem, std
     Ok(())
 }
 
-/// Opens `path` for writing with mode 0600, truncating it.
+/// Opens `path` for writing with mode 0600, emptied. Never through a link (symbolic or
+/// hard: emptied only once it is known to be the session's own file) nor into a FIFO.
 pub(crate) fn create_private_file(path: &Path) -> Result<File, SessionError> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(false).mode(0o600);
+    crate::private_file::open_own_file(path, &options)
+        .and_then(|file| file.set_len(0).map(|()| file))
         .map_err(|e| SessionError::io("cannot write", path, e))
 }
 
-/// Opens `path` for appending with mode 0600.
+/// Opens `path` for appending with mode 0600; never through a link (symbolic or hard) nor
+/// into a FIFO.
 pub(crate) fn append_private_file(path: &Path) -> Result<File, SessionError> {
-    OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(path)
+    let mut options = OpenOptions::new();
+    options.append(true).create(true).mode(0o600);
+    crate::private_file::open_own_file(path, &options)
         .map_err(|e| SessionError::io("cannot append to", path, e))
 }
 

@@ -99,7 +99,9 @@ pub fn create_workspace(agent_home: &Path, name: &str) -> Result<PathBuf, Worksp
     std::fs::create_dir_all(&workspace)
         .map_err(|e| WorkspaceError::io("create workspace", &workspace, e))?;
     let marker = dir.join(LAST_USED_FILE);
-    std::fs::write(&marker, name).map_err(|e| WorkspaceError::io("write", &marker, e))?;
+    // Never through a link (symbolic or hard) a tool left in its place.
+    crate::private_file::write_private_file(&marker, name.as_bytes())
+        .map_err(|e| WorkspaceError::io("write", &marker, e))?;
     Ok(workspace)
 }
 

@@ -12,7 +12,7 @@
 //! Must not: decide when to write (the run's model step does, at most every
 //! [`MIN_REWRITE_INTERVAL`]), or redact (the text it is given is already redacted).
 
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -47,20 +47,15 @@ pub fn partial_reply_path(run_dir: &Path) -> PathBuf {
     run_dir.join("io").join(PARTIAL_REPLY_FILE)
 }
 
-/// Writes `reply` over the file at `path` (created 0600 if missing; never through a link).
+/// Writes `reply` over the file at `path` (created 0600 if missing; never through a link,
+/// symbolic or hard, and only into a regular file). A refused file is an `InvalidData`
+/// error whose text says why.
 pub fn write_partial_reply(path: &Path, reply: &PartialReply) -> io::Result<()> {
     let bytes = serde_json::to_vec(reply).map_err(io::Error::other)?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.file_type().is_file() {
-        return Err(io::Error::other("not a regular file"));
-    }
-    file.write_all(&bytes)?;
-    file.set_len(bytes.len() as u64)
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false).mode(0o600);
+    let mut file = crate::private_file::open_own_file(path, &options)?;
+    crate::private_file::overwrite(&mut file, &bytes)
 }
 
 #[cfg(test)]

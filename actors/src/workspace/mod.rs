@@ -24,7 +24,9 @@ pub(crate) use audit::{
     hook_record_path, write_attempt_record, write_invocation_record, write_redacted_json_file,
     ToolRecordName, ToolRecordNames,
 };
-pub use creation::{CreationLock, CREATION_LOCK_FILE};
+pub use creation::{
+    CreationLock, LockWait, CREATION_LOCK_FILE, DEFAULT_CREATION_LOCK_WAIT, SLOW_LOCK_NOTICE,
+};
 pub use runs::{list_runs, list_runs_with_warnings, RunListing, RunSummary, SkippedRun};
 
 use std::fs::DirBuilder;
@@ -117,8 +119,9 @@ pub enum WorkspaceError {
         /// What it is instead ("a symbolic link", "a FIFO (named pipe)"...).
         what: String,
     },
-    /// A file delta keeps in `.delta/` (the creation lock) is a symbolic link or not a
-    /// regular file: something other than delta put it there.
+    /// A file delta keeps in `.delta/` (the creation lock, a run's records) is a symbolic
+    /// link, not a regular file, or a second name (hard link) of another file: something
+    /// other than delta put it there.
     #[error(
         "{} is {what}, not delta's own file; delta does not open links or special files in \
          its control folder (hint: remove it, delta makes it again)",
@@ -129,6 +132,38 @@ pub enum WorkspaceError {
         path: PathBuf,
         /// What it is instead ("a symbolic link", "a folder", "not a regular file").
         what: String,
+    },
+    /// The workspace's creation lock stayed held by another process for the whole wait: no
+    /// run can be created in the workspace until it lets go.
+    #[error(
+        "{} has been held by {holder} for {waited_secs:.0} s: no new run can be created in {} \
+         while it is held; hint: stop that process (or let it finish) and start the run again; \
+         delta creates runs under this lock for a few milliseconds only, so a long hold is not \
+         delta's own",
+        path.display(), work_dir.display()
+    )]
+    CreationLockHeld {
+        /// The lock file (`<work>/.delta/.creating.lock`).
+        path: PathBuf,
+        /// Who holds it, in words (`process 1234 (flock)`, from `/proc/locks`).
+        holder: String,
+        /// How long the run waited, in seconds.
+        waited_secs: f64,
+        /// The workspace.
+        work_dir: PathBuf,
+    },
+    /// A stop request (Ctrl-C, a run's time limit) ended the wait for the creation lock:
+    /// the run was never created.
+    #[error(
+        "stopped while waiting for the workspace's creation lock {}, held by {holder}: no run \
+         was created",
+        path.display()
+    )]
+    CreationLockWaitStopped {
+        /// The lock file.
+        path: PathBuf,
+        /// Who held it, in words.
+        holder: String,
     },
     /// A folder or file could not be created, read or written.
     #[error("cannot {action} {}: {source}; hint: check that the path exists and is writable", path.display())]
@@ -145,6 +180,16 @@ pub enum WorkspaceError {
 
 impl WorkspaceError {
     pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> WorkspaceError {
+        if let Some(refused) = crate::private_file::other_names(&source) {
+            return WorkspaceError::NotOwnFile {
+                path: path.to_path_buf(),
+                what: format!(
+                    "one of {} names (hard links) of one file, so a write would change it \
+                     under its other name too",
+                    refused.links
+                ),
+            };
+        }
         WorkspaceError::Io {
             action,
             path: path.to_path_buf(),

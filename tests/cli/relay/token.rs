@@ -160,10 +160,17 @@ fn relay_refuses_a_token_file_that_is_shared_linked_a_fifo_or_not_the_users() {
         (fifo, "not a regular file"),
     ];
     if nix::unistd::geteuid().is_root() {
-        // Another user's file, simulated by giving it to `nobody`.
+        // Another user's file: given to `nobody` (65534), read by delta running as root.
         let foreign = private_file(dir.path(), "foreign", token);
         std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
         cases.push((foreign, "not by you"));
+    } else {
+        // Never a silent pass: the case that was not run says so.
+        eprintln!(
+            "SKIPPED relay_refuses_a_token_file_that_is_shared_linked_a_fifo_or_not_the_users \
+             (another user's token file): only root can give a file to another user \
+             (uid 65534); run the tests as root to run it"
+        );
     }
     for (file, hint) in cases {
         let out = delta(

@@ -310,12 +310,12 @@ impl OrchestrationState {
         let path = dir.join("journal.jsonl");
         let mut append = OpenOptions::new();
         append.create(true).append(true).mode(0o600);
-        // Never through a link a tool put there, never a FIFO.
-        let journal = bounded_read::open_with(&path, &append, Links::Refuse).map_err(|source| {
+        // Never through a link (symbolic or hard) a tool put there, never a FIFO.
+        let journal = crate::private_file::open_own_file(&path, &append).map_err(|source| {
             StateError::Io {
                 action: "open",
                 path,
-                source: source.into(),
+                source,
             }
         })?;
         Ok(OrchestrationState {

@@ -96,6 +96,7 @@ pub async fn open_toolbox<A: ToolOwner>(
                 ));
             }
         }
+        warnings.extend_from_slice(tools.warnings());
         kinds.push(Box::new(tools));
     }
     #[cfg(not(feature = "mcp"))]

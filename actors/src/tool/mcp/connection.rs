@@ -1,12 +1,14 @@
 //! One MCP server, started and spoken to: its process (started like a tool, through the
 //! spawner: `tool::process::ServiceProcess`), the MCP session over its stdin and stdout
-//! (the official SDK, `rmcp`, as a client over the pipes), the tools it listed, and one
-//! `tools/call` turned into an [`EngineAnswer`] whatever happens: an answer, an error the
-//! tool reported, a server that died, hung or wrote nonsense.
+//! (the official SDK, `rmcp`, as a client over the pipes, its stdout read through
+//! [`MessageCap`]), the tools it listed (within `limits`), and one `tools/call` turned into
+//! an [`EngineAnswer`] whatever happens: an answer, an error the tool reported, a server
+//! that died, hung, wrote nonsense or a message over 16 MiB.
 //!
 //! Must not: decide when a server is started or shared (`pool.rs`) or name tools for the
 //! model (`kind.rs`).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +19,11 @@ use rmcp::model::{
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::ServiceExt;
 use serde_json::{json, Map, Value as Json};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::limits::{oversized_message, MessageCap, MAX_MESSAGE_BYTES};
+use super::listing::{list_tools, Listed};
 use crate::tool::kind::{EngineAnswer, EngineEnding};
 use crate::tool::process::{ProcessSpec, ServiceProcess};
 
@@ -37,12 +42,26 @@ pub struct ServerLaunch {
     pub startup_timeout: Duration,
 }
 
+/// A tool list read again for one `tools:` filter (keyed by the filter's names), or why it
+/// could not be.
+type FilteredLists = HashMap<Vec<String>, Result<Arc<Vec<rmcp::model::Tool>>, String>>;
+
 /// A running server: its process, its MCP session and its tools.
 pub struct Connection {
     session: RunningService<RoleClient, ClientConfig>,
     process: ServiceProcess,
-    /// The tools it listed when it started, in its order.
-    pub tools: Vec<rmcp::model::Tool>,
+    /// The tools it listed when it started, in its order, or that it lists too many.
+    pub listing: Listed,
+    /// Its tool list read again for one `tools:` filter (when the whole list is over the
+    /// cap), once per filter.
+    named: tokio::sync::Mutex<FilteredLists>,
+    /// Turns `true` when the server sent a message over [`MAX_MESSAGE_BYTES`] (the session
+    /// is over).
+    oversized: watch::Receiver<bool>,
+    /// Limit of a tool list read again for a filter (the start's limit).
+    listing_timeout: Duration,
+    /// Its name in the agent's `mcp:` (for messages).
+    name: String,
 }
 
 /// The identity delta gives servers in `initialize`.
@@ -68,18 +87,24 @@ impl Connection {
             .await
             .map_err(|reason| format!("it did not start: {reason}"))?;
         let (stdout, stdin) = (pipes.stdout, pipes.stdin);
+        let (stdout, oversized) = MessageCap::new(stdout, MAX_MESSAGE_BYTES);
         let mut exit = process.exit_watch();
+        let said_too_much = |reason: String| {
+            if *oversized.borrow() {
+                oversized_message()
+            } else {
+                reason
+            }
+        };
         let started = async {
             let session = client_config()
                 .serve((stdout, stdin))
                 .await
-                .map_err(|e| format!("initialize failed: {e}"))?;
-            let tools = session
-                .peer()
-                .list_all_tools()
+                .map_err(|e| said_too_much(format!("initialize failed: {e}")))?;
+            let listing = list_tools(session.peer(), |_| true)
                 .await
-                .map_err(|e| format!("tools/list failed: {e}"))?;
-            Ok::<_, String>((session, tools))
+                .map_err(said_too_much)?;
+            Ok::<_, String>((session, listing))
         };
         let outcome = tokio::select! {
             outcome = started => outcome,
@@ -90,10 +115,14 @@ impl Connection {
             Ok(_) = exit.wait_for(Option::is_some) => Err("it exited during its start".to_string()),
         };
         match outcome {
-            Ok((session, tools)) => Ok(Connection {
+            Ok((session, listing)) => Ok(Connection {
                 session,
                 process,
-                tools,
+                listing,
+                named: Default::default(),
+                oversized,
+                listing_timeout: launch.startup_timeout,
+                name: launch.name.clone(),
             }),
             Err(reason) => {
                 let why = with_exit_and_stderr(reason, &process).await;
@@ -103,10 +132,45 @@ impl Connection {
         }
     }
 
-    /// False once the server exited (also a moment before its exit is reported) or its
-    /// session ended.
+    /// Its tools named in `names` (a `tools:` filter), read again from its tool list keeping
+    /// only those: for a server whose whole list is over the cap. Read once per filter,
+    /// within the start's limit.
+    pub async fn tools_named(
+        &self,
+        names: &[String],
+    ) -> Result<Arc<Vec<rmcp::model::Tool>>, String> {
+        let mut named = self.named.lock().await;
+        if let Some(known) = named.get(names) {
+            return known.clone();
+        }
+        let wanted = |tool: &rmcp::model::Tool| names.iter().any(|n| n == tool.name.as_ref());
+        let listed = tokio::time::timeout(
+            self.listing_timeout,
+            list_tools(self.session.peer(), wanted),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "it did not list its tools within {} ms (raise `startup_timeout_ms`)",
+                self.listing_timeout.as_millis()
+            ))
+        });
+        let result = match listed {
+            Ok(Listed::All(tools)) => Ok(Arc::new(tools)),
+            // A filter names fewer tools than the cap; a server that lists one name
+            // thousands of times is over it all the same.
+            Ok(Listed::OverCap) => Err(super::listing::over_cap_reason(&self.name)),
+            Err(_) if *self.oversized.borrow() => Err(oversized_message()),
+            Err(reason) => Err(reason),
+        };
+        named.insert(names.to_vec(), result.clone());
+        result
+    }
+
+    /// False once the server exited (also a moment before its exit is reported), its
+    /// session ended, or it sent a message over the limit (its session is ending).
     pub fn is_alive(&self) -> bool {
-        !self.process.has_exited() && !self.session.is_closed()
+        !self.process.has_exited() && !self.session.is_closed() && !*self.oversized.borrow()
     }
 
     /// The server's pid (its process group).
@@ -131,16 +195,24 @@ impl Connection {
         enum Outcome {
             Returned(Result<CallToolResult, rmcp::ServiceError>),
             Exited,
+            Oversized,
             TimedOut,
             Cancelled,
         }
+        let mut oversized = self.oversized.clone();
         let outcome = tokio::select! {
             result = called => Outcome::Returned(result),
             Ok(_) = exit.wait_for(Option::is_some) => Outcome::Exited,
+            Ok(_) = oversized.wait_for(|over| *over) => Outcome::Oversized,
             () = tokio::time::sleep(timeout) => Outcome::TimedOut,
             () = cancel.cancelled() => Outcome::Cancelled,
         };
         match outcome {
+            // The session ended on a message over the limit: say so, at once.
+            Outcome::Oversized => failed(EngineEnding::Failed, oversized_message()),
+            Outcome::Returned(Err(_)) if *self.oversized.borrow() => {
+                failed(EngineEnding::Failed, oversized_message())
+            }
             Outcome::Returned(Ok(result)) => answered(result),
             Outcome::Returned(Err(error)) => {
                 let reason =

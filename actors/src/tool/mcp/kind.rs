@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{expand_placeholders, exposed_names, McpServerConfig};
 use super::connection::ServerLaunch;
+use super::limits::SCHEMA_WARNING_BYTES;
+use super::listing::{over_cap_reason, Listed};
 use super::pool::McpPool;
 use crate::tool::compile::EngineVars;
 use crate::tool::kind::{
@@ -30,6 +32,8 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The MCP tools of one run.
 pub struct McpTools {
     servers: Vec<OpenedServer>,
+    /// WARNING texts for the run's journal (the offered tools are large).
+    warnings: Vec<String>,
 }
 
 struct OpenedServer {
@@ -75,9 +79,15 @@ impl McpTools {
             let launch = launch_of(config, agent_home, work_dir, server_env);
             open_server(config, launch, pool.clone())
         });
-        McpTools {
-            servers: futures_util::future::join_all(opening).await,
-        }
+        let servers = futures_util::future::join_all(opening).await;
+        let warnings = schema_size_warning(&servers, pool).into_iter().collect();
+        McpTools { servers, warnings }
+    }
+
+    /// WARNING texts for the run's journal: the tool definitions it offers from its servers
+    /// are large (each is sent with every model request).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Each server's offered tools, or why it has none.
@@ -142,30 +152,44 @@ async fn open_server(
     pool: McpPool,
 ) -> OpenedServer {
     let prefix = config.tool_prefix();
-    let listed = match pool.connect(launch.clone()).await {
-        Ok(conn) => conn.tools.clone(),
-        Err(reason) => {
-            return OpenedServer {
-                prefix,
-                tools: Err(format!(
-                    "MCP server `{}` is not available: {reason}",
-                    config.name
-                )),
+    let unavailable = |reason: String| OpenedServer {
+        prefix: prefix.clone(),
+        tools: Err(format!(
+            "MCP server `{}` is not available: {reason}",
+            config.name
+        )),
+    };
+    let conn = match pool.connect(launch.clone()).await {
+        Ok(conn) => conn,
+        Err(reason) => return unavailable(reason),
+    };
+    let listed: Vec<rmcp::model::Tool> = match (&conn.listing, &config.tools) {
+        (Listed::All(tools), filter) => tools
+            .iter()
+            .filter(|t| {
+                filter
+                    .as_ref()
+                    .is_none_or(|allowed| allowed.iter().any(|a| a == t.name.as_ref()))
+            })
+            .cloned()
+            .collect(),
+        (Listed::OverCap, None) => return unavailable(over_cap_reason(&config.name)),
+        // Over the cap, but the agent names what it needs: those are read again.
+        (Listed::OverCap, Some(names)) => {
+            let (conn, names) = (Arc::clone(&conn), names.clone());
+            match pool
+                .on_pool_thread(async move { conn.tools_named(&names).await })
+                .await
+                .unwrap_or_else(Err)
+            {
+                Ok(tools) => tools.as_ref().clone(),
+                Err(reason) => return unavailable(reason),
             }
         }
     };
-    let kept: Vec<&rmcp::model::Tool> = listed
-        .iter()
-        .filter(|t| {
-            config
-                .tools
-                .as_ref()
-                .is_none_or(|allowed| allowed.iter().any(|a| a == t.name.as_ref()))
-        })
-        .collect();
-    let originals: Vec<&str> = kept.iter().map(|t| t.name.as_ref()).collect();
+    let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     let names = exposed_names(&config.name, &originals);
-    let tools = kept
+    let tools = listed
         .iter()
         .zip(names)
         .map(|(tool, name)| ExposedTool {
@@ -184,6 +208,46 @@ async fn open_server(
         prefix,
         tools: Ok(tools),
     }
+}
+
+/// A WARNING when the tool definitions a run offers from its MCP servers are over
+/// [`SCHEMA_WARNING_BYTES`] of JSON, naming each server's share; logged (stderr) the first
+/// time in this engine, given to every run's journal.
+fn schema_size_warning(servers: &[OpenedServer], pool: &McpPool) -> Option<String> {
+    let shares: Vec<(String, usize, usize)> = servers
+        .iter()
+        .filter_map(|s| {
+            let tools = s.tools.as_ref().ok()?;
+            let bytes = tools
+                .iter()
+                .map(|t| serde_json::to_vec(&t.schema).map_or(0, |json| json.len()))
+                .sum();
+            let name = s.prefix.trim_end_matches(super::config::NAME_SEPARATOR);
+            Some((name.to_string(), tools.len(), bytes))
+        })
+        .collect();
+    let total: usize = shares.iter().map(|(_, _, bytes)| bytes).sum();
+    if total <= SCHEMA_WARNING_BYTES {
+        return None;
+    }
+    let each: Vec<String> = shares
+        .iter()
+        .map(|(name, count, bytes)| format!("`{name}`: {count} tools, {} KiB", bytes / 1024))
+        .collect();
+    let warning = format!(
+        "the tools offered from MCP servers take {} KiB of JSON ({}), more than the {} KiB \
+         delta warns at: they are sent with every model request, which makes each one slower \
+         and dearer and may pass the model's context; name the tools the agent needs with \
+         `tools:` under each server in agent.yaml (see docs/mcp.md, \"Keys of one server\")",
+        total / 1024,
+        each.join(", "),
+        SCHEMA_WARNING_BYTES / 1024
+    );
+    let servers: Vec<&str> = shares.iter().map(|(name, ..)| name.as_str()).collect();
+    if pool.first_time(&format!("schema size: {}", servers.join(","))) {
+        tracing::warn!("{warning}");
+    }
+    Some(warning)
 }
 
 /// The OpenAI function definition of an MCP tool: its description (or title), and its input

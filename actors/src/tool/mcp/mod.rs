@@ -9,7 +9,10 @@
 //! - `connection` (feature `mcp`): one server started and spoken to with the official SDK,
 //!   `rmcp`;
 //! - `pool` (feature `mcp`): the servers of one engine, shared by its runs;
-//! - `kind` (feature `mcp`): the tool kind a run opens over its agent's servers.
+//! - `kind` (feature `mcp`): the tool kind a run opens over its agent's servers;
+//! - `limits` and `listing` (feature `mcp`): the bounds on what a server sends (one message,
+//!   its tools, the pages of its list, the size of what a run offers) and the tool list
+//!   read within them.
 //!
 //! Servers are started like tools (own process group, the tools' cleaned environment,
 //! through the tool spawner), so a `kill -9` of the engine ends them too
@@ -20,6 +23,10 @@ pub mod config;
 mod connection;
 #[cfg(feature = "mcp")]
 mod kind;
+#[cfg(feature = "mcp")]
+pub mod limits;
+#[cfg(feature = "mcp")]
+mod listing;
 #[cfg(feature = "mcp")]
 mod pool;
 

@@ -13,7 +13,7 @@
 //!
 //! Must not: name tools for the model or format answers (`kind.rs`, `connection.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -42,6 +42,8 @@ pub struct McpPool {
 struct PoolInner {
     runtime: OnceLock<Result<PoolThread, String>>,
     servers: Mutex<HashMap<ServerLaunch, Arc<SharedServer>>>,
+    /// What was already said on the engine's log once (see [`McpPool::first_time`]).
+    said: Mutex<HashSet<String>>,
 }
 
 /// The thread the sessions run on, and the switch that ends it.
@@ -112,6 +114,16 @@ impl McpPool {
                 slot: tokio::sync::Mutex::new(Slot::Empty),
             })
         }))
+    }
+
+    /// True the first time `what` is asked about in this engine: a warning every run of a
+    /// batch would give is logged once.
+    pub(super) fn first_time(&self, what: &str) -> bool {
+        self.inner
+            .said
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(what.to_string())
     }
 
     /// Kills every server and ends the pool's thread; later connects start afresh.
@@ -210,7 +222,11 @@ impl SharedServer {
         match Connection::open(&self.launch, &spawn).await {
             Ok(conn) => {
                 let conn = Arc::new(conn);
-                tracing::info!(server = %self.launch.name, pid = conn.pid(), tools = conn.tools.len(), "MCP server started");
+                let tools = match &conn.listing {
+                    super::listing::Listed::All(tools) => tools.len().to_string(),
+                    super::listing::Listed::OverCap => "too many".to_string(),
+                };
+                tracing::info!(server = %self.launch.name, pid = conn.pid(), %tools, "MCP server started");
                 *slot = Slot::Up(Arc::clone(&conn));
                 Ok(conn)
             }

@@ -17,6 +17,8 @@ use serde_json::Value;
 
 use crate::harness::*;
 
+mod limits;
+
 /// `node_modules/.bin` of the installed reference servers, or `None` when skipped knowingly.
 pub fn mcp_servers(test: &str) -> Option<PathBuf> {
     let dir = std::env::var("DELTA_MCP_SERVERS_DIR")
@@ -41,7 +43,7 @@ pub fn mcp_servers(test: &str) -> Option<PathBuf> {
 }
 
 /// The misbehaving test server (python3).
-fn misbehaving_server() -> String {
+pub(super) fn misbehaving_server() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/mcp/misbehaving-server.py")
         .canonicalize()
@@ -50,9 +52,9 @@ fn misbehaving_server() -> String {
         .into_owned()
 }
 
-const ECHO_TOOL: &str = "  - name: echo\n    exec: \"echo ${text}\"\n";
+pub(super) const ECHO_TOOL: &str = "  - name: echo\n    exec: \"echo ${text}\"\n";
 
-fn results(events: &[JournalEvent]) -> Vec<(String, ActionStatus, String)> {
+pub(super) fn results(events: &[JournalEvent]) -> Vec<(String, ActionStatus, String)> {
     events
         .iter()
         .filter_map(|e| match &e.event {
@@ -67,7 +69,7 @@ fn results(events: &[JournalEvent]) -> Vec<(String, ActionStatus, String)> {
         .collect()
 }
 
-fn warnings(events: &[JournalEvent]) -> Vec<String> {
+pub(super) fn warnings(events: &[JournalEvent]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match &e.event {
@@ -93,7 +95,7 @@ fn tool_records(result: &delta_actors::RunResult) -> Vec<Value> {
 }
 
 /// The tool names of the run's first model request, from its io/invocations record.
-fn offered_tools(result: &delta_actors::RunResult) -> Vec<String> {
+pub(super) fn offered_tools(result: &delta_actors::RunResult) -> Vec<String> {
     let dir = run_dir(result).join("io/invocations");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
