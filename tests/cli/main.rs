@@ -7,6 +7,7 @@ mod init_expand;
 
 mod ask_human;
 mod continue_compat;
+mod context_budget;
 mod continue_run;
 mod crash;
 mod dry_run_model;
