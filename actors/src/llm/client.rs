@@ -454,6 +454,14 @@ impl ChatBackend for HttpBackend {
             .learned
             .options(&self.inner.endpoint.dialect, model)
     }
+
+    fn context_window(&self, model: &str) -> super::endpoint::WindowFuture {
+        let (this, model) = (self.clone(), model.to_owned());
+        Box::pin(async move {
+            let client = this.inner.clients.for_this_thread().ok()?;
+            super::window::probe(&client, &this.inner.endpoint.base_url, &model).await
+        })
+    }
 }
 
 /// reqwest's own text is terse ("error sending request"); the cause chain says why.

@@ -22,6 +22,8 @@
 //!   kept), and its outcome or failure.
 //! - [`gate`]: [`LlmGate`], one per endpoint: in-flight cap + rate limiter + Retry-After
 //!   barrier + retries, as plain tokio code shared by every run of the endpoint.
+//! - [`window`]: a model's context window, learned from the server's answers and refusals.
+//! - [`catalogue`]: the model catalogue shipped with delta (windows and prices).
 //! - [`scripted`]: the scripted model ([`Script`]), its in-process [`ScriptedBackend`], the
 //!   strict history validator and the OpenAI-compatible HTTP server.
 //!
@@ -29,6 +31,7 @@
 //! per endpoint (keyed by [`Endpoint::key`]) and each run calls it from its own arbiter.
 
 pub(crate) mod call;
+pub mod catalogue;
 pub mod client;
 pub mod dialect;
 pub mod endpoint;
@@ -40,6 +43,7 @@ pub mod stream;
 mod target;
 pub mod timeouts;
 pub mod types;
+pub mod window;
 pub mod wire;
 
 #[cfg(test)]
@@ -67,4 +71,5 @@ pub use types::{
     parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall,
     ToolList, Usage,
 };
+pub use window::ContextWindow;
 pub use wire::MessageJson;

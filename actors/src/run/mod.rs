@@ -64,7 +64,9 @@ use futures_util::future::LocalBoxFuture;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::{CallFailure, CallOutcome, ChatRequest, RequestMeta, RetryObserver};
+use crate::llm::{
+    CallFailure, CallOutcome, ChatRequest, ContextWindow, RequestMeta, RetryObserver,
+};
 use crate::protocol::RunEvent;
 use crate::request::{RunRequest, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
@@ -91,6 +93,13 @@ pub trait ModelPort {
     fn wire_options(&self, model: &str) -> crate::llm::WireOptions {
         let _ = model;
         crate::llm::WireOptions::default()
+    }
+
+    /// `model`'s context window as the endpoint tells it, when it does (asked once per
+    /// endpoint and model; see [`crate::llm::window::probe`]).
+    fn context_window(&self, model: &str) -> LocalBoxFuture<'static, Option<ContextWindow>> {
+        let _ = model;
+        Box::pin(async { None })
     }
 }
 

@@ -129,6 +129,14 @@ impl ModelPort for GatePort {
     fn wire_options(&self, model: &str) -> crate::llm::WireOptions {
         self.0.wire_options(model)
     }
+
+    fn context_window(
+        &self,
+        model: &str,
+    ) -> LocalBoxFuture<'static, Option<crate::llm::ContextWindow>> {
+        let (gate, model) = (Arc::clone(&self.0), model.to_owned());
+        Box::pin(async move { gate.context_window(&model).await })
+    }
 }
 
 /// The tool port: one `ToolActor` per call (a process or an engine call alike).
