@@ -59,6 +59,7 @@ fn iteration_events(i: u32) -> [Event; 3] {
             }],
             llm_invocation_ref: Some(format!("io/invocations/{i}.json")),
             finish_reason: Some("tool_calls".into()),
+            prompt: None,
         },
         Event::ActionRequest {
             iteration: i,

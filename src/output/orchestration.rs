@@ -578,6 +578,7 @@ mod tests {
 
     fn row(run_id: &str, status: RunStatus, result: &str, empty_answer: bool) -> RunRow {
         RunRow {
+            tokens_saved: 0,
             run_id: run_id.into(),
             index: 0,
             status,
@@ -635,6 +636,7 @@ mod tests {
                 },
             ],
             totals: Totals {
+                tokens_saved: 0,
                 counts: RunCounts::tally(2, &[]),
                 input_tokens: 20,
                 output_tokens: 8,

@@ -155,6 +155,24 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
             );
             format!("  ↻ model call attempt {attempt} failed ({error}); retrying in {delay_ms} ms")
         }
+        RunEvent::ContextCompacted {
+            tokens_before,
+            tokens_after,
+            strategy,
+            reason,
+            ..
+        } => {
+            let why = if reason == "refusal" {
+                ", after the server refused the request as too long"
+            } else {
+                ""
+            };
+            format!(
+                "  ⇣ compacted context: {} → {} tokens ({strategy}{why})",
+                thousands(*tokens_before),
+                thousands(*tokens_after)
+            )
+        }
         // Shown only by an `EventPrinter` (one run on a terminal).
         RunEvent::ReplyText { .. } => return None,
         RunEvent::RunFinished {
@@ -167,6 +185,19 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
             None => format!("■ {status} after {:.2}s", *duration_ms as f64 / 1000.0),
         },
     })
+}
+
+/// `14200` as `14,200`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn shorten(text: &str, limit: usize) -> String {

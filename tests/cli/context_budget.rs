@@ -225,3 +225,270 @@ fn runs_that_fit_send_todays_requests_byte_for_byte() {
         sent.join("\n")
     );
 }
+
+/// The budget of the 30-page agent with a 4,096-token window and `max_tokens: 200`: every
+/// request must stay at or under 4,096 − 200 prompt tokens.
+const WINDOW_LESS_REPLY: u64 = 4096 - 200;
+
+fn compactions(journal: &[Value]) -> Vec<&Value> {
+    events_of(journal, "CONTEXT_COMPACTED")
+}
+
+/// The acceptance on the scripted model: with `llm.context_window: 4096`, every
+/// request fits the window less the reply, the run completes, and the default strategy
+/// (mask) sends at most half of the 224,087 prompt tokens of today's run. The progress
+/// line, the RunResult and the metadata say what happened.
+#[test]
+fn thirty_pages_in_a_4096_token_window_fit_and_cost_less_than_half() {
+    let case = thirty_pages("  context_window: 4096\n", "");
+    let out = case.run("pages", THIRTY_PAGES_TASK, &["-y"]);
+    out.assert_code(0);
+    let result = out.json();
+    assert_eq!(result["status"], "COMPLETED", "{result}");
+    let tokens = prompt_tokens(&case.run_dir("pages"));
+    assert_eq!(tokens.len(), 31, "{tokens:?}");
+    assert!(
+        tokens.iter().all(|t| *t <= WINDOW_LESS_REPLY),
+        "a request over {WINDOW_LESS_REPLY} tokens: {tokens:?}"
+    );
+    let total: u64 = tokens.iter().sum();
+    assert!(
+        total * 2 <= TODAYS_PROMPT_TOKENS,
+        "{total} prompt tokens, more than half of {TODAYS_PROMPT_TOKENS}: {tokens:?}"
+    );
+    assert_eq!(
+        result["metrics"]["usage"]["input_tokens"].as_u64(),
+        Some(total)
+    );
+    let journal = case.journal("pages");
+    let compacted = compactions(&journal);
+    assert!(!compacted.is_empty());
+    for event in &compacted {
+        assert_eq!(event["strategy"], "mask", "{event}");
+        assert_eq!(event["reason"], "budget", "{event}");
+        assert!(
+            event["masked"].as_array().is_some_and(|m| !m.is_empty()),
+            "{event}"
+        );
+        assert!(event["tokens_after"].as_u64() < event["tokens_before"].as_u64());
+        assert_eq!(event["window"]["tokens"], 4096);
+    }
+    assert_eq!(
+        result["metrics"]["compactions"].as_u64(),
+        Some(compacted.len() as u64)
+    );
+    let saved = result["metrics"]["tokens_saved"].as_u64().unwrap_or(0);
+    assert!(saved > 0, "{result}");
+    assert!(
+        out.stderr.contains("compacted context: ") && out.stderr.contains(" tokens (mask)"),
+        "{}",
+        out.stderr
+    );
+    let window = &case.metadata("pages")["context_window"];
+    assert_eq!(window["tokens"], 4096, "{window}");
+    assert_eq!(window["source"], "agent.yaml", "{window}");
+    // The journal keeps every page whole; only the requests were compacted.
+    let observations = observations(&journal);
+    assert_eq!(observations.len(), 30);
+    assert!(observations.iter().all(|o| o.contains("Page ")));
+    // Each THOUGHT records what its request held and what the model counted.
+    for thought in events_of(&journal, "THOUGHT") {
+        let prompt = &thought["prompt"];
+        assert!(prompt["bytes"].as_u64().unwrap() > 0, "{thought}");
+        assert!(prompt["tokens"].as_u64().is_some(), "{thought}");
+    }
+}
+
+/// A run whose window is known but that fits it sends exactly today's requests, whether the
+/// window comes from agent.yaml or from `DELTA_CONTEXT_WINDOW`.
+#[test]
+fn runs_that_fit_a_known_window_send_todays_requests_byte_for_byte() {
+    let expected = todays_requests();
+    let sent = fixture_requests("  context_window: 1000000\n");
+    assert!(
+        sent == expected,
+        "requests differ from today's; sent:\n{}",
+        sent.join("\n")
+    );
+}
+
+/// A script whose call number `refused` (0-based) is refused once with llama-cpp-python's
+/// context-length words, the rest as [`thirty_pages`] plays them.
+fn refusing_script(refused: usize) -> Value {
+    let mut steps: Vec<Value> = (1..=30)
+        .map(|page| json!({"tool": "read_page", "args": {"page": page.to_string()}}))
+        .chain([json!({"answer": "The book is about a fox and a dog."})])
+        .collect();
+    let then = steps[refused].clone();
+    steps[refused] = json!({
+        "fail": 400,
+        "times": 1,
+        "message": "This model's maximum context length is 4096 tokens. However, you requested 4296 tokens (4096 in the messages, 200 in the completion). Please reduce the length of the messages or completion.",
+        "then": then,
+    });
+    json!({"default_latency": 0, "steps": steps})
+}
+
+/// A context-length refusal is not the end of the run: the words teach the window, the
+/// request is compacted and sent again, and the run goes on (window unknown beforehand, as
+/// with llama-cpp-python's server). The window the refusal taught is the run's from then on.
+#[test]
+fn a_context_length_refusal_compacts_and_sends_again() {
+    let case = thirty_pages("", "");
+    std::fs::write(
+        case.path().join("script.json"),
+        serde_json::to_vec(&refusing_script(12)).unwrap(),
+    )
+    .unwrap();
+    let mock = MockLlm::start(&case.path().join("script.json"));
+    let out = case
+        .cmd()
+        .env("DELTA_BASE_URL", &mock.base_url)
+        .args(case.run_args("pages", THIRTY_PAGES_TASK))
+        .args(["--format", "json", "-y"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let result: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(result["status"], "COMPLETED", "{result}\n{stderr}");
+    let journal = case.journal("pages");
+    let compacted = compactions(&journal);
+    let first = compacted
+        .first()
+        .unwrap_or_else(|| panic!("no compaction: {stderr}"));
+    assert_eq!(first["reason"], "refusal", "{first}");
+    assert_eq!(first["iteration"], 13, "{first}");
+    assert_eq!(first["window"]["tokens"], 4096, "{first}");
+    assert_eq!(first["window"]["source"], "refusal", "{first}");
+    assert_eq!(first["refused"]["tokens"], 4096, "{first}");
+    // Once taught, the window holds every later request under it.
+    let tokens = prompt_tokens(&case.run_dir("pages"));
+    assert!(
+        tokens[12..].iter().all(|t| *t <= WINDOW_LESS_REPLY),
+        "{tokens:?}"
+    );
+    assert_eq!(
+        case.metadata("pages")["context_window"]["source"],
+        "refusal"
+    );
+    assert!(
+        stderr.contains("after the server refused the request as too long"),
+        "{stderr}"
+    );
+}
+
+/// The dead end, on the scripted model: a run that outgrew the window (it failed at
+/// its iteration cap with every page in its history) is continued, the server refuses the
+/// first request of the continuation as too long, and the continuation still finishes.
+#[test]
+fn the_continuation_of_a_run_that_outgrew_the_window_completes() {
+    let case = thirty_pages("", "");
+    case.run(
+        "pages",
+        THIRTY_PAGES_TASK,
+        &["-y", "--max-iterations", "20"],
+    )
+    .assert_code(1);
+    std::fs::write(
+        case.path().join("refusing.json"),
+        serde_json::to_vec(&refusing_script(20)).unwrap(),
+    )
+    .unwrap();
+    let mock = MockLlm::start(&case.path().join("refusing.json"));
+    let out = case
+        .cmd()
+        .env("DELTA_BASE_URL", &mock.base_url)
+        .args(case.continue_args("pages"))
+        .args([
+            "-m",
+            "Go on reading, then write the summary.",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        result["status"],
+        "COMPLETED",
+        "{result}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let journal = case.journal("pages");
+    assert!(compactions(&journal)
+        .iter()
+        .any(|c| c["reason"] == "refusal"));
+}
+
+/// `io/tool_executions/<time>_<tool>.json` names differ between two runs made at different
+/// times; everything else of a request is the same.
+fn without_record_times(body: &str) -> String {
+    let marker = "io/tool_executions/";
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(at) = rest.find(marker) {
+        out.push_str(&rest[..at + marker.len()]);
+        rest = &rest[at + marker.len()..];
+        let end = rest.find(".json").unwrap_or(0);
+        out.push_str("<record>");
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A compacted run killed with SIGKILL while it waits for the model, then continued, sends
+/// exactly the requests an uninterrupted run sends (record names aside): the compaction is
+/// in the journal, and the calibration of each decision too.
+#[test]
+fn a_compacted_run_killed_and_continued_sends_what_an_uninterrupted_run_sends() {
+    let window = "  context_window: 4096\n";
+    let straight = thirty_pages(window, "");
+    straight
+        .run("pages", THIRTY_PAGES_TASK, &["-y"])
+        .assert_code(0);
+    let journal = straight.journal("pages");
+    let first = compactions(&journal)[0]["iteration"].as_u64().unwrap() as usize;
+    let expected: Vec<String> = request_bodies(&straight.run_dir("pages"))
+        .iter()
+        .map(|b| without_record_times(b))
+        .collect();
+
+    // The same run, whose model call right after the first compaction takes a minute.
+    let killed = thirty_pages(window, "");
+    let mut slow: Value =
+        serde_json::from_slice(&std::fs::read(killed.path().join("script.json")).unwrap()).unwrap();
+    slow["steps"][first - 1]["latency"] = json!("60s");
+    std::fs::write(killed.path().join("slow.json"), slow.to_string()).unwrap();
+    let slow_mock = MockLlm::start(&killed.path().join("slow.json"));
+    let mut cmd = killed.spawn_cmd();
+    cmd.env("DELTA_BASE_URL", &slow_mock.base_url)
+        .args(killed.run_args("pages", THIRTY_PAGES_TASK))
+        .args(["-y"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let journal_path = killed.run_dir("pages").join("journal.jsonl");
+    let waiting = wait_until(std::time::Duration::from_secs(60), || {
+        let compacted = std::fs::read_to_string(&journal_path)
+            .is_ok_and(|text| text.contains("\"CONTEXT_COMPACTED\""));
+        compacted && slow_mock.stats()["in_flight"].as_u64() == Some(1)
+    });
+    assert!(waiting, "the run never sent its compacted request");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let continued = killed.continue_run("pages", &[]);
+    continued.assert_code(0);
+    let sent: Vec<String> = request_bodies(&killed.run_dir("pages"))
+        .iter()
+        .map(|b| without_record_times(b))
+        .collect();
+    // The killed call left no record: the continuation's calls are the records from it on.
+    assert_eq!(sent.len(), expected.len(), "calls");
+    assert!(
+        sent == expected,
+        "the continued run sent other requests than the uninterrupted one"
+    );
+}

@@ -6,8 +6,8 @@ mod hostile_files;
 mod init_expand;
 
 mod ask_human;
-mod continue_compat;
 mod context_budget;
+mod continue_compat;
 mod continue_run;
 mod crash;
 mod dry_run_model;

@@ -196,6 +196,7 @@ impl LegacyConverter {
                     tool_calls,
                     llm_invocation_ref: optional_text(payload, "llm_invocation_ref"),
                     finish_reason: None,
+                    prompt: None,
                 }
             }
             "ACTION_REQUEST" => Event::ActionRequest {

@@ -481,6 +481,7 @@ mod tests {
             }],
             llm_invocation_ref: None,
             finish_reason: None,
+            prompt: None,
         };
         let returned = journal.append(thought.clone()).unwrap();
         assert_eq!(returned.event, thought, "the caller keeps the real value");

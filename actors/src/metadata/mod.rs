@@ -113,6 +113,11 @@ pub struct RunMetadata {
     /// The orchestration the run belongs to, for runs of a plan.
     #[serde(default)]
     pub orchestration_id: Option<String>,
+    /// The model's context window the run's budget was based on, and where it came from
+    /// (agent.yaml, `DELTA_CONTEXT_WINDOW`, the server, a refusal, the catalogue); absent
+    /// when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<crate::llm::ContextWindow>,
 }
 
 impl RunMetadata {
@@ -151,6 +156,7 @@ impl RunMetadata {
             cumulative_usage: TokenUsage::default(),
             duration_ms: None,
             orchestration_id: None,
+            context_window: None,
         }
     }
 
@@ -446,6 +452,7 @@ fn from_original(
         cumulative_usage: TokenUsage::default(),
         duration_ms: None,
         orchestration_id: None,
+        context_window: None,
     })
 }
 

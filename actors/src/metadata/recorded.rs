@@ -41,6 +41,8 @@ impl RunMetadata {
                     model_usage: BTreeMap::new(),
                 },
                 cumulative_usage: meta.usage_so_far(),
+                tokens_saved: 0,
+                compactions: 0,
             },
             metadata: RunResultMetadata {
                 agent_name: meta.agent_name.clone(),

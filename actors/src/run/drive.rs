@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 
 use crate::agent::{EmptyAnswerPolicy, HookName};
 use crate::clock::now_rfc3339;
+use crate::context::ContextBuilder;
 use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
 use crate::llm::{ChatCompletion, MessageJson, ToolList};
@@ -33,6 +34,7 @@ use crate::tool::kind::registry::{local_toolbox, open_toolbox, server_environmen
 use crate::tool::process::ProgramCache;
 use crate::workspace::validate_run_id;
 
+use super::context_step::ContextState;
 use super::env::child_environments;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
@@ -173,8 +175,14 @@ impl Run {
             lp.request.agent.name,
             max_iterations
         ));
+        let tool_schemas = ToolList::new(toolbox.schemas());
+        let tools_bytes = serde_json::to_vec(&tool_schemas).map_or(0, |json| json.len() as u64);
         let run = Run {
-            tool_schemas: ToolList::new(toolbox.schemas()),
+            context: ContextState {
+                builder: ContextBuilder::new(tools_bytes),
+                ..ContextState::default()
+            },
+            tool_schemas,
             toolbox,
             message_json: MessageJson::new(),
             paths,
@@ -244,19 +252,28 @@ impl Run {
             )
             .await?;
 
-            let mut request = self.build_request().await?;
-            let outcome = self
-                .hook(
-                    HookName::PreLlmRequest,
-                    || serde_json::to_value(&request).unwrap_or(Value::Null),
-                    HookVars::default(),
-                )
-                .await?;
-            if let Some(outcome) = outcome {
-                self.apply_override(&mut request, &outcome)?;
-            }
-
-            let (completion, record_ref) = self.call_model(request).await?;
+            // A request the server refuses as too long is compacted and sent again, once.
+            let mut retried = false;
+            let (completion, record_ref) = loop {
+                let mut request = self.build_request().await?;
+                let outcome = self
+                    .hook(
+                        HookName::PreLlmRequest,
+                        || serde_json::to_value(&request).unwrap_or(Value::Null),
+                        HookVars::default(),
+                    )
+                    .await?;
+                if let Some(outcome) = outcome {
+                    self.apply_override(&mut request, &outcome)?;
+                    self.remeasure(&request);
+                }
+                match self.call_model(request).await {
+                    Err(Halt::Failed(error)) if self.context_refusal(&error, retried) => {
+                        retried = true;
+                    }
+                    called => break called?,
+                }
+            };
             self.hook(
                 HookName::PostLlmResponse,
                 || self.completion_payload(iteration, &completion),
@@ -387,6 +404,7 @@ impl Run {
             tool_calls: calls.clone(),
             llm_invocation_ref: record_ref,
             finish_reason: completion.finish_reason,
+            prompt: self.prompt_size(completion.usage),
         })?;
         if let Some(text) = text {
             self.emit(RunEvent::Thought {

@@ -183,6 +183,8 @@ impl Run {
                     model_usage: self.model_usage.clone(),
                 },
                 cumulative_usage: self.cumulative_usage(),
+                tokens_saved: self.context.tokens_saved,
+                compactions: self.context.compactions,
             },
             metadata: RunResultMetadata {
                 agent_name: self.lp.request.agent.name.clone(),

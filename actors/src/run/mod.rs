@@ -7,6 +7,9 @@
 //!   other file of the loop imports from it, none from each other);
 //! - `drive.rs`: take the run, iterate (hooks → context → model → tool calls → loop), end —
 //!   the whole life of a run, read top to bottom;
+//! - `context_step.rs`: the context step: the model's window and the request's budget, the
+//!   sources, the request built from the journal, compactions carried out and journaled, a
+//!   request the server refused as too long compacted and sent again;
 //! - `model.rs`: the model step: the request from the context builder, a `pre_llm_request`
 //!   override, the call through the model port, its io/invocations record;
 //! - `calls.rs`: the tool phase of one reply: each call through its hooks and the tool port,
@@ -40,6 +43,7 @@
 //! Must not: import actix, print, or read the process environment (the request carries it).
 
 mod calls;
+mod context_step;
 mod drive;
 mod end;
 mod env;

@@ -20,6 +20,7 @@ use crate::tool::call::Toolbox;
 use crate::tool::process::ProgramCache;
 use crate::workspace::{RunPaths, ToolRecordNames};
 
+use super::context_step::ContextState;
 use super::recorder::Recorder;
 use super::redaction::EventSink;
 use super::RunLoop;
@@ -72,6 +73,9 @@ pub(super) struct Run {
     pub programs: ProgramCache,
     /// The agent folder and workspace as the context builder resolved them.
     pub context_folders: ContextFolders,
+    /// The model's window, the request's budget, the context builder and what compaction
+    /// saved (`context_step.rs`).
+    pub context: ContextState,
     /// The environment given to context generators. Built at take; read only.
     pub generator_env: Arc<BTreeMap<String, String>>,
     /// The tools the run offers, by kind; every call is planned through it.

@@ -313,6 +313,7 @@ fn a_journaled_cut_reply_is_not_taken_as_the_final_answer() {
         tool_calls: vec![],
         llm_invocation_ref: None,
         finish_reason: Some(finish_reason.into()),
+        prompt: None,
     };
     let task = event(
         1,

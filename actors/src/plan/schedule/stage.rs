@@ -234,6 +234,7 @@ impl Scheduler {
             }
             totals.input_tokens += usage.input_tokens;
             totals.output_tokens += usage.output_tokens;
+            totals.tokens_saved += runs.iter().map(|r| r.tokens_saved).sum::<u64>();
             stages.push(StageSummary {
                 id: spec.id.clone(),
                 status,
@@ -290,6 +291,7 @@ fn existing_state(
         OnDisk::Recorded(meta) => meta,
     };
     let row = |status: RunStatus, error: Option<String>| RunRow {
+        tokens_saved: 0,
         run_id: planned.run_id.clone(),
         index: planned.index,
         status,

@@ -1,0 +1,189 @@
+//! Tests of the compaction decision on views built from journals.
+
+use super::*;
+use crate::journal::{ActionStatus, Event, JournalEvent, ToolCallRecord};
+use crate::redact::SecretSet;
+
+fn ev(seq: u64, event: Event) -> JournalEvent {
+    JournalEvent {
+        seq,
+        timestamp: String::new(),
+        event,
+    }
+}
+
+/// A task and `n` iterations of one `read_page` call each, with results of `size` bytes.
+fn pages(n: u32, size: usize) -> Vec<JournalEvent> {
+    let mut events = vec![ev(
+        1,
+        Event::UserMessage {
+            content: "Read the book.".into(),
+        },
+    )];
+    for i in 1..=n {
+        let id = format!("c{i}");
+        events.push(ev(
+            u64::from(2 * i),
+            Event::Thought {
+                iteration: i,
+                content: None,
+                tool_calls: vec![ToolCallRecord {
+                    id: id.clone(),
+                    name: "read_page".into(),
+                    arguments: format!("{{\"page\":\"{i}\"}}"),
+                }],
+                llm_invocation_ref: None,
+                finish_reason: None,
+                prompt: None,
+            },
+        ));
+        events.push(ev(
+            u64::from(2 * i + 1),
+            Event::ActionResult {
+                iteration: i,
+                action_id: id.clone(),
+                tool_name: "read_page".into(),
+                status: ActionStatus::Success,
+                observation_content: "p".repeat(size),
+                exit_code: Some(0),
+                execution_ref: Some(format!("io/tool_executions/{id}.json")),
+            },
+        ));
+    }
+    events
+}
+
+fn view_of(events: &[JournalEvent]) -> View {
+    super::super::view::conversation_view(events, None, &SecretSet::default())
+}
+
+fn settings(strategy: CompactionStrategy) -> Compaction {
+    Compaction {
+        strategy,
+        ..Compaction::default()
+    }
+}
+
+fn decide_for(view: &View, budget: u64, settings: &Compaction, refused: bool) -> Option<Plan> {
+    decide(&Request {
+        view,
+        other_bytes: 400,
+        budget,
+        settings,
+        calibration: None,
+        refused,
+    })
+}
+
+#[test]
+fn a_request_that_fits_is_left_alone() {
+    let view = view_of(&pages(5, 1800));
+    let tokens = estimate(None, 400 + view.bytes());
+    let settings = settings(CompactionStrategy::Mask);
+    assert_eq!(decide_for(&view, tokens, &settings, false), None);
+    assert!(decide_for(&view, tokens - 1, &settings, false).is_some());
+    let off = self::settings(CompactionStrategy::Off);
+    assert_eq!(decide_for(&view, 10, &off, true), None);
+}
+
+#[test]
+fn masking_takes_the_oldest_results_down_to_the_target_and_spares_the_last_iterations() {
+    let view = view_of(&pages(10, 1800));
+    let settings = settings(CompactionStrategy::Mask);
+    let budget = estimate(None, 400 + view.bytes()) - 10;
+    let plan = decide_for(&view, budget, &settings, false).unwrap();
+    assert!(plan.tokens_after <= budget * 50 / 100, "{plan:?}");
+    assert!(plan.tokens_before > budget);
+    // Oldest first, and never the last two iterations.
+    let masked: Vec<&str> = plan.masked.iter().map(String::as_str).collect();
+    assert_eq!(masked[..2], ["c1", "c2"]);
+    assert!(
+        !masked.contains(&"c9") && !masked.contains(&"c10"),
+        "{masked:?}"
+    );
+    assert_eq!((plan.dropped_through, plan.summarize.clone()), (None, None));
+    assert!(plan.cut.is_empty());
+}
+
+#[test]
+fn when_masking_is_not_enough_mask_leaves_out_the_oldest_iterations_whole() {
+    // Stubs of 300 iterations are more than a small budget holds.
+    let view = view_of(&pages(300, 200));
+    let settings = settings(CompactionStrategy::Mask);
+    let plan = decide_for(&view, 2000, &settings, false).unwrap();
+    let through = plan.dropped_through.unwrap();
+    assert!(plan.tokens_after <= 1000, "{plan:?}");
+    // The kept part starts at a reply: its seq is through + 1.
+    assert_eq!(through % 2, 1, "{through}");
+    // No stub is kept for a result that is left out anyway.
+    assert!(plan
+        .masked
+        .iter()
+        .all(|id| id[1..].parse::<u64>().unwrap() * 2 > through));
+}
+
+#[test]
+fn summarize_replaces_every_iteration_but_the_last_ones() {
+    let view = view_of(&pages(10, 1800));
+    let settings = settings(CompactionStrategy::Summarize);
+    let budget = estimate(None, 400 + view.bytes()) - 10;
+    let plan = decide_for(&view, budget, &settings, false).unwrap();
+    let span = plan.summarize.clone().unwrap();
+    // Iterations 1..=8 (seqs 2..=17) go; iteration 9's reply is seq 18.
+    assert_eq!(span.through, 17);
+    assert_eq!(plan.dropped_through, Some(17));
+    assert_eq!(span.messages, 1..17);
+    assert!(plan.masked.is_empty());
+    // mask_then_summarize masks first, and summarizes only when that is not enough.
+    let both = self::settings(CompactionStrategy::MaskThenSummarize);
+    let plan = decide_for(&view, budget, &both, false).unwrap();
+    assert!(
+        plan.summarize.is_none() && !plan.masked.is_empty(),
+        "{plan:?}"
+    );
+    let view = view_of(&pages(300, 200));
+    let plan = decide_for(&view, 2000, &both, false).unwrap();
+    assert!(plan.summarize.is_some(), "{plan:?}");
+}
+
+#[test]
+fn a_result_larger_than_the_budget_is_cut_head_and_tail() {
+    let view = view_of(&pages(1, 400_000));
+    let settings = settings(CompactionStrategy::Mask);
+    let plan = decide_for(&view, 3000, &settings, false).unwrap();
+    assert_eq!(plan.cut.len(), 1, "{plan:?}");
+    assert_eq!(plan.cut[0].action_id, "c1");
+    assert!(plan.cut[0].kept_bytes >= MIN_CUT_KEEP_BYTES);
+    assert!(plan.tokens_after <= 3000, "{plan:?}");
+}
+
+#[test]
+fn a_refused_request_is_compacted_even_when_the_estimate_says_it_fits() {
+    let view = view_of(&pages(10, 1800));
+    let settings = settings(CompactionStrategy::Mask);
+    let budget = estimate(None, 400 + view.bytes()) + 100;
+    assert_eq!(decide_for(&view, budget, &settings, false), None);
+    let plan = decide_for(&view, budget, &settings, true).unwrap();
+    assert!(!plan.masked.is_empty());
+}
+
+/// The decision is a function of its inputs: the same view, budget and calibration give the
+/// same plan (what a continued run relies on to send what an uninterrupted one would).
+#[test]
+fn the_same_inputs_give_the_same_plan() {
+    let view = view_of(&pages(30, 1855));
+    let settings = settings(CompactionStrategy::Mask);
+    let calibration = Some(Calibration {
+        bytes: 40_000,
+        tokens: 9_900,
+    });
+    let request = Request {
+        view: &view,
+        other_bytes: 600,
+        budget: 3774,
+        settings: &settings,
+        calibration,
+        refused: false,
+    };
+    assert_eq!(decide(&request), decide(&request));
+}
