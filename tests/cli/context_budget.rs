@@ -492,3 +492,172 @@ fn a_compacted_run_killed_and_continued_sends_what_an_uninterrupted_run_sends() 
         "the continued run sent other requests than the uninterrupted one"
     );
 }
+
+/// An agent whose one tool, `next_page`, reads the next page of the book (the scripted model
+/// replays steps after a summary replaces iterations, so the page number is the tool's), in a
+/// 4,096-token window, with the journal's `compaction` set to `compaction`.
+fn next_pages(compaction: &str, summarizer: Value) -> Case {
+    let steps: Vec<Value> = (0..14)
+        .map(|_| json!({"tool": "next_page"}))
+        .chain([json!({"answer": "The book is about a fox and a dog."})])
+        .collect();
+    let script = json!({
+        "default_latency": 0,
+        "rules": [
+            {"model": "summarizer", "steps": [summarizer]},
+            {"steps": steps},
+        ],
+    });
+    let body = "  max_tokens: 200\n  context_window: 4096\nmax_iterations: 15\nask_human: false\ntools:\n  - name: next_page\n    description: Read the next page of the book\n    exec: \"sh ${AGENT_HOME}/next_page.sh\"\n";
+    let case = Case::new("reader", body, &script);
+    for file in ["next_page.sh", "book.txt", "system_prompt.md"] {
+        std::fs::copy(
+            fixtures().join("thirty-pages").join(file),
+            case.agent_dir().join(file),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        case.agent_dir().join("context.yaml"),
+        format!("sources:\n  - type: file\n    id: system_prompt\n    path: '${{AGENT_HOME}}/system_prompt.md'\n  - type: journal\n    id: conversation_history\n    compaction: {compaction}\n"),
+    )
+    .unwrap();
+    case
+}
+
+/// The io/invocations records of a run's summary calls.
+fn summary_records(run_dir: &Path) -> Vec<Value> {
+    files_under(&run_dir.join("io/invocations"))
+        .iter()
+        .map(|p| read_json(p))
+        .filter(|r| r["purpose"] == "context_summary")
+        .collect()
+}
+
+/// `summarize`: the summary model writes a summary of the older iterations, the journal
+/// records it, and the next request carries it (after the system prompt, before the task)
+/// instead of those iterations; every request stays within the window.
+#[test]
+fn summarize_replaces_older_iterations_with_the_summary_models_summary() {
+    let case = next_pages(
+        "{strategy: summarize, summary_model: summarizer, summary_max_tokens: 120}",
+        json!({"answer": "SUMMARY: pages 1 to 7 tell of a quick brown fox and a lazy dog."}),
+    );
+    let out = case.run("pages", THIRTY_PAGES_TASK, &["-y"]);
+    let result = out.json();
+    assert!(
+        result["status"] == "COMPLETED" || result["error"]["type"] == "max_iterations",
+        "{result}\n{}",
+        out.stderr
+    );
+    let run_dir = case.run_dir("pages");
+    let journal = case.journal("pages");
+    let compacted = compactions(&journal);
+    let first = compacted
+        .first()
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert_eq!(first["strategy"], "summarize", "{first}");
+    assert!(first["summary"]
+        .as_str()
+        .unwrap()
+        .starts_with("SUMMARY: pages 1 to 7"));
+    assert!(first["dropped_through"].as_u64().is_some(), "{first}");
+    let records = summary_records(&run_dir);
+    assert_eq!(records.len(), compacted.len());
+    assert_eq!(records[0]["request"]["model"], "summarizer");
+    assert_eq!(records[0]["request"]["max_tokens"], 120);
+    let transcript = records[0]["request"]["messages"][1]["content"]
+        .as_str()
+        .unwrap();
+    assert!(
+        transcript.contains("## The task\n\nRead the book"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("Agent called next_page"),
+        "{transcript}"
+    );
+    // The request after the compaction: system prompt, the summary, the task, the rest.
+    let after = first["iteration"].as_u64().unwrap();
+    let record = answered_records(&run_dir)
+        .into_iter()
+        .map(|p| read_json(&p))
+        .find(|r| r["iteration"].as_u64() == Some(after) && r["purpose"].is_null())
+        .unwrap();
+    let messages = record["request"]["messages"].as_array().unwrap();
+    assert_eq!(messages[1]["role"], "system");
+    assert!(messages[1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("SUMMARY: pages 1 to 7"));
+    assert_eq!(messages[2]["role"], "user");
+    assert_eq!(messages[2]["content"], THIRTY_PAGES_TASK);
+    assert!(prompt_tokens(&run_dir)
+        .iter()
+        .all(|t| *t <= WINDOW_LESS_REPLY));
+    // The summary call's tokens are the run's.
+    let summarizer = &result["metrics"]["usage"]["model_usage"]["summarizer"];
+    assert!(
+        summarizer["input_tokens"].as_u64().unwrap_or(0) > 0,
+        "{result}"
+    );
+}
+
+/// A summary call that fails does not fail the run: the iterations are left out with a note,
+/// and a WARNING says why.
+#[test]
+fn a_failed_summary_leaves_the_iterations_out_with_a_note() {
+    let case = next_pages(
+        "{strategy: summarize, summary_model: summarizer}",
+        json!({"fail": 400, "message": "summaries are off today"}),
+    );
+    let out = case.run("pages", THIRTY_PAGES_TASK, &["-y"]);
+    let result = out.json();
+    assert!(
+        result["status"] == "COMPLETED" || result["error"]["type"] == "max_iterations",
+        "{result}\n{}",
+        out.stderr
+    );
+    let journal = case.journal("pages");
+    let compacted = compactions(&journal);
+    let first = compacted
+        .first()
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(first.get("summary").is_none(), "{first}");
+    assert!(first["dropped_through"].as_u64().is_some(), "{first}");
+    let warnings = events_of(&journal, "WARNING");
+    assert!(
+        warnings.iter().any(|w| w["message"]
+            .as_str()
+            .unwrap()
+            .contains("the context summary failed")),
+        "{warnings:?}"
+    );
+}
+
+/// A refused request that has nothing left to compact (its task alone is too long) fails at
+/// once with the server's words and a hint, instead of being sent again to the same refusal.
+#[test]
+fn a_refused_request_with_nothing_to_compact_fails_at_once_saying_so() {
+    let case = Case::new(
+        "talker",
+        "ask_human: false\n",
+        &json!({"default_latency": 0, "steps": [{
+            "fail": 400,
+            "message": "This model's maximum context length is 4096 tokens. However, you requested 9000 tokens (8800 in the messages, 200 in the completion).",
+        }]}),
+    );
+    let out = case.run("long", &"word ".repeat(6000), &["-y"]);
+    out.assert_code(1);
+    let message = out.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("maximum context length is 4096 tokens"),
+        "{message}"
+    );
+    assert!(
+        message.contains("nothing of the conversation is left to compact"),
+        "{message}"
+    );
+    let records = files_under(&case.run_dir("long").join("io/invocations"));
+    assert_eq!(records.len(), 1, "sent once: {records:?}");
+}

@@ -7,6 +7,7 @@ mod init_expand;
 
 mod ask_human;
 mod context_budget;
+mod context_sources;
 mod continue_compat;
 mod continue_run;
 mod crash;

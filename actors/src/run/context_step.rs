@@ -42,8 +42,9 @@ pub(super) struct ContextState {
     pub budget: Option<u64>,
     /// The last request's size, for its THOUGHT.
     pub last_size: Option<PromptSize>,
-    /// The server refused the last request as too long: the next build compacts.
-    pub refused: Option<(RefusalFacts, PromptSize)>,
+    /// The server refused the last request as too long (what it said, the request's size,
+    /// the run's error should nothing be left to compact): the next build compacts.
+    pub refused: Option<(RefusalFacts, PromptSize, RunErrorInfo)>,
     /// Tokens the journal's compactions took out of each request (summed at each request).
     pub removed_per_request: u64,
     /// Prompt tokens this driving did not send thanks to compaction (estimated).
@@ -164,13 +165,23 @@ impl Run {
         self.resolve_context().await;
         let parts = self.sources().await?;
         let refused = self.context.refused.take();
-        let mut built = self.build(&parts, refused.map(|r| r.0));
+        let mut built = self.build(&parts, refused.as_ref().map(|r| r.0));
+        if let (None, Some((_, _, error))) = (&built.plan, &refused) {
+            // Nothing left to take out (the task and the system blocks alone are too long):
+            // sending it again would only be refused again.
+            let mut error = error.clone();
+            error.message = format!(
+                "{}; hint: nothing of the conversation is left to compact (the task, the system prompt and the context files alone are longer than the model's window): shorten them, or set `max_tokens` on the large context sources",
+                error.message
+            );
+            return Err(Halt::Failed(error));
+        }
         if let Some(plan) = built.plan.take() {
             let summary = match built.summary_request.take() {
                 Some(request) => self.write_summary(request).await?,
                 None => None,
             };
-            self.journal_compaction(plan, summary, refused)?;
+            self.journal_compaction(plan, summary, refused.map(|(facts, size, _)| (facts, size)))?;
             built = self.build(&parts, None);
         }
         self.context.tokens_saved += self.context.removed_per_request;
@@ -430,7 +441,7 @@ impl Run {
         self.set_window(window);
         let mut size = self.context.last_size.unwrap_or_default();
         size.tokens = facts.prompt_tokens;
-        self.context.refused = Some((facts, size));
+        self.context.refused = Some((facts, size, error.clone()));
         self.log(&format!(
             "the server refused the request as longer than the model's context window; it is compacted and sent again ({})",
             error.message
