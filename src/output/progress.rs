@@ -245,4 +245,26 @@ mod tests {
         let shown = String::from_utf8(printer.out).unwrap();
         assert_eq!(shown, "» Hello, world\n» half\n[iteration 3/5]\n");
     }
+
+    /// Issue 32: a compaction says how many tokens it took out, and why.
+    #[test]
+    fn a_compaction_shows_its_tokens_before_and_after() {
+        let compacted = |reason: &str| RunEvent::ContextCompacted {
+            run_id: "r".into(),
+            iteration: 9,
+            strategy: "mask".into(),
+            reason: reason.into(),
+            tokens_before: 14_200,
+            tokens_after: 6_100,
+        };
+        assert_eq!(
+            event_line(&compacted("budget"), Verbosity::Normal).unwrap(),
+            "  ⇣ compacted context: 14,200 → 6,100 tokens (mask)"
+        );
+        assert!(event_line(&compacted("refusal"), Verbosity::Normal)
+            .unwrap()
+            .ends_with("(mask, after the server refused the request as too long)"));
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+    }
 }
