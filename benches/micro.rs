@@ -389,7 +389,7 @@ fn context_per_iteration(c: &mut Criterion) {
         let budgeting = Budgeting {
             budget: 100_000_000,
             settings: &settings,
-            refused: false,
+            refusals: 0,
         };
         g.bench_with_input(
             BenchmarkId::new("context/next_request_builder", iterations),

@@ -661,3 +661,45 @@ fn a_refused_request_with_nothing_to_compact_fails_at_once_saying_so() {
     let records = files_under(&case.run_dir("long").join("io/invocations"));
     assert_eq!(records.len(), 1, "sent once: {records:?}");
 }
+
+/// A server that refuses again after the compaction (its template leaves tool results out of
+/// the prompt, so masking them freed nothing it counts): the second compaction of the
+/// iteration leaves out every iteration but the last two, and the run goes on.
+#[test]
+fn a_second_refusal_leaves_out_the_older_iterations() {
+    let case = thirty_pages("", "");
+    let mut script = refusing_script(12);
+    script["steps"][12]["times"] = json!(2);
+    std::fs::write(
+        case.path().join("twice.json"),
+        serde_json::to_vec(&script).unwrap(),
+    )
+    .unwrap();
+    let mock = MockLlm::start(&case.path().join("twice.json"));
+    let out = case
+        .cmd()
+        .env("DELTA_BASE_URL", &mock.base_url)
+        .args(case.run_args("pages", THIRTY_PAGES_TASK))
+        .args(["--format", "json", "-y"])
+        .output()
+        .unwrap();
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_ne!(result["error"]["type"], "llm_error", "{result}");
+    let journal = case.journal("pages");
+    let refusals: Vec<&Value> = compactions(&journal)
+        .into_iter()
+        .filter(|c| c["reason"] == "refusal")
+        .collect();
+    assert!(refusals.len() >= 2, "{refusals:?}");
+    assert_eq!(refusals[0]["iteration"], refusals[1]["iteration"]);
+    assert!(refusals[0]["masked"]
+        .as_array()
+        .is_some_and(|m| !m.is_empty()));
+    assert!(refusals[1].get("masked").is_none(), "{}", refusals[1]);
+    // Iteration 13's reply is the 11th kept from: iterations 1..=10 left out.
+    assert!(
+        refusals[1]["dropped_through"].as_u64().is_some(),
+        "{}",
+        refusals[1]
+    );
+}

@@ -29,8 +29,9 @@ pub struct Budgeting<'a> {
     pub budget: u64,
     /// The journal source's settings.
     pub settings: &'a Compaction,
-    /// The server refused the last request as too long: compact whatever the estimate says.
-    pub refused: bool,
+    /// How many times the server refused this iteration's request as too long (see
+    /// [`super::compact::Request::refusals`]).
+    pub refusals: u32,
 }
 
 /// One built request, or the compaction it needs first.
@@ -96,7 +97,7 @@ impl ContextBuilder {
                 budget: b.budget,
                 settings: b.settings,
                 calibration,
-                refused: b.refused,
+                refusals: b.refusals,
             })
         });
         let Some(plan) = plan else {

@@ -44,8 +44,11 @@ pub struct Request<'a> {
     pub settings: &'a Compaction,
     /// The run's calibration.
     pub calibration: Option<Calibration>,
-    /// The server refused the request as too long: compact even if it seems to fit.
-    pub refused: bool,
+    /// How many times the server refused this iteration's request as too long: once,
+    /// compact even if it seems to fit; again after a compaction (the server counts what
+    /// delta's estimate does not, e.g. a template that leaves tool results out), leave out
+    /// (or summarize) every iteration but the last `keep_last`.
+    pub refusals: u32,
 }
 
 /// A summary to write: the events it replaces, and which iterations they are.
@@ -91,7 +94,8 @@ pub fn decide(request: &Request<'_>) -> Option<Plan> {
     let calibration = request.calibration;
     let mut bytes = request.other_bytes + view.bytes();
     let tokens_before = estimate(calibration, bytes);
-    if tokens_before <= request.budget && !request.refused {
+    let escalate = request.refusals > 1;
+    if tokens_before <= request.budget && request.refusals == 0 {
         return None;
     }
     let target = request.budget * u64::from(settings.compact_to_percent) / 100;
@@ -114,10 +118,11 @@ pub fn decide(request: &Request<'_>) -> Option<Plan> {
         tokens_before,
         tokens_after: tokens_before,
     };
-    let mask_first = matches!(
-        settings.strategy,
-        CompactionStrategy::Mask | CompactionStrategy::MaskThenSummarize
-    );
+    let mask_first = !escalate
+        && matches!(
+            settings.strategy,
+            CompactionStrategy::Mask | CompactionStrategy::MaskThenSummarize
+        );
     if mask_first {
         for meta in &view.meta[..open_end] {
             if fits(bytes) {
@@ -139,7 +144,7 @@ pub fn decide(request: &Request<'_>) -> Option<Plan> {
     }
     let open_groups = &groups[..protected_from];
     let masked_enough = mask_first && estimate(calibration, bytes) <= good_enough;
-    if !fits(bytes) && !masked_enough && !open_groups.is_empty() {
+    if (escalate || !fits(bytes)) && !masked_enough && !open_groups.is_empty() {
         match settings.strategy {
             CompactionStrategy::Summarize | CompactionStrategy::MaskThenSummarize => {
                 let (keep_index, keep_seq) = keep_from(view, open_end);
@@ -164,7 +169,7 @@ pub fn decide(request: &Request<'_>) -> Option<Plan> {
                     bytes -= bytes_between(view, &plan, from, keep_index);
                     from = keep_index;
                     kept_from = Some(keep_seq);
-                    if fits(bytes + PREFACE_BYTES) {
+                    if !escalate && fits(bytes + PREFACE_BYTES) {
                         break;
                     }
                 }

@@ -22,7 +22,7 @@ use crate::context::{
     build_sources, task_of, Budgeting, ContextBuilder, ContextError, ContextInputs, SourceParts,
 };
 use crate::journal::{Event, PromptSize};
-use crate::llm::window::{refusal_facts, RefusalFacts};
+use crate::llm::window::refusal_facts;
 use crate::llm::{ChatMessage, ChatRequest, ContextWindow, LlmTarget, RequestMeta, Usage};
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunEvent, TokenUsage};
 use crate::workspace::write_invocation_record;
@@ -43,8 +43,9 @@ pub(super) struct ContextState {
     /// The last request's size, for its THOUGHT.
     pub last_size: Option<PromptSize>,
     /// The server refused the last request as too long (what it said, the request's size,
-    /// the run's error should nothing be left to compact): the next build compacts.
-    pub refused: Option<(RefusalFacts, PromptSize, RunErrorInfo)>,
+    /// the run's error should nothing be left to compact, and how many times this
+    /// iteration): the next build compacts.
+    pub refused: Option<Refused>,
     /// Tokens the journal's compactions took out of each request (summed at each request).
     pub removed_per_request: u64,
     /// Prompt tokens this driving did not send thanks to compaction (estimated).
@@ -52,6 +53,19 @@ pub(super) struct ContextState {
     /// Compactions made in this driving.
     pub compactions: u32,
 }
+
+/// A refusal of this iteration's request as longer than the model's window.
+#[derive(Debug, Clone)]
+pub(super) struct Refused {
+    size: PromptSize,
+    error: RunErrorInfo,
+    /// Refusals of this iteration so far, this one included.
+    count: u32,
+}
+
+/// Compactions tried after refusals, per iteration: the first as usual, the second leaving
+/// out every iteration but the last `keep_last`.
+pub(super) const MAX_REFUSALS_PER_ITERATION: u32 = 2;
 
 /// The context_summary record in io/invocations.
 #[derive(serde::Serialize)]
@@ -165,8 +179,8 @@ impl Run {
         self.resolve_context().await;
         let parts = self.sources().await?;
         let refused = self.context.refused.take();
-        let mut built = self.build(&parts, refused.as_ref().map(|r| r.0));
-        if let (None, Some((_, _, error))) = (&built.plan, &refused) {
+        let mut built = self.build(&parts, refused.as_ref().map_or(0, |r| r.count));
+        if let (None, Some(Refused { error, .. })) = (&built.plan, &refused) {
             // Nothing left to take out (the task and the system blocks alone are too long):
             // sending it again would only be refused again.
             let mut error = error.clone();
@@ -181,8 +195,8 @@ impl Run {
                 Some(request) => self.write_summary(request).await?,
                 None => None,
             };
-            self.journal_compaction(plan, summary, refused.map(|(facts, size, _)| (facts, size)))?;
-            built = self.build(&parts, None);
+            self.journal_compaction(plan, summary, refused.map(|r| r.size))?;
+            built = self.build(&parts, 0);
         }
         self.context.tokens_saved += self.context.removed_per_request;
         self.context.last_size = Some(built.size);
@@ -231,12 +245,9 @@ impl Run {
         Ok(parts)
     }
 
-    /// The request from the journal as it stands; a compaction plan when one is due.
-    fn build(
-        &mut self,
-        parts: &SourceParts,
-        refused: Option<RefusalFacts>,
-    ) -> crate::context::Built {
+    /// The request from the journal as it stands; a compaction plan when one is due
+    /// (`refusals`: how many times the server refused this iteration's request).
+    fn build(&mut self, parts: &SourceParts, refusals: u32) -> crate::context::Built {
         let events = self.rec.borrow().snapshot();
         let secrets = self.secrets.snapshot();
         let calibration = Calibration::from_events(&events);
@@ -244,7 +255,7 @@ impl Run {
         let budgeting = self.context.budget.map(|budget| Budgeting {
             budget,
             settings: &settings,
-            refused: refused.is_some(),
+            refusals,
         });
         self.context
             .builder
@@ -257,7 +268,7 @@ impl Run {
         &mut self,
         plan: Plan,
         summary: Option<String>,
-        refused: Option<(RefusalFacts, PromptSize)>,
+        refused: Option<PromptSize>,
     ) -> Result<(), Halt> {
         let strategy = self.lp.request.agent.context.compaction().strategy;
         let done = if plan.summarize.is_some() && summary.is_some() {
@@ -285,7 +296,7 @@ impl Run {
             tokens_after,
             budget: self.context.budget.unwrap_or_default(),
             window: self.context.window.clone(),
-            refused: refused.map(|(_, size)| size),
+            refused,
         })?;
         let removed = plan.tokens_before.saturating_sub(tokens_after);
         self.context.removed_per_request += removed;
@@ -402,10 +413,12 @@ impl Run {
             .add(used);
     }
 
-    /// A model call that failed because its request was longer than the model's window:
-    /// what the refusal said, once per iteration (the request is compacted and sent again).
-    pub(super) fn context_refusal(&mut self, error: &RunErrorInfo, retried: bool) -> bool {
-        if retried || error.kind != RunErrorKind::LlmError {
+    /// A model call that failed because its request was longer than the model's window,
+    /// refused `before` times already this iteration: learns what the refusal said, and
+    /// whether the request is to be compacted and sent again (at most
+    /// [`MAX_REFUSALS_PER_ITERATION`] times).
+    pub(super) fn context_refusal(&mut self, error: &RunErrorInfo, before: u32) -> bool {
+        if before >= MAX_REFUSALS_PER_ITERATION || error.kind != RunErrorKind::LlmError {
             return false;
         }
         let strategy = self.lp.request.agent.context.compaction().strategy;
@@ -441,7 +454,11 @@ impl Run {
         self.set_window(window);
         let mut size = self.context.last_size.unwrap_or_default();
         size.tokens = facts.prompt_tokens;
-        self.context.refused = Some((facts, size, error.clone()));
+        self.context.refused = Some(Refused {
+            size,
+            error: error.clone(),
+            count: before + 1,
+        });
         self.log(&format!(
             "the server refused the request as longer than the model's context window; it is compacted and sent again ({})",
             error.message

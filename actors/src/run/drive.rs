@@ -252,8 +252,9 @@ impl Run {
             )
             .await?;
 
-            // A request the server refuses as too long is compacted and sent again, once.
-            let mut retried = false;
+            // A request the server refuses as too long is compacted and sent again (at most
+            // twice per iteration: `context_step.rs`).
+            let mut refusals = 0;
             let (completion, record_ref) = loop {
                 let mut request = self.build_request().await?;
                 let outcome = self
@@ -268,8 +269,8 @@ impl Run {
                     self.remeasure(&request);
                 }
                 match self.call_model(request).await {
-                    Err(Halt::Failed(error)) if self.context_refusal(&error, retried) => {
-                        retried = true;
+                    Err(Halt::Failed(error)) if self.context_refusal(&error, refusals) => {
+                        refusals += 1;
                     }
                     called => break called?,
                 }

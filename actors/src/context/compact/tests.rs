@@ -71,7 +71,7 @@ fn decide_for(view: &View, budget: u64, settings: &Compaction, refused: bool) ->
         budget,
         settings,
         calibration: None,
-        refused,
+        refusals: u32::from(refused),
     })
 }
 
@@ -157,6 +157,28 @@ fn a_result_larger_than_the_budget_is_cut_head_and_tail() {
     assert!(plan.tokens_after <= 3000, "{plan:?}");
 }
 
+/// A server that refuses again after a compaction counts what the estimate does not (a
+/// template that leaves tool results out of the prompt, so masking them frees nothing): the
+/// second compaction leaves out every iteration but the last `keep_last`.
+#[test]
+fn a_second_refusal_leaves_out_every_iteration_but_the_last_ones() {
+    let view = view_of(&pages(10, 1800));
+    let settings = settings(CompactionStrategy::Mask);
+    let budget = estimate(None, 400 + view.bytes()) + 100;
+    let plan = decide(&Request {
+        view: &view,
+        other_bytes: 400,
+        budget,
+        settings: &settings,
+        calibration: None,
+        refusals: 2,
+    })
+    .unwrap();
+    assert!(plan.masked.is_empty(), "{plan:?}");
+    // Iterations 1..=8 go: iteration 9's reply is seq 18.
+    assert_eq!(plan.dropped_through, Some(17));
+}
+
 #[test]
 fn a_refused_request_is_compacted_even_when_the_estimate_says_it_fits() {
     let view = view_of(&pages(10, 1800));
@@ -183,7 +205,7 @@ fn the_same_inputs_give_the_same_plan() {
         budget: 3774,
         settings: &settings,
         calibration,
-        refused: false,
+        refusals: 0,
     };
     assert_eq!(decide(&request), decide(&request));
 }
