@@ -187,22 +187,27 @@ pub fn refusal_facts(message: &str) -> Option<RefusalFacts> {
 /// or `None` when nothing there says it.
 pub async fn probe(client: &reqwest::Client, base_url: &str, model: &str) -> Option<ContextWindow> {
     let base = base_url.trim_end_matches('/');
-    if let Some(body) = get_json(client, &format!("{base}/models")).await {
-        if let Some((tokens, field)) = window_in_model_list(&body, model) {
-            return Some(server_window(tokens, format!("GET /models {field}")));
+    match get_json(client, &format!("{base}/models")).await {
+        Answer::Json(body) => {
+            if let Some((tokens, field)) = window_in_model_list(&body, model) {
+                return Some(server_window(tokens, format!("GET /models {field}")));
+            }
         }
+        Answer::Other => {}
+        // A server that does not answer at all is not asked again at other addresses.
+        Answer::None => return None,
     }
     if !is_local(base) {
         return None;
     }
     let root = base.strip_suffix("/v1").unwrap_or(base);
-    if let Some(body) = get_json(client, &format!("{root}/props")).await {
+    if let Answer::Json(body) = get_json(client, &format!("{root}/props")).await {
         if let Some((tokens, field)) = window_in_props(&body) {
             return Some(server_window(tokens, format!("GET /props {field}")));
         }
     }
     let lm_studio = format!("{root}/api/v0/models/{}", path_segment(model));
-    if let Some(body) = get_json(client, &lm_studio).await {
+    if let Answer::Json(body) = get_json(client, &lm_studio).await {
         if let Some((tokens, field)) = window_in_lm_studio(&body) {
             return Some(server_window(tokens, format!("LM Studio {field}")));
         }
@@ -210,7 +215,7 @@ pub async fn probe(client: &reqwest::Client, base_url: &str, model: &str) -> Opt
     let request = client
         .post(format!("{root}/api/show"))
         .json(&serde_json::json!({ "model": model }));
-    if let Some(body) = read_json(request).await {
+    if let Answer::Json(body) = read_json(request).await {
         if let Some((tokens, field)) = window_in_ollama_show(&body) {
             return Some(server_window(tokens, format!("Ollama /api/show {field}")));
         }
@@ -260,24 +265,40 @@ fn path_segment(model: &str) -> String {
         .collect()
 }
 
-async fn get_json(client: &reqwest::Client, url: &str) -> Option<Value> {
+/// What a probe request got.
+enum Answer {
+    /// A 2xx answer with a JSON body.
+    Json(Value),
+    /// An answer, but not one to read (404, not JSON, too long).
+    Other,
+    /// No answer: the connection failed or the time ran out.
+    None,
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> Answer {
     read_json(client.get(url)).await
 }
 
 /// The JSON body of a 2xx answer to `request`, read within the probe's limits.
-async fn read_json(request: reqwest::RequestBuilder) -> Option<Value> {
-    let mut response = request.timeout(PROBE_TIMEOUT).send().await.ok()?;
+async fn read_json(request: reqwest::RequestBuilder) -> Answer {
+    let Ok(mut response) = request.timeout(PROBE_TIMEOUT).send().await else {
+        return Answer::None;
+    };
     if !response.status().is_success() {
-        return None;
+        return Answer::Other;
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.ok()? {
-        if body.len() + chunk.len() > MAX_PROBE_BODY_BYTES {
-            return None;
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_PROBE_BODY_BYTES => {
+                body.extend_from_slice(&chunk)
+            }
+            Ok(Some(_)) => return Answer::Other,
+            Ok(None) => break,
+            Err(_) => return Answer::None,
         }
-        body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body).ok()
+    serde_json::from_slice(&body).map_or(Answer::Other, Answer::Json)
 }
 
 fn positive(value: Option<&Value>) -> Option<u64> {

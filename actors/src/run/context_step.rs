@@ -6,8 +6,9 @@
 //!
 //! Where the window comes from, first found wins: `llm.context_window` (agent.yaml, or
 //! `DELTA_CONTEXT_WINDOW`), the server's refusal recorded in the journal (the truth, when
-//! smaller), the server's own answer (`llm::window::probe`), delta's model catalogue. It is
-//! recorded in metadata.json.
+//! smaller), the server's own answer (`llm::window::probe`, asked only once a request passes
+//! [`PROBE_ABOVE_TOKENS`], so a short run costs the server nothing), delta's model catalogue.
+//! It is recorded in metadata.json.
 //!
 //! Must not: decide what to compact (`context::compact`), or send the iteration's request
 //! (`model.rs`).
@@ -18,54 +19,16 @@ use serde_json::Value;
 
 use crate::context::budget::{request_budget, Calibration};
 use crate::context::compact::Plan;
-use crate::context::{
-    build_sources, task_of, Budgeting, ContextBuilder, ContextError, ContextInputs, SourceParts,
-};
+use crate::context::{build_sources, task_of, Budgeting, ContextError, ContextInputs, SourceParts};
 use crate::journal::{Event, PromptSize};
 use crate::llm::window::refusal_facts;
 use crate::llm::{ChatMessage, ChatRequest, ContextWindow, LlmTarget, RequestMeta, Usage};
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunEvent, TokenUsage};
 use crate::workspace::write_invocation_record;
 
-use super::state::{error_info, AuditKind, Halt, Run};
-
-/// What the run knows of its context for this driving.
-#[derive(Debug, Default)]
-pub(super) struct ContextState {
-    /// The builder and its cached conversation.
-    pub builder: ContextBuilder,
-    /// The model's window and where it came from (`None`: unknown).
-    pub window: Option<ContextWindow>,
-    /// Whether the window was looked for yet.
-    pub resolved: bool,
-    /// The request's budget in prompt tokens (`None`: no budget, nothing is compacted).
-    pub budget: Option<u64>,
-    /// The last request's size, for its THOUGHT.
-    pub last_size: Option<PromptSize>,
-    /// The server refused the last request as too long (what it said, the request's size,
-    /// the run's error should nothing be left to compact, and how many times this
-    /// iteration): the next build compacts.
-    pub refused: Option<Refused>,
-    /// Tokens the journal's compactions took out of each request (summed at each request).
-    pub removed_per_request: u64,
-    /// Prompt tokens this driving did not send thanks to compaction (estimated).
-    pub tokens_saved: u64,
-    /// Compactions made in this driving.
-    pub compactions: u32,
-}
-
-/// A refusal of this iteration's request as longer than the model's window.
-#[derive(Debug, Clone)]
-pub(super) struct Refused {
-    size: PromptSize,
-    error: RunErrorInfo,
-    /// Refusals of this iteration so far, this one included.
-    count: u32,
-}
-
-/// Compactions tried after refusals, per iteration: the first as usual, the second leaving
-/// out every iteration but the last `keep_last`.
-pub(super) const MAX_REFUSALS_PER_ITERATION: u32 = 2;
+use super::state::{
+    error_info, AuditKind, Halt, Refused, Run, MAX_REFUSALS_PER_ITERATION, PROBE_ABOVE_TOKENS,
+};
 
 /// The context_summary record in io/invocations.
 #[derive(serde::Serialize)]
@@ -105,13 +68,8 @@ impl Run {
             (Some(configured), _) => Some(configured),
             (None, refused) => refused,
         };
-        if window.is_none() {
-            let probe = self.lp.model.context_window(&llm.model);
-            window = tokio::select! {
-                found = probe => found,
-                () = self.lp.control.token().cancelled() => None,
-            };
-        }
+        // Known for sure: the server is not asked.
+        self.context.probed = window.is_some();
         if window.is_none() {
             let base_url = match &self.lp.request.llm {
                 LlmTarget::Http(endpoint) => Some(endpoint.base_url.as_str()),
@@ -127,6 +85,29 @@ impl Run {
             });
         }
         self.set_window(window);
+    }
+
+    /// Asks the server for the model's window (once per driving, and only once a request
+    /// passes [`PROBE_ABOVE_TOKENS`]: a short run never asks); its answer wins over the
+    /// catalogue's. Whether the window changed.
+    async fn probe_window(&mut self, estimate: u64) -> bool {
+        if self.context.probed || estimate <= PROBE_ABOVE_TOKENS {
+            return false;
+        }
+        self.context.probed = true;
+        let model = self.lp.request.agent.llm.model.clone();
+        let probe = self.lp.model.context_window(&model);
+        let found = tokio::select! {
+            found = probe => found,
+            () = self.lp.control.token().cancelled() => None,
+        };
+        match found {
+            Some(window) if self.context.window.as_ref() != Some(&window) => {
+                self.set_window(Some(window));
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The window a refusal taught, as the journal recorded it (latest first).
@@ -179,7 +160,11 @@ impl Run {
         self.resolve_context().await;
         let parts = self.sources().await?;
         let refused = self.context.refused.take();
-        let mut built = self.build(&parts, refused.as_ref().map_or(0, |r| r.count));
+        let refusals = refused.as_ref().map_or(0, |r| r.count);
+        let mut built = self.build(&parts, refusals);
+        if self.probe_window(built.size.estimate).await {
+            built = self.build(&parts, refusals);
+        }
         if let (None, Some(Refused { error, .. })) = (&built.plan, &refused) {
             // Nothing left to take out (the task and the system blocks alone are too long):
             // sending it again would only be refused again.

@@ -34,11 +34,10 @@ use crate::tool::kind::registry::{local_toolbox, open_toolbox, server_environmen
 use crate::tool::process::ProgramCache;
 use crate::workspace::validate_run_id;
 
-use super::context_step::ContextState;
 use super::env::child_environments;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
-use super::state::{error_info, Ending, Halt, HookVars, Run, Timings};
+use super::state::{error_info, ContextState, Ending, Halt, HookVars, Run, Timings};
 use super::take::{take_run, SetupError, TakenRun};
 use super::unstarted::setup_failure;
 use super::{RunLoop, DEFAULT_MAX_ITERATIONS};

@@ -234,3 +234,34 @@ fn only_servers_of_this_machine_or_network_are_asked_at_their_own_addresses() {
     }
     assert_eq!(path_segment("qwen2.5:7b/x y"), "qwen2.5%3A7b%2Fx%20y");
 }
+
+/// A server that accepts but never answers costs one request's time limit, and is not asked
+/// again at its other addresses.
+#[tokio::test]
+async fn a_server_that_does_not_answer_is_asked_once() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    let started = std::time::Instant::now();
+    let found = probe(
+        &reqwest::Client::new(),
+        &format!("http://{address}/v1"),
+        "m",
+    )
+    .await;
+    assert_eq!(found, None);
+    assert!(
+        started.elapsed() < PROBE_TIMEOUT * 2,
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
