@@ -577,7 +577,8 @@ fn summarize_replaces_older_iterations_with_the_summary_models_summary() {
         transcript.contains("Agent called next_page"),
         "{transcript}"
     );
-    // The request after the compaction: system prompt, the summary, the task, the rest.
+    // The request after the compaction: the system prompt with the summary after it (in the
+    // same system message: some templates repeat the tool list in each one), the task, the rest.
     let after = first["iteration"].as_u64().unwrap();
     let record = answered_records(&run_dir)
         .into_iter()
@@ -585,13 +586,12 @@ fn summarize_replaces_older_iterations_with_the_summary_models_summary() {
         .find(|r| r["iteration"].as_u64() == Some(after) && r["purpose"].is_null())
         .unwrap();
     let messages = record["request"]["messages"].as_array().unwrap();
-    assert_eq!(messages[1]["role"], "system");
-    assert!(messages[1]["content"]
-        .as_str()
-        .unwrap()
-        .contains("SUMMARY: pages 1 to 7"));
-    assert_eq!(messages[2]["role"], "user");
-    assert_eq!(messages[2]["content"], THIRTY_PAGES_TASK);
+    assert_eq!(messages[0]["role"], "system");
+    let system = messages[0]["content"].as_str().unwrap();
+    assert!(system.starts_with("# Context Block: system_prompt"), "{system}");
+    assert!(system.contains("SUMMARY: pages 1 to 7"), "{system}");
+    assert_eq!(messages[1]["role"], "user");
+    assert_eq!(messages[1]["content"], THIRTY_PAGES_TASK);
     assert!(prompt_tokens(&run_dir)
         .iter()
         .all(|t| *t <= WINDOW_LESS_REPLY));

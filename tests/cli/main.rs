@@ -27,6 +27,7 @@ mod original_compat;
 mod path_ids;
 mod readme_commands;
 mod real_model;
+mod real_model_context;
 mod relay;
 mod resume_hints;
 mod run;

@@ -25,8 +25,8 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 /// Where the real server is, and how to start another one.
 pub(crate) struct RealModel {
     pub(crate) url: String,
-    python: PathBuf,
-    gguf: PathBuf,
+    pub(crate) python: PathBuf,
+    pub(crate) gguf: PathBuf,
 }
 
 /// The server `scripts/llama-local.sh up` started (from `DELTA_REAL_MODEL_*` or its `env`
@@ -69,7 +69,7 @@ pub(crate) fn real_model(test: &str) -> Option<RealModel> {
 }
 
 /// `GET <url>/models` answers 200.
-fn answers(url: &str) -> bool {
+pub(crate) fn answers(url: &str) -> bool {
     let Some(authority) = url
         .strip_prefix("http://")
         .and_then(|rest| rest.split('/').next())
@@ -448,7 +448,7 @@ fn real_model_context_overflow_fails_clearly() {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -481,7 +481,7 @@ fn start_server(model: &RealModel, port: u16) -> Child {
     child
 }
 
-fn kill_server(server: &mut Child) {
+pub(crate) fn kill_server(server: &mut Child) {
     let _ = server.kill();
     let _ = server.wait();
 }

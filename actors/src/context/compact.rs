@@ -47,7 +47,8 @@ pub struct Request<'a> {
     /// How many times the server refused this iteration's request as too long: once,
     /// compact even if it seems to fit; again after a compaction (the server counts what
     /// delta's estimate does not, e.g. a template that leaves tool results out), leave out
-    /// (or summarize) every iteration but the last `keep_last`.
+    /// (or summarize) every iteration but the last `keep_last`, or, when they are all that
+    /// is left, one more of them at each refusal.
     pub refusals: u32,
 }
 
@@ -105,7 +106,14 @@ pub fn decide(request: &Request<'_>) -> Option<Plan> {
     let good_enough = (target + request.budget) / 2;
     let fits = |bytes: u64| estimate(calibration, bytes) <= target;
     let groups = groups(view);
-    let protected_from = groups.len().saturating_sub(settings.keep_last as usize);
+    let mut keep_last = settings.keep_last as usize;
+    if escalate && groups.len() <= keep_last {
+        // Refused again with nothing outside the last `keep_last` left: one more goes at each
+        // refusal, down to the task and the messages after the last reply, rather than a run
+        // the server will never answer (the journal keeps them all).
+        keep_last = groups.len().saturating_sub(1);
+    }
+    let protected_from = groups.len().saturating_sub(keep_last);
     // Messages before the first protected reply may be masked, summarized or dropped.
     let open_end = groups
         .get(protected_from)
@@ -216,7 +224,13 @@ fn keep_from(view: &View, boundary: usize) -> (usize, u64) {
     while index > 0 && view.meta[index - 1].kind == MessageKind::User {
         index -= 1;
     }
-    let seq = view.meta.get(index).map_or(u64::MAX, |m| m.seq);
+    // Nothing kept after the boundary: everything up to the last message goes (never later
+    // events: they are kept when they come).
+    let seq = view
+        .meta
+        .get(index)
+        .or(view.meta.last())
+        .map_or(1, |m| if index < view.meta.len() { m.seq } else { m.seq + 1 });
     (index, seq)
 }
 

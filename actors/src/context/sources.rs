@@ -41,12 +41,29 @@ pub struct SourceParts {
 
 impl SourceParts {
     /// The request's messages: the blocks with `conversation` in the journal's place.
+    ///
+    /// The block standing for compacted iterations (the conversation's only system message,
+    /// its first) joins the system block right before it: some servers' templates repeat
+    /// the tool instructions in every system message (llama.cpp's function-calling one adds
+    /// about 150 tokens each), so a compaction must not add a system message of its own.
     pub fn assemble(&self, conversation: &[ChatMessage]) -> Vec<ChatMessage> {
         let Some(at) = self.journal_at else {
             return self.messages.clone();
         };
         let mut messages = Vec::with_capacity(self.messages.len() + conversation.len());
         messages.extend_from_slice(&self.messages[..at]);
+        let mut conversation = conversation;
+        if let (Some(preface), Some(before)) = (conversation.first(), messages.last_mut()) {
+            if preface.role == Role::System && before.role == Role::System {
+                let joined = format!(
+                    "{}\n\n{}",
+                    before.content.as_deref().unwrap_or_default(),
+                    preface.content.as_deref().unwrap_or_default()
+                );
+                before.content = Some(joined);
+                conversation = &conversation[1..];
+            }
+        }
         messages.extend_from_slice(conversation);
         messages.extend_from_slice(&self.messages[at..]);
         messages
@@ -404,6 +421,39 @@ mod tests {
             &CancellationToken::new(),
         )
         .await
+    }
+
+    fn message(role: Role, content: &str) -> ChatMessage {
+        ChatMessage {
+            role,
+            content: Some(content.into()),
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
+
+    /// The block standing for compacted iterations joins the system block before the
+    /// conversation (one system message: llama.cpp's function-calling template repeats the
+    /// tool list in each); without compaction the request is what it always was.
+    #[test]
+    fn the_compaction_note_joins_the_system_block_before_the_conversation() {
+        let parts = SourceParts {
+            messages: vec![message(Role::System, "# Context Block: system_prompt\n\nRead.")],
+            journal_at: Some(1),
+            ..SourceParts::default()
+        };
+        let task = message(Role::User, "Read the book.");
+        let plain = parts.assemble(std::slice::from_ref(&task));
+        assert_eq!(plain.len(), 2);
+        assert_eq!(plain[0].content, parts.messages[0].content);
+        let note = message(Role::System, "# Context Block: conversation summary\n\nLeft out.");
+        let joined = parts.assemble(&[note, task.clone()]);
+        assert_eq!(joined.len(), 2, "{joined:?}");
+        assert_eq!(
+            joined[0].content.as_deref(),
+            Some("# Context Block: system_prompt\n\nRead.\n\n# Context Block: conversation summary\n\nLeft out.")
+        );
+        assert_eq!(joined[1], task);
     }
 
     fn confinement_fixture() -> tempfile::TempDir {

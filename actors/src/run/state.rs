@@ -65,8 +65,9 @@ pub(super) struct Refused {
 }
 
 /// Compactions tried after refusals, per iteration: the first as usual, the second leaving
-/// out every iteration but the last `keep_last`.
-pub(super) const MAX_REFUSALS_PER_ITERATION: u32 = 2;
+/// out every iteration but the last `keep_last`, the third one more of those (a server whose
+/// template counts what the estimate does not; see `context::compact::Request::refusals`).
+pub(super) const MAX_REFUSALS_PER_ITERATION: u32 = 3;
 
 /// A request smaller than this many tokens fits any model's window: the server is asked for
 /// its window only once a request grows past it (a short run never asks).

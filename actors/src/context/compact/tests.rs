@@ -179,6 +179,77 @@ fn a_second_refusal_leaves_out_every_iteration_but_the_last_ones() {
     assert_eq!(plan.dropped_through, Some(17));
 }
 
+/// Refused again when only the last `keep_last` iterations are left (a continuation of a run
+/// that had outgrown the window: the first refusal already left the rest out): the older of
+/// them goes too, the last one stays.
+#[test]
+fn a_second_refusal_with_only_the_last_ones_left_keeps_the_last_iteration() {
+    let mut events = pages(10, 1800);
+    events.push(ev(
+        22,
+        Event::ContextCompacted {
+            iteration: 10,
+            strategy: "mask".into(),
+            reason: "refusal".into(),
+            masked: Vec::new(),
+            cut: Vec::new(),
+            dropped_through: Some(17),
+            summary: None,
+            tokens_before: 5000,
+            tokens_after: 900,
+            budget: 1000,
+            window: None,
+            refused: None,
+        },
+    ));
+    let view = view_of(&events);
+    let settings = settings(CompactionStrategy::Mask);
+    let request = |refusals| Request {
+        view: &view,
+        other_bytes: 400,
+        budget: estimate(None, 400 + view.bytes()) + 100,
+        settings: &settings,
+        calibration: None,
+        refusals,
+    };
+    let plan = decide(&request(2)).unwrap();
+    // Iteration 9 goes: iteration 10's reply is seq 20.
+    assert_eq!(plan.dropped_through, Some(19), "{plan:?}");
+    // A first refusal still only masks what is outside the last `keep_last`: nothing here.
+    assert_eq!(decide(&request(1)), None);
+    // Refused once more with only iteration 10 left: it goes too (the task stays), and only
+    // up to the last message there is (later ones are kept when they come).
+    events.push(ev(
+        23,
+        Event::ContextCompacted {
+            iteration: 10,
+            strategy: "mask".into(),
+            reason: "refusal".into(),
+            masked: Vec::new(),
+            cut: Vec::new(),
+            dropped_through: Some(19),
+            summary: None,
+            tokens_before: 900,
+            tokens_after: 500,
+            budget: 1000,
+            window: None,
+            refused: None,
+        },
+    ));
+    let view = view_of(&events);
+    let plan = decide(&Request {
+        view: &view,
+        other_bytes: 400,
+        budget: estimate(None, 400 + view.bytes()) + 100,
+        settings: &settings,
+        calibration: None,
+        refusals: 3,
+    })
+    .unwrap();
+    // Through iteration 10's reply (seq 20; its result shows only beneath it).
+    assert_eq!(plan.dropped_through, Some(20), "{plan:?}");
+}
+
 #[test]
 fn a_refused_request_is_compacted_even_when_the_estimate_says_it_fits() {
     let view = view_of(&pages(10, 1800));
