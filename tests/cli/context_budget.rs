@@ -588,7 +588,10 @@ fn summarize_replaces_older_iterations_with_the_summary_models_summary() {
     let messages = record["request"]["messages"].as_array().unwrap();
     assert_eq!(messages[0]["role"], "system");
     let system = messages[0]["content"].as_str().unwrap();
-    assert!(system.starts_with("# Context Block: system_prompt"), "{system}");
+    assert!(
+        system.starts_with("# Context Block: system_prompt"),
+        "{system}"
+    );
     assert!(system.contains("SUMMARY: pages 1 to 7"), "{system}");
     assert_eq!(messages[1]["role"], "user");
     assert_eq!(messages[1]["content"], THIRTY_PAGES_TASK);

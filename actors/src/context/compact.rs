@@ -226,11 +226,13 @@ fn keep_from(view: &View, boundary: usize) -> (usize, u64) {
     }
     // Nothing kept after the boundary: everything up to the last message goes (never later
     // events: they are kept when they come).
-    let seq = view
-        .meta
-        .get(index)
-        .or(view.meta.last())
-        .map_or(1, |m| if index < view.meta.len() { m.seq } else { m.seq + 1 });
+    let seq = view.meta.get(index).or(view.meta.last()).map_or(1, |m| {
+        if index < view.meta.len() {
+            m.seq
+        } else {
+            m.seq + 1
+        }
+    });
     (index, seq)
 }
 

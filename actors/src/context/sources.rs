@@ -438,7 +438,10 @@ mod tests {
     #[test]
     fn the_compaction_note_joins_the_system_block_before_the_conversation() {
         let parts = SourceParts {
-            messages: vec![message(Role::System, "# Context Block: system_prompt\n\nRead.")],
+            messages: vec![message(
+                Role::System,
+                "# Context Block: system_prompt\n\nRead.",
+            )],
             journal_at: Some(1),
             ..SourceParts::default()
         };
@@ -446,7 +449,10 @@ mod tests {
         let plain = parts.assemble(std::slice::from_ref(&task));
         assert_eq!(plain.len(), 2);
         assert_eq!(plain[0].content, parts.messages[0].content);
-        let note = message(Role::System, "# Context Block: conversation summary\n\nLeft out.");
+        let note = message(
+            Role::System,
+            "# Context Block: conversation summary\n\nLeft out.",
+        );
         let joined = parts.assemble(&[note, task.clone()]);
         assert_eq!(joined.len(), 2, "{joined:?}");
         assert_eq!(
