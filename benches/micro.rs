@@ -385,6 +385,7 @@ fn context_per_iteration(c: &mut Criterion) {
         let calibration = Some(Calibration {
             bytes: 4_000,
             tokens: 1_000,
+            growth: None,
         });
         let budgeting = Budgeting {
             budget: 100_000_000,

@@ -24,6 +24,8 @@ pub const SOURCE_BYTES_PER_TOKEN: u64 = 4;
 /// The calibrated ratio is kept within these bounds (a tiny first request, a reply counted
 /// oddly, must not make every later estimate absurd).
 const RATIO_BOUNDS: (f64, f64) = (1.0, 12.0);
+/// Two counts closer than this say too little about how new text counts.
+const MIN_GROWTH_BYTES: u64 = 256;
 
 /// A provider's count of a request, and the request's size: the next estimate's base.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,19 +34,34 @@ pub struct Calibration {
     pub bytes: u64,
     /// Its prompt tokens, as the provider counted them.
     pub tokens: u64,
+    /// What changed between the two latest counts (bytes, tokens), when they moved the same
+    /// way: the rate at which new text counts, without the fixed part of every request that
+    /// delta does not see (a server's template may add ~150 tokens of tool instructions).
+    pub growth: Option<(u64, u64)>,
 }
 
 impl Calibration {
-    /// The latest count in `events`: a THOUGHT's request, or a refused one's.
+    /// The latest count in `events` (a THOUGHT's request, or a refused one's), with the
+    /// growth since the count before it.
     pub fn from_events(events: &[JournalEvent]) -> Option<Calibration> {
-        events.iter().rev().find_map(|e| {
+        let mut counts = events.iter().rev().filter_map(|e| {
             let size = match &e.event {
                 Event::Thought { prompt, .. } => prompt.as_ref(),
                 Event::ContextCompacted { refused, .. } => refused.as_ref(),
                 _ => None,
             }?;
             Calibration::of(size)
-        })
+        });
+        let mut latest = counts.next()?;
+        if let Some(before) = counts.next() {
+            let bytes = latest.bytes.abs_diff(before.bytes);
+            let tokens = latest.tokens.abs_diff(before.tokens);
+            let same_way = (latest.bytes >= before.bytes) == (latest.tokens >= before.tokens);
+            if same_way && bytes >= MIN_GROWTH_BYTES && tokens > 0 {
+                latest.growth = Some((bytes, tokens));
+            }
+        }
+        Some(latest)
     }
 
     /// The calibration a measured request gives, when the provider counted it.
@@ -53,12 +70,15 @@ impl Calibration {
         (size.bytes > 0).then_some(Calibration {
             bytes: size.bytes,
             tokens,
+            growth: None,
         })
     }
 
-    /// The run's bytes per token.
+    /// The run's bytes per token of new text: the growth between the two latest counts, else
+    /// the latest request's whole size over its count.
     pub fn ratio(&self) -> f64 {
-        (self.bytes as f64 / self.tokens as f64).clamp(RATIO_BOUNDS.0, RATIO_BOUNDS.1)
+        let (bytes, tokens) = self.growth.unwrap_or((self.bytes, self.tokens));
+        (bytes as f64 / tokens as f64).clamp(RATIO_BOUNDS.0, RATIO_BOUNDS.1)
     }
 }
 
@@ -143,6 +163,7 @@ mod tests {
         let base = Calibration {
             bytes: 10_000,
             tokens: 2_000,
+            growth: None,
         };
         assert_eq!(base.ratio(), 5.0);
         assert_eq!(estimate(Some(base), 10_000), 2_000);
@@ -152,6 +173,7 @@ mod tests {
         let odd = Calibration {
             bytes: 10,
             tokens: 1_000,
+            growth: None,
         };
         assert_eq!(odd.ratio(), 1.0);
     }
@@ -179,9 +201,47 @@ mod tests {
             Calibration::from_events(&events),
             Some(Calibration {
                 bytes: 1000,
-                tokens: 300
+                tokens: 300,
+                growth: None,
             })
         );
         assert_eq!(Calibration::from_events(&events[1..]), None);
+    }
+
+    /// New text is converted at the rate the two latest counts grew by, not at the whole
+    /// request's: a server's template adds a fixed part delta does not see (llama.cpp's
+    /// function-calling one: the tool list and instructions, ~150 tokens), which would
+    /// otherwise make every new byte count double.
+    #[test]
+    fn new_text_counts_at_the_rate_the_last_two_counts_grew_by() {
+        let measured = |seq: u64, bytes: u64, tokens: u64| JournalEvent {
+            seq,
+            timestamp: String::new(),
+            event: Event::Thought {
+                iteration: 1,
+                content: None,
+                tool_calls: vec![],
+                llm_invocation_ref: None,
+                finish_reason: None,
+                prompt: Some(PromptSize {
+                    bytes,
+                    estimate: 0,
+                    tokens: Some(tokens),
+                }),
+            },
+        };
+        // 150 tokens of template, then 4 bytes a token.
+        let events = vec![measured(1, 400, 250), measured(2, 1200, 450)];
+        let calibration = Calibration::from_events(&events).unwrap();
+        assert_eq!(calibration.growth, Some((800, 200)));
+        assert_eq!(calibration.ratio(), 4.0);
+        assert_eq!(estimate(Some(calibration), 2000), 650);
+        // One count alone: the whole request's ratio.
+        assert_eq!(Calibration::from_events(&events[..1]).unwrap().ratio(), 1.6);
+        // Counts too close, or moving apart (bytes down, tokens up), say nothing of it.
+        let close = vec![measured(1, 400, 250), measured(2, 500, 280)];
+        assert_eq!(Calibration::from_events(&close).unwrap().growth, None);
+        let apart = vec![measured(1, 4000, 250), measured(2, 1200, 450)];
+        assert_eq!(Calibration::from_events(&apart).unwrap().growth, None);
     }
 }

@@ -312,7 +312,7 @@ fn window_in_model_list(body: &Value, model: &str) -> Option<(u64, &'static str)
     let entry = entries
         .iter()
         .find(|e| e.get("id").and_then(Value::as_str) == Some(model))
-        .or_else(|| match entries.as_slice() {
+        .or(match entries.as_slice() {
             [only] => Some(only),
             _ => None,
         })?;

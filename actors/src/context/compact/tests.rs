@@ -269,6 +269,7 @@ fn the_same_inputs_give_the_same_plan() {
     let calibration = Some(Calibration {
         bytes: 40_000,
         tokens: 9_900,
+        growth: None,
     });
     let request = Request {
         view: &view,

@@ -305,7 +305,7 @@ fn arb_journal() -> impl Strategy<Value = Vec<JournalEvent>> {
                         .take(1)
                         .map(|id| (id.as_str(), b as u64))
                         .collect();
-                    let through = (b % 3 == 0).then(|| seq / 2);
+                    let through = (b % 3 == 0).then_some(seq / 2);
                     let summary = (b % 2 == 0).then_some("sum");
                     events.push(compacted(seq, &masked, &cut, through, summary));
                 }
