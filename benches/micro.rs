@@ -60,6 +60,7 @@ fn iteration_events(i: u32) -> [Event; 3] {
             llm_invocation_ref: Some(format!("io/invocations/{i}.json")),
             finish_reason: Some("tool_calls".into()),
             usage: None,
+            prompt: None,
         },
         Event::ActionRequest {
             iteration: i,
@@ -330,11 +331,101 @@ fn engine(c: &mut Criterion) {
     supervisor.shutdown();
 }
 
+/// A run's journal after `iterations` iterations of one call each, whose results are 1.8 KB
+/// pages (the issue-32 workload): start, task, then THOUGHT, ACTION_REQUEST, ACTION_RESULT.
+fn page_journal(iterations: u32) -> Vec<delta_actors::journal::JournalEvent> {
+    let mut events = vec![Event::UserMessage {
+        content: "Read the book and summarize it.".into(),
+    }];
+    for i in 1..=iterations {
+        let [thought, request, _] = iteration_events(i);
+        events.push(thought);
+        events.push(request);
+        events.push(Event::ActionResult {
+            iteration: i,
+            action_id: format!("call_{i}_0"),
+            tool_name: "list_files".into(),
+            status: ActionStatus::Success,
+            observation_content: format!("Page {i} of the book\n{}", "text ".repeat(360)),
+            exit_code: Some(0),
+            execution_ref: Some(format!("io/tool_executions/{i}_read_page.json")),
+        });
+    }
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| delta_actors::journal::JournalEvent {
+            seq: i as u64 + 1,
+            timestamp: String::new(),
+            event,
+        })
+        .collect()
+}
+
+/// Issue 32: the cost of building the next request after `N` iterations, through a run's
+/// builder (only the new iteration is converted and measured; the budget decides nothing
+/// here) against converting the whole journal again (what every request cost before).
+fn context_per_iteration(c: &mut Criterion) {
+    use delta_actors::context::budget::Calibration;
+    use delta_actors::context::{Budgeting, ContextBuilder, SourceParts};
+    let mut g = short(c);
+    let secrets = delta_actors::redact::SecretSet::default();
+    let settings = delta_actors::agent::Compaction::default();
+    let parts = SourceParts {
+        messages: vec![ChatMessage {
+            role: delta_actors::llm::Role::System,
+            content: Some("# Context Block: system_prompt\n\nYou read books.".into()),
+            tool_calls: None,
+            tool_call_id: None,
+        }],
+        journal_at: Some(1),
+        ..SourceParts::default()
+    };
+    for iterations in [10u32, 100, 500] {
+        let events = page_journal(iterations);
+        let calibration = Some(Calibration {
+            bytes: 4_000,
+            tokens: 1_000,
+            growth: None,
+        });
+        let budgeting = Budgeting {
+            budget: 100_000_000,
+            settings: &settings,
+            refusals: 0,
+        };
+        g.bench_with_input(
+            BenchmarkId::new("context/next_request_builder", iterations),
+            &events,
+            |b, events| {
+                b.iter_batched(
+                    || {
+                        let mut builder = ContextBuilder::new(300);
+                        let before = &events[..events.len() - 3];
+                        builder.build(&parts, before, &secrets, calibration, Some(budgeting));
+                        builder
+                    },
+                    |mut builder| {
+                        builder.build(&parts, events, &secrets, calibration, Some(budgeting))
+                    },
+                    criterion::BatchSize::LargeInput,
+                )
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("context/next_request_whole_journal", iterations),
+            &events,
+            |b, events| b.iter(|| journal_to_messages(events, None, &secrets)),
+        );
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     tool_templates,
     journal_append_and_replay,
     context,
+    context_per_iteration,
     model_side,
     engine
 );

@@ -18,19 +18,28 @@
 //!
 //! Must not: write the journal, or read the process environment (callers pass it).
 
+pub mod budget;
+mod builder;
+mod cache;
+pub(crate) mod compact;
+mod generator;
 mod source_file;
 mod sources;
+mod summary;
+pub(crate) mod view;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use tokio_util::sync::CancellationToken;
 
+pub use builder::{Budgeting, Built, ContextBuilder};
+pub use cache::CacheOutcome;
 pub use source_file::ContextFolders;
-pub use sources::{build_messages, source_paths};
+pub use sources::{build_messages, build_sources, source_paths, task_of, SourceParts};
 
-use crate::journal::{Event, JournalEvent, ToolCallRecord};
-use crate::llm::{ChatMessage, FunctionCall, Role, ToolCall};
+use crate::journal::JournalEvent;
+use crate::llm::ChatMessage;
 use crate::redact::SecretSet;
 
 /// The observation recorded for a tool call whose result was never written (crash, kill -9).
@@ -161,6 +170,26 @@ pub enum ContextError {
         /// The recipe's `max_bytes`.
         limit: u64,
     },
+    /// A source longer than its `max_tokens`, with `on_overflow: fail`.
+    #[error("context source '{id}': {path} is about {tokens} tokens, more than its `max_tokens: {limit}` (hint: raise `max_tokens` of source '{id}' in context.yaml, make the text shorter, or set `on_overflow: cut` to keep its head and tail)")]
+    SourceOverTokens {
+        /// The source's id.
+        id: String,
+        /// The file.
+        path: String,
+        /// Its size in tokens (four bytes each).
+        tokens: u64,
+        /// Its `max_tokens`.
+        limit: u64,
+    },
+    /// The files of a generator's `cache.invalidate_on` are too many or too large to hash.
+    #[error("context source '{id}': the files `cache.invalidate_on` matches are too many to hash ({what}) (hint: narrow the globs in context.yaml to the files the generator reads)")]
+    CacheTooLarge {
+        /// The source's id.
+        id: String,
+        /// What was over the limit.
+        what: String,
+    },
     /// The run was stopped while the context was built (not a failure of the source).
     #[error("context build cancelled")]
     Cancelled,
@@ -177,7 +206,9 @@ impl ContextError {
             | ContextError::OutsideAllowedFolders { id, .. }
             | ContextError::NotRegularFile { id, .. }
             | ContextError::SourceTooLarge { id, .. }
-            | ContextError::ContextTooLarge { id, .. } => Some(id),
+            | ContextError::ContextTooLarge { id, .. }
+            | ContextError::SourceOverTokens { id, .. }
+            | ContextError::CacheTooLarge { id, .. } => Some(id),
             ContextError::Cancelled => None,
         }
     }
@@ -188,7 +219,8 @@ pub(crate) fn path_str(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// Converts journal events into an OpenAI-valid conversation.
+/// Converts journal events into an OpenAI-valid conversation, with every compaction the
+/// journal records applied (see [`view`]).
 ///
 /// `max_iterations: Some(n)` keeps the last `n` assistant turns (and everything after the first
 /// of them) plus the first user message, which is the task.
@@ -201,167 +233,15 @@ pub fn journal_to_messages(
     max_iterations: Option<u32>,
     secrets: &SecretSet,
 ) -> Vec<ChatMessage> {
-    let mut messages = conversation(events, max_iterations);
-    if !secrets.is_empty() {
-        for message in &mut messages {
-            if let Some(content) = message.content.as_mut() {
-                secrets.restore_string(content);
-            }
-            for call in message.tool_calls.iter_mut().flatten() {
-                secrets.restore_string(&mut call.function.arguments);
-            }
-        }
-    }
-    messages
-}
-
-fn conversation(events: &[JournalEvent], max_iterations: Option<u32>) -> Vec<ChatMessage> {
-    // Results by action id: the first recorded result wins; later duplicates are ignored.
-    let mut results: HashMap<&str, &str> = HashMap::new();
-    for ev in events {
-        if let Event::ActionResult {
-            action_id,
-            observation_content,
-            ..
-        } = &ev.event
-        {
-            results
-                .entry(action_id.as_str())
-                .or_insert(observation_content.as_str());
-        }
-    }
-
-    let start = match max_iterations {
-        Some(n) if n > 0 => trimmed_start(events, n as usize),
-        _ => 0,
-    };
-
-    let mut messages = Vec::new();
-    // Tool-call ids already sent: a THOUGHT journaled twice (a replay bug, a pasted line
-    // under a new seq) must not send the same call again, which providers refuse.
-    let mut sent_calls: HashSet<&str> = HashSet::new();
-    if start > 0 {
-        if let Some(task) = events.iter().find_map(|e| match &e.event {
-            Event::UserMessage { content } => Some(content.clone()),
-            _ => None,
-        }) {
-            messages.push(user(task));
-        }
-    }
-    for ev in &events[start..] {
-        match &ev.event {
-            Event::UserMessage { content } => messages.push(user(content.clone())),
-            Event::Thought {
-                content,
-                tool_calls,
-                ..
-            } => {
-                let text = content.clone().filter(|c| !c.is_empty());
-                let repeats_only = !tool_calls.is_empty()
-                    && tool_calls
-                        .iter()
-                        .all(|c| sent_calls.contains(c.id.as_str()));
-                if repeats_only {
-                    continue;
-                }
-                let tool_calls: Vec<&ToolCallRecord> = tool_calls
-                    .iter()
-                    .filter(|c| sent_calls.insert(c.id.as_str()))
-                    .collect();
-                if tool_calls.is_empty() {
-                    // An empty answer (no text, no call) is left out of the history sent back:
-                    // vLLM, Mistral and OpenAI's own validator refuse an assistant turn that
-                    // says nothing (docs/providers.md), and it tells the model nothing.
-                    if let Some(text) = text {
-                        messages.push(ChatMessage {
-                            role: Role::Assistant,
-                            content: Some(text),
-                            tool_calls: None,
-                            tool_call_id: None,
-                        });
-                    }
-                    continue;
-                }
-                messages.push(ChatMessage {
-                    role: Role::Assistant,
-                    content: text,
-                    tool_calls: Some(
-                        tool_calls
-                            .iter()
-                            .map(|c| ToolCall {
-                                id: c.id.clone(),
-                                kind: "function".to_string(),
-                                function: FunctionCall {
-                                    name: c.name.clone(),
-                                    arguments: c.arguments.clone(),
-                                },
-                            })
-                            .collect(),
-                    ),
-                    tool_call_id: None,
-                });
-                for call in &tool_calls {
-                    let observation = results
-                        .get(call.id.as_str())
-                        .copied()
-                        .unwrap_or(INTERRUPTED_OBSERVATION);
-                    messages.push(ChatMessage {
-                        role: Role::Tool,
-                        content: Some(observation.to_string()),
-                        tool_calls: None,
-                        tool_call_id: Some(call.id.clone()),
-                    });
-                }
-            }
-            // Results were placed right after their call above.
-            _ => {}
-        }
-    }
-    messages
-}
-
-/// Index of the first event to keep so that only the last `n` thoughts remain.
-fn trimmed_start(events: &[JournalEvent], n: usize) -> usize {
-    let thought_positions: Vec<usize> = events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| matches!(e.event, Event::Thought { .. }))
-        .map(|(i, _)| i)
-        .collect();
-    if thought_positions.len() <= n {
-        return 0;
-    }
-    let first_kept = thought_positions[thought_positions.len() - n];
-    // Keep user messages that directly precede the first kept thought (the question it answers).
-    let mut start = first_kept;
-    while start > 0 && matches!(events[start - 1].event, Event::UserMessage { .. }) {
-        start -= 1;
-    }
-    // The first user message (the task) is re-added by the caller when it falls outside.
-    if events[..start]
-        .iter()
-        .any(|e| matches!(e.event, Event::UserMessage { .. }))
-    {
-        start
-    } else {
-        0
-    }
-}
-
-fn user(content: String) -> ChatMessage {
-    ChatMessage {
-        role: Role::User,
-        content: Some(content),
-        tool_calls: None,
-        tool_call_id: None,
-    }
+    view::conversation_view(events, max_iterations, secrets).messages
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::journal::ActionStatus;
+    use crate::journal::{ActionStatus, Event, ToolCallRecord};
+    use crate::llm::Role;
 
     fn ev(seq: u64, event: Event) -> JournalEvent {
         JournalEvent {
@@ -388,6 +268,7 @@ mod tests {
                 llm_invocation_ref: None,
                 finish_reason: None,
                 usage: None,
+                prompt: None,
             },
         )
     }

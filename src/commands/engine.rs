@@ -246,6 +246,44 @@ pub fn with_model_override(agent: ResolvedAgent, env: &BTreeMap<String, String>)
     }
 }
 
+/// The environment variable that gives the model's context window (tokens), over agent.yaml's
+/// `llm.context_window`.
+pub const CONTEXT_WINDOW_VAR: &str = "DELTA_CONTEXT_WINDOW";
+
+/// Applies `DELTA_CONTEXT_WINDOW` (if set) as the agent's `llm.context_window`, checked like
+/// the key: a whole number of tokens in range, with room for a prompt beside `llm.max_tokens`.
+pub fn with_context_window(
+    agent: ResolvedAgent,
+    env: &BTreeMap<String, String>,
+) -> Result<ResolvedAgent, CliError> {
+    use delta_actors::agent::{MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS};
+    let Some(raw) = env.get(CONTEXT_WINDOW_VAR).filter(|v| !v.trim().is_empty()) else {
+        return Ok(agent);
+    };
+    let tokens = raw
+        .trim()
+        .replace('_', "")
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (MIN_CONTEXT_TOKENS..=MAX_CONTEXT_TOKENS).contains(n));
+    let reply = agent.llm.max_tokens.map_or(0, u64::from);
+    match tokens {
+        Some(tokens) if reply + MIN_CONTEXT_TOKENS <= tokens => {
+            let mut agent = agent;
+            agent.llm.context_window = Some(tokens);
+            agent.llm.context_window_from_env = true;
+            Ok(agent)
+        }
+        Some(tokens) => Err(CliError::Config(format!(
+            "{CONTEXT_WINDOW_VAR}={tokens} leaves less than {MIN_CONTEXT_TOKENS} tokens for the prompt beside `llm.max_tokens` ({reply}) of {}; set {CONTEXT_WINDOW_VAR} to the model's real window or lower `llm.max_tokens`",
+            agent.config_file.display()
+        ))),
+        None => Err(CliError::Config(format!(
+            "{CONTEXT_WINDOW_VAR}='{raw}' is not a number of tokens from {MIN_CONTEXT_TOKENS} to {MAX_CONTEXT_TOKENS}; set it to the model's context window, e.g. {CONTEXT_WINDOW_VAR}=8192, or unset it (delta then asks the server, then its model catalogue)"
+        ))),
+    }
+}
+
 /// Supervisor settings for the CLI: tools find `delta-sessions` next to this executable, and
 /// start from this executable re-run as `delta __spawner` (started before any run).
 pub fn supervisor_config(arbiters: usize, max_parallel: usize) -> SupervisorConfig {
@@ -427,7 +465,7 @@ pub fn run_inputs(
             eprintln!("loaded {}", file.display());
         }
     }
-    let agent = with_model_override(agent, &env.vars);
+    let agent = with_context_window(with_model_override(agent, &env.vars), &env.vars)?;
     let llm = llm_target(&agent, &env.vars, llm_script)?;
     let supervisor = with_env_overrides(supervisor_config(1, 1), &env.vars)?;
     let supervisor = super::endpoint_memory::with_endpoint_memory(supervisor, &env.vars)?;

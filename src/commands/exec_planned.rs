@@ -20,7 +20,8 @@ use delta_actors::llm::Endpoint;
 use delta_actors::{LlmTarget, RunRequest, RunStart};
 
 use crate::commands::engine::{
-    drive_single, process_env, supervisor_config, with_env_overrides, with_model_override,
+    drive_single, process_env, supervisor_config, with_context_window, with_env_overrides,
+    with_model_override,
 };
 use crate::commands::orchestrate_slurm::{RELAY_TOKEN_VAR, RELAY_URL_VAR};
 use crate::error::CliError;
@@ -66,7 +67,7 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
     let cascade = load_env_cascade(Some(&planned.work_dir), &planned.plan_dir, &cwd, &env)
         .map_err(|e| CliError::Config(e.to_string()))?;
-    let agent = with_model_override(agent, &cascade.vars);
+    let agent = with_context_window(with_model_override(agent, &cascade.vars), &cascade.vars)?;
     let base_url = format!("{}/r/{}/v1", relay.trim_end_matches('/'), planned.llm_route);
     let start = match planned.launch {
         HandoffLaunch::New { task } => RunStart::New { task },

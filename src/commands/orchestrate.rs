@@ -21,7 +21,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
     llm_target, parse_llm_timeout_arg, process_env, script_path, scripted_model, supervisor_config,
-    with_env_overrides, with_model_override, Interruption,
+    with_context_window, with_env_overrides, with_model_override, Interruption,
 };
 use crate::commands::observe::{observe, MetricsListen};
 use crate::commands::orchestrate_slurm::{
@@ -182,7 +182,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let mut llm_by_agent = HashMap::new();
     let mut loaded = HashMap::new();
     for (path, agent) in agents {
-        let agent = with_model_override(agent, &env.vars);
+        let agent = with_context_window(with_model_override(agent, &env.vars), &env.vars)?;
         let target = match &scripted {
             Some(script) => LlmTarget::Scripted(script.clone()),
             None => llm_target(&agent, &env.vars, None).map_err(|e| {

@@ -763,6 +763,7 @@ mod tests {
 
     fn row(run_id: &str, status: RunStatus, result: &str, empty_answer: bool) -> RunRow {
         RunRow {
+            tokens_saved: 0,
             run_id: run_id.into(),
             index: 0,
             status,
@@ -822,6 +823,7 @@ mod tests {
                 },
             ],
             totals: Totals {
+                tokens_saved: 0,
                 counts: RunCounts::tally(2, &[]),
                 input_tokens: 20,
                 output_tokens: 8,
@@ -913,6 +915,7 @@ mod tests {
                 counts,
                 input_tokens: 100_010,
                 output_tokens: 40_004,
+                tokens_saved: 0,
             },
             error: None,
         };

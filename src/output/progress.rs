@@ -299,6 +299,24 @@ fn event_line(event: &RunEvent, verbosity: Verbosity) -> Option<String> {
         // The run waits for another process (its workspace's creation lock): the message
         // names the file, the holder and the limit.
         RunEvent::Waiting { message, .. } => format!("  … {message}"),
+        RunEvent::ContextCompacted {
+            tokens_before,
+            tokens_after,
+            strategy,
+            reason,
+            ..
+        } => {
+            let why = if reason == "refusal" {
+                ", after the server refused the request as too long"
+            } else {
+                ""
+            };
+            format!(
+                "  ⇣ compacted context: {} → {} tokens ({strategy}{why})",
+                thousands(*tokens_before),
+                thousands(*tokens_after)
+            )
+        }
         // Shown only by an `EventPrinter` (one run on a terminal).
         RunEvent::ReplyText { .. } => return None,
         // For exporters: the reply's Thought (or the failure) says what a person needs.
@@ -339,6 +357,19 @@ fn clock(duration: Duration) -> String {
         (h, 0, _) => format!("{h}h"),
         (h, m, _) => format!("{h}h{m:02}m"),
     }
+}
+
+/// `14200` as `14,200`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn shorten(text: &str, limit: usize) -> String {
@@ -488,5 +519,27 @@ mod tests {
             shown,
             "  · http://127.0.0.1:1/v1 (m) refused `content: null` on a tool-call turn (HTTP 500): calls are sent with ...\n"
         );
+    }
+
+    /// Issue 32: a compaction says how many tokens it took out, and why.
+    #[test]
+    fn a_compaction_shows_its_tokens_before_and_after() {
+        let compacted = |reason: &str| RunEvent::ContextCompacted {
+            run_id: "r".into(),
+            iteration: 9,
+            strategy: "mask".into(),
+            reason: reason.into(),
+            tokens_before: 14_200,
+            tokens_after: 6_100,
+        };
+        assert_eq!(
+            event_line(&compacted("budget"), Verbosity::Normal).unwrap(),
+            "  ⇣ compacted context: 14,200 → 6,100 tokens (mask)"
+        );
+        assert!(event_line(&compacted("refusal"), Verbosity::Normal)
+            .unwrap()
+            .ends_with("(mask, after the server refused the request as too long)"));
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
     }
 }

@@ -160,6 +160,8 @@ mod tests {
                 end_time: "2026-01-01T00:00:01.500Z".into(),
                 usage: Default::default(),
                 cumulative_usage: Default::default(),
+                tokens_saved: 0,
+                compactions: 0,
             },
             metadata: RunResultMetadata {
                 agent_name: "a".into(),

@@ -7,6 +7,8 @@ mod init_expand;
 mod install_scripts;
 
 mod ask_human;
+mod context_budget;
+mod context_sources;
 mod continue_compat;
 mod continue_run;
 mod crash;
@@ -30,6 +32,7 @@ mod original_compat;
 mod path_ids;
 mod readme_commands;
 mod real_model;
+mod real_model_context;
 mod relay;
 mod resume_hints;
 mod run;

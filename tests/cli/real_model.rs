@@ -23,15 +23,15 @@ use crate::harness::{copy_dir, files_under, read_journal, read_json, wait_until,
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where the real server is, and how to start another one.
-struct RealModel {
-    url: String,
-    python: PathBuf,
-    gguf: PathBuf,
+pub(crate) struct RealModel {
+    pub(crate) url: String,
+    pub(crate) python: PathBuf,
+    pub(crate) gguf: PathBuf,
 }
 
 /// The server `scripts/llama-local.sh up` started (from `DELTA_REAL_MODEL_*` or its `env`
 /// file), or `None` when the test is skipped knowingly. Panics when none answers.
-fn real_model(test: &str) -> Option<RealModel> {
+pub(crate) fn real_model(test: &str) -> Option<RealModel> {
     let from_file = std::fs::read_to_string(
         std::env::var("DELTA_LLAMA_DIR").unwrap_or_else(|_| "/tmp/delta-llama".into()) + "/env",
     )
@@ -69,7 +69,7 @@ fn real_model(test: &str) -> Option<RealModel> {
 }
 
 /// `GET <url>/models` answers 200.
-fn answers(url: &str) -> bool {
+pub(crate) fn answers(url: &str) -> bool {
     let Some(authority) = url
         .strip_prefix("http://")
         .and_then(|rest| rest.split('/').next())
@@ -92,13 +92,13 @@ fn answers(url: &str) -> bool {
 }
 
 /// A temporary folder with agents and a workspace, and `delta` pointed at `url`.
-struct Bench {
+pub(crate) struct Bench {
     root: tempfile::TempDir,
     url: String,
 }
 
 impl Bench {
-    fn new(url: &str) -> Bench {
+    pub(crate) fn new(url: &str) -> Bench {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("ws")).unwrap();
         Bench {
@@ -107,17 +107,17 @@ impl Bench {
         }
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.root.path()
     }
 
-    fn work_dir(&self) -> PathBuf {
+    pub(crate) fn work_dir(&self) -> PathBuf {
         self.path().join("ws")
     }
 
     /// An agent `name` with `tools` (YAML list items) and the llm settings every test here
     /// uses: greedy sampling, short replies.
-    fn agent(&self, name: &str, extra: &str) -> PathBuf {
+    pub(crate) fn agent(&self, name: &str, extra: &str) -> PathBuf {
         let dir = self.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
@@ -149,7 +149,7 @@ impl Bench {
         cmd
     }
 
-    fn delta(&self, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    pub(crate) fn delta(&self, args: &[&str], env: &[(&str, &str)]) -> Outcome {
         let output = self.cmd(env).args(args).output().unwrap();
         Outcome {
             code: output.status.code().unwrap_or(-1),
@@ -158,7 +158,13 @@ impl Bench {
         }
     }
 
-    fn run(&self, agent: &Path, run_id: &str, task: &str, env: &[(&str, &str)]) -> Outcome {
+    pub(crate) fn run(
+        &self,
+        agent: &Path,
+        run_id: &str,
+        task: &str,
+        env: &[(&str, &str)],
+    ) -> Outcome {
         let ws = self.work_dir().display().to_string();
         let agent = agent.display().to_string();
         self.delta(
@@ -170,7 +176,7 @@ impl Bench {
         )
     }
 
-    fn run_dir(&self, run_id: &str) -> PathBuf {
+    pub(crate) fn run_dir(&self, run_id: &str) -> PathBuf {
         self.work_dir().join(".delta").join(run_id)
     }
 
@@ -459,7 +465,7 @@ fn real_model_context_overflow_fails_clearly() {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -492,7 +498,7 @@ fn start_server(model: &RealModel, port: u16) -> Child {
     child
 }
 
-fn kill_server(server: &mut Child) {
+pub(crate) fn kill_server(server: &mut Child) {
     let _ = server.kill();
     let _ = server.wait();
 }

@@ -34,10 +34,11 @@ pub(crate) const AGENT_KEYS: [&str; 15] = [
     "timeout_seconds",
 ];
 
-pub(crate) const LLM_KEYS: [&str; 17] = [
+pub(crate) const LLM_KEYS: [&str; 18] = [
     "model",
     "temperature",
     "max_tokens",
+    "context_window",
     "top_p",
     "frequency_penalty",
     "presence_penalty",
@@ -63,6 +64,15 @@ pub struct LlmSettings {
     pub temperature: Option<f64>,
     /// `max_tokens`: the cap on each reply's length, in tokens (positive).
     pub max_tokens: Option<u32>,
+    /// `context_window`: the most tokens one request (prompt and reply) may hold; the
+    /// context budget's base (else learned: `DELTA_CONTEXT_WINDOW`, the server, the catalogue).
+    /// Not sent to the provider.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// `context_window` came from `DELTA_CONTEXT_WINDOW` (set by the CLI), not agent.yaml:
+    /// recorded as its source in the run's metadata.
+    #[serde(skip)]
+    pub context_window_from_env: bool,
     /// `top_p`, 0 to 1.
     pub top_p: Option<f64>,
     /// `frequency_penalty`, -2 to 2.
@@ -219,6 +229,8 @@ pub(crate) fn parse_agent_config(
         model: llm.required_string("model", "name the model, e.g. `model: gpt-4o-mini`")?,
         temperature: llm.number_in("temperature", 0.0, 2.0)?,
         max_tokens: llm.positive_u32("max_tokens")?,
+        context_window: context_window(&llm)?,
+        context_window_from_env: false,
         top_p: llm.number_in("top_p", 0.0, 1.0)?,
         frequency_penalty: llm.number_in("frequency_penalty", -2.0, 2.0)?,
         presence_penalty: llm.number_in("presence_penalty", -2.0, 2.0)?,
@@ -278,6 +290,39 @@ fn response_format(llm: &Fields<'_>) -> Result<Option<ResponseFormat>, AgentErro
             "write `response_format: json_object` (JSON mode, for endpoints that support it), or leave it out",
         )),
     }
+}
+
+/// `llm.context_window`: [`MIN_CONTEXT_TOKENS`]..=[`MAX_CONTEXT_TOKENS`], with room for a
+/// prompt beside `llm.max_tokens`.
+fn context_window(llm: &Fields<'_>) -> Result<Option<u64>, AgentError> {
+    use super::{MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS};
+    let Some(window) = llm.positive_integer("context_window")? else {
+        return Ok(None);
+    };
+    if !(MIN_CONTEXT_TOKENS..=MAX_CONTEXT_TOKENS).contains(&window) {
+        return Err(AgentError::invalid(
+            llm.file(),
+            format!(
+                "`{}` is {window}, outside {MIN_CONTEXT_TOKENS}..{MAX_CONTEXT_TOKENS}",
+                llm.key_path("context_window")
+            ),
+            "give the model's context window in tokens, e.g. context_window: 128000 (or leave it out: delta asks the server, then its model catalogue)",
+        ));
+    }
+    if let Some(reply) = llm.positive_u32("max_tokens")? {
+        if u64::from(reply) + MIN_CONTEXT_TOKENS > window {
+            return Err(AgentError::invalid(
+                llm.file(),
+                format!(
+                    "`{}` ({reply}) leaves less than {MIN_CONTEXT_TOKENS} tokens of `{}` ({window}) for the prompt",
+                    llm.key_path("max_tokens"),
+                    llm.key_path("context_window")
+                ),
+                "lower `llm.max_tokens` (the reply's cap) or raise `llm.context_window` to the model's real window",
+            ));
+        }
+    }
+    Ok(Some(window))
 }
 
 /// `llm.max_connections`: 1..=[`crate::llm::MAX_CONNECTIONS_LIMIT`].

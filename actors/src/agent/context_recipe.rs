@@ -1,8 +1,22 @@
-//! `context.yaml`: the recipe of what the model sees (spec §2.4.3), parsed and validated.
+//! `context.yaml`: the recipe of what the model sees (spec §2.4.3, §2.4.8), parsed and
+//! validated.
 //!
-//! Owns the source schema (`file`, `computed_file`, `journal`), the default recipe written by
-//! `delta init` (spec §2.4.4) and `${AGENT_HOME}`/`${CWD}` expansion. It must not read the
-//! sources or run generators: `crate::context` executes the recipe at run time.
+//! Owns the source schema (`file`, `computed_file`, `pipeline`, `journal`), the token budget
+//! (`total_max_tokens`, a source's `max_tokens`), the default recipe written by `delta init`
+//! (spec §2.4.4) and `${AGENT_HOME}`/`${CWD}` expansion; `options` parses the budget,
+//! condition, cache, pipeline and compaction keys. It must not read the sources or run
+//! generators: `crate::context` executes the recipe at run time.
+
+mod options;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod options_tests;
+
+pub use options::{
+    Compaction, CompactionStrategy, GeneratorCache, OnOverflow, PipelineStage, SourceCondition,
+    TaskPattern, TokenCap, MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS,
+};
+pub(crate) use options::{CACHE_KEYS, COMPACTION_KEYS, CONDITION_KEYS, GENERATOR_KEYS, STAGE_KEYS};
 
 use std::path::Path;
 
@@ -87,6 +101,12 @@ pub enum ContextSource {
         /// The most bytes read from the file (`max_bytes`, default
         /// [`DEFAULT_SOURCE_MAX_BYTES`]): a larger file fails the run, naming the source.
         max_bytes: u64,
+        /// `max_tokens` / `on_overflow`: the most tokens it brings to a request.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<TokenCap>,
+        /// `condition`: when the source is part of a request (always when `None`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        condition: Option<SourceCondition>,
     },
     /// `type: computed_file`: a generator writes a file, whose text becomes one system
     /// message.
@@ -106,6 +126,33 @@ pub enum ContextSource {
         /// The most bytes read from the output file (`max_bytes`, default
         /// [`DEFAULT_SOURCE_MAX_BYTES`]).
         max_bytes: u64,
+        /// `max_tokens` / `on_overflow`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<TokenCap>,
+        /// `condition`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        condition: Option<SourceCondition>,
+        /// `cache`: the generator runs again only when a watched file changed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache: Option<GeneratorCache>,
+    },
+    /// `type: pipeline`: generators run in turn, each reading the file the one before wrote
+    /// (`DELTA_PIPELINE_INPUT`); the last one's file becomes one system message.
+    Pipeline {
+        /// The source's name, unique in the recipe.
+        id: String,
+        /// The stages, in order (at least one).
+        stages: Vec<PipelineStage>,
+        /// What to do when the last stage succeeded but wrote no file.
+        on_missing: OnMissing,
+        /// The most bytes read from the last stage's file.
+        max_bytes: u64,
+        /// `max_tokens` / `on_overflow`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<TokenCap>,
+        /// `condition`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        condition: Option<SourceCondition>,
     },
     /// `type: journal`: the conversation so far.
     Journal {
@@ -114,6 +161,8 @@ pub enum ContextSource {
         /// Keep only the last this many iterations (the task is always kept); `None` keeps
         /// everything.
         max_iterations: Option<u32>,
+        /// `compaction`: how the conversation is made to fit the budget.
+        compaction: Compaction,
     },
 }
 
@@ -123,7 +172,26 @@ impl ContextSource {
         match self {
             ContextSource::File { id, .. }
             | ContextSource::ComputedFile { id, .. }
+            | ContextSource::Pipeline { id, .. }
             | ContextSource::Journal { id, .. } => id,
+        }
+    }
+
+    /// The source's `condition`, when it has one.
+    pub fn condition(&self) -> Option<&SourceCondition> {
+        match self {
+            ContextSource::File { condition, .. }
+            | ContextSource::ComputedFile { condition, .. }
+            | ContextSource::Pipeline { condition, .. } => condition.as_ref(),
+            ContextSource::Journal { .. } => None,
+        }
+    }
+
+    /// The journal's compaction settings (`None` for other sources).
+    pub fn compaction(&self) -> Option<&Compaction> {
+        match self {
+            ContextSource::Journal { compaction, .. } => Some(compaction),
+            _ => None,
         }
     }
 }
@@ -136,6 +204,21 @@ pub struct ContextRecipe {
     /// The most bytes the `file` and `computed_file` sources may bring together (top-level
     /// `max_bytes`, default [`DEFAULT_CONTEXT_MAX_BYTES`]); the journal is not counted.
     pub max_bytes: u64,
+    /// `total_max_tokens`: the most tokens of one request, system blocks and conversation
+    /// together. `None`: the model's context window less the reply (`llm.max_tokens`) and a
+    /// margin, when the window is known.
+    pub total_max_tokens: Option<u64>,
+}
+
+impl ContextRecipe {
+    /// The `journal` source's compaction settings (the defaults without a journal source).
+    pub fn compaction(&self) -> Compaction {
+        self.sources
+            .iter()
+            .find_map(ContextSource::compaction)
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 /// Replaces `${AGENT_HOME}` and `${CWD}` in a path or argv element.
@@ -145,21 +228,43 @@ pub(crate) fn expand_path_vars(template: &str, agent_home: &Path, cwd: &Path) ->
         .replace("${CWD}", &cwd.to_string_lossy())
 }
 
-const SOURCE_TYPES: [&str; 3] = ["file", "computed_file", "journal"];
+const SOURCE_TYPES: [&str; 4] = ["file", "computed_file", "pipeline", "journal"];
 
 /// The keys of context.yaml, per place (what the parsers below read).
-pub(crate) const CONTEXT_KEYS: [&str; 2] = ["sources", "max_bytes"];
-pub(crate) const FILE_SOURCE_KEYS: [&str; 5] = ["type", "id", "path", "on_missing", "max_bytes"];
-pub(crate) const COMPUTED_FILE_SOURCE_KEYS: [&str; 6] = [
+pub(crate) const CONTEXT_KEYS: [&str; 3] = ["sources", "max_bytes", "total_max_tokens"];
+pub(crate) const FILE_SOURCE_KEYS: [&str; 8] = [
+    "type",
+    "id",
+    "path",
+    "on_missing",
+    "max_bytes",
+    "max_tokens",
+    "on_overflow",
+    "condition",
+];
+pub(crate) const COMPUTED_FILE_SOURCE_KEYS: [&str; 10] = [
     "type",
     "id",
     "generator",
     "output_path",
     "on_missing",
     "max_bytes",
+    "max_tokens",
+    "on_overflow",
+    "condition",
+    "cache",
 ];
-pub(crate) const GENERATOR_KEYS: [&str; 2] = ["command", "timeout_ms"];
-pub(crate) const JOURNAL_SOURCE_KEYS: [&str; 3] = ["type", "id", "max_iterations"];
+pub(crate) const PIPELINE_SOURCE_KEYS: [&str; 8] = [
+    "type",
+    "id",
+    "stages",
+    "on_missing",
+    "max_bytes",
+    "max_tokens",
+    "on_overflow",
+    "condition",
+];
+pub(crate) const JOURNAL_SOURCE_KEYS: [&str; 4] = ["type", "id", "max_iterations", "compaction"];
 
 /// Loads `<agent_home>/context.yaml`; a missing file is an error carrying the default recipe.
 pub(crate) fn load_context_recipe(
@@ -194,6 +299,7 @@ pub(crate) fn parse_context_recipe(
     let root = Fields::new(file, "", doc)?;
     root.check_keys(&CONTEXT_KEYS, policy, warnings)?;
     let max_bytes = parse_max_bytes(&root)?.unwrap_or(DEFAULT_CONTEXT_MAX_BYTES);
+    let total_max_tokens = options::token_count(&root, "total_max_tokens")?;
     let items = root.sequence("sources")?.unwrap_or_default();
     if items.is_empty() {
         return Err(AgentError::invalid(
@@ -208,7 +314,37 @@ pub(crate) fn parse_context_recipe(
         .map(|(i, item)| parse_source(file, i, item, policy, warnings))
         .collect::<Result<Vec<_>, _>>()?;
     refuse_second_journal(file, &sources)?;
-    Ok(ContextRecipe { sources, max_bytes })
+    Ok(ContextRecipe {
+        sources,
+        max_bytes,
+        total_max_tokens,
+    })
+}
+
+/// `total_max_tokens` and `llm.max_tokens` must fit in `llm.context_window` when all three
+/// are set: a budget the window cannot hold would be refused by the server at every call.
+pub(crate) fn check_budget_fits(
+    agent_home: &Path,
+    recipe: &ContextRecipe,
+    llm: &super::LlmSettings,
+) -> Result<(), AgentError> {
+    let (Some(total), Some(window)) = (recipe.total_max_tokens, llm.context_window) else {
+        return Ok(());
+    };
+    let reply = u64::from(llm.max_tokens.unwrap_or(0));
+    if total + reply <= window {
+        return Ok(());
+    }
+    Err(AgentError::invalid(
+        &agent_home.join("context.yaml"),
+        format!(
+            "`total_max_tokens` ({total}) and agent.yaml's `llm.max_tokens` ({reply}) add up to more than `llm.context_window` ({window})"
+        ),
+        format!(
+            "lower `total_max_tokens` to at most {}, or leave it out (the budget is then the window less the reply and a margin)",
+            window.saturating_sub(reply)
+        ),
+    ))
 }
 
 /// `max_bytes` of a source or of the whole recipe: a whole number of bytes, 1 up to
@@ -271,7 +407,8 @@ fn parse_source(
     warnings: &mut Vec<String>,
 ) -> Result<ContextSource, AgentError> {
     let fields = Fields::new(file, &format!("sources[{index}]"), item)?;
-    let kind = fields.required_string("type", "use one of: file, computed_file, journal")?;
+    let kind =
+        fields.required_string("type", "use one of: file, computed_file, pipeline, journal")?;
     let id = fields.string("id")?.unwrap_or_else(|| kind.clone());
     let source = match kind.as_str() {
         "file" => {
@@ -281,42 +418,43 @@ fn parse_source(
                     .required_string("path", "e.g. path: '${AGENT_HOME}/system_prompt.md'")?,
                 on_missing: parse_on_missing(&fields)?,
                 max_bytes: parse_max_bytes(&fields)?.unwrap_or(DEFAULT_SOURCE_MAX_BYTES),
+                max_tokens: options::token_cap(&fields)?,
+                condition: options::condition(&fields, policy, warnings)?,
                 id,
             }
         }
         "computed_file" => {
             fields.check_keys(&COMPUTED_FILE_SOURCE_KEYS, policy, warnings)?;
-            let hint =
-                "e.g. generator: {command: [\"python3\", \"${AGENT_HOME}/tools/summarize.py\"]}";
-            let generator_value = fields.get("generator").ok_or_else(|| {
-                AgentError::invalid(
-                    file,
-                    format!("`{}` is required", fields.key_path("generator")),
-                    hint,
-                )
-            })?;
-            let generator = Fields::new(file, &fields.key_path("generator"), generator_value)?;
-            generator.check_keys(&GENERATOR_KEYS, policy, warnings)?;
-            let command = generator.string_list("command")?.unwrap_or_default();
-            if !matches!(command.first(), Some(program) if !program.trim().is_empty()) {
-                return Err(AgentError::invalid(
-                    file,
-                    format!(
-                        "`{}` must be a non-empty list (program first)",
-                        generator.key_path("command")
-                    ),
-                    hint,
-                ));
-            }
+            let (command, timeout_ms) = options::generator(
+                &fields,
+                "generator",
+                policy,
+                warnings,
+                DEFAULT_GENERATOR_TIMEOUT_MS,
+            )?;
             ContextSource::ComputedFile {
                 command,
-                timeout_ms: generator.timeout_ms("timeout_ms")?.unwrap_or(DEFAULT_GENERATOR_TIMEOUT_MS),
+                timeout_ms,
                 output_path: fields.required_string(
                     "output_path",
                     "the file the generator writes, e.g. '${CWD}/.delta/context_artifacts/summary.md'",
                 )?,
                 on_missing: parse_on_missing(&fields)?,
                 max_bytes: parse_max_bytes(&fields)?.unwrap_or(DEFAULT_SOURCE_MAX_BYTES),
+                max_tokens: options::token_cap(&fields)?,
+                condition: options::condition(&fields, policy, warnings)?,
+                cache: options::cache(&fields, policy, warnings)?,
+                id,
+            }
+        }
+        "pipeline" => {
+            fields.check_keys(&PIPELINE_SOURCE_KEYS, policy, warnings)?;
+            ContextSource::Pipeline {
+                stages: options::stages(&fields, policy, warnings, DEFAULT_GENERATOR_TIMEOUT_MS)?,
+                on_missing: parse_on_missing(&fields)?,
+                max_bytes: parse_max_bytes(&fields)?.unwrap_or(DEFAULT_SOURCE_MAX_BYTES),
+                max_tokens: options::token_cap(&fields)?,
+                condition: options::condition(&fields, policy, warnings)?,
                 id,
             }
         }
@@ -324,6 +462,7 @@ fn parse_source(
             fields.check_keys(&JOURNAL_SOURCE_KEYS, policy, warnings)?;
             ContextSource::Journal {
                 max_iterations: fields.positive_u32("max_iterations")?,
+                compaction: options::compaction(&fields, policy, warnings)?,
                 id,
             }
         }
@@ -334,7 +473,7 @@ fn parse_source(
             return Err(AgentError::invalid(
                 file,
                 format!("`{}` is `{other}`{suggestion}", fields.key_path("type")),
-                "use one of: file, computed_file, journal",
+                "use one of: file, computed_file, pipeline, journal",
             ));
         }
     };
@@ -367,16 +506,21 @@ mod tests {
                     path: "${AGENT_HOME}/system_prompt.md".into(),
                     on_missing: OnMissing::Error,
                     max_bytes: DEFAULT_SOURCE_MAX_BYTES,
+                    max_tokens: None,
+                    condition: None,
                 },
                 ContextSource::File {
                     id: "workspace_guide".into(),
                     path: "${CWD}/DELTA.md".into(),
                     on_missing: OnMissing::Skip,
                     max_bytes: DEFAULT_SOURCE_MAX_BYTES,
+                    max_tokens: None,
+                    condition: None,
                 },
                 ContextSource::Journal {
                     id: "conversation_history".into(),
-                    max_iterations: None
+                    max_iterations: None,
+                    compaction: Compaction::default(),
                 },
             ]
         );
@@ -397,6 +541,9 @@ mod tests {
                 output_path: "${CWD}/o.md".into(),
                 on_missing: OnMissing::Error,
                 max_bytes: DEFAULT_SOURCE_MAX_BYTES,
+                max_tokens: None,
+                condition: None,
+                cache: None,
             }
         );
         assert_eq!(recipe.max_bytes, DEFAULT_CONTEXT_MAX_BYTES);

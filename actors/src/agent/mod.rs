@@ -27,8 +27,10 @@ use std::path::{Path, PathBuf};
 pub use config::{EmptyAnswerPolicy, LlmSettings, ResponseFormat};
 pub(crate) use context_recipe::expand_path_vars;
 pub use context_recipe::{
-    default_context_yaml, ContextRecipe, ContextSource, OnMissing, DEFAULT_CONTEXT_MAX_BYTES,
-    DEFAULT_GENERATOR_TIMEOUT_MS, DEFAULT_SOURCE_MAX_BYTES, MAX_CONFIGURABLE_BYTES,
+    default_context_yaml, Compaction, CompactionStrategy, ContextRecipe, ContextSource,
+    GeneratorCache, OnMissing, OnOverflow, PipelineStage, SourceCondition, TaskPattern, TokenCap,
+    DEFAULT_CONTEXT_MAX_BYTES, DEFAULT_GENERATOR_TIMEOUT_MS, DEFAULT_SOURCE_MAX_BYTES,
+    MAX_CONFIGURABLE_BYTES, MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS,
 };
 pub use dotenv::{load_env_cascade, parse_dotenv, EnvCascade};
 pub use error::AgentError;
@@ -316,6 +318,7 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
     let system_prompt_path =
         resolve_system_prompt(&home, &config_file, config.system_prompt.as_deref())?;
     let context = context_recipe::load_context_recipe(&home, policy, &mut warnings)?;
+    context_recipe::check_budget_fits(&home, &context, &config.llm)?;
     let hooks = load_hooks(&home, &config_file, &doc, policy, &mut warnings)?;
     check_mcp(&config_file, &config.mcp, &tools)?;
     Ok(ResolvedAgent {
@@ -427,8 +430,33 @@ pub fn known_key_paths() -> Vec<(&'static str, String)> {
         ),
         level(
             "context.yaml",
+            "sources[].",
+            &context_recipe::PIPELINE_SOURCE_KEYS,
+        ),
+        level(
+            "context.yaml",
             "sources[].generator.",
             &context_recipe::GENERATOR_KEYS,
+        ),
+        level(
+            "context.yaml",
+            "sources[].condition.",
+            &context_recipe::CONDITION_KEYS,
+        ),
+        level(
+            "context.yaml",
+            "sources[].cache.",
+            &context_recipe::CACHE_KEYS,
+        ),
+        level(
+            "context.yaml",
+            "sources[].stages[].",
+            &context_recipe::STAGE_KEYS,
+        ),
+        level(
+            "context.yaml",
+            "sources[].compaction.",
+            &context_recipe::COMPACTION_KEYS,
         ),
         level("hooks.yaml", "", &hook_names),
         level("hooks.yaml", "<hook>.", &hooks::HOOK_KEYS),

@@ -1,21 +1,74 @@
-//! Running a `context.yaml` recipe (spec §2.4.3): `file` and `computed_file` sources become
-//! one system message each (`# Context Block: <id>`), generators run with their timeout in
-//! the workspace, and `journal` sources become the conversation ([`super::journal_to_messages`]).
-//! A failing source fails the run with an error naming the source id; `on_missing: skip`
-//! skips only a missing file, never a failing generator.
+//! Running a `context.yaml` recipe (spec §2.4.3, §2.4.8): `file`, `computed_file` and
+//! `pipeline` sources become one system message each (`# Context Block: <id>`), generators run
+//! with their timeout in the workspace (a cached one only when a watched file changed), and
+//! the `journal` source's place is kept for the conversation. A source whose `condition` does
+//! not hold is left out; one longer than its `max_tokens` is cut head and tail, with a line
+//! naming the file and what was cut (or fails the run with `on_overflow: fail`). A failing
+//! source fails the run with an error naming the source id; `on_missing: skip` skips only a
+//! missing file, never a failing generator.
 //!
-//! Must not: read a file itself (`source_file` decides where a read may block).
+//! Must not: read a file itself (`source_file` decides where a read may block), or run a
+//! process itself (`generator`).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
+use super::budget::SOURCE_BYTES_PER_TOKEN;
+use super::cache::CacheOutcome;
+use super::generator::{computed_file, pipeline, Generator};
 use super::source_file::{SourceFile, SourceReader};
-use super::{journal_to_messages, path_str, CancellationToken, ContextError, ContextInputs};
-use crate::agent::{expand_path_vars, ContextRecipe, ContextSource, OnMissing};
-use crate::journal::JournalEvent;
+use super::{journal_to_messages, CancellationToken, ContextError, ContextInputs};
+use crate::agent::{
+    expand_path_vars, ContextRecipe, ContextSource, OnMissing, OnOverflow, SourceCondition,
+    TokenCap,
+};
+use crate::journal::{Event, JournalEvent};
 use crate::llm::{ChatMessage, Role};
 use crate::redact::SecretSet;
-use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, Termination};
+
+/// The recipe's sources for one request: their system blocks in recipe order, and where the
+/// conversation goes among them.
+#[derive(Debug, Clone, Default)]
+pub struct SourceParts {
+    /// The system blocks, in order.
+    pub messages: Vec<ChatMessage>,
+    /// How many of them come before the conversation (`None`: the recipe has no journal).
+    pub journal_at: Option<usize>,
+    /// The journal source's `max_iterations`.
+    pub max_iterations: Option<u32>,
+    /// What cached generators did (journaled as CONTEXT_CACHE events).
+    pub cache: Vec<CacheOutcome>,
+}
+
+impl SourceParts {
+    /// The request's messages: the blocks with `conversation` in the journal's place.
+    ///
+    /// The block standing for compacted iterations (the conversation's only system message,
+    /// its first) joins the system block right before it: some servers' templates repeat
+    /// the tool instructions in every system message (llama.cpp's function-calling one adds
+    /// about 150 tokens each), so a compaction must not add a system message of its own.
+    pub fn assemble(&self, conversation: &[ChatMessage]) -> Vec<ChatMessage> {
+        let Some(at) = self.journal_at else {
+            return self.messages.clone();
+        };
+        let mut messages = Vec::with_capacity(self.messages.len() + conversation.len());
+        messages.extend_from_slice(&self.messages[..at]);
+        let mut conversation = conversation;
+        if let (Some(preface), Some(before)) = (conversation.first(), messages.last_mut()) {
+            if preface.role == Role::System && before.role == Role::System {
+                let joined = format!(
+                    "{}\n\n{}",
+                    before.content.as_deref().unwrap_or_default(),
+                    preface.content.as_deref().unwrap_or_default()
+                );
+                before.content = Some(joined);
+                conversation = &conversation[1..];
+            }
+        }
+        messages.extend_from_slice(conversation);
+        messages.extend_from_slice(&self.messages[at..]);
+        messages
+    }
+}
 
 /// Builds the full message list for one model call, in recipe order.
 pub async fn build_messages(
@@ -25,7 +78,31 @@ pub async fn build_messages(
     secrets: &SecretSet,
     cancel: &CancellationToken,
 ) -> Result<Vec<ChatMessage>, ContextError> {
-    let mut messages = Vec::new();
+    let parts = build_sources(recipe, inputs, task_of(events), cancel).await?;
+    let conversation = journal_to_messages(events, parts.max_iterations, secrets);
+    Ok(parts.assemble(&conversation))
+}
+
+/// The run's task: its first user message.
+pub fn task_of(events: &[JournalEvent]) -> &str {
+    events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::UserMessage { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .unwrap_or("")
+}
+
+/// Runs the recipe's sources (all but the journal) for one request; `task` is what
+/// `task_contains` and `task_matches` conditions look at.
+pub async fn build_sources(
+    recipe: &ContextRecipe,
+    inputs: &ContextInputs<'_>,
+    task: &str,
+    cancel: &CancellationToken,
+) -> Result<SourceParts, ContextError> {
+    let mut parts = SourceParts::default();
     let mut total = ContextTotal {
         bytes: 0,
         limit: recipe.max_bytes,
@@ -35,11 +112,18 @@ pub async fn build_messages(
     // write what a later `file` source reads, so a batch never crosses another source.
     let mut pending: Vec<PendingFile> = Vec::new();
     for source in &recipe.sources {
+        if let Some(condition) = source.condition() {
+            if !holds(condition, task, inputs) {
+                continue;
+            }
+        }
         if let ContextSource::File {
             id,
             path,
             on_missing,
             max_bytes,
+            max_tokens,
+            ..
         } = source
         {
             pending.push(PendingFile {
@@ -47,10 +131,11 @@ pub async fn build_messages(
                 path: expand_path_vars(path, inputs.agent_home, inputs.work_dir),
                 on_missing: *on_missing,
                 max_bytes: *max_bytes,
+                max_tokens: *max_tokens,
             });
             continue;
         }
-        read_pending(&mut pending, &mut reader, &mut messages, &mut total, cancel).await?;
+        read_pending(&mut pending, &mut reader, &mut parts, &mut total, cancel).await?;
         match source {
             ContextSource::ComputedFile {
                 id,
@@ -59,6 +144,9 @@ pub async fn build_messages(
                 output_path,
                 on_missing,
                 max_bytes,
+                max_tokens,
+                cache,
+                ..
             } => {
                 let generator = Generator {
                     id,
@@ -67,22 +155,113 @@ pub async fn build_messages(
                     output_path,
                     on_missing: *on_missing,
                     max_bytes: *max_bytes,
+                    cache: cache.as_ref(),
                 };
-                let text = run_generator(&generator, inputs, &mut reader, cancel).await?;
-                if let Some(text) = text {
+                let generated = computed_file(&generator, inputs, &mut reader, cancel).await?;
+                parts.cache.extend(generated.cache);
+                if let Some(text) = generated.text {
+                    let path = expand_path_vars(output_path, inputs.agent_home, inputs.work_dir);
+                    let text = capped(id, &path, text, *max_tokens)?;
                     total.add(id, &text)?;
-                    push_block(&mut messages, id, &text);
+                    push_block(&mut parts.messages, id, &text);
+                }
+            }
+            ContextSource::Pipeline {
+                id,
+                stages,
+                on_missing,
+                max_bytes,
+                max_tokens,
+                ..
+            } => {
+                let text = pipeline(
+                    id,
+                    stages,
+                    *on_missing,
+                    *max_bytes,
+                    inputs,
+                    &mut reader,
+                    cancel,
+                )
+                .await?;
+                if let Some(text) = text {
+                    let last = stages.last().map(|s| s.output.as_str()).unwrap_or_default();
+                    let path = expand_path_vars(last, inputs.agent_home, inputs.work_dir);
+                    let text = capped(id, &path, text, *max_tokens)?;
+                    total.add(id, &text)?;
+                    push_block(&mut parts.messages, id, &text);
                 }
             }
             ContextSource::Journal { max_iterations, .. } => {
-                messages.extend(journal_to_messages(events, *max_iterations, secrets));
+                parts.journal_at = Some(parts.messages.len());
+                parts.max_iterations = *max_iterations;
             }
             // Batched above.
             ContextSource::File { .. } => {}
         }
     }
-    read_pending(&mut pending, &mut reader, &mut messages, &mut total, cancel).await?;
-    Ok(messages)
+    read_pending(&mut pending, &mut reader, &mut parts, &mut total, cancel).await?;
+    Ok(parts)
+}
+
+/// Whether a source's `condition` holds for this request.
+fn holds(condition: &SourceCondition, task: &str, inputs: &ContextInputs<'_>) -> bool {
+    match condition {
+        SourceCondition::TaskContains { pattern } | SourceCondition::TaskMatches { pattern } => {
+            pattern.regex.is_match(task)
+        }
+        SourceCondition::FileExists { path } => {
+            let path = expand_path_vars(path, inputs.agent_home, inputs.work_dir);
+            inputs.work_dir.join(path).exists()
+        }
+        SourceCondition::EnvSet { name } => inputs
+            .child_env
+            .get(name)
+            .is_some_and(|value| !value.is_empty()),
+    }
+}
+
+/// `text` within the source's `max_tokens` (at [`SOURCE_BYTES_PER_TOKEN`] bytes each): cut
+/// head and tail around a line naming the file and what was cut, or refused
+/// (`on_overflow: fail`).
+fn capped(
+    id: &str,
+    path: &str,
+    text: String,
+    cap: Option<TokenCap>,
+) -> Result<String, ContextError> {
+    let Some(cap) = cap else {
+        return Ok(text);
+    };
+    let limit = cap.max_tokens.saturating_mul(SOURCE_BYTES_PER_TOKEN);
+    if text.len() as u64 <= limit {
+        return Ok(text);
+    }
+    if cap.on_overflow == OnOverflow::Fail {
+        return Err(ContextError::SourceOverTokens {
+            id: id.to_string(),
+            path: path.to_string(),
+            tokens: (text.len() as u64).div_ceil(SOURCE_BYTES_PER_TOKEN),
+            limit: cap.max_tokens,
+        });
+    }
+    let kept = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut head = kept / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (kept - kept / 2);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    Ok(format!(
+        "{}\n[... {} of {} bytes of {path} cut here: source '{id}' has `max_tokens: {}` in context.yaml ...]\n{}",
+        &text[..head],
+        tail - head,
+        text.len(),
+        cap.max_tokens,
+        &text[tail..]
+    ))
 }
 
 /// The bytes the file sources of one context brought so far, against the recipe's
@@ -123,13 +302,14 @@ struct PendingFile<'a> {
     path: String,
     on_missing: OnMissing,
     max_bytes: u64,
+    max_tokens: Option<TokenCap>,
 }
 
 /// Reads the pending `file` sources (one trip) and appends their blocks in order.
 async fn read_pending(
     pending: &mut Vec<PendingFile<'_>>,
     reader: &mut SourceReader<'_>,
-    messages: &mut Vec<ChatMessage>,
+    parts: &mut SourceParts,
     total: &mut ContextTotal,
     cancel: &CancellationToken,
 ) -> Result<(), ContextError> {
@@ -165,114 +345,11 @@ async fn read_pending(
                 })
             }
         };
+        let text = capped(file.id, &file.path, text, file.max_tokens)?;
         total.add(file.id, &text)?;
-        push_block(messages, file.id, &text);
+        push_block(&mut parts.messages, file.id, &text);
     }
     Ok(())
-}
-
-/// A `computed_file` source, as written in the recipe.
-struct Generator<'a> {
-    id: &'a str,
-    command: &'a [String],
-    timeout_ms: u64,
-    output_path: &'a str,
-    on_missing: OnMissing,
-    max_bytes: u64,
-}
-
-async fn run_generator(
-    generator: &Generator<'_>,
-    inputs: &ContextInputs<'_>,
-    reader: &mut SourceReader<'_>,
-    cancel: &CancellationToken,
-) -> Result<Option<String>, ContextError> {
-    let Generator {
-        id,
-        command,
-        timeout_ms,
-        output_path,
-        on_missing,
-        ..
-    } = *generator;
-    let argv: Vec<String> = command
-        .iter()
-        .map(|a| expand_path_vars(a, inputs.agent_home, inputs.work_dir))
-        .collect();
-    let output_path = expand_path_vars(output_path, inputs.agent_home, inputs.work_dir);
-    let mut env: Vec<(String, String)> = inputs
-        .child_env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    env.push(("DELTA_RUN_ID".into(), inputs.run_id.to_string()));
-    env.push(("DELTA_RUN_DIR".into(), path_str(inputs.run_dir)));
-    env.push(("DELTA_AGENT_HOME".into(), path_str(inputs.agent_home)));
-    env.push(("DELTA_CWD".into(), path_str(inputs.work_dir)));
-    env.push(("JOURNAL_PATH".into(), path_str(inputs.journal_path)));
-    let spec = ProcessSpec {
-        argv: argv.clone(),
-        stdin: None,
-        cwd: inputs.work_dir.to_path_buf(),
-        env: env.into(),
-        timeout: Duration::from_millis(timeout_ms),
-        kill_grace: Duration::from_secs(2),
-        capture: CaptureSpec {
-            head_bytes: 2048,
-            tail_bytes: 2048,
-            full_output: None,
-            file_cap_bytes: 0,
-            ..CaptureSpec::default()
-        },
-        spawner: crate::tool::spawner::shared(),
-        programs: None,
-    };
-    let outcome = run_process(spec, cancel.clone()).await;
-    let failure = match &outcome.termination {
-        Termination::Exited(0) => None,
-        Termination::Exited(code) => Some(format!("exited with code {code}")),
-        Termination::Signaled(sig) => Some(format!("was killed by signal {sig}")),
-        Termination::TimedOut => Some(format!(
-            "hit its timeout: killed after {timeout_ms} ms (raise generator.timeout_ms in context.yaml if it needs longer)"
-        )),
-        Termination::Cancelled => return Err(ContextError::Cancelled),
-        Termination::SpawnFailed(reason) => Some(format!("could not start: {reason}")),
-    };
-    if let Some(reason) = failure {
-        let stderr = outcome.stderr.text_lossy();
-        let reason = if stderr.trim().is_empty() {
-            reason
-        } else {
-            format!("{reason}; stderr: {}", stderr.trim())
-        };
-        return Err(ContextError::GeneratorFailed {
-            id: id.to_string(),
-            command: argv,
-            reason,
-        });
-    }
-    let output = SourceFile {
-        id: id.to_string(),
-        path: output_path.clone(),
-        max_bytes: generator.max_bytes,
-    };
-    let read = reader.read(vec![output], cancel).await?.into_iter().next();
-    match read.unwrap_or_else(|| Err(std::io::ErrorKind::NotFound.into())) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match on_missing {
-            OnMissing::Skip => Ok(None),
-            OnMissing::Error => Err(ContextError::GeneratorOutputMissing {
-                id: id.to_string(),
-                command: argv,
-                path: output_path,
-            }),
-        },
-        Err(e) => Err(ContextError::FileUnreadable {
-            id: id.to_string(),
-            path: output_path,
-            message: e.to_string(),
-        }),
-    }
 }
 
 /// Paths of the source files a recipe reads, for diagnostics (`delta run -v`).
@@ -287,6 +364,9 @@ pub fn source_paths(recipe: &ContextRecipe, agent_home: &Path, work_dir: &Path) 
             ContextSource::ComputedFile { output_path, .. } => Some(PathBuf::from(
                 expand_path_vars(output_path, agent_home, work_dir),
             )),
+            ContextSource::Pipeline { stages, .. } => stages
+                .last()
+                .map(|s| PathBuf::from(expand_path_vars(&s.output, agent_home, work_dir))),
             ContextSource::Journal { .. } => None,
         })
         .collect()
@@ -314,9 +394,12 @@ mod tests {
                     path: (*path).to_string(),
                     on_missing: *on_missing,
                     max_bytes: 64,
+                    max_tokens: None,
+                    condition: None,
                 })
                 .collect(),
             max_bytes: 100,
+            total_max_tokens: None,
         };
         let (home, work) = (tmp.join("agent"), tmp.join("ws"));
         let env = BTreeMap::new();
@@ -338,6 +421,45 @@ mod tests {
             &CancellationToken::new(),
         )
         .await
+    }
+
+    fn message(role: Role, content: &str) -> ChatMessage {
+        ChatMessage {
+            role,
+            content: Some(content.into()),
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
+
+    /// The block standing for compacted iterations joins the system block before the
+    /// conversation (one system message: llama.cpp's function-calling template repeats the
+    /// tool list in each); without compaction the request is what it always was.
+    #[test]
+    fn the_compaction_note_joins_the_system_block_before_the_conversation() {
+        let parts = SourceParts {
+            messages: vec![message(
+                Role::System,
+                "# Context Block: system_prompt\n\nRead.",
+            )],
+            journal_at: Some(1),
+            ..SourceParts::default()
+        };
+        let task = message(Role::User, "Read the book.");
+        let plain = parts.assemble(std::slice::from_ref(&task));
+        assert_eq!(plain.len(), 2);
+        assert_eq!(plain[0].content, parts.messages[0].content);
+        let note = message(
+            Role::System,
+            "# Context Block: conversation summary\n\nLeft out.",
+        );
+        let joined = parts.assemble(&[note, task.clone()]);
+        assert_eq!(joined.len(), 2, "{joined:?}");
+        assert_eq!(
+            joined[0].content.as_deref(),
+            Some("# Context Block: system_prompt\n\nRead.\n\n# Context Block: conversation summary\n\nLeft out.")
+        );
+        assert_eq!(joined[1], task);
     }
 
     fn confinement_fixture() -> tempfile::TempDir {

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::llm::ContextWindow;
 use crate::protocol::RunStatus;
 
 /// What a sensitive human answer is replaced with in the journal.
@@ -34,6 +35,29 @@ pub struct ToolCallRecord {
     pub name: String,
     /// The raw JSON text of the arguments, exactly as the model produced it.
     pub arguments: String,
+}
+
+/// What a model call's request held, as the context budget measures it (on its THOUGHT, and
+/// on a CONTEXT_COMPACTED for a request the server refused): the next request's estimate is
+/// calibrated from it, so a continued run decides as an uninterrupted one would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptSize {
+    /// The request's size as delta measures it: its messages' text and its tool list.
+    pub bytes: u64,
+    /// delta's estimate of its prompt tokens.
+    pub estimate: u64,
+    /// The provider's count (`usage.prompt_tokens`, or the refusal's words), when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+}
+
+/// A tool result cut head and tail for the model (the full text stays in io/).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutResult {
+    /// The call whose result is cut.
+    pub action_id: String,
+    /// Bytes of it the model still sees (half from its start, half from its end).
+    pub kept_bytes: u64,
 }
 
 /// Outcome of one action.
@@ -117,6 +141,9 @@ pub enum Event {
         /// count, or an estimate marked `estimated` when it sent none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<crate::protocol::TokenUsage>,
+        /// What the request held (written when the run knows its context budget).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<PromptSize>,
     },
     /// A tool call about to be carried out (after argument checks and hooks decided it).
     ActionRequest {
@@ -225,11 +252,59 @@ pub enum Event {
         /// Why: the cancel's reason, or why the janitor found the owner gone.
         reason: String,
     },
+    /// The conversation was compacted to fit the context budget. From this event on, every
+    /// reader (the next request, `delta continue`, `delta serve`) shows the conversation with
+    /// these changes; the events it changes stay in the journal as they were.
+    ContextCompacted {
+        /// The iteration whose request it was made for.
+        iteration: u32,
+        /// What was done: `mask`, `summarize` or `mask_then_summarize`.
+        strategy: String,
+        /// Why: `budget` (the request did not fit) or `refusal` (the server refused it as
+        /// longer than the model's window).
+        reason: String,
+        /// Tool results (by call id) shown from now on as a one-line stub naming the tool,
+        /// its size and its io/ record.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        masked: Vec<String>,
+        /// Tool results cut head and tail for the model.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        cut: Vec<CutResult>,
+        /// Events up to this seq, the task excepted, are left out from now on (replaced by
+        /// `summary`, or by a note saying so).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dropped_through: Option<u64>,
+        /// The summary a model call wrote of what was left out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+        /// The request's estimated prompt tokens before the compaction.
+        tokens_before: u64,
+        /// And after.
+        tokens_after: u64,
+        /// The budget it was compacted against (tokens of one request).
+        budget: u64,
+        /// The model's context window and where it came from, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<ContextWindow>,
+        /// The request the server refused (reason `refusal`): a calibration point.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<PromptSize>,
+    },
+    /// A cached `computed_file` source was looked up (context.yaml `cache:`): its generator
+    /// did not run (`hit`) or ran because a watched file changed.
+    ContextCache {
+        /// The source's id.
+        source: String,
+        /// The stored key matched: the generator's last output was used.
+        hit: bool,
+        /// The key's first 16 hex digits (SHA-256 of the command and the watched files).
+        key: String,
+    },
 }
 
 /// Every `type` tag [`Event::type_name`] writes. A line whose type is neither one of these
 /// nor one of the original engine's is skipped on reading (see `format`).
-pub(crate) const EVENT_TYPES: [&str; 12] = [
+pub(crate) const EVENT_TYPES: [&str; 14] = [
     "ENGINE_START",
     "USER_MESSAGE",
     "THOUGHT",
@@ -242,6 +317,8 @@ pub(crate) const EVENT_TYPES: [&str; 12] = [
     "HOOK_EXECUTED",
     "WARNING",
     "INTERRUPTED",
+    "CONTEXT_COMPACTED",
+    "CONTEXT_CACHE",
 ];
 
 impl Event {
@@ -260,6 +337,8 @@ impl Event {
             Event::HookExecuted { .. } => "HOOK_EXECUTED",
             Event::Warning { .. } => "WARNING",
             Event::Interrupted { .. } => "INTERRUPTED",
+            Event::ContextCompacted { .. } => "CONTEXT_COMPACTED",
+            Event::ContextCache { .. } => "CONTEXT_CACHE",
         }
     }
 }
@@ -292,6 +371,7 @@ mod tests {
             llm_invocation_ref: None,
             finish_reason: Some("tool_calls".into()),
             usage: None,
+            prompt: None,
         });
         assert_eq!(
             text,
@@ -319,6 +399,11 @@ mod tests {
                 llm_invocation_ref: Some("io/invocations/x.json".into()),
                 finish_reason: None,
                 usage: None,
+                prompt: Some(PromptSize {
+                    bytes: 4000,
+                    estimate: 1000,
+                    tokens: Some(1010),
+                }),
             },
             Event::ActionRequest {
                 iteration: 1,
@@ -373,6 +458,32 @@ mod tests {
             Event::Interrupted {
                 reason: "SIGINT".into(),
             },
+            Event::ContextCompacted {
+                iteration: 9,
+                strategy: "mask".into(),
+                reason: "budget".into(),
+                masked: vec!["c1".into()],
+                cut: vec![CutResult {
+                    action_id: "c2".into(),
+                    kept_bytes: 2048,
+                }],
+                dropped_through: Some(12),
+                summary: Some("s".into()),
+                tokens_before: 3900,
+                tokens_after: 1800,
+                budget: 3773,
+                window: Some(ContextWindow::new(4096, "refusal", None)),
+                refused: Some(PromptSize {
+                    bytes: 16_000,
+                    estimate: 3700,
+                    tokens: Some(4096),
+                }),
+            },
+            Event::ContextCache {
+                source: "summary".into(),
+                hit: true,
+                key: "0123456789abcdef".into(),
+            },
         ];
         for event in events {
             let text = line(event.clone());
@@ -397,7 +508,8 @@ mod tests {
                 tool_calls: vec![],
                 llm_invocation_ref: None,
                 finish_reason: None,
-                usage: None
+                usage: None,
+                prompt: None,
             }
         );
     }

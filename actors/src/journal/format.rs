@@ -85,7 +85,9 @@ impl ParsedJournal {
     }
 }
 
-/// One line, read.
+/// One line, read. (The event is the large variant since CONTEXT_COMPACTED: a line is moved
+/// straight into the replayed events, so boxing it would only add an allocation per event.)
+#[allow(clippy::large_enum_variant)]
 enum Line {
     Event(JournalEvent),
     /// A JSON object whose `type` is neither ours nor the original engine's.

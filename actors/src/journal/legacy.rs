@@ -197,6 +197,7 @@ impl LegacyConverter {
                     llm_invocation_ref: optional_text(payload, "llm_invocation_ref"),
                     finish_reason: None,
                     usage: None,
+                    prompt: None,
                 }
             }
             "ACTION_REQUEST" => Event::ActionRequest {

@@ -23,7 +23,9 @@ mod repeats;
 mod secrets;
 mod writer;
 
-pub use event::{ActionStatus, Event, JournalEvent, ToolCallRecord, REDACTED};
+pub use event::{
+    ActionStatus, CutResult, Event, JournalEvent, PromptSize, ToolCallRecord, REDACTED,
+};
 pub use format::read_journal;
 pub use queries::recorded_final_answer;
 pub(crate) use queries::{

@@ -55,6 +55,7 @@ fn visit(event: &mut Event, text: &mut dyn FnMut(&mut String), json: &mut dyn Fn
             llm_invocation_ref,
             finish_reason,
             usage: _,
+            prompt: _,
         } => {
             if let Some(v) = content {
                 text(v);
@@ -165,5 +166,43 @@ fn visit(event: &mut Event, text: &mut dyn FnMut(&mut String), json: &mut dyn Fn
         }
         Event::Warning { message } => text(message),
         Event::Interrupted { reason } => text(reason),
+        Event::ContextCompacted {
+            iteration: _,
+            strategy,
+            reason,
+            masked,
+            cut,
+            dropped_through: _,
+            summary,
+            tokens_before: _,
+            tokens_after: _,
+            budget: _,
+            window,
+            refused: _,
+        } => {
+            text(strategy);
+            text(reason);
+            masked.iter_mut().for_each(&mut *text);
+            for c in cut {
+                text(&mut c.action_id);
+            }
+            if let Some(v) = summary {
+                text(v);
+            }
+            if let Some(window) = window {
+                text(&mut window.source);
+                if let Some(v) = &mut window.detail {
+                    text(v);
+                }
+            }
+        }
+        Event::ContextCache {
+            source,
+            hit: _,
+            key,
+        } => {
+            text(source);
+            text(key);
+        }
     }
 }

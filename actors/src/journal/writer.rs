@@ -490,6 +490,7 @@ mod tests {
             llm_invocation_ref: None,
             finish_reason: None,
             usage: None,
+            prompt: None,
         };
         let returned = journal.append(thought.clone()).unwrap();
         assert_eq!(returned.event, thought, "the caller keeps the real value");

@@ -492,6 +492,14 @@ impl ChatBackend for HttpBackend {
     fn take_adaptations(&self) -> Vec<Adaptation> {
         self.inner.learned.take_news()
     }
+
+    fn context_window(&self, model: &str) -> super::endpoint::WindowFuture {
+        let (this, model) = (self.clone(), model.to_owned());
+        Box::pin(async move {
+            let client = this.inner.clients.for_this_thread().ok()?;
+            super::window::probe(&client, &this.inner.endpoint.base_url, &model).await
+        })
+    }
 }
 
 /// reqwest's own text is terse ("error sending request"); the cause chain says why.

@@ -489,6 +489,9 @@ impl LlmError {
 /// The future a backend returns for one attempt.
 pub type CompletionFuture = Pin<Box<dyn Future<Output = Result<ChatCompletion, LlmError>> + Send>>;
 
+/// What [`ChatBackend::context_window`] returns.
+pub type WindowFuture = Pin<Box<dyn Future<Output = Option<super::ContextWindow>> + Send>>;
+
 /// One attempt, no retry. Implemented by [`super::HttpBackend`] and
 /// [`super::ScriptedBackend`]; the endpoint's gate adds admission, rate limiting and retries.
 pub trait ChatBackend: Send + Sync + 'static {
@@ -521,6 +524,13 @@ pub trait ChatBackend: Send + Sync + 'static {
     /// return none.
     fn take_adaptations(&self) -> Vec<Adaptation> {
         Vec::new()
+    }
+
+    /// `model`'s context window as the endpoint tells it ([`super::window::probe`]), if it
+    /// does. Backends that do not speak HTTP know none.
+    fn context_window(&self, model: &str) -> WindowFuture {
+        let _ = model;
+        Box::pin(async { None })
     }
 }
 

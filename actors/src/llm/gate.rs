@@ -7,6 +7,7 @@
 //! No actix here. The gate never holds a permit while sleeping a backoff, and reserves a
 //! rate slot only once it holds a permit (so queued callers cannot burst past the limit).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use super::rate::RateLimiter;
 use super::retry::{RetryNotice, RetryPolicy};
 use super::timeouts::TimeoutPhase;
 use super::types::{ChatCompletion, ChatRequest};
+use super::window::ContextWindow;
 
 /// Limits for one endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +72,9 @@ pub struct LlmGate {
     max_in_flight: usize,
     limiter: Mutex<RateLimiter>,
     retry: RetryPolicy,
+    /// Context windows the endpoint told, by model: asked once per process, however many
+    /// runs start at once.
+    windows: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Option<ContextWindow>>>>>,
 }
 
 impl std::fmt::Debug for LlmGate {
@@ -95,6 +100,7 @@ impl LlmGate {
             max_in_flight,
             limiter: Mutex::new(RateLimiter::new(config.requests_per_minute)),
             retry: config.retry,
+            windows: Mutex::default(),
         }
     }
 
@@ -107,6 +113,18 @@ impl LlmGate {
     /// [`ChatBackend::take_adaptations`]).
     pub fn take_adaptations(&self) -> Vec<super::Adaptation> {
         self.backend.take_adaptations()
+    }
+
+    /// `model`'s context window as the endpoint tells it (see
+    /// [`super::window::probe`]): asked the first time, then remembered.
+    pub async fn context_window(&self, model: &str) -> Option<ContextWindow> {
+        let cell = {
+            let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(windows.entry(model.to_string()).or_default())
+        };
+        cell.get_or_init(|| self.backend.context_window(model))
+            .await
+            .clone()
     }
 
     /// Requests currently being sent or answered through this gate.

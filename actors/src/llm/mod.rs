@@ -26,6 +26,8 @@
 //!   kept), and its outcome or failure.
 //! - [`gate`]: [`LlmGate`], one per endpoint: in-flight cap + rate limiter + Retry-After
 //!   barrier + retries, as plain tokio code shared by every run of the endpoint.
+//! - [`window`]: a model's context window, learned from the server's answers and refusals.
+//! - [`catalogue`]: the model catalogue shipped with delta (windows and prices).
 //! - [`scripted`]: the scripted model ([`Script`]), its in-process [`ScriptedBackend`], the
 //!   strict history validator and the OpenAI-compatible HTTP server.
 //!
@@ -33,6 +35,7 @@
 //! per endpoint (keyed by [`Endpoint::key`]) and each run calls it from its own arbiter.
 
 pub(crate) mod call;
+pub mod catalogue;
 pub mod client;
 pub mod dialect;
 pub mod endpoint;
@@ -48,6 +51,7 @@ mod target;
 pub mod timeouts;
 pub mod types;
 pub mod usage;
+pub mod window;
 pub mod wire;
 
 #[cfg(test)]
@@ -79,4 +83,5 @@ pub use types::{
     parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall,
     ToolList, Usage,
 };
+pub use window::ContextWindow;
 pub use wire::MessageJson;

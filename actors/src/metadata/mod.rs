@@ -122,6 +122,11 @@ pub struct RunMetadata {
     /// continuation's span links to it, so a trace viewer leads from one start to the next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<crate::protocol::TraceSpan>,
+    /// The model's context window the run's budget was based on, and where it came from
+    /// (agent.yaml, `DELTA_CONTEXT_WINDOW`, the server, a refusal, the catalogue); absent
+    /// when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<crate::llm::ContextWindow>,
 }
 
 impl RunMetadata {
@@ -162,6 +167,7 @@ impl RunMetadata {
             duration_ms: None,
             orchestration_id: None,
             trace: None,
+            context_window: None,
         }
     }
 
@@ -473,6 +479,7 @@ fn from_original(
         duration_ms: None,
         orchestration_id: None,
         trace: None,
+        context_window: None,
     })
 }
 

@@ -42,6 +42,8 @@ impl RunMetadata {
                     estimated: meta.usage.estimated,
                 },
                 cumulative_usage: meta.usage_so_far(),
+                tokens_saved: 0,
+                compactions: 0,
             },
             metadata: RunResultMetadata {
                 agent_name: meta.agent_name.clone(),

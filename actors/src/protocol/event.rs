@@ -221,6 +221,22 @@ pub enum RunEvent {
         /// New reasoning text, from models that think aloud in a separate field (may be empty).
         reasoning: String,
     },
+    /// The conversation was compacted to fit the context budget (a CONTEXT_COMPACTED event
+    /// in the journal says what was changed).
+    ContextCompacted {
+        /// The run this event belongs to.
+        run_id: String,
+        /// The iteration whose request was compacted.
+        iteration: u32,
+        /// `mask`, `summarize` or `mask_then_summarize`.
+        strategy: String,
+        /// `budget` (the request did not fit) or `refusal` (the server refused it).
+        reason: String,
+        /// The request's estimated prompt tokens before the compaction.
+        tokens_before: u64,
+        /// And after.
+        tokens_after: u64,
+    },
     /// The run ended; its [`RunResult`](crate::protocol::RunResult) follows on the run's
     /// handle. Always the run's last event.
     RunFinished {
@@ -251,6 +267,7 @@ impl RunEvent {
             | RunEvent::ModelCallFinished { run_id, .. }
             | RunEvent::Waiting { run_id, .. }
             | RunEvent::ReplyText { run_id, .. }
+            | RunEvent::ContextCompacted { run_id, .. }
             | RunEvent::RunFinished { run_id, .. } => run_id,
         }
     }

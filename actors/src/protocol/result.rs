@@ -300,6 +300,21 @@ pub struct RunMetrics {
     /// provider billed for the run, as far as it reported usage.
     #[serde(default)]
     pub cumulative_usage: TokenUsage,
+    /// Prompt tokens this driving did not send because the context was compacted (an
+    /// estimate: what each compaction took out, for every request after it). Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_saved: u64,
+    /// Compactions of the context in this driving. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub compactions: u32,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// `metadata` of a RunResult: which agent ran and where its files are.

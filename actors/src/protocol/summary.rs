@@ -114,6 +114,14 @@ pub struct RunRow {
     /// True when the run was already COMPLETED before this invocation (resume).
     #[serde(default)]
     pub reused: bool,
+    /// Prompt tokens the run did not send because its context was compacted (its last
+    /// attempt). Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_saved: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How the planned runs ended. Every planned run is in exactly one bucket, so the buckets
@@ -230,6 +238,10 @@ pub struct Totals {
     pub input_tokens: u64,
     /// Completion tokens of every run, every attempt included.
     pub output_tokens: u64,
+    /// Prompt tokens the runs did not send because their context was compacted. Absent
+    /// when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_saved: u64,
 }
 
 /// What `delta orchestrate` prints and writes to `summary.json`.
@@ -290,6 +302,7 @@ mod tests {
 
     fn row(status: RunStatus) -> RunRow {
         RunRow {
+            tokens_saved: 0,
             run_id: "r".into(),
             index: 0,
             status,

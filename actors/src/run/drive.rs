@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 
 use crate::agent::{EmptyAnswerPolicy, HookName};
 use crate::clock::now_rfc3339;
+use crate::context::ContextBuilder;
 use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
 use crate::llm::{ChatCompletion, MessageJson, ToolList};
@@ -36,7 +37,7 @@ use crate::workspace::{validate_run_id, LockWait};
 use super::env::child_environments;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
-use super::state::{error_info, Ending, Halt, HookVars, Run, Timings};
+use super::state::{error_info, ContextState, Ending, Halt, HookVars, Run, Timings};
 use super::take::{take_run, SetupError, TakenRun};
 use super::unstarted::{setup_failure, unstarted_interrupted};
 use super::{RunLoop, DEFAULT_MAX_ITERATIONS};
@@ -234,8 +235,14 @@ impl Run {
             lp.request.agent.name,
             max_iterations
         ));
+        let tool_schemas = ToolList::new(toolbox.schemas());
+        let tools_bytes = serde_json::to_vec(&tool_schemas).map_or(0, |json| json.len() as u64);
         let run = Run {
-            tool_schemas: ToolList::new(toolbox.schemas()),
+            context: ContextState {
+                builder: ContextBuilder::new(tools_bytes),
+                ..ContextState::default()
+            },
+            tool_schemas,
             toolbox,
             message_json: MessageJson::new(),
             paths,
@@ -311,19 +318,29 @@ impl Run {
             )
             .await?;
 
-            let mut request = self.build_request().await?;
-            let outcome = self
-                .hook(
-                    HookName::PreLlmRequest,
-                    || serde_json::to_value(&request).unwrap_or(Value::Null),
-                    HookVars::default(),
-                )
-                .await?;
-            if let Some(outcome) = outcome {
-                self.apply_override(&mut request, &outcome)?;
-            }
-
-            let (completion, record_ref, usage) = self.call_model(request).await?;
+            // A request the server refuses as too long is compacted and sent again (at most
+            // twice per iteration: `context_step.rs`).
+            let mut refusals = 0;
+            let (completion, record_ref, usage) = loop {
+                let mut request = self.build_request().await?;
+                let outcome = self
+                    .hook(
+                        HookName::PreLlmRequest,
+                        || serde_json::to_value(&request).unwrap_or(Value::Null),
+                        HookVars::default(),
+                    )
+                    .await?;
+                if let Some(outcome) = outcome {
+                    self.apply_override(&mut request, &outcome)?;
+                    self.remeasure(&request);
+                }
+                match self.call_model(request).await {
+                    Err(Halt::Failed(error)) if self.context_refusal(&error, refusals) => {
+                        refusals += 1;
+                    }
+                    called => break called?,
+                }
+            };
             self.hook(
                 HookName::PostLlmResponse,
                 || self.completion_payload(iteration, &completion),
@@ -490,6 +507,7 @@ impl Run {
             llm_invocation_ref: record_ref,
             finish_reason: completion.finish_reason,
             usage: (!usage.is_zero()).then_some(usage),
+            prompt: self.prompt_size(completion.usage),
         })?;
         if let Some(text) = text {
             self.emit(RunEvent::Thought {

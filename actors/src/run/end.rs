@@ -184,6 +184,8 @@ impl Run {
                     estimated: self.usage.estimated,
                 },
                 cumulative_usage: self.cumulative_usage(),
+                tokens_saved: self.context.tokens_saved,
+                compactions: self.context.compactions,
             },
             metadata: RunResultMetadata {
                 agent_name: self.lp.request.agent.name.clone(),

@@ -7,6 +7,9 @@
 //!   other file of the loop imports from it, none from each other);
 //! - `drive.rs`: take the run, iterate (hooks → context → model → tool calls → loop), end —
 //!   the whole life of a run, read top to bottom;
+//! - `context_step.rs`: the context step: the model's window and the request's budget, the
+//!   sources, the request built from the journal, compactions carried out and journaled, a
+//!   request the server refused as too long compacted and sent again;
 //! - `model.rs`: the model step: the request from the context builder, a `pre_llm_request`
 //!   override, the call through the model port, its io/invocations record;
 //! - `calls.rs`: the tool phase of one reply: each call through its hooks and the tool port,
@@ -41,6 +44,7 @@
 
 mod call_event;
 mod calls;
+mod context_step;
 mod drive;
 mod end;
 mod env;
@@ -67,7 +71,9 @@ use futures_util::future::LocalBoxFuture;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::{CallFailure, CallOutcome, ChatRequest, RequestMeta, RetryObserver};
+use crate::llm::{
+    CallFailure, CallOutcome, ChatRequest, ContextWindow, RequestMeta, RetryObserver,
+};
 use crate::protocol::RunEvent;
 use crate::request::{RunRequest, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
@@ -100,6 +106,13 @@ pub trait ModelPort {
     /// whichever run asks first), for the run to announce.
     fn take_adaptations(&self) -> Vec<crate::llm::Adaptation> {
         Vec::new()
+    }
+
+    /// `model`'s context window as the endpoint tells it, when it does (asked once per
+    /// endpoint and model; see [`crate::llm::window::probe`]).
+    fn context_window(&self, model: &str) -> LocalBoxFuture<'static, Option<ContextWindow>> {
+        let _ = model;
+        Box::pin(async { None })
     }
 }
 

@@ -12,7 +12,6 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::context::{build_messages, ContextError, ContextInputs};
 use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
 use crate::journal::Event;
 use crate::llm::usage::{call_usage, CallUsage};
@@ -96,40 +95,11 @@ impl AsRef<[u8]> for WireBody {
 }
 
 impl Run {
-    /// The messages for this iteration, from the journal through the context builder.
-    pub(super) async fn build_request(&self) -> Result<ChatRequest, Halt> {
+    /// The messages for this iteration, from the journal through the context builder
+    /// (compacted first when the budget says so: `context_step.rs`).
+    pub(super) async fn build_request(&mut self) -> Result<ChatRequest, Halt> {
+        let messages = self.context_messages().await?;
         let agent = &self.lp.request.agent;
-        let events = self.rec.borrow().snapshot();
-        let secrets = self.secrets.snapshot();
-        let inputs = ContextInputs {
-            agent_home: &agent.home,
-            work_dir: &self.lp.request.work_dir,
-            run_id: &self.lp.run_id,
-            run_dir: &self.paths.run_dir,
-            journal_path: &self.paths.journal,
-            child_env: &self.generator_env,
-            folders: &self.context_folders,
-        };
-        let built = build_messages(
-            &agent.context,
-            &inputs,
-            &events,
-            &secrets,
-            self.lp.control.token(),
-        )
-        .await;
-        let messages = match built {
-            Ok(messages) => messages,
-            Err(ContextError::Cancelled) => return Err(Halt::Stopped),
-            Err(e) => {
-                let message = e.to_string();
-                self.log(&message);
-                return Err(Halt::Failed(error_info(
-                    RunErrorKind::ContextError,
-                    message,
-                )));
-            }
-        };
         let llm = &agent.llm;
         let mut extra = serde_json::Map::new();
         if let Some(format) = llm.response_format {

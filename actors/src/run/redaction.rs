@@ -180,6 +180,14 @@ fn redact_event(event: &mut RunEvent, secrets: &SecretSet) {
                 text(field);
             }
         }
+        RunEvent::ContextCompacted {
+            run_id,
+            iteration: _,
+            strategy: _,
+            reason: _,
+            tokens_before: _,
+            tokens_after: _,
+        } => text(run_id),
         RunEvent::RunFinished {
             run_id,
             status: _,

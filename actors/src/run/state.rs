@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::context::ContextFolders;
-use crate::llm::{MessageJson, ToolList};
+use crate::context::{ContextBuilder, ContextFolders};
+use crate::journal::PromptSize;
+use crate::llm::{ContextWindow, MessageJson, ToolList};
 use crate::metadata::{RunLock, RunMetadata};
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
 use crate::redact::Redactor;
@@ -23,6 +24,54 @@ use crate::workspace::{RunPaths, ToolRecordNames};
 use super::recorder::Recorder;
 use super::redaction::EventSink;
 use super::RunLoop;
+
+/// What the run knows of its context for this driving.
+#[derive(Debug, Default)]
+pub(super) struct ContextState {
+    /// The builder and its cached conversation.
+    pub builder: ContextBuilder,
+    /// The model's window and where it came from (`None`: unknown).
+    pub window: Option<ContextWindow>,
+    /// Whether the window was looked for yet (agent.yaml, a refusal, the catalogue).
+    pub resolved: bool,
+    /// Whether the server was asked for the window yet (only once a request is large
+    /// enough for any window to matter: [`PROBE_ABOVE_TOKENS`]).
+    pub probed: bool,
+    /// The request's budget in prompt tokens (`None`: no budget, nothing is compacted).
+    pub budget: Option<u64>,
+    /// The last request's size, for its THOUGHT.
+    pub last_size: Option<PromptSize>,
+    /// The server refused the last request as too long (what it said, the request's size,
+    /// the run's error should nothing be left to compact, and how many times this
+    /// iteration): the next build compacts.
+    pub refused: Option<Refused>,
+    /// Tokens the journal's compactions took out of each request (summed at each request).
+    pub removed_per_request: u64,
+    /// Prompt tokens this driving did not send thanks to compaction (estimated).
+    pub tokens_saved: u64,
+    /// Compactions made in this driving.
+    pub compactions: u32,
+}
+
+/// A refusal of this iteration's request as longer than the model's window.
+#[derive(Debug, Clone)]
+pub(super) struct Refused {
+    /// The refused request's size, with the tokens the refusal said it had.
+    pub size: PromptSize,
+    /// The run's error, should nothing be left to compact.
+    pub error: RunErrorInfo,
+    /// Refusals of this iteration so far, this one included.
+    pub count: u32,
+}
+
+/// Compactions tried after refusals, per iteration: the first as usual, the second leaving
+/// out every iteration but the last `keep_last`, the third one more of those (a server whose
+/// template counts what the estimate does not; see `context::compact::Request::refusals`).
+pub(super) const MAX_REFUSALS_PER_ITERATION: u32 = 3;
+
+/// A request smaller than this many tokens fits any model's window: the server is asked for
+/// its window only once a request grows past it (a short run never asks).
+pub(super) const PROBE_ABOVE_TOKENS: u64 = 1024;
 
 /// Why the iterations ended before an answer, a pause or the cap.
 pub(super) enum Halt {
@@ -72,6 +121,9 @@ pub(super) struct Run {
     pub programs: ProgramCache,
     /// The agent folder and workspace as the context builder resolved them.
     pub context_folders: ContextFolders,
+    /// The model's window, the request's budget, the context builder and what compaction
+    /// saved (`context_step.rs`).
+    pub context: ContextState,
     /// The environment given to context generators. Built at take; read only.
     pub generator_env: Arc<BTreeMap<String, String>>,
     /// The tools the run offers, by kind; every call is planned through it.

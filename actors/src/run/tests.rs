@@ -36,6 +36,9 @@ pub(super) struct FakeModel {
     failed_attempts_usage: Usage,
     /// The finish reason of every reply (`stop` unless a test cuts them: `length`).
     finish_reason: &'static str,
+    /// The window the endpoint says, and how many times it was asked.
+    window: Option<crate::llm::ContextWindow>,
+    probes: std::cell::Cell<u32>,
 }
 
 impl FakeModel {
@@ -47,6 +50,25 @@ impl FakeModel {
             usage: None,
             failed_attempts_usage: Usage::default(),
             finish_reason: "stop",
+            window: None,
+            probes: Default::default(),
+        })
+    }
+
+    fn saying_its_window(replies: Vec<Result<ChatMessage, String>>, tokens: u64) -> Rc<FakeModel> {
+        Rc::new(FakeModel {
+            replies: RefCell::new(replies.into()),
+            requests: Rc::default(),
+            wire_bodies: RefCell::default(),
+            usage: None,
+            failed_attempts_usage: Usage::default(),
+            finish_reason: "stop",
+            window: Some(crate::llm::ContextWindow::new(
+                tokens,
+                "server",
+                Some("GET /models max_model_len".into()),
+            )),
+            probes: Default::default(),
         })
     }
 
@@ -59,6 +81,8 @@ impl FakeModel {
             usage: None,
             failed_attempts_usage: Usage::default(),
             finish_reason: "length",
+            window: None,
+            probes: Default::default(),
         })
     }
 
@@ -74,11 +98,22 @@ impl FakeModel {
             usage: Some(usage),
             failed_attempts_usage,
             finish_reason: "stop",
+            window: None,
+            probes: Default::default(),
         })
     }
 }
 
 impl ModelPort for FakeModel {
+    fn context_window(
+        &self,
+        _model: &str,
+    ) -> LocalBoxFuture<'static, Option<crate::llm::ContextWindow>> {
+        self.probes.set(self.probes.get() + 1);
+        let window = self.window.clone();
+        Box::pin(async move { window })
+    }
+
     fn complete(
         &self,
         request: Arc<ChatRequest>,
@@ -247,12 +282,16 @@ impl Fixture {
     }
 
     fn request(&self) -> RunRequest {
+        self.request_for("do it")
+    }
+
+    fn request_for(&self, task: &str) -> RunRequest {
         RunRequest {
             agent: Arc::new(load_agent(self.agent_dir.path()).unwrap()),
             work_dir: self.work_dir.path().to_path_buf(),
             run_id: Some("looptest".into()),
             start: RunStart::New {
-                task: "do it".into(),
+                task: task.to_string(),
             },
             max_iterations: None,
             // The loop reaches the model only through its port; the target is for the gateway.
@@ -278,6 +317,17 @@ impl Fixture {
         tools: Rc<FakeTools>,
         control: Arc<RunControl>,
     ) -> RunResult {
+        self.drive_request(self.request(), model, tools, control)
+            .await
+    }
+
+    async fn drive_request(
+        &self,
+        request: RunRequest,
+        model: Rc<FakeModel>,
+        tools: Rc<FakeTools>,
+        control: Arc<RunControl>,
+    ) -> RunResult {
         let config = SupervisorConfig {
             journal_fsync: false,
             ..SupervisorConfig::default()
@@ -285,7 +335,7 @@ impl Fixture {
         let (events, _) = broadcast::channel(64);
         let run = RunLoop::new(
             "looptest".into(),
-            self.request(),
+            request,
             Arc::new(config),
             model,
             tools,
@@ -559,4 +609,50 @@ async fn tokens_of_failed_attempts_are_counted_in_the_run_usage() {
         crate::metadata::read_metadata(&fixture.work_dir.path().join(".delta/looptest")).unwrap();
     assert_eq!(meta.usage, cumulative);
     assert_eq!(meta.cumulative_usage, cumulative);
+}
+
+/// Issue 32: the endpoint is asked for the model's window only once a request is large
+/// enough for a window to matter; a short run never asks. Its answer is the run's window,
+/// recorded with its source in metadata.json.
+#[tokio::test]
+async fn the_server_is_asked_for_the_window_only_when_a_request_grows_large() {
+    let fixture = Fixture::new(false);
+    let model = FakeModel::saying_its_window(vec![Ok(answer("done"))], 8192);
+    let result = fixture
+        .drive(
+            model.clone(),
+            Rc::new(FakeTools::default()),
+            RunControl::new(),
+        )
+        .await;
+    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(model.probes.get(), 0, "a short run never asks");
+    let meta =
+        crate::metadata::read_metadata(&fixture.work_dir.path().join(".delta/looptest")).unwrap();
+    assert_eq!(meta.context_window, None, "`fake` is not in the catalogue");
+
+    let fixture = Fixture::new(false);
+    let model = FakeModel::saying_its_window(vec![Ok(answer("done"))], 8192);
+    let long_task = "Read this carefully. ".repeat(400);
+    let request = fixture.request_for(&long_task);
+    let result = fixture
+        .drive_request(
+            request,
+            model.clone(),
+            Rc::new(FakeTools::default()),
+            RunControl::new(),
+        )
+        .await;
+    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(model.probes.get(), 1);
+    let meta =
+        crate::metadata::read_metadata(&fixture.work_dir.path().join(".delta/looptest")).unwrap();
+    let window = meta.context_window.unwrap();
+    assert_eq!((window.tokens, window.source.as_str()), (8192, "server"));
+    // The THOUGHT records what its request held (a budget is known now).
+    let prompt = fixture.journal().into_iter().find_map(|e| match e {
+        Event::Thought { prompt, .. } => prompt,
+        _ => None,
+    });
+    assert!(prompt.is_some_and(|p| p.bytes > 8000), "{prompt:?}");
 }

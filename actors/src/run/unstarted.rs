@@ -36,6 +36,8 @@ pub fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -> RunRe
             end_time: now,
             usage: Default::default(),
             cumulative_usage: Default::default(),
+            tokens_saved: 0,
+            compactions: 0,
         },
         metadata: RunResultMetadata {
             agent_name: request.agent.name.clone(),

@@ -194,7 +194,8 @@ pub struct TraceEntry {
     pub timestamp: String,
     /// Milliseconds since the epoch.
     pub at: i64,
-    /// `start`, `message`, `reply`, `tool`, `question`, `resumed`, `end`, `note`, `hook`.
+    /// `start`, `message`, `reply`, `tool`, `question`, `resumed`, `end`, `note`, `hook`,
+    /// `compaction` (a point where the context was compacted: later requests see less).
     pub kind: &'static str,
     /// One line.
     pub title: String,
@@ -434,6 +435,50 @@ fn u32_of(event: &Value, key: &str) -> Option<u32> {
         .and_then(|n| u32::try_from(n).ok())
 }
 
+/// A compaction point: what the requests from there on no longer carry.
+fn compaction(event: &Value, entry: TraceEntry) -> TraceEntry {
+    let number = |key: &str| event.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let count = |key: &str| event.get(key).and_then(Value::as_array).map_or(0, Vec::len);
+    let refused = str_of(event, "reason") == "refusal";
+    let mut lines = Vec::new();
+    if refused {
+        lines.push("The server refused the request as longer than the model's window.".to_string());
+    }
+    if count("masked") > 0 {
+        lines.push(format!(
+            "{} tool result(s) shown as a one-line stub.",
+            count("masked")
+        ));
+    }
+    if count("cut") > 0 {
+        lines.push(format!(
+            "{} tool result(s) cut head and tail.",
+            count("cut")
+        ));
+    }
+    if let Some(through) = event.get("dropped_through").and_then(Value::as_u64) {
+        lines.push(match event.get("summary").and_then(Value::as_str) {
+            Some(summary) => format!(
+                "Events up to #{through} replaced by this summary:
+{summary}"
+            ),
+            None => format!("Events up to #{through} left out."),
+        });
+    }
+    TraceEntry {
+        kind: "compaction",
+        title: format!(
+            "Context compacted: {} → {} tokens ({})",
+            number("tokens_before"),
+            number("tokens_after"),
+            str_of(event, "strategy")
+        ),
+        text: clip(&lines.join("\n"), MAX_ENTRY_TEXT),
+        iteration: u32_of(event, "iteration"),
+        ..entry
+    }
+}
+
 /// Builds entries and spans from the journal's events in one pass.
 #[derive(Default)]
 struct TraceBuilder {
@@ -595,6 +640,7 @@ impl TraceBuilder {
                 text: clip(str_of(event, "message"), MAX_ENTRY_TEXT),
                 ..entry
             }),
+            "CONTEXT_COMPACTED" => self.entries.push(compaction(event, entry)),
             "HOOK_EXECUTED" => {
                 let reason = str_of(event, "reason");
                 self.entries.push(TraceEntry {

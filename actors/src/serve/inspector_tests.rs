@@ -252,3 +252,39 @@ fn a_fifo_as_journal_and_a_link_as_metadata_are_reported_not_followed() {
         Err(InspectError::NotFound(_))
     ));
 }
+
+/// A compaction is a point of its own in the trace, saying what later requests no longer
+/// carry (issue 32).
+#[test]
+fn a_compaction_is_marked_where_it_happened() {
+    let lines = [
+        INTERRUPTED_THEN_ANSWERED[0],
+        INTERRUPTED_THEN_ANSWERED[1],
+        r#"{"seq":3,"timestamp":"2026-11-26T17:39:09.228Z","type":"CONTEXT_COMPACTED","iteration":9,"strategy":"mask","reason":"refusal","masked":["call_0_0","call_1_0"],"dropped_through":2,"summary":"The fox read pages.","tokens_before":4100,"tokens_after":1800,"budget":3774,"window":{"tokens":4096,"source":"refusal"}}"#,
+        r#"{"seq":4,"timestamp":"2026-11-26T17:39:09.300Z","type":"THOUGHT","iteration":9,"content":"done","tool_calls":[],"finish_reason":"stop"}"#,
+    ];
+    let tmp = workspace_with("R1", &lines, COMPLETED);
+    let trace = run_trace(tmp.path(), "R1").unwrap();
+    let compaction = trace
+        .entries
+        .iter()
+        .find(|e| e.kind == "compaction")
+        .unwrap();
+    assert_eq!(
+        compaction.title,
+        "Context compacted: 4100 → 1800 tokens (mask)"
+    );
+    assert_eq!(compaction.iteration, Some(9));
+    assert_eq!(compaction.seq, 3);
+    for phrase in [
+        "The server refused the request",
+        "2 tool result(s) shown as a one-line stub",
+        "Events up to #2 replaced by this summary:\nThe fox read pages.",
+    ] {
+        assert!(
+            compaction.text.contains(phrase),
+            "{phrase}: {}",
+            compaction.text
+        );
+    }
+}

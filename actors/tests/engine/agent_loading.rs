@@ -456,7 +456,8 @@ fn context_sources_keep_their_variables_for_run_time() {
         agent.context.sources[1],
         ContextSource::Journal {
             id: "journal".into(),
-            max_iterations: Some(3)
+            max_iterations: Some(3),
+            compaction: Default::default(),
         }
     );
 }

@@ -77,6 +77,7 @@ impl Handler<Flush> for UpperCaseRuns {
             .push(batch.iter().map(|s| s.run.message.clone()).collect());
         for submitted in batch {
             let outcome = RunOutcome {
+                tokens_saved: 0,
                 run_id: submitted.run.run_id.clone(),
                 status: RunStatus::Completed,
                 result: Some(submitted.run.message.to_uppercase()),

@@ -314,6 +314,7 @@ fn a_journaled_cut_reply_is_not_taken_as_the_final_answer() {
         llm_invocation_ref: None,
         finish_reason: Some(finish_reason.into()),
         usage: None,
+        prompt: None,
     };
     let task = event(
         1,

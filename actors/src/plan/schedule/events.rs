@@ -93,6 +93,7 @@ impl RunEnd {
                     }
                 }
                 RunEnd::Finished(RunOutcome {
+                    tokens_saved: r.metrics.tokens_saved,
                     status: r.status,
                     result: r.result,
                     error: r.error.map(|e| format!("{}: {}", e.kind, e.message)),
@@ -144,6 +145,8 @@ pub struct RunOutcome {
     pub usage: TokenUsage,
     /// COMPLETED with an empty final answer.
     pub empty_answer: bool,
+    /// Prompt tokens the attempt did not send because its context was compacted.
+    pub tokens_saved: u64,
     /// The run wrote its metadata, so a retry can continue it; a run whose setup failed
     /// before that (too many open files, a full disk) is retried afresh.
     pub metadata_written: bool,

@@ -34,6 +34,7 @@ impl Scheduler {
         let (mut row, metadata_written) = match end {
             RunEnd::Finished(outcome) => (
                 RunRow {
+                    tokens_saved: outcome.tokens_saved,
                     run_id: outcome.run_id,
                     index: run.planned.index,
                     status: outcome.status,
@@ -50,6 +51,7 @@ impl Scheduler {
             ),
             RunEnd::Lost(message) => (
                 RunRow {
+                    tokens_saved: 0,
                     run_id: run.planned.run_id.clone(),
                     index: run.planned.index,
                     status: RunStatus::Failed,

@@ -236,6 +236,10 @@ impl Scheduler {
             }
             totals.input_tokens = totals.input_tokens.saturating_add(usage.input_tokens);
             totals.output_tokens = totals.output_tokens.saturating_add(usage.output_tokens);
+            let saved = runs
+                .iter()
+                .fold(0u64, |sum, r| sum.saturating_add(r.tokens_saved));
+            totals.tokens_saved = totals.tokens_saved.saturating_add(saved);
             stages.push(StageSummary {
                 id: spec.id.clone(),
                 status,
@@ -292,6 +296,7 @@ fn existing_state(
         OnDisk::Recorded(meta) => meta,
     };
     let row = |status: RunStatus, error: Option<String>| RunRow {
+        tokens_saved: 0,
         run_id: planned.run_id.clone(),
         index: planned.index,
         status,

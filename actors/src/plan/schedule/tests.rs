@@ -187,6 +187,7 @@ impl Driver {
         self.apply(Event::RunFinished {
             run_id: run_id.to_owned(),
             end: RunEnd::Finished(RunOutcome {
+                tokens_saved: 0,
                 run_id: run_id.to_owned(),
                 status,
                 result: result.map(str::to_owned),

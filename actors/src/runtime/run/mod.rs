@@ -156,6 +156,14 @@ impl ModelPort for GatePort {
     fn take_adaptations(&self) -> Vec<crate::llm::Adaptation> {
         self.gate.take_adaptations()
     }
+
+    fn context_window(
+        &self,
+        model: &str,
+    ) -> LocalBoxFuture<'static, Option<crate::llm::ContextWindow>> {
+        let (gate, model) = (Arc::clone(&self.gate), model.to_owned());
+        Box::pin(async move { gate.context_window(&model).await })
+    }
 }
 
 /// The tool port: one `ToolActor` per call (a process or an engine call alike).

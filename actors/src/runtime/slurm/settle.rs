@@ -49,6 +49,7 @@ impl SlurmExecutor {
                     ),
                 };
                 RunOutcome {
+                    tokens_saved: 0,
                     run_id: run_id.to_owned(),
                     empty_answer: status == RunStatus::Completed
                         && meta.result.as_deref().is_some_and(|r| r.trim().is_empty()),
@@ -77,6 +78,7 @@ impl SlurmExecutor {
                     )
                 };
                 RunOutcome {
+                    tokens_saved: 0,
                     run_id: run_id.to_owned(),
                     status,
                     result: None,
@@ -99,6 +101,7 @@ impl SlurmExecutor {
             .get(run_id)
             .is_some_and(|r| RunPaths::new(&r.work_dir, run_id).metadata.exists());
         RunEnd::Finished(RunOutcome {
+            tokens_saved: 0,
             run_id: run_id.to_owned(),
             status: RunStatus::Interrupted,
             result: None,
