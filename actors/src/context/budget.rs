@@ -25,7 +25,7 @@ pub const SOURCE_BYTES_PER_TOKEN: u64 = 4;
 /// oddly, must not make every later estimate absurd).
 const RATIO_BOUNDS: (f64, f64) = (1.0, 12.0);
 /// Two counts closer than this say too little about how new text counts.
-const MIN_GROWTH_BYTES: u64 = 256;
+const MIN_GROWTH_BYTES: u64 = 64;
 
 /// A provider's count of a request, and the request's size: the next estimate's base.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,7 +241,7 @@ mod tests {
         // One count alone: the whole request's ratio.
         assert_eq!(Calibration::from_events(&events[..1]).unwrap().ratio(), 1.6);
         // Counts too close, or moving apart (bytes down, tokens up), say nothing of it.
-        let close = vec![measured(1, 400, 250), measured(2, 500, 280)];
+        let close = vec![measured(1, 400, 250), measured(2, 450, 260)];
         assert_eq!(Calibration::from_events(&close).unwrap().growth, None);
         let apart = vec![measured(1, 4000, 250), measured(2, 1200, 450)];
         assert_eq!(Calibration::from_events(&apart).unwrap().growth, None);
