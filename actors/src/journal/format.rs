@@ -86,7 +86,7 @@ impl ParsedJournal {
 }
 
 /// One line, read.
-enum Line {
+pub(super) enum Line {
     Event(JournalEvent),
     /// A JSON object whose `type` is neither ours nor the original engine's.
     Unknown {
@@ -152,7 +152,7 @@ fn looks_pretty_printed(line: &[u8]) -> bool {
 
 /// Parses one line: our flat shape first (the common case, one parse), then the original
 /// engine's `payload` shape; an object of an unknown `type` is reported, not refused.
-fn parse_line(line: &[u8], converter: &mut LegacyConverter) -> Result<Line, String> {
+pub(super) fn parse_line(line: &[u8], converter: &mut LegacyConverter) -> Result<Line, String> {
     let ours_error = match serde_json::from_slice::<JournalEvent>(line) {
         Ok(event) => {
             converter.observe(&event.event);
