@@ -88,7 +88,7 @@ impl ParsedJournal {
 /// One line, read. (The event is the large variant since CONTEXT_COMPACTED: a line is moved
 /// straight into the replayed events, so boxing it would only add an allocation per event.)
 #[allow(clippy::large_enum_variant)]
-enum Line {
+pub(super) enum Line {
     Event(JournalEvent),
     /// A JSON object whose `type` is neither ours nor the original engine's.
     Unknown {
@@ -154,7 +154,7 @@ fn looks_pretty_printed(line: &[u8]) -> bool {
 
 /// Parses one line: our flat shape first (the common case, one parse), then the original
 /// engine's `payload` shape; an object of an unknown `type` is reported, not refused.
-fn parse_line(line: &[u8], converter: &mut LegacyConverter) -> Result<Line, String> {
+pub(super) fn parse_line(line: &[u8], converter: &mut LegacyConverter) -> Result<Line, String> {
     let ours_error = match serde_json::from_slice::<JournalEvent>(line) {
         Ok(event) => {
             converter.observe(&event.event);

@@ -11,6 +11,8 @@
 //! - `writer`: [`Journal`], the open handle that appends one line per `write`.
 //! - `secrets`: sensitive answers redacted from each event written, restored when read back.
 //! - `repeats`: repeated lines (same seq, same event) replayed once.
+//! - `tail`: lenient, bounded reads for views of a run that goes on (`delta serve`): the
+//!   journal's last bytes, or its lines from a line number, unknown and torn lines skipped.
 //!
 //! This module does not interpret a conversation (that is [`crate::context`]) and does not
 //! know about run status files or locks (that is [`crate::metadata`]).
@@ -21,6 +23,7 @@ mod legacy;
 mod queries;
 mod repeats;
 mod secrets;
+mod tail;
 mod writer;
 
 pub use event::{
@@ -31,6 +34,7 @@ pub use queries::recorded_final_answer;
 pub(crate) use queries::{
     pending_ask_human, unanswered_calls, PendingQuestion, TRUNCATED_FINISH_REASON,
 };
+pub use tail::{read_journal_tail, JournalLine, JournalLines, JournalTail};
 pub use writer::{Journal, JournalOptions};
 
 use std::io;

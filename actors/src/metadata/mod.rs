@@ -2,16 +2,19 @@
 //! run's spare file, fsync, exchange it with the record, fsync dir), and read back whether it
 //! was written by us or by the original TypeScript engine (reference §8.2). Run ownership
 //! (the advisory lock) lives in `lock`, the janitor's liveness decision in `liveness`, the
-//! redacting write path of a run with sensitive answers in `redact`.
+//! redacting write path of a run with sensitive answers in `redact`, the read for views that
+//! tolerates missing fields in `lenient`.
 //!
 //! This module never holds metadata in memory between calls and never decides status
 //! transitions: callers read, change and write. It does not touch the journal.
 
+mod lenient;
 mod liveness;
 mod lock;
 mod recorded;
 mod redact;
 
+pub use lenient::read_metadata_lenient;
 pub use liveness::{assess_liveness, Liveness};
 pub(crate) use liveness::{try_take_over, Takeover};
 pub use lock::{current_process_identity, lock_is_held, ProcessIdentity, RunLock, LOCK_FILE};
@@ -387,13 +390,25 @@ fn write_spare_and_swap(
 /// opened may have become the writer's spare and be mid-rewrite (see
 /// [`write_metadata_with`]); a second open gets the current record.
 pub fn read_metadata(run_dir: &Path) -> Result<RunMetadata, MetadataError> {
-    match read_metadata_once(run_dir) {
-        Err(MetadataError::Parse { .. }) => read_metadata_once(run_dir),
+    read_twice_if_torn(run_dir, Fields::Whole)
+}
+
+/// Whether a record must have every field ([`read_metadata`]) or may lack some
+/// ([`read_metadata_lenient`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fields {
+    Whole,
+    Lenient,
+}
+
+fn read_twice_if_torn(run_dir: &Path, fields: Fields) -> Result<RunMetadata, MetadataError> {
+    match read_metadata_once(run_dir, fields) {
+        Err(MetadataError::Parse { .. }) => read_metadata_once(run_dir, fields),
         other => other,
     }
 }
 
-fn read_metadata_once(run_dir: &Path) -> Result<RunMetadata, MetadataError> {
+fn read_metadata_once(run_dir: &Path, fields: Fields) -> Result<RunMetadata, MetadataError> {
     let path = run_dir.join(METADATA_FILE);
     let bytes = match bounded_read::read(&path, bounded_read::METADATA, Links::Refuse) {
         Ok(bytes) => bytes,
@@ -405,13 +420,16 @@ fn read_metadata_once(run_dir: &Path) -> Result<RunMetadata, MetadataError> {
         path: path.clone(),
         message,
     };
-    let value: serde_json::Value =
+    let mut value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| parse_error(e.to_string()))?;
-    let Some(object) = value.as_object() else {
+    let Some(object) = value.as_object_mut() else {
         return Err(parse_error("expected a JSON object".to_string()));
     };
     if !object.contains_key("created_at") && object.contains_key("start_time") {
         return from_original(run_dir, object).map_err(parse_error);
+    }
+    if fields == Fields::Lenient {
+        lenient::fill_missing_fields(run_dir, object);
     }
     let mut meta: RunMetadata =
         serde_json::from_value(value).map_err(|e| parse_error(e.to_string()))?;

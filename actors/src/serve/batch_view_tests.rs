@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::metadata::RunLock;
+use crate::serve::batch_cache::BatchCache;
+use crate::serve::batch_rows::ErrorKindCount;
 
 const PLAN: &str = "name: t\nstages:\n  - id: map\n    agent: ./a\n    foreach: { items: [1, 2, 3] }\n    message: m\n  - id: combine\n    needs: previous\n    agent: ./a\n    message: c\n";
 
@@ -48,7 +50,7 @@ fn the_graph_has_every_stage_of_the_plan_with_its_needs_and_counts() {
     let mut index = OrchestrationIndex::open(tmp.path(), "t-1").unwrap();
     index.refresh().unwrap();
     let detail = index.detail();
-    assert_eq!(detail.status, "RUNNING");
+    assert_eq!(detail.status, OrchestrationStatus::Running);
     let graph: Vec<(&str, Vec<String>, StageStatus)> = detail
         .stages
         .iter()
@@ -220,7 +222,7 @@ fn an_orchestration_whose_process_died_is_interrupted_and_a_finished_one_reads_i
     index.refresh().unwrap();
     assert_eq!(
         index.detail().status,
-        "INTERRUPTED",
+        OrchestrationStatus::Interrupted,
         "no process holds its lock"
     );
     let summary = serde_json::json!({
@@ -253,7 +255,7 @@ fn an_orchestration_whose_process_died_is_interrupted_and_a_finished_one_reads_i
     index.refreshed = None;
     index.refresh().unwrap();
     let detail = index.detail();
-    assert_eq!(detail.status, "FAILED");
+    assert_eq!(detail.status, OrchestrationStatus::Failed);
     assert_eq!(detail.stages[1].status, StageStatus::Skipped);
     let row = &index.rows[index.by_run["t-map-0"]];
     assert_eq!((row.duration_ms, row.iterations), (Some(900), 4));

@@ -1,5 +1,5 @@
 //! Bounded reads of the files of a run or an orchestration for the page's batch view and run
-//! inspector: journals, metadata, io/ records and tool outputs, which agents' tools can
+//! inspector: scheduling journals, io/ records and tool outputs, which agents' tools can
 //! replace (they run as the same user, in the workspace). Each file is opened
 //! `O_NONBLOCK | O_NOFOLLOW` (a FIFO without a writer would block the open forever, a link
 //! could point at `/dev/zero` or outside the run), must be a regular file (`fstat`), and is
@@ -9,7 +9,8 @@
 //! Opening is the engine-wide bounded reader's (`crate::bounded_read`); what this adds is
 //! what the views need on top of it: a size cap that says the size ([`read_capped`]), a
 //! live file's new bytes ([`read_from`]) and a large output's head and tail
-//! ([`read_head_tail`]).
+//! ([`read_head_tail`]). A run's journal and record have readers of their own in the
+//! journal and metadata modules ([`super::run_files`]).
 //!
 //! Must not: write, create or follow anything; know any file's format.
 
@@ -82,30 +83,19 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, FileError> {
     Ok(bytes)
 }
 
-/// What [`read_from`] read: the bytes from `offset`, and the file's size when opened.
-#[derive(Debug, Default)]
-pub struct Tail {
-    /// At most the cap, from the offset asked for.
-    pub bytes: Vec<u8>,
-    /// The file's size when it was opened.
-    pub size: u64,
-}
-
-/// At most `cap` bytes from `offset` on (for a journal read in steps).
-pub fn read_from(path: &Path, offset: u64, cap: u64) -> Result<Tail, FileError> {
+/// At most `cap` bytes from `offset` on (for a file read in steps, such as a scheduling
+/// journal); nothing when the file is not longer than `offset`.
+pub fn read_from(path: &Path, offset: u64, cap: u64) -> Result<Vec<u8>, FileError> {
     let (mut file, size) = open_regular(path)?;
     if offset >= size {
-        return Ok(Tail {
-            bytes: Vec::new(),
-            size,
-        });
+        return Ok(Vec::new());
     }
     file.seek(SeekFrom::Start(offset)).map_err(FileError::Io)?;
     let mut bytes = Vec::with_capacity((size - offset).min(cap) as usize);
     file.take(cap)
         .read_to_end(&mut bytes)
         .map_err(FileError::Io)?;
-    Ok(Tail { bytes, size })
+    Ok(bytes)
 }
 
 /// A file's head and tail, as text.
@@ -190,9 +180,8 @@ mod tests {
             Err(FileError::TooLarge { size: 10, cap: 9 })
         ));
         assert_eq!(read_capped(&path, 10).unwrap(), b"0123456789");
-        let tail = read_from(&path, 4, 3).unwrap();
-        assert_eq!((tail.bytes.as_slice(), tail.size), (&b"456"[..], 10));
-        assert!(read_from(&path, 10, 3).unwrap().bytes.is_empty());
+        assert_eq!(read_from(&path, 4, 3).unwrap(), b"456");
+        assert!(read_from(&path, 10, 3).unwrap().is_empty());
         let cut = read_head_tail(&path, 3, 2).unwrap();
         assert_eq!(
             (cut.head.as_str(), cut.tail.as_str(), cut.omitted),

@@ -16,7 +16,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::bounded_file::{self, HeadTail};
-use super::inspector::{clip, read_journal, run_dir, InspectError};
+use super::run_files::{clip, read_run_journal, run_dir, InspectError};
+use crate::journal::Event;
 
 /// Most bytes of one io/ record read.
 pub const MAX_RECORD_BYTES: u64 = 32 * 1024 * 1024;
@@ -207,18 +208,20 @@ pub fn model_call(
     let dir = run_dir(workspace, run_id)?;
     let folder = dir.join("io").join("invocations");
     // The journal names the record of a call that got a reply.
-    let mut referenced = None;
-    read_journal(&dir.join("journal.jsonl"), |e| {
-        let thought = e.get("type").and_then(Value::as_str) == Some("THOUGHT")
-            && e.get("iteration").and_then(Value::as_u64) == Some(u64::from(iteration));
-        if let Some(name) = thought
-            .then(|| e.get("llm_invocation_ref").and_then(Value::as_str))
-            .flatten()
-            .and_then(|r| plain_name(r, "io/invocations"))
-        {
-            referenced = Some(name.to_string());
-        }
-    })?;
+    let journal = read_run_journal(&dir)?;
+    let referenced = journal
+        .events
+        .iter()
+        .filter_map(|line| match &line.event {
+            Event::Thought {
+                iteration: of,
+                llm_invocation_ref: Some(reference),
+                ..
+            } if *of == iteration => plain_name(reference, "io/invocations"),
+            _ => None,
+        })
+        .next_back()
+        .map(str::to_string);
     let mut records: Vec<(String, Option<u64>)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&folder) {
         for entry in entries.flatten().take(MAX_DIR_ENTRIES) {
@@ -389,59 +392,78 @@ pub fn tool_call(
 ) -> Result<ToolCallView, InspectError> {
     let dir = run_dir(workspace, run_id)?;
     // The call's latest request and result (a resumed run may have made it again).
-    let (mut request, mut result) = (None, None);
-    read_journal(&dir.join("journal.jsonl"), |e| {
-        if e.get("action_id").and_then(Value::as_str) != Some(action_id) {
-            return;
-        }
-        match e.get("type").and_then(Value::as_str) {
-            Some("ACTION_REQUEST") => request = Some(e.clone()),
-            Some("ACTION_RESULT") => result = Some(e.clone()),
-            _ => {}
-        }
-    })?;
-    let (request, result) = (request.as_ref(), result.as_ref());
+    let journal = read_run_journal(&dir)?;
+    let latest = |wanted: fn(&Event) -> bool| {
+        journal
+            .events
+            .iter()
+            .rev()
+            .find(|line| wanted(&line.event) && action_of(&line.event) == Some(action_id))
+    };
+    let request = latest(|e| matches!(e, Event::ActionRequest { .. }));
+    let result = latest(|e| matches!(e, Event::ActionResult { .. }));
     let Some(any) = request.or(result) else {
         return Err(InspectError::NotFound(format!(
             "no tool call `{}` in run `{run_id}`",
             action_id.chars().take(80).collect::<String>()
         )));
     };
-    let field = |event: Option<&Value>, key: &str| {
-        event
-            .and_then(|e| e.get(key))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
     let mut view = ToolCallView {
         action_id: action_id.to_string(),
-        tool: field(Some(any), "tool_name").unwrap_or_default(),
-        iteration: any.get("iteration").and_then(Value::as_u64),
-        arguments: request
-            .and_then(|r| r.get("tool_args"))
-            .cloned()
-            .unwrap_or(Value::Null),
-        command: clip(
-            &field(request, "resolved_command").unwrap_or_default(),
-            MAX_MESSAGE_TEXT,
-        ),
-        status: field(result, "status"),
-        exit_code: result
-            .and_then(|r| r.get("exit_code"))
-            .and_then(Value::as_i64),
-        observation: clip(
-            &field(result, "observation_content").unwrap_or_default(),
-            MAX_MESSAGE_TEXT,
-        ),
         ..ToolCallView::default()
     };
+    if let Event::ActionRequest {
+        iteration,
+        tool_name,
+        ..
+    }
+    | Event::ActionResult {
+        iteration,
+        tool_name,
+        ..
+    } = &any.event
+    {
+        view.tool.clone_from(tool_name);
+        view.iteration = Some(u64::from(*iteration));
+    }
+    if let Some(Event::ActionRequest {
+        tool_args,
+        resolved_command,
+        ..
+    }) = request.map(|line| &line.event)
+    {
+        view.arguments = tool_args.clone();
+        view.command = clip(resolved_command, MAX_MESSAGE_TEXT);
+    }
+    let mut execution_ref = None;
+    if let Some(Event::ActionResult {
+        status,
+        exit_code,
+        observation_content,
+        execution_ref: reference,
+        ..
+    }) = result.map(|line| &line.event)
+    {
+        view.status = Some(status.as_str().to_string());
+        view.exit_code = exit_code.map(i64::from);
+        view.observation = clip(observation_content, MAX_MESSAGE_TEXT);
+        execution_ref = reference.as_deref();
+    }
     let folder = dir.join("io").join("tool_executions");
-    let record_name = field(result, "execution_ref")
-        .and_then(|r| plain_name(&r, "io/tool_executions").map(str::to_string));
-    if let Some(name) = record_name {
-        execution_details(&mut view, &folder, &name)?;
+    if let Some(name) = execution_ref.and_then(|r| plain_name(r, "io/tool_executions")) {
+        execution_details(&mut view, &folder, name)?;
     }
     Ok(view)
+}
+
+/// The tool call an event is about.
+fn action_of(event: &Event) -> Option<&str> {
+    match event {
+        Event::ActionRequest { action_id, .. } | Event::ActionResult { action_id, .. } => {
+            Some(action_id)
+        }
+        _ => None,
+    }
 }
 
 fn execution_details(

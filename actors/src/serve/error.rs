@@ -19,6 +19,8 @@ pub enum ErrorClass {
     Unreadable,
     /// The server could not do it (500): disk, PTY or process failures.
     Internal,
+    /// Something the server started has not done its part in time; it goes on (504).
+    Timeout,
 }
 
 /// Why `delta serve` could not start (from [`crate::api::serve::run`]) or a request to it

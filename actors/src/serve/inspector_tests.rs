@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::serve::run_files::InspectError;
+use crate::workspace::live_reply::partial_reply_path;
 
 /// A run interrupted in a tool call (Ctrl-C), continued, paused on a sensitive question,
 /// answered with `delta continue`, then completed: the journal as the engine wrote it.
@@ -92,6 +94,115 @@ fn one_entry_per_event_and_a_resumed_marker_where_each_continuation_begins() {
     );
     assert_eq!(trace.pauses.len(), 2);
     assert_eq!(trace.tokens.total_tokens, 7);
+    // Every line above is an event the journal module reads: a field or type renamed there
+    // and not in these lines (the engine's own shape) fails here, not silently on the page.
+    assert_eq!(trace.skipped_lines, 0);
+}
+
+/// A journal line that is not an event this delta reads (a newer delta's event, a
+/// hand-edited line) is left out and counted; the trace around it is whole, and a torn last
+/// line of a live run is neither shown nor counted.
+#[test]
+fn an_unknown_event_is_skipped_and_counted_and_the_trace_goes_on() {
+    let mut lines = INTERRUPTED_THEN_ANSWERED[..5].to_vec();
+    lines.insert(
+        2,
+        r#"{"seq":99,"timestamp":"2026-11-26T17:39:09.221Z","type":"CONTEXT_COMPACTED","kept":3}"#,
+    );
+    let tmp = workspace_with("R1", &lines, COMPLETED);
+    let journal = tmp.path().join(".delta/R1/journal.jsonl");
+    let mut text = std::fs::read_to_string(&journal).unwrap();
+    text.push_str(r#"{"seq":6,"timestamp":"2026-11-26T17:39"#);
+    std::fs::write(&journal, text).unwrap();
+    let trace = run_trace(tmp.path(), "R1").unwrap();
+    assert_eq!(trace.skipped_lines, 1);
+    assert_eq!(
+        kinds_and_titles(&trace),
+        [
+            ("start", "Run started: agent sleeper".to_string()),
+            ("reply", "Model reply 1: calls nap".to_string()),
+            ("tool", "Tool nap → FAILED".to_string()),
+        ]
+    );
+    let json = serde_json::to_value(&trace).unwrap();
+    assert_eq!(json["skippedLines"], 1);
+    let whole = run_trace(
+        workspace_with("R1", INTERRUPTED_THEN_ANSWERED, COMPLETED).path(),
+        "R1",
+    )
+    .unwrap();
+    let json = serde_json::to_value(&whole).unwrap();
+    assert!(
+        json.get("skippedLines").is_none(),
+        "absent when none: {json}"
+    );
+}
+
+/// The poll of a page that has the trace: unchanged only while the journal is the size the
+/// page knows, and then the reply being streamed only for a running run (the file is not
+/// even read otherwise).
+#[test]
+fn a_poll_is_unchanged_only_at_the_known_size_with_the_partial_reply_of_a_running_run() {
+    let partial = || {
+        Some(PartialReply {
+            iteration: 2,
+            ..PartialReply::default()
+        })
+    };
+    let running = || Some(RunStatus::Running);
+    assert_eq!(unchanged_since(None, 10, running, partial, 5), None);
+    assert_eq!(unchanged_since(Some(9), 10, running, partial, 5), None);
+    let same = unchanged_since(Some(10), 10, running, partial, 5).unwrap();
+    assert_eq!(
+        same,
+        Unchanged {
+            unchanged: true,
+            journal_bytes: 10,
+            status: Some(RunStatus::Running),
+            partial: partial(),
+            now: 5,
+        }
+    );
+    let ended = unchanged_since(
+        Some(10),
+        10,
+        || Some(RunStatus::Completed),
+        || -> Option<PartialReply> { panic!("read for a run that does not run") },
+        5,
+    )
+    .unwrap();
+    assert_eq!(
+        (ended.status, &ended.partial),
+        (Some(RunStatus::Completed), &None)
+    );
+    let json = serde_json::to_value(TracePoll::Unchanged(ended)).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"unchanged": true, "journalBytes": 10, "status": "COMPLETED",
+            "partial": null, "now": 5})
+    );
+}
+
+#[test]
+fn poll_trace_answers_unchanged_at_the_known_size_and_the_trace_otherwise() {
+    let tmp = workspace_with("R1", INTERRUPTED_THEN_ANSWERED, COMPLETED);
+    let size = std::fs::metadata(tmp.path().join(".delta/R1/journal.jsonl"))
+        .unwrap()
+        .len();
+    assert!(matches!(
+        poll_trace(tmp.path(), "R1", Some(size)).unwrap(),
+        TracePoll::Unchanged(Unchanged { journal_bytes, .. }) if journal_bytes == size
+    ));
+    for known in [None, Some(size - 1)] {
+        let TracePoll::Trace(trace) = poll_trace(tmp.path(), "R1", known).unwrap() else {
+            panic!("a trace for {known:?}");
+        };
+        assert_eq!(trace.journal_bytes, size);
+    }
+    assert!(matches!(
+        poll_trace(tmp.path(), "../R1", Some(size)),
+        Err(InspectError::Invalid { .. })
+    ));
 }
 
 #[test]

@@ -103,7 +103,7 @@ pub fn serve_metrics_of(views: &[&WorkspaceView]) -> String {
                 &[
                     ("workspace", workspace),
                     ("orchestration", &plan.id),
-                    ("status", &plan.status),
+                    ("status", plan.status.as_str()),
                 ],
                 1.0,
             );

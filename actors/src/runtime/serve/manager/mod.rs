@@ -7,10 +7,12 @@
 //!
 //! On start it re-attaches to every worker whose holder still answers (the program never
 //! noticed the server was gone), shows the log of those that exited meanwhile, and revives
-//! with the agent's continue args those whose holder is gone, in a new epoch.
+//! with the agent's continue args those whose holder is gone, in a new epoch. It also starts
+//! the `delta continue` that carries a page's answer to a waiting run ([`answer`]).
 //!
 //! Must not: block its arbiter; speak HTTP (see [`super::web`]).
 
+pub mod answer;
 pub mod events;
 pub mod messages;
 pub mod process;

@@ -3,16 +3,16 @@
 //!
 //! | path | answer |
 //! |---|---|
-//! | `/api/orchestrations/{id}?workspace=` | [`OrchestrationDetail`]: status, stage graph, counts, tokens, durations |
-//! | `/api/orchestrations/{id}/runs?workspace=&stage=&status=&q=&sort=&order=&offset=&limit=` | [`RowPage`] |
-//! | `/api/orchestrations/{id}/timeline?workspace=&stage=` | [`TimelineView`]: every run as a bar |
+//! | `/api/orchestrations/{id}?workspace=` | [`OrchestrationDetail`](crate::serve::batch_rows::OrchestrationDetail): status, stage graph, counts, tokens, durations |
+//! | `/api/orchestrations/{id}/runs?workspace=&stage=&status=&q=&sort=&order=&offset=&limit=` | [`RowPage`](crate::serve::batch_rows::RowPage) |
+//! | `/api/orchestrations/{id}/timeline?workspace=&stage=` | [`TimelineView`](crate::serve::batch_rows::TimelineView): every run as a bar |
 //! | `/api/orchestrations/{id}/phases?workspace=&runs=a,b` | each run's model, tool and human spans (≤ 500 runs) |
-//! | `/api/runs/{run}/trace?workspace=&known=` | [`RunTrace`]; `{unchanged: true, ...}` when the journal is still `known` bytes |
+//! | `/api/runs/{run}/trace?workspace=&known=` | [`TracePoll`]: the run's trace, or `{unchanged: true, ...}` when the journal is still `known` bytes |
 //! | `/api/runs/{run}/calls/{iteration}?workspace=` | one model call |
 //! | `/api/runs/{run}/tools/{actionId}?workspace=` | one tool call |
 //!
-//! Must not: read anything the domain views do not ([`crate::serve::inspector`],
-//! [`crate::serve::calls`], [`crate::serve::batch_view`]).
+//! Must not: read anything or decide anything the domain views do not
+//! ([`crate::serve::inspector`], [`crate::serve::calls`], [`crate::serve::batch_view`]).
 
 use std::path::PathBuf;
 
@@ -23,11 +23,11 @@ use serde::{Deserialize, Serialize};
 use super::rest::error_response;
 use super::runs::watched;
 use super::WebState;
-use crate::serve::batch_view::RowQuery;
-use crate::serve::inspector::{
-    journal_size, read_partial, read_record, run_dir, run_phases, run_trace, InspectError,
-};
-use crate::serve::{batch_view, calls};
+use crate::serve::batch_cache::BatchCache;
+use crate::serve::batch_rows::RowQuery;
+use crate::serve::calls;
+use crate::serve::inspector::{poll_trace, run_phases, TracePoll};
+use crate::serve::run_files::InspectError;
 
 /// Most runs whose phases one request asks for.
 pub const MAX_PHASE_RUNS: usize = 500;
@@ -211,17 +211,6 @@ pub async fn orchestration_phases(
     .await
 }
 
-/// What a trace poll answers when the journal did not change.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Unchanged {
-    unchanged: bool,
-    journal_bytes: u64,
-    status: Option<crate::protocol::RunStatus>,
-    partial: Option<crate::workspace::live_reply::PartialReply>,
-    now: i64,
-}
-
 pub async fn trace(
     state: web::Data<WebState>,
     path: web::Path<String>,
@@ -230,22 +219,9 @@ pub async fn trace(
     let TraceQuery { workspace, known } = query.into_inner();
     let run_id = path.into_inner();
     answer_in(&state, workspace, move |workspace| {
-        if let Some(known) = known {
-            if journal_size(&workspace, &run_id)? == known {
-                let dir = run_dir(&workspace, &run_id)?;
-                let status = read_record(&dir).ok().and_then(|r| r.status);
-                let running = status == Some(crate::protocol::RunStatus::Running);
-                let unchanged = Unchanged {
-                    unchanged: true,
-                    journal_bytes: known,
-                    status,
-                    partial: running.then(|| read_partial(&dir)).flatten(),
-                    now: chrono::Utc::now().timestamp_millis(),
-                };
-                return Ok(serde_json::to_value(unchanged).unwrap_or_default());
-            }
-        }
-        run_trace(&workspace, &run_id).map(|t| serde_json::to_value(t).unwrap_or_default())
+        // As a JSON value, as it always went out (the page reads it either way).
+        poll_trace(&workspace, &run_id, known)
+            .map(|poll: TracePoll| serde_json::to_value(poll).unwrap_or_default())
     })
     .await
 }
@@ -277,6 +253,6 @@ pub async fn tool_call(
 }
 
 /// The cache the orchestration endpoints share (one per server).
-pub fn batch_cache() -> std::sync::Arc<batch_view::BatchCache> {
-    std::sync::Arc::new(batch_view::BatchCache::default())
+pub fn batch_cache() -> std::sync::Arc<BatchCache> {
+    std::sync::Arc::new(BatchCache::default())
 }

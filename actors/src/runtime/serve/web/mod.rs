@@ -75,7 +75,8 @@ pub struct ServeOptions {
     pub runtime_dir: PathBuf,
     /// The `delta-sessions-pty` binary (runs each worker's holder).
     pub holder_exe: PathBuf,
-    /// The `delta` binary, which workers of the built-in delta agent run.
+    /// The `delta` binary, which workers of the built-in delta agent run, and which carries a
+    /// page's answer to a waiting run (`delta continue`).
     pub delta_exe: PathBuf,
     /// A `serve.yaml` whose `agents:` add to or replace the built-in agent definitions.
     pub agents_config: Option<PathBuf>,
@@ -105,10 +106,9 @@ pub struct WebState {
     pub manager: Addr<ServeManager>,
     pub watcher: Addr<RunsWatcher>,
     pub agents: AgentCatalog,
-    pub delta_exe: PathBuf,
     pub images_dir: PathBuf,
     /// The orchestrations the batch view indexed.
-    pub batches: Arc<crate::serve::batch_view::BatchCache>,
+    pub batches: Arc<crate::serve::batch_cache::BatchCache>,
     /// This start's identity, which the page checks before its token goes out again.
     pub identity: identity::ServerIdentity,
 }
@@ -156,7 +156,6 @@ pub fn run_server(
             manager,
             watcher,
             agents,
-            delta_exe: options.delta_exe.clone(),
             images_dir: options.state_dir.join("images"),
             batches: inspect::batch_cache(),
             identity: identity::ServerIdentity::new(!options.workspaces.is_empty()),

@@ -29,15 +29,20 @@ pub fn error_response(status: StatusCode, error: &str, code: &str) -> HttpRespon
 }
 
 pub fn serve_error(e: &ServeError) -> HttpResponse {
-    let status = match e.class() {
+    error_response(status_of(e.class()), &e.to_string(), e.code())
+}
+
+/// The HTTP status of an error class.
+pub fn status_of(class: ErrorClass) -> StatusCode {
+    match class {
         ErrorClass::BadRequest => StatusCode::BAD_REQUEST,
         ErrorClass::NotFound => StatusCode::NOT_FOUND,
         ErrorClass::Conflict => StatusCode::CONFLICT,
         ErrorClass::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorClass::Unreadable => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorClass::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error_response(status, &e.to_string(), e.code())
+        ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
+    }
 }
 
 /// Sends `message` to the manager and answers with its JSON (status `ok`) or its error.
@@ -71,7 +76,7 @@ where
 }
 
 /// 503: the manager's mailbox is closed because the server is stopping.
-fn unavailable(e: &MailboxError) -> HttpResponse {
+pub(super) fn unavailable(e: &MailboxError) -> HttpResponse {
     error_response(
         StatusCode::SERVICE_UNAVAILABLE,
         &format!("the server is stopping: {e}"),
