@@ -73,6 +73,10 @@ pub struct ResolvedAgent {
     /// `mcp`: the Model Context Protocol servers whose tools a run offers after the agent's
     /// own (as `<server>__<tool>`; see `docs/mcp.md`), in the order listed.
     pub mcp: Vec<McpServerConfig>,
+    /// `sandbox`: how the kernel confines the agent's tools and MCP servers (see
+    /// `docs/sandbox.md`); `None` runs them unconfined unless a plan or `DELTA_SANDBOX` gives
+    /// a default (see [`crate::sandbox::effective_policy`]).
+    pub sandbox: Option<crate::sandbox::SandboxPolicy>,
     /// `context.yaml`: what the model sees at every call.
     pub context: ContextRecipe,
     /// `hooks.yaml` (or the deprecated `lifecycle_hooks`).
@@ -332,6 +336,7 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
         empty_answer: config.empty_answer,
         tools,
         mcp: config.mcp,
+        sandbox: config.sandbox,
         context,
         hooks,
         warnings,

@@ -226,6 +226,7 @@ async fn run_generator(
         },
         spawner: crate::tool::spawner::shared(),
         programs: None,
+        sandbox: None,
     };
     let outcome = run_process(spec, cancel.clone()).await;
     let failure = match &outcome.termination {

@@ -69,6 +69,11 @@ pub struct SupervisorConfig {
     /// replies that carry text write it (default false: `delta run` and `delta orchestrate`
     /// turn it on; see [`crate::workspace::live_reply`]).
     pub partial_reply_file: bool,
+    /// The kernel's sandbox features, as every run's tools are confined with them (`None`,
+    /// the default: probed once per process). Set to simulate another kernel, e.g.
+    /// [`KernelSupport::none`](crate::sandbox::KernelSupport::none) to see what an agent
+    /// whose `sandbox:` is required does without Landlock (it refuses to run).
+    pub sandbox_support: Option<crate::sandbox::KernelSupport>,
 }
 
 impl Default for SupervisorConfig {
@@ -93,6 +98,7 @@ impl Default for SupervisorConfig {
             tool_spawner: None,
             reply_text_events: false,
             partial_reply_file: false,
+            sandbox_support: None,
         }
     }
 }

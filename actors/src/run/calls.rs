@@ -178,6 +178,7 @@ impl Run {
                     cwd: self.lp.request.work_dir.clone(),
                     env: std::sync::Arc::clone(&self.child_env),
                     programs: Some(self.programs.clone()),
+                    sandbox: self.toolbox.sandbox().cloned(),
                 });
                 Planned::Tool(Box::new(self.job(&call.name, work, timeout_ms)))
             }

@@ -14,6 +14,7 @@ mod plan;
 mod process;
 mod run;
 mod run_outcomes;
+mod sandbox;
 mod secrets;
 mod session;
 mod spawner_host;
