@@ -154,6 +154,9 @@ pub struct Prepared {
     /// `unshare` flags (`None`: no namespace).
     unshare: Option<libc::c_int>,
     id_maps: Option<IdMaps>,
+    /// The child has its own copy of memory that may be shown (see
+    /// [`Prepared::own_memory_may_be_shown`]).
+    memory_may_be_shown: bool,
     drop_capabilities: bool,
     read_layer: Option<RawFd>,
     write_layer: Option<OwnedFd>,
@@ -200,6 +203,7 @@ impl Prepared {
         };
         let seccomp = layers.seccomp.then(|| seccomp::program(plan.network_off));
         Ok(Prepared {
+            memory_may_be_shown: false,
             cwd: plan.cwd.to_owned(),
             hidden: plan.hidden.iter().map(|path| (*path).to_owned()).collect(),
             unshare,
@@ -209,6 +213,22 @@ impl Prepared {
             write_layer,
             seccomp,
         })
+    }
+
+    /// Whether the child needs a user namespace (an unprivileged user hides paths through
+    /// one): its start must then give it its own memory, see
+    /// [`Prepared::own_memory_may_be_shown`].
+    pub fn needs_user_namespace(&self) -> bool {
+        self.id_maps.is_some()
+    }
+
+    /// Tells the child that its memory is its own copy and holds nothing secret (the
+    /// spawner's, not the engine's): it may then be dumpable for the three system calls that
+    /// write its user namespace's id maps, which the kernel refuses to a non-dumpable process
+    /// (the engine and the spawner are, see `tool::isolation`). Without it the maps stay
+    /// unwritten and the tool sees itself as `nobody` (its files are still its own).
+    pub fn own_memory_may_be_shown(&mut self) {
+        self.memory_may_be_shown = true;
     }
 
     /// Confines the calling process. Between fork and exec only: system calls, no
@@ -221,7 +241,18 @@ impl Prepared {
         if let Some(flags) = self.unshare {
             check(Step::Namespace, libc::unshare(flags))?;
             if let Some(maps) = &self.id_maps {
-                write_id_maps(maps)?;
+                if self.memory_may_be_shown {
+                    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+                }
+                let written = write_id_maps(maps);
+                if self.memory_may_be_shown {
+                    libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+                }
+                match written {
+                    // A non-dumpable process may not write its maps: unmapped, it works on.
+                    Err((_, libc::EACCES)) => {}
+                    other => other?,
+                }
             }
             check(
                 Step::Propagation,

@@ -6,8 +6,13 @@
 //! spawner's memory (no page table is copied), makes the `posix_spawn` steps (its own process
 //! group, default signals, its three descriptors), applies the sandbox
 //! ([`Prepared::apply`]: system calls only), and `execve`s; the thread sleeps until then. A
-//! failure before `exec` is written into the launch record, which the thread reads when it
-//! wakes; the child then exits (127) and is reaped like any tool.
+//! failure before `exec` is written into the launch record (a shared page), which the thread
+//! reads when it wakes; the child then exits (127) and is reaped like any tool.
+//!
+//! An unprivileged spawner's child goes through a user namespace, whose id maps the kernel
+//! lets a process write only while it is dumpable; dumpability belongs to the memory, so that
+//! child gets a copy of the spawner's memory instead (`CLONE_VFORK` without `CLONE_VM`: a
+//! fork that still waits for the exec) and is dumpable for those three system calls only.
 //! Owns: every `unsafe` block of the sandboxed launch, each with its reason.
 //! Must not: run anything in the child but system calls (no allocation, no lock, nothing
 //! that can panic), or give it descriptors other than its three.
@@ -67,8 +72,15 @@ pub(super) fn launch(
             mounts: sandbox.mounts,
         },
     };
-    let prepared = Prepared::new(&plan)
+    let mut prepared = Prepared::new(&plan)
         .map_err(|e| (e.raw_os_error().unwrap_or(libc::EIO), Step::Landlock as u8))?;
+    let flags = if prepared.needs_user_namespace() {
+        // The copy holds the spawner's memory: tool specs in flight, no engine secret.
+        prepared.own_memory_may_be_shown();
+        libc::CLONE_VFORK | libc::SIGCHLD
+    } else {
+        libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD
+    };
     let argv = pointer_array(&spec.argv);
     let envp = pointer_array(&spec.env);
     let mut reset = [0; RESET_FOR_TOOLS.len()];
@@ -88,7 +100,7 @@ pub(super) fn launch(
         libc::sigemptyset(mask.as_mut_ptr());
         (action, mask.assume_init())
     };
-    let mut record = Record {
+    let record = Record {
         prepared: &prepared,
         streams,
         program: spec.program.as_ptr(),
@@ -102,6 +114,7 @@ pub(super) fn launch(
         failed_step: 0,
         failed_errno: 0,
     };
+    let shared = SharedRecord::new(record).map_err(|errno| (errno, 0))?;
     let mut stack: Vec<u8> = Vec::with_capacity(CHILD_STACK_BYTES);
     // Stacks grow down on every architecture delta builds for; the top, 16-byte aligned.
     let top = (stack.as_mut_ptr() as usize + CHILD_STACK_BYTES) & !15;
@@ -114,12 +127,7 @@ pub(super) fn launch(
         libc::sigfillset(all.as_mut_ptr());
         let mut previous = MaybeUninit::<libc::sigset_t>::uninit();
         libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), previous.as_mut_ptr());
-        let pid = libc::clone(
-            child_main,
-            top as *mut c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            ptr::addr_of_mut!(record).cast::<c_void>(),
-        );
+        let pid = libc::clone(child_main, top as *mut c_void, flags, shared.as_argument());
         let clone_errno = *libc::__errno_location();
         libc::pthread_sigmask(libc::SIG_SETMASK, previous.as_ptr(), ptr::null_mut());
         (pid, clone_errno)
@@ -128,22 +136,68 @@ pub(super) fn launch(
     if pid < 0 {
         return Err((clone_errno, 0));
     }
-    // SAFETY: the child is done with the record (it exec'd or exited); volatile because it
-    // was written by another task.
-    let (failed, step, errno) = unsafe {
-        (
-            ptr::read_volatile(ptr::addr_of!(record.failed)),
-            ptr::read_volatile(ptr::addr_of!(record.failed_step)),
-            ptr::read_volatile(ptr::addr_of!(record.failed_errno)),
-        )
-    };
+    let (failed, step, errno) = shared.failure();
     if failed != 0 {
         return Err((errno, step));
     }
     u32::try_from(pid).map_err(|_| (libc::EINVAL, 0))
 }
 
-/// The child: on its own stack, in the spawner's memory, until `execve`.
+/// A [`Record`] in a page shared with the child whatever its memory (`MAP_SHARED`), so a
+/// child with its own copy of memory still reports into it.
+struct SharedRecord<'a> {
+    page: *mut Record<'a>,
+}
+
+impl<'a> SharedRecord<'a> {
+    fn new(record: Record<'a>) -> Result<SharedRecord<'a>, i32> {
+        // SAFETY: an anonymous shared mapping of the record's size; written once before use.
+        unsafe {
+            let page = libc::mmap(
+                ptr::null_mut(),
+                std::mem::size_of::<Record<'_>>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if page == libc::MAP_FAILED {
+                return Err(*libc::__errno_location());
+            }
+            let page = page.cast::<Record<'a>>();
+            ptr::write(page, record);
+            Ok(SharedRecord { page })
+        }
+    }
+
+    fn as_argument(&self) -> *mut c_void {
+        self.page.cast()
+    }
+
+    /// Whether the child failed, at which step, with which errno. Called once the child
+    /// has exec'd or exited (`CLONE_VFORK`).
+    fn failure(&self) -> (u8, u8, i32) {
+        // SAFETY: the page is mapped until drop; volatile: another task wrote it.
+        unsafe {
+            (
+                ptr::read_volatile(ptr::addr_of!((*self.page).failed)),
+                ptr::read_volatile(ptr::addr_of!((*self.page).failed_step)),
+                ptr::read_volatile(ptr::addr_of!((*self.page).failed_errno)),
+            )
+        }
+    }
+}
+
+impl Drop for SharedRecord<'_> {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `new` with this size; the record needs no drop of its own.
+        unsafe {
+            libc::munmap(self.page.cast(), std::mem::size_of::<Record<'_>>());
+        }
+    }
+}
+
+/// The child: on its own stack, in the spawner's memory (or a copy of it), until `execve`.
 extern "C" fn child_main(argument: *mut c_void) -> libc::c_int {
     // SAFETY: `argument` is the launching thread's record, alive and not touched by it until
     // this child has exec'd or exited (CLONE_VFORK). Only system calls follow.
