@@ -25,6 +25,13 @@ const DENIED: [&str; 8] = [
     "[Errno 13]",
     "[Errno 1]",
 ];
+/// What a tool says about a path inside a hidden folder (it looks empty).
+const MISSING: [&str; 4] = [
+    "No such file or directory",
+    "ENOENT",
+    "[Errno 2]",
+    "does not exist",
+];
 /// What a tool without network says.
 const NETWORK_FAILURES: [&str; 12] = [
     "Could not resolve host",
@@ -60,12 +67,19 @@ pub fn explain(sandbox: &RunSandbox, cwd: &Path, output: &str) -> Option<String>
             notes.push(network_note(sandbox));
             continue;
         }
-        if !denied {
+        let missing = MISSING.iter().any(|phrase| line.contains(phrase));
+        if !denied && !missing {
             continue;
         }
         for candidate in paths_in(line) {
             let path = normalise(&cwd.join(&candidate));
-            if let Some(note) = path_note(sandbox, &candidate, &path) {
+            // A missing path is the sandbox's doing only inside a hidden folder.
+            let note = if denied {
+                path_note(sandbox, &candidate, &path)
+            } else {
+                hidden_note(sandbox, &candidate, &path)
+            };
+            if let Some(note) = note {
                 if !notes.contains(&note) {
                     notes.push(note);
                 }
@@ -98,10 +112,18 @@ fn network_note(sandbox: &RunSandbox) -> String {
 
 /// The note for `path` (as written: `shown`), if the sandbox refuses it.
 fn path_note(sandbox: &RunSandbox, shown: &str, path: &Path) -> Option<String> {
-    if let Some(hidden) = sandbox
+    if let Some(note) = hidden_note(sandbox, shown, path) {
+        return Some(note);
+    }
+    write_note(sandbox, shown, path)
+}
+
+/// The note for `path` if `deny_read` or delta's own rules hide it.
+fn hidden_note(sandbox: &RunSandbox, shown: &str, path: &Path) -> Option<String> {
+    let hidden = sandbox
         .hidden
         .iter()
-        .find(|hidden| path.starts_with(&hidden.path))
+        .find(|hidden| path.starts_with(&hidden.path))?;
     {
         let rule = match &hidden.because {
             HiddenBecause::DeltaState(what) => {
@@ -116,12 +138,16 @@ fn path_note(sandbox: &RunSandbox, shown: &str, path: &Path) -> Option<String> {
             }
             HiddenBecause::Listed(entry) => format!("the deny_read entry `{entry}`"),
         };
-        return Some(format!(
+        Some(format!(
             "[sandbox] `{shown}` is hidden from this agent's tools by {rule}. To let tools read \
              it, change {}.",
             sandbox.policy.source.where_to_set("deny_read")
-        ));
+        ))
     }
+}
+
+/// The note for `path` if writes are confined and it is outside every writable root.
+fn write_note(sandbox: &RunSandbox, shown: &str, path: &Path) -> Option<String> {
     if !sandbox.confines_writes() || sandbox.writable.iter().any(|root| path.starts_with(root)) {
         return None;
     }

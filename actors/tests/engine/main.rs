@@ -15,6 +15,7 @@ mod process;
 mod run;
 mod run_outcomes;
 mod sandbox;
+mod sandbox_runs;
 mod secrets;
 mod session;
 mod spawner_host;
