@@ -96,6 +96,40 @@ impl ResolvedAgent {
         names
     }
 
+    /// This agent with `default` as its sandbox when its agent.yaml has no `sandbox:` (a
+    /// plan's `sandbox:` is the default of its agents).
+    pub fn with_default_sandbox(
+        mut self,
+        default: Option<&crate::sandbox::SandboxPolicy>,
+    ) -> ResolvedAgent {
+        if self.sandbox.is_none() {
+            self.sandbox = default.cloned();
+        }
+        self
+    }
+
+    /// The one line `delta run` prints when this agent's tools will run unconfined (it has
+    /// tools or MCP servers, and neither its `sandbox:` nor `DELTA_SANDBOX` in `env` confines
+    /// them); `None` otherwise. The error: `DELTA_SANDBOX` cannot be read.
+    pub fn unsandboxed_notice(
+        &self,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Option<String>, crate::sandbox::SandboxEnvError> {
+        let confined = crate::sandbox::effective_policy(self.sandbox.as_ref(), None, env)?;
+        if confined.is_some() || (self.tools.is_empty() && self.mcp.is_empty()) {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "the tools of agent `{}` are not sandboxed: they run with all your rights (your \
+             files, your credentials, the network). To confine them, add `sandbox: {{}}` to {} \
+             (writes only to the workspace, no network) or set {}=workspace-write \
+             (docs/sandbox.md)",
+            self.name,
+            self.config_file.display(),
+            crate::sandbox::SANDBOX_VAR
+        )))
+    }
+
     /// Looks a tool up by name.
     pub fn tool(&self, name: &str) -> Option<&CompiledTool> {
         self.tools.iter().find(|t| t.name == name)

@@ -71,6 +71,9 @@ pub struct PlannedRunFile {
     /// The plan's `llm.response_format`, which wins over the agent's; `None` = the agent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_response_format: Option<crate::agent::ResponseFormat>,
+    /// The plan's `sandbox:`, the sandbox of an agent without one of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxPolicy>,
 }
 
 /// A handoff file that cannot be used.
@@ -336,6 +339,7 @@ mod tests {
             llm_request_timeout_ms: None,
             llm_idle_timeout_ms: None,
             llm_response_format: None,
+            sandbox: None,
         }
     }
 

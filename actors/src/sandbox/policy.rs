@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
 
 use crate::yaml::{kind_of, FieldError, Fields, UnknownKeys};
@@ -35,7 +36,8 @@ pub const MAX_PATH_BYTES: usize = 4096;
 pub const DEFAULT_DENY_ENTRY: &str = "default";
 
 /// What a sandboxed tool may write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum FilesystemAccess {
     /// No confinement of the filesystem (only `deny_read` hides paths).
     Off,
@@ -66,7 +68,8 @@ impl FilesystemAccess {
 }
 
 /// Whether a sandboxed tool may open sockets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum NetworkAccess {
     /// No socket at all but a `socketpair`: no TCP, UDP (so no DNS), Unix socket or netlink.
     Off,
@@ -85,7 +88,8 @@ impl NetworkAccess {
 }
 
 /// A path of `allow_write` or `deny_read`, as far as it can be resolved before a run.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PolicyPath {
     /// Absolute already.
     Absolute(PathBuf),
@@ -132,7 +136,8 @@ impl PolicyPath {
 }
 
 /// One `deny_read` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum DenyEntry {
     /// `default`: the built-in credential stores (`resolve::DEFAULT_DENIED_IN_HOME`).
     Defaults,
@@ -141,7 +146,8 @@ pub enum DenyEntry {
 }
 
 /// Where a policy was written: named by every message that tells how to change it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PolicySource {
     /// `sandbox:` of this agent.yaml.
     Agent(PathBuf),
@@ -179,7 +185,7 @@ impl PolicySource {
 }
 
 /// A sandbox policy as written (with its defaults filled in), before a run resolves it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SandboxPolicy {
     /// `filesystem` (default `workspace-write`).
     pub filesystem: FilesystemAccess,
