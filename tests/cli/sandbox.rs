@@ -489,6 +489,51 @@ fn chown_tree(path: &Path, uid: u32) {
 }
 
 #[test]
+fn bench_spawn_measures_sandboxed_starts() {
+    let root = Root::new();
+    let output = root
+        .command(&[])
+        .args([
+            "bench",
+            "spawn",
+            "--spawns",
+            "5",
+            "--descriptors",
+            "50",
+            "--sandbox",
+        ])
+        .args(["--format", "json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = wait_with_limit(output);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let names: Vec<&str> = report["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names[3..],
+        [
+            "tool spawner, sandboxed, many descriptors",
+            "in-process, sandboxed, few descriptors"
+        ]
+    );
+    assert!(
+        report["sandbox_extra_cpu_ms_per_spawn"].is_f64(),
+        "{report}"
+    );
+}
+
+#[test]
 fn delta_run_says_once_when_tools_are_not_sandboxed() {
     let root = Root::new();
     let agent = root.path("plain");

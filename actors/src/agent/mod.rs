@@ -472,6 +472,7 @@ pub fn known_key_paths() -> Vec<(&'static str, String)> {
         level("hooks.yaml", "", &hook_names),
         level("hooks.yaml", "<hook>.", &hooks::HOOK_KEYS),
         level("tools file", "", &imports::LIBRARY_KEYS),
+        level("agent.yaml", "sandbox.", &crate::sandbox::SANDBOX_KEYS),
         level(
             "agent.yaml",
             "mcp.<server>.",

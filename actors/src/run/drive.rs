@@ -118,14 +118,11 @@ impl RunLoop {
             run.log(&format!("warning: {message}"));
             run.append(Event::Warning { message })
         });
-        let ending = match warned {
-            _ if refused.is_some() => Ending::failed(error_info(
-                RunErrorKind::SetupError,
-                refused.unwrap_or_default(),
-            )),
-            Err(Halt::Failed(error)) => Ending::failed(error),
-            Err(Halt::Stopped) => run.interrupted(),
-            Ok(()) => match run.iterate().await {
+        let ending = match (refused, warned) {
+            (Some(reason), _) => Ending::failed(error_info(RunErrorKind::SetupError, reason)),
+            (None, Err(Halt::Failed(error))) => Ending::failed(error),
+            (None, Err(Halt::Stopped)) => run.interrupted(),
+            (None, Ok(())) => match run.iterate().await {
                 Ok(ending) => ending,
                 Err(Halt::Failed(error)) => Ending::failed(error),
                 Err(Halt::Stopped) => run.interrupted(),

@@ -245,6 +245,7 @@ mod tests {
                 },
             ],
             temp_dir: "/tmp/delta-sandbox-0/ab".into(),
+            hidden_found: Vec::new(),
             layers: Layers {
                 landlock_abi: 7,
                 seccomp: true,

@@ -85,6 +85,9 @@ pub struct RunSandbox {
     pub hidden: Vec<HiddenPath>,
     /// The private temporary folder (tools get it as `TMPDIR`).
     pub temp_dir: PathBuf,
+    /// The hidden paths that existed when the run started (`deny_read`'s, not delta's own),
+    /// for the audit record.
+    pub hidden_found: Vec<PathBuf>,
     /// What this kernel enforces of it.
     pub layers: Layers,
     /// What the kernel could not enforce (only with `required: false`).
@@ -135,11 +138,9 @@ impl RunSandbox {
     /// What the audit record of a tool says about the sandbox it ran in.
     pub fn audit_json(&self) -> Json {
         let listed: Vec<String> = self
-            .hidden
+            .hidden_found
             .iter()
-            .filter(|hidden| !matches!(hidden.because, HiddenBecause::DeltaState(_)))
-            .filter(|hidden| hidden.path.exists())
-            .map(|hidden| hidden.path.display().to_string())
+            .map(|path| path.display().to_string())
             .collect();
         json!({
             "filesystem": self.policy.filesystem.as_str(),
@@ -293,11 +294,18 @@ pub fn confine(
     ] {
         check_not_hidden(policy, &hidden, needed.0, needed.1)?;
     }
+    let hidden_found = hidden
+        .iter()
+        .filter(|hidden| !matches!(hidden.because, HiddenBecause::DeltaState(_)))
+        .filter(|hidden| hidden.path.exists())
+        .map(|hidden| hidden.path.clone())
+        .collect();
     Ok(Confinement {
         sandbox: Arc::new(RunSandbox {
             policy: policy.clone(),
             writable,
             hidden,
+            hidden_found,
             temp_dir,
             layers,
             missing,
