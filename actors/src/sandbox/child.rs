@@ -16,6 +16,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 use libc::sock_filter;
 
@@ -158,6 +159,9 @@ pub struct Prepared {
     /// [`Prepared::own_memory_may_be_shown`]).
     memory_may_be_shown: bool,
     drop_capabilities: bool,
+    /// A namespace made once with the same covers, entered instead of making one
+    /// ([`Prepared::share_mounts`]).
+    shared_mounts: Option<Arc<OwnedFd>>,
     read_layer: Option<RawFd>,
     write_layer: Option<OwnedFd>,
     seccomp: Option<&'static [sock_filter]>,
@@ -209,6 +213,7 @@ impl Prepared {
             unshare,
             id_maps,
             drop_capabilities: root,
+            shared_mounts: None,
             read_layer,
             write_layer,
             seccomp,
@@ -220,6 +225,23 @@ impl Prepared {
     /// [`Prepared::own_memory_may_be_shown`].
     pub fn needs_user_namespace(&self) -> bool {
         self.id_maps.is_some()
+    }
+
+    /// Enters a mount namespace shared by the tools whose covers are the same (made on first
+    /// use, see `shared_mounts`) instead of making one per tool: making and tearing down a
+    /// namespace takes the kernel's global mount lock, which serialises concurrent starts.
+    /// Only where the namespace needs no user namespace (root); elsewhere, and when one
+    /// cannot be made, each tool keeps making its own.
+    pub fn share_mounts(&mut self) {
+        if self.unshare != Some(libc::CLONE_NEWNS) || self.id_maps.is_some() {
+            return;
+        }
+        self.shared_mounts = super::shared_mounts::namespace_for(self);
+    }
+
+    /// The hidden paths, for the shared namespace's key.
+    pub(super) fn hidden(&self) -> &[CString] {
+        &self.hidden
     }
 
     /// Tells the child that its memory is its own copy and holds nothing secret (the
@@ -238,6 +260,22 @@ impl Prepared {
     /// Must run in a child about to `exec` (it changes the whole process irreversibly), or
     /// in a process that means to be confined for good.
     pub unsafe fn apply(&self) -> Result<(), (Step, i32)> {
+        match &self.shared_mounts {
+            Some(namespace) => check(
+                Step::Namespace,
+                libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNS),
+            )?,
+            None => self.make_private_mounts()?,
+        }
+        self.confine_the_rest()
+    }
+
+    /// Makes the private mount namespace (when the plan has one): unshared, its mounts made
+    /// private, the hidden paths covered, a private `/dev/shm`. System calls only.
+    ///
+    /// # Safety
+    /// As [`Prepared::apply`]; also run by the child that makes a shared namespace.
+    pub(super) unsafe fn make_private_mounts(&self) -> Result<(), (Step, i32)> {
         if let Some(flags) = self.unshare {
             check(Step::Namespace, libc::unshare(flags))?;
             if let Some(maps) = &self.id_maps {
@@ -278,6 +316,12 @@ impl Prepared {
                 return Err((Step::DevShm, errno()));
             }
         }
+        Ok(())
+    }
+
+    /// Every step after the mount namespace: the working directory, capabilities,
+    /// `no_new_privs`, Landlock, seccomp.
+    unsafe fn confine_the_rest(&self) -> Result<(), (Step, i32)> {
         check(Step::Chdir, libc::chdir(self.cwd.as_ptr()))?;
         if self.drop_capabilities {
             drop_capabilities()?;

@@ -11,6 +11,8 @@
 //! - `support`: what this kernel enforces ([`KernelSupport`], probed once).
 //! - `landlock`, `seccomp`: the two kernel interfaces, by raw system calls.
 //! - `child`: the sequence a child runs before `exec` ([`Prepared`]).
+//! - `shared_mounts`: mount namespaces made once and entered by the tools with the same
+//!   covers.
 //! - `explain`: the notes a refused tool's observation gets.
 //!
 //! Must not: import actix, print, or confine the calling process itself (only a child
@@ -22,6 +24,7 @@ mod landlock;
 mod policy;
 mod resolve;
 mod seccomp;
+mod shared_mounts;
 mod support;
 
 pub use child::{ChildPlan, OwnedPaths, Prepared, Step};

@@ -163,6 +163,7 @@ on_both_paths!(
     writing_through_another_process_cwd_is_refused,
     reading_a_planted_ssh_key_is_refused,
     reading_the_workspace_dotenv_is_refused,
+    secrets_planted_or_replaced_after_a_start_are_hidden_from_the_next,
     reading_another_process_environ_is_refused_even_to_root,
     connecting_to_a_loopback_listener_is_refused,
     a_dns_query_to_a_loopback_resolver_is_refused,
@@ -286,6 +287,32 @@ async fn reading_a_planted_ssh_key_is_refused(via: Via) {
         .run(via, "ls -A \"$HOME/.ssh\" | wc -l", Some(world.sandbox()))
         .await;
     assert_eq!(out(&outcome).trim(), "0", "{outcome:?}");
+}
+
+/// The spawner shares one mount namespace between the tools with the same covers: a
+/// credential store created, or a `.env` replaced (a new file renamed over it, as editors
+/// save), after a tool started must still be hidden from the next tool.
+async fn secrets_planted_or_replaced_after_a_start_are_hidden_from_the_next(via: Via) {
+    let world = World::new();
+    let sandbox = world.sandbox();
+    let first = world.run(via, "cat .env", Some(sandbox.clone())).await;
+    assert!(!out(&first).contains(DOTENV_SECRET), "{first:?}");
+    std::fs::create_dir_all(world.path("home/.aws")).unwrap();
+    std::fs::write(world.path("home/.aws/credentials"), SECRET_KEY).unwrap();
+    let replacement = world.path("ws/.env.new");
+    std::fs::write(&replacement, format!("{DOTENV_SECRET}-replaced\n")).unwrap();
+    std::fs::rename(&replacement, world.path("ws/.env")).unwrap();
+    let attack = "cat \"$HOME/.aws/credentials\"; cat .env";
+    let free = world.run(via, attack, None).await;
+    assert!(
+        out(&free).contains(SECRET_KEY) && out(&free).contains("-replaced"),
+        "the attack must work without the sandbox: {free:?}"
+    );
+    let confined = world.run(via, attack, Some(sandbox)).await;
+    assert!(
+        !out(&confined).contains(SECRET_KEY) && !out(&confined).contains(DOTENV_SECRET),
+        "{confined:?}"
+    );
 }
 
 async fn reading_the_workspace_dotenv_is_refused(via: Via) {

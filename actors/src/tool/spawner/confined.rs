@@ -74,6 +74,7 @@ pub(super) fn launch(
     };
     let mut prepared = Prepared::new(&plan)
         .map_err(|e| (e.raw_os_error().unwrap_or(libc::EIO), Step::Landlock as u8))?;
+    prepared.share_mounts();
     let flags = if prepared.needs_user_namespace() {
         // The copy holds the spawner's memory: tool specs in flight, no engine secret.
         prepared.own_memory_may_be_shown();
