@@ -283,7 +283,7 @@ fn resolve_sandbox(
             file,
             &unknown.key,
             format!("unknown key `{}`", unknown.key),
-            &format!("the keys here are: {}", unknown.known.join(", ")),
+            format!("the keys here are: {}", unknown.known.join(", ")),
         ),
     };
     let fields = crate::yaml::Fields::new(file, "", &root).map_err(as_plan_error)?;

@@ -179,7 +179,7 @@ impl PolicySource {
         match self {
             PolicySource::Agent(file) => format!("`sandbox:` of {}", file.display()),
             PolicySource::Plan(file) => format!("`sandbox:` of the plan {}", file.display()),
-            PolicySource::Environment => format!("{SANDBOX_VAR}"),
+            PolicySource::Environment => SANDBOX_VAR.to_string(),
         }
     }
 }
