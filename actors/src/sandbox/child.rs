@@ -236,12 +236,9 @@ impl Prepared {
         if self.unshare != Some(libc::CLONE_NEWNS) || self.id_maps.is_some() {
             return;
         }
-        self.shared_mounts = super::shared_mounts::namespace_for(self);
-    }
-
-    /// The hidden paths, for the shared namespace's key.
-    pub(super) fn hidden(&self) -> &[CString] {
-        &self.hidden
+        let argument: *const Prepared = self;
+        self.shared_mounts =
+            super::shared_mounts::namespace_for(&self.hidden, make_mounts_of, argument.cast());
     }
 
     /// Tells the child that its memory is its own copy and holds nothing secret (the
@@ -275,7 +272,7 @@ impl Prepared {
     ///
     /// # Safety
     /// As [`Prepared::apply`]; also run by the child that makes a shared namespace.
-    pub(super) unsafe fn make_private_mounts(&self) -> Result<(), (Step, i32)> {
+    unsafe fn make_private_mounts(&self) -> Result<(), (Step, i32)> {
         if let Some(flags) = self.unshare {
             check(Step::Namespace, libc::unshare(flags))?;
             if let Some(maps) = &self.id_maps {
@@ -347,6 +344,15 @@ impl Prepared {
         }
         Ok(())
     }
+}
+
+/// [`Prepared::make_private_mounts`] of the `Prepared` behind `prepared`, for the child that
+/// makes a shared namespace.
+///
+/// # Safety
+/// `prepared` points to a live [`Prepared`]; as [`Prepared::make_private_mounts`].
+unsafe fn make_mounts_of(prepared: *const std::ffi::c_void) -> bool {
+    (*prepared.cast::<Prepared>()).make_private_mounts().is_ok()
 }
 
 fn errno() -> i32 {

@@ -24,8 +24,6 @@ use std::ptr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::child::Prepared;
-
 /// Namespaces kept at once: more than the runs a process drives at once in the benchmarks
 /// (each run's workspace hides its own `.delta`, so each has its own namespace).
 const MAX_NAMESPACES: usize = 2048;
@@ -47,11 +45,19 @@ fn table() -> &'static Mutex<HashMap<Key, Entry>> {
     TABLE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The shared namespace with `prepared`'s covers, made now if there is none; `None` when
-/// one cannot be made (the tool then makes its own, as without sharing).
-pub(super) fn namespace_for(prepared: &Prepared) -> Option<Arc<OwnedFd>> {
-    let key: Key = prepared
-        .hidden()
+/// Makes the private mounts in the calling process (system calls only), from its argument;
+/// false when it cannot.
+pub(super) type MakeMounts = unsafe fn(*const c_void) -> bool;
+
+/// The shared namespace covering `hidden`, made now if there is none (by `make_mounts` with
+/// `argument`, in a child); `None` when one cannot be made (the tool then makes its own, as
+/// without sharing).
+pub(super) fn namespace_for(
+    hidden: &[CString],
+    make_mounts: MakeMounts,
+    argument: *const c_void,
+) -> Option<Arc<OwnedFd>> {
+    let key: Key = hidden
         .iter()
         .map(|path| {
             let identity = std::fs::metadata(OsStr::from_bytes(path.as_bytes()))
@@ -67,7 +73,7 @@ pub(super) fn namespace_for(prepared: &Prepared) -> Option<Arc<OwnedFd>> {
             return Some(entry.namespace.clone());
         }
     }
-    let namespace = Arc::new(make(prepared)?);
+    let namespace = Arc::new(make(make_mounts, argument)?);
     // Dropped outside the lock: dropping the last reference tears a namespace down.
     let mut dropped = Vec::new();
     if let Ok(mut table) = table().lock() {
@@ -104,8 +110,9 @@ pub(super) fn namespace_for(prepared: &Prepared) -> Option<Arc<OwnedFd>> {
 
 /// Shared between the calling thread and the maker child (same memory and descriptors).
 #[repr(C)]
-struct Maker<'a> {
-    prepared: &'a Prepared,
+struct Maker {
+    make_mounts: MakeMounts,
+    argument: *const c_void,
     /// The namespace's descriptor, or -1.
     namespace: libc::c_int,
 }
@@ -113,9 +120,10 @@ struct Maker<'a> {
 /// Makes a namespace in a child that shares this process's memory and descriptor table
 /// (`CLONE_VM | CLONE_FILES | CLONE_VFORK`): it unshares, covers, opens its own namespace
 /// (the descriptor lands in the shared table and keeps the namespace alive) and exits.
-fn make(prepared: &Prepared) -> Option<OwnedFd> {
+fn make(make_mounts: MakeMounts, argument: *const c_void) -> Option<OwnedFd> {
     let mut maker = Maker {
-        prepared,
+        make_mounts,
+        argument,
         namespace: -1,
     };
     let mut stack: Vec<u8> = Vec::with_capacity(CHILD_STACK_BYTES);
@@ -156,8 +164,8 @@ extern "C" fn maker_main(argument: *mut c_void) -> libc::c_int {
     // SAFETY: `argument` is the calling thread's `Maker`, untouched by it until this child
     // has exited (CLONE_VFORK). Only system calls follow.
     unsafe {
-        let maker = &mut *argument.cast::<Maker<'_>>();
-        if maker.prepared.make_private_mounts().is_ok() {
+        let maker = &mut *argument.cast::<Maker>();
+        if (maker.make_mounts)(maker.argument) {
             let fd = libc::open(
                 c"/proc/self/ns/mnt".as_ptr(),
                 libc::O_RDONLY | libc::O_CLOEXEC,
