@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 OUT=docs/bench/current
 want() { [ ${#SELECTED[@]} -eq 0 ] || [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
 SELECTED=("$@")
-NAMES="single-run overhead-200-events load-1000-stream load-1000-unstreamed load-10000 baseline-50 serve serve-batch installed-size"
+NAMES="single-run overhead-200-events load-1000-stream load-1000-unstreamed load-10000 baseline-50 serve serve-batch installed-size spawn-sandbox load-1000-sandboxed"
 for name in "${SELECTED[@]}"; do
   [[ " $NAMES " == *" $name "* ]] || { echo "bench-current.sh: unknown workload '$name' (one of: $NAMES)" >&2; exit 2; }
 done
@@ -41,6 +41,13 @@ want load-1000-stream && load load-1000-stream --runs 1000 --max-parallel 1000 -
 want load-1000-unstreamed && load load-1000-unstreamed --runs 1000 --max-parallel 1000 --calls 6 --latency-ms 200 --stream off
 want load-10000 && load load-10000 --runs 10000 --max-parallel 10000 --calls 6 --latency-ms 200
 want baseline-50 && load baseline-50 --runs 50 --max-parallel 50 --calls 6 --latency-ms 200 --baseline process-per-run
+if want spawn-sandbox; then
+  echo "== spawn-sandbox: delta bench spawn --sandbox --spawns 2000" >&2
+  "$DELTA_BIN" bench spawn --sandbox --spawns 2000 --format json >"$OUT/spawn-sandbox.json"
+fi
+if want load-1000-sandboxed; then
+  DELTA_SANDBOX=workspace-write load load-1000-sandboxed --runs 1000 --max-parallel 1000 --calls 6 --latency-ms 200
+fi
 if want serve; then
   echo "== serve: delta bench serve --workers 50 --viewers 3 --bytes 1048576" >&2
   "$DELTA_BIN" bench serve --workers 50 --viewers 3 --bytes 1048576 --format json >"$OUT/serve.json"

@@ -67,6 +67,7 @@ pub mod relay;
 pub mod request;
 pub(crate) mod run;
 mod runtime;
+pub mod sandbox;
 #[cfg(feature = "serve")]
 pub(crate) mod serve;
 pub mod session;

@@ -67,7 +67,8 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
     let cascade = load_env_cascade(Some(&planned.work_dir), &planned.plan_dir, &cwd, &env)
         .map_err(|e| CliError::Config(e.to_string()))?;
-    let agent = with_context_window(with_model_override(agent, &cascade.vars), &cascade.vars)?;
+    let agent = with_context_window(with_model_override(agent, &cascade.vars), &cascade.vars)?
+        .with_default_sandbox(planned.sandbox.as_ref());
     let base_url = format!("{}/r/{}/v1", relay.trim_end_matches('/'), planned.llm_route);
     let start = match planned.launch {
         HandoffLaunch::New { task } => RunStart::New { task },

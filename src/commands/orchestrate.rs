@@ -182,7 +182,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let mut llm_by_agent = HashMap::new();
     let mut loaded = HashMap::new();
     for (path, agent) in agents {
-        let agent = with_context_window(with_model_override(agent, &env.vars), &env.vars)?;
+        let agent = with_context_window(with_model_override(agent, &env.vars), &env.vars)?
+            .with_default_sandbox(plan.sandbox.as_ref());
         let target = match &scripted {
             Some(script) => LlmTarget::Scripted(script.clone()),
             None => llm_target(&agent, &env.vars, None).map_err(|e| {

@@ -104,6 +104,13 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         args.max_iterations,
         &std::env::current_dir()?,
     );
+    // Said once, before the run: tools confined by nothing (issue 34).
+    if let Some(notice) = agent
+        .unsandboxed_notice(&env)
+        .map_err(|e| CliError::Config(e.to_string()))?
+    {
+        eprintln!("note: {notice}");
+    }
     let (work_dir, workspace_id) = choice.create()?;
     let start = RunStart::New {
         task: args.message.clone(),

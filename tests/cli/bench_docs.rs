@@ -159,6 +159,33 @@ const FIGURES: &[(&str, &str, Format)] = &[
         },
     ),
     (
+        "spawn-sandbox",
+        "/sandbox_extra_cpu_ms_per_spawn",
+        Format::Fixed {
+            factor: 1.0,
+            decimals: 3,
+            unit: " ms",
+        },
+    ),
+    (
+        "load-1000-sandboxed",
+        "/points/0/wall_s",
+        Format::Fixed {
+            factor: 1.0,
+            decimals: 2,
+            unit: " s",
+        },
+    ),
+    (
+        "load-1000-sandboxed",
+        "/points/0/lower_bound/achieved_ratio",
+        Format::Fixed {
+            factor: 1.0,
+            decimals: 2,
+            unit: "×",
+        },
+    ),
+    (
         "installed-size",
         "/installed_bytes",
         Format::Fixed {

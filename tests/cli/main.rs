@@ -38,6 +38,7 @@ mod resume_hints;
 mod run;
 mod run_env;
 mod run_lock;
+mod sandbox;
 mod scale;
 mod secrets;
 mod serve;

@@ -16,7 +16,7 @@ use super::error::AgentError;
 use crate::llm::{parse_llm_timeout, LlmTimeoutSettings};
 use crate::yaml::{Fields, UnknownKeys};
 
-pub(crate) const AGENT_KEYS: [&str; 15] = [
+pub(crate) const AGENT_KEYS: [&str; 16] = [
     "strict",
     "name",
     "version",
@@ -30,6 +30,7 @@ pub(crate) const AGENT_KEYS: [&str; 15] = [
     "imports",
     "tools",
     "mcp",
+    "sandbox",
     "lifecycle_hooks",
     "timeout_seconds",
 ];
@@ -140,6 +141,8 @@ pub(crate) struct AgentConfig {
     pub empty_answer: EmptyAnswerPolicy,
     /// `mcp`: the Model Context Protocol servers whose tools the agent offers.
     pub mcp: Vec<crate::tool::mcp::McpServerConfig>,
+    /// `sandbox`: how the kernel confines the agent's tools and MCP servers.
+    pub sandbox: Option<crate::sandbox::SandboxPolicy>,
 }
 
 /// agent.yaml `empty_answer`: what a final answer with no text (the model replied with
@@ -260,7 +263,25 @@ pub(crate) fn parse_agent_config(
         ask_human: root.boolean("ask_human")?.unwrap_or(true),
         empty_answer: empty_answer_policy(&root)?,
         mcp: crate::tool::mcp::config::parse_servers(file, root.get("mcp"), policy, warnings)?,
+        sandbox: sandbox(&root, policy, warnings)?,
     })
+}
+
+/// `sandbox:`; relative paths in it are the agent folder's.
+fn sandbox(
+    root: &Fields<'_>,
+    policy: UnknownKeys,
+    warnings: &mut Vec<String>,
+) -> Result<Option<crate::sandbox::SandboxPolicy>, AgentError> {
+    let file = root.file();
+    let folder = file.parent().unwrap_or(Path::new("/"));
+    Ok(crate::sandbox::parse_sandbox(
+        root,
+        crate::sandbox::RelativeTo::AgentFolder(folder),
+        crate::sandbox::PolicySource::Agent(file.to_path_buf()),
+        policy,
+        warnings,
+    )?)
 }
 
 /// `empty_answer: warn | fail`.

@@ -75,6 +75,10 @@ pub struct ResolvedAgent {
     /// `mcp`: the Model Context Protocol servers whose tools a run offers after the agent's
     /// own (as `<server>__<tool>`; see `docs/mcp.md`), in the order listed.
     pub mcp: Vec<McpServerConfig>,
+    /// `sandbox`: how the kernel confines the agent's tools and MCP servers (see
+    /// `docs/sandbox.md`); `None` runs them unconfined unless a plan or `DELTA_SANDBOX` gives
+    /// a default (see [`crate::sandbox::effective_policy`]).
+    pub sandbox: Option<crate::sandbox::SandboxPolicy>,
     /// `context.yaml`: what the model sees at every call.
     pub context: ContextRecipe,
     /// `hooks.yaml` (or the deprecated `lifecycle_hooks`).
@@ -92,6 +96,40 @@ impl ResolvedAgent {
             names.push(name.clone());
         }
         names
+    }
+
+    /// This agent with `default` as its sandbox when its agent.yaml has no `sandbox:` (a
+    /// plan's `sandbox:` is the default of its agents).
+    pub fn with_default_sandbox(
+        mut self,
+        default: Option<&crate::sandbox::SandboxPolicy>,
+    ) -> ResolvedAgent {
+        if self.sandbox.is_none() {
+            self.sandbox = default.cloned();
+        }
+        self
+    }
+
+    /// The one line `delta run` prints when this agent's tools will run unconfined (it has
+    /// tools or MCP servers, and neither its `sandbox:` nor `DELTA_SANDBOX` in `env` confines
+    /// them); `None` otherwise. The error: `DELTA_SANDBOX` cannot be read.
+    pub fn unsandboxed_notice(
+        &self,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Option<String>, crate::sandbox::SandboxEnvError> {
+        let confined = crate::sandbox::effective_policy(self.sandbox.as_ref(), None, env)?;
+        if confined.is_some() || (self.tools.is_empty() && self.mcp.is_empty()) {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "the tools of agent `{}` are not sandboxed: they run with all your rights (your \
+             files, your credentials, the network). To confine them, add `sandbox: {{}}` to {} \
+             (writes only to the workspace, no network) or set {}=workspace-write \
+             (docs/sandbox.md)",
+            self.name,
+            self.config_file.display(),
+            crate::sandbox::SANDBOX_VAR
+        )))
     }
 
     /// Looks a tool up by name.
@@ -335,6 +373,7 @@ pub fn load_agent(path: &Path) -> Result<ResolvedAgent, AgentError> {
         empty_answer: config.empty_answer,
         tools,
         mcp: config.mcp,
+        sandbox: config.sandbox,
         context,
         hooks,
         warnings,
@@ -461,6 +500,7 @@ pub fn known_key_paths() -> Vec<(&'static str, String)> {
         level("hooks.yaml", "", &hook_names),
         level("hooks.yaml", "<hook>.", &hooks::HOOK_KEYS),
         level("tools file", "", &imports::LIBRARY_KEYS),
+        level("agent.yaml", "sandbox.", &crate::sandbox::SANDBOX_KEYS),
         level(
             "agent.yaml",
             "mcp.<server>.",

@@ -75,6 +75,9 @@ pub struct PlannedRunFile {
     /// run continues it, under the stage's span on the submitting host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<crate::protocol::TraceSpan>,
+    /// The plan's `sandbox:`, the sandbox of an agent without one of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxPolicy>,
 }
 
 /// A handoff file that cannot be used.
@@ -341,6 +344,7 @@ mod tests {
             llm_idle_timeout_ms: None,
             llm_response_format: None,
             trace: None,
+            sandbox: None,
         }
     }
 

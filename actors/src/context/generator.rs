@@ -199,6 +199,7 @@ async fn run_command(
         },
         spawner: crate::tool::spawner::shared(),
         programs: None,
+        sandbox: None,
     };
     let outcome = run_process(spec, cancel.clone()).await;
     let failure = match &outcome.termination {

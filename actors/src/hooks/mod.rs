@@ -211,6 +211,8 @@ pub async fn run_hook(
         },
         spawner: crate::tool::spawner::shared(),
         programs: None,
+        // Hooks are the user's own programs: they run unconfined (docs/sandbox.md).
+        sandbox: None,
     };
     let started_at = now_rfc3339();
     let ran = run_process(process, cancel).await;

@@ -16,6 +16,7 @@ const ROOT_KEYS: &[&str] = &[
     "defaults",
     "llm",
     "executor",
+    "sandbox",
     "stages",
 ];
 const DEFAULTS_KEYS: &[&str] = &[
@@ -70,6 +71,7 @@ pub fn known_key_paths() -> Vec<String> {
         level("defaults.", DEFAULTS_KEYS),
         level("llm.", LLM_KEYS),
         level("executor.", EXECUTOR_KEYS),
+        level("sandbox.", &crate::sandbox::SANDBOX_KEYS),
         level("stages[].", STAGE_KEYS),
         level("stages[].foreach.", FOREACH_KEYS),
     ]
@@ -113,6 +115,9 @@ pub fn check_keys(document: &Value) -> Result<(), KeyProblem> {
     }
     if let Some(Value::Mapping(executor)) = root.get("executor") {
         check_level(executor, "executor.", EXECUTOR_KEYS)?;
+    }
+    if let Some(Value::Mapping(sandbox)) = root.get("sandbox") {
+        check_level(sandbox, "sandbox.", &crate::sandbox::SANDBOX_KEYS)?;
     }
     if let Some(Value::Sequence(stages)) = root.get("stages") {
         for (index, stage) in stages.iter().enumerate() {

@@ -33,6 +33,10 @@ pub struct PlanFile {
     /// Where the runs execute (default: this process). See `plan::executor`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<ExecutorSpec>,
+    /// The sandbox of every agent of the plan without a `sandbox:` of its own, as written
+    /// (read by `crate::sandbox`'s parser, the one agent.yaml's goes through).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_yaml::Value>,
     /// The stages, in any order (at least one).
     pub stages: Vec<StageSpec>,
 }

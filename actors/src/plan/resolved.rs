@@ -32,6 +32,8 @@ pub struct ResolvedPlan {
     pub llm_timeouts: LlmTimeoutSettings,
     /// In file order.
     pub stages: Vec<ResolvedStage>,
+    /// `sandbox`: the default sandbox of the plan's agents (an agent's own wins).
+    pub sandbox: Option<crate::sandbox::SandboxPolicy>,
     /// The model as written, for the copy kept with the orchestration state.
     pub source: PlanFile,
 }

@@ -121,6 +121,7 @@ pub fn resolve_plan(
         vars.insert(name.clone(), serde_json::Value::String(value.clone()));
     }
 
+    let sandbox = resolve_sandbox(model.sandbox.as_ref(), &file, &dir)?;
     let needs = resolve_needs(&model, &ids, &file)?;
     let default_timeout =
         resolve_timeout(model.defaults.timeout.as_ref(), "defaults.timeout", &file)?;
@@ -189,6 +190,7 @@ pub fn resolve_plan(
         llm: model.llm.clone(),
         llm_timeouts,
         stages,
+        sandbox,
         source: model,
         dir,
     };
@@ -253,6 +255,46 @@ fn check_ids<'a>(model: &'a PlanFile, file: &Path) -> Result<Vec<&'a str>, PlanE
         ids.push(stage.id.as_str());
     }
     Ok(ids)
+}
+
+/// `sandbox:`, read by the parser of agent.yaml's (relative paths: the plan's folder).
+fn resolve_sandbox(
+    value: Option<&serde_yaml::Value>,
+    file: &Path,
+    dir: &Path,
+) -> Result<Option<crate::sandbox::SandboxPolicy>, PlanError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let mut root = serde_yaml::Mapping::new();
+    root.insert("sandbox".into(), value.clone());
+    let root = serde_yaml::Value::Mapping(root);
+    let as_plan_error = |error: crate::yaml::FieldError| match error {
+        crate::yaml::FieldError::Invalid { message, hint, .. } => {
+            let key = message
+                .strip_prefix('`')
+                .and_then(|rest| rest.split_once('`'))
+                .map_or("sandbox", |(key, _)| key);
+            // The list, not the position: `sandbox.allow_write`, as the other keys read.
+            let key = key.split('[').next().unwrap_or(key).to_owned();
+            PlanError::invalid(file, &key, message, &hint)
+        }
+        crate::yaml::FieldError::UnknownKey(unknown) => PlanError::invalid(
+            file,
+            &unknown.key,
+            format!("unknown key `{}`", unknown.key),
+            format!("the keys here are: {}", unknown.known.join(", ")),
+        ),
+    };
+    let fields = crate::yaml::Fields::new(file, "", &root).map_err(as_plan_error)?;
+    crate::sandbox::parse_sandbox(
+        &fields,
+        crate::sandbox::RelativeTo::PlanFolder(dir),
+        crate::sandbox::PolicySource::Plan(file.to_path_buf()),
+        crate::yaml::UnknownKeys::Refuse,
+        &mut Vec::new(),
+    )
+    .map_err(as_plan_error)
 }
 
 fn resolve_timeout(

@@ -95,6 +95,11 @@ pub struct SupervisorConfig {
     /// [`RunEvent::Waiting`](crate::protocol::RunEvent::Waiting) event, and a stop request
     /// ends it at once.
     pub creation_lock_wait: Duration,
+    /// The kernel's sandbox features, as every run's tools are confined with them (`None`,
+    /// the default: probed once per process). Set to simulate another kernel, e.g.
+    /// [`KernelSupport::none`](crate::sandbox::KernelSupport::none) to see what an agent
+    /// whose `sandbox:` is required does without Landlock (it refuses to run).
+    pub sandbox_support: Option<crate::sandbox::KernelSupport>,
 }
 
 impl Default for SupervisorConfig {
@@ -123,6 +128,7 @@ impl Default for SupervisorConfig {
             observer: None,
             capture_message_content: false,
             creation_lock_wait: crate::workspace::DEFAULT_CREATION_LOCK_WAIT,
+            sandbox_support: None,
         }
     }
 }

@@ -182,6 +182,7 @@ impl Run {
                         &call.id,
                     ),
                     programs: Some(self.programs.clone()),
+                    sandbox: self.toolbox.sandbox().cloned(),
                 });
                 Planned::Tool(Box::new(self.job(&call.name, work, timeout_ms)))
             }

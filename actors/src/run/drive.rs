@@ -30,7 +30,9 @@ use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, Run
 use crate::redact::Redactor;
 use crate::request::RunStart;
 use crate::tool::call::Toolbox;
-use crate::tool::kind::registry::{local_toolbox, open_toolbox, server_environment, OpenContext};
+use crate::tool::kind::registry::{
+    local_toolbox, open_confined_toolbox, server_environment, OpenContext,
+};
 use crate::tool::process::ProgramCache;
 use crate::workspace::{validate_run_id, LockWait};
 
@@ -119,16 +121,28 @@ impl RunLoop {
                 return result;
             }
         };
-        let (toolbox, unavailable) = self.open_tools().await;
+        // The sandbox of the run's tools (docs/sandbox.md): one this kernel cannot enforce
+        // fails the run before any tool starts.
+        let (sandbox, mut warnings, refused) = match self.confine_tools() {
+            Ok(Some(confined)) => (Some(confined.sandbox), confined.warnings, None),
+            Ok(None) => (None, Vec::new(), None),
+            Err(reason) => (None, Vec::new(), Some(reason)),
+        };
+        let (toolbox, unavailable) = match refused {
+            Some(_) => (local_toolbox(&self.request.agent), Vec::new()),
+            None => self.open_tools(sandbox.as_ref()).await,
+        };
+        warnings.extend(unavailable);
         let mut run = Run::start(self, taken, max_iterations, secrets, toolbox);
-        let warned = unavailable.into_iter().try_for_each(|message| {
+        let warned = warnings.into_iter().try_for_each(|message| {
             run.log(&format!("warning: {message}"));
             run.append(Event::Warning { message })
         });
-        let ending = match warned {
-            Err(Halt::Failed(error)) => Ending::failed(error),
-            Err(Halt::Stopped) => run.interrupted(),
-            Ok(()) => match run.iterate().await {
+        let ending = match (refused, warned) {
+            (Some(reason), _) => Ending::failed(error_info(RunErrorKind::SetupError, reason)),
+            (None, Err(Halt::Failed(error))) => Ending::failed(error),
+            (None, Err(Halt::Stopped)) => run.interrupted(),
+            (None, Ok(())) => match run.iterate().await {
                 Ok(ending) => ending,
                 Err(Halt::Failed(error)) => Ending::failed(error),
                 Err(Halt::Stopped) => run.interrupted(),
@@ -173,13 +187,30 @@ impl RunLoop {
         unstarted_interrupted(&self.request, &self.run_id, &reason)
     }
 
-    /// The run's toolbox (its agent's MCP servers started or joined, when it lists any) and
-    /// a WARNING text for each server that did not start. A stop request while servers start
-    /// gives up on them: the run stops at its first checkpoint anyway.
-    async fn open_tools(&self) -> (Toolbox, Vec<String>) {
+    /// The sandbox of the run's tools, with its journal WARNINGs; `Ok(None)`: unconfined.
+    fn confine_tools(&self) -> Result<Option<crate::sandbox::Confinement>, String> {
+        let place = crate::sandbox::RunPlace {
+            work_dir: &self.request.work_dir,
+            agent_home: &self.request.agent.home,
+            env: &self.request.env,
+        };
+        crate::sandbox::for_run(
+            self.request.agent.sandbox.as_ref(),
+            &place,
+            self.config.sandbox_support,
+        )
+    }
+
+    /// The run's toolbox (its agent's MCP servers started or joined, when it lists any; all
+    /// confined by `sandbox`) and a WARNING text for each server that did not start. A stop
+    /// request while servers start gives up on them: the run stops at its first checkpoint.
+    async fn open_tools(
+        &self,
+        sandbox: Option<&Arc<crate::sandbox::RunSandbox>>,
+    ) -> (Toolbox, Vec<String>) {
         let agent = &self.request.agent;
         if agent.mcp.is_empty() {
-            return (local_toolbox(agent), Vec::new());
+            return (local_toolbox(agent).confined(sandbox.cloned()), Vec::new());
         }
         let mut server_env = server_environment(
             agent,
@@ -197,7 +228,7 @@ impl RunLoop {
             server_env: &server_env,
         };
         tokio::select! {
-            opened = open_toolbox(&self.services, &ctx) => opened,
+            opened = open_confined_toolbox(&self.services, &ctx, sandbox) => opened,
             () = self.control.token().cancelled() => (local_toolbox(agent), Vec::new()),
         }
     }

@@ -7,15 +7,21 @@
 //! Must not: start processes, pause runs or write the journal (the run loop does that with
 //! the plan).
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value as Json};
+
+use crate::sandbox::RunSandbox;
 
 use super::compile::{CompiledTool, EngineVars};
 use super::kind::{KindCall, OfferedTool, PlanError, ToolKind};
 
-/// The tools one run offers the model, by kind, in the order they are offered.
+/// The tools one run offers the model, by kind, in the order they are offered, and the
+/// sandbox its tool processes run in.
 pub struct Toolbox {
     kinds: Vec<Box<dyn ToolKind>>,
     offered: Vec<OfferedTool>,
+    sandbox: Option<Arc<RunSandbox>>,
 }
 
 impl Toolbox {
@@ -23,7 +29,22 @@ impl Toolbox {
     /// the first kind that has it).
     pub fn new(kinds: Vec<Box<dyn ToolKind>>) -> Toolbox {
         let offered = kinds.iter().flat_map(|kind| kind.offered()).collect();
-        Toolbox { kinds, offered }
+        Toolbox {
+            kinds,
+            offered,
+            sandbox: None,
+        }
+    }
+
+    /// The same toolbox, its processes confined by `sandbox`.
+    pub fn confined(mut self, sandbox: Option<Arc<RunSandbox>>) -> Toolbox {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// The sandbox the run's tool processes start in (`None`: unconfined).
+    pub fn sandbox(&self) -> Option<&Arc<RunSandbox>> {
+        self.sandbox.as_ref()
     }
 
     /// Every tool the model is offered, in order.

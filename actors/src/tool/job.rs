@@ -15,6 +15,7 @@ use serde_json::{json, Value as Json};
 use tokio_util::sync::CancellationToken;
 
 use crate::redact::SecretSet;
+use crate::sandbox::RunSandbox;
 use crate::tool::kind::{EngineCall, EngineEnding};
 use crate::tool::observation::{cut_text, format_observation, is_success, ObservationLimits};
 use crate::tool::process::{run_process, CaptureSpec, ProcessSpec, ProgramCache, Termination};
@@ -54,6 +55,8 @@ pub struct ProcessWork {
     pub env: std::sync::Arc<Vec<(String, String)>>,
     /// Where the run's programs were found on its `PATH` (shared by the run's calls).
     pub programs: Option<ProgramCache>,
+    /// The run's sandbox (`None`: the program runs with the user's rights).
+    pub sandbox: Option<std::sync::Arc<RunSandbox>>,
 }
 
 impl ToolJob {
@@ -105,6 +108,7 @@ pub async fn execute(mut job: ToolJob, cancel: CancellationToken) -> ToolExecuti
             cwd: PathBuf::new(),
             env: Default::default(),
             programs: None,
+            sandbox: None,
         }),
     );
     match work {
@@ -124,7 +128,7 @@ async fn execute_process(
     let spec = ProcessSpec {
         argv: work.argv.clone(),
         stdin: work.stdin.map(String::into_bytes),
-        cwd: work.cwd,
+        cwd: work.cwd.clone(),
         env: work.env,
         timeout: job.timeout,
         kill_grace: Duration::from_secs(2),
@@ -137,10 +141,22 @@ async fn execute_process(
         },
         spawner: crate::tool::spawner::shared(),
         programs: work.programs,
+        sandbox: work.sandbox.clone(),
     };
     let outcome = run_process(spec, cancel).await;
-    let observation = format_observation(&outcome, &job.display_root);
+    let mut observation = format_observation(&outcome, &job.display_root);
     let success = is_success(&outcome);
+    if let (false, Some(sandbox)) = (success, &work.sandbox) {
+        let output = format!(
+            "{}\n{}",
+            outcome.stderr.text_lossy(),
+            outcome.stdout.text_lossy()
+        );
+        if let Some(notes) = crate::sandbox::explain(sandbox, &work.cwd, &output) {
+            observation.push_str("\n\n");
+            observation.push_str(&notes);
+        }
+    }
     let (termination, signal) = match &outcome.termination {
         Termination::Exited(_) => ("exited", None),
         Termination::Signaled(s) => ("signaled", Some(*s)),
@@ -170,6 +186,7 @@ async fn execute_process(
             "file_truncated": outcome.stderr.file_truncated,
         },
         "spawn_error": match &outcome.termination { Termination::SpawnFailed(e) => Some(e.clone()), _ => None },
+        "sandbox": work.sandbox.as_ref().map(|sandbox| sandbox.audit_json()),
     });
     // The audit record is best effort: a full disk must not turn a tool result into a crash
     // (the run journals a WARNING about it instead).

@@ -39,6 +39,7 @@ use launch::{Launched, Leader};
 pub use service::{ServicePipes, ServiceProcess};
 
 use crate::redact::SecretSet;
+use crate::sandbox::RunSandbox;
 use crate::tool::spawner::Spawner;
 
 /// Default per-tool wall-clock limit.
@@ -81,6 +82,9 @@ pub struct ProcessSpec {
     /// Where `argv[0]` was found before, for a spec that repeats with the same `env` and
     /// `cwd` (a run's tools); `None`: looked up on every start.
     pub programs: Option<ProgramCache>,
+    /// Confine the program (and all it starts) in this sandbox before it runs, with `TMPDIR`
+    /// set to the sandbox's temporary folder; `None`: it runs with the user's rights.
+    pub sandbox: Option<Arc<RunSandbox>>,
 }
 
 impl ProcessSpec {
@@ -100,6 +104,7 @@ impl ProcessSpec {
             capture: CaptureSpec::default(),
             spawner: None,
             programs: None,
+            sandbox: None,
         }
     }
 }

@@ -14,6 +14,8 @@ mod plan;
 mod process;
 mod run;
 mod run_outcomes;
+mod sandbox;
+mod sandbox_runs;
 mod secrets;
 mod session;
 mod spawner_host;

@@ -361,6 +361,7 @@ fn launch<'a>(argv: &'a [String], env: &'a [(&'a str, &'a str)], cwd: &'a Path) 
         env,
         cwd,
         stdin_pipe: false,
+        sandbox: None,
     }
 }
 

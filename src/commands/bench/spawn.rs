@@ -1,15 +1,20 @@
 //! `delta bench spawn`: the CPU one tool start costs, from a process holding few descriptors
 //! (what a fresh process pays), from one holding many (the engine at 10,000 concurrent runs),
-//! and through the tool spawner. Every start is a real `run_process` (pipes, capture, its
-//! own process group) of the tool, awaited to its exit, one at a time.
+//! and through the tool spawner; with `--sandbox`, also sandboxed (docs/sandbox.md) from the
+//! spawner and in-process. Every start is a real `run_process` (pipes, capture, its own
+//! process group) of the tool, awaited to its exit, one at a time.
 //!
 //! Owns its clap arguments, the three phases and their report. It must not change engine
 //! behaviour: it only runs `ProcessSpec`s, with and without a spawner.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
+use delta_actors::sandbox::{
+    confine, KernelSupport, PolicySource, RunPlace, RunSandbox, SandboxPolicy,
+};
 use delta_actors::tool::process::{run_process, ProcessSpec, Termination};
 use delta_actors::tool::spawner::{share_for_process, Spawner, SpawnerCommand};
 use serde::Serialize;
@@ -34,7 +39,12 @@ Three phases of --spawns starts each: in-process while this process holds few de
 (the cost of a fresh process), in-process after opening --descriptors more (the engine at
 many concurrent runs: fork copies the descriptor table, exec closes it), and through the
 tool spawner (started before those descriptors, as the engine starts it). CPU per start is
-this process's user + system time plus the spawner's and the tools'.")]
+this process's user + system time plus the spawner's and the tools'.
+
+With --sandbox, two more: through the spawner with every tool sandboxed (workspace-write,
+network off, the default deny_read: docs/sandbox.md), and in-process sandboxed with few
+descriptors; the report adds what the sandbox costs per start over the unsandboxed spawner.
+  delta bench spawn --sandbox --spawns 2000")]
 pub struct SpawnArgs {
     /// Tool starts per phase.
     #[arg(long, default_value_t = 2000)]
@@ -48,9 +58,12 @@ pub struct SpawnArgs {
     /// What stdout carries.
     #[arg(long, value_enum, default_value_t = BenchFormat::Text)]
     pub format: BenchFormat,
+    /// Also measure sandboxed starts (through the spawner, and in-process).
+    #[arg(long)]
+    pub sandbox: bool,
 }
 
-/// `delta bench spawn --format json`, schema version 1.
+/// `delta bench spawn --format json`, schema version 2 (2 added the sandboxed phases).
 #[derive(Debug, Serialize)]
 pub struct SpawnReport {
     pub schema_version: String,
@@ -62,6 +75,9 @@ pub struct SpawnReport {
     pub spawner_over_fresh: f64,
     /// In-process-with-many-descriptors CPU per start over the fresh-process phase's.
     pub in_process_over_fresh: f64,
+    /// With `--sandbox`: CPU per sandboxed start through the spawner minus per unsandboxed
+    /// one (milliseconds); `null` without it.
+    pub sandbox_extra_cpu_ms_per_spawn: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -111,37 +127,136 @@ async fn measure(
     tool: Vec<String>,
     spawner: Arc<Spawner>,
 ) -> Result<SpawnReport, CliError> {
-    let fresh = phase("in-process, few descriptors", args, &tool, None).await?;
+    let workspace = BenchWorkspace::new()?;
+    let sandbox = if args.sandbox {
+        Some(workspace.sandbox()?)
+    } else {
+        None
+    };
+    let cwd = workspace.dir.clone();
+    let fresh = phase("in-process, few descriptors", args, &tool, &cwd, None, None).await?;
+    let fresh_sandboxed = match &sandbox {
+        Some(sandbox) => Some(
+            phase(
+                "in-process, sandboxed, few descriptors",
+                args,
+                &tool,
+                &cwd,
+                None,
+                Some(sandbox.clone()),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let held: Vec<std::fs::File> = (0..args.descriptors)
         .map(|_| std::fs::File::open("/dev/null"))
         .collect::<Result<_, _>>()
         .map_err(|e| CliError::Runtime(format!("cannot open the --descriptors: {e}")))?;
-    let crowded = phase("in-process, many descriptors", args, &tool, None).await?;
-    let spawned = phase("tool spawner, many descriptors", args, &tool, Some(spawner)).await?;
+    let crowded = phase(
+        "in-process, many descriptors",
+        args,
+        &tool,
+        &cwd,
+        None,
+        None,
+    )
+    .await?;
+    let spawned = phase(
+        "tool spawner, many descriptors",
+        args,
+        &tool,
+        &cwd,
+        Some(spawner.clone()),
+        None,
+    )
+    .await?;
+    let spawned_sandboxed = match &sandbox {
+        Some(sandbox) => Some(
+            phase(
+                "tool spawner, sandboxed, many descriptors",
+                args,
+                &tool,
+                &cwd,
+                Some(spawner),
+                Some(sandbox.clone()),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     drop(held);
-    let ratio = |phase: &Phase| phase.cpu_ms_per_spawn / fresh.cpu_ms_per_spawn.max(f64::EPSILON);
+    let fresh_cpu = fresh.cpu_ms_per_spawn.max(f64::EPSILON);
+    let ratio = |phase: &Phase| phase.cpu_ms_per_spawn / fresh_cpu;
+    let sandbox_extra = spawned_sandboxed
+        .as_ref()
+        .map(|sandboxed| sandboxed.cpu_ms_per_spawn - spawned.cpu_ms_per_spawn);
+    let mut phases = vec![fresh, crowded, spawned];
+    phases.extend(spawned_sandboxed);
+    phases.extend(fresh_sandboxed);
     Ok(SpawnReport {
-        schema_version: "1".into(),
-        spawner_over_fresh: ratio(&spawned),
-        in_process_over_fresh: ratio(&crowded),
+        schema_version: "2".into(),
+        spawner_over_fresh: ratio(&phases[2]),
+        in_process_over_fresh: ratio(&phases[1]),
+        sandbox_extra_cpu_ms_per_spawn: sandbox_extra,
         tool,
         spawns_per_phase: args.spawns,
         descriptors: args.descriptors,
-        phases: vec![fresh, crowded, spawned],
+        phases,
     })
+}
+
+/// The folder the tools run in (their workspace when sandboxed), removed at the end.
+struct BenchWorkspace {
+    dir: std::path::PathBuf,
+}
+
+impl BenchWorkspace {
+    fn new() -> Result<BenchWorkspace, CliError> {
+        let dir = std::env::temp_dir().join(format!("delta-bench-spawn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CliError::Runtime(format!("cannot create {}: {e}", dir.display())))?;
+        Ok(BenchWorkspace { dir })
+    }
+
+    /// The default sandbox (workspace-write, network off) of a run in this folder, with
+    /// this process's HOME (its credential stores hidden) and temporary folder.
+    fn sandbox(&self) -> Result<Arc<RunSandbox>, CliError> {
+        let env: BTreeMap<String, String> = ["HOME", "TMPDIR", "PATH"]
+            .into_iter()
+            .filter_map(|key| Some((key.to_owned(), std::env::var(key).ok()?)))
+            .collect();
+        let place = RunPlace {
+            work_dir: &self.dir,
+            agent_home: &self.dir,
+            env: &env,
+        };
+        let policy = SandboxPolicy::defaults(PolicySource::Environment);
+        confine(&policy, &place, &KernelSupport::probed())
+            .map(|confined| confined.sandbox)
+            .map_err(|e| CliError::Config(format!("--sandbox: {e}")))
+    }
+}
+
+impl Drop for BenchWorkspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 async fn phase(
     name: &str,
     args: &SpawnArgs,
     tool: &[String],
+    cwd: &std::path::Path,
     spawner: Option<Arc<Spawner>>,
+    sandbox: Option<Arc<RunSandbox>>,
 ) -> Result<Phase, CliError> {
     let env = vec![(
         "PATH".to_owned(),
         std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
     )];
-    let cwd = std::env::temp_dir();
+    let cwd = cwd.to_path_buf();
     let open_descriptors = open_fds();
     // Includes the spawner's CPU and its tools' (see CpuUsage::now).
     let before = CpuUsage::now();
@@ -149,6 +264,7 @@ async fn phase(
     for _ in 0..args.spawns {
         let mut spec = ProcessSpec::new(tool.to_vec(), cwd.clone(), env.clone());
         spec.spawner = spawner.clone();
+        spec.sandbox = sandbox.clone();
         let outcome = run_process(spec, CancellationToken::new()).await;
         if outcome.termination != Termination::Exited(0) {
             return Err(CliError::Runtime(format!(
@@ -195,6 +311,11 @@ fn render_text(report: &SpawnReport) -> String {
         "\nCPU per start against a fresh process: in-process {:.2}x, through the spawner {:.2}x\n",
         report.in_process_over_fresh, report.spawner_over_fresh
     ));
+    if let Some(extra) = report.sandbox_extra_cpu_ms_per_spawn {
+        text.push_str(&format!(
+            "The sandbox adds {extra:.3} ms of CPU per start through the spawner\n"
+        ));
+    }
     text
 }
 
@@ -212,13 +333,14 @@ mod tests {
             wall_ms_per_spawn: cpu,
         };
         let report = SpawnReport {
-            schema_version: "1".into(),
+            schema_version: "2".into(),
             tool: vec!["true".into()],
             spawns_per_phase: 3,
             descriptors: 10,
             phases: vec![phase("a", 0.5), phase("b", 1.5)],
             spawner_over_fresh: 1.1,
             in_process_over_fresh: 3.0,
+            sandbox_extra_cpu_ms_per_spawn: Some(0.125),
         };
         let text = render_text(&report);
         assert!(
@@ -228,6 +350,10 @@ mod tests {
         assert!(
             text.lines()
                 .any(|l| l.starts_with('b') && l.contains("1.500")),
+            "{text}"
+        );
+        assert!(
+            text.contains("The sandbox adds 0.125 ms of CPU per start"),
             "{text}"
         );
     }

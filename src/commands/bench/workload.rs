@@ -142,10 +142,19 @@ impl Workload {
             )));
         }
         let mut env = BTreeMap::new();
-        for key in ["PATH", "HOME"] {
+        // DELTA_SANDBOX: the bench agent has no `sandbox:`, so this sandboxes every tool
+        // (docs/sandbox.md).
+        for key in ["PATH", "HOME", "DELTA_SANDBOX"] {
             if let Ok(value) = std::env::var(key) {
                 env.insert(key.to_string(), value);
             }
+        }
+        if env.contains_key("DELTA_SANDBOX") {
+            // The sandbox keeps a temporary folder per workspace under TMPDIR: inside the
+            // bench's folder, they go with it.
+            let tmp = root.join("tmp");
+            std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
+            env.insert("TMPDIR".into(), tmp.display().to_string());
         }
         Ok(Workload {
             root,

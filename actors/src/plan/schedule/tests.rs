@@ -46,6 +46,7 @@ pub(super) fn plan(stages: Vec<ResolvedStage>) -> Arc<ResolvedPlan> {
         llm: LlmLimits::default(),
         llm_timeouts: Default::default(),
         stages,
+        sandbox: None,
         source: PlanFile::default(),
     })
 }

@@ -47,6 +47,7 @@ impl SlurmExecutor {
             llm_idle_timeout_ms: timeouts.idle.map(|t| t.as_millis() as u64),
             llm_response_format: self.plan.llm.response_format,
             trace,
+            sandbox: self.plan.sandbox.clone(),
         };
         write_planned(&self.orchestration_dir, &file).map_err(|e| e.to_string())?;
         if let Ok(stale) = result_path(&self.orchestration_dir, &planned.stage_id, planned.index) {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::ask_human::AskHumanKind;
 use super::process::ProcessTools;
 use super::{ToolKind, ToolOwner};
+use crate::sandbox::RunSandbox;
 use crate::tool::call::Toolbox;
 use crate::tool::process::build_child_env;
 
@@ -70,10 +71,20 @@ pub struct OpenContext<'a, A: ToolOwner> {
 }
 
 /// The tools a run offers, by kind, and a WARNING text for each kind's tools that cannot be
-/// offered (an MCP server that did not start).
+/// offered (an MCP server that did not start). Nothing is confined (`delta tool expand`);
+/// a run opens its tools with [`open_confined_toolbox`].
 pub async fn open_toolbox<A: ToolOwner>(
     services: &ToolServices,
     ctx: &OpenContext<'_, A>,
+) -> (Toolbox, Vec<String>) {
+    open_confined_toolbox(services, ctx, None).await
+}
+
+/// [`open_toolbox`] for a run whose tools and MCP servers start in `sandbox`.
+pub async fn open_confined_toolbox<A: ToolOwner>(
+    services: &ToolServices,
+    ctx: &OpenContext<'_, A>,
+    sandbox: Option<&Arc<RunSandbox>>,
 ) -> (Toolbox, Vec<String>) {
     let agent = ctx.agent;
     let mut kinds: Vec<Box<dyn ToolKind>> = vec![Box::new(ProcessTools::new(Arc::clone(agent)))];
@@ -87,6 +98,7 @@ pub async fn open_toolbox<A: ToolOwner>(
             agent.home(),
             ctx.work_dir,
             ctx.server_env,
+            sandbox,
         )
         .await;
         for listing in tools.listings() {
@@ -104,7 +116,7 @@ pub async fn open_toolbox<A: ToolOwner>(
     if agent.offers_ask_human() {
         kinds.push(Box::new(AskHumanKind));
     }
-    (Toolbox::new(kinds), warnings)
+    (Toolbox::new(kinds).confined(sandbox.cloned()), warnings)
 }
 
 /// The tools a run of `agent` offers without starting anything: its own and the built-in

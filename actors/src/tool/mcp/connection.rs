@@ -40,6 +40,9 @@ pub struct ServerLaunch {
     pub cwd: PathBuf,
     /// Limit of the start: initialize and the tool list.
     pub startup_timeout: Duration,
+    /// The sandbox of the runs it serves, applied to the server like to their tools (so
+    /// only runs confined alike share a server); `None`: unconfined.
+    pub sandbox: Option<Arc<crate::sandbox::RunSandbox>>,
 }
 
 /// A tool list read again for one `tools:` filter (keyed by the filter's names), or why it
@@ -83,6 +86,7 @@ impl Connection {
         let mut spec =
             ProcessSpec::new(launch.argv.clone(), launch.cwd.clone(), launch.env.clone());
         spec.spawner = spawner_env.spawner.clone();
+        spec.sandbox = launch.sandbox.clone();
         let (process, pipes) = ServiceProcess::start(&spec)
             .await
             .map_err(|reason| format!("it did not start: {reason}"))?;

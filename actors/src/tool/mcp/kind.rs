@@ -74,9 +74,11 @@ impl McpTools {
         agent_home: &Path,
         work_dir: &Path,
         server_env: &[(String, String)],
+        sandbox: Option<&Arc<crate::sandbox::RunSandbox>>,
     ) -> McpTools {
         let opening = servers.iter().map(|config| {
-            let launch = launch_of(config, agent_home, work_dir, server_env);
+            let mut launch = launch_of(config, agent_home, work_dir, server_env);
+            launch.sandbox = sandbox.cloned();
             open_server(config, launch, pool.clone())
         });
         let servers = futures_util::future::join_all(opening).await;
@@ -143,6 +145,7 @@ fn launch_of(
             .startup_timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(DEFAULT_STARTUP_TIMEOUT),
+        sandbox: None,
     }
 }
 

@@ -2,6 +2,10 @@
 //! through the tool spawner when the spec names one, else in this process
 //! (`tokio::process`). Either way the caller gets the leader to wait for and the pipe ends.
 //!
+//! A spec with a sandbox is confined between fork and exec on both paths (the spawner applies
+//! it in its child; in-process, a `pre_exec` hook does), and gets `TMPDIR` pointed at the
+//! sandbox's temporary folder.
+//!
 //! Owns: the in-process `Command`, the choice of path, the fallback to in-process when the
 //! spawner has died (one warning per spawner), and the FAILED TO START wording (the same for
 //! both paths).
@@ -15,7 +19,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::process::{Child, Command};
 
 use super::{is_engine_secret, ProcessSpec};
+use crate::sandbox::Prepared;
 use crate::tool::spawner::{ExitWatch, Launch, SpawnError};
+
+/// The variable a sandboxed tool finds its private temporary folder in.
+const TMPDIR_VAR: &str = "TMPDIR";
 
 /// The group leader, started in-process or by the spawner.
 pub(super) enum Leader {
@@ -58,20 +66,29 @@ pub(super) async fn launch(
     program: &str,
     resolved: &Path,
 ) -> Result<Launched, String> {
+    let temp_dir = spec
+        .sandbox
+        .as_ref()
+        .map(|sandbox| sandbox.temp_dir.to_string_lossy().into_owned());
     if let Some(spawner) = &spec.spawner {
         // Defence in depth: even a hand-built env never hands the engine's secrets to a child.
-        let env: Vec<(&str, &str)> = spec
+        let mut env: Vec<(&str, &str)> = spec
             .env
             .iter()
             .filter(|(name, _)| !is_engine_secret(name))
+            .filter(|(name, _)| temp_dir.is_none() || name != TMPDIR_VAR)
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
+        if let Some(dir) = &temp_dir {
+            env.push((TMPDIR_VAR, dir));
+        }
         let request = Launch {
             program: resolved,
             argv: &spec.argv,
             env: &env,
             cwd: &spec.cwd,
             stdin_pipe: spec.stdin.is_some(),
+            sandbox: spec.sandbox.as_deref(),
         };
         match spawner.spawn(request).await {
             Ok(child) => {
@@ -86,6 +103,7 @@ pub(super) async fn launch(
             Err(SpawnError::Start(error)) => {
                 return Err(failed_to_start(&error, program, resolved, spec))
             }
+            Err(error @ SpawnError::Sandbox { .. }) => return Err(sandbox_failed(&error)),
             Err(SpawnError::Lost) => return Err(SpawnError::Lost.to_string()),
             Err(SpawnError::Unavailable(reason)) => {
                 if spawner.first_fallback() {
@@ -133,6 +151,26 @@ fn launch_in_process(
     unsafe {
         command.pre_exec(crate::tool::isolation::close_on_exec_in_child);
     }
+    if let Some(sandbox) = &spec.sandbox {
+        command.env(TMPDIR_VAR, &sandbox.temp_dir);
+        let prepared = sandbox
+            .child_paths(&spec.cwd)
+            .and_then(|paths| Prepared::new(&sandbox.child_plan(&paths)))
+            .map_err(|error| {
+                format!(
+                    "cannot prepare the sandbox: {error} (hint: docs/sandbox.md says what the                      sandbox needs from the kernel)"
+                )
+            })?;
+        // SAFETY: `apply` only makes system calls (no allocation, no lock): it is made for
+        // the child between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                prepared
+                    .apply()
+                    .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno))
+            });
+        }
+    }
     let mut child = command
         .spawn()
         .map_err(|error| failed_to_start(&error, program, resolved, spec))?;
@@ -154,9 +192,24 @@ fn failed_to_start(
     resolved: &Path,
     spec: &ProcessSpec,
 ) -> String {
+    let sandboxed = if spec.sandbox.is_some() {
+        "; the tool starts in a sandbox: if all of that holds, the sandbox could not be \
+         applied (docs/sandbox.md)"
+    } else {
+        ""
+    };
     format!(
-        "{error}: {program} (hint: check that {} exists, is executable and that the workspace {} exists)",
+        "{error}: {program} (hint: check that {} exists, is executable and that the workspace {} exists{sandboxed})",
         resolved.display(),
         spec.cwd.display()
+    )
+}
+
+/// A sandbox step failed in the spawner's child: the tool never ran.
+fn sandbox_failed(error: &SpawnError) -> String {
+    format!(
+        "the sandbox could not be applied: {error} (hint: the tool did not run; \
+         docs/sandbox.md says what the sandbox needs from the kernel, and `required: false` \
+         runs tools with what it offers)"
     )
 }

@@ -28,6 +28,7 @@ use super::protocol::{self, RequestHeader};
 use super::replies::{kill_group, read_replies, Answer, Pending, Shared, State};
 use super::request::{check_no_nul, spec_memfd, Launch, Pipes};
 use super::sys;
+use crate::sandbox::Step;
 /// How long dropping the handle waits for the spawner to exit and be reaped.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 /// The control socket's send buffer asked for (granted up to `net.core.wmem_max`).
@@ -84,6 +85,14 @@ pub enum SpawnError {
     /// The program could not be started; the error an in-process spawn gives.
     #[error(transparent)]
     Start(io::Error),
+    /// The sandbox could not be applied in the child: the tool did not run.
+    #[error("{}: {error}", step.describe())]
+    Sandbox {
+        /// What failed.
+        step: Step,
+        /// The system's error.
+        error: io::Error,
+    },
     /// The spawner died while handling the request: the tool may have started.
     #[error("the tool spawner exited while starting the tool (hint: it may have been killed; later tools start in-process)")]
     Lost,
@@ -233,11 +242,38 @@ impl Spawner {
         }
         check_no_nul(&launch).map_err(SpawnError::Start)?;
         let pipes = Pipes::new(launch.stdin_pipe).map_err(SpawnError::Start)?;
+        let writable: Vec<&[u8]>;
+        let hidden: Vec<&[u8]>;
+        let sandbox = match launch.sandbox {
+            Some(sandbox) => {
+                writable = sandbox
+                    .writable
+                    .iter()
+                    .map(|p| p.as_os_str().as_bytes())
+                    .collect();
+                hidden = sandbox
+                    .hidden
+                    .iter()
+                    .map(|h| h.path.as_os_str().as_bytes())
+                    .collect();
+                Some(protocol::SandboxFields {
+                    confine_writes: sandbox.confines_writes(),
+                    network_off: sandbox.network_off(),
+                    landlock_abi: sandbox.layers.landlock_abi,
+                    seccomp: sandbox.layers.seccomp,
+                    mounts: sandbox.layers.mounts,
+                    writable: &writable,
+                    hidden: &hidden,
+                })
+            }
+            None => None,
+        };
         let spec = protocol::encode_spec(
             launch.program.as_os_str().as_bytes(),
             launch.argv.iter().map(|a| a.as_bytes()),
             launch.env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())),
             launch.cwd.as_os_str().as_bytes(),
+            sandbox,
         );
         let memfd = if spec.len() > protocol::INLINE_SPEC_MAX {
             Some(spec_memfd(&spec).map_err(SpawnError::Start)?)
@@ -287,8 +323,15 @@ impl Spawner {
         waiting.reply = None;
         let pid = match answer {
             Ok(Answer::Started(pid)) => pid,
-            Ok(Answer::Failed(errno)) => {
+            Ok(Answer::Failed(errno, 0)) => {
                 return Err(SpawnError::Start(io::Error::from_raw_os_error(errno)))
+            }
+            Ok(Answer::Failed(errno, step)) => {
+                let error = io::Error::from_raw_os_error(errno);
+                return Err(match Step::from_code(step) {
+                    Some(step) => SpawnError::Sandbox { step, error },
+                    None => SpawnError::Start(error),
+                });
             }
             Ok(Answer::NotStarted) => {
                 return Err(SpawnError::Unavailable("it did not start".into()))

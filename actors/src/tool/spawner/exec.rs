@@ -32,6 +32,9 @@ pub(super) const RESET_FOR_TOOLS: [Signal; 6] = [
 /// The attributes shared by every launch, built once.
 pub(super) struct Launcher {
     attributes: Box<MaybeUninit<libc::posix_spawnattr_t>>,
+    /// The signals tools get back at their default action (for sandboxed starts, which
+    /// reset them themselves: see `confined.rs`).
+    pub(super) defaults: SigSet,
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
@@ -51,13 +54,16 @@ impl Launcher {
         // SAFETY: `attr` points at storage that lives (boxed, never moved) as long as the
         // Launcher; it is initialised by posix_spawnattr_init before any other use.
         check(unsafe { libc::posix_spawnattr_init(attr) })?;
-        let launcher = Launcher { attributes };
         let mut defaults = SigSet::empty();
         for signal in RESET_FOR_TOOLS {
             if !keep_ignored.contains(signal) {
                 defaults.add(signal);
             }
         }
+        let launcher = Launcher {
+            attributes,
+            defaults,
+        };
         let flags = libc::POSIX_SPAWN_SETPGROUP
             | libc::POSIX_SPAWN_SETSIGMASK
             | libc::POSIX_SPAWN_SETSIGDEF;
@@ -120,7 +126,7 @@ impl Drop for Launcher {
 }
 
 /// NULL-terminated array of pointers into `strings`, as argv / envp.
-fn pointer_array(strings: &[&CStr]) -> Vec<*mut c_char> {
+pub(super) fn pointer_array(strings: &[&CStr]) -> Vec<*mut c_char> {
     strings
         .iter()
         .map(|s| s.as_ptr().cast_mut())

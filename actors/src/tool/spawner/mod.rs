@@ -30,6 +30,7 @@
 //! [`SupervisorConfig`]: crate::request::SupervisorConfig
 
 pub mod client;
+mod confined;
 mod exec;
 mod outbox;
 pub(crate) mod protocol;

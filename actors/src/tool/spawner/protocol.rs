@@ -17,7 +17,7 @@
 use std::ffi::CStr;
 
 /// Bumped on any change of the layout; the engine refuses a spawner that answers another.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// A launch spec up to this size travels inside the request; a bigger one in a memfd.
 pub const INLINE_SPEC_MAX: usize = 48 * 1024;
 /// The largest launch spec the spawner reads from a memfd (well above the kernel's limit on
@@ -30,7 +30,7 @@ pub const REQUEST_BUFFER: usize = REQUEST_HEADER + INLINE_SPEC_MAX;
 /// saved nothing measurable (BENCHMARKS.md, issue 14's fifth pass).
 pub const REPLIES_PER_MESSAGE: usize = 16;
 /// The longest reply.
-const REPLY_MAX: usize = 13;
+const REPLY_MAX: usize = 14;
 /// Room the engine needs to receive any message of replies.
 pub const REPLY_BUFFER: usize = REPLIES_PER_MESSAGE * REPLY_MAX;
 
@@ -102,16 +102,70 @@ pub fn request_id(message: &[u8]) -> Option<u64> {
         .flatten()
 }
 
+const SANDBOX_CONFINE_WRITES: u8 = 1;
+const SANDBOX_NETWORK_OFF: u8 = 2;
+const SANDBOX_SECCOMP: u8 = 4;
+const SANDBOX_MOUNTS: u8 = 8;
+
+/// The sandbox a request asks for (`crate::sandbox`), as the spawner reads it: the layers to
+/// apply and the paths they use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireSandbox<'a> {
+    /// Writes are confined to `writable`.
+    pub confine_writes: bool,
+    /// No sockets.
+    pub network_off: bool,
+    /// The Landlock ABI to use (0: none).
+    pub landlock_abi: u32,
+    /// Install the seccomp filter.
+    pub seccomp: bool,
+    /// A private mount namespace hiding `hidden`.
+    pub mounts: bool,
+    /// Where the tool may write.
+    pub writable: Vec<&'a CStr>,
+    /// What it must not see.
+    pub hidden: Vec<&'a CStr>,
+}
+
+/// The sandbox of a request as the engine encodes it (paths as bytes, without NULs).
+#[derive(Debug, Clone, Copy)]
+pub struct SandboxFields<'a> {
+    /// See [`WireSandbox`].
+    pub confine_writes: bool,
+    /// See [`WireSandbox`].
+    pub network_off: bool,
+    /// See [`WireSandbox`].
+    pub landlock_abi: u32,
+    /// See [`WireSandbox`].
+    pub seccomp: bool,
+    /// See [`WireSandbox`].
+    pub mounts: bool,
+    /// See [`WireSandbox`].
+    pub writable: &'a [&'a [u8]],
+    /// See [`WireSandbox`].
+    pub hidden: &'a [&'a [u8]],
+}
+
 /// What the spawner starts: the resolved program, argv (including `argv[0]`), the complete
-/// environment as `NAME=value`, and the working directory. No string may contain a NUL (the
-/// engine checks before encoding).
+/// environment as `NAME=value`, the working directory, and its sandbox if any. No string may
+/// contain a NUL (the engine checks before encoding).
 pub fn encode_spec<'a>(
     program: &[u8],
     argv: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
     env: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
     cwd: &[u8],
+    sandbox: Option<SandboxFields<'_>>,
 ) -> Vec<u8> {
-    let size = 16
+    let sandbox_size = sandbox.map_or(0, |s| {
+        16 + s
+            .writable
+            .iter()
+            .chain(s.hidden)
+            .map(|p| p.len() + 5)
+            .sum::<usize>()
+    });
+    let size = 17
+        + sandbox_size
         + program.len()
         + cwd.len()
         + argv.clone().map(|a| a.len() + 5).sum::<usize>()
@@ -134,6 +188,31 @@ pub fn encode_spec<'a>(
     }
     out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
     put_str(&mut out, &[cwd]);
+    match sandbox {
+        None => out.push(0),
+        Some(sandbox) => {
+            out.push(1);
+            let mut flags = 0;
+            for (set, bit) in [
+                (sandbox.confine_writes, SANDBOX_CONFINE_WRITES),
+                (sandbox.network_off, SANDBOX_NETWORK_OFF),
+                (sandbox.seccomp, SANDBOX_SECCOMP),
+                (sandbox.mounts, SANDBOX_MOUNTS),
+            ] {
+                if set {
+                    flags |= bit;
+                }
+            }
+            out.push(flags);
+            out.extend_from_slice(&sandbox.landlock_abi.to_le_bytes());
+            for list in [sandbox.writable, sandbox.hidden] {
+                out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+                for path in list {
+                    put_str(&mut out, &[path]);
+                }
+            }
+        }
+    }
     out
 }
 
@@ -144,6 +223,8 @@ pub struct Spec<'a> {
     pub argv: Vec<&'a CStr>,
     pub env: Vec<&'a CStr>,
     pub cwd: &'a CStr,
+    /// Confine the tool before `exec`.
+    pub sandbox: Option<WireSandbox<'a>>,
 }
 
 /// Reads a spec written by [`encode_spec`].
@@ -153,6 +234,23 @@ pub fn decode_spec(bytes: &[u8]) -> Result<Spec<'_>, ProtocolError> {
     let argv = reader.strings()?;
     let env = reader.strings()?;
     let cwd = reader.string()?;
+    let sandbox = match reader.byte()? {
+        0 => None,
+        1 => {
+            let flags = reader.byte()?;
+            let landlock_abi = reader.u32()? as u32;
+            Some(WireSandbox {
+                confine_writes: flags & SANDBOX_CONFINE_WRITES != 0,
+                network_off: flags & SANDBOX_NETWORK_OFF != 0,
+                seccomp: flags & SANDBOX_SECCOMP != 0,
+                mounts: flags & SANDBOX_MOUNTS != 0,
+                landlock_abi,
+                writable: reader.strings()?,
+                hidden: reader.strings()?,
+            })
+        }
+        _ => return Err(ProtocolError("bad sandbox marker in the launch spec")),
+    };
     if reader.at != bytes.len() {
         return Err(ProtocolError("trailing bytes after the launch spec"));
     }
@@ -164,6 +262,7 @@ pub fn decode_spec(bytes: &[u8]) -> Result<Spec<'_>, ProtocolError> {
         argv,
         env,
         cwd,
+        sandbox,
     })
 }
 
@@ -174,8 +273,9 @@ pub enum Reply {
     Ready { version: u32, pid: u32 },
     /// Request `id` started process `pid` (the leader of its own new process group).
     Spawned { id: u64, pid: u32 },
-    /// Request `id` could not start: `errno` as `posix_spawn` reported it.
-    Failed { id: u64, errno: i32 },
+    /// Request `id` could not start: `errno` as `posix_spawn` reported it (`step` 0), or
+    /// as the sandbox step numbered `step` (`crate::sandbox::Step`) failed in the child.
+    Failed { id: u64, errno: i32, step: u8 },
     /// Leader `pid` was reaped with this raw wait status.
     Exited { pid: u32, status: i32 },
 }
@@ -201,10 +301,11 @@ impl Reply {
                 out.extend_from_slice(&id.to_le_bytes());
                 out.extend_from_slice(&pid.to_le_bytes());
             }
-            Reply::Failed { id, errno } => {
+            Reply::Failed { id, errno, step } => {
                 out.push(KIND_FAILED);
                 out.extend_from_slice(&id.to_le_bytes());
                 out.extend_from_slice(&errno.to_le_bytes());
+                out.push(step);
             }
             Reply::Exited { pid, status } => {
                 out.push(KIND_EXITED);
@@ -259,8 +360,9 @@ impl Reply {
                 Reply::Failed {
                     id: id()?,
                     errno: i32_at(8)?,
+                    step: *rest.get(12).ok_or(ProtocolError("message too short"))?,
                 },
-                12,
+                13,
             ),
             KIND_EXITED => (
                 Reply::Exited {
@@ -305,6 +407,15 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Result<u8, ProtocolError> {
+        let byte = *self
+            .bytes
+            .get(self.at)
+            .ok_or(ProtocolError("message too short"))?;
+        self.at += 1;
+        Ok(byte)
+    }
+
     fn u32(&mut self) -> Result<usize, ProtocolError> {
         let raw = fixed(self.bytes.get(self.at..self.at + 4).unwrap_or(&[]))?;
         self.at += 4;
@@ -342,7 +453,46 @@ mod tests {
     fn spec_bytes() -> Vec<u8> {
         let argv: Vec<&[u8]> = vec![b"sh", b"-c", b"echo $X"];
         let env: Vec<(&[u8], &[u8])> = vec![(b"X", b"1"), (b"PATH", b"/bin:/usr/bin")];
-        encode_spec(b"/bin/sh", argv.into_iter(), env.into_iter(), b"/tmp")
+        encode_spec(b"/bin/sh", argv.into_iter(), env.into_iter(), b"/tmp", None)
+    }
+
+    #[test]
+    fn a_sandbox_round_trips_and_its_truncations_are_refused() {
+        let argv: Vec<&[u8]> = vec![b"true"];
+        let writable: [&[u8]; 2] = [b"/ws", b"/tmp/x"];
+        let hidden: [&[u8]; 1] = [b"/root/.ssh"];
+        let bytes = encode_spec(
+            b"/bin/true",
+            argv.into_iter(),
+            std::iter::empty(),
+            b"/ws",
+            Some(SandboxFields {
+                confine_writes: true,
+                network_off: true,
+                landlock_abi: 7,
+                seccomp: true,
+                mounts: false,
+                writable: &writable,
+                hidden: &hidden,
+            }),
+        );
+        let sandbox = decode_spec(&bytes).unwrap().sandbox.unwrap();
+        assert!(sandbox.confine_writes && sandbox.network_off && sandbox.seccomp);
+        assert!(!sandbox.mounts);
+        assert_eq!(sandbox.landlock_abi, 7);
+        let paths = |list: &[&CStr]| {
+            list.iter()
+                .map(|p| p.to_bytes().to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            paths(&sandbox.writable),
+            vec![b"/ws".to_vec(), b"/tmp/x".to_vec()]
+        );
+        assert_eq!(paths(&sandbox.hidden), vec![b"/root/.ssh".to_vec()]);
+        for cut in 0..bytes.len() {
+            assert!(decode_spec(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
     }
 
     #[test]
@@ -403,7 +553,11 @@ mod tests {
                 pid: 42,
             },
             Reply::Spawned { id: 7, pid: 1234 },
-            Reply::Failed { id: 8, errno: 2 },
+            Reply::Failed {
+                id: 8,
+                errno: 2,
+                step: 9,
+            },
             Reply::Exited {
                 pid: 1234,
                 status: 9,

@@ -38,7 +38,8 @@ pub(super) struct Shared {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Answer {
     Started(u32),
-    Failed(i32),
+    /// The errno, and the sandbox step that failed (0: the start itself).
+    Failed(i32, u8),
     /// The spawner never became ready: nothing was started.
     NotStarted,
 }
@@ -182,9 +183,9 @@ fn route(state: &mut State, reply: Reply) {
                 kill_group(pid);
             }
         }
-        Reply::Failed { id, errno } => {
+        Reply::Failed { id, errno, step } => {
             if let Some(pending) = state.pending.remove(&id) {
-                let _ = pending.reply.send(Answer::Failed(errno));
+                let _ = pending.reply.send(Answer::Failed(errno, step));
             }
         }
         Reply::Exited { pid, status } => {

@@ -12,6 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::sys;
+use crate::sandbox::RunSandbox;
 
 /// One tool to start.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +27,8 @@ pub struct Launch<'a> {
     pub cwd: &'a Path,
     /// A pipe for stdin (else /dev/null).
     pub stdin_pipe: bool,
+    /// Confine the tool in this sandbox before `exec` (the spawner applies it in the child).
+    pub sandbox: Option<&'a RunSandbox>,
 }
 
 /// The tool's three pipes: the engine's ends (non-blocking) and the tool's ends.
@@ -77,7 +80,16 @@ pub(super) fn check_no_nul(launch: &Launch<'_>) -> io::Result<()> {
         launch.program.as_os_str().as_bytes(),
         launch.cwd.as_os_str().as_bytes(),
     ];
+    let sandbox_paths = launch.sandbox.into_iter().flat_map(|sandbox| {
+        sandbox
+            .writable
+            .iter()
+            .chain(sandbox.hidden.iter().map(|hidden| &hidden.path))
+    });
     let has_nul = strings.iter().any(|s| s.contains(&0))
+        || sandbox_paths
+            .clone()
+            .any(|path| path.as_os_str().as_bytes().contains(&0))
         || launch.argv.iter().any(|a| a.as_bytes().contains(&0))
         || launch
             .env

@@ -189,6 +189,8 @@ struct Slot {
     /// Where a spec sent in a memfd is read to.
     spec: Vec<u8>,
     outcome: Result<u32, i32>,
+    /// With a failed outcome: the sandbox step that failed (0: the start itself).
+    failed_step: u8,
 }
 
 impl Slot {
@@ -200,6 +202,7 @@ impl Slot {
             fds: Vec::new(),
             spec: Vec::new(),
             outcome: Err(libc::EPROTO),
+            failed_step: 0,
         }
     }
 
@@ -210,8 +213,8 @@ impl Slot {
     /// Starts the request's tool, records the outcome, and closes the request's descriptors
     /// (the tool holds its own copies now; ours must not outlive the request).
     fn launch(&mut self, launcher: &Launcher, dev_null: BorrowedFd<'_>) {
-        self.outcome = if self.truncated {
-            Err(libc::EPROTO)
+        let launched = if self.truncated {
+            Err((libc::EPROTO, 0))
         } else {
             launch_request(
                 launcher,
@@ -221,6 +224,8 @@ impl Slot {
                 &mut self.spec,
             )
         };
+        self.failed_step = launched.err().map_or(0, |(_, step)| step);
+        self.outcome = launched.map_err(|(errno, _)| errno);
         self.fds.clear();
     }
 }
@@ -473,7 +478,11 @@ impl<'a> Zygote<'a> {
                     self.live.insert(pid);
                     Reply::Spawned { id, pid }
                 }
-                Err(errno) => Reply::Failed { id, errno },
+                Err(errno) => Reply::Failed {
+                    id,
+                    errno,
+                    step: slot.failed_step,
+                },
             });
             self.spare.push(slot);
         }
@@ -503,28 +512,41 @@ fn drain(wake: BorrowedFd<'_>) {
     }
 }
 
-/// Decodes one request and starts its tool; the errno on failure.
+/// Decodes one request and starts its tool (confined first when it asks for a sandbox); on
+/// failure the errno and the sandbox step that failed (0: the start itself).
 fn launch_request(
     launcher: &Launcher,
     dev_null: BorrowedFd<'_>,
     message: &[u8],
     fds: &mut Vec<OwnedFd>,
     spec_buffer: &mut Vec<u8>,
-) -> Result<u32, i32> {
-    let (header, inline_spec) = protocol::decode_request(message).map_err(|_| libc::EPROTO)?;
+) -> Result<u32, (i32, u8)> {
+    let plain = |errno: i32| (errno, 0);
+    let (header, inline_spec) =
+        protocol::decode_request(message).map_err(|_| plain(libc::EPROTO))?;
     if fds.len() != header.expected_fds() {
-        return Err(libc::EPROTO);
+        return Err(plain(libc::EPROTO));
     }
     let spec_bytes = if header.spec_in_memfd {
-        let memfd = fds.pop().ok_or(libc::EPROTO)?;
-        read_spec(memfd, spec_buffer)?;
+        let memfd = fds.pop().ok_or(plain(libc::EPROTO))?;
+        read_spec(memfd, spec_buffer).map_err(plain)?;
         &spec_buffer[..]
     } else {
         inline_spec
     };
-    let spec = protocol::decode_spec(spec_bytes).map_err(|_| libc::EPROTO)?;
-    let (stdin, streams) = stdin_and_streams(&header, fds, dev_null)?;
-    launcher.launch(&spec, stdin, streams[0], streams[1])
+    let spec = protocol::decode_spec(spec_bytes).map_err(|_| plain(libc::EPROTO))?;
+    let (stdin, streams) = stdin_and_streams(&header, fds, dev_null).map_err(plain)?;
+    match &spec.sandbox {
+        Some(sandbox) => super::confined::launch(
+            &spec,
+            sandbox,
+            &launcher.defaults,
+            [stdin, streams[0], streams[1]],
+        ),
+        None => launcher
+            .launch(&spec, stdin, streams[0], streams[1])
+            .map_err(plain),
+    }
 }
 
 fn stdin_and_streams(
@@ -573,6 +595,7 @@ mod tests {
                 [b"tool".as_slice()].into_iter(),
                 std::iter::empty(),
                 b"/",
+                None,
             );
             let header = RequestHeader {
                 id,
@@ -609,7 +632,7 @@ mod tests {
         let ids: Vec<u64> = replies
             .iter()
             .map(|reply| match reply {
-                Reply::Failed { id, errno } => {
+                Reply::Failed { id, errno, .. } => {
                     assert_eq!(*errno, libc::ENOENT);
                     *id
                 }
