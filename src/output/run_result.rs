@@ -24,6 +24,16 @@ pub fn print(result: &RunResult, format: Format, continue_flags: &[String]) {
     }
 }
 
+/// Dollars as the summaries show them: `$0.000123` below a cent (so a cheap call is not
+/// shown as free), `$1.23` above.
+pub fn format_usd(usd: f64) -> String {
+    if usd != 0.0 && usd.abs() < 0.01 {
+        format!("${usd:.6}")
+    } else {
+        format!("${usd:.2}")
+    }
+}
+
 /// The text summary. Its layout follows the original engine's (reference §3.5): the id and
 /// status between rules, then an `Execution Summary:` block, then the outcome with the
 /// exact `delta continue` command (with `continue_flags`) that goes on from there.
@@ -50,6 +60,13 @@ pub fn render_text(r: &RunResult, continue_flags: &[String]) -> String {
             r.metrics.usage.output_tokens,
             estimated_note(r.metrics.usage.estimated)
         ));
+    }
+    if r.metrics.usage.input_tokens > 0 || r.metrics.usage.output_tokens > 0 {
+        match (r.metrics.usage.total_cost_usd, &r.metrics.usage.cost_note) {
+            (Some(usd), _) => s.push_str(&format!("  • Cost:       {}\n", format_usd(usd))),
+            (None, Some(note)) => s.push_str(&format!("  • Cost:       {note}\n")),
+            (None, None) => s.push_str("  • Cost:       unknown\n"),
+        }
     }
     let total = &r.metrics.cumulative_usage;
     if total.input_tokens > r.metrics.usage.input_tokens
@@ -160,6 +177,7 @@ mod tests {
                 end_time: "2026-01-01T00:00:01.500Z".into(),
                 usage: Default::default(),
                 cumulative_usage: Default::default(),
+                cumulative_cost_usd: None,
                 tokens_saved: 0,
                 compactions: 0,
             },

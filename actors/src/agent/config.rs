@@ -35,8 +35,9 @@ pub(crate) const AGENT_KEYS: [&str; 16] = [
     "timeout_seconds",
 ];
 
-pub(crate) const LLM_KEYS: [&str; 18] = [
+pub(crate) const LLM_KEYS: [&str; 19] = [
     "model",
+    "price",
     "temperature",
     "max_tokens",
     "context_window",
@@ -100,6 +101,10 @@ pub struct LlmSettings {
     /// `response_format: json_object`: sent as `"response_format": {"type": "json_object"}`
     /// (only when set), for endpoints that can constrain a reply to JSON.
     pub response_format: Option<ResponseFormat>,
+    /// `price`: dollars per million tokens the run's cost is computed at, in place of the
+    /// model catalogue's (see [`crate::llm::price::price_of`]). Not sent to the provider.
+    #[serde(skip)]
+    pub price: Option<crate::llm::price::Price>,
 }
 
 /// `llm.response_format` (agent.yaml or a plan's `llm:`): the reply format asked of the
@@ -249,6 +254,7 @@ pub(crate) fn parse_agent_config(
         },
         response_format: response_format(&llm)?,
         dialect: dialect(&llm)?,
+        price: super::price::parse_price(&llm)?,
     };
     Ok(AgentConfig {
         name,

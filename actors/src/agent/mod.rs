@@ -21,6 +21,7 @@ mod dotenv;
 mod error;
 mod hooks;
 mod imports;
+mod price;
 
 use std::path::{Path, PathBuf};
 

@@ -42,6 +42,7 @@ pub mod endpoint;
 pub mod gate;
 pub mod learned;
 pub mod memory;
+pub mod price;
 pub(crate) mod rate;
 pub mod refusal;
 pub mod retry;

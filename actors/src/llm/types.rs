@@ -327,16 +327,67 @@ fn deserialize_tool_choice<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Str
 
 /// Token accounting reported by the provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(from = "UsageWire", into = "UsageWire")]
 pub struct Usage {
     /// Tokens of the request.
-    #[serde(default)]
     pub prompt_tokens: u64,
     /// Tokens of the reply.
-    #[serde(default)]
     pub completion_tokens: u64,
     /// As the provider reports it.
-    #[serde(default)]
     pub total_tokens: u64,
+    /// Of `prompt_tokens`, those the provider served from its prompt cache (OpenAI's
+    /// `prompt_tokens_details.cached_tokens`); 0 when it reports none. They are priced at
+    /// the cached-input price.
+    pub cached_prompt_tokens: u64,
+}
+
+/// [`Usage`] as OpenAI writes it (the cached tokens nested in `prompt_tokens_details`).
+#[derive(Serialize, Deserialize)]
+struct UsageWire {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    total_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`.
+#[derive(Serialize, Deserialize)]
+struct PromptTokensDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl From<UsageWire> for Usage {
+    fn from(wire: UsageWire) -> Usage {
+        Usage {
+            prompt_tokens: wire.prompt_tokens,
+            completion_tokens: wire.completion_tokens,
+            total_tokens: wire.total_tokens,
+            cached_prompt_tokens: wire
+                .prompt_tokens_details
+                .and_then(|details| details.cached_tokens)
+                .unwrap_or(0),
+        }
+    }
+}
+
+impl From<Usage> for UsageWire {
+    fn from(usage: Usage) -> UsageWire {
+        UsageWire {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: usage.total_tokens,
+            prompt_tokens_details: (usage.cached_prompt_tokens > 0).then_some(
+                PromptTokensDetails {
+                    cached_tokens: Some(usage.cached_prompt_tokens),
+                },
+            ),
+        }
+    }
 }
 
 /// The first choice of a completion plus what the provider said about it. `raw` keeps the
@@ -582,6 +633,30 @@ mod tests {
         assert_eq!(c.raw["id"], "x1");
     }
 
+    /// Issue 33: OpenAI reports prompt-cache hits in `prompt_tokens_details.cached_tokens`;
+    /// they are priced apart, so they must be read (and a null or absent one is 0).
+    #[test]
+    fn cached_prompt_tokens_are_read_from_prompt_tokens_details() {
+        let body = br#"{"choices":[{"message":{"content":"t"}}],"usage":{"prompt_tokens":1200,
+            "completion_tokens":5,"total_tokens":1205,"prompt_tokens_details":{"cached_tokens":1024,"audio_tokens":0}}}"#;
+        let usage = parse_completion(body).unwrap().usage.unwrap();
+        assert_eq!(usage.cached_prompt_tokens, 1024);
+        assert_eq!(usage.prompt_tokens, 1200);
+        let back: Usage = serde_json::from_value(serde_json::to_value(usage).unwrap()).unwrap();
+        assert_eq!(back, usage);
+        for details in [
+            r#""prompt_tokens_details":null,"#,
+            r#""prompt_tokens_details":{"cached_tokens":null},"#,
+            "",
+        ] {
+            let text =
+                format!(r#"{{{details}"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#);
+            let usage: Usage = serde_json::from_str(&text).unwrap();
+            assert_eq!(usage.cached_prompt_tokens, 0, "{text}");
+            assert_eq!(usage.prompt_tokens, 3, "{text}");
+        }
+    }
+
     #[test]
     fn object_arguments_and_missing_ids_are_normalised() {
         let body = br#"{"choices":[{"message":{"content":"t","tool_calls":[{"function":{"name":"f","arguments":{"k":"v"}}}]}}]}"#;
@@ -627,6 +702,7 @@ mod tests {
             message: ChatMessage::assistant(None, vec![ToolCall::function("c", "f", "{}")]),
             finish_reason: Some("tool_calls".into()),
             usage: Some(Usage {
+                cached_prompt_tokens: 0,
                 prompt_tokens: 1,
                 completion_tokens: 2,
                 total_tokens: 3,

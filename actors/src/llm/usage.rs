@@ -114,6 +114,7 @@ pub fn estimate_usage(request_bytes: usize, completion: &ChatCompletion) -> Usag
     let prompt_tokens = tokens_in(request_bytes);
     let completion_tokens = tokens_in(reply_bytes);
     Usage {
+        cached_prompt_tokens: 0,
         prompt_tokens,
         completion_tokens,
         total_tokens: prompt_tokens.saturating_add(completion_tokens),
@@ -143,6 +144,7 @@ mod tests {
 
     fn usage(prompt: u64, completion: u64, total: u64) -> Usage {
         Usage {
+            cached_prompt_tokens: 0,
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: total,

@@ -113,6 +113,14 @@ pub struct RunMetadata {
     /// [`RunMetadata::usage_so_far`].
     #[serde(default)]
     pub cumulative_usage: TokenUsage,
+    /// Dollars of the run's last start or continuation (unknown when a call's model had no
+    /// price). Absent in records written before delta priced calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::llm::price::CostTally>,
+    /// Dollars over the run's whole life, like `cumulative_usage`. Absent in older records:
+    /// see [`RunMetadata::cost_so_far`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cumulative_cost: Option<crate::llm::price::CostTally>,
     /// Wall time of the run's last start or continuation so far, in milliseconds (final
     /// once the run ended). Absent in records written before it existed: see
     /// [`RunMetadata::last_duration_ms`].
@@ -167,6 +175,8 @@ impl RunMetadata {
             result: None,
             usage: TokenUsage::default(),
             cumulative_usage: TokenUsage::default(),
+            cost: None,
+            cumulative_cost: None,
             duration_ms: None,
             orchestration_id: None,
             trace: None,
@@ -199,6 +209,17 @@ impl RunMetadata {
             self.usage
         } else {
             self.cumulative_usage
+        }
+    }
+
+    /// The run's dollars over its whole life as recorded: `cumulative_cost`; for a record
+    /// written before delta priced calls, nothing when it used no tokens, else unknown (its
+    /// tokens were never priced).
+    pub fn cost_so_far(&self) -> crate::llm::price::CostTally {
+        match &self.cumulative_cost {
+            Some(cost) => cost.clone(),
+            None if self.usage_so_far().is_zero() => crate::llm::price::CostTally::default(),
+            None => crate::llm::price::CostTally::unknown("(earlier starts, recorded unpriced)"),
         }
     }
 
@@ -494,6 +515,8 @@ fn from_original(
         result: None,
         usage: TokenUsage::default(),
         cumulative_usage: TokenUsage::default(),
+        cost: None,
+        cumulative_cost: None,
         duration_ms: None,
         orchestration_id: None,
         trace: None,

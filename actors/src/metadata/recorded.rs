@@ -14,6 +14,8 @@ impl RunMetadata {
     pub fn recorded_result(&self, run_dir: &Path) -> RunResult {
         let meta = self;
         let error = meta.error.as_ref().map(|e| e.to_info());
+        // A record written before delta priced calls: its last start counts as its life.
+        let last_cost = meta.cost.clone().unwrap_or_else(|| meta.cost_so_far());
         RunResult {
             schema_version: "2.0".into(),
             run_id: meta.run_id.clone(),
@@ -35,13 +37,15 @@ impl RunMetadata {
                     .clone()
                     .unwrap_or_else(|| meta.updated_at.clone()),
                 usage: UsageReport {
-                    total_cost_usd: 0.0,
+                    total_cost_usd: last_cost.total_usd(),
+                    cost_note: last_cost.note(),
                     input_tokens: meta.usage.input_tokens,
                     output_tokens: meta.usage.output_tokens,
                     model_usage: BTreeMap::new(),
                     estimated: meta.usage.estimated,
                 },
                 cumulative_usage: meta.usage_so_far(),
+                cumulative_cost_usd: meta.cost_so_far().total_usd(),
                 tokens_saved: 0,
                 compactions: 0,
             },

@@ -256,8 +256,14 @@ pub struct InteractionInfo {
 /// the provider reported them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageReport {
-    /// Always 0: the engine knows no prices (kept for the RunResult schema).
-    pub total_cost_usd: f64,
+    /// Dollars of these tokens at agent.yaml's `llm.price` or delta's model catalogue;
+    /// `null` when a call's model has no price (a partial sum would understate it: see
+    /// `cost_note`), never a made-up 0.
+    pub total_cost_usd: Option<f64>,
+    /// Why `total_cost_usd` is null: "cost unknown (no price for model X: set
+    /// llm.price)". Absent when the cost is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_note: Option<String>,
     /// Prompt tokens over every model.
     pub input_tokens: u64,
     /// Completion tokens over every model.
@@ -300,6 +306,10 @@ pub struct RunMetrics {
     /// provider billed for the run, as far as it reported usage.
     #[serde(default)]
     pub cumulative_usage: TokenUsage,
+    /// Dollars of `cumulative_usage` (the run's whole life), `null` when unknown (as
+    /// `usage.total_cost_usd`).
+    #[serde(default)]
+    pub cumulative_cost_usd: Option<f64>,
     /// Prompt tokens this driving did not send because the context was compacted (an
     /// estimate: what each compaction took out, for every request after it). Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]

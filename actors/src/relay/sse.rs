@@ -177,6 +177,7 @@ mod tests {
             ),
             finish_reason: Some("tool_calls".into()),
             usage: Some(Usage {
+                cached_prompt_tokens: 0,
                 prompt_tokens: 4,
                 completion_tokens: 1,
                 total_tokens: 5,

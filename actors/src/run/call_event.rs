@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::llm::price::{call_cost_usd, price_of};
 use crate::llm::{ChatCompletion, ChatMessage, ChatRequest, LlmError, Usage};
 use crate::protocol::{ModelCallContent, RunEvent, TokenUsage, TraceSpan};
 
@@ -48,9 +49,27 @@ impl Run {
             .map(|run| run.child("chat", &self.iteration.to_string()))
     }
 
-    /// Sends the call's [`RunEvent::ModelCallFinished`].
+    /// What `usage` (every attempt of one call to `model`) cost: dollars at the agent's
+    /// `llm.price` or the catalogue's, `Err(model)` when neither prices the model. A call
+    /// that used no tokens costs nothing, priced or not.
+    fn call_cost<'m>(&self, model: &'m str, usage: &Usage) -> Result<f64, &'m str> {
+        if usage.prompt_tokens == 0 && usage.completion_tokens == 0 {
+            return Ok(0.0);
+        }
+        let base_url = match &self.lp.request.llm {
+            crate::llm::LlmTarget::Http(endpoint) => Some(endpoint.base_url.as_str()),
+            _ => None,
+        };
+        let configured = self.lp.request.agent.llm.price.as_ref();
+        match price_of(configured, model, base_url) {
+            Some(found) => Ok(call_cost_usd(usage, &found.price)),
+            None => Err(model),
+        }
+    }
+
+    /// Sends the call's [`RunEvent::ModelCallFinished`], and adds its cost to the driving's.
     pub(super) fn report_model_call(
-        &self,
+        &mut self,
         request: &ChatRequest,
         ending: CallEnding<'_>,
         figures: CallFigures,
@@ -77,6 +96,8 @@ impl Run {
             .config
             .capture_message_content
             .then(|| self.captured_content(request, &ending));
+        let cost = self.call_cost(&request.model, &figures.usage);
+        self.cost.add_call(cost);
         self.emit(RunEvent::ModelCallFinished {
             run_id: self.lp.run_id.clone(),
             iteration: self.iteration,
@@ -97,8 +118,7 @@ impl Run {
                 estimated: figures.estimated,
             },
             finish_reason,
-            // Prices come with the model catalogue: until then no cost is claimed.
-            cost_usd: None,
+            cost_usd: cost.ok(),
             error_type,
             error,
             content,

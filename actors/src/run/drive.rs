@@ -23,6 +23,7 @@ use crate::clock::now_rfc3339;
 use crate::context::ContextBuilder;
 use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
+use crate::llm::price::CostTally;
 use crate::llm::{ChatCompletion, MessageJson, ToolList};
 use crate::metadata::write_metadata_redacted;
 use crate::protocol::TokenUsage;
@@ -254,6 +255,7 @@ impl Run {
         let (child_env, generator_env) =
             child_environments(&lp.run_id, &lp.request, &lp.config, &paths);
         let usage_before = meta.usage_so_far();
+        let cost_before = meta.cost_so_far();
         let iteration = events
             .iter()
             .filter(|e| matches!(e.event, Event::Thought { .. }))
@@ -298,6 +300,8 @@ impl Run {
             start_time: now_rfc3339(),
             usage: TokenUsage::default(),
             usage_before,
+            cost: CostTally::default(),
+            cost_before,
             model_usage: BTreeMap::new(),
             timings: Timings::default(),
             last_progress_write: Instant::now(),
@@ -690,7 +694,16 @@ impl Run {
         self.meta.iterations = self.iteration;
         self.meta.usage = self.usage;
         self.meta.cumulative_usage = self.cumulative_usage();
+        self.meta.cost = Some(self.cost.clone());
+        self.meta.cumulative_cost = Some(self.cumulative_cost());
         self.meta.duration_ms = Some(self.started_at.elapsed().as_millis() as u64);
+    }
+
+    /// Dollars over the run's whole life: earlier starts and this one.
+    pub(super) fn cumulative_cost(&self) -> CostTally {
+        let mut total = self.cost_before.clone();
+        total.add(&self.cost);
+        total
     }
 
     /// Tokens over the run's whole life: earlier starts and this one.

@@ -385,6 +385,9 @@ impl Run {
             total_tokens: failed_attempts_usage
                 .total_tokens
                 .saturating_add(counted.total_tokens),
+            cached_prompt_tokens: failed_attempts_usage
+                .cached_prompt_tokens
+                .saturating_add(counted.cached_prompt_tokens),
         };
         self.report_model_call(
             &request,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::context::{ContextBuilder, ContextFolders};
 use crate::journal::PromptSize;
+use crate::llm::price::CostTally;
 use crate::llm::{ContextWindow, MessageJson, ToolList};
 use crate::metadata::{RunLock, RunMetadata};
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
@@ -147,6 +148,11 @@ pub(super) struct Run {
     pub usage: TokenUsage,
     /// Tokens of the run's earlier starts and continuations, as its record had them.
     pub usage_before: TokenUsage,
+    /// Dollars of this driving's model calls (unknown once a call had no price);
+    /// `call_event.rs` adds each call's.
+    pub cost: CostTally,
+    /// Dollars of the run's earlier starts and continuations, as its record had them.
+    pub cost_before: CostTally,
     /// Tokens of this driving by model name; `model.rs` adds each call's usage.
     pub model_usage: BTreeMap<String, TokenUsage>,
     /// Where this driving's time went; `model.rs` and `calls.rs` add to it.

@@ -571,6 +571,7 @@ async fn engine_log_does_not_grow_with_iterations() {
 
 pub(super) fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
     Usage {
+        cached_prompt_tokens: 0,
         prompt_tokens,
         completion_tokens,
         total_tokens: prompt_tokens + completion_tokens,

@@ -73,6 +73,7 @@ async fn a_reply_with_usage_is_counted_exactly() {
 async fn an_absurd_usage_is_recorded_as_the_providers_error_and_not_summed() {
     let fixture = Fixture::new(false);
     let absurd = Usage {
+        cached_prompt_tokens: 0,
         prompt_tokens: u64::MAX,
         completion_tokens: u64::MAX,
         total_tokens: u64::MAX,

@@ -34,8 +34,13 @@ pub fn setup_failure(request: &RunRequest, run_id: &str, message: &str) -> RunRe
             tool_time_ms: 0,
             start_time: now.clone(),
             end_time: now,
-            usage: Default::default(),
+            // Nothing was sent, so nothing was spent.
+            usage: crate::protocol::UsageReport {
+                total_cost_usd: Some(0.0),
+                ..Default::default()
+            },
             cumulative_usage: Default::default(),
+            cumulative_cost_usd: Some(0.0),
             tokens_saved: 0,
             compactions: 0,
         },

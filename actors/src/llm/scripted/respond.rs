@@ -353,6 +353,7 @@ impl Script {
             message,
             finish_reason: Some(finish_reason.to_owned()),
             usage: Some(Usage {
+                cached_prompt_tokens: 0,
                 prompt_tokens,
                 completion_tokens,
                 total_tokens: prompt_tokens + completion_tokens,

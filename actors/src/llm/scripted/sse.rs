@@ -136,6 +136,7 @@ mod tests {
             message,
             finish_reason: Some(finish.into()),
             usage: Some(Usage {
+                cached_prompt_tokens: 0,
                 prompt_tokens: 3,
                 completion_tokens: 2,
                 total_tokens: 5,
