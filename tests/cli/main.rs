@@ -11,6 +11,7 @@ mod context_budget;
 mod context_sources;
 mod continue_compat;
 mod continue_run;
+mod cost;
 mod crash;
 mod docs_defaults;
 mod dry_run_model;

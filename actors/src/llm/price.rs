@@ -104,15 +104,51 @@ pub fn unknown_cost_note(model: &str) -> String {
 }
 
 /// A run's spending so far: the dollars of its priced calls, and the first model that had
-/// no price (then the total is unknown: a partial sum would understate it).
+/// no price (then the total is unknown: a partial sum would understate it). Written as
+/// `{"total_cost_usd": 0.0123}`, or `{"total_cost_usd": null, "unpriced_model": "X"}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "CostWire", into = "CostWire")]
 pub struct CostTally {
     /// Dollars of the calls priced so far (finite, saturating at `f64::MAX`).
-    #[serde(default)]
     pub usd: f64,
     /// A model a call went to that had no price: the total is unknown.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unpriced_model: Option<String>,
+}
+
+/// [`CostTally`] as metadata.json holds it: no partial sum where the total is unknown.
+#[derive(Serialize, Deserialize)]
+struct CostWire {
+    #[serde(default)]
+    total_cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unpriced_model: Option<String>,
+}
+
+impl From<CostWire> for CostTally {
+    fn from(wire: CostWire) -> CostTally {
+        let usd = wire
+            .total_cost_usd
+            .filter(|usd| usd.is_finite() && *usd >= 0.0);
+        let unpriced_model = match (usd, wire.unpriced_model) {
+            (_, Some(model)) => Some(model),
+            // A total nobody can read is unknown, not zero.
+            (None, None) => Some("(unrecorded)".to_string()),
+            (Some(_), None) => None,
+        };
+        CostTally {
+            usd: usd.unwrap_or(0.0),
+            unpriced_model,
+        }
+    }
+}
+
+impl From<CostTally> for CostWire {
+    fn from(tally: CostTally) -> CostWire {
+        CostWire {
+            total_cost_usd: tally.total_usd(),
+            unpriced_model: tally.unpriced_model,
+        }
+    }
 }
 
 // `usd` is always finite (sums saturate, NaN is never added), so equality is reflexive.
@@ -258,6 +294,26 @@ mod tests {
             tally.note().unwrap(),
             "cost unknown (no price for model mystery: set llm.price)"
         );
+    }
+
+    #[test]
+    fn an_unknown_total_is_written_null_and_read_back_unknown() {
+        let mut tally = CostTally::default();
+        tally.add_call(Ok(0.5));
+        tally.add_call(Err("mystery"));
+        let json = serde_json::to_value(&tally).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"total_cost_usd": null, "unpriced_model": "mystery"})
+        );
+        let back: CostTally = serde_json::from_value(json).unwrap();
+        assert_eq!(back.total_usd(), None);
+        let known: CostTally =
+            serde_json::from_value(serde_json::json!({"total_cost_usd": 0.25})).unwrap();
+        assert_eq!(known.total_usd(), Some(0.25));
+        let unreadable: CostTally =
+            serde_json::from_value(serde_json::json!({"total_cost_usd": -1.0})).unwrap();
+        assert_eq!(unreadable.total_usd(), None);
     }
 
     #[test]

@@ -49,10 +49,16 @@ impl Run {
             .map(|run| run.child("chat", &self.iteration.to_string()))
     }
 
-    /// What `usage` (every attempt of one call to `model`) cost: dollars at the agent's
-    /// `llm.price` or the catalogue's, `Err(model)` when neither prices the model. A call
-    /// that used no tokens costs nothing, priced or not.
-    fn call_cost<'m>(&self, model: &'m str, usage: &Usage) -> Result<f64, &'m str> {
+    /// What `usage` (every attempt of one call to `model`, answered by `answered_by`) cost:
+    /// dollars at the agent's `llm.price`, else at the catalogue's price of the model that
+    /// answered or, failing that, of the one asked for; `Err(model)` when nothing prices it.
+    /// A call that used no tokens costs nothing, priced or not.
+    fn call_cost<'m>(
+        &self,
+        model: &'m str,
+        answered_by: Option<&str>,
+        usage: &Usage,
+    ) -> Result<f64, &'m str> {
         if usage.prompt_tokens == 0 && usage.completion_tokens == 0 {
             return Ok(0.0);
         }
@@ -61,7 +67,10 @@ impl Run {
             _ => None,
         };
         let configured = self.lp.request.agent.llm.price.as_ref();
-        match price_of(configured, model, base_url) {
+        let found = answered_by
+            .and_then(|answered| price_of(configured, answered, base_url))
+            .or_else(|| price_of(configured, model, base_url));
+        match found {
             Some(found) => Ok(call_cost_usd(usage, &found.price)),
             None => Err(model),
         }
@@ -96,7 +105,7 @@ impl Run {
             .config
             .capture_message_content
             .then(|| self.captured_content(request, &ending));
-        let cost = self.call_cost(&request.model, &figures.usage);
+        let cost = self.call_cost(&request.model, response_model.as_deref(), &figures.usage);
         self.cost.add_call(cost);
         self.emit(RunEvent::ModelCallFinished {
             run_id: self.lp.run_id.clone(),

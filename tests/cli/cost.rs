@@ -1,0 +1,152 @@
+//! What a run cost (issue 33 item 1), as a user sees it against `delta mock-llm`: the
+//! RunResult's `total_cost_usd` (this driving and the run's whole life), metadata.json and
+//! the text summary, priced by agent.yaml's `llm.price` or by the model catalogue, and
+//! `null` with "cost unknown (no price for model X: set llm.price)" when nothing prices the
+//! model — never a made-up 0.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{json, Value};
+
+use crate::harness::Case;
+
+const GREETER: &str = "tools:\n  - name: greet\n    description: Greets someone\n    exec: \"echo hi ${name}\"\n    parameters:\n      - name: name\n        description: who\n";
+
+/// Two model calls: a tool call, then the answer.
+fn two_calls() -> Value {
+    json!({"steps": [{"tool": "greet", "args": {"name": "ann"}}, {"answer": "done"}]})
+}
+
+/// Dollars of `usage`'s tokens at `input`/`output` dollars per million tokens.
+fn dollars(usage: &Value, input: f64, output: f64) -> f64 {
+    let tokens = |key: &str| usage[key].as_u64().unwrap() as f64;
+    (tokens("input_tokens") * input + tokens("output_tokens") * output) / 1e6
+}
+
+fn assert_close(actual: &Value, expected: f64, what: &str) {
+    let actual = actual
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what}: not a number: {actual}"));
+    assert!(expected > 0.0, "{what}: the run used no tokens");
+    assert!(
+        (actual - expected).abs() <= expected * 1e-9,
+        "{what}: {actual} != {expected}"
+    );
+}
+
+#[test]
+fn a_run_costs_its_tokens_at_the_agents_price() {
+    let (input, output) = (3.0, 15.0);
+    let body =
+        format!("  price:\n    input_per_mtok: {input}\n    output_per_mtok: {output}\n{GREETER}");
+    let case = Case::new("priced", &body, &two_calls());
+    let run = case.run("r1", "greet ann", &[]);
+    run.assert_code(0);
+    let result = run.json();
+    let usage = &result["metrics"]["usage"];
+    let expected = dollars(usage, input, output);
+    assert_close(&usage["total_cost_usd"], expected, "usage.total_cost_usd");
+    assert!(usage.get("cost_note").is_none(), "{usage}");
+    assert_close(
+        &result["metrics"]["cumulative_cost_usd"],
+        dollars(&result["metrics"]["cumulative_usage"], input, output),
+        "cumulative_cost_usd",
+    );
+    let meta = case.metadata("r1");
+    assert_close(&meta["cost"]["total_cost_usd"], expected, "metadata cost");
+    assert_close(
+        &meta["cumulative_cost"]["total_cost_usd"],
+        expected,
+        "metadata cumulative_cost",
+    );
+
+    // A continuation adds its own calls to the run's total.
+    let script_answer = case.continue_run("r1", &["-m", "once more"]);
+    script_answer.assert_code(0);
+    let again = script_answer.json();
+    let this_driving = dollars(&again["metrics"]["usage"], input, output);
+    assert_close(
+        &again["metrics"]["usage"]["total_cost_usd"],
+        this_driving,
+        "continuation",
+    );
+    assert_close(
+        &again["metrics"]["cumulative_cost_usd"],
+        expected + this_driving,
+        "cumulative after the continuation",
+    );
+
+    let text = case.delta(&[
+        "run",
+        "--agent",
+        case.agent_dir().to_str().unwrap(),
+        "-w",
+        case.work_dir().to_str().unwrap(),
+        "--run-id",
+        "r2",
+        "-m",
+        "greet ann",
+    ]);
+    text.assert_code(0);
+    assert!(
+        text.stdout.contains("  • Cost:       $0.0"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn a_model_nobody_prices_costs_null_and_says_so() {
+    let case = Case::new("unpriced", GREETER, &two_calls());
+    let run = case.run("r1", "greet ann", &[]);
+    run.assert_code(0);
+    let result = run.json();
+    let usage = &result["metrics"]["usage"];
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0, "{usage}");
+    assert_eq!(usage["total_cost_usd"], Value::Null, "{usage}");
+    assert_eq!(result["metrics"]["cumulative_cost_usd"], Value::Null);
+    let note = "cost unknown (no price for model scripted: set llm.price)";
+    assert_eq!(usage["cost_note"], note);
+    let meta = case.metadata("r1");
+    assert_eq!(meta["cost"]["unpriced_model"], "scripted");
+    assert_eq!(meta["cost"]["total_cost_usd"], Value::Null, "{meta}");
+    assert_eq!(
+        meta["cumulative_cost"]["total_cost_usd"],
+        Value::Null,
+        "{meta}"
+    );
+
+    let text = case.delta(&[
+        "run",
+        "--agent",
+        case.agent_dir().to_str().unwrap(),
+        "-w",
+        case.work_dir().to_str().unwrap(),
+        "--run-id",
+        "r2",
+        "-m",
+        "greet ann",
+    ]);
+    text.assert_code(0);
+    assert!(text.stdout.contains(note), "{}", text.stdout);
+    assert!(!text.stdout.contains("$0.00"), "{}", text.stdout);
+}
+
+/// The scripted server answers as `gpt-4o-mini`: the catalogue's price applies.
+#[test]
+fn a_catalogue_model_is_priced_from_the_catalogue() {
+    let mut script = two_calls();
+    script["model"] = json!("gpt-4o-mini");
+    let case = Case::new("catalogued", GREETER, &script);
+    let row = delta_actors::llm::catalogue::catalogue()
+        .lookup("gpt-4o-mini", None)
+        .unwrap();
+    let (input, output) = (row.input_per_mtok.unwrap(), row.output_per_mtok.unwrap());
+    let run = case.run("r1", "greet ann", &[]);
+    run.assert_code(0);
+    let usage = &run.json()["metrics"]["usage"];
+    assert_close(
+        &usage["total_cost_usd"],
+        dollars(usage, input, output),
+        "catalogue price",
+    );
+}
