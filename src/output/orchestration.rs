@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use delta_actors::agent::ResolvedAgent;
+use delta_actors::llm::price::CostTally;
 use delta_actors::llm::timeouts::describe_duration;
 use delta_actors::plan::state::{OrchestrationSummary, RunCounts, RunRow, StageStatus};
 use delta_actors::plan::{planned_runs, topo_order, ResolvedForeach, ResolvedPlan};
@@ -65,11 +66,12 @@ fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>, all_runs:
     out.push_str(&format!("Workspace: {}\n", s.workspace));
     let all_rows = s.stages.iter().flat_map(|stage| &stage.runs);
     out.push_str(&format!(
-        "Runs:      {} in {:.1}s; tokens {} in / {} out (every attempt){}\n",
+        "Runs:      {} in {:.1}s; tokens {} in / {} out (every attempt){}{}\n",
         s.totals.counts.describe(),
         s.duration_ms as f64 / 1000.0,
         s.totals.input_tokens,
         s.totals.output_tokens,
+        cost_text(&s.totals.cost),
         empty_answers(all_rows)
     ));
     if let Some(e) = &s.error {
@@ -86,7 +88,7 @@ fn render_summary(s: &OrchestrationSummary, resume_hint: Option<&str>, all_runs:
             "\nstage {}  {}{counts}{}{}\n",
             stage.id,
             stage.status.label(),
-            tokens(&stage.usage),
+            tokens(&stage.usage, &stage.cost),
             empty_answers(&stage.runs)
         ));
         let listed = listed_runs(&stage.runs, all_runs);
@@ -168,15 +170,26 @@ fn listed_runs(rows: &[RunRow], all_runs: bool) -> ListedRuns<'_> {
     }
 }
 
-/// `; tokens 12 in / 3 out` when the stage used any.
-fn tokens(usage: &TokenUsage) -> String {
+/// `; tokens 12 in / 3 out; cost $0.000051` when the stage used any.
+fn tokens(usage: &TokenUsage, cost: &CostTally) -> String {
     if usage.is_zero() {
         String::new()
     } else {
         format!(
-            "; tokens {} in / {} out",
-            usage.input_tokens, usage.output_tokens
+            "; tokens {} in / {} out{}",
+            usage.input_tokens,
+            usage.output_tokens,
+            cost_text(cost)
         )
+    }
+}
+
+/// `; cost $0.000051`, or `; cost unknown (no price for model X: set llm.price)`.
+fn cost_text(cost: &CostTally) -> String {
+    match (cost.total_usd(), cost.note()) {
+        (Some(usd), _) => format!("; cost {}", super::run_result::format_usd(usd)),
+        (None, Some(note)) => format!("; {note}"),
+        (None, None) => "; cost unknown".to_owned(),
     }
 }
 
@@ -778,6 +791,7 @@ mod tests {
                 total_tokens: 14,
                 estimated: false,
             },
+            cost: Default::default(),
             empty_answer,
             reused: false,
         }
@@ -813,6 +827,10 @@ mod tests {
                         total_tokens: 28,
                         estimated: false,
                     },
+                    cost: CostTally {
+                        usd: 0.000123,
+                        unpriced_model: None,
+                    },
                 },
                 StageSummary {
                     id: "combine".into(),
@@ -820,6 +838,7 @@ mod tests {
                     counts: RunCounts::default(),
                     runs: Vec::new(),
                     usage: TokenUsage::default(),
+                    cost: Default::default(),
                 },
             ],
             totals: Totals {
@@ -827,6 +846,7 @@ mod tests {
                 counts: RunCounts::tally(2, &[]),
                 input_tokens: 20,
                 output_tokens: 8,
+                cost: CostTally::unknown("m"),
             },
             error: None,
         };
@@ -837,11 +857,11 @@ mod tests {
             "no `Interrupted (0 … of 0)`: {text}"
         );
         assert!(
-            text.contains("stage work  Completed  (2 completed, 0 failed of 2); tokens 20 in / 8 out; 1 empty answer\n"),
+            text.contains("stage work  Completed  (2 completed, 0 failed of 2); tokens 20 in / 8 out; cost $0.000123; 1 empty answer\n"),
             "{text}"
         );
         assert!(
-            text.contains("tokens 20 in / 8 out (every attempt); 1 empty answer"),
+            text.contains("tokens 20 in / 8 out (every attempt); cost unknown (no price for model m: set llm.price); 1 empty answer"),
             "{text}"
         );
         let empty_row = text.lines().find(|l| l.contains("t-work-1")).unwrap();
@@ -892,6 +912,11 @@ mod tests {
                 total_tokens: 14 * runs.len() as u64,
                 estimated: false,
             },
+            // $1 per million tokens either way.
+            cost: CostTally {
+                usd: 14e-6 * runs.len() as f64,
+                unpriced_model: None,
+            },
             runs,
         };
         let stages = vec![
@@ -916,6 +941,10 @@ mod tests {
                 input_tokens: 100_010,
                 output_tokens: 40_004,
                 tokens_saved: 0,
+                cost: CostTally {
+                    usd: 0.140014,
+                    unpriced_model: None,
+                },
             },
             error: None,
         };

@@ -150,3 +150,119 @@ fn a_catalogue_model_is_priced_from_the_catalogue() {
         "catalogue price",
     );
 }
+
+/// Writes `agents/<name>/` under `root`: the scripted model, `llm_extra` under `llm:`.
+fn write_plan_agent(root: &std::path::Path, name: &str, llm_extra: &str) {
+    let dir = root.join("agents").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("agent.yaml"),
+        format!("name: {name}\nllm:\n  model: scripted\n{llm_extra}tools: []\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("system_prompt.md"), "You are a test agent.\n").unwrap();
+    std::fs::write(dir.join("context.yaml"), crate::harness::CONTEXT_YAML).unwrap();
+}
+
+fn orchestrate(dir: &std::path::Path, plan: &str) -> Value {
+    let out = assert_cmd::Command::cargo_bin("delta")
+        .unwrap()
+        .current_dir(dir)
+        .env_remove("DELTA_LOG")
+        .env_remove("DELTA_LLM_SCRIPT")
+        .timeout(crate::harness::COMMAND_TIMEOUT)
+        .args([
+            "orchestrate",
+            plan,
+            "-w",
+            "ws",
+            "--llm-script",
+            "script.yaml",
+        ])
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap()
+}
+
+fn stage<'a>(summary: &'a Value, id: &str) -> &'a Value {
+    summary["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no stage {id}: {summary:#}"))
+}
+
+/// The orchestration summary prices each run at its agent's price, sums the runs of a
+/// stage and the stages of the plan; one unpriced stage makes the plan's total unknown.
+#[test]
+fn the_orchestration_summary_totals_cost_per_stage_and_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write_plan_agent(
+        root,
+        "cheap",
+        "  price: { input_per_mtok: 1.5, output_per_mtok: 2 }\n",
+    );
+    write_plan_agent(
+        root,
+        "dear",
+        "  price: { input_per_mtok: 40, output_per_mtok: 120 }\n",
+    );
+    write_plan_agent(root, "unpriced", "");
+    std::fs::write(
+        root.join("script.yaml"),
+        "steps: [{ answer: \"done with {{ task }}\" }]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("plan.yaml"),
+        "stages:\n  - id: map\n    agent: ./agents/cheap\n    foreach: { items: [a, bb, ccc] }\n    message: \"item {{ item }}\"\n  - id: reduce\n    agent: ./agents/dear\n    needs: [map]\n    message: combine\n",
+    )
+    .unwrap();
+    let summary = orchestrate(root, "plan.yaml");
+    let mut plan_total = 0.0;
+    for (id, input, output, runs) in [("map", 1.5, 2.0, 3), ("reduce", 40.0, 120.0, 1)] {
+        let stage = stage(&summary, id);
+        let rows = stage["runs"].as_array().unwrap();
+        assert_eq!(rows.len(), runs, "{stage:#}");
+        let mut stage_total = 0.0;
+        for row in rows {
+            let expected = dollars(&row["usage"], input, output);
+            assert_close(&row["total_cost_usd"], expected, "a run's cost");
+            stage_total += expected;
+        }
+        assert_close(&stage["total_cost_usd"], stage_total, id);
+        plan_total += stage_total;
+    }
+    assert_close(&summary["totals"]["total_cost_usd"], plan_total, "totals");
+
+    std::fs::write(
+        root.join("unpriced.yaml"),
+        "stages:\n  - { id: priced, agent: ./agents/cheap, message: go }\n  - { id: free, agent: ./agents/unpriced, message: go }\n",
+    )
+    .unwrap();
+    let summary = orchestrate(root, "unpriced.yaml");
+    assert!(
+        stage(&summary, "priced")["total_cost_usd"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let free = stage(&summary, "free");
+    assert_eq!(free["total_cost_usd"], Value::Null, "{free:#}");
+    assert_eq!(free["unpriced_model"], "scripted", "{free:#}");
+    assert_eq!(
+        summary["totals"]["total_cost_usd"],
+        Value::Null,
+        "{summary:#}"
+    );
+}

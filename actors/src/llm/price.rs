@@ -163,6 +163,24 @@ impl CostTally {
         }
     }
 
+    /// The tally a RunResult reports: `total_usd`, or unknown with the model its
+    /// `cost_note` names (see [`unknown_cost_note`]).
+    pub fn from_reported(total_usd: Option<f64>, note: Option<&str>) -> CostTally {
+        match total_usd {
+            Some(usd) if usd.is_finite() && usd >= 0.0 => CostTally {
+                usd,
+                unpriced_model: None,
+            },
+            _ => {
+                let model = note
+                    .and_then(|n| n.strip_prefix("cost unknown (no price for model "))
+                    .and_then(|n| n.strip_suffix(": set llm.price)"))
+                    .unwrap_or("(unreported)");
+                CostTally::unknown(model)
+            }
+        }
+    }
+
     /// Adds one call: its dollars, or `Err(model)` when the model had no price.
     pub fn add_call(&mut self, cost: Result<f64, &str>) {
         match cost {

@@ -8,6 +8,7 @@
 //!
 //! Must not: read or write files (that is `plan::state`'s business).
 
+use crate::llm::price::CostTally;
 use serde::{Deserialize, Serialize};
 
 use super::status::{RunStatus, TokenUsage};
@@ -118,6 +119,10 @@ pub struct RunRow {
     /// attempt). Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tokens_saved: u64,
+    /// Dollars of `usage` (`total_cost_usd`, null when a model had no price: then
+    /// `unpriced_model` names it).
+    #[serde(flatten)]
+    pub cost: CostTally,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -226,6 +231,9 @@ pub struct StageSummary {
     /// Tokens of the stage's runs, every attempt included.
     #[serde(default)]
     pub usage: TokenUsage,
+    /// Dollars of the stage's runs (`total_cost_usd`, null when one run's is unknown).
+    #[serde(flatten)]
+    pub cost: CostTally,
 }
 
 /// Counts and tokens over the whole plan.
@@ -242,6 +250,9 @@ pub struct Totals {
     /// when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tokens_saved: u64,
+    /// Dollars of every run (`total_cost_usd`, null when one run's is unknown).
+    #[serde(flatten)]
+    pub cost: CostTally,
 }
 
 /// What `delta orchestrate` prints and writes to `summary.json`.
@@ -312,6 +323,7 @@ mod tests {
             iterations: 0,
             attempts: 1,
             usage: TokenUsage::default(),
+            cost: Default::default(),
             empty_answer: false,
             reused: false,
         }

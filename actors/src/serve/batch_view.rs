@@ -260,6 +260,7 @@ impl OrchestrationIndex {
                 attempt,
                 error,
                 usage,
+                ..
             } => {
                 let row = self.row_mut(&stage, index, &run_id);
                 row.status = RowStatus::of(status);

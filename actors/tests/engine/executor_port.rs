@@ -85,6 +85,7 @@ impl Handler<Flush> for UpperCaseRuns {
                 duration_ms: 1,
                 iterations: 1,
                 usage: TokenUsage::default(),
+                cost: Default::default(),
                 empty_answer: false,
                 metadata_written: false,
             };

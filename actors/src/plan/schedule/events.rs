@@ -5,6 +5,7 @@
 //! Must not: hold behaviour beyond small conversions; the decisions live beside the
 //! scheduler.
 
+use crate::llm::price::CostTally;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -51,6 +52,8 @@ pub struct RecordedRun {
     pub duration_ms: u64,
     /// Token usage recorded over the run's life (every attempt).
     pub usage: TokenUsage,
+    /// Dollars of `usage`, as recorded (unknown when a model had no price).
+    pub cost: CostTally,
 }
 
 /// A planned run of an expanded stage and what its files say.
@@ -100,6 +103,10 @@ impl RunEnd {
                     duration_ms: r.metrics.duration_ms,
                     iterations: r.metrics.iterations,
                     usage,
+                    cost: CostTally::from_reported(
+                        r.metrics.cumulative_cost_usd,
+                        r.metrics.usage.cost_note.as_deref(),
+                    ),
                     empty_answer: r.empty_answer,
                     metadata_written,
                     run_id: r.run_id,
@@ -143,6 +150,8 @@ pub struct RunOutcome {
     /// Token usage over the run's life: this attempt and every earlier one (a retry
     /// continues the run, whose cumulative figure carries them).
     pub usage: TokenUsage,
+    /// Dollars of `usage` (unknown when a model had no price).
+    pub cost: CostTally,
     /// COMPLETED with an empty final answer.
     pub empty_answer: bool,
     /// Prompt tokens the attempt did not send because its context was compacted.

@@ -44,6 +44,7 @@ impl Scheduler {
                     iterations: outcome.iterations,
                     attempts: run.attempts,
                     usage: outcome.usage,
+                    cost: outcome.cost,
                     empty_answer: outcome.empty_answer,
                     reused: false,
                 },
@@ -61,6 +62,7 @@ impl Scheduler {
                     iterations: 0,
                     attempts: run.attempts,
                     usage: TokenUsage::default(),
+                    cost: Default::default(),
                     empty_answer: false,
                     reused: false,
                 },
@@ -84,6 +86,7 @@ impl Scheduler {
             attempt: row.attempts,
             error: row.error.clone(),
             usage: row.usage,
+            cost: Some(row.cost.clone()),
         });
         if retryable {
             run.failures += 1;

@@ -231,9 +231,12 @@ impl Scheduler {
             let counts = RunCounts::tally(planned, &runs);
             totals.counts.add(&counts);
             let mut usage = TokenUsage::default();
+            let mut cost = crate::llm::price::CostTally::default();
             for r in &runs {
                 usage.add(r.usage);
+                cost.add(&r.cost);
             }
+            totals.cost.add(&cost);
             totals.input_tokens = totals.input_tokens.saturating_add(usage.input_tokens);
             totals.output_tokens = totals.output_tokens.saturating_add(usage.output_tokens);
             let saved = runs
@@ -246,6 +249,7 @@ impl Scheduler {
                 counts,
                 runs,
                 usage,
+                cost,
             });
         }
         let status = if self.stop_reason.is_some() {
@@ -306,6 +310,7 @@ fn existing_state(
         iterations: meta.iterations,
         attempts: budget.attempts.max(1),
         usage: meta.usage,
+        cost: meta.cost.clone(),
         empty_answer: status == RunStatus::Completed
             && meta.result.as_deref().is_some_and(|r| r.trim().is_empty()),
         reused: true,

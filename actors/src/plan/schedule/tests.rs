@@ -196,6 +196,7 @@ impl Driver {
                 duration_ms: 5,
                 iterations: 1,
                 usage: TokenUsage::default(),
+                cost: Default::default(),
                 empty_answer: false,
                 metadata_written,
             }),

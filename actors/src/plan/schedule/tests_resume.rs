@@ -20,6 +20,7 @@ fn recorded(status: RunStatus, result: Option<&str>, error: Option<&str>) -> OnD
             total_tokens: 15,
             estimated: false,
         },
+        cost: Default::default(),
     })
 }
 

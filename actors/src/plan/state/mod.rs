@@ -97,6 +97,9 @@ pub enum SchedulingEvent {
         /// The run's tokens so far, every attempt included (absent in older journals).
         #[serde(default, skip_serializing_if = "TokenUsage::is_zero")]
         usage: TokenUsage,
+        /// The dollars of `usage` (absent in older journals: unknown).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<crate::llm::price::CostTally>,
     },
     /// Every run of a stage has its outcome.
     StageFinished {
@@ -511,6 +514,7 @@ mod tests {
                     attempt: 2,
                     error: None,
                     usage: TokenUsage::default(),
+                    cost: None,
                 })
                 .unwrap();
         }

@@ -49,6 +49,7 @@ fn on_disk(work_dir: &Path, run_id: &str) -> OnDisk {
     match read_metadata(&paths.run_dir) {
         Ok(meta) => OnDisk::Recorded(RecordedRun {
             usage: meta.usage_so_far(),
+            cost: meta.cost_so_far(),
             duration_ms: meta.last_duration_ms(),
             status: meta.status,
             result: meta.result,

@@ -33,6 +33,7 @@ impl SlurmExecutor {
         let outcome = match read_metadata(&paths.run_dir) {
             Ok(meta) => {
                 let lifetime_usage = meta.usage_so_far();
+                let lifetime_cost = meta.cost_so_far();
                 let duration_ms = meta.last_duration_ms();
                 let (status, error) = match meta.status {
                     RunStatus::Completed | RunStatus::WaitingForInput | RunStatus::Failed => {
@@ -54,6 +55,7 @@ impl SlurmExecutor {
                     empty_answer: status == RunStatus::Completed
                         && meta.result.as_deref().is_some_and(|r| r.trim().is_empty()),
                     usage: lifetime_usage,
+                    cost: lifetime_cost,
                     status,
                     result: meta.result,
                     error,
@@ -86,6 +88,7 @@ impl SlurmExecutor {
                     duration_ms: 0,
                     iterations: 0,
                     usage: TokenUsage::default(),
+                    cost: Default::default(),
                     empty_answer: false,
                     metadata_written: paths.metadata.exists(),
                 }
@@ -109,6 +112,7 @@ impl SlurmExecutor {
             duration_ms: 0,
             iterations: 0,
             usage: TokenUsage::default(),
+            cost: Default::default(),
             empty_answer: false,
             metadata_written: written,
         })
