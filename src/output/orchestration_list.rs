@@ -69,11 +69,26 @@ pub fn print(workspace: &Path, listings: &[OrchestrationListing], format: ListFo
                 })
                 .collect();
             let tokens_w = tokens.iter().map(String::len).max().unwrap_or(6).max(6);
+            let costs: Vec<String> = listings
+                .iter()
+                .map(|l| match l.status {
+                    ListedStatus::Unreadable => "-".to_owned(),
+                    _ => super::runs::cost_cell(l.total_cost_usd),
+                })
+                .collect();
+            let cost_w = costs
+                .iter()
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(4)
+                .max(4);
             let mut out = format!(
-                "{:<id_w$}  {:<11}  {:<8}  {:<runs_w$}  {:<tokens_w$}  PLAN\n",
-                "ID", "STATUS", "AGE", "RUNS", "TOKENS"
+                "{:<id_w$}  {:<11}  {:<8}  {:<runs_w$}  {:<tokens_w$}  {:<cost_w$}  PLAN\n",
+                "ID", "STATUS", "AGE", "RUNS", "TOKENS", "COST"
             );
-            for ((listing, runs), tokens) in listings.iter().zip(&runs).zip(&tokens) {
+            for (((listing, runs), tokens), cost) in
+                listings.iter().zip(&runs).zip(&tokens).zip(&costs)
+            {
                 let age = listing
                     .started_at
                     .as_deref()
@@ -87,12 +102,13 @@ pub fn print(workspace: &Path, listings: &[OrchestrationListing], format: ListFo
                     (None, _) => "-".to_owned(),
                 };
                 out.push_str(&format!(
-                    "{:<id_w$}  {:<11}  {:<8}  {:<runs_w$}  {:<tokens_w$}  {plan}\n",
+                    "{:<id_w$}  {:<11}  {:<8}  {:<runs_w$}  {:<tokens_w$}  {:<cost_w$}  {plan}\n",
                     listing.orchestration_id,
                     listing.status.as_str(),
                     age,
                     runs,
                     tokens,
+                    cost,
                 ));
             }
             emit(&out);

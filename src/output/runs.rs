@@ -24,6 +24,8 @@ fn json_row(r: &RunSummary) -> serde_json::Value {
         "end_time": r.end_time,
         "iterations": r.iterations,
         "iterations_completed": r.iterations,
+        "usage": r.usage,
+        "total_cost_usd": r.total_cost_usd,
     })
 }
 
@@ -94,13 +96,30 @@ fn render_text(
         .max()
         .unwrap_or(4)
         .max("TASK".len());
+    let tokens: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{}/{}", r.usage.input_tokens, r.usage.output_tokens))
+        .collect();
+    let tokens_w = tokens
+        .iter()
+        .map(String::len)
+        .max()
+        .unwrap_or(0)
+        .max("TOKENS".len());
+    let costs: Vec<String> = runs.iter().map(|r| cost_cell(r.total_cost_usd)).collect();
+    let cost_w = costs
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("COST".len());
     let mut out = format!(
-        "{:<id_w$}  {:<17}  {:<task_w$}  UPDATED\n",
-        "ID", "STATUS", "TASK"
+        "{:<id_w$}  {:<17}  {:<task_w$}  {:<tokens_w$}  {:<cost_w$}  UPDATED\n",
+        "ID", "STATUS", "TASK", "TOKENS", "COST"
     );
-    for (r, task) in runs.iter().zip(&tasks) {
+    for ((r, task), (tokens, cost)) in runs.iter().zip(&tasks).zip(tokens.iter().zip(&costs)) {
         out.push_str(&format!(
-            "{:<id_w$}  {:<17}  {task:<task_w$}  {}\n",
+            "{:<id_w$}  {:<17}  {task:<task_w$}  {tokens:<tokens_w$}  {cost:<cost_w$}  {}\n",
             r.run_id,
             r.status.as_str(),
             relative_age(&r.last_updated, now),
@@ -113,6 +132,14 @@ fn render_text(
         ));
     }
     out
+}
+
+/// A cost column's cell: `$0.0123`, or `—` when unknown (no price for a model).
+pub(super) fn cost_cell(total_cost_usd: Option<f64>) -> String {
+    match total_cost_usd {
+        Some(usd) => super::run_result::format_usd(usd),
+        None => "—".to_owned(),
+    }
 }
 
 pub(super) fn relative_age(timestamp: &str, now: chrono::DateTime<chrono::Utc>) -> String {
@@ -144,6 +171,13 @@ mod tests {
             last_updated: "2026-01-01T00:00:00Z".into(),
             end_time: Some("2026-01-01T00:00:05Z".into()),
             iterations: 2,
+            usage: delta_actors::TokenUsage {
+                input_tokens: 1200,
+                output_tokens: 30,
+                total_tokens: 1230,
+                estimated: false,
+            },
+            total_cost_usd: None,
         }
     }
 
@@ -154,6 +188,21 @@ mod tests {
         assert_eq!(row["task"], "do it\nin detail");
         assert_eq!(row["iterations_completed"], 2);
         assert_eq!(row["iterations"], 2);
+        assert_eq!(row["total_cost_usd"], serde_json::Value::Null);
+        assert_eq!(row["usage"]["input_tokens"], 1200);
+    }
+
+    /// Issue 33: a cost column next to the tokens, `—` where no price is known.
+    #[test]
+    fn text_rows_show_tokens_and_cost() {
+        let mut priced = run("priced");
+        priced.total_cost_usd = Some(0.0042);
+        let now = chrono::Utc::now();
+        let text = render_text(&[priced, run("unpriced")], &[], now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("TOKENS  COST"), "{text}");
+        assert!(lines[1].contains("1200/30  $0.004200"), "{text}");
+        assert!(lines[2].contains("1200/30  —"), "{text}");
     }
 
     #[test]

@@ -92,6 +92,32 @@ fn a_run_costs_its_tokens_at_the_agents_price() {
         "{}",
         text.stdout
     );
+
+    let listed = case.delta(&[
+        "list-runs",
+        "-w",
+        case.work_dir().to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    listed.assert_code(0);
+    let rows = listed.json();
+    let r1 = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == "r1")
+        .unwrap();
+    assert_close(
+        &r1["total_cost_usd"],
+        dollars(&r1["usage"], input, output),
+        "list-runs r1",
+    );
+    assert_close(
+        &r1["total_cost_usd"],
+        expected + this_driving,
+        "list-runs total",
+    );
 }
 
 #[test]
@@ -129,6 +155,22 @@ fn a_model_nobody_prices_costs_null_and_says_so() {
     text.assert_code(0);
     assert!(text.stdout.contains(note), "{}", text.stdout);
     assert!(!text.stdout.contains("$0.00"), "{}", text.stdout);
+
+    let listed = case.delta(&["list-runs", "-w", case.work_dir().to_str().unwrap()]);
+    listed.assert_code(0);
+    let header = listed.stdout.lines().next().unwrap();
+    assert!(
+        header.contains("TOKENS") && header.contains("COST"),
+        "{}",
+        listed.stdout
+    );
+    for line in listed.stdout.lines().skip(1) {
+        assert!(
+            line.contains('—'),
+            "unknown cost shown as `—`: {}",
+            listed.stdout
+        );
+    }
 }
 
 /// The scripted server answers as `gpt-4o-mini`: the catalogue's price applies.
@@ -265,4 +307,48 @@ fn the_orchestration_summary_totals_cost_per_stage_and_plan() {
         Value::Null,
         "{summary:#}"
     );
+
+    // `list-orchestrations`: the first plan's total, and `—` for the unpriced one.
+    let listed = list(
+        root,
+        &["list-orchestrations", "-w", "ws", "--format", "json"],
+    );
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let rows = listed.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{listed:#}");
+    let priced = rows
+        .iter()
+        .find(|r| !r["total_cost_usd"].is_null())
+        .unwrap();
+    assert_close(&priced["total_cost_usd"], plan_total, "list-orchestrations");
+    assert!(
+        rows.iter().any(|r| r["total_cost_usd"].is_null()),
+        "{listed:#}"
+    );
+    let text = list(root, &["list-orchestrations", "-w", "ws"]);
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.contains("TOKENS") && header.contains("COST"),
+        "{text}"
+    );
+    assert!(text.contains('—'), "{text}");
+    assert!(text.contains("$0.0"), "{text}");
+}
+
+/// stdout of a `delta` listing command in `dir`, which must succeed.
+fn list(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = assert_cmd::Command::cargo_bin("delta")
+        .unwrap()
+        .current_dir(dir)
+        .env_remove("DELTA_LOG")
+        .timeout(crate::harness::COMMAND_TIMEOUT)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }

@@ -15,7 +15,7 @@ use crate::protocol::RunStatus;
 const TASK_SUMMARY_CHARS: usize = 60;
 
 /// One line of `delta list-runs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
     /// The run's folder name (what `delta continue --run-id` needs).
     pub run_id: String,
@@ -34,6 +34,10 @@ pub struct RunSummary {
     pub end_time: Option<String>,
     /// Iterations so far.
     pub iterations: u32,
+    /// Tokens over the run's whole life (every start and attempt).
+    pub usage: crate::protocol::TokenUsage,
+    /// Dollars of `usage`; `None` when a model had no price (shown as `—`).
+    pub total_cost_usd: Option<f64>,
 }
 
 /// A run directory whose metadata cannot be read (or whose name is not a run id), and why.
@@ -46,7 +50,7 @@ pub struct SkippedRun {
 }
 
 /// The result of a scan: readable runs (newest first) and skipped directories.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RunListing {
     /// Runs whose metadata was read, newest first.
     pub runs: Vec<RunSummary>,
@@ -85,6 +89,8 @@ impl RunSummary {
             last_updated: meta.updated_at.clone(),
             end_time: meta.end_time.clone(),
             iterations: meta.iterations,
+            usage: meta.usage_so_far(),
+            total_cost_usd: meta.cost_so_far().total_usd(),
         }
     }
 }

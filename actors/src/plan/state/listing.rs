@@ -8,6 +8,7 @@
 //!
 //! Must not: write anything, or take the lock (probing it is enough).
 
+use crate::llm::price::CostTally;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -85,6 +86,10 @@ pub struct OrchestrationListing {
     /// scheduling journal while it runs or after a kill; older journals carry none).
     #[serde(default)]
     pub usage: TokenUsage,
+    /// Dollars of `usage`; `null` when a run's model had no price (or an older journal
+    /// recorded no cost).
+    #[serde(default)]
+    pub total_cost_usd: Option<f64>,
     /// Why the folder is UNREADABLE, or a note (how a RUNNING-looking one ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -151,6 +156,7 @@ fn unreadable(dir: &Path, id: String, reason: String) -> OrchestrationListing {
         ended_at: None,
         counts: RunCounts::default(),
         usage: TokenUsage::default(),
+        total_cost_usd: None,
         error: Some(reason),
         resume_command: None,
         dir: dir.to_path_buf(),
@@ -192,6 +198,7 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
         ended_at: None,
         counts: journal.counts(false),
         usage: journal.usage(),
+        total_cost_usd: journal.cost().total_usd(),
         error: None,
         resume_command: None,
         dir: dir.to_path_buf(),
@@ -206,6 +213,7 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
             listing.status = summary.status.into();
             listing.counts = summary.totals.counts;
             listing.usage = summary.usage();
+            listing.total_cost_usd = summary.totals.cost.total_usd();
             listing.ended_at = Some(summary.ended_at);
         }
         (Some(status), Ok(None)) => listing.status = status.into(),
@@ -258,6 +266,8 @@ struct JournalView {
     outcomes: BTreeMap<String, Option<RunStatus>>,
     /// The latest token figure per run id (each is the run's total so far).
     usage: BTreeMap<String, TokenUsage>,
+    /// The latest cost per run id (each is the run's total so far).
+    cost: BTreeMap<String, CostTally>,
 }
 
 /// What the latest `ORCHESTRATION_STARTED` recorded.
@@ -305,6 +315,7 @@ impl JournalView {
                         planned: BTreeMap::new(),
                         outcomes: BTreeMap::new(),
                         usage: BTreeMap::new(),
+                        cost: BTreeMap::new(),
                     });
                 }
                 (_, None) => return Err("it does not begin with ORCHESTRATION_STARTED".to_owned()),
@@ -335,10 +346,20 @@ impl JournalView {
                         run_id,
                         status,
                         usage,
+                        cost,
                         ..
                     },
                     Some(view),
                 ) => {
+                    // An older journal records no cost: unknown, unless the run used nothing.
+                    let cost = cost.unwrap_or_else(|| {
+                        if usage.is_zero() {
+                            CostTally::default()
+                        } else {
+                            CostTally::unknown("(recorded unpriced)")
+                        }
+                    });
+                    view.cost.insert(run_id.clone(), cost);
                     view.usage.insert(run_id.clone(), usage);
                     view.outcomes.insert(run_id, Some(status));
                 }
@@ -380,6 +401,14 @@ impl JournalView {
             .to_vec()
         });
         shell_words::join(argv)
+    }
+
+    fn cost(&self) -> CostTally {
+        let mut total = CostTally::default();
+        for cost in self.cost.values() {
+            total.add(cost);
+        }
+        total
     }
 
     fn usage(&self) -> TokenUsage {
