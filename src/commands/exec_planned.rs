@@ -64,6 +64,7 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     if let Some(format) = planned.llm_response_format {
         agent.llm.response_format = Some(format);
     }
+    agent.llm.price = agent.llm.price.or(planned.llm_price);
     let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
     let cascade = load_env_cascade(Some(&planned.work_dir), &planned.plan_dir, &cwd, &env)
         .map_err(|e| CliError::Config(e.to_string()))?;

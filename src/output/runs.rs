@@ -200,7 +200,10 @@ mod tests {
         let now = chrono::Utc::now();
         let text = render_text(&[priced, run("unpriced")], &[], now);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].contains("TOKENS") && lines[0].contains("COST"), "{text}");
+        assert!(
+            lines[0].contains("TOKENS") && lines[0].contains("COST"),
+            "{text}"
+        );
         assert!(lines[1].contains("1200/30  $0.004200"), "{text}");
         assert!(lines[2].contains("1200/30  —"), "{text}");
     }

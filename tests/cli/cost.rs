@@ -352,3 +352,31 @@ fn list(dir: &std::path::Path, args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// A plan's `llm.price` prices the agents without one of their own; an agent's own wins.
+#[test]
+fn a_plans_price_prices_agents_without_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write_plan_agent(
+        root,
+        "own",
+        "  price: { input_per_mtok: 40, output_per_mtok: 120 }\n",
+    );
+    write_plan_agent(root, "bare", "");
+    std::fs::write(root.join("script.yaml"), "steps: [{ answer: done }]\n").unwrap();
+    std::fs::write(
+        root.join("plan.yaml"),
+        "llm: { price: { input_per_mtok: 0.5, output_per_mtok: 1.5 } }\nstages:\n  - { id: own, agent: ./agents/own, message: go }\n  - { id: bare, agent: ./agents/bare, message: go }\n",
+    )
+    .unwrap();
+    let summary = orchestrate(root, "plan.yaml");
+    for (id, input, output) in [("own", 40.0, 120.0), ("bare", 0.5, 1.5)] {
+        let row = &stage(&summary, id)["runs"][0];
+        assert_close(
+            &row["total_cost_usd"],
+            dollars(&row["usage"], input, output),
+            id,
+        );
+    }
+}

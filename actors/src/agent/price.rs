@@ -6,12 +6,8 @@
 //! decision), or accept a price that is not a finite number in `0..=MAX_PRICE_PER_MTOK`.
 
 use super::error::AgentError;
-use crate::llm::price::{Price, MAX_PRICE_PER_MTOK};
+use crate::llm::price::{Price, MAX_PRICE_PER_MTOK, PRICE_KEYS};
 use crate::yaml::{Fields, UnknownKeys};
-
-/// The keys of `llm.price`.
-pub(crate) const PRICE_KEYS: [&str; 3] =
-    ["input_per_mtok", "output_per_mtok", "cached_input_per_mtok"];
 
 /// `llm.price`, or `None` when unset. Unknown keys are refused whatever `strict:` says: a
 /// misspelt price would silently fall back to the catalogue's.

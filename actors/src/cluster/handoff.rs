@@ -71,6 +71,9 @@ pub struct PlannedRunFile {
     /// The plan's `llm.response_format`, which wins over the agent's; `None` = the agent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_response_format: Option<crate::agent::ResponseFormat>,
+    /// The plan's `llm.price`, for an agent without its own; `None` = none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_price: Option<crate::llm::price::Price>,
     /// The span this submission of the run is (the orchestration is traced): the node's
     /// run continues it, under the stage's span on the submitting host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -343,6 +346,7 @@ mod tests {
             llm_request_timeout_ms: None,
             llm_idle_timeout_ms: None,
             llm_response_format: None,
+            llm_price: None,
             trace: None,
             sandbox: None,
         }

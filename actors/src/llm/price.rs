@@ -15,6 +15,14 @@ use super::types::Usage;
 /// today (the dearest models cost a few hundred), low enough that no sum can overflow.
 pub const MAX_PRICE_PER_MTOK: f64 = 100_000.0;
 
+/// The keys of `llm.price` (agent.yaml and a plan's `llm:`).
+pub const PRICE_KEYS: [&str; 3] = ["input_per_mtok", "output_per_mtok", "cached_input_per_mtok"];
+
+/// Whether `value` is a price `llm.price` accepts: finite, in `0..=MAX_PRICE_PER_MTOK`.
+pub fn valid_price(value: f64) -> bool {
+    (0.0..=MAX_PRICE_PER_MTOK).contains(&value)
+}
+
 /// Dollars per million tokens of one model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Price {
@@ -27,6 +35,10 @@ pub struct Price {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_per_mtok: Option<f64>,
 }
+
+// Prices are validated finite where they are read (agent.yaml, plan.yaml), and JSON holds
+// no NaN, so equality is reflexive.
+impl Eq for Price {}
 
 /// Where a run's price came from.
 #[derive(Debug, Clone, PartialEq)]

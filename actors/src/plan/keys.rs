@@ -34,6 +34,7 @@ const LLM_KEYS: &[&str] = &[
     "request_timeout",
     "idle_timeout",
     "response_format",
+    "price",
 ];
 const EXECUTOR_KEYS: &[&str] = &[
     "type",
@@ -112,6 +113,9 @@ pub fn check_keys(document: &Value) -> Result<(), KeyProblem> {
     }
     if let Some(Value::Mapping(llm)) = root.get("llm") {
         check_level(llm, "llm.", LLM_KEYS)?;
+        if let Some(Value::Mapping(price)) = llm.get("price") {
+            check_level(price, "llm.price.", &crate::llm::price::PRICE_KEYS)?;
+        }
     }
     if let Some(Value::Mapping(executor)) = root.get("executor") {
         check_level(executor, "executor.", EXECUTOR_KEYS)?;

@@ -91,6 +91,26 @@ pub(crate) fn check_numbers(model: &PlanFile, file: &Path) -> Result<(), PlanErr
             &MAX_ITERATIONS,
         ));
     }
+    if let Some(price) = &model.llm.price {
+        let prices = [
+            ("input_per_mtok", Some(price.input_per_mtok)),
+            ("output_per_mtok", Some(price.output_per_mtok)),
+            ("cached_input_per_mtok", price.cached_input_per_mtok),
+        ];
+        for (key, value) in prices {
+            if let Some(value) = value.filter(|v| !crate::llm::price::valid_price(*v)) {
+                return Err(PlanError::invalid(
+                    file,
+                    format!("llm.price.{key}"),
+                    format!(
+                        "{value} is out of range (allowed 0..={})",
+                        crate::llm::price::MAX_PRICE_PER_MTOK
+                    ),
+                    "give dollars per million tokens, e.g. `price: {input_per_mtok: 0.15, output_per_mtok: 0.6}` (docs/cost.md)",
+                ));
+            }
+        }
+    }
     for (key, value, range) in numbers {
         if let Some(message) = value.and_then(|value| out_of_range(value, range)) {
             return Err(PlanError::invalid(

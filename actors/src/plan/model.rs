@@ -90,6 +90,10 @@ pub struct LlmLimits {
     /// agent.yaml's `llm.response_format`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<crate::agent::ResponseFormat>,
+    /// Dollars per million tokens for the runs of agents without an `llm.price` of their
+    /// own (docs/cost.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<crate::llm::price::Price>,
 }
 
 /// One stage: a single run, or one run per `foreach` item.

@@ -294,17 +294,19 @@ impl Handler<StartOrchestration> for RunSupervisor {
 }
 
 /// The plan's `llm.request_timeout` / `llm.idle_timeout` / `llm.response_format` win over
-/// each agent's own.
+/// each agent's own; its `llm.price` prices the agents that have none of their own.
 fn apply_plan_llm_timeouts(request: &mut OrchestrationRequest) {
     let plan = request.plan.llm_timeouts;
     let response_format = request.plan.llm.response_format;
-    if plan.is_empty() && response_format.is_none() {
+    let price = request.plan.llm.price;
+    if plan.is_empty() && response_format.is_none() && price.is_none() {
         return;
     }
     for agent in request.agents.values_mut() {
         let mut overridden = (**agent).clone();
         overridden.llm.timeouts = plan.over(agent.llm.timeouts);
         overridden.llm.response_format = response_format.or(agent.llm.response_format);
+        overridden.llm.price = agent.llm.price.or(price);
         *agent = Arc::new(overridden);
     }
 }

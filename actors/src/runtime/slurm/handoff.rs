@@ -46,6 +46,7 @@ impl SlurmExecutor {
             llm_request_timeout_ms: timeouts.request.map(|t| t.as_millis() as u64),
             llm_idle_timeout_ms: timeouts.idle.map(|t| t.as_millis() as u64),
             llm_response_format: self.plan.llm.response_format,
+            llm_price: self.plan.llm.price,
             trace,
             sandbox: self.plan.sandbox.clone(),
         };
