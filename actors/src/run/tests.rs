@@ -610,6 +610,55 @@ async fn tokens_of_failed_attempts_are_counted_in_the_run_usage() {
         crate::metadata::read_metadata(&fixture.work_dir.path().join(".delta/looptest")).unwrap();
     assert_eq!(meta.usage, cumulative);
     assert_eq!(meta.cumulative_usage, cumulative);
+    // Issue 33: `fake` has no price: the cost is unknown, never a made-up 0.
+    assert_eq!(usage.total_cost_usd, None);
+    assert_eq!(result.metrics.cumulative_cost_usd, None);
+    assert_eq!(
+        usage.cost_note.as_deref(),
+        Some("cost unknown (no price for model fake: set llm.price)")
+    );
+}
+
+/// Issue 33: a run's cost is every attempt's tokens (failed ones too, and the call that
+/// failed for good) at the agent's `llm.price`.
+#[tokio::test]
+async fn every_attempt_is_priced_at_the_agents_price() {
+    let fixture = Fixture::new(false);
+    let model = FakeModel::with_usage(
+        vec![
+            Ok(calls(&["first"])),
+            Ok(calls(&["second"])),
+            Err("server gone".into()),
+        ],
+        usage(100, 10),
+        usage(7, 3),
+    );
+    let mut request = fixture.request();
+    let mut agent = (*request.agent).clone();
+    let price = crate::llm::price::Price {
+        input_per_mtok: 2.0,
+        output_per_mtok: 8.0,
+        cached_input_per_mtok: None,
+    };
+    agent.llm.price = Some(price);
+    request.agent = Arc::new(agent);
+    let result = fixture
+        .drive_request(
+            request,
+            model,
+            Rc::new(FakeTools::default()),
+            RunControl::new(),
+        )
+        .await;
+    let (input, output) = ((2 * 100 + 3 * 7) as f64, (2 * 10 + 3 * 3) as f64);
+    let expected = (input * 2.0 + output * 8.0) / 1e6;
+    let cost = result.metrics.usage.total_cost_usd.unwrap();
+    assert!((cost - expected).abs() < 1e-15, "{cost} != {expected}");
+    assert_eq!(result.metrics.cumulative_cost_usd, Some(cost));
+    assert_eq!(result.metrics.usage.cost_note, None);
+    let meta =
+        crate::metadata::read_metadata(&fixture.work_dir.path().join(".delta/looptest")).unwrap();
+    assert_eq!(meta.cost.and_then(|c| c.total_usd()), Some(cost));
 }
 
 /// Issue 32: the endpoint is asked for the model's window only once a request is large
