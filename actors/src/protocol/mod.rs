@@ -7,6 +7,7 @@
 //! checks it). Requests, which carry compiled agents and resolved plans, are one floor up in
 //! [`crate::request`].
 
+mod cost;
 mod error;
 mod event;
 mod result;
@@ -18,6 +19,7 @@ mod trace;
 /// executor reads back). Plans are validated against it (`plan::limits`).
 pub const STAGE_ID_LEN: usize = 48;
 
+pub use cost::{unknown_cost_note, CostTally};
 pub use error::EngineError;
 pub use event::{ModelCallContent, OrchestrationEvent, RunEvent};
 pub use result::{

@@ -8,7 +8,7 @@
 //!
 //! Must not: read or write files (that is `plan::state`'s business).
 
-use crate::llm::price::CostTally;
+use super::cost::CostTally;
 use serde::{Deserialize, Serialize};
 
 use super::status::{RunStatus, TokenUsage};
