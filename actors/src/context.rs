@@ -220,7 +220,7 @@ pub(crate) fn path_str(p: &Path) -> String {
 }
 
 /// Converts journal events into an OpenAI-valid conversation, with every compaction the
-/// journal records applied (see [`view`]).
+/// journal records applied (see the `view` module).
 ///
 /// `max_iterations: Some(n)` keeps the last `n` assistant turns (and everything after the first
 /// of them) plus the first user message, which is the task.

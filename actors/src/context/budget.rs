@@ -1,7 +1,7 @@
 //! Counting a request's tokens without a tokenizer, and the budget they are held to.
 //!
 //! The provider's `prompt_tokens` is exact for what was sent. Each THOUGHT records the size
-//! of its request (bytes as [`super::view::message_bytes`] counts them, plus the tool list)
+//! of its request (bytes as `view::message_bytes` counts them, plus the tool list)
 //! beside that count, so the next request is estimated as the last one's exact count plus
 //! only what changed, converted at the run's own bytes per token ([`Calibration`]). Before
 //! the first answer, four bytes make a token. A tokenizer is not shipped: the OpenAI ones

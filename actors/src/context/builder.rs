@@ -30,7 +30,7 @@ pub struct Budgeting<'a> {
     /// The journal source's settings.
     pub settings: &'a Compaction,
     /// How many times the server refused this iteration's request as too long (see
-    /// [`super::compact::Request::refusals`]).
+    /// `compact::Request::refusals`).
     pub refusals: u32,
 }
 

@@ -98,7 +98,8 @@ pub fn implausible(usage: &Usage) -> Option<String> {
 
 /// An estimate of a call's tokens: the request's bytes, and the reply's text, reasoning and
 /// tool calls, at [`BYTES_PER_ESTIMATED_TOKEN`] bytes a token (rounded up, so a call that
-/// sent or received anything never counts 0).
+/// sent or received anything never counts 0). An empty reply counts one output token: the
+/// model generated at least the token that ended it, and the provider bills it.
 pub fn estimate_usage(request_bytes: usize, completion: &ChatCompletion) -> Usage {
     let message = &completion.message;
     let mut reply_bytes = message.content.as_deref().map_or(0, str::len);
@@ -112,7 +113,7 @@ pub fn estimate_usage(request_bytes: usize, completion: &ChatCompletion) -> Usag
         reply_bytes = reply_bytes.saturating_add(reasoning.map_or(0, str::len));
     }
     let prompt_tokens = tokens_in(request_bytes);
-    let completion_tokens = tokens_in(reply_bytes);
+    let completion_tokens = tokens_in(reply_bytes).max(1);
     Usage {
         cached_prompt_tokens: 0,
         prompt_tokens,
@@ -188,6 +189,20 @@ mod tests {
         let (counted, _) = call_usage(&call, 1).counted();
         assert_eq!(counted.prompt_tokens, 1);
         assert_eq!(counted.completion_tokens, 8, "13 + 19 bytes of the call");
+    }
+
+    /// Regression: the hello-world run against llama-cpp-python recorded `output_tokens: 0`
+    /// when the model answered with nothing (its stream carries no usage): a reply, even an
+    /// empty one, ended with a generated token.
+    #[test]
+    fn an_empty_reply_without_usage_counts_one_output_token() {
+        let empty = reply(Some(""), vec![], None);
+        let (counted, estimated) = call_usage(&empty, 8).counted();
+        assert!(estimated);
+        assert_eq!(counted.completion_tokens, 1);
+        assert_eq!(counted.total_tokens, 3);
+        let nothing = reply(None, vec![], None);
+        assert_eq!(call_usage(&nothing, 8).counted().0.completion_tokens, 1);
     }
 
     /// Regression: a usage of u64::MAX was summed (and wrapped).

@@ -7,11 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use delta_actors::journal::{Event, JournalEvent};
 use delta_actors::sandbox::KernelSupport;
@@ -286,6 +283,10 @@ fn python() -> String {
 #[cfg(feature = "mcp")]
 #[test]
 fn an_mcp_server_is_confined_like_a_tool() {
+    use std::io::Read;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
     let places = Places::new();
     let server = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/mcp/hostile-server.py")
