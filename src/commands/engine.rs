@@ -28,7 +28,7 @@ macro_rules! model_env_help {
         "The model (without --llm-script) is chosen by three variables, read from the environment,
 else <workspace>/.env, <agent>/.env, then the project's .env:
   DELTA_BASE_URL   the OpenAI-compatible endpoint with its /v1, e.g. http://127.0.0.1:8080/v1
-                   (llama.cpp on this machine) or https://api.openai.com/v1
+                   (llama.cpp on this machine) or a provider's (docs/providers.md)
   DELTA_API_KEY    its key (or the variable agent.yaml's llm.api_key_env names); a server on
                    this machine (http://127.0.0.1, http://localhost) needs none
   DELTA_MODEL      the model name, over agent.yaml's llm.model

@@ -200,11 +200,14 @@ mod tests {
         let bare = catalogue.lookup("gpt-4o", None).unwrap();
         assert_eq!(catalogue.lookup("openai/gpt-4o", None), Some(bare));
         assert_eq!(catalogue.lookup("GPT-4o", None), Some(bare));
+        // The endpoint's address is made from the table (a string only: nothing is asked).
+        let (groq_host, _) = PROVIDER_HOSTS
+            .iter()
+            .find(|(_, prefix)| *prefix == "groq")
+            .unwrap();
+        let groq_url = format!("https://{groq_host}/openai/v1");
         let groq = catalogue
-            .lookup(
-                "openai/gpt-oss-120b",
-                Some("https://api.groq.com/openai/v1"),
-            )
+            .lookup("openai/gpt-oss-120b", Some(&groq_url))
             .unwrap();
         assert_eq!(groq.name, "groq/openai/gpt-oss-120b");
         assert_eq!(catalogue.lookup("no-such-model-anywhere", None), None);
