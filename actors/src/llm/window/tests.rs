@@ -229,7 +229,10 @@ fn only_servers_of_this_machine_or_network_are_asked_at_their_own_addresses() {
     ] {
         assert!(is_local(local), "{local}");
     }
-    for remote in ["https://models.example.com/v1", "https://203.0.113.7/api/v1"] {
+    for remote in [
+        "https://models.example.com/v1",
+        "https://203.0.113.7/api/v1",
+    ] {
         assert!(!is_local(remote), "{remote}");
     }
     assert_eq!(path_segment("qwen2.5:7b/x y"), "qwen2.5%3A7b%2Fx%20y");
