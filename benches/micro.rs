@@ -114,7 +114,7 @@ fn write_journal(run_dir: &Path, events: usize) {
 fn tool_templates(c: &mut Criterion) {
     let mut g = short(c);
     let yaml: serde_yaml::Value = serde_yaml::from_str(
-        "name: search\nexec: \"grep -n --max-count=${limit} ${pattern} ${AGENT_HOME}/${file}\"\nparameters:\n  - name: limit\n    type: integer\n    default: 10\n",
+        "name: search\nexec: \"grep -n --max-count=${limit} ${pattern} ${AGENT_HOME}/${file}\"\nparameters:\n  - name: limit\n    type: integer\n    default: 10\n  - name: pattern\n  - name: file\n",
     )
     .unwrap();
     let file = Path::new("/agents/bench/agent.yaml");
@@ -404,8 +404,12 @@ fn context_per_iteration(c: &mut Criterion) {
                         builder.build(&parts, before, &secrets, calibration, Some(budgeting));
                         builder
                     },
+                    // The builder is returned with the request so that dropping its cached
+                    // view (the whole conversation) is not timed as building.
                     |mut builder| {
-                        builder.build(&parts, events, &secrets, calibration, Some(budgeting))
+                        let built =
+                            builder.build(&parts, events, &secrets, calibration, Some(budgeting));
+                        (builder, built)
                     },
                     criterion::BatchSize::LargeInput,
                 )

@@ -73,8 +73,12 @@ pub fn render_text(r: &RunResult, continue_flags: &[String]) -> String {
         || total.output_tokens > r.metrics.usage.output_tokens
     {
         // A continued run: what its earlier starts spent is billed too.
+        let cost = match r.metrics.cumulative_cost_usd {
+            Some(usd) => format!("; {}", format_usd(usd)),
+            None => "; cost unknown".to_owned(),
+        };
         s.push_str(&format!(
-            "  • Run total:  {} in / {} out (every start){}\n",
+            "  • Run total:  {} in / {} out (every start){}{cost}\n",
             total.input_tokens,
             total.output_tokens,
             estimated_note(total.estimated)
@@ -223,12 +227,20 @@ mod tests {
             total_tokens: 37,
             estimated: false,
         };
+        result.metrics.cumulative_cost_usd = Some(0.0042);
         result.result = Some(String::new());
         result.empty_answer = true;
         let text = render_text(&result, &[]);
         assert!(text.contains("  • Tokens:     10 in / 2 out\n"), "{text}");
         assert!(
-            text.contains("  • Run total:  30 in / 7 out (every start)\n"),
+            text.contains("  • Run total:  30 in / 7 out (every start); $0.004200\n"),
+            "{text}"
+        );
+        // Issue 33: a run whose earlier starts called an unpriced model has no total.
+        result.metrics.cumulative_cost_usd = None;
+        assert!(
+            render_text(&result, &[])
+                .contains("  • Run total:  30 in / 7 out (every start); cost unknown\n"),
             "{text}"
         );
         assert!(text.contains("Final Response: (empty"), "{text}");

@@ -8,7 +8,7 @@
 import { api } from "./api.js";
 import { href, orchestrationHref, runsQuery, stageOf, workspaceQuery } from "./address.js";
 import { cell, crumbs, el, statusSpan, svg } from "./dom.js";
-import { age, clip, fmtInt, fmtMs, fmtTokens, isIdle, rowsShown, shortRun, stageProgress, stagesSummary, statusWords } from "./format.js";
+import { age, clip, fmtInt, fmtMs, fmtTokens, fmtUsd, isIdle, rowsShown, shortRun, stageProgress, stagesSummary, statusWords } from "./format.js";
 import { STAGE_BOX, stageLayout } from "./geometry.js";
 import { poller } from "./poll.js";
 import { go, replaceAddress } from "./router.js";
@@ -67,10 +67,11 @@ function orchestrationTable(workspace, orchestrations) {
 }
 
 function runTable(workspace, runs) {
-  const headings = ["Run", "Status", "Agent", "Iter.", "Tokens", "Age", "Task"];
+  const headings = [["Run", ""], ["Status", ""], ["Agent", "wide-only"], ["Iter.", "num"], ["Tokens", "num wide-only"],
+    ["Cost", "num wide-only"], ["Age", ""], ["Task", ""]];
   const table = el("table", { class: "data runs" },
-    columns(["30%"], ["15%"], ["12%", "wide-only"], ["8%"], ["10%", "wide-only"], ["10%"], ["25%"]),
-    el("tr", {}, ...headings.map((h, i) => el("th", { class: (i === 2 || i === 4 ? "wide-only" : "") + (i === 3 || i === 4 ? " num" : "") }, h))));
+    columns(["28%"], ["15%"], ["11%", "wide-only"], ["7%"], ["9%", "wide-only"], ["9%", "wide-only"], ["9%"], ["21%"]),
+    el("tr", {}, ...headings.map(([h, cls]) => el("th", { class: cls }, h))));
   const now = Date.now();
   for (const run of runs) {
     const link = href(["runs", workspace, "r", run.runId]);
@@ -78,7 +79,7 @@ function runTable(workspace, runs) {
       el("td", { title: run.runId }, el("a", { href: link }, run.runId)),
       el("td", { class: "status" }, statusSpan(run.status)),
       cell(run.agent, { class: "wide-only" }), cell(String(run.iterations), { class: "num" }), cell(fmtTokens(run.tokens), { class: "num wide-only" }),
-      cell(age(run.createdAt, now)), cell(run.task)));
+      cell(fmtUsd(run.costUsd), { class: "num wide-only" }), cell(age(run.createdAt, now)), cell(run.task)));
   }
   return table;
 }
@@ -137,6 +138,8 @@ export function orchestrationPage(view, workspace, id, route) {
           totals.running ? ", " + fmtInt(totals.running) + " running" : "", totals.queued ? ", " + fmtInt(totals.queued) + " queued" : "",
           totals.notStarted ? ", " + fmtInt(totals.notStarted) + " not started" : ""),
         el("span", {}, "tokens ", el("b", {}, fmtTokens(detail.tokens))),
+        el("span", { title: detail.costUsd == null ? "cost unknown: a model had no price (set llm.price)" : "" }, "cost ",
+          el("b", { id: "batch-cost" }, fmtUsd(detail.costUsd))),
         el("span", {}, "duration ", el("b", {}, fmtMs(detail.durationMs))),
         detail.resumes ? el("span", {}, "resumed " + detail.resumes + "×") : null),
       el("nav", { class: "tabs" }, el("a", { href: address({}, stage()), class: "current" }, "Runs"),
@@ -182,9 +185,10 @@ export function orchestrationPage(view, workspace, id, route) {
     const pageNo = Math.max(1, Number(p.get("page")) || 1);
     const pages = Math.max(1, Math.ceil(rows.matched / PAGE_SIZE));
     const table = el("table", { class: "data batch-runs", id: "batch-runs-table" },
-      columns(["7%"], ["24%"], ["14%"], ["7%", "wide-only"], ["11%"], ["9%", "wide-only"], ["6%", "wide-only"], ["22%"]),
+      columns(["7%"], ["22%"], ["14%"], ["6%", "wide-only"], ["10%"], ["9%", "wide-only"], ["9%", "wide-only"], ["5%", "wide-only"], ["18%"]),
       el("tr", {}, el("th", { class: "num" }, "#"), el("th", {}, "Run"), el("th", {}, "Status"), el("th", { class: "num wide-only" }, "Tries"),
-        el("th", { class: "num" }, "Duration"), el("th", { class: "num wide-only" }, "Tokens"), el("th", { class: "num wide-only" }, "Iter."),
+        el("th", { class: "num" }, "Duration"), el("th", { class: "num wide-only" }, "Tokens"), el("th", { class: "num wide-only" }, "Cost"),
+        el("th", { class: "num wide-only" }, "Iter."),
         el("th", {}, "Error")));
     for (const row of rows.rows) {
       const link = href(["runs", workspace, "r", row.runId]);
@@ -195,7 +199,7 @@ export function orchestrationPage(view, workspace, id, route) {
         el("td", { title: row.runId + (at ? "" : " (stage " + row.stage + ")") }, el("a", { href: link }, shortRun(row.runId, id))),
         el("td", { class: "status" }, statusSpan(row.status)),
         cell(row.attempts, { class: "num wide-only" }), cell(fmtMs(row.durationMs), { class: "num" }), cell(fmtTokens(row.tokens), { class: "num wide-only" }),
-        cell(row.iterations, { class: "num wide-only" }),
+        cell(fmtUsd(row.costUsd), { class: "num wide-only" }), cell(row.iterations, { class: "num wide-only" }),
         error));
     }
     if (!rows.rows.length) {
@@ -257,7 +261,7 @@ function stageGraph(detail, selected, stageHref) {
     const tokensAndTime = fmtTokens(s.tokens) + " tokens" + (s.durationMs != null ? " · " + fmtMs(s.durationMs) : "");
     const box = svg("a", { href: stageHref(s.id), class: "box" + (s.id === selected ? " selected" : "") + (idle ? " idle" : ""),
       "data-stage": s.id, "data-status": s.status },
-      svg("title", {}, s.id + ": " + words + "; " + label),
+      svg("title", {}, s.id + ": " + words + "; " + label + "; cost " + fmtUsd(s.costUsd)),
       svg("rect", { class: "frame", x: String(x), y: String(y), width: String(W), height: String(H), rx: "6" }),
       svg("text", { class: "id", x: String(x + 10), y: String(y + 18) }, clip(s.id, 26)),
       svg("text", { class: "status-" + s.status, x: String(x + 10), y: String(y + 35), fill: "currentColor" }, words),
@@ -272,17 +276,18 @@ function stageGraph(detail, selected, stageHref) {
 
 function stageTable(detail, stageHref) {
   const table = el("table", { class: "data stages" },
-    columns(["20%"], ["18%"], ["10%"], ["10%"], ["10%", "wide-only"], ["10%", "wide-only"], ["11%"], ["11%"]),
+    columns(["18%"], ["16%"], ["9%"], ["9%"], ["9%", "wide-only"], ["9%", "wide-only"], ["10%"], ["10%", "wide-only"], ["10%"]),
     el("tr", {}, el("th", {}, "Stage"), el("th", {}, "Status"), el("th", { class: "num" }, "Done"), el("th", { class: "num" }, "Failed"),
       el("th", { class: "num wide-only" }, "Running"), el("th", { class: "num wide-only" }, "Not started"), el("th", { class: "num" }, "Tokens"),
-      el("th", { class: "num" }, "Duration")));
+      el("th", { class: "num wide-only" }, "Cost"), el("th", { class: "num" }, "Duration")));
   for (const s of detail.stages) {
     const c = s.counts;
     table.append(el("tr", { "data-stage-row": s.id },
       el("td", { title: s.id + (s.needs.length ? " (needs " + s.needs.join(", ") + ")" : "") }, el("a", { href: stageHref(s.id) }, s.id)),
       el("td", { class: "status" }, statusSpan(s.status)), cell(fmtInt(c.completed) + "/" + fmtInt(c.planned), { class: "num" }),
       cell(fmtInt(c.failed), { class: "num" + (c.failed ? " status-FAILED" : "") }), cell(fmtInt(c.running + c.queued + c.waiting), { class: "num wide-only" }),
-      cell(fmtInt(c.notStarted), { class: "num wide-only" }), cell(fmtTokens(s.tokens), { class: "num" }), cell(fmtMs(s.durationMs), { class: "num" })));
+      cell(fmtInt(c.notStarted), { class: "num wide-only" }), cell(fmtTokens(s.tokens), { class: "num" }),
+      cell(fmtUsd(s.costUsd), { class: "num wide-only" }), cell(fmtMs(s.durationMs), { class: "num" })));
   }
   return table;
 }

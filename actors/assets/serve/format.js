@@ -12,6 +12,13 @@ export function fmtTokens(tokens) {
   return fmtInt(tokens.total_tokens || (tokens.input_tokens || 0) + (tokens.output_tokens || 0));
 }
 
+// Dollars as `delta list-runs` writes them: "$1.25", "$0.000051" under a cent, "—" when
+// unknown (null: a model had no price).
+export function fmtUsd(usd) {
+  if (usd === null || usd === undefined || !isFinite(usd)) return "—";
+  return "$" + (usd !== 0 && Math.abs(usd) < 0.01 ? usd.toFixed(6) : usd.toFixed(2));
+}
+
 // A duration in milliseconds, in the largest unit that keeps it readable ("" when unknown).
 export function fmtMs(ms) {
   if (ms === null || ms === undefined) return "";

@@ -9,7 +9,7 @@
 import { api } from "./api.js";
 import { href, runSelection, workspaceQuery } from "./address.js";
 import { crumbs, el, statusSpan, svg } from "./dom.js";
-import { age, clip, fmtInt, fmtMs, fmtTokens, shellQuote } from "./format.js";
+import { age, clip, fmtInt, fmtMs, fmtTokens, fmtUsd, shellQuote } from "./format.js";
 import { resumedLabels, waterfallScale } from "./geometry.js";
 import { poller } from "./poll.js";
 
@@ -70,6 +70,7 @@ export function inspectorPage(view, workspace, runId, route) {
         el("span", {}, "agent ", el("b", {}, t.agent || "?")),
         el("span", {}, el("b", {}, String(t.iterations)), " iterations"),
         el("span", {}, el("b", {}, fmtTokens(t.tokens)), " tokens"),
+        el("span", { title: t.costNote || "" }, "cost ", el("b", { id: "run-cost" }, fmtUsd(t.costUsd))),
         duration != null ? el("span", {}, "last driven ", el("b", {}, fmtMs(duration))) : null,
         t.createdAt ? el("span", { title: t.createdAt }, "started " + age(t.createdAt, Date.now())) : null,
         t.pauses.length ? el("span", {}, "resumed " + t.pauses.length + "×") : null),

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::run_files::InspectError;
 use crate::plan::state::StageStatus;
-use crate::protocol::{OrchestrationStatus, RunStatus, TokenUsage};
+use crate::protocol::{CostTally, OrchestrationStatus, RunStatus, TokenUsage};
 
 /// Most rows one page of the runs table holds.
 pub const MAX_PAGE: usize = 1_000;
@@ -76,6 +76,9 @@ pub struct BatchRow {
     pub duration_ms: Option<u64>,
     /// Tokens over every attempt.
     pub tokens: u64,
+    /// Dollars of `tokens` (`costUsd`: null when a model had no price).
+    #[serde(rename = "costUsd", serialize_with = "cost_usd")]
+    pub(super) cost: CostTally,
     pub iterations: u32,
     /// Prompt and completion tokens behind `tokens`.
     #[serde(skip)]
@@ -83,6 +86,11 @@ pub struct BatchRow {
     /// The run's own record was read since it last finished (or the summary said it all).
     #[serde(skip)]
     pub(super) record_final: bool,
+}
+
+/// A tally as the page reads it: its dollars, or null when unknown.
+fn cost_usd<S: serde::Serializer>(cost: &CostTally, serializer: S) -> Result<S::Ok, S::Error> {
+    cost.total_usd().serialize(serializer)
 }
 
 /// The total of a usage as the views show it: the provider's, or the sum when it gave none.
@@ -114,6 +122,9 @@ pub struct StageView {
     pub status: StageStatus,
     pub counts: StageCounts,
     pub tokens: TokenUsage,
+    /// Dollars of the stage's runs (`costUsd`: null when one run's is unknown).
+    #[serde(rename = "costUsd", serialize_with = "cost_usd")]
+    pub cost: CostTally,
     pub started_at: Option<i64>,
     pub ended_at: Option<i64>,
     pub duration_ms: Option<u64>,
@@ -144,6 +155,9 @@ pub struct OrchestrationDetail {
     pub stages: Vec<StageView>,
     pub totals: StageCounts,
     pub tokens: TokenUsage,
+    /// Dollars of every run (`costUsd`: null when one run's is unknown).
+    #[serde(rename = "costUsd", serialize_with = "cost_usd")]
+    pub cost: CostTally,
     /// Failed runs by error kind, most first.
     pub error_kinds: Vec<ErrorKindCount>,
     /// Why the plan's graph is not shown, when it is not (the stages come from the journal).
@@ -249,17 +263,18 @@ fn counts_of<'a>(rows: impl Iterator<Item = &'a BatchRow>, planned: usize) -> St
     counts
 }
 
-/// The boxes of the stage graph, the counts over every stage and the tokens of every run
-/// (`running`: the orchestration is driven, so a stage not started yet is pending; `now`
+/// The boxes of the stage graph, the counts over every stage and the tokens and dollars of
+/// every run (`running`: the orchestration is driven, so a stage not started yet is pending; `now`
 /// ends a running stage).
 pub(super) fn stage_views(
     stages: &[StageState],
     rows: &[BatchRow],
     running: bool,
     now: i64,
-) -> (Vec<StageView>, StageCounts, TokenUsage) {
+) -> (Vec<StageView>, StageCounts, TokenUsage, CostTally) {
     let mut totals = StageCounts::default();
     let mut all_tokens = TokenUsage::default();
+    let mut all_cost = CostTally::default();
     let views: Vec<StageView> = stages
         .iter()
         .map(|stage| {
@@ -270,6 +285,10 @@ pub(super) fn stage_views(
                     total_tokens: row.tokens,
                     ..row.usage
                 });
+                sum
+            });
+            let cost = rows().fold(CostTally::default(), |mut sum, row| {
+                sum.add(&row.cost);
                 sum
             });
             for (total, add) in [
@@ -285,6 +304,7 @@ pub(super) fn stage_views(
                 *total += add;
             }
             all_tokens.add(tokens);
+            all_cost.add(&cost);
             let status = stage.status.unwrap_or(if running {
                 StageStatus::Pending
             } else {
@@ -299,6 +319,7 @@ pub(super) fn stage_views(
                 status,
                 counts,
                 tokens,
+                cost,
                 started_at: stage.started_at,
                 ended_at: stage.ended_at,
                 duration_ms: stage
@@ -308,7 +329,7 @@ pub(super) fn stage_views(
             }
         })
         .collect();
-    (views, totals, all_tokens)
+    (views, totals, all_tokens, all_cost)
 }
 
 /// Failed runs by error kind, most first.

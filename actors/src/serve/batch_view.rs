@@ -30,7 +30,7 @@ use crate::plan::state::{
     validate_orchestration_id, OrchestrationSummary, SchedulingEvent, SchedulingRecord,
     StageStatus, ORCHESTRATIONS_DIR,
 };
-use crate::protocol::{OrchestrationStatus, RunStatus, TokenUsage};
+use crate::protocol::{CostTally, OrchestrationStatus, RunStatus, TokenUsage};
 use crate::workspace::control_dir;
 
 /// An index is refreshed at most this often; requests in between answer from it as it is.
@@ -186,6 +186,7 @@ impl OrchestrationIndex {
                     ended_at: None,
                     duration_ms: None,
                     tokens: 0,
+                    cost: CostTally::default(),
                     iterations: 0,
                     usage: TokenUsage::default(),
                     record_final: false,
@@ -260,7 +261,7 @@ impl OrchestrationIndex {
                 attempt,
                 error,
                 usage,
-                ..
+                cost,
             } => {
                 let row = self.row_mut(&stage, index, &run_id);
                 row.status = RowStatus::of(status);
@@ -273,6 +274,8 @@ impl OrchestrationIndex {
                 if !usage.is_zero() {
                     row.tokens = total(&usage);
                     row.usage = usage;
+                    // A journal from before delta priced calls: tokens nobody priced.
+                    row.cost = cost.unwrap_or_else(|| CostTally::unknown("(unrecorded)"));
                 }
                 if let (Some(end), Some(queued)) = (row.ended_at, row.queued_at) {
                     row.duration_ms = Some((end - queued).max(0) as u64);
@@ -339,6 +342,7 @@ impl OrchestrationIndex {
                 row.iterations = run.iterations;
                 row.tokens = total(&run.usage);
                 row.usage = run.usage;
+                row.cost = run.cost;
                 if let Some(error) = run.error {
                     row.error_kind = Some(
                         error
@@ -387,6 +391,7 @@ impl OrchestrationIndex {
             if total(&tokens) > row.tokens {
                 row.tokens = total(&tokens);
                 row.usage = tokens;
+                row.cost = record.cost_so_far();
             }
             match (row.status, record.status) {
                 // Started; its end comes from the scheduling journal.
@@ -413,7 +418,7 @@ impl OrchestrationIndex {
     pub fn detail(&self) -> OrchestrationDetail {
         let now = chrono::Utc::now().timestamp_millis();
         let running = self.status == OrchestrationStatus::Running;
-        let (stages, totals, tokens) =
+        let (stages, totals, tokens, cost) =
             batch_rows::stage_views(&self.stages, &self.rows, running, now);
         let end = self.ended_at.or(running.then_some(now));
         OrchestrationDetail {
@@ -431,6 +436,7 @@ impl OrchestrationIndex {
             stages,
             totals,
             tokens,
+            cost,
             error_kinds: batch_rows::error_kinds(&self.rows),
             graph_problem: self.graph_problem.clone(),
         }

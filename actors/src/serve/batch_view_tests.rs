@@ -281,3 +281,44 @@ fn ids_are_checked_and_a_planted_fifo_is_not_waited_on() {
         .unwrap_err();
     assert!(error.to_string().contains("FIFO"), "{error}");
 }
+
+/// Issue 33: the page shows what a batch cost next to its tokens — per run, per stage and
+/// for the orchestration — and a stage with one unpriced run is unknown (null), never a
+/// partial sum.
+#[test]
+fn rows_stages_and_the_batch_carry_their_cost_and_one_unpriced_run_makes_it_unknown() {
+    let priced = [
+        line("00.000", r#""type":"ORCHESTRATION_STARTED","plan":"p.yaml","workspace":"w","resumed":false"#),
+        line("00.010", r#""type":"STAGE_STARTED","stage":"map","runs":3"#),
+        line("01.020", r#""type":"RUN_FINISHED","stage":"map","index":0,"run_id":"t-map-0","status":"COMPLETED","attempt":1,"error":null,"usage":{"input_tokens":10,"output_tokens":5,"total_tokens":15},"cost":{"total_cost_usd":0.25}"#),
+        line("01.030", r#""type":"RUN_FINISHED","stage":"map","index":1,"run_id":"t-map-1","status":"COMPLETED","attempt":1,"error":null,"usage":{"input_tokens":10,"output_tokens":5,"total_tokens":15},"cost":{"total_cost_usd":0.5}"#),
+    ]
+    .concat();
+    let (tmp, dir) = orchestration(&priced);
+    let _driving = RunLock::try_acquire(&dir).unwrap().unwrap();
+    let mut index = OrchestrationIndex::open(tmp.path(), "t-1").unwrap();
+    index.refresh().unwrap();
+    let detail = serde_json::to_value(index.detail()).unwrap();
+    assert_eq!(detail["costUsd"], 0.75, "{detail}");
+    assert_eq!(detail["stages"][0]["costUsd"], 0.75, "{detail}");
+    let rows = serde_json::to_value(index.rows(&RowQuery::default()).unwrap()).unwrap();
+    assert_eq!(rows["rows"][0]["costUsd"], 0.25, "{rows}");
+
+    let unpriced = line(
+        "02.000",
+        r#""type":"RUN_FINISHED","stage":"map","index":2,"run_id":"t-map-2","status":"COMPLETED","attempt":1,"error":null,"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2},"cost":{"total_cost_usd":null,"unpriced_model":"mystery"}"#,
+    );
+    let mut journal = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("journal.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut journal, unpriced.as_bytes()).unwrap();
+    index.refreshed = None;
+    index.refresh().unwrap();
+    let detail = serde_json::to_value(index.detail()).unwrap();
+    assert!(detail["costUsd"].is_null(), "{detail}");
+    assert!(detail["stages"][0]["costUsd"].is_null(), "{detail}");
+    let rows = serde_json::to_value(index.rows(&RowQuery::default()).unwrap()).unwrap();
+    assert_eq!(rows["rows"][0]["costUsd"], 0.25, "{rows}");
+    assert!(rows["rows"][2]["costUsd"].is_null(), "{rows}");
+}

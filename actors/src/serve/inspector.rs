@@ -39,6 +39,12 @@ pub struct RunTrace {
     pub iterations: u32,
     /// Tokens over the run's whole life.
     pub tokens: TokenUsage,
+    /// Dollars over the run's whole life; null when unknown (`cost_note` says why) or
+    /// the record could not be read.
+    pub cost_usd: Option<f64>,
+    /// "cost unknown (no price for model X: set llm.price)" when `cost_usd` is null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -88,6 +94,9 @@ pub fn run_trace(workspace: &Path, run_id: &str) -> Result<RunTrace, InspectErro
             trace.task = clip(&record.initial_message, MAX_ENTRY_TEXT);
             trace.iterations = record.iterations;
             trace.tokens = record.usage_so_far();
+            let cost = record.cost_so_far();
+            trace.cost_usd = cost.total_usd();
+            trace.cost_note = cost.note();
             trace.duration_ms = record.duration_ms;
             trace.error = record
                 .error

@@ -36,7 +36,10 @@ pub struct RunRowView {
     pub agent: String,
     pub task: String,
     pub iterations: u32,
+    /// Tokens over the run's whole life, as `delta list-runs` counts them.
     pub tokens: TokenUsage,
+    /// Dollars over the run's whole life; null when a model it called had no price.
+    pub cost_usd: Option<f64>,
     pub created_at: String,
     pub updated_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -102,7 +105,8 @@ pub(crate) fn run_row(run_id: &str, meta: &RunMetadata) -> RunRowView {
     let summary = RunSummary::from_metadata(run_id, meta);
     RunRowView {
         agent: meta.agent_name.clone(),
-        tokens: meta.usage,
+        tokens: summary.usage,
+        cost_usd: summary.total_cost_usd,
         orchestration_id: meta.orchestration_id.clone(),
         run_id: summary.run_id,
         status: summary.status,

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  age, baseName, clip, fmtInt, fmtMs, fmtTokens, isIdle, rowsShown, shellQuote, shortRun, stageProgress, stagesSummary, statusWords,
+  age, baseName, clip, fmtInt, fmtMs, fmtTokens, fmtUsd, isIdle, rowsShown, shellQuote, shortRun, stageProgress, stagesSummary, statusWords,
 } from "../format.js";
 
 test("counts are grouped by thousands and a missing count is 0", () => {
@@ -99,4 +99,13 @@ test("the batch table's pager says which rows of how many", () => {
   assert.equal(rowsShown({ matched: 0, total: 10, offset: 0, rows: [] }), "0 runs");
   assert.equal(rowsShown({ matched: 10000, total: 10000, offset: 100, rows: new Array(100) }), "101–200 of 10,000");
   assert.equal(rowsShown({ matched: 3, total: 10000, offset: 0, rows: new Array(3) }), "1–3 of 3 (filtered from 10,000)");
+});
+
+test("dollars are written as delta list-runs writes them, and unknown as a dash", () => {
+  assert.equal(fmtUsd(null), "—");
+  assert.equal(fmtUsd(undefined), "—");
+  assert.equal(fmtUsd(0), "$0.00");
+  assert.equal(fmtUsd(1.254), "$1.25");
+  assert.equal(fmtUsd(0.000051), "$0.000051");
+  assert.equal(fmtUsd(0.01), "$0.01");
 });
