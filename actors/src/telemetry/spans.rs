@@ -413,8 +413,9 @@ fn chat_span(
     else {
         return None;
     };
-    run.input_tokens += usage.input_tokens;
-    run.output_tokens += usage.output_tokens;
+    // A hostile endpoint's counts must not wrap (or panic in a debug build).
+    run.input_tokens = run.input_tokens.saturating_add(usage.input_tokens);
+    run.output_tokens = run.output_tokens.saturating_add(usage.output_tokens);
     run.model
         .get_or_insert_with(|| (model.clone(), provider.clone()));
     let mut attributes = vec![
