@@ -1,6 +1,6 @@
-//! The only code that writes stdout. Every command's machine-readable result goes through
-//! here; progress and logs go to stderr (see `progress`).
-#![allow(clippy::print_stdout)]
+//! The only code that writes stdout or stderr. Every command's machine-readable result goes
+//! through here; progress, notices and errors go to stderr (see `progress`, [`notice`]).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod hints;
 pub mod orchestration;
@@ -40,11 +40,12 @@ pub fn emit(text: &str) {
 pub fn emit_json<T: serde::Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => emit(&format!("{text}\n")),
-        Err(e) => {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("error: cannot serialize output: {e}");
-            }
-        }
+        Err(e) => notice(&format!("error: cannot serialize output: {e}")),
     }
+}
+
+/// Writes `line` and a newline to stderr: an error, a warning or a notice for the person at
+/// the terminal (never data a script reads).
+pub fn notice(line: &str) {
+    eprintln!("{line}");
 }
