@@ -31,7 +31,8 @@ use crate::plan::schedule::RunEnd;
 use crate::plan::ResolvedPlan;
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunResult, RunStatus};
 use crate::runtime::executor::{
-    CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, StopExecutor, SubmitPlanned,
+    Cancel, Executor, ExecutorDesk, ExecutorError, ExecutorSetup, Flush, StartedExecutor,
+    StopExecutor, Submit,
 };
 
 mod handoff;
@@ -90,10 +91,10 @@ impl std::fmt::Debug for SlurmJobs {
 pub struct Slurm(pub Arc<SlurmJobs>);
 
 impl Executor for Slurm {
-    fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String> {
-        Ok(ExecutorDesk::of(
+    fn start(&self, setup: ExecutorSetup) -> Result<Box<dyn StartedExecutor>, ExecutorError> {
+        Ok(Box::new(ExecutorDesk::of(
             SlurmExecutor::new(self.0.clone(), setup).start(),
-        ))
+        )))
     }
 }
 
@@ -387,10 +388,10 @@ impl Actor for SlurmExecutor {
     }
 }
 
-impl Handler<SubmitPlanned> for SlurmExecutor {
+impl Handler<Submit> for SlurmExecutor {
     type Result = ();
 
-    fn handle(&mut self, msg: SubmitPlanned, _ctx: &mut Self::Context) {
+    fn handle(&mut self, Submit(msg): Submit, _ctx: &mut Self::Context) {
         let (run_id, stage, index) = (
             msg.run.run_id.clone(),
             msg.run.stage_id.clone(),
@@ -425,10 +426,10 @@ impl Handler<SubmitPlanned> for SlurmExecutor {
     }
 }
 
-impl Handler<CancelPlanned> for SlurmExecutor {
+impl Handler<Cancel> for SlurmExecutor {
     type Result = ();
 
-    fn handle(&mut self, msg: CancelPlanned, _ctx: &mut Self::Context) {
+    fn handle(&mut self, Cancel(msg): Cancel, _ctx: &mut Self::Context) {
         let Some(run) = self.runs.get_mut(&msg.run_id) else {
             return;
         };
