@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use delta_actors::agent::load_agent;
+use delta_actors::agent::{load_agent, script_path};
 use delta_actors::janitor::{prepare_continue, ContinueReadiness, JanitorAction};
 use delta_actors::workspace::validate_run_id;
 use delta_actors::{RunRequest, RunStart, RunStatus};
 
 use crate::commands::engine::{
-    parse_llm_timeout_arg, run_inputs, run_one, script_path, with_llm_timeout, RunInputs,
+    parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
 };
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;

@@ -18,7 +18,9 @@ use delta_actors::relay::{
 use delta_actors::LlmTarget;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::commands::engine::{is_loopback_url, process_env};
+use delta_actors::agent::is_loopback_url;
+
+use crate::commands::engine::process_env;
 use crate::error::CliError;
 use crate::token::{check_token, resolve_token, TokenOptions};
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use delta_actors::agent::load_agent;
+use delta_actors::agent::{load_agent, script_path};
 use delta_actors::workspace::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name, validate_run_id,
     RunPaths,
@@ -14,7 +14,7 @@ use delta_actors::workspace::{
 use delta_actors::{RunRequest, RunStart};
 
 use crate::commands::engine::{
-    parse_llm_timeout_arg, run_inputs, run_one, script_path, with_llm_timeout, RunInputs,
+    parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
 };
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
