@@ -18,7 +18,7 @@ use delta_actors::session::pty::{PtyConfig, PtySessions, ReadOptions, TerminalSi
 use delta_actors::session::SessionError;
 use serde_json::json;
 
-#[path = "../session_cli.rs"]
+#[path = "../output/session_cli.rs"]
 mod session_cli;
 use session_cli::{current_dir, pretty};
 

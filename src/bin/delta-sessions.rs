@@ -21,7 +21,7 @@ use delta_actors::SessionManager;
 use serde::Serialize;
 use serde_json::json;
 
-#[path = "../session_cli.rs"]
+#[path = "../output/session_cli.rs"]
 mod session_cli;
 use session_cli::{current_dir, pretty};
 
