@@ -247,10 +247,7 @@ pub fn measure_child(argv: &[std::ffi::OsString]) -> Result<i32, CliError> {
     };
     let line = serde_json::to_string(&measured)
         .map_err(|e| CliError::Runtime(format!("cannot encode the measurement: {e}")))?;
-    #[allow(clippy::print_stdout)]
-    {
-        println!("{line}");
-    }
+    crate::emit_line!("{line}");
     Ok(0)
 }
 

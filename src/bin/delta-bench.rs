@@ -7,6 +7,7 @@
 //! Owns parsing, logging and the exit code only; the workloads live in `src/bench/`.
 //! Must not: change what it measures (it configures the engine as `delta run` does), or
 //! write stdout except through `output` (the reports).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 // The modules it shares with `delta` (each program uses part of them).
 #[allow(dead_code)]

@@ -3,7 +3,7 @@
 //! Usage errors: clap's text on stderr, exit 2. Other errors: message on stderr,
 //! `{"error": ...}` on stdout, exit 1. The hidden `__holder`
 //! subcommand is this binary re-executed as a session's detached holder. Owns no PTY logic.
-#![allow(clippy::print_stdout, clippy::print_stderr)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 use std::ffi::OsString;
 use std::io::{Read, Write};

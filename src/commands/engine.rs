@@ -241,7 +241,7 @@ pub fn run_one(
     if let Some(error) = &result.error {
         let needed = super::open_files_baseline();
         if let Some(explained) = crate::limits::explain_open_files(&error.message, needed) {
-            eprintln!("error: {explained}");
+            crate::notice!("error: {explained}");
         }
     }
     crate::output::run_result::print(&result, format, continue_flags);
@@ -305,7 +305,7 @@ impl Interruption {
         match self.first {
             None => {
                 self.first = Some(Instant::now());
-                eprintln!(
+                crate::notice!(
                     "interrupted by {signal_name}: stopping runs at their next safe point (again, \
                      a second later, to exit at once)"
                 );
@@ -316,9 +316,9 @@ impl Interruption {
                 supervisor.kill_running_tools();
                 match &self.hint_needs {
                     Some(file) if !file.exists() => {
-                        eprintln!("interrupted again: exiting now; no run was created")
+                        crate::notice!("interrupted again: exiting now; no run was created")
                     }
-                    _ => eprintln!("interrupted again: exiting now; {}", self.exit_hint),
+                    _ => crate::notice!("interrupted again: exiting now; {}", self.exit_hint),
                 }
                 std::process::exit(130);
             }

@@ -108,6 +108,6 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     let result = result?;
     write_result(&args.orchestration_dir, &args.stage, args.index, &result)
         .map_err(|e| CliError::Runtime(e.to_string()))?;
-    eprintln!("run {} ended {}", result.run_id, result.status);
+    crate::notice!("run {} ended {}", result.run_id, result.status);
     Ok(result.exit_code())
 }

@@ -446,7 +446,7 @@ fn drive(
             Some(executor) => supervisor.orchestrate_on(request, executor).await?,
             None => supervisor.orchestrate(request).await?,
         };
-        eprintln!("orchestration {}", handle.orchestration_id);
+        crate::notice!("orchestration {}", handle.orchestration_id);
         let mut progress = Progress::new();
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
@@ -538,7 +538,7 @@ fn warn_without_model(
                 if slurm {
                     missing = missing.under_slurm();
                 }
-                eprintln!(
+                crate::notice!(
                     "warning: agent {} has no model configured: {missing}",
                     agent.name
                 )
@@ -579,7 +579,7 @@ fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, 
             source: Box::new(source),
         })?;
         for warning in &agent.warnings {
-            eprintln!("warning: {warning}");
+            crate::notice!("warning: {warning}");
         }
         agents.insert(stage.agent.clone(), agent);
     }

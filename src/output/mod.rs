@@ -45,7 +45,36 @@ pub fn emit_json<T: serde::Serialize>(value: &T) {
 }
 
 /// Writes `line` and a newline to stderr: an error, a warning or a notice for the person at
-/// the terminal (never data a script reads).
+/// the terminal (never data a script reads). [`notice!`](crate::notice) formats one.
 pub fn notice(line: &str) {
     eprintln!("{line}");
+}
+
+/// Writes `text` to stderr without a newline and flushes: a question's prompt, answered on
+/// the same line.
+pub fn prompt(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}
+
+/// `notice!("...", args)`: [`notice`] of a formatted line (as `eprintln!` takes it; no
+/// argument writes an empty line).
+#[macro_export]
+macro_rules! notice {
+    () => {
+        $crate::output::notice("")
+    };
+    ($($arg:tt)*) => {
+        $crate::output::notice(&format!($($arg)*))
+    };
+}
+
+/// `emit_line!("...", args)`: [`emit`] of a formatted line and its newline (as `println!`
+/// takes it).
+#[macro_export]
+macro_rules! emit_line {
+    ($($arg:tt)*) => {
+        $crate::output::emit(&format!("{}\n", format_args!($($arg)*)))
+    };
 }
