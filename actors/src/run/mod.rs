@@ -59,9 +59,9 @@ mod take;
 mod unstarted;
 
 #[cfg(test)]
-mod tests;
+mod model_tests;
 #[cfg(test)]
-mod tests_model;
+mod tests;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -30,14 +30,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub mod events;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod resume_tests;
 mod run;
 mod stage;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests_resume;
 
 pub use events::{
     Conclusion, Effect, Event, FoundRun, Launch, OnDisk, Prior, RecordedRun, RunEnd, RunOutcome,
