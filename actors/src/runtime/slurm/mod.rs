@@ -98,18 +98,31 @@ impl Executor for Slurm {
     }
 }
 
+/// One orchestration's runs as Slurm jobs: the actor behind the executor port (through the
+/// runtime's private adapter) that writes handoff files, submits job arrays at each flush,
+/// and polls `squeue` and the result files for the runs' ends.
 pub struct SlurmExecutor {
+    /// What jobs are submitted with (settings, relay, environment) and the cluster's commands.
     jobs: Arc<SlurmJobs>,
     /// The plan, for the handoff files (its folder and model-call settings).
     plan: Arc<ResolvedPlan>,
+    /// The orchestration's id (job names and labels carry it, so a resume adopts its jobs).
     orchestration_id: String,
+    /// `<workspace>/.delta/orchestrations/<id>`: handoff and result files go under its `slurm/`.
     orchestration_dir: PathBuf,
+    /// The orchestration's workspace.
     workspace: PathBuf,
+    /// The array throttle (`%N` of `sbatch --array`): runs of a stage at once.
     max_parallel: usize,
+    /// Every run handed over and not ended, by run id: its job, its reply, its files.
     runs: HashMap<String, Tracked>,
+    /// Runs written and waiting for the next cycle's `sbatch`.
     to_submit: Vec<String>,
+    /// Runs whose jobs the next cycle cancels (`scancel`).
     to_cancel: Vec<String>,
+    /// A cycle (submit, cancel, poll) is running: cycles never overlap.
     busy: bool,
+    /// Something was asked while a cycle ran: run another when it ends.
     again: bool,
     /// Jobs whose run this executor has already taken the end of: never adopted again
     /// (a cancelled job stays in the queue, COMPLETING, for a while).
