@@ -4,6 +4,19 @@
 //!     cargo run --example embed
 //!
 //! Everything here is the public `delta_actors` API; no actix type is needed by the host.
+//!
+//! To reach a real OpenAI-compatible endpoint instead (its URL, key and model from
+//! `DELTA_BASE_URL`, `DELTA_API_KEY`, `DELTA_MODEL` or the agent's `.env` files, resolved as
+//! `delta run` resolves them), the model target is three lines:
+//!
+//! ```ignore
+//! let env: BTreeMap<String, String> = std::env::vars().collect();
+//! let needs = delta_actors::agent::RunNeeds::resolve(agent, &work_dir, &work_dir, &env, None)?;
+//! let request = RunRequest::new(Arc::new(needs.agent), &work_dir, start, needs.llm);
+//! ```
+//!
+//! (`needs.env` is the run's environment after the `.env` cascade, for `with_env`; a missing
+//! key or endpoint is a `NeedsError` naming the variable.)
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::{BTreeMap, HashMap};

@@ -22,7 +22,7 @@ for name in "${SELECTED[@]}"; do
 done
 mkdir -p "$OUT"
 if [ -z "${DELTA_BIN:-}" ]; then
-  cargo build --release --bins
+  cargo build --release --bins --features bench
   DELTA_BIN=target/release/delta
 fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/delta-bench-current.XXXXXX")"

@@ -84,9 +84,8 @@ pub enum Command {
     /// Watch and steer agents and terminals in the browser; see runs and batches live
     Serve(ServeArgs),
 
-    /// Measure the engine under load (`delta bench load --help`)
-    #[command(subcommand)]
-    Bench(crate::commands::bench::BenchCommand),
+    /// Measure the engine under load (`delta bench load --help`; runs the delta-bench program)
+    Bench(crate::commands::bench::BenchArgs),
 
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell
     Completions(CompletionsArgs),

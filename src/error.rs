@@ -125,6 +125,28 @@ fn no_api_key_text(key_var: &str, agent_home: &std::path::Path, slurm: bool) -> 
     )
 }
 
+/// What a run needs, refused by the library: a missing key or endpoint keeps its own words
+/// (exit 126 with the fixes); the rest are configuration errors in the library's words.
+impl From<delta_actors::agent::NeedsError> for CliError {
+    fn from(error: delta_actors::agent::NeedsError) -> CliError {
+        use delta_actors::agent::NeedsError;
+        match error {
+            NeedsError::NoApiKey {
+                key_var,
+                agent_home,
+            } => CliError::NoApiKey {
+                key_var,
+                agent_home,
+                slurm: false,
+            },
+            NeedsError::NoEndpoint => CliError::NoEndpoint,
+            NeedsError::Script(error) => CliError::Script(error),
+            NeedsError::Env(error) => CliError::Agent(error),
+            NeedsError::Invalid(message) => CliError::Config(message),
+        }
+    }
+}
+
 impl CliError {
     pub const CONFIG_EXIT: u8 = 126;
     pub const USAGE_EXIT: u8 = 2;

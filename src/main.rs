@@ -3,6 +3,9 @@
 //! This is the only place that turns a `CliError` into the `error: <message>` line on
 //! stderr (an exhausted open-files limit is worded as such) and the process exit code that
 //! `error.rs` maps it to. Usage errors are clap's own (exit 2).
+// Only `output/` writes stdout or stderr (its module allows it); a print anywhere else fails
+// the build's lint.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod cli;
 mod commands;
@@ -85,8 +88,8 @@ fn main() -> ExitCode {
         Err(err) => {
             let message = err.to_string();
             match limits::explain_open_files(&message, commands::open_files_baseline()) {
-                Some(explained) => eprintln!("error: {explained}\ncaused by: {message}"),
-                None => eprintln!("error: {message}"),
+                Some(explained) => crate::notice!("error: {explained}\ncaused by: {message}"),
+                None => crate::notice!("error: {message}"),
             }
             ExitCode::from(err.exit_code())
         }

@@ -83,14 +83,13 @@ pub(crate) mod yaml;
 pub(crate) mod yaml_errors;
 
 pub use api::{OrchestrationHandle, RunHandle, SessionManager, Supervisor};
+pub use llm::LlmTarget;
 pub use protocol::{
     EngineError, InteractionInfo, OrchestrationEvent, OrchestrationSummary, RecordedError,
     RunErrorInfo, RunErrorKind, RunEvent, RunMetrics, RunResult, RunResultMetadata, RunStatus,
     TokenUsage, UsageReport,
 };
-pub use request::{
-    HumanPrompter, LlmTarget, OrchestrationRequest, RunRequest, RunStart, SupervisorConfig,
-};
+pub use request::{HumanPrompter, OrchestrationRequest, RunRequest, RunStart, SupervisorConfig};
 /// The executor port: where an orchestration's runs execute (docs/scale-out.md).
 pub mod executor {
     pub use crate::runtime::executor::*;

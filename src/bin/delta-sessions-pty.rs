@@ -3,7 +3,7 @@
 //! Usage errors: clap's text on stderr, exit 2. Other errors: message on stderr,
 //! `{"error": ...}` on stdout, exit 1. The hidden `__holder`
 //! subcommand is this binary re-executed as a session's detached holder. Owns no PTY logic.
-#![allow(clippy::print_stdout, clippy::print_stderr)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -18,7 +18,7 @@ use delta_actors::session::pty::{PtyConfig, PtySessions, ReadOptions, TerminalSi
 use delta_actors::session::SessionError;
 use serde_json::json;
 
-#[path = "../session_cli.rs"]
+#[path = "../output/session_cli.rs"]
 mod session_cli;
 use session_cli::{current_dir, pretty};
 

@@ -4,7 +4,7 @@
 //! exit 1. A failing command is exit 0 with its `exit_code` in the JSON, unless `exec --raw`
 //! asks for the original engine's contract (its output as is, its exit code). Owns no
 //! session logic.
-#![allow(clippy::print_stdout, clippy::print_stderr)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ use delta_actors::SessionManager;
 use serde::Serialize;
 use serde_json::json;
 
-#[path = "../session_cli.rs"]
+#[path = "../output/session_cli.rs"]
 mod session_cli;
 use session_cli::{current_dir, pretty};
 

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use delta_actors::agent::load_agent;
+use delta_actors::agent::{load_agent, script_path};
 use delta_actors::janitor::{prepare_continue, ContinueReadiness, JanitorAction};
 use delta_actors::workspace::validate_run_id;
 use delta_actors::{RunRequest, RunStart, RunStatus};
 
 use crate::commands::engine::{
-    parse_llm_timeout_arg, run_inputs, run_one, script_path, with_llm_timeout, RunInputs,
+    parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
 };
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
@@ -117,7 +117,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     let meta = match readiness {
         ContinueReadiness::Ready { janitor, metadata } => {
             match janitor {
-                Some(JanitorAction::Interrupted { reason, .. }) => eprintln!(
+                Some(JanitorAction::Interrupted { reason, .. }) => crate::notice!(
                     "janitor: run {} was RUNNING but {reason}; marked INTERRUPTED",
                     args.run_id
                 ),
@@ -142,7 +142,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     };
     let agent = load_agent(Path::new(&meta.agent_home))?;
     for warning in &agent.warnings {
-        eprintln!("warning: {warning}");
+        crate::notice!("warning: {warning}");
     }
     let RunInputs {
         agent,
@@ -178,7 +178,7 @@ pub fn run(args: &ContinueArgs, verbosity: Verbosity) -> Result<i32, CliError> {
 
 /// The janitor found the run finished in its journal and recorded that (stderr).
 fn note_settled(run_id: &str, status: RunStatus) {
-    eprintln!(
+    crate::notice!(
         "janitor: run {run_id} had already finished ({status}) before its process died; its record is repaired"
     );
 }

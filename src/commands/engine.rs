@@ -1,14 +1,17 @@
-//! What `run`, `continue` and `orchestrate` share: choosing the model endpoint (or the
-//! scripted model), the supervisor settings, and driving submitted runs to their results
-//! while printing progress and turning Ctrl-C / SIGTERM into a clean interruption.
+//! What `run`, `continue` and `orchestrate` share of the command line: the process
+//! environment read once, the supervisor settings of this executable (`delta __spawner`,
+//! `delta-sessions` beside it), `--llm-timeout`, and driving submitted runs to their results
+//! while printing progress and turning Ctrl-C / SIGTERM into a clean interruption. What a
+//! run needs (endpoint, key, dialect, `.env` cascade, model overrides) is the library's
+//! (`delta_actors::agent::RunNeeds`).
+//!
+//! Must not: decide a run's model settings itself (the library does, for every embedder).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delta_actors::agent::{load_env_cascade, ResolvedAgent};
-use delta_actors::llm::{Dialect, Endpoint, HttpTransport, Script};
+use delta_actors::agent::{creation_lock_wait, with_retry_override, ResolvedAgent, RunNeeds};
 use delta_actors::metadata::METADATA_FILE;
 use delta_actors::tool::spawner::SpawnerCommand;
 use delta_actors::{
@@ -43,179 +46,6 @@ pub fn process_env() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The scripted model's script file: `--llm-script`, else `DELTA_LLM_SCRIPT` (after the
-/// `.env` cascade), else none.
-pub fn script_path(env: &BTreeMap<String, String>, script: Option<&Path>) -> Option<PathBuf> {
-    script.map(Path::to_path_buf).or_else(|| {
-        env.get("DELTA_LLM_SCRIPT")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    })
-}
-
-/// The scripted model, loaded and checked once, when a script is chosen ([`script_path`]):
-/// a missing or invalid script is a configuration error (exit 126).
-pub fn scripted_model(
-    env: &BTreeMap<String, String>,
-    script: Option<&Path>,
-) -> Result<Option<Arc<Script>>, CliError> {
-    script_path(env, script)
-        .map(|path| Ok(Arc::new(Script::load(&path)?)))
-        .transpose()
-}
-
-/// Chooses where model calls go: `--llm-script`/`DELTA_LLM_SCRIPT` (offline), else the
-/// agent's or the environment's OpenAI-compatible endpoint with its key.
-pub fn llm_target(
-    agent: &ResolvedAgent,
-    env: &BTreeMap<String, String>,
-    script: Option<&Path>,
-) -> Result<LlmTarget, CliError> {
-    if let Some(script) = scripted_model(env, script)? {
-        return Ok(LlmTarget::Scripted(script));
-    }
-    // The URL first: `DELTA_BASE_URL=127.0.0.1:8080/v1` (no scheme) was reported as a
-    // missing key, because only an http:// URL is known to be on this machine.
-    // agent.yaml's `llm.base_url` is checked when the agent loads.
-    if agent.llm.base_url.is_none() {
-        if let Some(url) = env.get(BASE_URL_VAR).filter(|u| !u.is_empty()) {
-            check_base_url(url)?;
-        }
-    }
-    let key_var = agent
-        .llm
-        .api_key_env
-        .clone()
-        .unwrap_or_else(|| "DELTA_API_KEY".to_string());
-    let key = env.get(&key_var).filter(|k| !k.is_empty()).cloned();
-    let base_url = agent
-        .llm
-        .base_url
-        .clone()
-        .or_else(|| env.get(BASE_URL_VAR).filter(|u| !u.is_empty()).cloned());
-    // A server on this machine (llama.cpp, Ollama, LM Studio, vLLM...) usually wants no key.
-    let key_optional = base_url.as_deref().is_some_and(is_loopback_url);
-    match (key, base_url) {
-        (None, Some(base_url)) if key_optional => Ok(LlmTarget::Http(
-            Endpoint::new(base_url, None)
-                .with_transport(transport(agent, env)?)
-                .with_dialect(dialect(agent, env)?),
-        )),
-        (None, _) => Err(CliError::NoApiKey {
-            key_var,
-            agent_home: agent.home.clone(),
-            slurm: false,
-        }),
-        (Some(_), None) => Err(CliError::NoEndpoint),
-        (Some(key), Some(base_url)) => Ok(LlmTarget::Http(
-            Endpoint::new(base_url, Some(key))
-                .with_transport(transport(agent, env)?)
-                .with_dialect(dialect(agent, env)?),
-        )),
-    }
-}
-
-/// The environment variable naming the model endpoint (below agent.yaml's `llm.base_url`).
-pub const BASE_URL_VAR: &str = "DELTA_BASE_URL";
-
-/// `DELTA_BASE_URL` must be an `http://` or `https://` URL with a host: anything else is
-/// refused (exit 126) with the URL written as it should be.
-fn check_base_url(url: &str) -> Result<(), CliError> {
-    let lower = url.to_ascii_lowercase();
-    let rest = lower
-        .strip_prefix("http://")
-        .or_else(|| lower.strip_prefix("https://"));
-    let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""));
-    let well_formed = host.is_some_and(|host| !host.is_empty())
-        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
-    if well_formed {
-        return Ok(());
-    }
-    let example = if url.contains("://") || url.trim().is_empty() {
-        "http://127.0.0.1:8080/v1".to_owned()
-    } else if is_loopback_url(&format!("http://{}", url.trim())) {
-        format!("http://{}", url.trim())
-    } else {
-        format!("https://{}", url.trim())
-    };
-    Err(CliError::Config(format!(
-        "{BASE_URL_VAR}='{url}' is not an http:// or https:// URL with a host; write it with its \
-         scheme and the API's /v1 prefix, e.g. {BASE_URL_VAR}={example} (a model server on this \
-         machine, such as llama.cpp, Ollama or LM Studio on http://127.0.0.1, needs no API key)"
-    )))
-}
-
-/// `http://localhost…`, `http://127.x.x.x…` or `http://[::1]…`: an endpoint on this machine.
-pub(crate) fn is_loopback_url(url: &str) -> bool {
-    let Some(rest) = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    let host = authority.rsplit('@').next().unwrap_or("");
-    let host = if let Some(v6) = host.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        host.split(':').next().unwrap_or("")
-    };
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// The environment variable that overrides `llm.stream`: `1`/`true` (always stream),
-/// `0`/`false` (never), `auto`.
-pub const STREAM_VAR: &str = "DELTA_LLM_STREAM";
-
-/// The agent's `llm.stream`, `llm.tool_call_content`, `llm.max_tokens_field` and
-/// `llm.system_role`, with `DELTA_LLM_STREAM` over the first.
-fn dialect(agent: &ResolvedAgent, env: &BTreeMap<String, String>) -> Result<Dialect, CliError> {
-    let mut dialect = agent.llm.dialect;
-    if let Some(raw) = env.get(STREAM_VAR).filter(|v| !v.trim().is_empty()) {
-        dialect.stream = match raw.trim().to_ascii_lowercase().as_str() {
-            "1" | "true" | "on" | "yes" => Some(true),
-            "0" | "false" | "off" | "no" => Some(false),
-            "auto" => None,
-            _ => {
-                return Err(CliError::Config(format!(
-                    "{STREAM_VAR}='{raw}' is not on, off or auto; set {STREAM_VAR}=0 to send model \
-                     calls without streaming, {STREAM_VAR}=1 to always stream, or unset it (auto: \
-                     stream unless the endpoint cannot)"
-                )))
-            }
-        };
-    }
-    Ok(dialect)
-}
-
-/// The environment variable that overrides `llm.http2`: `1`/`true` (HTTP/2, also without
-/// TLS), `0`/`false` (HTTP/1.1 only).
-pub const HTTP2_VAR: &str = "DELTA_LLM_HTTP2";
-
-/// The agent's `llm.http2` / `llm.max_connections`, with `DELTA_LLM_HTTP2` over the former.
-fn transport(
-    agent: &ResolvedAgent,
-    env: &BTreeMap<String, String>,
-) -> Result<HttpTransport, CliError> {
-    let mut transport = agent.llm.transport;
-    if let Some(raw) = env.get(HTTP2_VAR).filter(|v| !v.trim().is_empty()) {
-        transport.http2 = Some(match raw.trim().to_ascii_lowercase().as_str() {
-            "1" | "true" | "on" | "yes" => true,
-            "0" | "false" | "off" | "no" => false,
-            _ => {
-                return Err(CliError::Config(format!(
-                    "{HTTP2_VAR}='{raw}' is not on or off; set {HTTP2_VAR}=1 to speak HTTP/2 to the \
-                     endpoint (also over plain http://), {HTTP2_VAR}=0 for HTTP/1.1 only, or unset it"
-                )))
-            }
-        });
-    }
-    Ok(transport)
-}
-
 /// `--llm-timeout DURATION`: the whole-request limit on each model call attempt, with a
 /// unit (`90s`, `2m`), 100ms..24h. Overrides agent.yaml's and the plan's `llm.request_timeout`.
 pub fn parse_llm_timeout_arg(text: &str) -> Result<Duration, String> {
@@ -231,56 +61,6 @@ pub fn with_llm_timeout(agent: ResolvedAgent, limit: Option<Duration>) -> Resolv
             agent
         }
         None => agent,
-    }
-}
-
-/// Applies `DELTA_MODEL` (if set) over the agent's model.
-pub fn with_model_override(agent: ResolvedAgent, env: &BTreeMap<String, String>) -> ResolvedAgent {
-    match env.get("DELTA_MODEL").filter(|m| !m.is_empty()) {
-        Some(model) => {
-            let mut agent = agent;
-            agent.llm.model = model.clone();
-            agent
-        }
-        None => agent,
-    }
-}
-
-/// The environment variable that gives the model's context window (tokens), over agent.yaml's
-/// `llm.context_window`.
-pub const CONTEXT_WINDOW_VAR: &str = "DELTA_CONTEXT_WINDOW";
-
-/// Applies `DELTA_CONTEXT_WINDOW` (if set) as the agent's `llm.context_window`, checked like
-/// the key: a whole number of tokens in range, with room for a prompt beside `llm.max_tokens`.
-pub fn with_context_window(
-    agent: ResolvedAgent,
-    env: &BTreeMap<String, String>,
-) -> Result<ResolvedAgent, CliError> {
-    use delta_actors::agent::{MAX_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS};
-    let Some(raw) = env.get(CONTEXT_WINDOW_VAR).filter(|v| !v.trim().is_empty()) else {
-        return Ok(agent);
-    };
-    let tokens = raw
-        .trim()
-        .replace('_', "")
-        .parse::<u64>()
-        .ok()
-        .filter(|n| (MIN_CONTEXT_TOKENS..=MAX_CONTEXT_TOKENS).contains(n));
-    let reply = agent.llm.max_tokens.map_or(0, u64::from);
-    match tokens {
-        Some(tokens) if reply + MIN_CONTEXT_TOKENS <= tokens => {
-            let mut agent = agent;
-            agent.llm.context_window = Some(tokens);
-            agent.llm.context_window_from_env = true;
-            Ok(agent)
-        }
-        Some(tokens) => Err(CliError::Config(format!(
-            "{CONTEXT_WINDOW_VAR}={tokens} leaves less than {MIN_CONTEXT_TOKENS} tokens for the prompt beside `llm.max_tokens` ({reply}) of {}; set {CONTEXT_WINDOW_VAR} to the model's real window or lower `llm.max_tokens`",
-            agent.config_file.display()
-        ))),
-        None => Err(CliError::Config(format!(
-            "{CONTEXT_WINDOW_VAR}='{raw}' is not a number of tokens from {MIN_CONTEXT_TOKENS} to {MAX_CONTEXT_TOKENS}; set it to the model's context window, e.g. {CONTEXT_WINDOW_VAR}=8192, or unset it (delta then asks the server, then its model catalogue)"
-        ))),
     }
 }
 
@@ -300,63 +80,17 @@ pub fn supervisor_config(arbiters: usize, max_parallel: usize) -> SupervisorConf
     }
 }
 
-/// The environment variable that shortens the model-call retry backoff (milliseconds of the
-/// first wait; doubles per attempt). For tests and CI against a local scripted endpoint,
-/// where waiting 1 s, 2 s, 4 s... for scripted 429/500 answers only slows the suite down.
-pub const RETRY_BASE_MS_VAR: &str = "DELTA_RETRY_BASE_MS";
-
-/// Applies `DELTA_RETRY_BASE_MS` (if set) to the supervisor's retry policy; the cap on a
-/// single wait becomes 64 times the base so the number of attempts is unchanged.
-pub fn with_retry_override(
-    config: SupervisorConfig,
-    env: &BTreeMap<String, String>,
-) -> Result<SupervisorConfig, CliError> {
-    let Some(raw) = env.get(RETRY_BASE_MS_VAR).filter(|v| !v.trim().is_empty()) else {
-        return Ok(config);
-    };
-    let base_ms: u64 = raw.trim().parse().map_err(|_| {
-        CliError::Config(format!(
-            "{RETRY_BASE_MS_VAR}='{raw}' is not a whole number of milliseconds; \
-             unset it or give e.g. {RETRY_BASE_MS_VAR}=10"
-        ))
-    })?;
-    let mut config = config;
-    config.retry.base_delay = Duration::from_millis(base_ms);
-    config.retry.max_delay = Duration::from_millis(base_ms.saturating_mul(64));
-    Ok(config)
-}
-
-/// The environment variable that sets how long a new run waits for its workspace's
-/// creation lock (`.delta/.creating.lock`) before it is refused (a duration: `30s`, `2m`;
-/// default 30 s, at most 24 h).
-pub const CREATION_LOCK_WAIT_VAR: &str = "DELTA_CREATION_LOCK_WAIT";
-
-/// The longest creation-lock wait `DELTA_CREATION_LOCK_WAIT` may ask for.
-const MAX_CREATION_LOCK_WAIT: Duration = Duration::from_secs(24 * 3600);
-
 /// Applies the engine settings the environment may change: `DELTA_RETRY_BASE_MS` and
-/// `DELTA_CREATION_LOCK_WAIT`, each validated here, before anything is created.
+/// `DELTA_CREATION_LOCK_WAIT`, each validated (by the library) before anything is created.
 pub fn with_env_overrides(
     config: SupervisorConfig,
     env: &BTreeMap<String, String>,
 ) -> Result<SupervisorConfig, CliError> {
-    let mut config = with_retry_override(config, env)?;
-    let Some(raw) = env
-        .get(CREATION_LOCK_WAIT_VAR)
-        .filter(|v| !v.trim().is_empty())
-    else {
-        return Ok(config);
-    };
-    let wait = delta_actors::duration::parse_duration(raw)
-        .ok()
-        .filter(|wait| *wait <= MAX_CREATION_LOCK_WAIT)
-        .ok_or_else(|| {
-            CliError::Config(format!(
-                "{CREATION_LOCK_WAIT_VAR}='{raw}' is not a duration of at most 24h; unset it \
-                 (30s by default) or give e.g. {CREATION_LOCK_WAIT_VAR}=2m"
-            ))
-        })?;
-    config.creation_lock_wait = wait;
+    let mut config = config;
+    config.retry = with_retry_override(config.retry, env)?;
+    if let Some(wait) = creation_lock_wait(env)? {
+        config.creation_lock_wait = wait;
+    }
     Ok(config)
 }
 
@@ -459,23 +193,21 @@ pub fn run_inputs(
     verbosity: Verbosity,
 ) -> Result<RunInputs, CliError> {
     let cwd = std::env::current_dir()?;
-    let env = load_env_cascade(Some(work_dir), &agent.home, &cwd, &process_env())?;
+    let needs = RunNeeds::resolve(agent, work_dir, &cwd, &process_env(), llm_script)?;
     if verbosity == Verbosity::Verbose {
-        for file in &env.files_loaded {
-            eprintln!("loaded {}", file.display());
+        for file in &needs.env_files {
+            crate::output::notice(&format!("loaded {}", file.display()));
         }
     }
-    let agent = with_context_window(with_model_override(agent, &env.vars), &env.vars)?;
-    let llm = llm_target(&agent, &env.vars, llm_script)?;
-    let supervisor = with_env_overrides(supervisor_config(1, 1), &env.vars)?;
-    let supervisor = super::endpoint_memory::with_endpoint_memory(supervisor, &env.vars)?;
+    let supervisor = with_env_overrides(supervisor_config(1, 1), &needs.env)?;
+    let supervisor = super::endpoint_memory::with_endpoint_memory(supervisor, &needs.env)?;
     // The OTEL_* variables are checked with the rest, before anything is created.
-    delta_actors::telemetry::config::TraceConfig::from_env(&env.vars)
+    delta_actors::telemetry::config::TraceConfig::from_env(&needs.env)
         .map_err(|e| CliError::Config(e.to_string()))?;
     Ok(RunInputs {
-        agent,
-        env: env.vars,
-        llm,
+        agent: needs.agent,
+        env: needs.env,
+        llm: needs.llm,
         supervisor,
     })
 }
@@ -509,7 +241,7 @@ pub fn run_one(
     if let Some(error) = &result.error {
         let needed = super::open_files_baseline();
         if let Some(explained) = crate::limits::explain_open_files(&error.message, needed) {
-            eprintln!("error: {explained}");
+            crate::notice!("error: {explained}");
         }
     }
     crate::output::run_result::print(&result, format, continue_flags);
@@ -573,7 +305,7 @@ impl Interruption {
         match self.first {
             None => {
                 self.first = Some(Instant::now());
-                eprintln!(
+                crate::notice!(
                     "interrupted by {signal_name}: stopping runs at their next safe point (again, \
                      a second later, to exit at once)"
                 );
@@ -584,120 +316,12 @@ impl Interruption {
                 supervisor.kill_running_tools();
                 match &self.hint_needs {
                     Some(file) if !file.exists() => {
-                        eprintln!("interrupted again: exiting now; no run was created")
+                        crate::notice!("interrupted again: exiting now; no run was created")
                     }
-                    _ => eprintln!("interrupted again: exiting now; {}", self.exit_hint),
+                    _ => crate::notice!("interrupted again: exiting now; {}", self.exit_hint),
                 }
                 std::process::exit(130);
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn loopback_endpoints_are_recognised() {
-        for url in [
-            "http://127.0.0.1:8080/v1",
-            "http://localhost:11434/v1",
-            "http://LOCALHOST/v1",
-            "http://[::1]:1234/v1",
-            "http://127.1.2.3/v1",
-        ] {
-            assert!(is_loopback_url(url), "{url}");
-        }
-        for url in [
-            "https://api.example.com/v1",
-            "http://127.0.0.1.example.com/v1",
-            "http://10.0.0.1/v1",
-            "http://localhost@evil.example/v1",
-            "localhost:8080",
-        ] {
-            assert!(!is_loopback_url(url), "{url}");
-        }
-    }
-
-    /// Issue 31 item 16: a URL without its scheme was reported as a missing API key.
-    #[test]
-    fn a_base_url_without_a_scheme_is_refused_with_the_url_it_should_be() {
-        for (url, fix) in [
-            (
-                "127.0.0.1:8080/v1",
-                "DELTA_BASE_URL=http://127.0.0.1:8080/v1",
-            ),
-            (
-                "localhost:11434/v1",
-                "DELTA_BASE_URL=http://localhost:11434/v1",
-            ),
-            (
-                "api.example.com/v1",
-                "DELTA_BASE_URL=https://api.example.com/v1",
-            ),
-            ("ftp://host/v1", "DELTA_BASE_URL=http://127.0.0.1:8080/v1"),
-            ("http:///v1", "DELTA_BASE_URL=http://127.0.0.1:8080/v1"),
-        ] {
-            match check_base_url(url) {
-                Err(CliError::Config(message)) => {
-                    assert!(message.contains(fix), "{url}: {message}");
-                    assert!(message.contains("needs no API key"), "{message}");
-                }
-                other => panic!("{url}: {:?}", other.map_err(|e| e.to_string())),
-            }
-        }
-        for url in ["http://127.0.0.1:8080/v1", "HTTPS://api.example.com/v1"] {
-            assert!(check_base_url(url).is_ok(), "{url}");
-        }
-    }
-
-    #[test]
-    fn retry_base_override_shortens_backoff() {
-        let config = with_retry_override(
-            SupervisorConfig::default(),
-            &env(&[(RETRY_BASE_MS_VAR, "7")]),
-        );
-        let config = config.map_err(|e| e.to_string());
-        assert_eq!(
-            config.as_ref().map(|c| c.retry.base_delay),
-            Ok(Duration::from_millis(7))
-        );
-        assert_eq!(
-            config.map(|c| c.retry.max_delay),
-            Ok(Duration::from_millis(7 * 64))
-        );
-    }
-
-    #[test]
-    fn retry_base_override_absent_keeps_default() {
-        let default = SupervisorConfig::default().retry.base_delay;
-        let config = with_retry_override(SupervisorConfig::default(), &env(&[]));
-        let config = config.map_err(|e| e.to_string());
-        assert_eq!(config.map(|c| c.retry.base_delay), Ok(default));
-    }
-
-    #[test]
-    fn retry_base_override_rejects_garbage_naming_the_variable() {
-        let err = with_retry_override(
-            SupervisorConfig::default(),
-            &env(&[(RETRY_BASE_MS_VAR, "fast")]),
-        );
-        match err {
-            Err(CliError::Config(message)) => {
-                assert!(
-                    message.contains(RETRY_BASE_MS_VAR) && message.contains("fast"),
-                    "{message}"
-                )
-            }
-            other => panic!("expected a config error, got {:?}", other.map(|_| ())),
         }
     }
 }

@@ -14,15 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use delta_actors::agent::{load_agent, load_env_cascade};
+use delta_actors::agent::{load_agent, load_env_cascade, with_env_model};
 use delta_actors::cluster::handoff::{read_planned, write_result, HandoffLaunch};
 use delta_actors::llm::Endpoint;
 use delta_actors::{LlmTarget, RunRequest, RunStart};
 
-use crate::commands::engine::{
-    drive_single, process_env, supervisor_config, with_context_window, with_env_overrides,
-    with_model_override,
-};
+use crate::commands::engine::{drive_single, process_env, supervisor_config, with_env_overrides};
 use crate::commands::orchestrate_slurm::{RELAY_TOKEN_VAR, RELAY_URL_VAR};
 use crate::error::CliError;
 use crate::output::progress::Verbosity;
@@ -68,8 +65,8 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir().map_err(|e| CliError::Runtime(e.to_string()))?;
     let cascade = load_env_cascade(Some(&planned.work_dir), &planned.plan_dir, &cwd, &env)
         .map_err(|e| CliError::Config(e.to_string()))?;
-    let agent = with_context_window(with_model_override(agent, &cascade.vars), &cascade.vars)?
-        .with_default_sandbox(planned.sandbox.as_ref());
+    let agent =
+        with_env_model(agent, &cascade.vars)?.with_default_sandbox(planned.sandbox.as_ref());
     let base_url = format!("{}/r/{}/v1", relay.trim_end_matches('/'), planned.llm_route);
     let start = match planned.launch {
         HandoffLaunch::New { task } => RunStart::New { task },
@@ -111,6 +108,6 @@ pub fn run(args: &ExecPlannedArgs) -> Result<i32, CliError> {
     let result = result?;
     write_result(&args.orchestration_dir, &args.stage, args.index, &result)
         .map_err(|e| CliError::Runtime(e.to_string()))?;
-    eprintln!("run {} ended {}", result.run_id, result.status);
+    crate::notice!("run {} ended {}", result.run_id, result.status);
     Ok(result.exit_code())
 }

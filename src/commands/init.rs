@@ -237,7 +237,7 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
         (None, true) => Template::Minimal,
         (None, false) if std::io::stdin().is_terminal() => choose_interactively()?,
         (None, false) => {
-            eprintln!(
+            crate::notice!(
                 "note: no terminal to ask on; using the minimal template (choose one with -t)"
             );
             Template::Minimal
@@ -266,15 +266,15 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
             .map_err(|e| CliError::Runtime(format!("cannot write `{}`: {e}", path.display())))?;
     }
     let shown = shown_folder(args);
-    println!(
+    crate::emit_line!(
         "Created agent `{folder_name}` from template {} in {shown}",
         template.name()
     );
     for (name, _) in &files {
-        println!("  {shown}/{name}");
+        crate::emit_line!("  {shown}/{name}");
     }
-    println!("Next: delta tool expand {shown}");
-    println!(
+    crate::emit_line!("Next: delta tool expand {shown}");
+    crate::emit_line!(
         "Try it offline: delta run --agent {shown} -m \"Say hello\" -y --llm-script {shown}/llm-script.yaml"
     );
     Ok(0)

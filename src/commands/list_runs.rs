@@ -68,16 +68,16 @@ pub fn run(args: &ListRunsArgs) -> Result<i32, CliError> {
     for action in recover_orphaned_runs(&args.work_dir) {
         match action {
             JanitorAction::Interrupted { run_id, reason } => {
-                eprintln!("janitor: run {run_id} was RUNNING but {reason}; marked INTERRUPTED")
+                crate::notice!("janitor: run {run_id} was RUNNING but {reason}; marked INTERRUPTED")
             }
             JanitorAction::Settled { run_id, status } => {
-                eprintln!("janitor: run {run_id} had finished ({status}) before its process died; record repaired")
+                crate::notice!("janitor: run {run_id} had finished ({status}) before its process died; record repaired")
             }
             JanitorAction::CannotRecord {
                 run_id,
                 reason,
                 error,
-            } => eprintln!(
+            } => crate::notice!(
                 "janitor: run {run_id} is RUNNING but {reason}; it could not be marked INTERRUPTED: {error}"
             ),
             JanitorAction::SkippedOtherHost { .. } => {}

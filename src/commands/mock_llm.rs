@@ -27,7 +27,7 @@ pub struct MockLlmArgs {
 pub fn run(args: &MockLlmArgs) -> Result<i32, CliError> {
     delta_actors::llm::scripted::run_server_blocking(&args.script, args.port, |addr| {
         crate::output::emit(&format!("http://{addr}/v1\n"));
-        eprintln!("scripted model listening on http://{addr}/v1 (Ctrl-C to stop)");
+        crate::notice!("scripted model listening on http://{addr}/v1 (Ctrl-C to stop)");
     })?;
     Ok(0)
 }

@@ -87,7 +87,7 @@ impl Observability {
                     }
                 })?;
                 // The address Prometheus scrapes (the real port when 0 was asked for).
-                eprintln!("metrics: http://{}/metrics", endpoint.addr);
+                crate::notice!("metrics: http://{}/metrics", endpoint.addr);
                 Some(endpoint)
             }
             None => None,
@@ -124,7 +124,7 @@ impl Observability {
             .to_string();
         if let Some(report) = self.telemetry.shutdown(EXIT_DEADLINE) {
             if report.lost() > 0 {
-                eprintln!(
+                crate::notice!(
                     "warning: {} of {} trace spans did not reach the collector at {endpoint} ({} dropped while it could not keep up, {} in exports that failed: {}); the runs are not affected",
                     report.lost(),
                     report.lost() + report.exported,

@@ -8,22 +8,26 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use delta_actors::agent::{load_agent, load_env_cascade, ResolvedAgent};
+use delta_actors::agent::{
+    llm_target, load_agent, load_env_cascade, script_path, scripted_model, with_env_model,
+    with_model_override, ResolvedAgent,
+};
 use delta_actors::cluster::slurm::probe::{missing_folders, remove_empty_folders};
+use delta_actors::cluster::slurm::SlurmSettings;
+use delta_actors::executor::slurm::SlurmStart;
 use delta_actors::plan::limits::MAX_PARALLEL;
 use delta_actors::plan::state::{
     check_resumable, find_workspace, next_plan_workspace, next_plan_workspace_path, recorded_plan,
     validate_orchestration_id, OrchestrationState, OrchestrationStatus, OrchestrationSummary,
 };
 use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
-use delta_actors::{LlmTarget, OrchestrationRequest, RunEvent, Supervisor};
+use delta_actors::{LlmTarget, OrchestrationRequest, RunEvent, Supervisor, SupervisorConfig};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::commands::engine::{
-    llm_target, parse_llm_timeout_arg, process_env, script_path, scripted_model, supervisor_config,
-    with_context_window, with_env_overrides, with_model_override, Interruption,
+    parse_llm_timeout_arg, process_env, supervisor_config, with_env_overrides, Interruption,
 };
-use crate::commands::observe::{observe, MetricsListen};
+use crate::commands::observe::{observe, MetricsListen, Observability};
 use crate::commands::orchestrate_slurm::{
     dry_run_previews, run_check, slurm_settings, start_slurm, ExecutorArg,
 };
@@ -113,15 +117,7 @@ pub struct OrchestrateArgs {
 }
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
-    let overrides = parse_vars(&args.vars)?;
-    if let Some(id) = &args.resume {
-        validate_orchestration_id(id)?;
-    }
-    let plan_path = plan_path(args)?;
-    let mut plan = load_plan(&plan_path, &overrides)?;
-    if let Some(limit) = args.llm_timeout {
-        plan.llm_timeouts.request = Some(limit);
-    }
+    let (plan_path, mut plan, overrides) = plan_of(args)?;
     let agents = load_agents(&plan)?;
     let slurm = slurm_settings(&plan, args.executor)?;
     if args.check && slurm.is_none() {
@@ -130,27 +126,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         ));
     }
     if args.dry_run {
-        match (
-            &args.resume,
-            args.work_dir.as_ref().or(plan.workspace.as_ref()),
-        ) {
-            // What the real resume checks first: the orchestration exists and is not driven.
-            (Some(id), _) => {
-                check_resumable(&resume_workspace(args, &plan, id)?, id)?;
-            }
-            (None, Some(chosen)) => workspace_creatable(chosen).map_err(|e| {
-                CliError::Config(format!("cannot create workspace {}: {e}", chosen.display()))
-            })?,
-            (None, None) => {}
-        }
-        warn_without_model(args, &plan, &agents, slurm.is_some())?;
-        let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| n as usize);
-        let previews = match &slurm {
-            Some(settings) => Some(dry_run_previews(&plan, settings, max_parallel)?),
-            None => None,
-        };
-        print_dry_run(&plan, &agents, args.format, previews.as_deref());
-        return Ok(0);
+        return dry_run(args, &plan, &agents, slurm.as_ref());
     }
     if let (true, Some(settings), None) = (args.check, &slurm, &args.resume) {
         return check_cluster(args, &plan, settings);
@@ -165,79 +141,22 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         return run_check(settings, &workspace, &process_env());
     }
     let id = match &args.resume {
-        Some(id) => {
-            let dir = check_resumable(&workspace, id)?;
-            // The vars the orchestration started with, so later stages get the same messages.
-            if let Some(serde_json::Value::Object(saved)) = OrchestrationState::saved_vars(&dir) {
-                plan = load_plan_with_vars(&plan_path, &saved, &overrides)?;
-            }
-            id.clone()
-        }
+        Some(id) => resumed(id, &workspace, &mut plan, &plan_path, &overrides)?,
         None => orchestration_id(plan.name.as_deref()),
     };
     let cwd = std::env::current_dir()?;
     let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())?;
-    // Loaded once for every agent: a broken script is reported once.
-    let scripted = scripted_model(&env.vars, args.llm_script.as_deref())?;
-    let mut llm_by_agent = HashMap::new();
-    let mut loaded = HashMap::new();
-    for (path, agent) in agents {
-        let agent = with_context_window(with_model_override(agent, &env.vars), &env.vars)?
-            .with_default_sandbox(plan.sandbox.as_ref());
-        let target = match &scripted {
-            Some(script) => LlmTarget::Scripted(script.clone()),
-            None => llm_target(&agent, &env.vars, None).map_err(|e| {
-                if slurm.is_some() {
-                    e.under_slurm()
-                } else {
-                    e
-                }
-            })?,
-        };
-        llm_by_agent.insert(path.clone(), target);
-        loaded.insert(path, Arc::new(agent));
-    }
-    let Some(default_llm) = llm_by_agent.values().next().cloned() else {
-        return Err(CliError::Config(format!(
-            "{}: the plan has no stages",
-            plan.file.display()
-        )));
-    };
-    let script = script_path(&env.vars, args.llm_script.as_deref());
+    let models = model_targets(args, &plan, agents, &env.vars, slurm.is_some())?;
     let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
         usize::try_from(n).unwrap_or(usize::MAX)
     });
-    let arbiters = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
-    if let Some(warning) = crate::limits::raise_open_files_for(arbiters, max_parallel) {
-        eprintln!("{warning}");
-    }
-    let mut config = supervisor_config(arbiters, max_parallel);
-    config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel);
-    config.llm_requests_per_minute = plan.llm.requests_per_minute;
-    config.partial_reply_file = !args.no_live_reply;
-    // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
-    let config = with_env_overrides(config, &env.vars)?;
-    let mut config = super::endpoint_memory::with_endpoint_memory(config, &env.vars)?;
-    // Traces (OTEL_* variables) and --metrics-listen, docs/observability.md.
-    let metrics = args.metrics_listen.map(|addr| MetricsListen {
-        addr,
-        public: args.metrics_public,
-    });
-    let observability = observe(&env.vars, metrics, &mut config)?;
-    let slurm_run = match slurm {
-        Some(settings) => Some(start_slurm(
-            settings,
-            &plan,
-            &loaded,
-            &llm_by_agent,
-            args.relay_listen,
-            max_parallel,
-            &OrchestrationState::dir_for(&workspace, &id)?,
-        )?),
-        None => None,
-    };
+    let (config, observability) = engine_config(args, &plan, max_parallel, &env.vars)?;
+    let slurm_run = slurm
+        .map(|settings| {
+            let dir = OrchestrationState::dir_for(&workspace, &id)?;
+            start_slurm_for(args, settings, &plan, &models, max_parallel, &dir)
+        })
+        .transpose()?;
     let supervisor = Supervisor::start(config)?;
     // Known before anything runs: recorded with the start (for `list-orchestrations`) and
     // printed on a forced exit as well as under an interrupted summary.
@@ -245,28 +164,47 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         plan: &plan.file,
         id: &id,
         workspace: &workspace,
-        script: script.as_deref(),
+        script: script_path(&env.vars, args.llm_script.as_deref()).as_deref(),
         max_parallel: args.max_parallel,
         llm_timeout: args.llm_timeout,
         executor: args.executor,
         cwd: &cwd,
     });
     let resume_hint = shell_words::join(&resume_argv);
-    let mut request =
-        OrchestrationRequest::new(Arc::new(plan), id.clone(), &workspace, default_llm)
-            .with_agents(loaded)
-            .with_llm_by_agent(llm_by_agent)
-            .with_env(Arc::new(env.vars))
-            .with_max_parallel(max_parallel)
-            .with_resume_command(resume_argv);
+    let mut request = OrchestrationRequest::new(Arc::new(plan), id, &workspace, models.default)
+        .with_agents(models.agents)
+        .with_llm_by_agent(models.llm_by_agent)
+        .with_env(Arc::new(env.vars))
+        .with_max_parallel(max_parallel)
+        .with_resume_command(resume_argv);
     if args.resume.is_some() {
         request = request.resuming();
     }
     if let Some(root) = observability.as_ref().and_then(|o| o.root_span()) {
         request = request.with_trace(root);
     }
-    let executor = slurm_run.as_ref().map(|slurm| slurm.executor.clone());
     fresh.path = None;
+    drive_and_report(
+        args,
+        supervisor,
+        request,
+        slurm_run,
+        observability,
+        resume_hint,
+    )
+}
+
+/// Drives the orchestration to its summary, stops what was started for it, prints the
+/// summary (with the resume command when it was interrupted) and answers its exit code.
+fn drive_and_report(
+    args: &OrchestrateArgs,
+    supervisor: Supervisor,
+    request: OrchestrationRequest,
+    slurm_run: Option<SlurmStart>,
+    observability: Option<Observability>,
+    resume_hint: String,
+) -> Result<i32, CliError> {
+    let executor = slurm_run.as_ref().map(|slurm| slurm.executor.clone());
     let summary = drive(&supervisor, request, executor, &resume_hint);
     supervisor.shutdown();
     if let Some(observability) = observability {
@@ -279,6 +217,169 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let resume_hint = (summary.status == OrchestrationStatus::Interrupted).then_some(resume_hint);
     print_summary(&summary, args.format, resume_hint.as_deref(), args.all_runs);
     Ok(summary.exit_code())
+}
+
+/// `--var NAME=VALUE`s, in order.
+type VarOverrides = Vec<(String, String)>;
+
+/// The plan file, the plan loaded with `--var`s and `--llm-timeout`, and the `--var`s
+/// (a `--resume` id is checked first).
+fn plan_of(args: &OrchestrateArgs) -> Result<(PathBuf, ResolvedPlan, VarOverrides), CliError> {
+    let overrides = parse_vars(&args.vars)?;
+    if let Some(id) = &args.resume {
+        validate_orchestration_id(id)?;
+    }
+    let plan_path = plan_path(args)?;
+    let mut plan = load_plan(&plan_path, &overrides)?;
+    if let Some(limit) = args.llm_timeout {
+        plan.llm_timeouts.request = Some(limit);
+    }
+    Ok((plan_path, plan, overrides))
+}
+
+/// The orchestration `id` to resume in `workspace`, checked resumable; `plan` becomes the
+/// plan with the vars it started with, so later stages get the same messages.
+fn resumed(
+    id: &str,
+    workspace: &Path,
+    plan: &mut ResolvedPlan,
+    plan_path: &Path,
+    overrides: &[(String, String)],
+) -> Result<String, CliError> {
+    let dir = check_resumable(workspace, id)?;
+    if let Some(serde_json::Value::Object(saved)) = OrchestrationState::saved_vars(&dir) {
+        *plan = load_plan_with_vars(plan_path, &saved, overrides)?;
+    }
+    Ok(id.to_owned())
+}
+
+/// The Slurm executor for this orchestration, with its relay (`--relay-listen`).
+fn start_slurm_for(
+    args: &OrchestrateArgs,
+    settings: SlurmSettings,
+    plan: &ResolvedPlan,
+    models: &ModelTargets,
+    max_parallel: usize,
+    orchestration_dir: &Path,
+) -> Result<SlurmStart, CliError> {
+    let (agents, llm) = (&models.agents, &models.llm_by_agent);
+    let relay = args.relay_listen;
+    start_slurm(
+        settings,
+        plan,
+        agents,
+        llm,
+        relay,
+        max_parallel,
+        orchestration_dir,
+    )
+}
+
+/// `--dry-run`: what the real start would check first, the plan as it would run, exit 0.
+fn dry_run(
+    args: &OrchestrateArgs,
+    plan: &ResolvedPlan,
+    agents: &BTreeMap<PathBuf, ResolvedAgent>,
+    slurm: Option<&SlurmSettings>,
+) -> Result<i32, CliError> {
+    match (
+        &args.resume,
+        args.work_dir.as_ref().or(plan.workspace.as_ref()),
+    ) {
+        // What the real resume checks first: the orchestration exists and is not driven.
+        (Some(id), _) => {
+            check_resumable(&resume_workspace(args, plan, id)?, id)?;
+        }
+        (None, Some(chosen)) => workspace_creatable(chosen).map_err(|e| {
+            CliError::Config(format!("cannot create workspace {}: {e}", chosen.display()))
+        })?,
+        (None, None) => {}
+    }
+    warn_without_model(args, plan, agents, slurm.is_some())?;
+    let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| n as usize);
+    let previews = match slurm {
+        Some(settings) => Some(dry_run_previews(plan, settings, max_parallel)?),
+        None => None,
+    };
+    print_dry_run(plan, agents, args.format, previews.as_deref());
+    Ok(0)
+}
+
+/// Each agent of the plan with the environment's model settings, and where its model calls
+/// go; the first agent's target is the request's default.
+struct ModelTargets {
+    agents: HashMap<PathBuf, Arc<ResolvedAgent>>,
+    llm_by_agent: HashMap<PathBuf, LlmTarget>,
+    default: LlmTarget,
+}
+
+fn model_targets(
+    args: &OrchestrateArgs,
+    plan: &ResolvedPlan,
+    agents: BTreeMap<PathBuf, ResolvedAgent>,
+    env: &BTreeMap<String, String>,
+    slurm: bool,
+) -> Result<ModelTargets, CliError> {
+    // Loaded once for every agent: a broken script is reported once.
+    let scripted = scripted_model(env, args.llm_script.as_deref())?;
+    let mut llm_by_agent = HashMap::new();
+    let mut loaded = HashMap::new();
+    for (path, agent) in agents {
+        let agent = with_env_model(agent, env)?.with_default_sandbox(plan.sandbox.as_ref());
+        let target = match &scripted {
+            Some(script) => LlmTarget::Scripted(script.clone()),
+            None => llm_target(&agent, env, None).map_err(|e| {
+                let e = CliError::from(e);
+                if slurm {
+                    e.under_slurm()
+                } else {
+                    e
+                }
+            })?,
+        };
+        llm_by_agent.insert(path.clone(), target);
+        loaded.insert(path, Arc::new(agent));
+    }
+    let Some(default) = llm_by_agent.values().next().cloned() else {
+        return Err(CliError::Config(format!(
+            "{}: the plan has no stages",
+            plan.file.display()
+        )));
+    };
+    Ok(ModelTargets {
+        agents: loaded,
+        llm_by_agent,
+        default,
+    })
+}
+
+/// The engine's settings for this plan (arbiters, limits, the environment's overrides) and
+/// its trace and metric export (OTEL_* variables, `--metrics-listen`).
+fn engine_config(
+    args: &OrchestrateArgs,
+    plan: &ResolvedPlan,
+    max_parallel: usize,
+    env: &BTreeMap<String, String>,
+) -> Result<(SupervisorConfig, Option<Observability>), CliError> {
+    let arbiters = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    if let Some(warning) = crate::limits::raise_open_files_for(arbiters, max_parallel) {
+        crate::output::notice(&warning);
+    }
+    let mut config = supervisor_config(arbiters, max_parallel);
+    config.llm_max_in_flight = plan.llm.max_in_flight.unwrap_or(max_parallel);
+    config.llm_requests_per_minute = plan.llm.requests_per_minute;
+    config.partial_reply_file = !args.no_live_reply;
+    // DELTA_RETRY_BASE_MS applies here as for run/continue (docs/llm-script.md).
+    let config = with_env_overrides(config, env)?;
+    let mut config = super::endpoint_memory::with_endpoint_memory(config, env)?;
+    let metrics = args.metrics_listen.map(|addr| MetricsListen {
+        addr,
+        public: args.metrics_public,
+    });
+    let observability = observe(env, metrics, &mut config)?;
+    Ok((config, observability))
 }
 
 /// What a resume needs to be given again, each path absolute.
@@ -345,7 +446,7 @@ fn drive(
             Some(executor) => supervisor.orchestrate_on(request, executor).await?,
             None => supervisor.orchestrate(request).await?,
         };
-        eprintln!("orchestration {}", handle.orchestration_id);
+        crate::notice!("orchestration {}", handle.orchestration_id);
         let mut progress = Progress::new();
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
@@ -431,13 +532,13 @@ fn warn_without_model(
     }
     for agent in agents.values() {
         let agent = with_model_override(agent.clone(), &env.vars);
-        match llm_target(&agent, &env.vars, None) {
+        match llm_target(&agent, &env.vars, None).map_err(CliError::from) {
             Ok(_) => {}
             Err(mut missing @ (CliError::NoApiKey { .. } | CliError::NoEndpoint)) => {
                 if slurm {
                     missing = missing.under_slurm();
                 }
-                eprintln!(
+                crate::notice!(
                     "warning: agent {} has no model configured: {missing}",
                     agent.name
                 )
@@ -478,7 +579,7 @@ fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, 
             source: Box::new(source),
         })?;
         for warning in &agent.warnings {
-            eprintln!("warning: {warning}");
+            crate::notice!("warning: {warning}");
         }
         agents.insert(stage.agent.clone(), agent);
     }
@@ -491,7 +592,7 @@ fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, 
 fn check_cluster(
     args: &OrchestrateArgs,
     plan: &ResolvedPlan,
-    settings: &delta_actors::cluster::slurm::SlurmSettings,
+    settings: &SlurmSettings,
 ) -> Result<i32, CliError> {
     let chosen = match (&args.work_dir, &plan.workspace) {
         (Some(w), _) | (None, Some(w)) => w.clone(),

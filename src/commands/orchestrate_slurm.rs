@@ -150,7 +150,7 @@ pub fn start_slurm(
     })
     .map_err(cli_error)?;
     for warning in &started.warnings {
-        eprintln!("{warning}");
+        crate::notice!("{warning}");
     }
     Ok(started)
 }
@@ -172,7 +172,7 @@ pub fn run_check(
         .enable_all()
         .build()
         .map_err(|e| CliError::Runtime(e.to_string()))?;
-    eprintln!(
+    crate::notice!(
         "submitting a probe job: it writes into {} from a compute node and runs {} --version there",
         workspace.display(),
         delta.display()
@@ -182,7 +182,7 @@ pub fn run_check(
             &tools, settings, workspace, &delta, &job_env, PROBE_TIME,
         ))
         .map_err(|e| CliError::Config(e.to_string()))?;
-    eprintln!(
+    crate::notice!(
         "ok: job {} on node {} wrote into the workspace and ran {} ({} ms)",
         report.job_id,
         report.node,

@@ -1,9 +1,8 @@
 //! `-i`: ask_human answered on the terminal. The question goes to stderr and the answer is
 //! read from stdin; passwords and sensitive answers are read with echo off when stdin is a
 //! terminal; confirmations re-ask until yes/no. EOF is an error, never a silent exit.
-#![allow(clippy::print_stderr)]
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 
 use delta_actors::HumanPrompter;
 use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
@@ -12,8 +11,8 @@ pub struct TerminalPrompter;
 
 impl HumanPrompter for TerminalPrompter {
     fn ask(&self, prompt: &str, input_type: &str, sensitive: bool) -> Result<String, String> {
-        eprintln!();
-        eprintln!("? The agent asks: {prompt}");
+        crate::notice!();
+        crate::notice!("? The agent asks: {prompt}");
         loop {
             let answer = match input_type {
                 "confirmation" => read_line("Please answer yes or no: ", false)?,
@@ -26,15 +25,14 @@ impl HumanPrompter for TerminalPrompter {
             match answer.trim().to_ascii_lowercase().as_str() {
                 "yes" | "y" => return Ok("yes".into()),
                 "no" | "n" => return Ok("no".into()),
-                _ => eprintln!("Please answer yes, no, y or n."),
+                _ => crate::notice!("Please answer yes, no, y or n."),
             }
         }
     }
 }
 
 fn read_line(label: &str, hidden: bool) -> Result<String, String> {
-    eprint!("{label}");
-    let _ = std::io::stderr().flush();
+    crate::output::prompt(label);
     let stdin = std::io::stdin();
     let restore = if hidden && stdin.is_terminal() {
         let original = tcgetattr(&stdin).map_err(|e| e.to_string())?;
@@ -49,7 +47,7 @@ fn read_line(label: &str, hidden: bool) -> Result<String, String> {
     let read = stdin.lock().read_line(&mut line);
     if let Some(original) = restore {
         let _ = tcsetattr(&stdin, SetArg::TCSANOW, &original);
-        eprintln!();
+        crate::notice!();
     }
     match read {
         Ok(0) => Err("stdin was closed (EOF) before an answer was given".into()),

@@ -18,7 +18,9 @@ use delta_actors::relay::{
 use delta_actors::LlmTarget;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::commands::engine::{is_loopback_url, process_env};
+use delta_actors::agent::is_loopback_url;
+
+use crate::commands::engine::process_env;
 use crate::error::CliError;
 use crate::token::{check_token, resolve_token, TokenOptions};
 
@@ -159,7 +161,7 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
         out.push_str(&format!("{token}\n"));
     }
     crate::output::emit(&out);
-    eprintln!(
+    crate::notice!(
         "relay listening on {}/v1, forwarding to {forwarding_to} (callers send Authorization: Bearer <token>; Ctrl-C to stop)",
         relay.url()
     );
@@ -171,7 +173,7 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
     });
     let usage = relay.usage();
     relay.stop();
-    eprintln!(
+    crate::notice!(
         "relay stopped: {} requests answered ({} streamed), {} callers left before their answer; {} tokens in, {} out",
         usage.requests, usage.streamed, usage.abandoned, usage.prompt_tokens, usage.completion_tokens
     );

@@ -1,12 +1,12 @@
 //! `delta run`: start a new run of an agent (spec §2.6.1) as a batch of one through the
 //! engine's Supervisor, print progress on stderr and the RunResult on stdout.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use delta_actors::agent::load_agent;
+use delta_actors::agent::{load_agent, script_path};
 use delta_actors::workspace::{
     create_workspace, last_used_workspace, list_workspaces, next_workspace_name, validate_run_id,
     RunPaths,
@@ -14,7 +14,7 @@ use delta_actors::workspace::{
 use delta_actors::{RunRequest, RunStart};
 
 use crate::commands::engine::{
-    parse_llm_timeout_arg, run_inputs, run_one, script_path, with_llm_timeout, RunInputs,
+    parse_llm_timeout_arg, run_inputs, run_one, with_llm_timeout, RunInputs,
 };
 use crate::commands::prompt::TerminalPrompter;
 use crate::error::CliError;
@@ -71,7 +71,7 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     let agent = load_agent(&args.agent)?;
     for warning in &agent.warnings {
-        eprintln!("warning: {warning}");
+        crate::notice!("warning: {warning}");
     }
     // Everything is validated before anything is created: a configuration error must not
     // leave an empty workspace behind or move LAST_USED.
@@ -109,7 +109,7 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         .unsandboxed_notice(&env)
         .map_err(|e| CliError::Config(e.to_string()))?
     {
-        eprintln!("note: {notice}");
+        crate::notice!("note: {notice}");
     }
     let (work_dir, workspace_id) = choice.create()?;
     let start = RunStart::New {
@@ -143,7 +143,7 @@ impl WorkspaceChoice {
                 let existed = self.dir.is_dir();
                 let dir = create_workspace(&agent_home, &name)?;
                 if !existed {
-                    eprintln!("Using new workspace {name}");
+                    crate::notice!("Using new workspace {name}");
                 }
                 Ok((dir, Some(name)))
             }
@@ -193,23 +193,22 @@ fn choose_workspace(
 fn menu(agent_home: &Path, existing: &[String]) -> Result<String, CliError> {
     let last = last_used_workspace(agent_home);
     let next = next_workspace_name(agent_home)?;
-    eprintln!("Workspaces in {}/workspaces:", agent_home.display());
+    crate::notice!("Workspaces in {}/workspaces:", agent_home.display());
     for (i, name) in existing.iter().enumerate() {
         let mark = if Some(name) == last.as_ref() {
             "  (last used)"
         } else {
             ""
         };
-        eprintln!("  {}. {name}{mark}", i + 1);
+        crate::notice!("  {}. {name}{mark}", i + 1);
     }
-    eprintln!("  n. new workspace ({next})");
+    crate::notice!("  n. new workspace ({next})");
     let default = last
         .clone()
         .filter(|l| existing.contains(l))
         .unwrap_or_else(|| next.clone());
     loop {
-        eprint!("Choose a workspace [Enter = {default}]: ");
-        let _ = std::io::stderr().flush();
+        crate::output::prompt(&format!("Choose a workspace [Enter = {default}]: "));
         let mut line = String::new();
         let read = std::io::stdin().lock().read_line(&mut line)?;
         if read == 0 {
@@ -227,7 +226,7 @@ fn menu(agent_home: &Path, existing: &[String]) -> Result<String, CliError> {
                 return Ok(existing[k - 1].clone());
             }
         }
-        eprintln!(
+        crate::notice!(
             "Please answer with a number from 1 to {}, 'n', or Enter.",
             existing.len()
         );

@@ -212,9 +212,9 @@ pub fn run(args: &ServeArgs) -> Result<i32, CliError> {
             ready.address,
             fragment_encode(&token)
         ));
-        eprintln!("delta serve listening on http://{} (state in {}, {} session(s); Ctrl-C stops the server, not the workers)", ready.address, state_dir.display(), ready.sessions);
+        crate::notice!("delta serve listening on http://{} (state in {}, {} session(s); Ctrl-C stops the server, not the workers)", ready.address, state_dir.display(), ready.sessions);
         if let Some(backup) = ready.migrated_backup {
-            eprintln!(
+            crate::notice!(
                 "migrated an old-format sessions.json; the original is kept as {}",
                 backup.display()
             );

@@ -359,10 +359,10 @@ pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
         (document, library.tools, library.warnings, library.file)
     };
     for warning in &warnings {
-        eprintln!("warning: {warning}");
+        crate::notice!("warning: {warning}");
     }
     for reason in &unavailable {
-        eprintln!("error: {reason}");
+        crate::notice!("error: {reason}");
     }
     let rendered = match args.format {
         ExpandFormat::Yaml => serde_yaml::to_string(&document)
@@ -374,8 +374,8 @@ pub fn run(args: &ToolExpandArgs) -> Result<i32, CliError> {
             text
         }
     };
-    print!("{rendered}");
-    eprintln!(
+    crate::output::emit(&rendered);
+    crate::notice!(
         "{}",
         summary(
             &tools,

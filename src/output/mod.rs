@@ -1,6 +1,6 @@
-//! The only code that writes stdout. Every command's machine-readable result goes through
-//! here; progress and logs go to stderr (see `progress`).
-#![allow(clippy::print_stdout)]
+//! The only code that writes stdout or stderr. Every command's machine-readable result goes
+//! through here; progress, notices and errors go to stderr (see `progress`, [`notice`]).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod hints;
 pub mod orchestration;
@@ -40,11 +40,41 @@ pub fn emit(text: &str) {
 pub fn emit_json<T: serde::Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => emit(&format!("{text}\n")),
-        Err(e) => {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("error: cannot serialize output: {e}");
-            }
-        }
+        Err(e) => notice(&format!("error: cannot serialize output: {e}")),
     }
+}
+
+/// Writes `line` and a newline to stderr: an error, a warning or a notice for the person at
+/// the terminal (never data a script reads). [`notice!`](crate::notice) formats one.
+pub fn notice(line: &str) {
+    eprintln!("{line}");
+}
+
+/// Writes `text` to stderr without a newline and flushes: a question's prompt, answered on
+/// the same line.
+pub fn prompt(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}
+
+/// `notice!("...", args)`: [`notice`] of a formatted line (as `eprintln!` takes it; no
+/// argument writes an empty line).
+#[macro_export]
+macro_rules! notice {
+    () => {
+        $crate::output::notice("")
+    };
+    ($($arg:tt)*) => {
+        $crate::output::notice(&format!($($arg)*))
+    };
+}
+
+/// `emit_line!("...", args)`: [`emit`] of a formatted line and its newline (as `println!`
+/// takes it).
+#[macro_export]
+macro_rules! emit_line {
+    ($($arg:tt)*) => {
+        $crate::output::emit(&format!("{}\n", format_args!($($arg)*)))
+    };
 }

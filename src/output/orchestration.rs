@@ -5,7 +5,6 @@
 //! Text that comes from runs (answers, errors) is flattened to one line without control
 //! characters before it goes into a column, so a tab or a newline in an answer cannot shift
 //! the columns after it.
-#![allow(clippy::print_stderr)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;

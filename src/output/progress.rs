@@ -3,7 +3,6 @@
 //! it arrives and, while a model call is silent, one line updated in place that says it is
 //! still going ("waiting for the model 1m42s, limit 10m"). Never stdout (that is the
 //! result's contract), and the in-place line only on a terminal.
-#![allow(clippy::print_stderr)]
 
 use std::io::Write;
 use std::time::{Duration, Instant};

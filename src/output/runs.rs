@@ -55,10 +55,7 @@ pub fn print(runs: &[RunSummary], unreadable: &[SkippedRun], format: Format) {
             }
             emit(&out);
             for s in unreadable {
-                #[allow(clippy::print_stderr)]
-                {
-                    eprintln!("warning: run {} is {UNREADABLE}: {}", s.run_id, s.reason);
-                }
+                eprintln!("warning: run {} is {UNREADABLE}: {}", s.run_id, s.reason);
             }
         }
         Format::Text => emit(&render_text(runs, unreadable, chrono::Utc::now())),

@@ -154,6 +154,10 @@ fn bench_json(args: &[&str]) -> BenchReport {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn json_report_validates_against_the_schema() {
     let report = bench_json(&[
         "--runs",
@@ -205,6 +209,10 @@ fn json_report_validates_against_the_schema() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn http1_with_a_connection_cap_still_completes() {
     let report = bench_json(&[
         "--runs",
@@ -230,6 +238,10 @@ fn http1_with_a_connection_cap_still_completes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn sweep_writes_out_and_plot_and_baseline_compares() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("plots/sweep.svg");
@@ -289,6 +301,10 @@ fn sweep_writes_out_and_plot_and_baseline_compares() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn impossible_open_files_limit_fails_before_running() {
     let nr_open: usize = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .map(|s| s.trim().parse().unwrap())
@@ -315,6 +331,10 @@ fn impossible_open_files_limit_fails_before_running() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn usage_errors_name_the_flag() {
     let out = delta()
         .args(["bench", "load", "--runs", "2", "--plot", "x.svg"])
@@ -331,6 +351,10 @@ fn usage_errors_name_the_flag() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn the_baseline_launcher_reports_the_childs_status_memory_and_cpu() {
     let measure = |script: &str| -> serde_json::Value {
         let out = delta()
@@ -355,4 +379,26 @@ fn the_baseline_launcher_reports_the_childs_status_memory_and_cpu() {
         .unwrap();
     assert_eq!(missing.status.code(), Some(1), "{missing:?}");
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/program"));
+}
+
+/// `delta bench` with no `delta-bench` beside it (a `delta` built without the `bench`
+/// feature) exits 126 naming the missing program and how to build it, rather than running a
+/// benchmark of its own or one found elsewhere.
+#[test]
+fn bench_without_the_bench_program_beside_delta_says_how_to_build_it() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let lone = dir.path().join("delta");
+    // A hard link keeps /proc/self/exe in `dir` (a symlink would resolve to target/debug).
+    if std::fs::hard_link(assert_cmd::cargo::cargo_bin("delta"), &lone).is_err() {
+        std::fs::copy(assert_cmd::cargo::cargo_bin("delta"), &lone).unwrap();
+    }
+    let out = Command::new(&lone)
+        .args(["bench", "load", "--runs", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{stderr}");
+    assert!(stderr.contains("delta-bench"), "{stderr}");
+    assert!(stderr.contains("--features bench"), "{stderr}");
+    assert!(out.stdout.is_empty());
 }

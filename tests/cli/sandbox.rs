@@ -489,6 +489,10 @@ fn chown_tree(path: &Path, uid: u32) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn bench_spawn_measures_sandboxed_starts() {
     let root = Root::new();
     let output = root

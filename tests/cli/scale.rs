@@ -19,6 +19,10 @@ const FDS_PER_WAITING_RUN_BUDGET: f64 = 1.25;
 /// the model calls onto HTTP/2, each waiting run held 5 (lock, journal, and both ends of
 /// its own model connection... plus engine.log before that).
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn two_thousand_waiting_runs_stay_within_the_descriptor_budget() {
     let dir = tempfile::tempdir().unwrap();
     let out = assert_cmd::Command::cargo_bin("delta")

@@ -212,8 +212,8 @@ fn with_descriptor_7(cmd: &mut std::process::Command, file: &Path) {
 const DESCRIPTOR_PROBE: &str = "exec 2>&1; ls /proc/self/fd; echo leaked >&7\n";
 
 /// Regression: a tool inherited descriptor 7 that `delta` was started with (`delta run ...
-/// 7>file`) and could write to it. Through the spawner (`delta run`) and from the engine
-/// itself (`bench load --tool-spawner off`), a tool now has 0, 1 and 2 only.
+/// 7>file`) and could write to it. Through the spawner (`delta run`), a tool now has 0, 1
+/// and 2 only.
 #[test]
 fn a_descriptor_delta_inherited_never_reaches_a_tool() {
     let script = json!({"steps": [{"tool": "probe"}, {"answer": "done"}]});
@@ -246,13 +246,26 @@ fn a_descriptor_delta_inherited_never_reaches_a_tool() {
     assert_eq!(descriptors, ["0", "1", "2", "3"], "{seen}");
     assert!(seen.contains("Bad file descriptor"), "{seen}");
     assert_eq!(std::fs::read_to_string(&caller_file).unwrap(), "");
+}
 
-    // The engine's own starts (no spawner).
+/// The same regression from the engine's own starts (no spawner), in `delta-bench load
+/// --tool-spawner off`, started directly (through `delta bench`, `delta` would already have
+/// closed the descriptor before it execs the bench).
+#[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
+fn a_descriptor_delta_bench_inherited_never_reaches_a_tool() {
+    let script = json!({"steps": [{"tool": "probe"}, {"answer": "done"}]});
+    let case = Case::new("fds", "tools: []\n", &script);
+    let probe = case.path().join("probe.sh");
+    std::fs::write(&probe, DESCRIPTOR_PROBE).unwrap();
     let bench_file = case.path().join("bench-fd7.txt");
     let work = case.path().join("bench-work");
-    let mut bench = std::process::Command::new(delta_exe());
+    let mut bench = std::process::Command::new(delta_exe().with_file_name("delta-bench"));
     bench
-        .args(["bench", "load", "--runs", "1", "--max-parallel", "1"])
+        .args(["load", "--runs", "1", "--max-parallel", "1"])
         .args(["--calls", "2", "--tool-spawner", "off", "--keep"])
         .args(["--tool", &format!("sh {}", probe.display())])
         .arg("--work-dir")

@@ -148,6 +148,10 @@ fn the_spawner_subcommand_run_by_hand_explains_itself_and_exits_2() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn bench_spawn_reports_three_phases_as_json() {
     let output = assert_cmd::Command::cargo_bin("delta")
         .unwrap()
@@ -177,6 +181,10 @@ fn bench_spawn_reports_three_phases_as_json() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn bench_spawn_refuses_zero_spawns_with_a_usage_error() {
     let output = assert_cmd::Command::cargo_bin("delta")
         .unwrap()
@@ -200,6 +208,10 @@ fn tool_parents(root: &std::path::Path) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "bench"),
+    ignore = "needs the delta-bench program: --features bench"
+)]
 fn bench_load_starts_tools_through_the_spawner_unless_told_not_to() {
     for (mode, expected) in [("on", "__spawner"), ("off", "bench load")] {
         let dir = tempfile::tempdir().unwrap();

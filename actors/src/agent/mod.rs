@@ -22,6 +22,7 @@ mod error;
 mod hooks;
 mod imports;
 mod price;
+mod run_needs;
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,12 @@ pub use context_recipe::{
 pub use dotenv::{load_env_cascade, parse_dotenv, EnvCascade};
 pub use error::AgentError;
 pub use hooks::{HookName, HookSpec, Hooks};
+pub use run_needs::{
+    creation_lock_wait, is_loopback_url, llm_target, script_path, scripted_model,
+    with_context_window, with_env_model, with_model_override, with_retry_override, NeedsError,
+    RunNeeds, API_KEY_VAR, BASE_URL_VAR, CONTEXT_WINDOW_VAR, CREATION_LOCK_WAIT_VAR, HTTP2_VAR,
+    MODEL_VAR, RETRY_BASE_MS_VAR, SCRIPT_VAR, STREAM_VAR,
+};
 
 use crate::tool::compile::{ask_human_schema, CompiledTool};
 use crate::tool::kind::ToolOwner;

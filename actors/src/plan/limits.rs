@@ -33,9 +33,6 @@ pub const TIMEOUT_MS: RangeInclusive<u64> = 1..=30 * 24 * 3_600_000;
 pub const FOREACH_ITEMS: usize = 100_000;
 /// Longest plan `name` (it starts every orchestration and run id).
 pub const NAME_LEN: usize = 48;
-/// Longest stage id (it is part of every run id of the stage): a value of the ground floor,
-/// since executors check it in the files they read back (`cluster::handoff`).
-pub use crate::protocol::STAGE_ID_LEN;
 
 /// Largest plan file, in bytes.
 pub const PLAN_BYTES: u64 = 1024 * 1024;
@@ -149,7 +146,8 @@ mod tests {
         );
         assert!(out_of_range(0, &RETRIES).is_none());
         // Run ids: name + 21 (timestamp, random) + stage + 2 dashes + item index digits.
-        let longest_run_id = NAME_LEN + 21 + 1 + STAGE_ID_LEN + 1 + FOREACH_ITEMS.to_string().len();
+        let longest_run_id =
+            NAME_LEN + 21 + 1 + crate::protocol::STAGE_ID_LEN + 1 + FOREACH_ITEMS.to_string().len();
         assert!(
             longest_run_id <= crate::workspace::MAX_RUN_ID_LEN,
             "{longest_run_id}"

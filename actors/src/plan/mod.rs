@@ -3,8 +3,8 @@
 //! # Layout
 //! - [`model`]: the serde model of the file (strict: unknown keys are errors).
 //! - [`keys`]: the unknown-key check that names the key path and the closest known key.
-//! - [`duration`]: `"15m"`, `"1h30m"`, `500` (ms) parsing (the crate-level [`crate::duration`],
-//!   shared with `llm`; re-exported here).
+//! - durations (`"15m"`, `"1h30m"`, `500` ms) are parsed by the crate-level
+//!   [`crate::duration`], shared with `llm`.
 //! - [`executor`]: the `executor:` key (local, or Slurm job arrays) as written.
 //! - [`limits`]: the range of every number and the bounds on loading/expansion work.
 //! - [`resolved`]: the validated plan ([`ResolvedPlan`], [`ResolvedStage`]), beside the model
@@ -27,7 +27,6 @@
 //! Must not: start runs, load agents (the `ResolvedPlan` keeps agent paths), import actix or
 //! read the process environment.
 
-pub use crate::duration;
 pub mod executor;
 pub mod expand;
 mod glob_walk;
@@ -46,8 +45,6 @@ pub(crate) mod templates;
 pub mod validate;
 
 use std::path::PathBuf;
-
-pub use crate::duration::parse_duration;
 
 pub use expand::{
     expand_stage, orchestration_id, parse_json_output, PlannedRun, RunRecord, StageContext,

@@ -208,7 +208,7 @@ pub enum ForeachSpec {
 pub enum DurationValue {
     /// A number: milliseconds.
     Millis(u64),
-    /// Text with units, parsed by [`super::parse_duration`].
+    /// Text with units, parsed by [`crate::duration::parse_duration`].
     Text(String),
 }
 

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::limits::{self, out_of_range, NAME_LEN, PLAN_BYTES, STAGE_ID_LEN};
+use super::limits::{self, out_of_range, NAME_LEN, PLAN_BYTES};
 use super::model::{DurationValue, ForeachSpec, PlanFile, PREVIOUS};
 use super::needs::resolve_needs;
 use super::parse::{input_error, parse_plan};
@@ -22,6 +22,7 @@ use crate::duration::{parse_duration, DURATION_HINT};
 use crate::input::{read_bounded, InputError};
 use crate::llm::timeouts::check_llm_timeout;
 use crate::llm::LlmTimeoutSettings;
+use crate::protocol::STAGE_ID_LEN;
 
 /// Runs in flight when the plan does not say.
 pub const DEFAULT_MAX_PARALLEL: usize = 8;

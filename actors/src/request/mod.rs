@@ -19,8 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::ResolvedAgent;
-pub use crate::llm::LlmTarget;
-use crate::llm::{LlmTimeouts, RetryPolicy};
+use crate::llm::{LlmTarget, LlmTimeouts, RetryPolicy};
 use crate::protocol::TraceSpan;
 
 /// Engine-wide settings, fixed when the [`crate::Supervisor`] starts.

@@ -59,9 +59,9 @@ mod take;
 mod unstarted;
 
 #[cfg(test)]
-mod tests;
+mod model_tests;
 #[cfg(test)]
-mod tests_model;
+mod tests;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -193,12 +193,19 @@ impl RunControl {
 
 /// One run to drive: the request, the engine settings, the two ports and the stop switch.
 pub struct RunLoop {
+    /// The run's id (its folder under `.delta/`).
     pub(crate) run_id: String,
+    /// What to run: agent, work folder, start, model target, environment, limits.
     pub(crate) request: RunRequest,
+    /// The engine's settings (limits, retry, output caps), shared with every run.
     pub(crate) config: Arc<SupervisorConfig>,
+    /// Where model calls go (the gate of the run's endpoint, or a test's model).
     pub(crate) model: Rc<dyn ModelPort>,
+    /// Where tool calls go (the tool kinds, or a test's tools).
     pub(crate) tools: Rc<dyn ToolPort>,
+    /// The stop switch: a cancel asks the loop to stop at its next safe point.
     pub(crate) control: Arc<RunControl>,
+    /// Where the run's events go (the supervisor's subscribers).
     pub(crate) events: broadcast::Sender<RunEvent>,
     /// What the run's tool kinds share with the engine's other runs (MCP servers).
     pub(crate) services: ToolServices,

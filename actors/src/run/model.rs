@@ -16,8 +16,8 @@ use crate::hooks::{apply_request_override, HookOutcome, OVERRIDABLE_FIELDS};
 use crate::journal::Event;
 use crate::llm::usage::{call_usage, CallUsage};
 use crate::llm::{
-    CallOutcome, ChatCompletion, ChatRequest, FirstTokenClock, LlmError, RequestMeta, TextSink,
-    Usage, WireOptions,
+    CallFailure, CallOutcome, ChatCompletion, ChatRequest, FirstTokenClock, LlmError, RequestMeta,
+    TextSink, Usage, WireOptions,
 };
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
@@ -290,43 +290,12 @@ impl Run {
                 return Err(Halt::Stopped);
             }
             Err(failure) => {
-                // Billed even though no reply came of them.
-                self.count_usage(exact(failure.failed_attempts_usage), None, &request.model);
-                self.report_model_call(
+                return Err(self.settle_failed_call(
                     &request,
-                    CallEnding::Failed(&failure.error),
-                    CallFigures {
-                        attempts: failure.attempts,
-                        duration: started.elapsed(),
-                        waited: Duration::ZERO,
-                        first_token: None,
-                        usage: failure.failed_attempts_usage,
-                        estimated: false,
-                    },
-                );
-                self.write_invocation_record(&InvocationRecord {
-                    iteration: self.iteration,
-                    attempt: None,
-                    request: RecordedRequest::new(&request, wire_body.as_ref()),
-                    response: None,
-                    error: Some(failure.error.to_string()),
-                    duration_ms: None,
-                    waited_ms: None,
-                    retry_in_ms: None,
-                    stream: None,
-                    attempts: Some(failure.attempts),
-                    failed_attempts: Some(&failure.failed_attempts),
-                })?;
-                let message = format!(
-                    "model call failed after {} attempt(s): {}",
-                    failure.attempts, failure.error
-                );
-                self.log(&message);
-                let kind = match failure.error {
-                    LlmError::Timeout { .. } => RunErrorKind::LlmTimeout,
-                    _ => RunErrorKind::LlmError,
-                };
-                return Err(Halt::Failed(error_info(kind, message)));
+                    wire_body.as_ref(),
+                    failure,
+                    started,
+                )?);
             }
         };
         // The endpoint taught the backend another form during the call: the record keeps
@@ -433,6 +402,55 @@ impl Run {
     /// The request as the endpoint wants it written, reusing the JSON of the messages the
     /// previous request shared. `None` when it cannot be serialized (the backend then
     /// serializes it and reports the failure).
+    /// A call that failed for good: its attempts' tokens counted (billed though no reply
+    /// came of them), its end reported, its invocation record written, and the halt that
+    /// fails the run; an error only when the record cannot be written.
+    fn settle_failed_call(
+        &mut self,
+        request: &ChatRequest,
+        wire_body: Option<&WireBody>,
+        failure: CallFailure,
+        started: std::time::Instant,
+    ) -> Result<Halt, Halt> {
+        // Billed even though no reply came of them.
+        self.count_usage(exact(failure.failed_attempts_usage), None, &request.model);
+        self.report_model_call(
+            request,
+            CallEnding::Failed(&failure.error),
+            CallFigures {
+                attempts: failure.attempts,
+                duration: started.elapsed(),
+                waited: Duration::ZERO,
+                first_token: None,
+                usage: failure.failed_attempts_usage,
+                estimated: false,
+            },
+        );
+        self.write_invocation_record(&InvocationRecord {
+            iteration: self.iteration,
+            attempt: None,
+            request: RecordedRequest::new(request, wire_body),
+            response: None,
+            error: Some(failure.error.to_string()),
+            duration_ms: None,
+            waited_ms: None,
+            retry_in_ms: None,
+            stream: None,
+            attempts: Some(failure.attempts),
+            failed_attempts: Some(&failure.failed_attempts),
+        })?;
+        let message = format!(
+            "model call failed after {} attempt(s): {}",
+            failure.attempts, failure.error
+        );
+        self.log(&message);
+        let kind = match failure.error {
+            LlmError::Timeout { .. } => RunErrorKind::LlmTimeout,
+            _ => RunErrorKind::LlmError,
+        };
+        Ok(Halt::Failed(error_info(kind, message)))
+    }
+
     fn serialize_for_wire(
         &mut self,
         request: &ChatRequest,

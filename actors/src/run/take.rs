@@ -134,218 +134,265 @@ pub fn take_run(
 ) -> Result<TakenRun, SetupError> {
     let opts = JournalOptions { fsync_every_event };
     match &request.start {
-        RunStart::New { task } => {
-            // Held from the mkdir until the journal is locked (see reclaim_unstarted_run_dir).
-            let mut creating =
-                CreationLock::creating(&request.work_dir, wait).map_err(lock_failure)?;
-            let paths = match create_run_dir(&request.work_dir, run_id) {
-                Ok(paths) => paths,
-                Err(e @ WorkspaceError::Io { .. }) => return Err(io(e)),
-                Err(e) => {
-                    drop(creating);
-                    if !reclaim_unstarted_run_dir(&request.work_dir, run_id, wait)
-                        .map_err(lock_failure)?
-                    {
-                        return Err(SetupError::Refused(e.to_string()));
-                    }
-                    creating =
-                        CreationLock::creating(&request.work_dir, wait).map_err(lock_failure)?;
-                    create_run_dir_in_control_dir(&request.work_dir, run_id)
-                        .map_err(|_| SetupError::Refused(e.to_string()))?
-                }
-            };
-            let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
-            let lock = lock_new_run(&paths, &journal)?.ok_or_else(|| {
-                SetupError::Refused(format!(
-                    "run '{run_id}' is locked by another process (lock file {})",
-                    paths.run_dir.join(LOCK_FILE).display()
-                ))
-            })?;
-            drop(creating);
-            journal.set_secrets(secrets.clone());
-            let mut meta = RunMetadata::new_running(
-                run_id,
-                &request.agent.name,
-                task,
-                &request.agent.home,
-                &request.work_dir,
-                max_iterations,
-            );
-            meta.workspace_id = request.workspace_id.clone();
-            meta.orchestration_id = request.orchestration_id.clone();
-            meta.max_iterations_requested = request.max_iterations;
-            meta.trace = request.trace.clone();
-            let mut events = Vec::with_capacity(16);
-            events.push(
-                journal
-                    .append(Event::EngineStart {
-                        run_id: run_id.to_string(),
-                        agent_home: meta.agent_home.clone(),
-                        work_dir: meta.work_dir.clone(),
-                        agent_name: meta.agent_name.clone(),
-                        task: task.clone(),
-                    })
-                    .map_err(io)?,
-            );
-            events.push(
-                journal
-                    .append(Event::UserMessage {
-                        content: task.clone(),
-                    })
-                    .map_err(io)?,
-            );
-            // Metadata last: a run folder with metadata.json always has a journal holding
-            // the task, and one without it never started (see reclaim_unstarted_run_dir).
-            write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
-            Ok(TakenRun {
-                paths,
-                journal,
-                events,
-                meta,
-                lock,
-                resumed: false,
-                previous_trace: None,
-            })
-        }
+        RunStart::New { task } => take_new_run(
+            run_id,
+            request,
+            task,
+            max_iterations,
+            (opts, durable),
+            secrets,
+            wait,
+        ),
         RunStart::Continue { message, force } => {
-            let paths = open_run_dir(&request.work_dir, run_id)
-                .map_err(|e| SetupError::Refused(e.to_string()))?;
-            let meta =
-                read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let (lock, takeover_reason) = take_lock(run_id, &paths, &meta, *force)?;
-            // Re-read under the lock: the previous owner may have finished in between.
-            let mut meta =
-                read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
-            let (mut journal, mut events) = Journal::open_with_secrets(
-                &paths.run_dir,
-                opts,
-                secrets.clone(),
-                lock.shares_file_with(&paths.journal),
+            let start = (message, force);
+            take_continued_run(
+                run_id,
+                request,
+                start,
+                max_iterations,
+                (opts, durable),
+                secrets,
             )
-            .map_err(journal_refusal)?;
-            // Decide everything first: a refusal below must leave the run as it was.
-            let interrupted = (meta.status == RunStatus::Running).then(|| {
-                // We hold the lock, so whoever recorded RUNNING no longer drives the run.
-                takeover_reason.unwrap_or_else(|| {
-                    format!(
-                        "the run lock was free: process {} on host '{}' no longer drives the run",
-                        meta.pid, meta.hostname
-                    )
-                })
-            });
-            let status = if interrupted.is_some() {
-                RunStatus::Interrupted
-            } else {
-                meta.status
-            };
-            let response_file = paths.interaction_dir.join("response.txt");
-            let answer = match status {
-                RunStatus::WaitingForInput => {
-                    let answer = match message {
-                        Some(m) => Some(m.clone()),
-                        None => read_response_file(&response_file)?,
-                    };
-                    let Some(answer) = answer else {
-                        return Err(SetupError::Refused(format!(
-                            "run '{run_id}' is WAITING_FOR_INPUT: give the answer with -m \"...\" or write it to {}",
-                            response_file.display()
-                        )));
-                    };
-                    Some(answer)
-                }
-                RunStatus::Completed if message.is_none() => {
-                    return Err(SetupError::Refused(format!(
-                        "run '{run_id}' is {status}: to continue it, give a message with -m \"...\""
-                    )));
-                }
-                // A FAILED run is retried without a message by sending the same conversation
-                // again (a connection error, a timeout: issue 31 item 16), unless the model
-                // had answered: the same history would only end the run the same way.
-                RunStatus::Failed
-                    if message.is_none() && recorded_final_answer(&events).is_some() =>
-                {
-                    return Err(SetupError::Refused(format!(
-                        "run '{run_id}' is FAILED after the model's final answer: to retry it, give \
-                         a message with -m \"...\" saying what to do differently"
-                    )));
-                }
-                _ => None,
-            };
-            // The record first: when metadata.json cannot be written (a full disk, an
-            // unwritable spare) the continue fails here with that cause and the journal is
-            // untouched, so a retry does not send the message twice.
-            meta.claim(&current_process_identity());
-            meta.status = RunStatus::Running;
-            meta.end_time = None;
-            meta.error = None;
-            meta.result = None;
-            meta.max_iterations = max_iterations;
-            // A continuation given a cap keeps it for the next one; one without keeps the
-            // cap the run was given before (the caller applied it: see the field).
-            if request.max_iterations.is_some() {
-                meta.max_iterations_requested = request.max_iterations;
-            }
-            meta.agent_home = request.agent.home.to_string_lossy().into_owned();
-            // This start's span replaces the last one's, which its span links to.
-            let previous_trace = std::mem::replace(&mut meta.trace, request.trace.clone());
-            write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
-            crate::workspace::mark_runs_changed(&request.work_dir);
-            restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
-            if let Some(reason) = interrupted {
-                events.push(
-                    journal
-                        .append(Event::Interrupted {
-                            reason: format!("janitor: {reason}"),
-                        })
-                        .map_err(io)?,
-                );
-            }
-            if let Some(answer) = &answer {
-                if let Some(q) = pending_ask_human(&events) {
-                    let recorded =
-                        crate::run::human::record_answer(&mut journal, &paths, &q, answer, secrets)
-                            .map_err(io)?;
-                    events.extend(recorded);
-                }
-                let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));
-                let _ = std::fs::remove_file(&response_file);
-            }
-            // Every call a crash left without a result gets one, so the history stays valid.
-            for (iteration, action_id, tool_name) in unanswered_calls(&events) {
-                events.push(
-                    journal
-                        .append(Event::ActionResult {
-                            iteration,
-                            action_id,
-                            tool_name,
-                            status: ActionStatus::Error,
-                            observation_content: INTERRUPTED_OBSERVATION.to_string(),
-                            exit_code: None,
-                            execution_ref: None,
-                        })
-                        .map_err(io)?,
-                );
-            }
-            if status != RunStatus::WaitingForInput {
-                if let Some(m) = message {
-                    events.push(
-                        journal
-                            .append(Event::UserMessage { content: m.clone() })
-                            .map_err(io)?,
-                    );
-                }
-            }
-            Ok(TakenRun {
-                paths,
-                journal,
-                events,
-                meta,
-                lock,
-                resumed: true,
-                previous_trace,
-            })
         }
     }
+}
+
+/// A new run: its folder created under the workspace's creation lock, its journal locked
+/// and started with the task, then its first metadata record.
+fn take_new_run(
+    run_id: &str,
+    request: &RunRequest,
+    task: &str,
+    max_iterations: u32,
+    (opts, durable): (JournalOptions, bool),
+    secrets: &Redactor,
+    wait: &mut LockWait,
+) -> Result<TakenRun, SetupError> {
+    // Held from the mkdir until the journal is locked (see reclaim_unstarted_run_dir).
+    let mut creating = CreationLock::creating(&request.work_dir, wait).map_err(lock_failure)?;
+    let paths = match create_run_dir(&request.work_dir, run_id) {
+        Ok(paths) => paths,
+        Err(e @ WorkspaceError::Io { .. }) => return Err(io(e)),
+        Err(e) => {
+            drop(creating);
+            if !reclaim_unstarted_run_dir(&request.work_dir, run_id, wait).map_err(lock_failure)? {
+                return Err(SetupError::Refused(e.to_string()));
+            }
+            creating = CreationLock::creating(&request.work_dir, wait).map_err(lock_failure)?;
+            create_run_dir_in_control_dir(&request.work_dir, run_id)
+                .map_err(|_| SetupError::Refused(e.to_string()))?
+        }
+    };
+    let mut journal = Journal::create(&paths.run_dir, opts).map_err(io)?;
+    let lock = lock_new_run(&paths, &journal)?.ok_or_else(|| {
+        SetupError::Refused(format!(
+            "run '{run_id}' is locked by another process (lock file {})",
+            paths.run_dir.join(LOCK_FILE).display()
+        ))
+    })?;
+    drop(creating);
+    journal.set_secrets(secrets.clone());
+    let mut meta = RunMetadata::new_running(
+        run_id,
+        &request.agent.name,
+        task,
+        &request.agent.home,
+        &request.work_dir,
+        max_iterations,
+    );
+    meta.workspace_id = request.workspace_id.clone();
+    meta.orchestration_id = request.orchestration_id.clone();
+    meta.max_iterations_requested = request.max_iterations;
+    meta.trace = request.trace.clone();
+    let mut events = Vec::with_capacity(16);
+    events.push(
+        journal
+            .append(Event::EngineStart {
+                run_id: run_id.to_string(),
+                agent_home: meta.agent_home.clone(),
+                work_dir: meta.work_dir.clone(),
+                agent_name: meta.agent_name.clone(),
+                task: task.to_owned(),
+            })
+            .map_err(io)?,
+    );
+    events.push(
+        journal
+            .append(Event::UserMessage {
+                content: task.to_owned(),
+            })
+            .map_err(io)?,
+    );
+    // Metadata last: a run folder with metadata.json always has a journal holding
+    // the task, and one without it never started (see reclaim_unstarted_run_dir).
+    write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
+    Ok(TakenRun {
+        paths,
+        journal,
+        events,
+        meta,
+        lock,
+        resumed: false,
+        previous_trace: None,
+    })
+}
+
+/// A run continued from its journal: taken over under its lock, with the answer, the
+/// interruption and the unanswered calls recorded, and `message` appended; refused (the
+/// run left as it was) when its status does not allow the continue.
+fn take_continued_run(
+    run_id: &str,
+    request: &RunRequest,
+    (message, force): (&Option<String>, &bool),
+    max_iterations: u32,
+    (opts, durable): (JournalOptions, bool),
+    secrets: &Redactor,
+) -> Result<TakenRun, SetupError> {
+    let paths =
+        open_run_dir(&request.work_dir, run_id).map_err(|e| SetupError::Refused(e.to_string()))?;
+    let meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
+    let (lock, takeover_reason) = take_lock(run_id, &paths, &meta, *force)?;
+    // Re-read under the lock: the previous owner may have finished in between.
+    let mut meta = read_metadata(&paths.run_dir).map_err(|e| SetupError::Refused(e.to_string()))?;
+    let (mut journal, mut events) = Journal::open_with_secrets(
+        &paths.run_dir,
+        opts,
+        secrets.clone(),
+        lock.shares_file_with(&paths.journal),
+    )
+    .map_err(journal_refusal)?;
+    // Decide everything first: a refusal below must leave the run as it was.
+    let interrupted = (meta.status == RunStatus::Running).then(|| {
+        // We hold the lock, so whoever recorded RUNNING no longer drives the run.
+        takeover_reason.unwrap_or_else(|| {
+            format!(
+                "the run lock was free: process {} on host '{}' no longer drives the run",
+                meta.pid, meta.hostname
+            )
+        })
+    });
+    let status = if interrupted.is_some() {
+        RunStatus::Interrupted
+    } else {
+        meta.status
+    };
+    let response_file = paths.interaction_dir.join("response.txt");
+    let answer = continue_answer(run_id, status, message, &events, &response_file)?;
+    // The record first: when metadata.json cannot be written (a full disk, an
+    // unwritable spare) the continue fails here with that cause and the journal is
+    // untouched, so a retry does not send the message twice.
+    meta.claim(&current_process_identity());
+    meta.status = RunStatus::Running;
+    meta.end_time = None;
+    meta.error = None;
+    meta.result = None;
+    meta.max_iterations = max_iterations;
+    // A continuation given a cap keeps it for the next one; one without keeps the
+    // cap the run was given before (the caller applied it: see the field).
+    if request.max_iterations.is_some() {
+        meta.max_iterations_requested = request.max_iterations;
+    }
+    meta.agent_home = request.agent.home.to_string_lossy().into_owned();
+    // This start's span replaces the last one's, which its span links to.
+    let previous_trace = std::mem::replace(&mut meta.trace, request.trace.clone());
+    write_metadata_with(&paths.run_dir, &meta, durable).map_err(io)?;
+    crate::workspace::mark_runs_changed(&request.work_dir);
+    restore_task(run_id, &meta, &mut journal, &mut events).map_err(io)?;
+    if let Some(reason) = interrupted {
+        events.push(
+            journal
+                .append(Event::Interrupted {
+                    reason: format!("janitor: {reason}"),
+                })
+                .map_err(io)?,
+        );
+    }
+    if let Some(answer) = &answer {
+        if let Some(q) = pending_ask_human(&events) {
+            let recorded =
+                crate::run::human::record_answer(&mut journal, &paths, &q, answer, secrets)
+                    .map_err(io)?;
+            events.extend(recorded);
+        }
+        let _ = std::fs::remove_file(paths.interaction_dir.join("request.json"));
+        let _ = std::fs::remove_file(&response_file);
+    }
+    // Every call a crash left without a result gets one, so the history stays valid.
+    for (iteration, action_id, tool_name) in unanswered_calls(&events) {
+        events.push(
+            journal
+                .append(Event::ActionResult {
+                    iteration,
+                    action_id,
+                    tool_name,
+                    status: ActionStatus::Error,
+                    observation_content: INTERRUPTED_OBSERVATION.to_string(),
+                    exit_code: None,
+                    execution_ref: None,
+                })
+                .map_err(io)?,
+        );
+    }
+    if status != RunStatus::WaitingForInput {
+        if let Some(m) = message {
+            events.push(
+                journal
+                    .append(Event::UserMessage { content: m.clone() })
+                    .map_err(io)?,
+            );
+        }
+    }
+    Ok(TakenRun {
+        paths,
+        journal,
+        events,
+        meta,
+        lock,
+        resumed: true,
+        previous_trace,
+    })
+}
+
+/// The answer a continue brings to a run of `status`, or why the continue is refused: a run
+/// WAITING_FOR_INPUT needs one (`message`, else its response file), a COMPLETED run or one
+/// FAILED after the model's final answer needs a message.
+fn continue_answer(
+    run_id: &str,
+    status: RunStatus,
+    message: &Option<String>,
+    events: &[JournalEvent],
+    response_file: &Path,
+) -> Result<Option<String>, SetupError> {
+    Ok(match status {
+        RunStatus::WaitingForInput => {
+            let answer = match message {
+                Some(m) => Some(m.clone()),
+                None => read_response_file(response_file)?,
+            };
+            let Some(answer) = answer else {
+                return Err(SetupError::Refused(format!(
+                        "run '{run_id}' is WAITING_FOR_INPUT: give the answer with -m \"...\" or write it to {}",
+                        response_file.display()
+                    )));
+            };
+            Some(answer)
+        }
+        RunStatus::Completed if message.is_none() => {
+            return Err(SetupError::Refused(format!(
+                "run '{run_id}' is {status}: to continue it, give a message with -m \"...\""
+            )));
+        }
+        // A FAILED run is retried without a message by sending the same conversation
+        // again (a connection error, a timeout: issue 31 item 16), unless the model
+        // had answered: the same history would only end the run the same way.
+        RunStatus::Failed if message.is_none() && recorded_final_answer(events).is_some() => {
+            return Err(SetupError::Refused(format!(
+                "run '{run_id}' is FAILED after the model's final answer: to retry it, give \
+                     a message with -m \"...\" saying what to do differently"
+            )));
+        }
+        _ => None,
+    })
 }
 
 /// Locks a new run through its journal's descriptor (one descriptor for both; see

@@ -16,13 +16,14 @@ use tokio_util::sync::CancellationToken;
 use super::{ModelPort, RunControl, RunLoop, ToolPort};
 use crate::agent::load_agent;
 use crate::journal::{read_journal, ActionStatus, Event};
+use crate::llm::LlmTarget;
 use crate::llm::{
     CallFailure, CallOutcome, ChatCompletion, ChatMessage, ChatRequest, LlmError, RequestMeta,
     RetryObserver, ToolCall, Usage,
 };
 use crate::protocol::RunResult;
 use crate::protocol::RunStatus;
-use crate::request::{LlmTarget, RunRequest, RunStart, SupervisorConfig};
+use crate::request::{RunRequest, RunStart, SupervisorConfig};
 use crate::tool::job::{ToolExecution, ToolJob};
 
 /// Answers each model call with the next scripted reply; records what it was sent.

@@ -1,16 +1,18 @@
-//! The executor port: where an orchestration's runs execute, seen by the
-//! `OrchestrationActor` through four messages ([`SubmitPlanned`], [`CancelPlanned`],
-//! [`Flush`], [`StopExecutor`]) and [`ExecutorDesk`], the handle of their recipients — the
-//! way [`RunDesk`](crate::runtime::admission::RunDesk) is the supervisor's. An executor is an
-//! actor taking the four messages; [`Executor::start`] starts one per orchestration.
+//! The executor port: where an orchestration's runs execute. An executor is plain Rust: an
+//! [`Executor`] starts one [`StartedExecutor`] per orchestration, which takes the
+//! orchestration's four requests — [`submit`](StartedExecutor::submit) a planned run (its
+//! [`RunEnd`] comes back on the run's `reply`), [`cancel`](StartedExecutor::cancel) one,
+//! [`flush`](StartedExecutor::flush) what was asked so far, [`stop`](StartedExecutor::stop) —
+//! and fails to start with an [`ExecutorError`]. No actix type is part of it.
 //!
 //! Built in: [`LocalExecutor`] (this process, an adapter over the `RunSupervisor`'s
-//! `RunDesk`) and, with the `cluster` feature, the Slurm executor
-//! (`SlurmExecutor`, which writes its own handoff files). An embedder adds
-//! `delta_actors::executor::slurm::start_slurm` runs a plan on Slurm in one call (relay,
-//! routes, the jobs' environment). The supervisor picks the built-in one a request names.
-//! An embedder adds one by implementing [`Executor`] and passing it to `Supervisor::orchestrate_on`; no
-//! orchestrator file changes (docs/scale-out.md).
+//! `RunDesk`) and, with the `cluster` feature, the Slurm executor (`SlurmExecutor`, which
+//! writes its own handoff files; `delta_actors::executor::slurm::start_slurm` runs a plan on
+//! Slurm in one call: relay, routes, the jobs' environment). Both are actors inside the
+//! runtime, reached through `ExecutorDesk`, the private adapter holding their mailboxes. The
+//! supervisor picks the built-in one a request names; an embedder adds one by implementing
+//! [`Executor`] and passing it to `Supervisor::orchestrate_on`, and no orchestrator file
+//! changes (docs/scale-out.md).
 //!
 //! Must not: decide scheduling (retries, order, limits are the scheduler's): an executor
 //! runs what it is handed and reports each run's end.
@@ -25,10 +27,8 @@ use crate::plan::PlannedRun;
 use crate::request::{OrchestrationRequest, RunRequest, RunStart};
 use crate::runtime::admission::{CancelRun, RunDesk, SubmitRun};
 
-/// Run one planned run; its end is sent on `reply` (a dropped `reply` reads as a lost run).
-/// The run's workspace `work_dir` exists already.
-#[derive(Message)]
-#[rtype(result = "()")]
+/// One planned run to execute; its end is sent on `reply` (a dropped `reply` reads as a lost
+/// run). The run's workspace `work_dir` exists already.
 pub struct SubmitPlanned {
     /// The run as the scheduler planned it (id, stage, index, agent, message, limits).
     pub run: PlannedRun,
@@ -44,8 +44,7 @@ pub struct SubmitPlanned {
 }
 
 /// Interrupt one run (a run not started yet ends INTERRUPTED).
-#[derive(Message)]
-#[rtype(result = "()")]
+#[derive(Debug, Clone)]
 pub struct CancelPlanned {
     /// The run to interrupt.
     pub run_id: String,
@@ -53,41 +52,88 @@ pub struct CancelPlanned {
     pub reason: String,
 }
 
-/// Carry out the submissions and cancels asked for so far: sent after each batch of the
-/// scheduler's effects, so an executor may group a stage's fan-out (Slurm: one job array).
+/// Why an executor could not start for an orchestration: every run handed to it then ends
+/// lost, with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecutorError {
+    /// A service or setting it needs is missing or refused (a cluster not answering, a
+    /// folder it cannot write).
+    #[error("the {executor} executor cannot start: {reason}")]
+    CannotStart {
+        /// The executor's name, for the message (`local`, `slurm`, `kubernetes`...).
+        executor: String,
+        /// What is missing, and how to fix it.
+        reason: String,
+    },
+    /// It started and has stopped since (it takes no more runs).
+    #[error("the {executor} executor has stopped")]
+    Stopped {
+        /// The executor's name.
+        executor: String,
+    },
+}
+
+/// One orchestration's started executor. Its methods are called in the order the scheduler
+/// decided, on the orchestration's thread inside the engine's runtime: they must not block
+/// (hand slow work to a task: `tokio::spawn` works there), and a run's end may come back on
+/// its `reply` at any later time.
+pub trait StartedExecutor: Send + 'static {
+    /// Take one planned run; its end goes to `run.reply`.
+    fn submit(&mut self, run: SubmitPlanned);
+    /// Interrupt a run submitted earlier.
+    fn cancel(&mut self, cancel: CancelPlanned);
+    /// Carry out the submissions and cancels asked for so far: called after each batch of
+    /// the scheduler's effects, so an executor may group a stage's fan-out (Slurm: one job
+    /// array).
+    fn flush(&mut self);
+    /// The orchestration is over: release whatever the executor holds.
+    fn stop(&mut self);
+}
+
+/// Starts an orchestration's executor.
+pub trait Executor: Send + Sync + 'static {
+    /// A started executor for the orchestration `setup` describes, or why it cannot start.
+    /// Called inside the engine's runtime (see [`StartedExecutor`]).
+    fn start(&self, setup: ExecutorSetup) -> Result<Box<dyn StartedExecutor>, ExecutorError>;
+}
+
+/// [`StartedExecutor::submit`] as a message of the runtime's built-in executor actors.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Flush;
+pub(crate) struct Submit(pub(crate) SubmitPlanned);
 
-/// The orchestration is over: release whatever the executor holds and stop.
+/// [`StartedExecutor::cancel`] as a message.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct StopExecutor;
+pub(crate) struct Cancel(pub(crate) CancelPlanned);
 
-/// Where an orchestration hands its runs: the recipients of the four messages.
+/// [`StartedExecutor::flush`] as a message.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Flush;
+
+/// [`StartedExecutor::stop`] as a message.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopExecutor;
+
+/// The private adapter between the port and a built-in executor actor: the recipients of
+/// its four messages.
 #[derive(Clone)]
-pub struct ExecutorDesk {
-    /// Takes [`SubmitPlanned`].
-    pub submit: Recipient<SubmitPlanned>,
-    /// Takes [`CancelPlanned`].
-    pub cancel: Recipient<CancelPlanned>,
-    /// Takes [`Flush`].
-    pub flush: Recipient<Flush>,
-    /// Takes [`StopExecutor`].
-    pub stop: Recipient<StopExecutor>,
+pub(crate) struct ExecutorDesk {
+    submit: Recipient<Submit>,
+    cancel: Recipient<Cancel>,
+    flush: Recipient<Flush>,
+    stop: Recipient<StopExecutor>,
 }
 
 impl ExecutorDesk {
     /// The desk of an actor that handles the four messages.
-    pub fn of<A>(addr: Addr<A>) -> ExecutorDesk
+    pub(crate) fn of<A>(addr: Addr<A>) -> ExecutorDesk
     where
-        A: Actor
-            + Handler<SubmitPlanned>
-            + Handler<CancelPlanned>
-            + Handler<Flush>
-            + Handler<StopExecutor>,
-        A::Context: actix::dev::ToEnvelope<A, SubmitPlanned>
-            + actix::dev::ToEnvelope<A, CancelPlanned>
+        A: Actor + Handler<Submit> + Handler<Cancel> + Handler<Flush> + Handler<StopExecutor>,
+        A::Context: actix::dev::ToEnvelope<A, Submit>
+            + actix::dev::ToEnvelope<A, Cancel>
             + actix::dev::ToEnvelope<A, Flush>
             + actix::dev::ToEnvelope<A, StopExecutor>,
     {
@@ -100,6 +146,25 @@ impl ExecutorDesk {
     }
 }
 
+impl StartedExecutor for ExecutorDesk {
+    /// A stopped actor drops the message, and with it the run's `reply`: the run ends lost.
+    fn submit(&mut self, run: SubmitPlanned) {
+        self.submit.do_send(Submit(run));
+    }
+
+    fn cancel(&mut self, cancel: CancelPlanned) {
+        self.cancel.do_send(Cancel(cancel));
+    }
+
+    fn flush(&mut self) {
+        self.flush.do_send(Flush);
+    }
+
+    fn stop(&mut self) {
+        self.stop.do_send(StopExecutor);
+    }
+}
+
 /// What an executor is started with, once per orchestration.
 #[derive(Clone)]
 pub struct ExecutorSetup {
@@ -108,23 +173,16 @@ pub struct ExecutorSetup {
     pub request: OrchestrationRequest,
     /// The orchestration's folder (`<workspace>/.delta/orchestrations/<id>`), already open.
     pub orchestration_dir: PathBuf,
-    /// The engine's run supervisor, for executors that run in this process.
-    pub runs: RunDesk,
-}
-
-/// Starts an orchestration's executor. Called from inside the orchestration's actor, so an
-/// implementation may `start()` actors.
-pub trait Executor: Send + Sync + 'static {
-    /// The desk of a started executor, or why it cannot start (every run then ends lost).
-    fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String>;
+    /// The engine's run supervisor, for the executor that runs in this process.
+    pub(crate) runs: RunDesk,
 }
 
 /// Runs in this process: each planned run becomes a `RunRequest` for the `RunSupervisor`.
 pub struct LocalExecutor;
 
 impl Executor for LocalExecutor {
-    fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String> {
-        Ok(ExecutorDesk::of(LocalRuns { setup }.start()))
+    fn start(&self, setup: ExecutorSetup) -> Result<Box<dyn StartedExecutor>, ExecutorError> {
+        Ok(Box::new(ExecutorDesk::of(LocalRuns { setup }.start())))
     }
 }
 
@@ -183,10 +241,10 @@ impl LocalRuns {
     }
 }
 
-impl Handler<SubmitPlanned> for LocalRuns {
+impl Handler<Submit> for LocalRuns {
     type Result = ();
 
-    fn handle(&mut self, msg: SubmitPlanned, ctx: &mut Self::Context) {
+    fn handle(&mut self, Submit(msg): Submit, ctx: &mut Self::Context) {
         let run_id = msg.run.run_id.clone();
         let work_dir = msg.work_dir.clone();
         let request = match self.run_request(msg.run, msg.work_dir, msg.launch, msg.trace) {
@@ -220,10 +278,10 @@ impl Handler<SubmitPlanned> for LocalRuns {
     }
 }
 
-impl Handler<CancelPlanned> for LocalRuns {
+impl Handler<Cancel> for LocalRuns {
     type Result = ();
 
-    fn handle(&mut self, msg: CancelPlanned, _: &mut Self::Context) {
+    fn handle(&mut self, Cancel(msg): Cancel, _: &mut Self::Context) {
         self.setup.runs.cancel.do_send(CancelRun {
             run_id: msg.run_id,
             reason: msg.reason,

@@ -2,12 +2,12 @@
 //!
 //! # Topology
 //! ```text
-//! Supervisor (handle, api.rs) ──> RunSupervisor ──spawns──> RunActor (one per run_id, on an arbiter of the pool)
+//! Supervisor (handle, api/) ──> RunSupervisor ──spawns──> RunActor (one per run_id, on an arbiter of the pool)
 //!                                   │    │                    │ calls ─> LlmGate (per endpoint, shared)
 //!                                   │    │                    │ ask ──> ToolActor (one per tool call)
 //!                                   │    │                    │ runs ─> lifecycle hooks (futures on the actor)
 //!                                   │    │                    └ appends ──> journal.jsonl, metadata.json, io/
-//!                                   │    └──> OrchestrationActor (one per plan) ──SubmitPlanned──> its executor (executor.rs):
+//!                                   │    └──> OrchestrationActor (one per plan) ──submit──> its executor (the port, executor.rs):
 //!                                   │           LocalExecutor's actor ──SubmitRun──> RunSupervisor, or SlurmExecutor (sbatch), or an embedder's
 //!                                   └──> JanitorActor (orphaned runs; periodic inside orchestrations)
 //! SessionActor (one per session) — used by the sessions CLIs and by embedders
@@ -26,12 +26,12 @@
 //! | `CancelRun` / `CancelAll` | RunSupervisor | `()` | interrupt one / every run (queued runs finish INTERRUPTED unstarted) |
 //! | `CancelRunActor` | RunActor | `()` | stop at the next safe point |
 //! | `StartOrchestration` | RunSupervisor | `Result<()>` | start a plan's state machine; its summary arrives on the oneshot inside |
-//! | `SubmitPlanned` / `CancelPlanned` / `Flush` / `StopExecutor` | an executor (`executor.rs`) | `()` | run a planned run (its `RunEnd` on the oneshot inside) / interrupt it / the batch is over / the orchestration ended |
+//! | `Submit` / `Cancel` / `Flush` / `StopExecutor` | a built-in executor's actor, through the port's private adapter (`executor.rs`) | `()` | run a planned run (its `RunEnd` on the oneshot inside) / interrupt it / the batch is over / the orchestration ended |
 //! | `CancelOrchestration` | OrchestrationActor | `()` | stop submitting, interrupt the plan's runs, finish INTERRUPTED |
 //! | `Sweep` / `StopJanitor` | JanitorActor | actions / `()` | mark orphaned RUNNING runs INTERRUPTED now / stop sweeping |
 //! | `ExecCommand` / `EndSession` | SessionActor | outcome | one shell exec (serialized by the mailbox) / end the session |
 //! | `Execute` | ToolActor | `ToolExecution` | run one tool call; the actor stops after answering |
-//! | `CreateSession` … `RestartWorker`, `FindWorker` | ServeManager | `Result<_, ServeError>` | the `delta serve` REST calls (see `serve/messages.rs`) |
+//! | `CreateSession` … `RestartWorker`, `FindWorker` | ServeManager | `Result<_, ServeError>` | the `delta serve` REST calls (see `serve/manager/messages.rs`) |
 //! | `WorkerNotice` | ServeManager | `()` | a worker's activity changed, its program exited, or its holder is gone (revive) |
 //! | `Attach` / `Detach` / `Resync` | WorkerActor | viewer id / `()` | a viewer joins (its snapshot is queued first), leaves, or caught up after lagging |
 //! | `Input` / `Resize` / `History` / `StopWorker` | WorkerActor | … | keystrokes to the holder, PTY size, the screen to carry into a new epoch, stop (close code 1000 or 4001) |

@@ -12,11 +12,12 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::{broadcast, oneshot};
 
+use crate::llm::LlmTarget;
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, ScriptedBackend};
 use crate::plan::state::OrchestrationSummary;
 use crate::plan::LlmLimits;
 use crate::protocol::{EngineError, OrchestrationEvent, RunEvent, RunResult};
-use crate::request::{LlmTarget, OrchestrationRequest, RunRequest, RunStart, SupervisorConfig};
+use crate::request::{OrchestrationRequest, RunRequest, RunStart, SupervisorConfig};
 use crate::run::{record_panic_failure, setup_failure, unstarted_interrupted};
 use crate::runtime::admission::{CancelRun, RunDesk, SubmitRun};
 use crate::runtime::orchestrator::{CancelOrchestration, OrchestrationActor};
@@ -49,17 +50,27 @@ struct Queued {
     reply: oneshot::Sender<RunResult>,
 }
 
+/// The actor that admits runs (at most `max_parallel` at once, the rest queued in order),
+/// spreads them over its arbiter pool, and starts orchestrations.
 pub struct RunSupervisor {
+    /// The engine's settings, shared with every run.
     config: Arc<SupervisorConfig>,
+    /// Where every run's events go (the handle's subscribers listen).
     events: broadcast::Sender<RunEvent>,
+    /// The pool of threads runs are started on (`config.arbiters` of them).
     arbiters: Vec<Arbiter>,
+    /// The arbiter the next run starts on (round robin).
     next_arbiter: usize,
     /// One gate per endpoint (base URL + key): every run of the endpoint shares its
     /// in-flight cap, rate limit and Retry-After barrier.
     gates: HashMap<String, Arc<LlmGate>>,
+    /// The runs started and not finished, by run id.
     running: HashMap<String, Addr<RunActor>>,
+    /// Runs waiting for a free slot, in the order they were submitted.
     queue: VecDeque<Queued>,
+    /// The ids in `queue`, so a second submission of one is refused at once.
     queued_ids: std::collections::HashSet<String>,
+    /// The orchestrations running, by orchestration id (to cancel them).
     orchestrations: HashMap<String, Addr<OrchestrationActor>>,
     /// Keeps the process's tool spawner alive while this supervisor runs.
     tool_spawner: Option<Arc<Spawner>>,

@@ -29,6 +29,10 @@ pub const OUTPUT_HEAD: u64 = 32 * 1024;
 pub const OUTPUT_TAIL: u64 = 32 * 1024;
 /// Most io/invocations entries looked at to find a call's records.
 const MAX_DIR_ENTRIES: usize = 200_000;
+/// Longest text shown of a tool call's arguments or of a model call's (or one attempt's)
+/// error, in bytes (cut at a character boundary): enough to read, bounded so one broken
+/// call cannot fill the page.
+pub const MAX_SHORT_TEXT: usize = 4096;
 
 /// One message of a request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -168,7 +172,7 @@ fn tool_calls_of(message: &Value) -> Vec<String> {
                         .get("arguments")
                         .and_then(Value::as_str)
                         .unwrap_or(""),
-                    4096
+                    MAX_SHORT_TEXT
                 )
             )
         })
@@ -257,7 +261,7 @@ pub fn model_call(
             attempt: *attempt,
             error: clip(
                 failed.get("error").and_then(Value::as_str).unwrap_or(""),
-                4096,
+                MAX_SHORT_TEXT,
             ),
             retry_in_ms: failed.get("retry_in_ms").and_then(Value::as_u64),
         });
@@ -272,7 +276,7 @@ pub fn model_call(
             .filter_map(Value::as_str)
             .map(|error| AttemptView {
                 attempt: None,
-                error: clip(error, 4096),
+                error: clip(error, MAX_SHORT_TEXT),
                 retry_in_ms: None,
             })
             .collect();
@@ -337,7 +341,7 @@ fn call_view(record: &Value, iteration: u32, name: String) -> ModelCallView {
         error: record
             .get("error")
             .and_then(Value::as_str)
-            .map(|e| clip(e, 4096)),
+            .map(|e| clip(e, MAX_SHORT_TEXT)),
         failed_attempts: Vec::new(),
     }
 }

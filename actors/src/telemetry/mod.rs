@@ -4,7 +4,7 @@
 //! ([`SupervisorConfig::observer`](crate::SupervisorConfig::observer)), it is told every
 //! event as it is emitted and turns them into
 //! - Prometheus metrics ([`metrics::EngineMetrics`], written as OpenMetrics by
-//!   [`openmetrics`]) — no feature needed;
+//!   [`crate::openmetrics`]) — no feature needed;
 //! - OpenTelemetry spans following the GenAI semantic conventions (`spans`), exported over
 //!   OTLP/HTTP from a bounded queue on a thread of their own (`export`), configured by the
 //!   standard `OTEL_*` variables (`config`) — with the `otel` feature.
@@ -24,8 +24,6 @@
 
 pub mod endpoint;
 pub mod metrics;
-/// The OpenMetrics text format (a module of its own, below the relay, which writes it too).
-pub use crate::openmetrics;
 #[cfg(feature = "serve")]
 pub mod serve_metrics;
 

@@ -4,14 +4,15 @@
 //!
 //! The test executor answers each run in the engine (the message upper-cased) when the
 //! orchestration flushes a batch, as a cluster executor would after one submission. A second
-//! one lets go of every run it is handed: those runs fail with a reason and the plan ends.
+//! one lets go of every run it is handed: those runs fail with a reason and the plan ends; a
+//! third cannot start, and its typed error fails every run. No actor framework here: the port is plain
+//! Rust.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 
-use actix::prelude::*;
 use delta_actors::executor::{
-    CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, StopExecutor, SubmitPlanned,
+    CancelPlanned, Executor, ExecutorError, ExecutorSetup, StartedExecutor, SubmitPlanned,
 };
 use delta_actors::plan::schedule::{RunEnd, RunOutcome};
 use delta_actors::plan::state::OrchestrationStatus;
@@ -25,6 +26,7 @@ use crate::orchestrate::{results, PlanDir};
 struct Seen {
     batches: Vec<Vec<String>>,
     work_dirs_existed: bool,
+    stopped: bool,
 }
 
 struct UpperCaseExecutor {
@@ -32,13 +34,12 @@ struct UpperCaseExecutor {
 }
 
 impl Executor for UpperCaseExecutor {
-    fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String> {
+    fn start(&self, setup: ExecutorSetup) -> Result<Box<dyn StartedExecutor>, ExecutorError> {
         assert!(setup.orchestration_dir.is_dir());
-        let actor = UpperCaseRuns {
+        Ok(Box::new(UpperCaseRuns {
             seen: self.seen.clone(),
             pending: Vec::new(),
-        };
-        Ok(ExecutorDesk::of(actor.start()))
+        }))
     }
 }
 
@@ -47,28 +48,17 @@ struct UpperCaseRuns {
     pending: Vec<SubmitPlanned>,
 }
 
-impl Actor for UpperCaseRuns {
-    type Context = Context<Self>;
-}
-
-impl Handler<SubmitPlanned> for UpperCaseRuns {
-    type Result = ();
-    fn handle(&mut self, msg: SubmitPlanned, _: &mut Self::Context) {
-        self.seen.lock().unwrap().work_dirs_existed = msg.work_dir.is_dir();
-        self.pending.push(msg);
+impl StartedExecutor for UpperCaseRuns {
+    fn submit(&mut self, run: SubmitPlanned) {
+        self.seen.lock().unwrap().work_dirs_existed = run.work_dir.is_dir();
+        self.pending.push(run);
     }
-}
 
-impl Handler<CancelPlanned> for UpperCaseRuns {
-    type Result = ();
-    fn handle(&mut self, msg: CancelPlanned, _: &mut Self::Context) {
-        panic!("nothing is cancelled in this plan: {}", msg.run_id);
+    fn cancel(&mut self, cancel: CancelPlanned) {
+        panic!("nothing is cancelled in this plan: {}", cancel.run_id);
     }
-}
 
-impl Handler<Flush> for UpperCaseRuns {
-    type Result = ();
-    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
+    fn flush(&mut self) {
         let batch = std::mem::take(&mut self.pending);
         self.seen
             .lock()
@@ -92,12 +82,9 @@ impl Handler<Flush> for UpperCaseRuns {
             let _ = submitted.reply.send(RunEnd::Finished(outcome));
         }
     }
-}
 
-impl Handler<StopExecutor> for UpperCaseRuns {
-    type Result = ();
-    fn handle(&mut self, _: StopExecutor, ctx: &mut Self::Context) {
-        ctx.stop();
+    fn stop(&mut self) {
+        self.seen.lock().unwrap().stopped = true;
     }
 }
 
@@ -136,6 +123,7 @@ fn an_embedders_executor_runs_a_plan_to_completion_through_the_port() {
     assert_eq!(results(&summary, "combine"), ["ITEM A,ITEM B,ITEM C"]);
     let seen = seen.lock().unwrap();
     assert!(seen.work_dirs_existed);
+    assert!(seen.stopped, "the orchestration's end stops its executor");
     // A stage's fan-out reaches the executor as one batch, then the next stage's.
     let batches: Vec<_> = seen.batches.iter().filter(|b| !b.is_empty()).collect();
     assert_eq!(
@@ -152,39 +140,20 @@ fn an_embedders_executor_runs_a_plan_to_completion_through_the_port() {
 struct DroppingExecutor;
 
 impl Executor for DroppingExecutor {
-    fn start(&self, _: ExecutorSetup) -> Result<ExecutorDesk, String> {
-        Ok(ExecutorDesk::of(DroppingRuns.start()))
+    fn start(&self, _: ExecutorSetup) -> Result<Box<dyn StartedExecutor>, ExecutorError> {
+        Ok(Box::new(DroppingRuns))
     }
 }
 
 struct DroppingRuns;
 
-impl Actor for DroppingRuns {
-    type Context = Context<Self>;
-}
-
-impl Handler<SubmitPlanned> for DroppingRuns {
-    type Result = ();
-    fn handle(&mut self, msg: SubmitPlanned, _: &mut Self::Context) {
-        drop(msg.reply);
+impl StartedExecutor for DroppingRuns {
+    fn submit(&mut self, run: SubmitPlanned) {
+        drop(run.reply);
     }
-}
-
-impl Handler<CancelPlanned> for DroppingRuns {
-    type Result = ();
-    fn handle(&mut self, _: CancelPlanned, _: &mut Self::Context) {}
-}
-
-impl Handler<Flush> for DroppingRuns {
-    type Result = ();
-    fn handle(&mut self, _: Flush, _: &mut Self::Context) {}
-}
-
-impl Handler<StopExecutor> for DroppingRuns {
-    type Result = ();
-    fn handle(&mut self, _: StopExecutor, ctx: &mut Self::Context) {
-        ctx.stop();
-    }
+    fn cancel(&mut self, _: CancelPlanned) {}
+    fn flush(&mut self) {}
+    fn stop(&mut self) {}
 }
 
 #[test]
@@ -223,4 +192,53 @@ fn runs_an_executor_lets_go_of_fail_with_the_reason_and_the_plan_ends() {
     }
     let combine = summary.stages.iter().find(|s| s.id == "combine").unwrap();
     assert!(combine.runs.is_empty(), "{summary:#?}");
+}
+
+/// An executor that cannot start (its cluster is away): the typed error reaches every run
+/// of the plan as its failure, and the plan ends.
+struct UnavailableExecutor;
+
+impl Executor for UnavailableExecutor {
+    fn start(&self, _: ExecutorSetup) -> Result<Box<dyn StartedExecutor>, ExecutorError> {
+        Err(ExecutorError::CannotStart {
+            executor: "test-cluster".into(),
+            reason: "the cluster does not answer".into(),
+        })
+    }
+}
+
+#[test]
+fn an_executor_that_cannot_start_fails_every_run_with_its_error() {
+    let p = PlanDir::new();
+    p.agent("worker", "");
+    let plan = p.plan(
+        "defaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b] }\n    message: \"item {{ item }}\"\n",
+    );
+    let request = p.request(
+        plan,
+        "unavailable",
+        LlmTarget::Scripted(script("steps: []\n")),
+        false,
+    );
+    let supervisor = Supervisor::start(fast_config()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = rt
+        .block_on(supervisor.orchestrate_on(request, Arc::new(UnavailableExecutor)))
+        .unwrap();
+    let summary = handle.wait_blocking().unwrap();
+
+    assert_eq!(summary.status, OrchestrationStatus::Failed, "{summary:#?}");
+    let work = summary.stages.iter().find(|s| s.id == "work").unwrap();
+    assert_eq!(work.runs.len(), 2, "{summary:#?}");
+    for run in &work.runs {
+        assert_eq!(run.status, RunStatus::Failed);
+        let error = run.error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("the test-cluster executor cannot start: the cluster does not answer"),
+            "{error}"
+        );
+    }
 }

@@ -30,14 +30,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub mod events;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod resume_tests;
 mod run;
 mod stage;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests_resume;
 
 pub use events::{
     Conclusion, Effect, Event, FoundRun, Launch, OnDisk, Prior, RecordedRun, RunEnd, RunOutcome,
@@ -89,21 +89,34 @@ struct InFlight {
 /// The orchestration's scheduling state. Feed it [`Event`]s with [`Scheduler::handle`] and
 /// carry out the [`Effect`]s it returns, in order.
 pub struct Scheduler {
+    /// The plan being run.
     plan: Arc<ResolvedPlan>,
+    /// Where run work folders go.
     workspace: PathBuf,
+    /// Most runs in flight at once (at least 1).
     max_parallel: usize,
+    /// What earlier invocations recorded (retry budgets carry across resumes).
     prior: Prior,
+    /// Finished stages' outputs and the orchestration id, for expanding later stages.
     context: StageContext,
+    /// Every started stage's runs and their states, by stage id.
     stages: BTreeMap<String, StageState>,
+    /// Stages asked to expand already (a stage starts once).
     started_stages: HashSet<String>,
     /// Stages whose [`Effect::ExpandStage`] is not answered yet.
     expanding: HashSet<String>,
     /// Stages whose dependants may start.
     passable: HashSet<String>,
+    /// Runs handed out and not finished, by run id.
     in_flight: BTreeMap<String, InFlight>,
+    /// Why the orchestration is stopping (a cancel), once asked: nothing new starts.
     stop_reason: Option<String>,
+    /// A stage failed (its `on_failure` stops the plan), or the setup did.
     failed: bool,
+    /// The first setup failure (the orchestration could not start, or a stage could not
+    /// expand), for the summary.
     setup_error: Option<String>,
+    /// [`Effect::Finish`] was returned: every later event is ignored.
     finished: bool,
 }
 

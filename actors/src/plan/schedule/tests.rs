@@ -1,7 +1,7 @@
 //! Unit tests of the scheduler without an actor system: a [`Driver`] plays the executor
 //! (expands stages with the real `expand_stage` over inline items, answers submissions,
 //! keeps what was recorded and emitted), and each test finishes runs as it likes.
-//! Resume and edge cases are in `tests_resume.rs`.
+//! Resume and edge cases are in `resume_tests.rs`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;

@@ -33,7 +33,7 @@ use crate::protocol::{OrchestrationEvent, TraceSpan};
 use crate::request::{ObservedOrchestration, ObserverHandle, OrchestrationRequest};
 use crate::runtime::admission::RunDesk;
 use crate::runtime::executor::{
-    CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, SubmitPlanned,
+    CancelPlanned, Executor, ExecutorSetup, StartedExecutor, SubmitPlanned,
 };
 use crate::runtime::janitor::JanitorActor;
 
@@ -71,7 +71,7 @@ pub struct OrchestrationActor {
     executor: Arc<dyn Executor>,
     /// Where runs are handed (`None` before the start, or when the executor could not
     /// start: `executor_error` says why, and every run ends lost with it).
-    desk: Option<ExecutorDesk>,
+    desk: Option<Box<dyn StartedExecutor>>,
     executor_error: Option<String>,
     /// Submissions or cancels were handed to the executor in this batch of effects.
     batch_open: bool,
@@ -190,8 +190,8 @@ impl OrchestrationActor {
             }
         }
         if std::mem::take(&mut self.batch_open) {
-            if let Some(desk) = &self.desk {
-                desk.flush.do_send(Flush);
+            if let Some(desk) = self.desk.as_mut() {
+                desk.flush();
             }
         }
     }
@@ -216,8 +216,8 @@ impl OrchestrationActor {
                 self.submit(run, work_dir, launch, ctx)
             }),
             Effect::CancelRun { run_id, reason } => {
-                if let Some(desk) = &self.desk {
-                    desk.cancel.do_send(CancelPlanned { run_id, reason });
+                if let Some(desk) = self.desk.as_mut() {
+                    desk.cancel(CancelPlanned { run_id, reason });
                     self.batch_open = true;
                 }
                 None
@@ -263,7 +263,7 @@ impl Actor for OrchestrationActor {
             };
             match self.executor.start(setup) {
                 Ok(desk) => self.desk = Some(desk),
-                Err(e) => self.executor_error = Some(e),
+                Err(e) => self.executor_error = Some(e.to_string()),
             }
         }
         if self.state.is_some() {
@@ -299,7 +299,8 @@ impl OrchestrationActor {
         launch: Launch,
         ctx: &mut Context<Self>,
     ) -> Event {
-        let Some(desk) = &self.desk else {
+        let trace = self.run_span(&run);
+        let Some(desk) = self.desk.as_mut() else {
             let why = self
                 .executor_error
                 .clone()
@@ -308,8 +309,7 @@ impl OrchestrationActor {
         };
         let run_id = run.run_id.clone();
         let (reply, end) = oneshot::channel();
-        let trace = self.run_span(&run);
-        desk.submit.do_send(SubmitPlanned {
+        desk.submit(SubmitPlanned {
             run,
             work_dir,
             launch,

@@ -20,8 +20,8 @@ impl OrchestrationActor {
         if let Some(janitor) = self.janitor.take() {
             janitor.do_send(StopJanitor);
         }
-        if let Some(desk) = self.desk.take() {
-            desk.stop.do_send(crate::runtime::executor::StopExecutor);
+        if let Some(mut desk) = self.desk.take() {
+            desk.stop();
         }
         let status = conclusion.status;
         let summary = OrchestrationSummary {

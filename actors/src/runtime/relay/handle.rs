@@ -83,8 +83,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::llm::LlmTarget;
     use crate::relay::{token_digest, RelayRoute};
-    use crate::request::LlmTarget;
 
     #[test]
     fn route_names_that_are_not_path_words_are_refused() {

@@ -24,11 +24,11 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
+use crate::llm::LlmTarget;
 use crate::llm::{ChatBackend, GateConfig, HttpBackend, LlmGate, RetryPolicy, ScriptedBackend};
 use crate::relay::forward::{AnswerBody, Forwarder};
 use crate::relay::usage::UsageCounters;
 use crate::relay::{token_digest, RelayConfig, RelayError};
-use crate::request::LlmTarget;
 use crate::token::same_token;
 
 /// Where a route's requests go.

@@ -31,7 +31,8 @@ use crate::plan::schedule::RunEnd;
 use crate::plan::ResolvedPlan;
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunResult, RunStatus};
 use crate::runtime::executor::{
-    CancelPlanned, Executor, ExecutorDesk, ExecutorSetup, Flush, StopExecutor, SubmitPlanned,
+    Cancel, Executor, ExecutorDesk, ExecutorError, ExecutorSetup, Flush, StartedExecutor,
+    StopExecutor, Submit,
 };
 
 mod handoff;
@@ -90,25 +91,38 @@ impl std::fmt::Debug for SlurmJobs {
 pub struct Slurm(pub Arc<SlurmJobs>);
 
 impl Executor for Slurm {
-    fn start(&self, setup: ExecutorSetup) -> Result<ExecutorDesk, String> {
-        Ok(ExecutorDesk::of(
+    fn start(&self, setup: ExecutorSetup) -> Result<Box<dyn StartedExecutor>, ExecutorError> {
+        Ok(Box::new(ExecutorDesk::of(
             SlurmExecutor::new(self.0.clone(), setup).start(),
-        ))
+        )))
     }
 }
 
+/// One orchestration's runs as Slurm jobs: the actor behind the executor port (through the
+/// runtime's private adapter) that writes handoff files, submits job arrays at each flush,
+/// and polls `squeue` and the result files for the runs' ends.
 pub struct SlurmExecutor {
+    /// What jobs are submitted with (settings, relay, environment) and the cluster's commands.
     jobs: Arc<SlurmJobs>,
     /// The plan, for the handoff files (its folder and model-call settings).
     plan: Arc<ResolvedPlan>,
+    /// The orchestration's id (job names and labels carry it, so a resume adopts its jobs).
     orchestration_id: String,
+    /// `<workspace>/.delta/orchestrations/<id>`: handoff and result files go under its `slurm/`.
     orchestration_dir: PathBuf,
+    /// The orchestration's workspace.
     workspace: PathBuf,
+    /// The array throttle (`%N` of `sbatch --array`): runs of a stage at once.
     max_parallel: usize,
+    /// Every run handed over and not ended, by run id: its job, its reply, its files.
     runs: HashMap<String, Tracked>,
+    /// Runs written and waiting for the next cycle's `sbatch`.
     to_submit: Vec<String>,
+    /// Runs whose jobs the next cycle cancels (`scancel`).
     to_cancel: Vec<String>,
+    /// A cycle (submit, cancel, poll) is running: cycles never overlap.
     busy: bool,
+    /// Something was asked while a cycle ran: run another when it ends.
     again: bool,
     /// Jobs whose run this executor has already taken the end of: never adopted again
     /// (a cancelled job stays in the queue, COMPLETING, for a while).
@@ -387,10 +401,10 @@ impl Actor for SlurmExecutor {
     }
 }
 
-impl Handler<SubmitPlanned> for SlurmExecutor {
+impl Handler<Submit> for SlurmExecutor {
     type Result = ();
 
-    fn handle(&mut self, msg: SubmitPlanned, _ctx: &mut Self::Context) {
+    fn handle(&mut self, Submit(msg): Submit, _ctx: &mut Self::Context) {
         let (run_id, stage, index) = (
             msg.run.run_id.clone(),
             msg.run.stage_id.clone(),
@@ -425,10 +439,10 @@ impl Handler<SubmitPlanned> for SlurmExecutor {
     }
 }
 
-impl Handler<CancelPlanned> for SlurmExecutor {
+impl Handler<Cancel> for SlurmExecutor {
     type Result = ();
 
-    fn handle(&mut self, msg: CancelPlanned, _ctx: &mut Self::Context) {
+    fn handle(&mut self, Cancel(msg): Cancel, _ctx: &mut Self::Context) {
         let Some(run) = self.runs.get_mut(&msg.run_id) else {
             return;
         };

@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::measure::{ensure_open_files, open_fds, CpuUsage};
 use super::BenchFormat;
-use crate::commands::spawner::SUBCOMMAND;
 use crate::error::CliError;
+use crate::spawner::SUBCOMMAND;
 
 const MAX_SPAWNS: usize = 1_000_000;
 const MAX_DESCRIPTORS: usize = 1_000_000;
@@ -105,8 +105,7 @@ pub fn run(args: &SpawnArgs) -> Result<i32, CliError> {
         )));
     }
     ensure_open_files(args.descriptors as u64 + DESCRIPTOR_MARGIN).map_err(CliError::Config)?;
-    let program = std::env::current_exe()
-        .map_err(|e| CliError::Runtime(format!("cannot find the delta executable: {e}")))?;
+    let program = super::delta_exe()?;
     // Like the engine: the spawner starts before the descriptors exist, as the process's
     // shared one (so CpuUsage counts it).
     let spawner = share_for_process(&SpawnerCommand::new(program, [SUBCOMMAND]))?;

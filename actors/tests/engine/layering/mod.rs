@@ -8,11 +8,9 @@
 //! that makes every edge.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "layering/cycles.rs"]
 mod cycles;
-#[path = "layering/modules.rs"]
+mod layout;
 mod modules;
-#[path = "layering/scan.rs"]
 mod scan;
 
 use std::path::Path;
@@ -144,6 +142,46 @@ fn only_the_serve_entry_point_imports_the_serve_actors() {
 }
 
 /// Writes a small crate and returns its import graph.
+/// A module with a folder keeps its root inside it: `x/mod.rs`, never `x.rs` beside `x/`
+/// (seven modules had it the other way, so a reader looked in two places).
+#[test]
+fn no_module_file_sits_beside_its_folder() {
+    let offenders = layout::module_files_beside_their_folder(&layout::trees());
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+/// One name for a file of tests: `tests.rs` or `<topic>_tests.rs`.
+#[test]
+fn test_files_have_one_naming_pattern() {
+    let offenders = layout::misnamed_test_files(&layout::trees());
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+/// The layout checks find what they look for (so an empty report means something).
+#[test]
+fn layout_checks_find_a_module_beside_its_folder_and_a_misnamed_test_file() {
+    let root = tempfile::tempdir().unwrap();
+    for file in [
+        "a.rs",
+        "a/b.rs",
+        "c/mod.rs",
+        "d/tests_resume.rs",
+        "d/model_tests.rs",
+        "d/tests.rs",
+    ] {
+        let path = root.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "").unwrap();
+    }
+    let roots = [root.path().to_path_buf()];
+    let beside = layout::module_files_beside_their_folder(&roots);
+    assert_eq!(beside.len(), 1, "{beside:?}");
+    assert!(beside[0].contains("a.rs beside"), "{beside:?}");
+    let misnamed = layout::misnamed_test_files(&roots);
+    assert_eq!(misnamed.len(), 1, "{misnamed:?}");
+    assert!(misnamed[0].contains("tests_resume.rs"), "{misnamed:?}");
+}
+
 fn graph_of(files: &[(&str, &str)]) -> Graph {
     let root = tempfile::tempdir().unwrap();
     for (path, text) in files {

@@ -1,4 +1,4 @@
-//! `delta bench load`: drives the real engine (Supervisor, run and tool actors, LLM gateway,
+//! `delta bench load` (the `delta-bench` program): drives the real engine (Supervisor, run and tool actors, LLM gateway,
 //! journal on disk) with many concurrent runs against the scripted model served over HTTP on
 //! 127.0.0.1 inside this process (or an external `--endpoint`), and reports throughput,
 //! latency percentiles, engine overhead, peak memory and descriptors, optionally beside a
@@ -31,7 +31,6 @@ use delta_actors::tool::spawner::{share_for_process, SpawnerCommand};
 use delta_actors::RunStatus;
 use delta_actors::{LlmTarget, Supervisor, SupervisorConfig};
 
-use crate::commands::engine::supervisor_config;
 use crate::error::CliError;
 use report::{ApartCpu, BenchReport, Comparison, LoadPoint, RunSample};
 use server_thread::ServerThread;
@@ -350,12 +349,40 @@ async fn measure_all(
 
 /// `delta __spawner`, as the engine starts it.
 fn spawner_command() -> Result<SpawnerCommand, CliError> {
-    let program = std::env::current_exe()
-        .map_err(|e| CliError::Runtime(format!("cannot find the delta executable: {e}")))?;
     Ok(SpawnerCommand::new(
-        program,
-        [crate::commands::spawner::SUBCOMMAND],
+        delta_exe()?,
+        [crate::spawner::SUBCOMMAND],
     ))
+}
+
+/// The `delta` program beside this one (`delta-bench` is built and installed next to it):
+/// the baseline's runs, the tool spawner and the served `delta serve` are its subcommands.
+pub(crate) fn delta_exe() -> Result<PathBuf, CliError> {
+    let bench = std::env::current_exe()
+        .map_err(|e| CliError::Runtime(format!("cannot find the delta-bench executable: {e}")))?;
+    let delta = bench.with_file_name("delta");
+    if delta.is_file() {
+        Ok(delta)
+    } else {
+        Err(CliError::Config(format!(
+            "{} not found: delta-bench drives the delta program installed beside it; build both \
+             (`cargo build --features bench`) or install them into one folder",
+            delta.display()
+        )))
+    }
+}
+
+/// Supervisor settings as `delta run` has them: tools find `delta-sessions` next to `delta`
+/// and start from `delta __spawner`.
+fn supervisor_config(arbiters: usize, max_parallel: usize) -> Result<SupervisorConfig, CliError> {
+    let delta = delta_exe()?;
+    Ok(SupervisorConfig {
+        arbiters,
+        max_parallel,
+        tool_path_dir: delta.parent().map(std::path::Path::to_path_buf),
+        tool_spawner: Some(SpawnerCommand::new(delta, [crate::spawner::SUBCOMMAND])),
+        ..SupervisorConfig::default()
+    })
 }
 
 async fn measure_point(
@@ -375,7 +402,7 @@ async fn measure_point(
             args.arbiters
                 .unwrap_or_else(|| SupervisorConfig::default().arbiters),
             max_parallel,
-        )
+        )?
     };
     if args.tool_spawner == OnOff::Off {
         config.tool_spawner = None;
@@ -383,11 +410,11 @@ async fn measure_point(
     config.partial_reply_file = args.live_reply == OnOff::On;
     // Trace export as the OTEL_* variables say (docs/observability.md), to measure its cost:
     // each run is a trace of its own.
-    let observability = crate::commands::observe::observe(
-        &crate::commands::engine::process_env(),
-        None,
-        &mut config,
-    )?;
+    // Non-UTF-8 variables are skipped, as `delta run` skips them.
+    let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let observability = crate::observe::observe(&env, None, &mut config)?;
     let requests: Vec<_> = requests
         .into_iter()
         .map(

@@ -191,7 +191,7 @@ fn make_orchestration(dir: &Path, runs: u64) -> Result<(PathBuf, String, f64), C
     )?;
     let workspace = dir.join("ws");
     std::fs::create_dir_all(&workspace)?;
-    let exe = std::env::current_exe()?;
+    let exe = super::delta_exe()?;
     let started = Instant::now();
     let output = std::process::Command::new(exe)
         .current_dir(dir)

@@ -428,5 +428,4 @@ fn inferred_parameters(
 }
 
 #[cfg(test)]
-#[path = "compile/tests.rs"]
 mod tests;

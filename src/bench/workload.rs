@@ -221,10 +221,7 @@ impl Workload {
     /// Removes a temporary root unless `keep`; reports where kept files are.
     pub fn finish(&self, keep: bool) -> Result<(), CliError> {
         if keep || !self.root_is_temporary {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("bench files kept in {}", self.root.display());
-            }
+            crate::notice!("bench files kept in {}", self.root.display());
             return Ok(());
         }
         std::fs::remove_dir_all(&self.root).map_err(|e| {

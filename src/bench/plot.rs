@@ -191,8 +191,8 @@ fn format_tick(v: f64) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::commands::bench::measure::{CpuUsage, Peaks};
-    use crate::commands::bench::report::{LowerBound, RunSample};
+    use crate::bench::measure::{CpuUsage, Peaks};
+    use crate::bench::report::{LowerBound, RunSample};
 
     fn point(concurrency: usize, latency_ms: u64) -> LoadPoint {
         let samples = vec![

@@ -32,7 +32,7 @@ impl ServeChild {
 
     /// [`ServeChild::start`] with more arguments (e.g. `-w DIR`).
     pub fn start_with(dir: &Path, extra: &[&std::ffi::OsStr]) -> Result<ServeChild, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot locate delta: {e}"))?;
+        let exe = super::delta_exe().map_err(|e| e.to_string())?;
         // To a file, not a pipe: a pipe nobody reads would stall the server once full.
         let stderr_path = dir.join("serve.stderr");
         let stderr = std::fs::File::create(&stderr_path)

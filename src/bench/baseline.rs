@@ -4,7 +4,7 @@
 //! the sum of each process's peak RSS as `wait4` reports it. It must not drive the engine in
 //! this process.
 //!
-//! Each `delta run` is started through a small launcher (`delta bench __measure-child`) that
+//! Each `delta run` is started through a small launcher (`delta-bench __measure-child`) that
 //! reports the child's `wait4` figures. Started directly from this process, a child's
 //! `ru_maxrss` would be at least this process's own peak: `execve` records the old memory
 //! image's high-water mark, and a spawned child's old image is ours (measured: every baseline
@@ -34,6 +34,9 @@ struct ChildOutcome {
 }
 
 struct Job {
+    /// This program: `__measure-child` is its subcommand.
+    launcher: PathBuf,
+    /// The `delta` beside it, whose `run` is measured.
     exe: PathBuf,
     agent_dir: PathBuf,
     base_url: String,
@@ -46,13 +49,15 @@ pub async fn process_per_run(
     runs: usize,
     max_parallel: usize,
 ) -> Result<BaselineResult, CliError> {
-    let exe = std::env::current_exe().map_err(|e| {
+    let launcher = std::env::current_exe().map_err(|e| {
         CliError::Runtime(format!(
-            "cannot find the delta executable for the baseline: {e}"
+            "cannot find the delta-bench executable for the baseline: {e}"
         ))
     })?;
+    let exe = super::delta_exe()?;
     let dirs = workload.run_dirs("baseline", runs)?;
     let job = Arc::new(Job {
+        launcher,
         exe,
         agent_dir: workload.agent_dir.clone(),
         base_url: base_url.to_string(),
@@ -132,8 +137,8 @@ fn run_one(job: &Job, dir: &Path, index: usize) -> ChildOutcome {
         Err(e) => return failed(format!("cannot create {}: {e}", stderr_path.display())),
     };
     let started = Instant::now();
-    let child = std::process::Command::new(&job.exe)
-        .args(["bench", "__measure-child", "--"])
+    let child = std::process::Command::new(&job.launcher)
+        .args(["__measure-child", "--"])
         .arg(&job.exe)
         .arg("run")
         .arg("--agent")
@@ -156,7 +161,7 @@ fn run_one(job: &Job, dir: &Path, index: usize) -> ChildOutcome {
         .spawn();
     let child = match child {
         Ok(c) => c,
-        Err(e) => return failed(format!("cannot start {}: {e}", job.exe.display())),
+        Err(e) => return failed(format!("cannot start {}: {e}", job.launcher.display())),
     };
     let report = child.wait_with_output();
     let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -242,10 +247,7 @@ pub fn measure_child(argv: &[std::ffi::OsString]) -> Result<i32, CliError> {
     };
     let line = serde_json::to_string(&measured)
         .map_err(|e| CliError::Runtime(format!("cannot encode the measurement: {e}")))?;
-    #[allow(clippy::print_stdout)]
-    {
-        println!("{line}");
-    }
+    crate::emit_line!("{line}");
     Ok(0)
 }
 
