@@ -46,6 +46,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod budget;
 pub(crate) mod blocking;
 pub mod bounded_read;
 pub mod clock;

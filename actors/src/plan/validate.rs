@@ -175,6 +175,7 @@ pub fn resolve_plan(
             max_iterations,
             timeout,
             retries: stage.retries.or(model.defaults.retries).unwrap_or(0),
+            budget: stage.budget.filter(|budget| !budget.is_empty()),
         });
     }
 
@@ -191,6 +192,7 @@ pub fn resolve_plan(
         llm_timeouts,
         stages,
         sandbox,
+        budget: model.budget.filter(|budget| !budget.is_empty()),
         source: model,
         dir,
     };

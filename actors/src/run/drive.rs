@@ -369,6 +369,9 @@ impl Run {
                     self.apply_override(&mut request, &outcome)?;
                     self.remeasure(&request);
                 }
+                if let Some(stopped) = self.check_budgets(&request)? {
+                    return Ok(stopped);
+                }
                 match self.call_model(request).await {
                     Err(Halt::Failed(error)) if self.context_refusal(&error, refusals) => {
                         refusals += 1;

@@ -110,6 +110,8 @@ pub struct ExecutorSetup {
     pub orchestration_dir: PathBuf,
     /// The engine's run supervisor, for executors that run in this process.
     pub runs: RunDesk,
+    /// The plan's and stages' spending caps, which every run of this process charges.
+    pub budgets: std::sync::Arc<crate::budget::PlanBudgets>,
 }
 
 /// Starts an orchestration's executor. Called from inside the orchestration's actor, so an
@@ -179,6 +181,7 @@ impl LocalRuns {
             workspace_id: None,
             orchestration_id: Some(request.orchestration_id.clone()),
             trace,
+            budgets: self.setup.budgets.for_stage(&planned.stage_id),
         })
     }
 }
