@@ -39,6 +39,8 @@ use crate::output::Format;
   delta orchestrate plan.yaml --var repo=acme/api --max-parallel 32 --format json
   delta orchestrate plan.yaml --llm-timeout 3m          # bound each model call attempt of every run
   delta orchestrate plan.yaml --resume nightly-20261122-101500-ab12 -w ws   # after a crash or Ctrl-C
+  delta orchestrate plan.yaml --budget-usd 20            # no model call past $20 (docs/cost.md)
+  delta orchestrate plan.yaml --resume ID -w ws --budget-usd 40   # go on after the budget ran out
   delta orchestrate plan.yaml --executor slurm --dry-run # print the sbatch commands it would submit
   delta orchestrate plan.yaml --executor slurm --check   # probe: do the nodes share the workspace?
   delta orchestrate plan.yaml --executor slurm           # every run as a Slurm job (docs/scale-out.md)
@@ -110,6 +112,10 @@ pub struct OrchestrateArgs {
     /// DELTA_METRICS_TOKEN (16 characters or more), which every scrape must send.
     #[arg(long, requires = "metrics_listen")]
     pub metrics_public: bool,
+    /// The plan's spending cap (each flag replaces the same key of plan.yaml's `budget:`;
+    /// stages keep theirs). Resume with a bigger one to go on after it ran out.
+    #[command(flatten)]
+    pub budget: crate::commands::budget_args::BudgetArgs,
 }
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
@@ -197,6 +203,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         llm_by_agent.insert(path.clone(), target);
         loaded.insert(path, Arc::new(agent));
     }
+    let budget = args.budget.over(plan.budget);
+    check_budgets_priced(&plan, budget.as_ref(), &loaded, &llm_by_agent)?;
     let Some(default_llm) = llm_by_agent.values().next().cloned() else {
         return Err(CliError::Config(format!(
             "{}: the plan has no stages",
@@ -261,6 +269,9 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             .with_resume_command(resume_argv);
     if args.resume.is_some() {
         request = request.resuming();
+    }
+    if let Some(budget) = budget {
+        request = request.with_budget(budget);
     }
     if let Some(root) = observability.as_ref().and_then(|o| o.root_span()) {
         request = request.with_trace(root);
@@ -464,6 +475,30 @@ fn resume_workspace(
             ))
         }),
     }
+}
+
+/// Refuses a dollar cap (the plan's, or a stage's) over a stage whose agent's model nothing
+/// prices, with the plan's `llm.price` standing in for agents without their own.
+fn check_budgets_priced(
+    plan: &ResolvedPlan,
+    budget: Option<&delta_actors::budget::Budget>,
+    agents: &HashMap<PathBuf, Arc<ResolvedAgent>>,
+    llm_by_agent: &HashMap<PathBuf, LlmTarget>,
+) -> Result<(), CliError> {
+    for stage in &plan.stages {
+        for cap in [budget, stage.budget.as_ref()].into_iter().flatten() {
+            let (Some(agent), Some(llm)) = (agents.get(&stage.agent), llm_by_agent.get(&stage.agent))
+            else {
+                continue;
+            };
+            let mut priced = ResolvedAgent::clone(agent);
+            priced.llm.price = priced.llm.price.or(plan.llm.price);
+            delta_actors::budget::check_priced(cap, &priced, llm).map_err(|e| {
+                CliError::Config(format!("{}: stage {}: {e}", plan.file.display(), stage.id))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, CliError> {

@@ -30,6 +30,8 @@ pub const MAX_BUDGET_TOKENS: u64 = 1_000_000_000_000_000;
 pub const WARN_FRACTION: f64 = 0.8;
 /// The keys of a plan's `budget:` (at the top and in a stage).
 pub const BUDGET_KEYS: [&str; 2] = ["usd", "tokens"];
+/// The words every "a cap ran out" message holds (a summary's note, a run's reason).
+pub const EXHAUSTED_WORDS: &str = "budget exhausted";
 /// The `max_tokens` an estimate assumes for a request that sets none: a reply may be this
 /// long before most servers cut it.
 pub const DEFAULT_OUTPUT_ESTIMATE: u64 = 4096;
@@ -118,6 +120,31 @@ impl Spending {
             (None, Some(tokens)) => format!("spent {} of {tokens} tokens", self.tokens),
             (None, None) => format!("spent {}", dollars(self.usd)),
         }
+    }
+}
+
+/// Refuses a dollar cap over a model nothing prices (its cost is unknown, so the cap
+/// could not be enforced): the error names the model, who runs it (`agent`) and
+/// `llm.price`. A tokens-only cap needs no price.
+pub fn check_priced(
+    budget: &Budget,
+    agent: &crate::agent::ResolvedAgent,
+    llm: &crate::llm::LlmTarget,
+) -> Result<(), String> {
+    if budget.usd.is_none() {
+        return Ok(());
+    }
+    let base_url = match llm {
+        crate::llm::LlmTarget::Http(endpoint) => Some(endpoint.base_url.as_str()),
+        _ => None,
+    };
+    let model = &agent.llm.model;
+    match crate::llm::price::price_of(agent.llm.price.as_ref(), model, base_url) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "a dollar budget cannot be enforced: nothing prices model {model} (agent {}), so its cost is unknown; set `llm.price` in its agent.yaml or the plan's `llm:` (docs/cost.md), or cap tokens instead (`--budget-tokens`, `budget: {{tokens: N}}`)",
+            agent.home.display()
+        )),
     }
 }
 

@@ -35,9 +35,10 @@ impl Run {
                 }
                 BudgetDecision::Exhausted => {
                     let message = format!(
-                        "{}; the next model call (estimated {}) was not made: continue the run with a bigger budget",
+                        "{}; the next model call (estimated {}, {} tokens) was not made: continue the run with a bigger budget",
                         ledger.exhausted_message(),
-                        crate::budget::dollars(estimate.usd)
+                        crate::budget::dollars(estimate.usd),
+                        estimate.tokens
                     );
                     self.log(&message);
                     self.append(Event::Interrupted {
@@ -54,7 +55,7 @@ impl Run {
     }
 
     /// What `request` may cost at most: its prompt estimate plus its output limit (the
-    /// request's `max_tokens`, else the catalogue's maximum output of the model, else
+    /// request's `max_tokens`, else agent.yaml's `llm.max_tokens`, else the catalogue's maximum output of the model, else
     /// [`DEFAULT_OUTPUT_ESTIMATE`]), priced; an unpriced model estimates $0 (a dollar cap on
     /// it is refused before the run starts).
     fn call_estimate(&self, request: &ChatRequest) -> Spending {
@@ -66,6 +67,7 @@ impl Run {
             .map_or(0, |size| size.tokens.unwrap_or(0).max(size.estimate));
         let output = request
             .max_tokens
+            .or(self.lp.request.agent.llm.max_tokens)
             .map(u64::from)
             .or_else(|| {
                 catalogue()
