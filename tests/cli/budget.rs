@@ -210,20 +210,33 @@ fn the_overshoot_is_at_most_the_calls_in_flight() {
     const IN_FLIGHT: usize = 4;
     let dir = fixture(&plan(IN_FLIGHT, 16), &priced());
     let root = dir.path();
-    let cap = 0.5;
-    let out = orchestrate(root, "ws", &["--budget-usd", "0.5"]);
+    // About four runs' worth of the sixteen (a run costs about $5.5 here).
+    let cap = 20.0;
+    let out = orchestrate(root, "ws", &["--budget-usd", "20"]);
     assert_eq!(out.code, 130, "{}\n{}", out.stdout, out.stderr);
     let summary = json(&out);
     let spent = total_cost(&summary);
-    // The dearest single call, from the inputs: a run's calls are its tokens at the price;
-    // no call costs more than its whole run.
-    let dearest = rows(&summary)
-        .iter()
-        .map(|r| (r.4 + r.5) as f64 * PRICE_PER_MTOK / 1e6)
-        .fold(0.0, f64::max);
+    // The dearest single call, from what was billed: each call's tokens (its THOUGHT's
+    // usage, every attempt) at the price.
+    let mut dearest: f64 = 0.0;
+    for stage in summary["stages"].as_array().unwrap() {
+        for row in stage["runs"].as_array().unwrap() {
+            let run_id = row["run_id"].as_str().unwrap();
+            for event in read_journal(&root.join("ws/.delta").join(run_id).join("journal.jsonl")) {
+                if event["type"] == "THOUGHT" {
+                    let usage = &event["usage"];
+                    let tokens = usage["input_tokens"].as_u64().unwrap()
+                        + usage["output_tokens"].as_u64().unwrap();
+                    dearest = dearest.max(tokens as f64 * PRICE_PER_MTOK / 1e6);
+                }
+            }
+        }
+    }
+    let completed = rows(&summary).iter().filter(|r| r.2 == "COMPLETED").count();
+    assert!(spent > 0.0 && completed > 0 && completed < 16, "{summary:#}");
     let overshoot = (spent - cap).max(0.0);
     eprintln!(
-        "budget ${cap}: spent ${spent:.6}, overshoot ${overshoot:.6} with {IN_FLIGHT} in flight (dearest run ${dearest:.6})"
+        "budget ${cap}: spent ${spent:.6}, overshoot ${overshoot:.6} with {IN_FLIGHT} in flight (dearest call ${dearest:.6})"
     );
     assert!(
         overshoot <= IN_FLIGHT as f64 * dearest,
