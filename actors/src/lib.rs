@@ -46,9 +46,9 @@
 
 pub mod agent;
 pub mod api;
-pub mod budget;
 pub(crate) mod blocking;
 pub mod bounded_read;
+pub mod budget;
 pub mod clock;
 pub mod cluster;
 pub mod context;

@@ -487,7 +487,8 @@ fn check_budgets_priced(
 ) -> Result<(), CliError> {
     for stage in &plan.stages {
         for cap in [budget, stage.budget.as_ref()].into_iter().flatten() {
-            let (Some(agent), Some(llm)) = (agents.get(&stage.agent), llm_by_agent.get(&stage.agent))
+            let (Some(agent), Some(llm)) =
+                (agents.get(&stage.agent), llm_by_agent.get(&stage.agent))
             else {
                 continue;
             };

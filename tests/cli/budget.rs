@@ -133,7 +133,9 @@ fn a_budget_stops_the_batch_and_a_resume_with_a_bigger_one_ends_as_if_uninterrup
     let stopped = orchestrate(root, "ws-b", &["--budget-usd", &cap_text]);
     assert_eq!(stopped.code, 130, "{}\n{}", stopped.stdout, stopped.stderr);
     assert!(
-        stopped.stderr.contains("warning: 80% of the plan's budget spent"),
+        stopped
+            .stderr
+            .contains("warning: 80% of the plan's budget spent"),
         "{}",
         stopped.stderr
     );
@@ -183,7 +185,8 @@ fn a_budget_stops_the_batch_and_a_resume_with_a_bigger_one_ends_as_if_uninterrup
     let listed = delta(root, &["list-orchestrations", "-w", "ws-b"]);
     assert_eq!(listed.code, 0, "{}", listed.stderr);
     assert!(
-        listed.stdout.contains("budget exhausted (spent $") && listed.stdout.contains("--budget-usd"),
+        listed.stdout.contains("budget exhausted (spent $")
+            && listed.stdout.contains("--budget-usd"),
         "{}",
         listed.stdout
     );
@@ -233,7 +236,10 @@ fn the_overshoot_is_at_most_the_calls_in_flight() {
         }
     }
     let completed = rows(&summary).iter().filter(|r| r.2 == "COMPLETED").count();
-    assert!(spent > 0.0 && completed > 0 && completed < 16, "{summary:#}");
+    assert!(
+        spent > 0.0 && completed > 0 && completed < 16,
+        "{summary:#}"
+    );
     let overshoot = (spent - cap).max(0.0);
     eprintln!(
         "budget ${cap}: spent ${spent:.6}, overshoot ${overshoot:.6} with {IN_FLIGHT} in flight (dearest call ${dearest:.6})"
@@ -279,14 +285,22 @@ fn a_run_stops_at_its_token_budget_and_continues_later() {
     // the call was estimated at.
     let first = delta(root, &args("r0", &["--budget-tokens", "1"]));
     assert_eq!(first.code, 130, "{}\n{}", first.stdout, first.stderr);
-    let message = json(&first)["error"]["message"].as_str().unwrap().to_string();
+    let message = json(&first)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let estimate: u64 = message
         .split(", ")
-        .find_map(|part| part.strip_suffix(" tokens) was not made: continue the run with a bigger budget"))
+        .find_map(|part| {
+            part.strip_suffix(" tokens) was not made: continue the run with a bigger budget")
+        })
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no estimate in {message}"));
     let journal = read_journal(&root.join("ws/.delta/r0/journal.jsonl"));
-    assert!(!journal.iter().any(|e| e["type"] == "THOUGHT"), "{journal:#?}");
+    assert!(
+        !journal.iter().any(|e| e["type"] == "THOUGHT"),
+        "{journal:#?}"
+    );
 
     // Exactly the first call's estimate: the first call is made; the second, whose prompt
     // holds the first's, would pass the cap.
@@ -317,7 +331,11 @@ fn a_run_stops_at_its_token_budget_and_continues_later() {
             "json",
         ],
     );
-    assert_eq!(continued.code, 0, "{}\n{}", continued.stdout, continued.stderr);
+    assert_eq!(
+        continued.code, 0,
+        "{}\n{}",
+        continued.stdout, continued.stderr
+    );
     assert_eq!(json(&continued)["result"], "done greet ann");
 }
 
@@ -337,8 +355,17 @@ fn a_dollar_budget_over_an_unpriced_model_is_refused_up_front() {
     let run = delta(
         root,
         &[
-            "run", "--agent", "agents/worker", "-m", "hi", "-w", "ws", "--llm-script",
-            "script.yaml", "--budget-usd", "5",
+            "run",
+            "--agent",
+            "agents/worker",
+            "-m",
+            "hi",
+            "-w",
+            "ws",
+            "--llm-script",
+            "script.yaml",
+            "--budget-usd",
+            "5",
         ],
     );
     assert_eq!(run.code, 126, "{}", run.stderr);

@@ -76,7 +76,10 @@ impl BudgetLedger {
 
     /// What the scope has spent so far.
     pub fn spent(&self) -> Spending {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).spent
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .spent
     }
 
     /// Whether a check found the budget exhausted.

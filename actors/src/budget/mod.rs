@@ -62,7 +62,9 @@ impl Budget {
             if !(usd.is_finite() && usd > 0.0 && usd <= MAX_BUDGET_USD) {
                 return Some((
                     "usd",
-                    format!("{usd} is out of range (allowed: more than 0, at most {MAX_BUDGET_USD})"),
+                    format!(
+                        "{usd} is out of range (allowed: more than 0, at most {MAX_BUDGET_USD})"
+                    ),
                 ));
             }
         }
@@ -178,7 +180,9 @@ pub fn decide(budget: &Budget, spent: &Spending, estimate: &Spending) -> BudgetD
     if over_usd || over_tokens {
         return BudgetDecision::Exhausted;
     }
-    let warn_usd = budget.usd.is_some_and(|cap| spent.usd >= cap * WARN_FRACTION);
+    let warn_usd = budget
+        .usd
+        .is_some_and(|cap| spent.usd >= cap * WARN_FRACTION);
     let warn_tokens = budget
         .tokens
         .is_some_and(|cap| spent.tokens as f64 >= cap as f64 * WARN_FRACTION);

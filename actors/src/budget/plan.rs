@@ -38,7 +38,10 @@ impl PlanBudgets {
                     let budget = budget.filter(|budget| !budget.is_empty())?;
                     let spent = spent_before.get(id).copied().unwrap_or_default();
                     let scope = BudgetScope::Stage(id.to_string());
-                    Some((id.to_string(), Arc::new(BudgetLedger::new(scope, budget, spent))))
+                    Some((
+                        id.to_string(),
+                        Arc::new(BudgetLedger::new(scope, budget, spent)),
+                    ))
                 })
                 .collect(),
         }
@@ -81,9 +84,26 @@ mod tests {
     #[test]
     fn a_resume_counts_what_earlier_invocations_spent() {
         let mut before = BTreeMap::new();
-        before.insert("map".to_string(), Spending { usd: 0.3, tokens: 10 });
-        before.insert("reduce".to_string(), Spending { usd: 0.2, tokens: 5 });
-        let cap = |usd| Some(Budget { usd: Some(usd), tokens: None });
+        before.insert(
+            "map".to_string(),
+            Spending {
+                usd: 0.3,
+                tokens: 10,
+            },
+        );
+        before.insert(
+            "reduce".to_string(),
+            Spending {
+                usd: 0.2,
+                tokens: 5,
+            },
+        );
+        let cap = |usd| {
+            Some(Budget {
+                usd: Some(usd),
+                tokens: None,
+            })
+        };
         let budgets = PlanBudgets::new(cap(1.0), [("map", cap(0.5)), ("reduce", None)], &before);
         let map = budgets.for_stage("map");
         assert_eq!(map.len(), 2);
@@ -91,7 +111,10 @@ mod tests {
         assert!((map[1].spent().usd - 0.3).abs() < 1e-12);
         assert_eq!(budgets.for_stage("reduce").len(), 1);
         assert!(budgets.exhausted().is_none());
-        map[1].check(&Spending { usd: 0.3, tokens: 0 });
+        map[1].check(&Spending {
+            usd: 0.3,
+            tokens: 0,
+        });
         assert_eq!(
             budgets.exhausted().as_deref(),
             Some("stage map: budget exhausted (spent $0.30 of $0.50)")

@@ -138,7 +138,11 @@ pub fn check_keys(document: &Value) -> Result<(), KeyProblem> {
             let prefix = format!("stages[{index}].");
             check_level(stage, &prefix, STAGE_KEYS)?;
             if let Some(Value::Mapping(budget)) = stage.get("budget") {
-                check_level(budget, &format!("{prefix}budget."), &crate::budget::BUDGET_KEYS)?;
+                check_level(
+                    budget,
+                    &format!("{prefix}budget."),
+                    &crate::budget::BUDGET_KEYS,
+                )?;
             }
             if let Some(Value::Mapping(foreach)) = stage.get("foreach") {
                 let foreach_prefix = format!("{prefix}foreach.");

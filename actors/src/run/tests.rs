@@ -308,6 +308,7 @@ impl Fixture {
             workspace_id: None,
             orchestration_id: None,
             trace: None,
+            budgets: Vec::new(),
         }
     }
 
