@@ -31,6 +31,7 @@
 pub mod forward;
 pub mod secrets;
 pub mod sse;
+pub mod tpm;
 pub mod usage;
 
 use std::net::SocketAddr;
@@ -95,6 +96,9 @@ pub struct RelayConfig {
     pub max_in_flight: usize,
     /// Requests per minute per upstream, all callers together.
     pub requests_per_minute: Option<u32>,
+    /// Tokens (prompt + completion, as answers report them) per minute per upstream, all
+    /// callers together (`delta relay --tpm`; see [`tpm`]).
+    pub tokens_per_minute: Option<u64>,
     /// The longest one forwarded attempt may take.
     pub request_timeout: Duration,
     /// SHA-256 digests (hex) of earlier tokens still accepted: jobs of an orchestration

@@ -51,6 +51,8 @@ struct Exchange {
     usage: Arc<UsageCounters>,
     /// Set once an answer is on its way; a drop before that means the caller left.
     answered: bool,
+    /// The endpoint's tokens-per-minute window, charged with the answer's tokens.
+    tokens: Option<Arc<crate::relay::tpm::TokensPerMinute>>,
 }
 
 impl Exchange {
@@ -60,6 +62,9 @@ impl Exchange {
         self.usage
             .record_route(&self.route, status, streamed, usage);
         let (prompt, completion) = usage.map_or((0, 0), |u| (u.prompt_tokens, u.completion_tokens));
+        if let Some(tokens) = &self.tokens {
+            tokens.record(Instant::now(), prompt.saturating_add(completion));
+        }
         tracing::info!(
             route = %self.route,
             agent = %self.agent,
@@ -125,7 +130,16 @@ pub(super) async fn chat(
         started: Instant::now(),
         usage: Arc::clone(&state.usage),
         answered: false,
+        tokens: upstream.tokens.clone(),
     };
+    // `--tpm`: wait while the endpoint's last minute of tokens is at the limit (counted as
+    // a rate-limit wait, like the requests-per-minute gate's).
+    if let Some(tokens) = &upstream.tokens {
+        let waited = tokens.wait_for_room().await;
+        if !waited.is_zero() {
+            exchange.usage.record_wait(&exchange.route, waited);
+        }
+    }
     let (body, share) = match body::read(&request, payload, &state.bodies).await {
         Ok(read) => read,
         Err(response) => {

@@ -43,6 +43,8 @@ enum UpstreamKind {
 struct Upstream {
     gate: Arc<LlmGate>,
     kind: UpstreamKind,
+    /// `--tpm`: the tokens this endpoint billed in the last minute, against the limit.
+    tokens: Option<Arc<crate::relay::tpm::TokensPerMinute>>,
 }
 
 struct RelayState {
@@ -146,6 +148,9 @@ fn build_state(config: &RelayConfig, usage: Arc<UsageCounters>) -> Result<RelayS
                 let upstream = Arc::new(Upstream {
                     gate: Arc::new(gate),
                     kind,
+                    tokens: config
+                        .tokens_per_minute
+                        .map(|limit| Arc::new(crate::relay::tpm::TokensPerMinute::new(limit))),
                 });
                 by_key.insert(key, upstream.clone());
                 upstream

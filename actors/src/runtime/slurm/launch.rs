@@ -178,6 +178,7 @@ pub fn start_slurm(launch: SlurmLaunch<'_>) -> Result<SlurmStart, SlurmStartErro
         routes: relay_routes,
         max_in_flight: plan.llm.max_in_flight.unwrap_or(max_parallel),
         requests_per_minute: plan.llm.requests_per_minute,
+        tokens_per_minute: None,
         request_timeout: plan
             .llm_timeouts
             .request
