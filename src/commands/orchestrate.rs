@@ -205,6 +205,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     }
     let budget = args.budget.over(plan.budget);
     check_budgets_priced(&plan, budget.as_ref(), &loaded, &llm_by_agent)?;
+    // The cap the orchestration (and, under Slurm, its relay) enforces.
+    plan.budget = budget;
     let Some(default_llm) = llm_by_agent.values().next().cloned() else {
         return Err(CliError::Config(format!(
             "{}: the plan has no stages",
@@ -269,9 +271,6 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
             .with_resume_command(resume_argv);
     if args.resume.is_some() {
         request = request.resuming();
-    }
-    if let Some(budget) = budget {
-        request = request.with_budget(budget);
     }
     if let Some(root) = observability.as_ref().and_then(|o| o.root_span()) {
         request = request.with_trace(root);

@@ -376,3 +376,71 @@ fn a_dollar_budget_over_an_unpriced_model_is_refused_up_front() {
     let tokens_only = orchestrate(root, "ws", &["--budget-tokens", "1000000"]);
     assert_eq!(tokens_only.code, 0, "{}", tokens_only.stderr);
 }
+
+/// Issue 33 item 2: one spending cap across every caller of a relay (what a Slurm batch's
+/// jobs share). Runs through `delta relay --budget-tokens` complete until the relay's
+/// ledger would pass the cap; then the relay answers 402 `budget_exhausted`, which the run
+/// records as INTERRUPTED `budget_exhausted` (exit 130, not a retried failure).
+#[test]
+fn the_relays_one_budget_stops_every_caller() {
+    use std::io::{BufRead, BufReader};
+    const CAP: u64 = 1500;
+    let dir = fixture(&plan(1, 1), "");
+    let root = dir.path();
+    let mut relay = delta_in(root)
+        .args([
+            "relay",
+            "--listen",
+            "127.0.0.1:0",
+            "--llm-script",
+            "script.yaml",
+            "--budget-tokens",
+            &CAP.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(relay.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap();
+    let token = lines.next().unwrap().unwrap();
+    let mut billed = 0;
+    let mut refused = None;
+    // Bounded: each run bills about 60 tokens, so the cap is reached well before 50 runs.
+    for index in 0..50 {
+        let run_id = format!("r{index}");
+        let child = delta_in(root)
+            .env("DELTA_BASE_URL", &url)
+            .env("DELTA_API_KEY", &token)
+            .args([
+                "run", "--agent", "agents/worker", "-m", "greet ann", "-w", "ws", "--run-id",
+                &run_id, "--format", "json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = wait_output(child, LIMIT);
+        let result = json(&out);
+        let usage = &result["metrics"]["usage"];
+        billed += usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap();
+        if out.code != 0 {
+            refused = Some((out.code, result));
+            break;
+        }
+    }
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let (code, result) = refused.expect("the relay never refused");
+    assert_eq!(code, 130, "{result:#}");
+    assert_eq!(result["status"], "INTERRUPTED", "{result:#}");
+    assert_eq!(result["error"]["type"], "budget_exhausted", "{result:#}");
+    assert!(
+        result["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("budget exhausted (spent "),
+        "{result:#}"
+    );
+    assert!(billed <= CAP, "billed {billed} of {CAP}");
+}

@@ -32,6 +32,15 @@ pub const WARN_FRACTION: f64 = 0.8;
 pub const BUDGET_KEYS: [&str; 2] = ["usd", "tokens"];
 /// The words every "a cap ran out" message holds (a summary's note, a run's reason).
 pub const EXHAUSTED_WORDS: &str = "budget exhausted";
+/// "budget exhausted (spent $X of $Y)" out of a longer text (a run's error that quotes a
+/// relay's refusal), for the orchestration's note.
+pub fn exhausted_note(text: &str) -> Option<String> {
+    let start = text.find(EXHAUSTED_WORDS)?;
+    let rest = &text[start..];
+    let end = rest.find(')').map_or(rest.len(), |i| i + 1);
+    Some(rest[..end].to_string())
+}
+
 /// The `max_tokens` an estimate assumes for a request that sets none: a reply may be this
 /// long before most servers cut it.
 pub const DEFAULT_OUTPUT_ESTIMATE: u64 = 4096;

@@ -28,6 +28,7 @@
 //! Must not: write the key anywhere, log request bodies, or accept a request (or read its
 //! body) without the token.
 
+pub mod budget;
 pub mod forward;
 pub mod secrets;
 pub mod sse;
@@ -99,6 +100,8 @@ pub struct RelayConfig {
     /// Tokens (prompt + completion, as answers report them) per minute per upstream, all
     /// callers together (`delta relay --tpm`; see [`tpm`]).
     pub tokens_per_minute: Option<u64>,
+    /// One spending cap across every caller (a Slurm batch's jobs; see [`budget`]).
+    pub budget: Option<std::sync::Arc<budget::RelayBudget>>,
     /// The longest one forwarded attempt may take.
     pub request_timeout: Duration,
     /// SHA-256 digests (hex) of earlier tokens still accepted: jobs of an orchestration

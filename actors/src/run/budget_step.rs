@@ -12,7 +12,7 @@ use crate::journal::Event;
 use crate::llm::catalogue::catalogue;
 use crate::llm::price::{call_cost_usd, price_of};
 use crate::llm::{ChatRequest, LlmTarget, Usage};
-use crate::protocol::RunErrorKind;
+use crate::protocol::{RunErrorInfo, RunErrorKind};
 
 use super::state::{error_info, Ending, Halt, Run};
 
@@ -88,6 +88,19 @@ impl Run {
             usd,
             tokens: usage.total_tokens,
         }
+    }
+
+    /// The run's end when its relay refused a call because the batch's budget ran out:
+    /// INTERRUPTED `budget_exhausted`, journaled as such, like a cap of its own.
+    pub(super) fn budget_refused(&mut self, mut error: RunErrorInfo) -> Result<Ending, Halt> {
+        if let Some(start) = error.message.find(crate::budget::EXHAUSTED_WORDS) {
+            error.message = error.message[start..].to_string();
+        }
+        self.log(&error.message);
+        self.append(Event::Interrupted {
+            reason: format!("budget_exhausted: {}", error.message),
+        })?;
+        Ok(Ending::interrupted(error))
     }
 
     /// Charges one call's billed tokens (every attempt) and dollars to every cap.

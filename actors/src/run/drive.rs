@@ -376,6 +376,9 @@ impl Run {
                     Err(Halt::Failed(error)) if self.context_refusal(&error, refusals) => {
                         refusals += 1;
                     }
+                    Err(Halt::Failed(error)) if error.kind == RunErrorKind::BudgetExhausted => {
+                        return self.budget_refused(error);
+                    }
                     called => break called?,
                 }
             };

@@ -173,7 +173,7 @@ impl OrchestrationActor {
     /// Before a run's end is fed to the scheduler: the 80 % line once, and, once a cap ran
     /// out, the scheduler told to start nothing more (before the end that would start the
     /// next run).
-    fn watch_budgets(&mut self, ctx: &mut Context<Self>) {
+    fn watch_budgets(&mut self, end: &RunEnd, ctx: &mut Context<Self>) {
         if !self.budget_warned {
             if let Some(message) = self.budgets.warning() {
                 self.budget_warned = true;
@@ -183,8 +183,17 @@ impl OrchestrationActor {
                 });
             }
         }
+        // A run elsewhere (a Slurm job) stopped by the relay's ledger for the batch.
+        let refused = match end {
+            RunEnd::Finished(outcome) => outcome
+                .error
+                .as_deref()
+                .filter(|e| e.starts_with("budget_exhausted: "))
+                .and_then(crate::budget::exhausted_note),
+            RunEnd::Lost(_) => None,
+        };
         if !self.budget_stopped {
-            if let Some(reason) = self.budgets.exhausted() {
+            if let Some(reason) = self.budgets.exhausted().or(refused) {
                 self.budget_stopped = true;
                 self.emit(OrchestrationEvent::Budget {
                     message: reason.clone(),
@@ -372,7 +381,7 @@ impl OrchestrationActor {
         }
         .into_actor(self)
         .map(move |end, act, ctx| {
-            act.watch_budgets(ctx);
+            act.watch_budgets(&end, ctx);
             act.apply(
                 Event::RunFinished {
                     run_id: finished_id,

@@ -55,6 +55,8 @@ struct RelayState {
     request_timeout: Duration,
     bodies: body::BodyMemory,
     usage: Arc<UsageCounters>,
+    /// One spending cap across every caller (`RelayConfig::budget`).
+    budget: Option<Arc<crate::relay::budget::RelayBudget>>,
 }
 
 /// Runs the relay's System on this thread until `stop` says so (or its sender drops).
@@ -171,6 +173,7 @@ fn build_state(config: &RelayConfig, usage: Arc<UsageCounters>) -> Result<RelayS
         request_timeout: config.request_timeout,
         bodies: body::BodyMemory::new(config.limits),
         usage,
+        budget: config.budget.clone(),
     })
 }
 
