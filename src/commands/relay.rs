@@ -136,8 +136,15 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
             usd: None,
             tokens: Some(tokens),
         };
-        let ledger = Arc::new(BudgetLedger::new(BudgetScope::Plan, budget, Default::default()));
-        Arc::new(delta_actors::relay::budget::RelayBudget::new(ledger, Default::default()))
+        let ledger = Arc::new(BudgetLedger::new(
+            BudgetScope::Plan,
+            budget,
+            Default::default(),
+        ));
+        Arc::new(delta_actors::relay::budget::RelayBudget::new(
+            ledger,
+            Default::default(),
+        ))
     });
     let relay = Relay::start(RelayConfig {
         listen: args.listen,

@@ -413,8 +413,17 @@ fn the_relays_one_budget_stops_every_caller() {
             .env("DELTA_BASE_URL", &url)
             .env("DELTA_API_KEY", &token)
             .args([
-                "run", "--agent", "agents/worker", "-m", "greet ann", "-w", "ws", "--run-id",
-                &run_id, "--format", "json",
+                "run",
+                "--agent",
+                "agents/worker",
+                "-m",
+                "greet ann",
+                "-w",
+                "ws",
+                "--run-id",
+                &run_id,
+                "--format",
+                "json",
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -423,7 +432,8 @@ fn the_relays_one_budget_stops_every_caller() {
         let out = wait_output(child, LIMIT);
         let result = json(&out);
         let usage = &result["metrics"]["usage"];
-        billed += usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap();
+        billed +=
+            usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap();
         if out.code != 0 {
             refused = Some((out.code, result));
             break;

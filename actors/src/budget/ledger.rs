@@ -138,6 +138,36 @@ impl BudgetLedger {
         }
     }
 
+    /// `delta_budget_remaining_usd` / `delta_budget_remaining_tokens{scope}` of this cap:
+    /// what is left of each cap it has (never below 0).
+    pub fn write_metrics(&self, text: &mut crate::openmetrics::MetricsText) {
+        use crate::openmetrics::Kind;
+        let spent = self.spent();
+        let scope = match &self.scope {
+            BudgetScope::Run => "run".to_string(),
+            BudgetScope::Plan => "plan".to_string(),
+            BudgetScope::Stage(id) => format!("stage:{id}"),
+        };
+        if let Some(cap) = self.budget.usd {
+            text.family(
+                "delta_budget_remaining_usd",
+                Kind::Gauge,
+                "Dollars left of a spending cap (docs/cost.md).",
+            );
+            let left = (cap - spent.usd).max(0.0);
+            text.sample("delta_budget_remaining_usd", &[("scope", &scope)], left);
+        }
+        if let Some(cap) = self.budget.tokens {
+            text.family(
+                "delta_budget_remaining_tokens",
+                Kind::Gauge,
+                "Tokens left of a spending cap (docs/cost.md).",
+            );
+            let left = cap.saturating_sub(spent.tokens) as f64;
+            text.sample("delta_budget_remaining_tokens", &[("scope", &scope)], left);
+        }
+    }
+
     /// The 80 % warning's text.
     pub fn warning_message(&self) -> String {
         format!(
@@ -155,6 +185,29 @@ mod tests {
 
     fn usd(v: f64) -> Spending {
         Spending { usd: v, tokens: 0 }
+    }
+
+    #[test]
+    fn what_is_left_is_a_gauge() {
+        let ledger = BudgetLedger::new(
+            BudgetScope::Plan,
+            Budget {
+                usd: None,
+                tokens: Some(1000),
+            },
+            Spending {
+                usd: 0.0,
+                tokens: 250,
+            },
+        );
+        let mut text = crate::openmetrics::MetricsText::new();
+        ledger.write_metrics(&mut text);
+        let text = text.finish();
+        assert!(
+            text.contains("delta_budget_remaining_tokens{scope=\"plan\"} 750"),
+            "{text}"
+        );
+        assert!(!text.contains("remaining_usd"), "{text}");
     }
 
     #[test]

@@ -53,7 +53,12 @@ impl RelayBudget {
 
     /// `Some(message)` when a request to `route` of `body_bytes` bytes asking for at most
     /// `max_tokens` would pass the cap: the refusal's message.
-    pub fn refusal(&self, route: &str, body_bytes: usize, max_tokens: Option<u64>) -> Option<String> {
+    pub fn refusal(
+        &self,
+        route: &str,
+        body_bytes: usize,
+        max_tokens: Option<u64>,
+    ) -> Option<String> {
         let prompt = (body_bytes as u64).div_ceil(4);
         let output = max_tokens.unwrap_or(DEFAULT_OUTPUT_ESTIMATE);
         let estimate = self.spending(
@@ -117,7 +122,8 @@ mod tests {
                 cached_prompt_tokens: 0,
             },
         );
-        let message = budget.refusal("a0", 400, Some(100)).unwrap();
+        // 800 billed + (800 bytes / 4 + 100) estimated > 1000.
+        let message = budget.refusal("a0", 800, Some(100)).unwrap();
         assert!(is_refusal(REFUSAL_STATUS, &message), "{message}");
         assert!(message.contains("spent 800 of 1000 tokens"), "{message}");
     }

@@ -175,8 +175,7 @@ pub(super) async fn chat(
             tracing::warn!(route = %exchange.route, run_id = %exchange.run_id, "relay: {message}");
             let status = StatusCode::from_u16(crate::relay::budget::REFUSAL_STATUS)
                 .unwrap_or(StatusCode::PAYMENT_REQUIRED);
-            return HttpResponse::build(status)
-                .json(crate::relay::budget::refusal_body(&message));
+            return HttpResponse::build(status).json(crate::relay::budget::refusal_body(&message));
         }
     }
     match &upstream.kind {

@@ -238,6 +238,9 @@ async fn metrics(request: HttpRequest, state: web::Data<RelayState>) -> HttpResp
     }
     let mut text = crate::openmetrics::MetricsText::new();
     state.usage.write_metrics(&mut text);
+    if let Some(budget) = &state.budget {
+        budget.ledger().write_metrics(&mut text);
+    }
     HttpResponse::Ok()
         .content_type(crate::openmetrics::CONTENT_TYPE)
         .body(text.finish())

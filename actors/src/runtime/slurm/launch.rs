@@ -165,7 +165,9 @@ fn batch_budget(
         }
     }
     let ledger = Arc::new(BudgetLedger::new(BudgetScope::Plan, budget, spent));
-    Some(Arc::new(crate::relay::budget::RelayBudget::new(ledger, prices)))
+    Some(Arc::new(crate::relay::budget::RelayBudget::new(
+        ledger, prices,
+    )))
 }
 
 /// Starts the relay for every agent's endpoint and prepares the jobs' submission:
