@@ -28,7 +28,7 @@ const SCRIPT: &str = "steps:\n  - tool: greet\n    args: { name: \"{{ task }}\" 
 /// the estimate also counts, are most of each call's estimate.
 const PADDING: &str = "Read this carefully and take your time with the item please. ";
 
-fn plan(max_parallel: usize, items: usize) -> String {
+pub fn plan(max_parallel: usize, items: usize) -> String {
     let padding = PADDING.repeat(60);
     let items: Vec<String> = (0..items).map(|i| format!("i{i}")).collect();
     format!(
@@ -40,7 +40,7 @@ fn plan(max_parallel: usize, items: usize) -> String {
 
 /// A plan folder: the priced worker (`price` under `llm:`, empty for none), the script and
 /// `plan.yaml`.
-fn fixture(plan_text: &str, price: &str) -> tempfile::TempDir {
+pub fn fixture(plan_text: &str, price: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let agent = dir.path().join("agents/worker");
     std::fs::create_dir_all(&agent).unwrap();
