@@ -454,3 +454,43 @@ fn the_relays_one_budget_stops_every_caller() {
     );
     assert!(billed <= CAP, "billed {billed} of {CAP}");
 }
+
+/// A stage's own `budget:` caps that stage's runs together (no price needed for tokens);
+/// the run whose check first sees 80 % of it journals a WARNING.
+#[test]
+fn a_stage_budget_stops_its_stage_and_warns_at_80_percent() {
+    let text = plan(1, 6).replace(
+        "    message: \"item",
+        "    budget: { tokens: 15000 }\n    message: \"item",
+    );
+    let dir = fixture(&text, "");
+    let root = dir.path();
+    let out = orchestrate(root, "ws", &[]);
+    assert_eq!(out.code, 130, "{}\n{}", out.stdout, out.stderr);
+    let summary = json(&out);
+    let note = summary["error"].as_str().unwrap();
+    assert!(
+        note.starts_with("stage map: budget exhausted (spent "),
+        "{note}"
+    );
+    assert!(note.ends_with(" of 15000 tokens)"), "{note}");
+    let billed = summary["totals"]["input_tokens"].as_u64().unwrap()
+        + summary["totals"]["output_tokens"].as_u64().unwrap();
+    assert!(billed <= 15000, "{billed}");
+    let warned = summary["stages"][0]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|row| {
+            let run_id = row["run_id"].as_str().unwrap();
+            read_journal(&root.join("ws/.delta").join(run_id).join("journal.jsonl"))
+                .iter()
+                .any(|e| {
+                    e["type"] == "WARNING"
+                        && e["message"]
+                            .as_str()
+                            .is_some_and(|m| m.starts_with("80% of stage map's budget spent"))
+                })
+        });
+    assert!(warned, "no run journaled the 80% warning");
+}

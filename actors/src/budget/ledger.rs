@@ -123,10 +123,24 @@ impl BudgetLedger {
         }
     }
 
-    /// Adds one call's billed spending (every attempt).
-    pub fn charge(&self, spending: &Spending) {
+    /// Adds one call's billed spending (every attempt); true when this charge is the first
+    /// to reach 80 % of a cap (the caller warns, once per ledger).
+    pub fn charge(&self, spending: &Spending) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.spent = state.spent.plus(spending);
+        let past = self
+            .budget
+            .usd
+            .is_some_and(|cap| state.spent.usd >= cap * WARN_FRACTION)
+            || self
+                .budget
+                .tokens
+                .is_some_and(|cap| state.spent.tokens as f64 >= cap as f64 * WARN_FRACTION);
+        if past && !state.warned {
+            state.warned = true;
+            return true;
+        }
+        false
     }
 
     /// "budget exhausted (spent $X of $Y)", as the run's reason and the summary say it.
@@ -221,9 +235,10 @@ mod tests {
             usd(0.5),
         );
         assert_eq!(ledger.check(&usd(0.1)), BudgetDecision::Proceed);
-        ledger.charge(&usd(0.35));
+        // The charge that reaches 80 % says so, once.
+        assert!(ledger.charge(&usd(0.35)));
         assert!(ledger.past_warning());
-        assert_eq!(ledger.check(&usd(0.1)), BudgetDecision::Warn80);
+        assert!(!ledger.charge(&usd(0.0)));
         assert_eq!(ledger.check(&usd(0.1)), BudgetDecision::Proceed);
         assert_eq!(ledger.check(&usd(0.5)), BudgetDecision::Exhausted);
         // A smaller call afterwards does not sneak through.

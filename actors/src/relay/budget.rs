@@ -81,7 +81,9 @@ impl RelayBudget {
 
     /// Charges an answer's billed tokens.
     pub fn charge(&self, route: &str, usage: &Usage) {
-        self.ledger.charge(&self.spending(route, usage));
+        if self.ledger.charge(&self.spending(route, usage)) {
+            tracing::warn!(target: "delta::relay", "relay: {}", self.ledger.warning_message());
+        }
     }
 }
 

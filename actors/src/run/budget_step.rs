@@ -103,14 +103,20 @@ impl Run {
         Ok(Ending::interrupted(error))
     }
 
-    /// Charges one call's billed tokens (every attempt) and dollars to every cap.
+    /// Charges one call's billed tokens (every attempt) and dollars to every cap; the call
+    /// that reaches 80 % of one journals a WARNING.
     pub(super) fn charge_budgets(&self, usage: &Usage, cost: Option<f64>) {
         let spending = Spending {
             usd: cost.unwrap_or(0.0),
             tokens: usage.prompt_tokens.saturating_add(usage.completion_tokens),
         };
         for ledger in &self.lp.request.budgets {
-            ledger.charge(&spending);
+            if ledger.charge(&spending) {
+                // The call that reached 80 % of a cap says so in its run's journal, once.
+                let message = ledger.warning_message();
+                self.log(&format!("warning: {message}"));
+                let _ = self.append(Event::Warning { message });
+            }
         }
     }
 
