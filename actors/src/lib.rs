@@ -48,6 +48,7 @@ pub mod agent;
 pub mod api;
 pub(crate) mod blocking;
 pub mod bounded_read;
+pub mod budget;
 pub mod clock;
 pub mod cluster;
 pub mod context;

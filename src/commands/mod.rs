@@ -4,6 +4,7 @@
 //! own results (stdout) and diagnostics (stderr); the library below them never prints.
 
 pub mod bench;
+pub mod budget_args;
 pub mod completions;
 pub mod continue_run;
 pub mod endpoint_memory;

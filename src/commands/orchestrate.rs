@@ -43,6 +43,8 @@ use crate::output::Format;
   delta orchestrate plan.yaml --var repo=acme/api --max-parallel 32 --format json
   delta orchestrate plan.yaml --llm-timeout 3m          # bound each model call attempt of every run
   delta orchestrate plan.yaml --resume nightly-20261122-101500-ab12 -w ws   # after a crash or Ctrl-C
+  delta orchestrate plan.yaml --budget-usd 20            # no model call past $20 (docs/cost.md)
+  delta orchestrate plan.yaml --resume ID -w ws --budget-usd 40   # go on after the budget ran out
   delta orchestrate plan.yaml --executor slurm --dry-run # print the sbatch commands it would submit
   delta orchestrate plan.yaml --executor slurm --check   # probe: do the nodes share the workspace?
   delta orchestrate plan.yaml --executor slurm           # every run as a Slurm job (docs/scale-out.md)
@@ -114,6 +116,10 @@ pub struct OrchestrateArgs {
     /// DELTA_METRICS_TOKEN (16 characters or more), which every scrape must send.
     #[arg(long, requires = "metrics_listen")]
     pub metrics_public: bool,
+    /// The plan's spending cap (each flag replaces the same key of plan.yaml's `budget:`;
+    /// stages keep theirs). Resume with a bigger one to go on after it ran out.
+    #[command(flatten)]
+    pub budget: crate::commands::budget_args::BudgetArgs,
 }
 
 pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
@@ -147,6 +153,10 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir()?;
     let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())?;
     let models = model_targets(args, &plan, agents, &env.vars, slurm.is_some())?;
+    let budget = args.budget.over(plan.budget);
+    check_budgets_priced(&plan, budget.as_ref(), &models.agents, &models.llm_by_agent)?;
+    // The cap the orchestration (and, under Slurm, its relay) enforces.
+    plan.budget = budget;
     let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
         usize::try_from(n).unwrap_or(usize::MAX)
     });
@@ -565,6 +575,31 @@ fn resume_workspace(
             ))
         }),
     }
+}
+
+/// Refuses a dollar cap (the plan's, or a stage's) over a stage whose agent's model nothing
+/// prices, with the plan's `llm.price` standing in for agents without their own.
+fn check_budgets_priced(
+    plan: &ResolvedPlan,
+    budget: Option<&delta_actors::budget::Budget>,
+    agents: &HashMap<PathBuf, Arc<ResolvedAgent>>,
+    llm_by_agent: &HashMap<PathBuf, LlmTarget>,
+) -> Result<(), CliError> {
+    for stage in &plan.stages {
+        for cap in [budget, stage.budget.as_ref()].into_iter().flatten() {
+            let (Some(agent), Some(llm)) =
+                (agents.get(&stage.agent), llm_by_agent.get(&stage.agent))
+            else {
+                continue;
+            };
+            let mut priced = ResolvedAgent::clone(agent);
+            priced.llm.price = priced.llm.price.or(plan.llm.price);
+            delta_actors::budget::check_priced(cap, &priced, llm).map_err(|e| {
+                CliError::Config(format!("{}: stage {}: {e}", plan.file.display(), stage.id))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn load_agents(plan: &ResolvedPlan) -> Result<BTreeMap<PathBuf, ResolvedAgent>, CliError> {

@@ -65,6 +65,18 @@ pub struct RelayArgs {
     /// Requests per minute to the endpoint, all callers together (default: no limit).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub requests_per_minute: Option<u32>,
+    /// Tokens per minute to the endpoint, all callers together (prompt + completion, as
+    /// its answers report them): a request waits while the last 60 seconds' tokens have
+    /// reached N (default: no limit).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=delta_actors::relay::tpm::MAX_TOKENS_PER_MINUTE))]
+    pub tpm: Option<u64>,
+    /// Stop forwarding once the callers together were billed this many tokens (prompt +
+    /// completion): a request that would pass it is answered 402 `budget_exhausted`,
+    /// which a delta run records as INTERRUPTED `budget_exhausted` (docs/cost.md).
+    #[arg(long, value_name = "TOKENS",
+          value_parser = clap::value_parser!(u64).range(1..=delta_actors::budget::MAX_BUDGET_TOKENS))]
+    pub budget_tokens: Option<u64>,
     /// The largest request body accepted (413 above it), e.g. 8MiB, 512KiB, 1000000
     /// [default: 8MiB: a million-token conversation, JSON-escaped]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -120,6 +132,22 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
     }
     let generated = given.is_none();
     let token = given.map_or_else(new_relay_token, |given| given.value);
+    let relay_budget = args.budget_tokens.map(|tokens| {
+        use delta_actors::budget::{Budget, BudgetLedger, BudgetScope};
+        let budget = Budget {
+            usd: None,
+            tokens: Some(tokens),
+        };
+        let ledger = Arc::new(BudgetLedger::new(
+            BudgetScope::Plan,
+            budget,
+            Default::default(),
+        ));
+        Arc::new(delta_actors::relay::budget::RelayBudget::new(
+            ledger,
+            Default::default(),
+        ))
+    });
     let relay = Relay::start(RelayConfig {
         listen: args.listen,
         token: token.clone(),
@@ -129,6 +157,8 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
         }],
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(64),
         requests_per_minute: args.requests_per_minute,
+        tokens_per_minute: args.tpm,
+        budget: relay_budget,
         request_timeout: delta_actors::llm::DEFAULT_REQUEST_TIMEOUT,
         accepted_token_digests: Vec::new(),
         limits: RelayLimits {

@@ -29,6 +29,7 @@ use crate::output::{progress::Verbosity, Format};
   delta run --agent examples/agents/hello-world -m \"Say hello\" -y \\
       --llm-script examples/agents/hello-world/llm-script.yaml
   delta run -m \"Summarise DELTA.md\" -w ./ws --llm-timeout 90s   # give up on a silent endpoint sooner
+  delta run -m \"Summarise DELTA.md\" -w ./ws --budget-usd 0.50   # stop before passing 50 cents (docs/cost.md)
   DELTA_BASE_URL=http://127.0.0.1:8080/v1 delta run -m \"Say hello\" -y   # a llama.cpp server here
 
 ", crate::model_env_help!(), "
@@ -66,6 +67,8 @@ pub struct RunArgs {
     /// `llm.request_timeout`; default 600s). A timed-out attempt is retried.
     #[arg(long, value_name = "DURATION", value_parser = parse_llm_timeout_arg)]
     pub llm_timeout: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub budget: crate::commands::budget_args::BudgetArgs,
 }
 
 pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
@@ -98,6 +101,10 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
         llm,
         supervisor,
     } = run_inputs(agent, &choice.dir, args.llm_script.as_deref(), verbosity)?;
+    let budget = args.budget.budget();
+    if let Some(budget) = &budget {
+        delta_actors::budget::check_priced(budget, &agent, &llm).map_err(CliError::Config)?;
+    }
     let continue_flags = model_flags(
         script_path(&env, args.llm_script.as_deref()).as_deref(),
         args.llm_timeout,
@@ -120,6 +127,13 @@ pub fn run(args: &RunArgs, verbosity: Verbosity) -> Result<i32, CliError> {
     request.run_id = args.run_id.clone();
     request.max_iterations = args.max_iterations;
     request.workspace_id = workspace_id;
+    if let Some(budget) = budget {
+        request = request.with_budget(Arc::new(delta_actors::budget::BudgetLedger::new(
+            delta_actors::budget::BudgetScope::Run,
+            budget,
+            Default::default(),
+        )));
+    }
     if args.interactive {
         request = request.with_prompter(Arc::new(TerminalPrompter));
     }

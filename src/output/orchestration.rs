@@ -561,6 +561,19 @@ impl Progress {
                     eprintln!("stage {stage} failed: dependants will not start");
                 }
             }
+            OrchestrationEvent::Budget { message, exhausted } => {
+                let line = if *exhausted {
+                    format!("{message}: no run starts any more; runs in flight stop at their next model call (resume with a bigger --budget-usd / --budget-tokens)")
+                } else {
+                    format!("warning: {message}")
+                };
+                match &self.bars {
+                    Some((multi, _)) => {
+                        let _ = multi.println(line);
+                    }
+                    None => eprintln!("{line}"),
+                }
+            }
             OrchestrationEvent::Progress { .. } | OrchestrationEvent::Finished { .. } => {}
         }
     }

@@ -17,6 +17,7 @@ const ROOT_KEYS: &[&str] = &[
     "llm",
     "executor",
     "sandbox",
+    "budget",
     "stages",
 ];
 const DEFAULTS_KEYS: &[&str] = &[
@@ -58,6 +59,7 @@ const STAGE_KEYS: &[&str] = &[
     "max_iterations",
     "timeout",
     "retries",
+    "budget",
 ];
 const FOREACH_KEYS: &[&str] = &["items", "files", "lines"];
 
@@ -73,7 +75,9 @@ pub fn known_key_paths() -> Vec<String> {
         level("llm.", LLM_KEYS),
         level("executor.", EXECUTOR_KEYS),
         level("sandbox.", &crate::sandbox::SANDBOX_KEYS),
+        level("budget.", &crate::budget::BUDGET_KEYS),
         level("stages[].", STAGE_KEYS),
+        level("stages[].budget.", &crate::budget::BUDGET_KEYS),
         level("stages[].foreach.", FOREACH_KEYS),
     ]
     .concat()
@@ -120,6 +124,9 @@ pub fn check_keys(document: &Value) -> Result<(), KeyProblem> {
     if let Some(Value::Mapping(executor)) = root.get("executor") {
         check_level(executor, "executor.", EXECUTOR_KEYS)?;
     }
+    if let Some(Value::Mapping(budget)) = root.get("budget") {
+        check_level(budget, "budget.", &crate::budget::BUDGET_KEYS)?;
+    }
     if let Some(Value::Mapping(sandbox)) = root.get("sandbox") {
         check_level(sandbox, "sandbox.", &crate::sandbox::SANDBOX_KEYS)?;
     }
@@ -130,6 +137,13 @@ pub fn check_keys(document: &Value) -> Result<(), KeyProblem> {
             };
             let prefix = format!("stages[{index}].");
             check_level(stage, &prefix, STAGE_KEYS)?;
+            if let Some(Value::Mapping(budget)) = stage.get("budget") {
+                check_level(
+                    budget,
+                    &format!("{prefix}budget."),
+                    &crate::budget::BUDGET_KEYS,
+                )?;
+            }
             if let Some(Value::Mapping(foreach)) = stage.get("foreach") {
                 let foreach_prefix = format!("{prefix}foreach.");
                 check_level(foreach, &foreach_prefix, FOREACH_KEYS)?;

@@ -108,6 +108,22 @@ pub(crate) fn check_numbers(model: &PlanFile, file: &Path) -> Result<(), PlanErr
             }
         }
     }
+    let budgets = std::iter::once(("budget".to_string(), model.budget.as_ref())).chain(
+        model
+            .stages
+            .iter()
+            .map(|stage| (format!("stages.{}.budget", stage.id), stage.budget.as_ref())),
+    );
+    for (key, budget) in budgets {
+        if let Some((field, message)) = budget.and_then(|budget| budget.invalid()) {
+            return Err(PlanError::invalid(
+                file,
+                format!("{key}.{field}"),
+                message,
+                "give dollars (`usd: 5`) and/or tokens (`tokens: 2000000`), each above 0 (docs/cost.md)",
+            ));
+        }
+    }
     for (key, value, range) in numbers {
         if let Some(message) = value.and_then(|value| out_of_range(value, range)) {
             return Err(PlanError::invalid(

@@ -37,6 +37,10 @@ pub struct PlanFile {
     /// (read by `crate::sandbox`'s parser, the one agent.yaml's goes through).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_yaml::Value>,
+    /// The spending cap of the whole plan (`delta orchestrate --budget-usd` /
+    /// `--budget-tokens` override it; docs/cost.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Budget>,
     /// The stages, in any order (at least one).
     pub stages: Vec<StageSpec>,
 }
@@ -131,6 +135,9 @@ pub struct StageSpec {
     /// How many times a FAILED run is tried again (0..=100; default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
+    /// The spending cap of this stage's runs together (docs/cost.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Budget>,
 }
 
 /// `needs: previous`, `needs: plan` or `needs: [plan, previous]`. `previous` stands for

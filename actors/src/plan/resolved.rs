@@ -34,6 +34,8 @@ pub struct ResolvedPlan {
     pub stages: Vec<ResolvedStage>,
     /// `sandbox`: the default sandbox of the plan's agents (an agent's own wins).
     pub sandbox: Option<crate::sandbox::SandboxPolicy>,
+    /// The spending cap of the whole plan (`budget:`), validated.
+    pub budget: Option<crate::budget::Budget>,
     /// The model as written, for the copy kept with the orchestration state.
     pub source: PlanFile,
 }
@@ -70,6 +72,8 @@ pub struct ResolvedStage {
     pub timeout: Option<Duration>,
     /// How many times a FAILED run is tried again.
     pub retries: u32,
+    /// The spending cap of the stage's runs together (`budget:`), validated.
+    pub budget: Option<crate::budget::Budget>,
 }
 
 /// A `foreach` with its paths resolved.

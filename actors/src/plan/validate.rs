@@ -176,6 +176,7 @@ pub fn resolve_plan(
             max_iterations,
             timeout,
             retries: stage.retries.or(model.defaults.retries).unwrap_or(0),
+            budget: stage.budget.filter(|budget| !budget.is_empty()),
         });
     }
 
@@ -192,6 +193,7 @@ pub fn resolve_plan(
         llm_timeouts,
         stages,
         sandbox,
+        budget: model.budget.filter(|budget| !budget.is_empty()),
         source: model,
         dir,
     };

@@ -354,6 +354,14 @@ pub enum OrchestrationEvent {
         /// Finished runs that did not complete (failed, interrupted or waiting for input).
         failed: usize,
     },
+    /// A spending cap is 80 % spent (`exhausted: false`, once), or ran out (`exhausted:
+    /// true`: no run starts any more; those in flight stop at their next model call).
+    Budget {
+        /// "80% of the plan's budget spent (...)" / "budget exhausted (spent $X of $Y)".
+        message: String,
+        /// The cap ran out.
+        exhausted: bool,
+    },
     /// The plan ended; its summary follows on the orchestration's handle. Always the last
     /// event.
     Finished {

@@ -50,13 +50,16 @@ pub enum RunErrorKind {
     /// The model's final answer was empty (no text, no tool call) and the agent says
     /// `empty_answer: fail`.
     EmptyAnswer,
+    /// A spending cap (`--budget-usd`, a plan's `budget:`) would have been passed by the
+    /// next model call: the run stopped INTERRUPTED before it, and continues later.
+    BudgetExhausted,
     /// A kind this version does not know (read from a file written by another one).
     Other(String),
 }
 
 impl RunErrorKind {
     /// Every kind this version writes, for documentation and tests.
-    pub const KNOWN: [RunErrorKind; 16] = [
+    pub const KNOWN: [RunErrorKind; 17] = [
         RunErrorKind::MaxIterations,
         RunErrorKind::LlmError,
         RunErrorKind::LlmTimeout,
@@ -73,6 +76,7 @@ impl RunErrorKind {
         RunErrorKind::ExecutorLost,
         RunErrorKind::ExecutorStopped,
         RunErrorKind::EmptyAnswer,
+        RunErrorKind::BudgetExhausted,
     ];
 
     /// The on-disk spelling.
@@ -94,6 +98,7 @@ impl RunErrorKind {
             RunErrorKind::ExecutorLost => "executor_lost",
             RunErrorKind::ExecutorStopped => "executor_stopped",
             RunErrorKind::EmptyAnswer => "empty_answer",
+            RunErrorKind::BudgetExhausted => "budget_exhausted",
             RunErrorKind::Other(kind) => kind,
         }
     }

@@ -28,9 +28,11 @@
 //! Must not: write the key anywhere, log request bodies, or accept a request (or read its
 //! body) without the token.
 
+pub mod budget;
 pub mod forward;
 pub mod secrets;
 pub mod sse;
+pub mod tpm;
 pub mod usage;
 
 use std::net::SocketAddr;
@@ -95,6 +97,11 @@ pub struct RelayConfig {
     pub max_in_flight: usize,
     /// Requests per minute per upstream, all callers together.
     pub requests_per_minute: Option<u32>,
+    /// Tokens (prompt + completion, as answers report them) per minute per upstream, all
+    /// callers together (`delta relay --tpm`; see [`tpm`]).
+    pub tokens_per_minute: Option<u64>,
+    /// One spending cap across every caller (a Slurm batch's jobs; see [`budget`]).
+    pub budget: Option<std::sync::Arc<budget::RelayBudget>>,
     /// The longest one forwarded attempt may take.
     pub request_timeout: Duration,
     /// SHA-256 digests (hex) of earlier tokens still accepted: jobs of an orchestration

@@ -204,6 +204,9 @@ pub struct RunRequest {
     /// calls send a `traceparent` header, and its events carry it for an exporter. `None`
     /// (the default): the run sets no trace context (children inherit the environment's).
     pub trace: Option<TraceSpan>,
+    /// The spending caps this run charges and consults before each model call (its own,
+    /// its plan's, its stage's; docs/cost.md). Empty (the default): no cap.
+    pub budgets: Vec<Arc<crate::budget::BudgetLedger>>,
 }
 
 impl RunRequest {
@@ -229,7 +232,14 @@ impl RunRequest {
             workspace_id: None,
             orchestration_id: None,
             trace: None,
+            budgets: Vec::new(),
         }
+    }
+
+    /// Adds a spending cap the run charges and stops at (INTERRUPTED `budget_exhausted`).
+    pub fn with_budget(mut self, ledger: Arc<crate::budget::BudgetLedger>) -> RunRequest {
+        self.budgets.push(ledger);
+        self
     }
 
     /// The run's id (validated when submitted; required to continue a run).
@@ -327,6 +337,9 @@ pub struct OrchestrationRequest {
     /// `("stage", <id>)` and each submitted run a child of its stage's span with an id of its
     /// own. `None` (the default): no trace context.
     pub trace: Option<TraceSpan>,
+    /// The plan's spending cap (default: plan.yaml's `budget:`; `delta orchestrate
+    /// --budget-usd/--budget-tokens` replace it). Stages keep their own `budget:`.
+    pub budget: Option<crate::budget::Budget>,
 }
 
 impl OrchestrationRequest {
@@ -342,6 +355,7 @@ impl OrchestrationRequest {
         llm: LlmTarget,
     ) -> OrchestrationRequest {
         let max_parallel = plan.max_parallel;
+        let budget = plan.budget;
         OrchestrationRequest {
             plan,
             orchestration_id: orchestration_id.into(),
@@ -354,7 +368,15 @@ impl OrchestrationRequest {
             max_parallel,
             resume_command: None,
             trace: None,
+            budget,
         }
+    }
+
+    /// The plan's spending cap, instead of plan.yaml's `budget:` (validate it first:
+    /// [`crate::budget::Budget::invalid`]).
+    pub fn with_budget(mut self, budget: crate::budget::Budget) -> OrchestrationRequest {
+        self.budget = Some(budget);
+        self
     }
 
     /// Every agent the plan names, loaded once, by the path the plan resolved.

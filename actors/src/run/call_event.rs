@@ -107,6 +107,7 @@ impl Run {
             .then(|| self.captured_content(request, &ending));
         let cost = self.call_cost(&request.model, response_model.as_deref(), &figures.usage);
         self.cost.add_call(cost);
+        self.charge_budgets(&figures.usage, cost.ok());
         self.emit(RunEvent::ModelCallFinished {
             run_id: self.lp.run_id.clone(),
             iteration: self.iteration,

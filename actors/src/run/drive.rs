@@ -369,9 +369,15 @@ impl Run {
                     self.apply_override(&mut request, &outcome)?;
                     self.remeasure(&request);
                 }
+                if let Some(stopped) = self.check_budgets(&request)? {
+                    return Ok(stopped);
+                }
                 match self.call_model(request).await {
                     Err(Halt::Failed(error)) if self.context_refusal(&error, refusals) => {
                         refusals += 1;
+                    }
+                    Err(Halt::Failed(error)) if error.kind == RunErrorKind::BudgetExhausted => {
+                        return self.budget_refused(error);
                     }
                     called => break called?,
                 }

@@ -12,6 +12,7 @@
 //!   request the server refused as too long compacted and sent again;
 //! - `model.rs`: the model step: the request from the context builder, a `pre_llm_request`
 //!   override, the call through the model port, its io/invocations record;
+//! - `budget_step.rs`: the spending caps checked before each model call and charged after;
 //! - `calls.rs`: the tool phase of one reply: each call through its hooks and the tool port,
 //!   results journaled in reply order;
 //! - `end.rs`: ERROR, `on_error`, ENGINE_END, final metadata, the RunResult, `on_run_end`;
@@ -42,6 +43,7 @@
 //!
 //! Must not: import actix, print, or read the process environment (the request carries it).
 
+mod budget_step;
 mod call_event;
 mod calls;
 mod context_step;

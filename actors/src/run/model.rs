@@ -444,8 +444,12 @@ impl Run {
             failure.attempts, failure.error
         );
         self.log(&message);
-        let kind = match failure.error {
+        let kind = match &failure.error {
             LlmError::Timeout { .. } => RunErrorKind::LlmTimeout,
+            // The relay's one ledger for a batch ran out (crate::relay::budget).
+            LlmError::Http {
+                status, message, ..
+            } if crate::relay::budget::is_refusal(*status, message) => RunErrorKind::BudgetExhausted,
             _ => RunErrorKind::LlmError,
         };
         Ok(Halt::Failed(error_info(kind, message)))

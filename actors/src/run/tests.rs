@@ -309,6 +309,7 @@ impl Fixture {
             workspace_id: None,
             orchestration_id: None,
             trace: None,
+            budgets: Vec::new(),
         }
     }
 

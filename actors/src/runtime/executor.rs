@@ -175,6 +175,8 @@ pub struct ExecutorSetup {
     pub orchestration_dir: PathBuf,
     /// The engine's run supervisor, for the executor that runs in this process.
     pub(crate) runs: RunDesk,
+    /// The plan's and stages' spending caps, which every run of this process charges.
+    pub(crate) budgets: std::sync::Arc<crate::budget::PlanBudgets>,
 }
 
 /// Runs in this process: each planned run becomes a `RunRequest` for the `RunSupervisor`.
@@ -237,6 +239,7 @@ impl LocalRuns {
             workspace_id: None,
             orchestration_id: Some(request.orchestration_id.clone()),
             trace,
+            budgets: self.setup.budgets.for_stage(&planned.stage_id),
         })
     }
 }

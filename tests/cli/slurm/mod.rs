@@ -10,6 +10,7 @@
 //! assertion, unless DELTA_SKIP_SLURM=1 says to skip them knowingly (they print SKIPPED).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod budget;
 mod cluster;
 mod dry_run;
 mod exec_planned;

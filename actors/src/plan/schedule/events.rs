@@ -218,6 +218,12 @@ pub enum Event {
         /// Why, for the runs' INTERRUPTED record and the summary.
         reason: String,
     },
+    /// A spending cap ran out: submit nothing more; the runs in flight stop by themselves
+    /// at their next model call; finish INTERRUPTED once they have ended.
+    BudgetExhausted {
+        /// "budget exhausted (spent $X of $Y)", for the summary.
+        reason: String,
+    },
 }
 
 /// Something the scheduler decided, for the executor to carry out in order.

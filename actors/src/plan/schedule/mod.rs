@@ -173,6 +173,7 @@ impl Scheduler {
             Event::RunSubmitted { run_id } => self.run_submitted(&run_id, &mut out),
             Event::RunFinished { run_id, end } => self.run_finished(&run_id, end, &mut out),
             Event::CancelRequested { reason } => self.cancel(reason, &mut out),
+            Event::BudgetExhausted { reason } => self.budget_exhausted(reason, &mut out),
         }
         out
     }
@@ -279,6 +280,23 @@ impl Scheduler {
             run_id: run.planned.run_id.clone(),
             attempt: run.attempts,
         }));
+    }
+
+    /// Stops submitting (a cap ran out); the runs in flight are left to stop at their next
+    /// model call. Finishes once none is left.
+    fn budget_exhausted(&mut self, reason: String, out: &mut Vec<Effect>) {
+        if self.stop_reason.is_some() {
+            return;
+        }
+        self.stop_reason = Some(reason);
+        for stage in self.stages.values_mut() {
+            for run in &mut stage.runs {
+                run.pending_launch = None;
+            }
+        }
+        if self.in_flight.is_empty() {
+            self.finish(out);
+        }
     }
 
     /// Stops submitting and cancels the runs in flight; finishes once none is left.

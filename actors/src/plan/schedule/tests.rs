@@ -32,6 +32,7 @@ pub(super) fn stage(id: &str, needs: &[&str], items: Option<usize>) -> ResolvedS
         max_iterations: None,
         timeout: None,
         retries: 0,
+        budget: None,
     }
 }
 
@@ -47,6 +48,7 @@ pub(super) fn plan(stages: Vec<ResolvedStage>) -> Arc<ResolvedPlan> {
         llm_timeouts: Default::default(),
         stages,
         sandbox: None,
+        budget: None,
         source: PlanFile::default(),
     })
 }

@@ -215,6 +215,16 @@ fn read_one(dir: &Path, id: String) -> OrchestrationListing {
             listing.usage = summary.usage();
             listing.total_cost_usd = summary.totals.cost.total_usd();
             listing.ended_at = Some(summary.ended_at);
+            // A spending cap that ran out is why it stopped: said before the resume command.
+            if let Some(reason) = summary
+                .error
+                .filter(|e| e.contains(crate::budget::EXHAUSTED_WORDS))
+            {
+                let command = journal.resume_command(&listing.orchestration_id);
+                listing.error = Some(format!(
+                    "{reason}; resume it with a bigger budget: `{command} --budget-usd N`"
+                ));
+            }
         }
         (Some(status), Ok(None)) => listing.status = status.into(),
         (_, Err(reason)) => {

@@ -31,6 +31,7 @@ use crate::workspace::{
 
 pub mod listing;
 mod resume;
+mod spent;
 
 pub use crate::protocol::{
     OrchestrationStatus, OrchestrationSummary, RunCounts, RunRow, StageStatus, StageSummary, Totals,

@@ -78,6 +78,12 @@ pub struct OrchestrationActor {
     /// Told every event before the watchers (trace and metric export); set once, before
     /// the actor starts.
     observer: Option<ObserverHandle>,
+    /// The plan's and stages' spending caps, seeded with what earlier invocations spent;
+    /// shared with the executor, whose runs charge them.
+    budgets: Arc<crate::budget::PlanBudgets>,
+    /// The 80 % line was sent; a cap ran out and the scheduler was told.
+    budget_warned: bool,
+    budget_stopped: bool,
 }
 
 impl OrchestrationActor {
@@ -123,6 +129,19 @@ impl OrchestrationActor {
                 },
             ),
         };
+        let spent_before = state
+            .as_ref()
+            .map(|state| OrchestrationState::spent_so_far(&state.dir))
+            .unwrap_or_default();
+        let budgets = Arc::new(crate::budget::PlanBudgets::new(
+            request.budget,
+            request
+                .plan
+                .stages
+                .iter()
+                .map(|stage| (stage.id.as_str(), stage.budget)),
+            &spent_before,
+        ));
         let scheduler = Scheduler::new(
             request.plan.clone(),
             &request.orchestration_id,
@@ -145,6 +164,43 @@ impl OrchestrationActor {
             executor_error: None,
             batch_open: false,
             observer: None,
+            budgets,
+            budget_warned: false,
+            budget_stopped: false,
+        }
+    }
+
+    /// Before a run's end is fed to the scheduler: the 80 % line once, and, once a cap ran
+    /// out, the scheduler told to start nothing more (before the end that would start the
+    /// next run).
+    fn watch_budgets(&mut self, end: &RunEnd, ctx: &mut Context<Self>) {
+        if !self.budget_warned {
+            if let Some(message) = self.budgets.warning() {
+                self.budget_warned = true;
+                self.emit(OrchestrationEvent::Budget {
+                    message,
+                    exhausted: false,
+                });
+            }
+        }
+        // A run elsewhere (a Slurm job) stopped by the relay's ledger for the batch.
+        let refused = match end {
+            RunEnd::Finished(outcome) => outcome
+                .error
+                .as_deref()
+                .filter(|e| e.starts_with("budget_exhausted: "))
+                .and_then(crate::budget::exhausted_note),
+            RunEnd::Lost(_) => None,
+        };
+        if !self.budget_stopped {
+            if let Some(reason) = self.budgets.exhausted().or(refused) {
+                self.budget_stopped = true;
+                self.emit(OrchestrationEvent::Budget {
+                    message: reason.clone(),
+                    exhausted: true,
+                });
+                self.apply(Event::BudgetExhausted { reason }, ctx);
+            }
         }
     }
 
@@ -260,6 +316,7 @@ impl Actor for OrchestrationActor {
                 request: self.request.clone(),
                 orchestration_dir: state.dir.clone(),
                 runs: self.supervisor.clone(),
+                budgets: Arc::clone(&self.budgets),
             };
             match self.executor.start(setup) {
                 Ok(desk) => self.desk = Some(desk),
@@ -324,6 +381,7 @@ impl OrchestrationActor {
         }
         .into_actor(self)
         .map(move |end, act, ctx| {
+            act.watch_budgets(&end, ctx);
             act.apply(
                 Event::RunFinished {
                     run_id: finished_id,

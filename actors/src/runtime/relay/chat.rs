@@ -32,6 +32,11 @@ use crate::relay::usage::UsageCounters;
 struct StreamFlags {
     #[serde(default)]
     stream: Option<bool>,
+    /// The output limit, for the relay budget's estimate (either spelling).
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
 }
@@ -51,6 +56,10 @@ struct Exchange {
     usage: Arc<UsageCounters>,
     /// Set once an answer is on its way; a drop before that means the caller left.
     answered: bool,
+    /// The endpoint's tokens-per-minute window, charged with the answer's tokens.
+    tokens: Option<Arc<crate::relay::tpm::TokensPerMinute>>,
+    /// The relay's spending cap, charged with the answer's tokens.
+    budget: Option<Arc<crate::relay::budget::RelayBudget>>,
 }
 
 impl Exchange {
@@ -60,6 +69,12 @@ impl Exchange {
         self.usage
             .record_route(&self.route, status, streamed, usage);
         let (prompt, completion) = usage.map_or((0, 0), |u| (u.prompt_tokens, u.completion_tokens));
+        if let Some(tokens) = &self.tokens {
+            tokens.record(Instant::now(), prompt.saturating_add(completion));
+        }
+        if let (Some(budget), Some(usage)) = (&self.budget, usage) {
+            budget.charge(&self.route, &usage);
+        }
         tracing::info!(
             route = %self.route,
             agent = %self.agent,
@@ -125,7 +140,17 @@ pub(super) async fn chat(
         started: Instant::now(),
         usage: Arc::clone(&state.usage),
         answered: false,
+        tokens: upstream.tokens.clone(),
+        budget: state.budget.clone(),
     };
+    // `--tpm`: wait while the endpoint's last minute of tokens is at the limit (counted as
+    // a rate-limit wait, like the requests-per-minute gate's).
+    if let Some(tokens) = &upstream.tokens {
+        let waited = tokens.wait_for_room().await;
+        if !waited.is_zero() {
+            exchange.usage.record_wait(&exchange.route, waited);
+        }
+    }
     let (body, share) = match body::read(&request, payload, &state.bodies).await {
         Ok(read) => read,
         Err(response) => {
@@ -143,6 +168,16 @@ pub(super) async fn chat(
             );
         }
     };
+    if let Some(budget) = &state.budget {
+        let max_tokens = flags.max_tokens.or(flags.max_completion_tokens);
+        if let Some(message) = budget.refusal(route, body.len(), max_tokens) {
+            exchange.answered = true;
+            tracing::warn!(route = %exchange.route, run_id = %exchange.run_id, "relay: {message}");
+            let status = StatusCode::from_u16(crate::relay::budget::REFUSAL_STATUS)
+                .unwrap_or(StatusCode::PAYMENT_REQUIRED);
+            return HttpResponse::build(status).json(crate::relay::budget::refusal_body(&message));
+        }
+    }
     match &upstream.kind {
         UpstreamKind::Http(forwarder) => {
             let request = ForwardRequest {

@@ -43,6 +43,8 @@ enum UpstreamKind {
 struct Upstream {
     gate: Arc<LlmGate>,
     kind: UpstreamKind,
+    /// `--tpm`: the tokens this endpoint billed in the last minute, against the limit.
+    tokens: Option<Arc<crate::relay::tpm::TokensPerMinute>>,
 }
 
 struct RelayState {
@@ -53,6 +55,8 @@ struct RelayState {
     request_timeout: Duration,
     bodies: body::BodyMemory,
     usage: Arc<UsageCounters>,
+    /// One spending cap across every caller (`RelayConfig::budget`).
+    budget: Option<Arc<crate::relay::budget::RelayBudget>>,
 }
 
 /// Runs the relay's System on this thread until `stop` says so (or its sender drops).
@@ -146,6 +150,9 @@ fn build_state(config: &RelayConfig, usage: Arc<UsageCounters>) -> Result<RelayS
                 let upstream = Arc::new(Upstream {
                     gate: Arc::new(gate),
                     kind,
+                    tokens: config
+                        .tokens_per_minute
+                        .map(|limit| Arc::new(crate::relay::tpm::TokensPerMinute::new(limit))),
                 });
                 by_key.insert(key, upstream.clone());
                 upstream
@@ -166,6 +173,7 @@ fn build_state(config: &RelayConfig, usage: Arc<UsageCounters>) -> Result<RelayS
         request_timeout: config.request_timeout,
         bodies: body::BodyMemory::new(config.limits),
         usage,
+        budget: config.budget.clone(),
     })
 }
 
@@ -230,6 +238,9 @@ async fn metrics(request: HttpRequest, state: web::Data<RelayState>) -> HttpResp
     }
     let mut text = crate::openmetrics::MetricsText::new();
     state.usage.write_metrics(&mut text);
+    if let Some(budget) = &state.budget {
+        budget.ledger().write_metrics(&mut text);
+    }
     HttpResponse::Ok()
         .content_type(crate::openmetrics::CONTENT_TYPE)
         .body(text.finish())

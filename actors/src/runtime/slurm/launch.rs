@@ -133,6 +133,43 @@ pub fn job_env(
     env.into_iter().collect()
 }
 
+/// The plan's budget as the relay's one ledger for the whole batch (its jobs' runs cannot
+/// share the orchestrating process's ledger), seeded with what earlier invocations spent;
+/// each route priced at its agent's `llm.price`, else the plan's, else the catalogue's.
+fn batch_budget(
+    plan: &ResolvedPlan,
+    agents: &HashMap<PathBuf, Arc<ResolvedAgent>>,
+    llm_by_agent: &HashMap<PathBuf, crate::llm::LlmTarget>,
+    routes: &HashMap<PathBuf, String>,
+    orchestration_dir: &Path,
+) -> Option<Arc<crate::relay::budget::RelayBudget>> {
+    use crate::budget::{BudgetLedger, BudgetScope, Spending};
+    let budget = plan.budget?;
+    let spent = crate::plan::state::OrchestrationState::spent_so_far(orchestration_dir)
+        .values()
+        .fold(Spending::default(), |sum, spent| sum.plus(spent));
+    let mut prices = HashMap::new();
+    for (path, route) in routes {
+        let Some(agent) = agents.get(path) else {
+            continue;
+        };
+        let base_url = match llm_by_agent.get(path) {
+            Some(crate::llm::LlmTarget::Http(endpoint)) => Some(endpoint.base_url.as_str()),
+            _ => None,
+        };
+        let configured = agent.llm.price.or(plan.llm.price);
+        if let Some(found) =
+            crate::llm::price::price_of(configured.as_ref(), &agent.llm.model, base_url)
+        {
+            prices.insert(route.clone(), found.price);
+        }
+    }
+    let ledger = Arc::new(BudgetLedger::new(BudgetScope::Plan, budget, spent));
+    Some(Arc::new(crate::relay::budget::RelayBudget::new(
+        ledger, prices,
+    )))
+}
+
 /// Starts the relay for every agent's endpoint and prepares the jobs' submission:
 /// `sbatch`/`squeue`/`scancel` must be on PATH, the relay must bind.
 pub fn start_slurm(launch: SlurmLaunch<'_>) -> Result<SlurmStart, SlurmStartError> {
@@ -162,6 +199,7 @@ pub fn start_slurm(launch: SlurmLaunch<'_>) -> Result<SlurmStart, SlurmStartErro
             });
         }
     }
+    let relay_budget = batch_budget(plan, agents, llm_by_agent, &routes, orchestration_dir);
     let token = new_relay_token();
     // A resume listens where the jobs still running were told the relay is, and accepts
     // their tokens.
@@ -178,6 +216,8 @@ pub fn start_slurm(launch: SlurmLaunch<'_>) -> Result<SlurmStart, SlurmStartErro
         routes: relay_routes,
         max_in_flight: plan.llm.max_in_flight.unwrap_or(max_parallel),
         requests_per_minute: plan.llm.requests_per_minute,
+        tokens_per_minute: None,
+        budget: relay_budget,
         request_timeout: plan
             .llm_timeouts
             .request

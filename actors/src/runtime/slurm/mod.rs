@@ -343,7 +343,13 @@ impl SlurmExecutor {
             // SIGTERM from someone else's scancel, a preemption or the time limit: the run
             // stopped cleanly, but was not asked to stop by the orchestration: a failure the
             // scheduler may retry, like a job that vanished.
-            if result.status == RunStatus::Interrupted && !run.cancelled {
+            // A run the relay's ledger stopped (the batch's budget ran out) keeps its
+            // INTERRUPTED `budget_exhausted`: the orchestration stops on it.
+            let budget_stopped = result
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == RunErrorKind::BudgetExhausted);
+            if result.status == RunStatus::Interrupted && !run.cancelled && !budget_stopped {
                 result.status = RunStatus::Failed;
                 result.error = Some(RunErrorInfo::new(
                     RunErrorKind::ExecutorStopped,
