@@ -153,10 +153,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir()?;
     let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())?;
     let models = model_targets(args, &plan, agents, &env.vars, slurm.is_some())?;
-    let budget = args.budget.over(plan.budget);
-    check_budgets_priced(&plan, budget.as_ref(), &models.agents, &models.llm_by_agent)?;
     // The cap the orchestration (and, under Slurm, its relay) enforces.
-    plan.budget = budget;
+    plan.budget = priced_budget(args, &plan, &models)?;
     let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
         usize::try_from(n).unwrap_or(usize::MAX)
     });
@@ -579,6 +577,17 @@ fn resume_workspace(
 
 /// Refuses a dollar cap (the plan's, or a stage's) over a stage whose agent's model nothing
 /// prices, with the plan's `llm.price` standing in for agents without their own.
+/// The plan's cap with the flags over it, once every capped stage's model has a price.
+fn priced_budget(
+    args: &OrchestrateArgs,
+    plan: &ResolvedPlan,
+    models: &ModelTargets,
+) -> Result<Option<delta_actors::budget::Budget>, CliError> {
+    let budget = args.budget.over(plan.budget);
+    check_budgets_priced(plan, budget.as_ref(), &models.agents, &models.llm_by_agent)?;
+    Ok(budget)
+}
+
 fn check_budgets_priced(
     plan: &ResolvedPlan,
     budget: Option<&delta_actors::budget::Budget>,

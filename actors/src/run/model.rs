@@ -449,7 +449,9 @@ impl Run {
             // The relay's one ledger for a batch ran out (crate::relay::budget).
             LlmError::Http {
                 status, message, ..
-            } if crate::relay::budget::is_refusal(*status, message) => RunErrorKind::BudgetExhausted,
+            } if crate::relay::budget::is_refusal(*status, message) => {
+                RunErrorKind::BudgetExhausted
+            }
             _ => RunErrorKind::LlmError,
         };
         Ok(Halt::Failed(error_info(kind, message)))
