@@ -1,6 +1,7 @@
 //! CLI-level integration tests against the built binaries (one binary).
 mod bench;
 mod bench_docs;
+mod bench_orchestrate;
 mod hooks;
 mod hostile_files;
 mod init_expand;
