@@ -226,6 +226,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         public: args.metrics_public,
     });
     let observability = observe(&env.vars, metrics, &mut config)?;
+    // The progress display's retry, adaptation and wait lines (attached after export).
+    let notices = super::run_notices::attach(&mut config);
     let slurm_run = match slurm {
         Some(settings) => Some(start_slurm(
             settings,
@@ -267,7 +269,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     }
     let executor = slurm_run.as_ref().map(|slurm| slurm.executor.clone());
     fresh.path = None;
-    let summary = drive(&supervisor, request, executor, &resume_hint);
+    let summary = drive(&supervisor, request, executor, notices, &resume_hint);
     supervisor.shutdown();
     if let Some(observability) = observability {
         observability.finish();
@@ -332,15 +334,16 @@ fn drive(
     supervisor: &Supervisor,
     request: OrchestrationRequest,
     executor: Option<Arc<dyn delta_actors::executor::Executor>>,
+    mut notices: tokio::sync::mpsc::Receiver<RunEvent>,
     resume_hint: &str,
 ) -> Result<OrchestrationSummary, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        // Subscribed before the first run starts: its model-call retries are shown (`↻`).
-        let mut run_events = supervisor.subscribe();
-        let mut run_events_open = true;
+        // Notices come from the engine's observer, attached before the first run started:
+        // its model-call retries are shown (`↻`).
+        let mut notices_open = true;
         let handle = match executor {
             Some(executor) => supervisor.orchestrate_on(request, executor).await?,
             None => supervisor.orchestrate(request).await?,
@@ -364,14 +367,14 @@ fn drive(
             tokio::select! {
                 s = &mut wait => break s,
                 ev = events.recv() => if let Ok(ev) = ev { progress.on_event(&ev) },
-                ev = run_events.recv(), if run_events_open => match ev {
-                    Ok(RunEvent::ModelRetry { run_id, attempt, error, delay_ms }) => {
+                ev = notices.recv(), if notices_open => match ev {
+                    Some(RunEvent::ModelRetry { run_id, attempt, error, delay_ms }) => {
                         progress.on_retry(&run_id, attempt, &error, delay_ms)
                     }
-                    Ok(RunEvent::ModelAdapted { message, .. }) => progress.on_adapted(&message),
-                    Ok(RunEvent::Waiting { run_id, message }) => progress.on_waiting(&run_id, &message),
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => run_events_open = false,
-                    _ => {}
+                    Some(RunEvent::ModelAdapted { message, .. }) => progress.on_adapted(&message),
+                    Some(RunEvent::Waiting { run_id, message }) => progress.on_waiting(&run_id, &message),
+                    None => notices_open = false,
+                    Some(_) => {}
                 },
                 _ = tick.tick() => progress.tick(),
                 _ = sigint.recv() => interruption.on_signal(supervisor, "SIGINT (Ctrl-C)"),
