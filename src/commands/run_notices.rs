@@ -79,6 +79,10 @@ mod tests {
         fn run_event(&self, _: &RunEvent) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
+
+        fn orchestration_event(&self, _: ObservedOrchestration<'_>, _: &OrchestrationEvent) {
+            self.0.fetch_add(100, Ordering::SeqCst);
+        }
     }
 
     #[test]
@@ -100,6 +104,21 @@ mod tests {
             message: "waiting for the workspace's creation lock".into(),
         });
         assert_eq!(counting.0.load(Ordering::SeqCst), 2);
+        // Orchestration events (the plan's and stages' spans) reach the wrapped observer too.
+        observer.0.orchestration_event(
+            ObservedOrchestration {
+                id: "plan-1",
+                plan_name: "plan",
+                trace: None,
+            },
+            &OrchestrationEvent::RunStarted {
+                stage: "map".into(),
+                index: 0,
+                run_id: "r1".into(),
+                attempt: 1,
+            },
+        );
+        assert_eq!(counting.0.load(Ordering::SeqCst), 102);
         match notices.try_recv() {
             Ok(RunEvent::Waiting { run_id, .. }) => assert_eq!(run_id, "r1"),
             other => panic!("expected the Waiting notice, got {other:?}"),
