@@ -10,6 +10,7 @@
 
 pub mod baseline;
 pub mod measure;
+pub mod orchestrate;
 pub mod plot;
 pub mod report;
 pub mod serve;
@@ -40,6 +41,9 @@ use workload::{LatencySpec, Workload};
 pub enum BenchCommand {
     /// Many concurrent runs through the engine against a scripted (or external) model
     Load(LoadArgs),
+    /// `delta orchestrate` against `delta mock-llm` over HTTP, both as child processes: the
+    /// orchestrate process's own CPU per model call (the path a user runs)
+    Orchestrate(orchestrate::OrchestrateBenchArgs),
     /// `delta serve` under load: workers printing to many WebSocket viewers, echo latency
     Serve(serve::ServeBenchArgs),
     /// `delta serve` watching a big orchestration: its page's first paint in Chromium, list
@@ -177,6 +181,7 @@ pub struct LoadArgs {
 pub fn run(command: &BenchCommand) -> Result<i32, CliError> {
     match command {
         BenchCommand::Load(args) => load(args),
+        BenchCommand::Orchestrate(args) => orchestrate::run(args),
         BenchCommand::Serve(args) => serve::run(args),
         BenchCommand::ServeBatch(args) => serve_batch::run(args),
         BenchCommand::Spawn(args) => spawn::run(args),

@@ -15,7 +15,7 @@ use crate::error::CliError;
 /// The name of the bench agent's single tool.
 pub const TOOL_NAME: &str = "work";
 const AGENT_NAME: &str = "bench";
-const CONTEXT_YAML: &str = "sources:\n  - type: file\n    id: system_prompt\n    path: '${AGENT_HOME}/system_prompt.md'\n  - type: journal\n    id: conversation_history\n";
+pub(crate) const CONTEXT_YAML: &str = "sources:\n  - type: file\n    id: system_prompt\n    path: '${AGENT_HOME}/system_prompt.md'\n  - type: journal\n    id: conversation_history\n";
 
 /// `--latency-ms`: a fixed latency or a uniform jitter around it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,6 +20,7 @@ pub mod orchestrate_slurm;
 pub mod prompt;
 pub mod relay;
 pub mod run;
+pub mod run_notices;
 pub mod serve;
 pub mod spawner;
 pub mod tool_expand;

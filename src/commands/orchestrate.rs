@@ -23,6 +23,7 @@ use delta_actors::plan::state::{
 use delta_actors::plan::{load_plan, load_plan_with_vars, orchestration_id, ResolvedPlan};
 use delta_actors::{LlmTarget, OrchestrationRequest, RunEvent, Supervisor, SupervisorConfig};
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
 
 use crate::commands::engine::{
     parse_llm_timeout_arg, process_env, supervisor_config, with_env_overrides, Interruption,
@@ -158,7 +159,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
         usize::try_from(n).unwrap_or(usize::MAX)
     });
-    let (config, observability) = engine_config(args, &plan, max_parallel, &env.vars)?;
+    let (config, observability, notices) = engine_config(args, &plan, max_parallel, &env.vars)?;
     let slurm_run = slurm
         .map(|settings| {
             let dir = OrchestrationState::dir_for(&workspace, &id)?;
@@ -197,7 +198,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         supervisor,
         request,
         slurm_run,
-        observability,
+        (observability, notices),
         resume_hint,
     )
 }
@@ -209,11 +210,11 @@ fn drive_and_report(
     supervisor: Supervisor,
     request: OrchestrationRequest,
     slurm_run: Option<SlurmStart>,
-    observability: Option<Observability>,
+    (observability, notices): (Option<Observability>, mpsc::Receiver<RunEvent>),
     resume_hint: String,
 ) -> Result<i32, CliError> {
     let executor = slurm_run.as_ref().map(|slurm| slurm.executor.clone());
-    let summary = drive(&supervisor, request, executor, &resume_hint);
+    let summary = drive(&supervisor, request, executor, notices, &resume_hint);
     supervisor.shutdown();
     if let Some(observability) = observability {
         observability.finish();
@@ -361,14 +362,22 @@ fn model_targets(
     })
 }
 
-/// The engine's settings for this plan (arbiters, limits, the environment's overrides) and
-/// its trace and metric export (OTEL_* variables, `--metrics-listen`).
+/// The engine's settings for this plan (arbiters, limits, the environment's overrides), its
+/// trace and metric export (OTEL_* variables, `--metrics-listen`) and the progress display's
+/// notices.
 fn engine_config(
     args: &OrchestrateArgs,
     plan: &ResolvedPlan,
     max_parallel: usize,
     env: &BTreeMap<String, String>,
-) -> Result<(SupervisorConfig, Option<Observability>), CliError> {
+) -> Result<
+    (
+        SupervisorConfig,
+        Option<Observability>,
+        mpsc::Receiver<RunEvent>,
+    ),
+    CliError,
+> {
     let arbiters = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
@@ -387,7 +396,9 @@ fn engine_config(
         public: args.metrics_public,
     });
     let observability = observe(env, metrics, &mut config)?;
-    Ok((config, observability))
+    // The progress display's retry, adaptation and wait lines (attached after export).
+    let notices = super::run_notices::attach(&mut config);
+    Ok((config, observability, notices))
 }
 
 /// What a resume needs to be given again, each path absolute.
@@ -441,15 +452,16 @@ fn drive(
     supervisor: &Supervisor,
     request: OrchestrationRequest,
     executor: Option<Arc<dyn delta_actors::executor::Executor>>,
+    mut notices: tokio::sync::mpsc::Receiver<RunEvent>,
     resume_hint: &str,
 ) -> Result<OrchestrationSummary, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        // Subscribed before the first run starts: its model-call retries are shown (`↻`).
-        let mut run_events = supervisor.subscribe();
-        let mut run_events_open = true;
+        // Notices come from the engine's observer, attached before the first run started:
+        // its model-call retries are shown (`↻`).
+        let mut notices_open = true;
         let handle = match executor {
             Some(executor) => supervisor.orchestrate_on(request, executor).await?,
             None => supervisor.orchestrate(request).await?,
@@ -473,14 +485,14 @@ fn drive(
             tokio::select! {
                 s = &mut wait => break s,
                 ev = events.recv() => if let Ok(ev) = ev { progress.on_event(&ev) },
-                ev = run_events.recv(), if run_events_open => match ev {
-                    Ok(RunEvent::ModelRetry { run_id, attempt, error, delay_ms }) => {
+                ev = notices.recv(), if notices_open => match ev {
+                    Some(RunEvent::ModelRetry { run_id, attempt, error, delay_ms }) => {
                         progress.on_retry(&run_id, attempt, &error, delay_ms)
                     }
-                    Ok(RunEvent::ModelAdapted { message, .. }) => progress.on_adapted(&message),
-                    Ok(RunEvent::Waiting { run_id, message }) => progress.on_waiting(&run_id, &message),
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => run_events_open = false,
-                    _ => {}
+                    Some(RunEvent::ModelAdapted { message, .. }) => progress.on_adapted(&message),
+                    Some(RunEvent::Waiting { run_id, message }) => progress.on_waiting(&run_id, &message),
+                    None => notices_open = false,
+                    Some(_) => {}
                 },
                 _ = tick.tick() => progress.tick(),
                 _ = sigint.recv() => interruption.on_signal(supervisor, "SIGINT (Ctrl-C)"),

@@ -2,6 +2,7 @@
 mod bench;
 mod bench_docs;
 mod budget;
+mod bench_orchestrate;
 mod hooks;
 mod hostile_files;
 mod init_expand;
