@@ -1,8 +1,8 @@
 //! CLI-level integration tests against the built binaries (one binary).
 mod bench;
 mod bench_docs;
-mod budget;
 mod bench_orchestrate;
+mod budget;
 mod hooks;
 mod hostile_files;
 mod init_expand;
