@@ -75,11 +75,43 @@ pub struct UnreadableRunView {
     pub reason: String,
 }
 
+/// Counts over every run of a workspace, the ones past [`MAX_RUNS`] included (the list the
+/// page gets stops there; `/metrics` must not).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunTotals {
+    /// Runs by orchestration (empty for a lone run) and status (`RUNNING`...).
+    pub runs: BTreeMap<(String, &'static str), u64>,
+    /// Input and output tokens over each run's life, by orchestration.
+    pub tokens: BTreeMap<String, (u64, u64)>,
+}
+
+impl RunTotals {
+    /// The totals of `rows`.
+    pub fn of<'a>(rows: impl IntoIterator<Item = &'a RunRowView>) -> RunTotals {
+        let mut totals = RunTotals::default();
+        for row in rows {
+            let plan = row.orchestration_id.clone().unwrap_or_default();
+            *totals
+                .runs
+                .entry((plan.clone(), row.status.as_str()))
+                .or_default() += 1;
+            let sum = totals.tokens.entry(plan).or_default();
+            sum.0 = sum.0.saturating_add(row.tokens.input_tokens);
+            sum.1 = sum.1.saturating_add(row.tokens.output_tokens);
+        }
+        totals
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceView {
     pub path: PathBuf,
+    /// The newest [`MAX_RUNS`] runs.
     pub runs: Vec<RunRowView>,
+    /// Every run counted, for `/metrics`.
+    #[serde(skip)]
+    pub totals: RunTotals,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<UnreadableRunView>,
     pub orchestrations: Vec<OrchestrationView>,
@@ -93,6 +125,7 @@ impl WorkspaceView {
         WorkspaceView {
             path: path.to_path_buf(),
             runs: Vec::new(),
+            totals: RunTotals::default(),
             unreadable: Vec::new(),
             orchestrations: Vec::new(),
             error: None,

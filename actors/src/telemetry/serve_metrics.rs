@@ -19,15 +19,13 @@ pub fn serve_metrics_of(views: &[&WorkspaceView]) -> String {
         .iter()
         .map(|v| v.path.to_string_lossy().into_owned())
         .collect();
+    // Every run, not only the newest the page lists (`WorkspaceView::totals`).
     for (view, workspace) in views.iter().zip(&names) {
-        for run in &view.runs {
-            let plan = run.orchestration_id.as_deref().unwrap_or("");
-            *runs
-                .entry((workspace, plan, run.status.as_str()))
-                .or_default() += 1;
-            let sum = tokens.entry((workspace, plan)).or_default();
-            sum.0 += run.tokens.input_tokens;
-            sum.1 += run.tokens.output_tokens;
+        for ((plan, status), n) in &view.totals.runs {
+            runs.insert((workspace, plan, status), *n);
+        }
+        for (plan, sum) in &view.totals.tokens {
+            tokens.insert((workspace, plan), *sum);
         }
     }
     text.family(
@@ -51,7 +49,7 @@ pub fn serve_metrics_of(views: &[&WorkspaceView]) -> String {
     text.family(
         "delta_serve_run_tokens",
         Kind::Gauge,
-        "Tokens of those runs (their last start), by workspace, orchestration and type.",
+        "Tokens of those runs (every start of each), by workspace, orchestration and type.",
     );
     for ((workspace, plan), (input, output)) in &tokens {
         text.sample(
