@@ -962,7 +962,10 @@ mod tests {
         };
         let text = render_summary(&summary, None, false);
         assert!(text.lines().count() < 40, "{} lines", text.lines().count());
-        insta::assert_snapshot!(text);
+        // Named without the crate: `delta` and `delta-bench` both compile this module.
+        insta::with_settings!({ prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!("orchestration_big_batch_summary", text);
+        });
         let all = render_summary(&summary, None, true);
         assert_eq!(
             all.lines().filter(|l| l.contains("nightly-map-")).count(),
