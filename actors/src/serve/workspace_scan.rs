@@ -29,8 +29,7 @@ use std::path::{Path, PathBuf};
 
 use super::runs_view::{
     orchestration_view, run_row, OrchestrationView, RunRowView, RunTotals, UnreadableRunView,
-    WorkspaceView,
-    MAX_ORCHESTRATIONS, MAX_RUNS,
+    WorkspaceView, MAX_ORCHESTRATIONS, MAX_RUNS,
 };
 use crate::metadata::read_metadata;
 use crate::protocol::RunStatus;
