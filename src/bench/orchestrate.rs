@@ -36,7 +36,7 @@ const ORCHESTRATE_LIMIT: Duration = Duration::from_secs(3600);
   delta bench orchestrate --runs 1000 --max-parallel 1000 --calls 6 --format json --out o.json
 
 Each repeat writes a plan of one foreach stage in a new workspace under --work-dir, starts
-`delta mock-llm` (this executable) on 127.0.0.1 and runs `delta orchestrate` against it as
+`delta mock-llm` (the delta beside this program) on 127.0.0.1 and runs `delta orchestrate` against it as
 a user would (DELTA_BASE_URL, text summary, live reply file, journal fsync on). The figure
 is the orchestrate process's own CPU (user + sys, all threads) per model call; the tool
 spawner and the tools it started are reported apart, as children.")]
@@ -117,8 +117,8 @@ pub struct OrchestrateSample {
 }
 
 pub fn run(args: &OrchestrateBenchArgs) -> Result<i32, CliError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::Runtime(format!("cannot find the delta executable: {e}")))?;
+    // `delta mock-llm` and `delta orchestrate` are the product's: the delta beside this program.
+    let exe = super::delta_exe()?;
     let (root, temporary) = match &args.work_dir {
         Some(dir) => (dir.clone(), false),
         None => (

@@ -137,3 +137,58 @@ pub fn serve_metrics_of(views: &[&WorkspaceView]) -> String {
     }
     text.finish()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::metadata::{write_metadata, RunMetadata};
+    use crate::protocol::RunStatus;
+    use crate::serve::runs_view::MAX_RUNS;
+    use crate::serve::workspace_scan::WorkspaceScan;
+    use crate::workspace::create_run_dir;
+
+    fn add_run(ws: &Path, id: &str, created: &str, status: RunStatus) {
+        let paths = create_run_dir(ws, id).unwrap();
+        let mut meta = RunMetadata::new_running(id, "agent", "task", ws, ws, 10);
+        meta.created_at = created.to_string();
+        meta.status = status;
+        write_metadata(&paths.run_dir, &meta).unwrap();
+    }
+
+    /// Regression (issue 33): `/metrics` counted only the newest [`MAX_RUNS`] runs the page
+    /// lists: a 10,000-run batch read as 495 COMPLETED and 5 FAILED.
+    #[test]
+    fn metrics_count_every_run_though_the_page_lists_the_newest() {
+        let ws = tempfile::tempdir().unwrap();
+        let total = MAX_RUNS + 20;
+        for i in 0..total {
+            let status = if i % 10 == 0 {
+                RunStatus::Failed
+            } else {
+                RunStatus::Completed
+            };
+            add_run(
+                ws.path(),
+                &format!("r{i:04}"),
+                &format!("2026-11-26T10:{:02}:{:02}.000Z", i / 60, i % 60),
+                status,
+            );
+        }
+        let view = WorkspaceScan::new(ws.path()).scan();
+        assert_eq!(view.runs.len(), MAX_RUNS);
+        let text = serve_metrics_of(&[&view]);
+        let count = |status: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("delta_serve_runs{") && l.contains(status))
+                .unwrap_or_else(|| panic!("no {status} line in {text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let failed = total.div_ceil(10);
+        assert_eq!(count("\"FAILED\""), failed as f64, "{text}");
+        assert_eq!(count("\"COMPLETED\""), (total - failed) as f64, "{text}");
+    }
+}
