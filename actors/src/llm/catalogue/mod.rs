@@ -7,8 +7,9 @@
 //! first time a model is looked up, into an index by lower-case name.
 //!
 //! How a name is found ([`Catalogue::lookup`]): as written; then under the provider the
-//! endpoint's host belongs to (`openrouter.ai` → `openrouter/<name>`, `api.groq.com` →
-//! `groq/<name>`...); then without its leading `vendor/` parts (`openai/gpt-4o` → `gpt-4o`).
+//! endpoint's host belongs to (`provider-hosts.tsv`: an OpenRouter endpoint looks up
+//! `openrouter/<name>`, a Groq one `groq/<name>`...); then without its leading `vendor/` parts
+//! (`openai/gpt-4o` → `gpt-4o`).
 //!
 //! Must not: do I/O, or guess a window for a model it does not list.
 
@@ -50,27 +51,16 @@ pub fn catalogue() -> &'static Catalogue {
     CATALOGUE.get_or_init(|| Catalogue::parse(MODELS_TSV))
 }
 
-/// Hosts of providers that LiteLLM lists under a prefix of their own.
-const PROVIDER_HOSTS: &[(&str, &str)] = &[
-    ("openrouter.ai", "openrouter"),
-    ("api.groq.com", "groq"),
-    ("api.together.xyz", "together_ai"),
-    ("api.together.ai", "together_ai"),
-    ("api.fireworks.ai", "fireworks_ai"),
-    ("api.deepseek.com", "deepseek"),
-    ("api.mistral.ai", "mistral"),
-    ("api.x.ai", "xai"),
-    ("generativelanguage.googleapis.com", "gemini"),
-    ("api.anthropic.com", "anthropic"),
-    ("api.deepinfra.com", "deepinfra"),
-    ("api.perplexity.ai", "perplexity"),
-    ("api.cerebras.ai", "cerebras"),
-    ("api.novita.ai", "novita"),
-    ("api.studio.nebius.com", "nebius"),
-    ("api.hyperbolic.xyz", "hyperbolic"),
-    ("dashscope.aliyuncs.com", "dashscope"),
-    ("dashscope-intl.aliyuncs.com", "dashscope"),
-];
+/// Hosts of providers that LiteLLM lists under a prefix of their own (`host<TAB>prefix`).
+const PROVIDER_HOSTS_TSV: &str = include_str!("provider-hosts.tsv");
+
+/// [`PROVIDER_HOSTS_TSV`] as `(host, prefix)` pairs.
+fn provider_hosts() -> impl Iterator<Item = (&'static str, &'static str)> {
+    PROVIDER_HOSTS_TSV
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once('\t'))
+}
 
 impl Catalogue {
     /// Parses the generated table; a malformed line is skipped (the generator writes none).
@@ -160,10 +150,9 @@ fn provider_of(base_url: &str) -> Option<&'static str> {
         .strip_prefix("https://")
         .or_else(|| base_url.strip_prefix("http://"))?;
     let host = rest.split(['/', ':']).next()?.to_ascii_lowercase();
-    PROVIDER_HOSTS
-        .iter()
+    provider_hosts()
         .find(|(known, _)| host == *known)
-        .map(|(_, provider)| *provider)
+        .map(|(_, provider)| provider)
 }
 
 #[cfg(test)]
@@ -201,8 +190,7 @@ mod tests {
         assert_eq!(catalogue.lookup("openai/gpt-4o", None), Some(bare));
         assert_eq!(catalogue.lookup("GPT-4o", None), Some(bare));
         // The endpoint's address is made from the table (a string only: nothing is asked).
-        let (groq_host, _) = PROVIDER_HOSTS
-            .iter()
+        let (groq_host, _) = provider_hosts()
             .find(|(_, prefix)| *prefix == "groq")
             .unwrap();
         let groq_url = format!("https://{groq_host}/openai/v1");
