@@ -476,13 +476,7 @@ impl MockModel {
 }
 
 fn emit(report: &OrchestrateReport, args: &OrchestrateBenchArgs) -> Result<(), CliError> {
-    if let Some(path) = &args.out {
-        let text = serde_json::to_string_pretty(report)
-            .map_err(|e| CliError::Runtime(format!("cannot serialize the report: {e}")))?;
-        std::fs::write(path, text + "\n").map_err(|e| {
-            CliError::Runtime(format!("cannot write --out {}: {e}", path.display()))
-        })?;
-    }
+    super::report::write_out(report, args.out.as_deref())?;
     match args.format {
         BenchFormat::Json => crate::output::emit_json(report),
         BenchFormat::Text => crate::output::emit(&render_text(report)),

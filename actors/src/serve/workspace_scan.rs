@@ -295,13 +295,14 @@ impl WorkspaceScan {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::metadata::{write_metadata, RunMetadata};
     use crate::protocol::RunStatus;
     use crate::workspace::create_run_dir;
 
-    fn add_run(ws: &Path, id: &str, created: &str, status: RunStatus) {
+    /// A run's folder in `ws` with a record made at `created` in `status`.
+    pub(crate) fn add_run(ws: &Path, id: &str, created: &str, status: RunStatus) {
         let paths = create_run_dir(ws, id).unwrap();
         let mut meta = RunMetadata::new_running(id, "agent", "task", ws, ws, 10);
         meta.created_at = created.to_string();

@@ -141,22 +141,11 @@ pub fn serve_metrics_of(views: &[&WorkspaceView]) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::metadata::{write_metadata, RunMetadata};
     use crate::protocol::RunStatus;
     use crate::serve::runs_view::MAX_RUNS;
+    use crate::serve::workspace_scan::tests::add_run;
     use crate::serve::workspace_scan::WorkspaceScan;
-    use crate::workspace::create_run_dir;
-
-    fn add_run(ws: &Path, id: &str, created: &str, status: RunStatus) {
-        let paths = create_run_dir(ws, id).unwrap();
-        let mut meta = RunMetadata::new_running(id, "agent", "task", ws, ws, 10);
-        meta.created_at = created.to_string();
-        meta.status = status;
-        write_metadata(&paths.run_dir, &meta).unwrap();
-    }
 
     /// Regression (issue 33): `/metrics` counted only the newest [`MAX_RUNS`] runs the page
     /// lists: a 10,000-run batch read as 495 COMPLETED and 5 FAILED.

@@ -450,15 +450,24 @@ impl Comparison {
     }
 }
 
-/// Prints the report in the chosen format and writes `--out`.
-pub fn emit(report: &BenchReport, args: &LoadArgs) -> Result<(), CliError> {
-    if let Some(path) = &args.out {
+/// Writes `report` as pretty JSON to `--out`, when given (every bench's reports).
+pub(crate) fn write_out<T: serde::Serialize>(
+    report: &T,
+    out: Option<&std::path::Path>,
+) -> Result<(), CliError> {
+    if let Some(path) = out {
         let text = serde_json::to_string_pretty(report)
             .map_err(|e| CliError::Runtime(format!("cannot serialize the report: {e}")))?;
         std::fs::write(path, text + "\n").map_err(|e| {
             CliError::Runtime(format!("cannot write --out {}: {e}", path.display()))
         })?;
     }
+    Ok(())
+}
+
+/// Prints the report in the chosen format and writes `--out`.
+pub fn emit(report: &BenchReport, args: &LoadArgs) -> Result<(), CliError> {
+    write_out(report, args.out.as_deref())?;
     match args.format {
         BenchFormat::Json => crate::output::emit_json(report),
         BenchFormat::Text => crate::output::emit(&render_text(report)),
