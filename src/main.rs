@@ -7,6 +7,7 @@
 // the build's lint.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod allocator;
 mod cli;
 mod commands;
 mod error;
@@ -45,13 +46,6 @@ fn install_logging(verbose: u8) {
         ))
         .try_init();
 }
-
-/// mimalloc (the default `mimalloc` feature): glibc's malloc spent a fifth of the engine's CPU in its arenas
-/// (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`; BENCHMARKS.md). Built without
-/// mimalloc's transparent huge pages, which took a single run from 13 to 29 MiB resident.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Keeps what this process holds out of the programs it starts (docs/tool-spawner.md, "What
 /// a tool cannot reach"): descriptors it inherited are closed on exec, whatever the command;

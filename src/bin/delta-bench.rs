@@ -10,6 +10,8 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 // The modules it shares with `delta` (each program uses part of them).
+#[path = "../allocator.rs"]
+mod allocator;
 #[allow(dead_code)]
 #[path = "../error.rs"]
 mod error;

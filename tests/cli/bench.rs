@@ -31,6 +31,7 @@ struct Machine {
     open_files_limit: u64,
     delta_version: String,
     build: String,
+    allocator: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -170,6 +171,8 @@ fn json_report_validates_against_the_schema() {
         "5",
     ]);
     assert_eq!(report.schema_version, "2");
+    // The engine figures are the product's only with the product's allocator.
+    assert_eq!(report.machine.allocator, "mimalloc");
     assert!(report.workload.http2, "HTTP/2 by default");
     assert!(report.workload.stream, "streamed by default");
     assert!(report.spawner_spawn_rate_per_s > 0.0);

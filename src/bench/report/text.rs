@@ -16,7 +16,7 @@ pub fn render_text(report: &BenchReport) -> String {
     let w = &report.workload;
     let _ = writeln!(
         out,
-        "machine: {} CPUs ({}), {:.1} GiB RAM, {} {}, open files {}, delta {} ({} build)",
+        "machine: {} CPUs ({}), {:.1} GiB RAM, {} {}, open files {}, delta {} ({} build, {})",
         m.cpus,
         m.cpu_model,
         mib(m.memory_total_bytes) / 1024.0,
@@ -24,7 +24,8 @@ pub fn render_text(report: &BenchReport) -> String {
         m.kernel,
         m.open_files_limit,
         m.delta_version,
-        m.build
+        m.build,
+        m.allocator
     );
     let jitter = if w.latency_jitter_ms > 0 {
         format!("±{}", w.latency_jitter_ms)
