@@ -110,6 +110,7 @@ mod tests {
                 id: "plan-1",
                 plan_name: "plan",
                 trace: None,
+                budgets: None,
             },
             &OrchestrationEvent::RunStarted {
                 stage: "map".into(),

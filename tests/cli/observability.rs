@@ -364,7 +364,7 @@ fn prometheus_scrapes_an_orchestration_and_its_query_api_returns_the_batch_count
     let release = batch.path().join("release");
     std::fs::write(
         batch.path().join("plan.yaml"),
-        "name: scraped\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b, c] }\n    message: \"item {{ item }}\"\n  - id: hold\n    needs: [work]\n    agent: ./agents/holder\n    message: hold\n",
+        "name: scraped\nbudget: { tokens: 1000000 }\ndefaults: { agent: ./agents/worker }\nstages:\n  - id: work\n    foreach: { items: [a, b, c] }\n    message: \"item {{ item }}\"\n  - id: hold\n    needs: [work]\n    agent: ./agents/holder\n    message: hold\n",
     )
     .unwrap();
     write_agent(
@@ -460,6 +460,12 @@ fn prometheus_scrapes_an_orchestration_and_its_query_api_returns_the_batch_count
         Some(3.0)
     );
     assert!(query("sum(delta_model_call_duration_seconds_count)").is_some_and(|n| n >= 6.0));
+    // The plan's cap, less what the calls were billed.
+    let left = query("delta_budget_remaining_tokens{scope=\"plan\"}");
+    assert!(
+        left.is_some_and(|n| n > 0.0 && n < 1_000_000.0),
+        "what is left of the plan's budget: {left:?}"
+    );
     std::fs::write(&release, "go").unwrap();
     let mut delta = delta;
     let status = wait_child(&mut delta.0, LIMIT);

@@ -152,33 +152,18 @@ impl BudgetLedger {
         }
     }
 
-    /// `delta_budget_remaining_usd` / `delta_budget_remaining_tokens{scope}` of this cap:
-    /// what is left of each cap it has (never below 0).
+    /// `delta_budget_remaining_usd` / `delta_budget_remaining_tokens{scope}` of this cap
+    /// (see [`write_remaining`]).
     pub fn write_metrics(&self, text: &mut crate::openmetrics::MetricsText) {
-        use crate::openmetrics::Kind;
-        let spent = self.spent();
-        let scope = match &self.scope {
+        write_remaining(text, [self]);
+    }
+
+    /// The `scope` label of this cap's gauges: `run`, `plan`, `stage:<id>`.
+    fn metric_scope(&self) -> String {
+        match &self.scope {
             BudgetScope::Run => "run".to_string(),
             BudgetScope::Plan => "plan".to_string(),
             BudgetScope::Stage(id) => format!("stage:{id}"),
-        };
-        if let Some(cap) = self.budget.usd {
-            text.family(
-                "delta_budget_remaining_usd",
-                Kind::Gauge,
-                "Dollars left of a spending cap (docs/cost.md).",
-            );
-            let left = (cap - spent.usd).max(0.0);
-            text.sample("delta_budget_remaining_usd", &[("scope", &scope)], left);
-        }
-        if let Some(cap) = self.budget.tokens {
-            text.family(
-                "delta_budget_remaining_tokens",
-                Kind::Gauge,
-                "Tokens left of a spending cap (docs/cost.md).",
-            );
-            let left = cap.saturating_sub(spent.tokens) as f64;
-            text.sample("delta_budget_remaining_tokens", &[("scope", &scope)], left);
         }
     }
 
@@ -189,6 +174,49 @@ impl BudgetLedger {
             self.scope.owner(),
             self.spent().against(&self.budget)
         )
+    }
+}
+
+/// `delta_budget_remaining_usd` / `delta_budget_remaining_tokens{scope}` of `ledgers`: what
+/// is left of each cap they have (never below 0), each family written once whatever the
+/// number of ledgers (a plan's cap beside its stages').
+pub fn write_remaining<'a>(
+    text: &mut crate::openmetrics::MetricsText,
+    ledgers: impl IntoIterator<Item = &'a BudgetLedger>,
+) {
+    use crate::openmetrics::Kind;
+    let (mut usd, mut tokens) = (Vec::new(), Vec::new());
+    for ledger in ledgers {
+        let spent = ledger.spent();
+        if let Some(cap) = ledger.budget.usd {
+            usd.push((ledger.metric_scope(), (cap - spent.usd).max(0.0)));
+        }
+        if let Some(cap) = ledger.budget.tokens {
+            tokens.push((
+                ledger.metric_scope(),
+                cap.saturating_sub(spent.tokens) as f64,
+            ));
+        }
+    }
+    for (name, help, samples) in [
+        (
+            "delta_budget_remaining_usd",
+            "Dollars left of a spending cap (docs/cost.md).",
+            usd,
+        ),
+        (
+            "delta_budget_remaining_tokens",
+            "Tokens left of a spending cap (docs/cost.md).",
+            tokens,
+        ),
+    ] {
+        if samples.is_empty() {
+            continue;
+        }
+        text.family(name, Kind::Gauge, help);
+        for (scope, left) in samples {
+            text.sample(name, &[("scope", &scope)], left);
+        }
     }
 }
 
@@ -222,6 +250,42 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("remaining_usd"), "{text}");
+    }
+
+    #[test]
+    fn a_plan_and_its_stages_share_one_family_each() {
+        let cap = |usd, tokens| Budget { usd, tokens };
+        let plan = BudgetLedger::new(BudgetScope::Plan, cap(Some(2.0), None), usd(0.5));
+        let stage = BudgetLedger::new(
+            BudgetScope::Stage("map".into()),
+            cap(Some(1.0), Some(100)),
+            Spending {
+                usd: 1.5,
+                tokens: 40,
+            },
+        );
+        let mut text = crate::openmetrics::MetricsText::new();
+        write_remaining(&mut text, [&plan, &stage]);
+        let text = text.finish();
+        assert_eq!(
+            text.matches("# TYPE delta_budget_remaining_usd gauge")
+                .count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            text.contains("delta_budget_remaining_usd{scope=\"plan\"} 1.5"),
+            "{text}"
+        );
+        // Overspent: left is 0, never negative.
+        assert!(
+            text.contains("delta_budget_remaining_usd{scope=\"stage:map\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("delta_budget_remaining_tokens{scope=\"stage:map\"} 60"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@
 mod ledger;
 mod plan;
 
-pub use ledger::{BudgetLedger, BudgetScope};
+pub use ledger::{write_remaining, BudgetLedger, BudgetScope};
 pub use plan::PlanBudgets;
 
 use serde::{Deserialize, Serialize};

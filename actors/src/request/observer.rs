@@ -7,10 +7,13 @@
 //! at once: copy what it needs, count it, hand it to a thread of its own; never block, never
 //! do I/O in place.
 //!
-//! Must not: be handed anything that is not already an event (no second bookkeeping).
+//! Must not: be handed anything that is not already an event (no second bookkeeping); the
+//! one exception is the orchestration's own spending caps, lent read-only for the gauges of
+//! what is left of them (they are the count, not a copy of it).
 
 use std::sync::Arc;
 
+use crate::budget::PlanBudgets;
 use crate::protocol::{OrchestrationEvent, RunEvent, TraceSpan};
 
 /// The orchestration an [`OrchestrationEvent`] belongs to.
@@ -24,6 +27,9 @@ pub struct ObservedOrchestration<'a> {
     /// ([`OrchestrationRequest::trace`](crate::OrchestrationRequest::trace)); its stages'
     /// spans are its children `("stage", <stage id>)` (see [`TraceSpan::child`]).
     pub trace: Option<&'a TraceSpan>,
+    /// The orchestration's spending caps (the plan's and its stages'), for the metrics of
+    /// what is left of them; `None` where no orchestration actor is behind the event.
+    pub budgets: Option<&'a Arc<PlanBudgets>>,
 }
 
 /// Told every event, as it is emitted. Both methods default to doing nothing.

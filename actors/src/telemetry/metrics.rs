@@ -9,7 +9,9 @@
 //! Must not: read anything but events (no second bookkeeping), or do I/O.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::budget::{write_remaining, PlanBudgets};
 
 use crate::openmetrics::{Histogram, Kind, MetricsText, LATENCY_BUCKETS};
 use crate::protocol::{OrchestrationEvent, RunEvent};
@@ -36,8 +38,8 @@ struct Counts {
     plan_runs: BTreeMap<(String, String), u64>,
     stages: BTreeMap<String, u64>,
     progress: Option<[usize; 4]>,
-    /// What is left of a budget, once budgets exist (the hook for them); `None` until then.
-    budget_left_usd: Option<f64>,
+    /// The orchestration's spending caps, read at each scrape for what is left of them.
+    budgets: Option<Arc<PlanBudgets>>,
 }
 
 impl EngineMetrics {
@@ -144,8 +146,23 @@ impl EngineMetrics {
         }
     }
 
-    /// Counts what an orchestration's event says.
-    pub fn orchestration_event(&self, event: &OrchestrationEvent) {
+    /// Counts what an orchestration's event says; `budgets` are its spending caps (kept
+    /// for the gauges of what is left of them).
+    pub fn orchestration_event(
+        &self,
+        budgets: Option<&Arc<PlanBudgets>>,
+        event: &OrchestrationEvent,
+    ) {
+        if let Some(budgets) = budgets {
+            let mut counts = self.counts();
+            if !counts
+                .budgets
+                .as_ref()
+                .is_some_and(|kept| Arc::ptr_eq(kept, budgets))
+            {
+                counts.budgets = Some(Arc::clone(budgets));
+            }
+        }
         match event {
             OrchestrationEvent::RunFinished { stage, status, .. } => {
                 *self
@@ -290,13 +307,8 @@ impl EngineMetrics {
                 );
             }
         }
-        if let Some(left) = counts.budget_left_usd {
-            text.family(
-                "delta_budget_remaining_usd",
-                Kind::Gauge,
-                "What is left of the budget, in US dollars.",
-            );
-            text.sample("delta_budget_remaining_usd", &[], left);
+        if let Some(budgets) = &counts.budgets {
+            write_remaining(text, budgets.ledgers().map(|ledger| &**ledger));
         }
     }
 }
@@ -422,5 +434,59 @@ mod tests {
         }
         // No price known: no cost is claimed.
         assert!(!text.contains("cost_usd"), "{text}");
+    }
+
+    #[test]
+    fn what_is_left_of_the_plans_budgets_follows_the_spending() {
+        use crate::budget::{Budget, Spending};
+        let budgets = Arc::new(PlanBudgets::new(
+            Some(Budget {
+                usd: Some(2.0),
+                tokens: None,
+            }),
+            [(
+                "map",
+                Some(Budget {
+                    usd: None,
+                    tokens: Some(1000),
+                }),
+            )],
+            &std::collections::BTreeMap::new(),
+        ));
+        let metrics = EngineMetrics::new();
+        let scrape = || {
+            let mut text = MetricsText::new();
+            metrics.write(&mut text);
+            text.finish()
+        };
+        assert!(
+            !scrape().contains("delta_budget_remaining"),
+            "no caps seen yet"
+        );
+        metrics.orchestration_event(
+            Some(&budgets),
+            &OrchestrationEvent::Progress {
+                total: 2,
+                done: 0,
+                running: 2,
+                failed: 0,
+            },
+        );
+        for ledger in budgets.for_stage("map") {
+            ledger.charge(&Spending {
+                usd: 0.5,
+                tokens: 300,
+            });
+        }
+        let text = scrape();
+        for line in [
+            "delta_budget_remaining_usd{scope=\"plan\"} 1.5",
+            "delta_budget_remaining_tokens{scope=\"stage:map\"} 700",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
     }
 }

@@ -147,7 +147,7 @@ impl EngineObserver for Telemetry {
         event: &OrchestrationEvent,
     ) {
         if let Some(metrics) = &self.metrics {
-            metrics.orchestration_event(event);
+            metrics.orchestration_event(orchestration.budgets, event);
         }
         #[cfg(feature = "otel")]
         if let Some(traces) = &self.traces {

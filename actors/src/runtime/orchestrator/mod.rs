@@ -219,6 +219,7 @@ impl OrchestrationActor {
                     id: &self.request.orchestration_id,
                     plan_name,
                     trace: self.request.trace.as_ref(),
+                    budgets: Some(&self.budgets),
                 },
                 &event,
             );
