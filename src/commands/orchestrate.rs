@@ -177,6 +177,7 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
         max_parallel: args.max_parallel,
         llm_timeout: args.llm_timeout,
         executor: args.executor,
+        budget: &args.budget,
         cwd: &cwd,
     });
     let resume_hint = shell_words::join(&resume_argv);
@@ -410,13 +411,16 @@ struct ResumeParts<'a> {
     max_parallel: Option<u64>,
     llm_timeout: Option<std::time::Duration>,
     executor: Option<ExecutorArg>,
+    budget: &'a crate::commands::budget_args::BudgetArgs,
     cwd: &'a Path,
 }
 
 /// The command (argv) that resumes this orchestration, runnable from any folder: the
 /// program as it was invoked (absolute when invoked by a path), the plan, `--resume`, `-w`,
 /// and the flags the plan cannot supply (`--llm-script`, `--max-parallel`,
-/// `--llm-timeout`). Vars need no flag: a resume reads the ones saved at the start.
+/// `--llm-timeout`, and the spending caps given as flags: a resume after a crash must not
+/// run without the cap the batch was started with). Vars need no flag: a resume reads the
+/// ones saved at the start.
 fn resume_command(parts: &ResumeParts<'_>) -> Vec<String> {
     let absolute = |path: &Path| parts.cwd.join(path).to_string_lossy().into_owned();
     let mut argv = vec![
@@ -442,6 +446,12 @@ fn resume_command(parts: &ResumeParts<'_>) -> Vec<String> {
     }
     if parts.executor == Some(ExecutorArg::Slurm) {
         argv.extend(["--executor".to_owned(), "slurm".to_owned()]);
+    }
+    if let Some(usd) = parts.budget.budget_usd {
+        argv.extend(["--budget-usd".to_owned(), usd.to_string()]);
+    }
+    if let Some(tokens) = parts.budget.budget_tokens {
+        argv.extend(["--budget-tokens".to_owned(), tokens.to_string()]);
     }
     argv
 }

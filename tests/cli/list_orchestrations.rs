@@ -296,6 +296,8 @@ fn a_killed_orchestration_counts_started_runs_as_interrupted_and_prints_the_exac
             "ws",
             "--llm-script",
             "script.yaml",
+            "--budget-tokens",
+            "1000000",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -340,6 +342,8 @@ fn a_killed_orchestration_counts_started_runs_as_interrupted_and_prints_the_exac
         format!("--resume {id}"),
         format!("-w {}", root.join("ws").display()),
         format!("--llm-script {}", root.join("script.yaml").display()),
+        // A cap given as a flag is kept: a resume must not run without it.
+        "--budget-tokens 1000000".to_string(),
     ] {
         assert!(command.contains(&part), "`{part}` missing from {command}");
     }
