@@ -4,6 +4,10 @@
 //! it (`h2c.rs` asks once per endpoint), with the optional cap on connections
 //! (`llm.max_connections`).
 //!
+//! An `http://` endpoint whose transport is unset has both: HTTP/1.1 clients and per-thread
+//! HTTP/2 ones, and each attempt takes the one `h2c.rs` decided for the endpoint; a call
+//! refused over an HTTP/2 only remembered is sent again over HTTP/1.1 within its attempt.
+//!
 //! Connections: HTTP/1.1 and ALPN endpoints share one pool, so the cap and idle reuse span
 //! the process. With HTTP/2 prior knowledge each calling thread (a run arbiter) has its own
 //! client, hence its own connection: a call and that connection's task then run on the same
