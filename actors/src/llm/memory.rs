@@ -464,6 +464,43 @@ mod tests {
         assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
     }
 
+    /// Lessons learned at once in one process (a model's detail on one thread, the
+    /// endpoint's HTTP version on another) are all kept: each read-change-write holds the
+    /// lock, so none writes the file as it was before another's lesson.
+    #[test]
+    fn lessons_learned_at_once_in_a_process_are_all_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("endpoints.json");
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let memory = EndpointMemory::new(&path);
+                std::thread::spawn(move || {
+                    for n in 0..10 {
+                        memory
+                            .remember("http://h/v1", &format!("m{thread}-{n}"), |r| {
+                                r.sampling = Some(false)
+                            })
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let memory = EndpointMemory::new(&path);
+        for thread in 0..4 {
+            for n in 0..10 {
+                assert!(
+                    memory
+                        .recall("http://h/v1", &format!("m{thread}-{n}"))
+                        .is_some(),
+                    "m{thread}-{n} lost"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_oldest_entries_go_first_beyond_the_bound() {
         let mut file = MemoryFile::default();
