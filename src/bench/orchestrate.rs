@@ -56,8 +56,9 @@ pub struct OrchestrateBenchArgs {
     /// Model latency per call in milliseconds: `200` or `200±50` (also `200+-50`).
     #[arg(long, default_value = "0", value_parser = LatencySpec::parse)]
     pub latency_ms: LatencySpec,
-    /// `on`: DELTA_LLM_HTTP2=1 (h2c to the mock); `off`: DELTA_LLM_HTTP2=0; unset: the
-    /// user's default for an http:// endpoint (HTTP/1.1).
+    /// `on`: DELTA_LLM_HTTP2=1 (HTTP/2 without asking); `off`: DELTA_LLM_HTTP2=0 (HTTP/1.1
+    /// only); unset: the user's default, auto (delta asks the http:// endpoint once whether
+    /// it speaks HTTP/2, and the mock does).
     #[arg(long, value_enum)]
     pub http2: Option<OnOff>,
     /// Measure this many times, each in a new workspace (the report gives the range).
@@ -251,6 +252,13 @@ fn measure_once(
         .env_remove("DELTA_LLM_SCRIPT")
         .env_remove("DELTA_MODEL")
         .env("DELTA_BASE_URL", &mock.base_url)
+        // The endpoint memory (what delta learned about the mock, its HTTP version too) in
+        // the bench's folder: the user's cache is not written, and the first repeat asks
+        // the mock what the later ones recall, as a user's second batch would.
+        .env(
+            "XDG_CACHE_HOME",
+            std::path::absolute(root.join("cache")).unwrap_or_else(|_| root.join("cache")),
+        )
         .env("DELTA_API_KEY", "bench")
         .stdin(Stdio::null())
         .stdout(log("summary")?)
@@ -495,7 +503,7 @@ fn render_text(report: &OrchestrateReport) -> String {
         match report.http2 {
             Some(true) => "on",
             Some(false) => "off",
-            None => "default",
+            None => "auto",
         }
     );
     for (i, s) in report.repeats.iter().enumerate() {

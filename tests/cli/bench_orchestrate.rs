@@ -79,10 +79,11 @@ fn every_repeat_runs_the_plan_over_http_and_counts_the_orchestrate_process_alone
     assert_eq!(report.http2, None);
     for sample in &report.repeats {
         assert_eq!(sample.exit_code, Some(0), "{sample:?}");
-        // Counted by the mock model: every call went over HTTP to the other process.
+        // Counted by the mock model: every call went over HTTP to the other process, and
+        // over HTTP/2, as a user's default (auto) speaks to an endpoint that answers it.
         assert_eq!(sample.model_calls, 12, "{sample:?}");
         assert!(
-            sample.connections >= 1 && sample.http2_requests == 0,
+            sample.connections >= 1 && sample.http2_requests == 12,
             "{sample:?}"
         );
         let own_ms = (sample.user_s + sample.sys_s) * 1000.0;
@@ -94,6 +95,9 @@ fn every_repeat_runs_the_plan_over_http_and_counts_the_orchestrate_process_alone
         assert!(sample.peak_rss_bytes > 0);
     }
     assert!(report.cpu_ms_per_call_min <= report.cpu_ms_per_call_max);
+    // What delta learned about the mock is kept in the bench's folder, not the user's cache.
+    let memory = std::fs::read_to_string(dir.path().join("b/cache/delta/endpoints.json")).unwrap();
+    assert!(memory.contains("\"http2\": true"), "{memory}");
     // Each repeat ran in a workspace of its own, through the plan it wrote.
     for index in 0..2 {
         let orchestrations = dir
@@ -119,6 +123,24 @@ fn http2_on_sends_every_call_over_h2c() {
     assert_eq!(report.http2, Some(true));
     assert_eq!(sample.model_calls, 6);
     assert_eq!(sample.http2_requests, 6, "{sample:?}");
+}
+
+#[test]
+fn http2_off_sends_every_call_over_http1() {
+    let (report, _dir) = bench(&[
+        "--runs",
+        "2",
+        "--max-parallel",
+        "2",
+        "--calls",
+        "2",
+        "--http2",
+        "off",
+    ]);
+    let sample = &report.repeats[0];
+    assert_eq!(report.http2, Some(false));
+    assert_eq!(sample.model_calls, 4);
+    assert_eq!(sample.http2_requests, 0, "{sample:?}");
 }
 
 #[test]

@@ -42,10 +42,13 @@ fn run_with_a_fifo_context_file_fails_promptly_naming_the_source() {
 }
 
 /// A loopback "model endpoint" that reads each request, sends `head` (maybe nothing) and then
-/// holds the connection open without another byte. Counts the connections it accepted.
+/// holds the connection open without another byte. Counts the connections it accepted for
+/// requests, and apart from them delta's question whether it speaks HTTP/2 (a connection
+/// that opens with the HTTP/2 preface: delta asks an http:// endpoint once per process).
 struct StallingEndpoint {
     base_url: String,
     accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    prefaces: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl StallingEndpoint {
@@ -55,24 +58,38 @@ impl StallingEndpoint {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let prefaces = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = accepted.clone();
+        let preface_counter = prefaces.clone();
         std::thread::spawn(move || {
             let mut held = Vec::new();
             // Bounded: a test makes a handful of attempts; the thread ends with the process.
             for stream in listener.incoming().take(32) {
                 let Ok(mut stream) = stream else { continue };
-                counter.fetch_add(1, Ordering::SeqCst);
                 let mut request = [0u8; 8192];
                 let _ = stream.read(&mut request);
+                if request.starts_with(b"PRI * HTTP/2.0") {
+                    preface_counter.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
                 let _ = stream.write_all(head);
                 held.push(stream);
             }
         });
-        StallingEndpoint { base_url, accepted }
+        StallingEndpoint {
+            base_url,
+            accepted,
+            prefaces,
+        }
     }
 
     fn accepted(&self) -> usize {
         self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn prefaces(&self) -> usize {
+        self.prefaces.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -106,6 +123,8 @@ fn llm_endpoint_that_never_answers_fails_the_run_after_each_attempt_times_out() 
         assert!(message.contains(phrase), "{phrase}: {message}");
     }
     assert_eq!(silent.accepted(), 5, "one connection per attempt");
+    // Asked once whether it speaks HTTP/2; its silence answered within the attempt's limit.
+    assert_eq!(silent.prefaces(), 1);
 }
 
 /// The idle limit (agent.yaml `llm.idle_timeout`) ends an attempt whose response stalls
@@ -138,6 +157,7 @@ fn llm_endpoint_that_stalls_after_its_headers_fails_at_the_idle_limit() {
         "{message}"
     );
     assert_eq!(stalling.accepted(), 5);
+    assert_eq!(stalling.prefaces(), 1);
 }
 
 #[test]
@@ -193,6 +213,7 @@ fn orchestrate_llm_timeout_flag_bounds_every_run() {
         assert!(error.contains("250 ms (llm.request_timeout)"), "{error}");
     }
     assert_eq!(silent.accepted(), 10, "5 attempts for each of the 2 runs");
+    assert_eq!(silent.prefaces(), 1, "one question for the whole batch");
 }
 
 /// The first SIGTERM ends a run whose context build is waiting (here on a slow generator):

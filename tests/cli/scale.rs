@@ -81,9 +81,49 @@ fn delta_llm_http2_makes_a_run_speak_http2_to_a_plain_http_endpoint() {
     assert_eq!(out.json()["result"], "fine");
     assert_eq!(stats_http2(&case), 1);
 
-    // Without it a plain http:// endpoint is spoken to over HTTP/1.1, as before.
-    case.run("r2", "go", &[]).assert_code(0);
+    // DELTA_LLM_HTTP2=0: HTTP/1.1 only.
+    let out = case
+        .cmd()
+        .env("DELTA_LLM_HTTP2", "0")
+        .args(case.run_args("r2", "go"))
+        .output()
+        .unwrap();
+    outcome(out).assert_code(0);
     assert_eq!(stats_http2(&case), 1);
+}
+
+/// The connections `run` made to the mock (each look at its stats is one more, left out).
+fn connections_of(case: &Case, run: impl FnOnce()) -> u64 {
+    let before = case.mock.stats()["connections"].as_u64().unwrap();
+    run();
+    let after = case.mock.stats()["connections"].as_u64().unwrap();
+    after - before - 1
+}
+
+/// Unset, a plain http:// endpoint that speaks HTTP/2 (the mock does) is spoken to over
+/// HTTP/2 by itself: the first process asks it once (one more connection) and keeps the
+/// answer in the endpoint memory; the next process goes straight to HTTP/2.
+#[test]
+fn an_http_endpoint_gets_http2_by_itself_and_the_answer_is_remembered() {
+    let case = Case::new("h2", "", &json!({"steps": [{"answer": "fine"}]}));
+    let first = connections_of(&case, || {
+        case.run("r1", "go", &[]).assert_code(0);
+    });
+    assert_eq!(stats_http2(&case), 1);
+    let memory = case.path().join("home/.cache/delta/endpoints.json");
+    let remembered: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&memory).unwrap()).unwrap();
+    let endpoint = case.mock.base_url.trim_end_matches('/').to_owned();
+    assert_eq!(
+        remembered["endpoints"][&endpoint]["*"]["http2"], true,
+        "{remembered}"
+    );
+
+    let second = connections_of(&case, || {
+        case.run("r2", "go", &[]).assert_code(0);
+    });
+    assert_eq!(stats_http2(&case), 2);
+    assert_eq!(second, first - 1, "no question the second time");
 }
 
 #[test]

@@ -29,8 +29,9 @@ pub const SCRIPT_VAR: &str = "DELTA_LLM_SCRIPT";
 /// The variable that overrides `llm.stream`: `1`/`true` (always stream), `0`/`false`
 /// (never), `auto`.
 pub const STREAM_VAR: &str = "DELTA_LLM_STREAM";
-/// The variable that overrides `llm.http2`: `1`/`true` (HTTP/2, also without TLS),
-/// `0`/`false` (HTTP/1.1 only).
+/// The variable that overrides `llm.http2`: `1`/`true` (HTTP/2, also without TLS, without
+/// asking), `0`/`false` (HTTP/1.1 only); unset, `llm.http2` or auto (an `http://` endpoint
+/// is asked once whether it speaks HTTP/2).
 pub const HTTP2_VAR: &str = "DELTA_LLM_HTTP2";
 /// The variable that gives the model's context window (tokens), over agent.yaml's
 /// `llm.context_window`.

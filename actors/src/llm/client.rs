@@ -1,7 +1,12 @@
 //! [`HttpBackend`]: one chat-completion attempt against an OpenAI-compatible endpoint over
-//! HTTP (reqwest): HTTP/1.1, or HTTP/2 where the endpoint's [`HttpTransport`] asks for it or
-//! an `https://` endpoint offers it, with the optional cap on connections
+//! HTTP (reqwest): HTTP/1.1, or HTTP/2 where the endpoint's [`HttpTransport`] asks for it, an
+//! `https://` endpoint offers it, or an `http://` endpoint with the transport unset answers
+//! it (`h2c.rs` asks once per endpoint), with the optional cap on connections
 //! (`llm.max_connections`).
+//!
+//! An `http://` endpoint whose transport is unset has both: HTTP/1.1 clients and per-thread
+//! HTTP/2 ones, and each attempt takes the one `h2c.rs` decided for the endpoint; a call
+//! refused over an HTTP/2 only remembered is sent again over HTTP/1.1 within its attempt.
 //!
 //! Connections: HTTP/1.1 and ALPN endpoints share one pool, so the cap and idle reuse span
 //! the process. With HTTP/2 prior knowledge each calling thread (a run arbiter) has its own
@@ -24,6 +29,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYP
 use serde_json::Value;
 
 use super::dialect::{Adjustment, WireOptions};
+use super::h2c::{AutoH2c, Speak};
 use super::learned::{Adaptation, Learned, Trigger};
 use super::memory::EndpointMemory;
 use super::refusal::{adjustment_for, is_validation_error, Refusal, SentShape};
@@ -60,6 +66,9 @@ struct Inner {
     /// Parsed once: parsing it per request was a visible share of a model call's cost.
     url: reqwest::Url,
     clients: Clients,
+    /// An `http://` endpoint whose transport is unset: HTTP/2 without negotiation when it
+    /// answers it (these clients), else HTTP/1.1 (`clients`).
+    auto: Option<Auto>,
     timeout: Duration,
     /// `llm.max_connections`: one permit per request open on the wire.
     connections: Option<tokio::sync::Semaphore>,
@@ -108,17 +117,13 @@ impl HttpBackend {
             timeout,
             transport: endpoint.transport,
         };
-        let first = recipe.build()?;
         let clients = if endpoint.transport.http2 == Some(true) {
-            let per_thread = dashmap::DashMap::new();
-            per_thread.insert(std::thread::current().id(), first.clone());
-            Clients::PerThread {
-                recipe,
-                first,
-                per_thread,
-            }
+            Clients::per_thread(recipe)?
         } else {
-            Clients::Shared(first)
+            Clients::Shared {
+                client: recipe.build()?,
+                recipe,
+            }
         };
         let connections = endpoint
             .transport
@@ -130,12 +135,36 @@ impl HttpBackend {
                 endpoint.base_url
             ))
         })?;
+        let auto = match endpoint.transport.http2 {
+            None => AutoH2c::for_endpoint(
+                &endpoint.base_url,
+                &url,
+                memory.clone(),
+                recipe_connect_timeout(timeout),
+            )
+            .map(|choice| -> Result<Auto, LlmError> {
+                let recipe = ClientRecipe {
+                    transport: HttpTransport {
+                        http2: Some(true),
+                        ..endpoint.transport
+                    },
+                    ..recipe_of(&clients)
+                };
+                Ok(Auto {
+                    choice,
+                    h2c: Clients::per_thread(recipe)?,
+                })
+            })
+            .transpose()?,
+            Some(_) => None,
+        };
         let learned = Learned::new(&endpoint.base_url, memory);
         Ok(HttpBackend {
             inner: Arc::new(Inner {
                 endpoint,
                 url,
                 clients,
+                auto,
                 timeout,
                 connections,
                 learned,
@@ -168,16 +197,52 @@ impl HttpBackend {
             })?),
             None => None,
         };
-        let mut result = self.send_as(req, meta, meta.wire).await;
+        let mut route = self.route(&meta.timeouts).await;
+        let mut result = self.send_as(req, meta, meta.wire, route).await;
         if let Err(Attempt::Stale(_)) = result {
             // The server closed a kept-alive connection as the request went out on it: the
             // request never reached it, and a new connection is taken for the same request.
-            result = self.send_as(req, meta, meta.wire).await;
+            result = self.send_as(req, meta, meta.wire, route).await;
+        }
+        if let (Err(Attempt::H2cRefused(_)), Some(auto)) = (&result, &self.inner.auto) {
+            if auto.choice.recheck(&meta.timeouts).await {
+                // The endpoint refused HTTP/2 it was remembered to speak, before it answered
+                // the request: the same request goes out over HTTP/1.1 at once, as part of
+                // this attempt.
+                route = Route::AutoHttp1;
+                result = self.send_as(req, meta, meta.wire, route).await;
+                if let Err(Attempt::Stale(_)) = result {
+                    result = self.send_as(req, meta, meta.wire, route).await;
+                }
+            }
         }
         match result {
             Ok(completion) => Ok(completion),
-            Err(Attempt::Failed(error) | Attempt::Stale(error)) => Err(error),
+            Err(Attempt::Failed(error) | Attempt::Stale(error) | Attempt::H2cRefused(error)) => {
+                Err(error)
+            }
             Err(Attempt::EmptyStream) => Err(self.empty_stream(req, &meta.wire)),
+        }
+    }
+
+    /// Which client the next attempt uses: the endpoint's, or for an `http://` endpoint
+    /// whose transport is unset, HTTP/2 or HTTP/1.1 as [`AutoH2c`] decided (asking the
+    /// endpoint once, within `limits`).
+    async fn route(&self, limits: &super::LlmTimeouts) -> Route {
+        match &self.inner.auto {
+            None => Route::Configured,
+            Some(auto) => match auto.choice.speak(limits).await {
+                Speak::Http2 => Route::AutoH2c,
+                Speak::Http1 => Route::AutoHttp1,
+            },
+        }
+    }
+
+    /// The client of `route` for the calling thread.
+    fn client(&self, route: Route) -> Result<reqwest::Client, LlmError> {
+        match (route, &self.inner.auto) {
+            (Route::AutoH2c, Some(auto)) => auto.h2c.for_this_thread(),
+            _ => self.inner.clients.for_this_thread(),
         }
     }
 
@@ -218,12 +283,13 @@ impl HttpBackend {
         learned
     }
 
-    /// One POST written with `wire`.
+    /// One POST written with `wire`, over `route`'s client.
     async fn send_as(
         &self,
         req: &ChatRequest,
         meta: &RequestMeta,
         wire: WireOptions,
+        route: Route,
     ) -> Result<super::ChatCompletion, Attempt> {
         let inner = &self.inner;
         let limits = meta.timeouts;
@@ -237,9 +303,8 @@ impl HttpBackend {
                 LlmError::InvalidResponse(format!("cannot serialize the request: {e}"))
             })?),
         };
-        let mut builder = inner
-            .clients
-            .for_this_thread()?
+        let mut builder = self
+            .client(route)?
             .post(inner.url.clone())
             .timeout(limits.request)
             .header(CONTENT_TYPE, "application/json")
@@ -266,7 +331,17 @@ impl HttpBackend {
         }
         .map_err(|e| {
             let error = self.transport_error(&e, limits.request);
-            if is_stale_connection(&e) {
+            if route == Route::AutoH2c
+                && !e.is_timeout()
+                && !e.is_connect()
+                && self
+                    .inner
+                    .auto
+                    .as_ref()
+                    .is_some_and(|a| a.choice.may_fall_back())
+            {
+                Attempt::H2cRefused(error)
+            } else if is_stale_connection(&e) {
                 Attempt::Stale(error)
             } else {
                 Attempt::Failed(error)
@@ -496,7 +571,8 @@ impl ChatBackend for HttpBackend {
     fn context_window(&self, model: &str) -> super::endpoint::WindowFuture {
         let (this, model) = (self.clone(), model.to_owned());
         Box::pin(async move {
-            let client = this.inner.clients.for_this_thread().ok()?;
+            let route = this.route(&super::LlmTimeouts::default()).await;
+            let client = this.client(route).ok()?;
             super::window::probe(&client, &this.inner.endpoint.base_url, &model).await
         })
     }
@@ -520,6 +596,9 @@ enum Attempt {
     EmptyStream,
     /// A kept-alive connection found closed as the request was sent on it.
     Stale(LlmError),
+    /// HTTP/2 refused by an endpoint that may have become HTTP/1.1-only (see
+    /// [`AutoH2c::refused`]).
+    H2cRefused(LlmError),
     /// Anything else.
     Failed(LlmError),
 }
@@ -593,10 +672,42 @@ fn is_h2c_refusal(text: &str) -> bool {
 /// (and connections) would otherwise be kept as long as the backend.
 const MAX_THREAD_CLIENTS: usize = 64;
 
+/// Which of the backend's clients an attempt goes out on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// The endpoint's transport as set (or an `https://` endpoint's, negotiated).
+    Configured,
+    /// Transport unset, the endpoint speaks h2c: the per-thread HTTP/2 clients.
+    AutoH2c,
+    /// Transport unset, the endpoint speaks HTTP/1.1 only (or was not reached yet).
+    AutoHttp1,
+}
+
+/// The HTTP/2 side of an `http://` endpoint whose transport is unset.
+struct Auto {
+    choice: AutoH2c,
+    h2c: Clients,
+}
+
+/// The connect limit of the clients built for a backend whose whole-request cap is `timeout`.
+fn recipe_connect_timeout(timeout: Duration) -> Duration {
+    timeout.min(Duration::from_secs(30))
+}
+
+/// The recipe `clients` were built from, for a sibling with another transport.
+fn recipe_of(clients: &Clients) -> ClientRecipe {
+    match clients {
+        Clients::Shared { recipe, .. } | Clients::PerThread { recipe, .. } => recipe.clone(),
+    }
+}
+
 /// The client a call uses: one for the process, or one per calling thread (HTTP/2 prior
 /// knowledge, see the module header).
 enum Clients {
-    Shared(reqwest::Client),
+    Shared {
+        client: reqwest::Client,
+        recipe: ClientRecipe,
+    },
     PerThread {
         recipe: ClientRecipe,
         /// The constructing thread's client: also the one shared past the bound.
@@ -606,10 +717,22 @@ enum Clients {
 }
 
 impl Clients {
+    /// One client per calling thread, the constructing thread's built now.
+    fn per_thread(recipe: ClientRecipe) -> Result<Clients, LlmError> {
+        let first = recipe.build()?;
+        let per_thread = dashmap::DashMap::new();
+        per_thread.insert(std::thread::current().id(), first.clone());
+        Ok(Clients::PerThread {
+            recipe,
+            first,
+            per_thread,
+        })
+    }
+
     /// A handle on the calling thread's client (a cheap clone), built on first use.
     fn for_this_thread(&self) -> Result<reqwest::Client, LlmError> {
         match self {
-            Clients::Shared(client) => Ok(client.clone()),
+            Clients::Shared { client, .. } => Ok(client.clone()),
             Clients::PerThread {
                 recipe,
                 first,
@@ -633,6 +756,7 @@ impl Clients {
 }
 
 /// What every client of one endpoint is built from.
+#[derive(Clone)]
 struct ClientRecipe {
     headers: HeaderMap,
     timeout: Duration,
@@ -645,7 +769,7 @@ impl ClientRecipe {
             .default_headers(self.headers.clone())
             .user_agent(concat!("delta/", env!("CARGO_PKG_VERSION")))
             .timeout(self.timeout)
-            .connect_timeout(self.timeout.min(Duration::from_secs(30)))
+            .connect_timeout(recipe_connect_timeout(self.timeout))
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(90));
         with_transport(builder, self.transport)

@@ -38,8 +38,10 @@ pub struct Endpoint {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HttpTransport {
     /// `Some(true)`: HTTP/2 to `http://` endpoints without asking first (h2c prior
-    /// knowledge; the endpoint must speak it). `Some(false)`: HTTP/1.1 only. `None`: HTTP/2
-    /// when an `https://` endpoint offers it during the TLS handshake (ALPN), else HTTP/1.1.
+    /// knowledge; the endpoint must speak it). `Some(false)`: HTTP/1.1 only. `None` (auto):
+    /// HTTP/2 when an `https://` endpoint offers it during the TLS handshake (ALPN); an
+    /// `http://` endpoint is asked once whether it speaks h2c, HTTP/1.1 if it does not
+    /// (`h2c.rs`).
     pub http2: Option<bool>,
     /// At most this many requests open at once to the endpoint (over HTTP/1.1: this many
     /// connections); idle connections beyond it are closed. `None`: no cap besides the
@@ -403,7 +405,7 @@ pub enum LlmError {
     },
     /// HTTP/2 without negotiation (`llm.http2: true` on an `http://` endpoint) against a
     /// server that speaks only HTTP/1.1. Not retried: every attempt would fail the same way.
-    #[error("the LLM endpoint does not speak HTTP/2 without negotiation (h2c): {0} (hint: set `llm.http2: false` in agent.yaml or DELTA_LLM_HTTP2=0, or leave both unset: http:// endpoints then use HTTP/1.1)")]
+    #[error("the LLM endpoint does not speak HTTP/2 without negotiation (h2c): {0} (hint: set `llm.http2: false` in agent.yaml or DELTA_LLM_HTTP2=0, or leave both unset: delta then asks an http:// endpoint and uses HTTP/1.1 if it refuses)")]
     Http2Refused(String),
     /// No answer at all: connection refused or reset, DNS, TLS.
     #[error("could not reach the LLM endpoint: {0} (hint: check DELTA_BASE_URL and that the server is up)")]

@@ -17,6 +17,9 @@
 //! `sampling` (`false`: send no sampling parameters), and `context_window` (the model's
 //! window in tokens, for the context budget to learn and read: [`EndpointMemory::remember`]
 //! with [`Remembered::context_window`]). Fields a newer delta writes are kept as they are.
+//! What holds for the endpoint whatever the model is kept under the model name `*`
+//! ([`ENDPOINT_WIDE`]): `http2` (`true`: an `http://` endpoint answered HTTP/2 without
+//! negotiation, h2c; `false`: it speaks HTTP/1.1 only; see `h2c.rs`).
 //!
 //! An entry older than [`STALE_AFTER`] is forgotten (the next call finds out again, and the
 //! entry is written anew): servers get upgraded. A remembered setting the endpoint refuses
@@ -26,7 +29,9 @@
 //! one), mode 0600 in a 0700 folder, at most [`MAX_ENTRIES`] entries (the oldest go first)
 //! and [`MAX_FILE_BYTES`] bytes. A file that is unreadable, too large or not this format is
 //! ignored with a warning in the log, and replaced at the next lesson: it is a cache.
-//! Two processes learning at the same instant may lose one lesson (learned again later).
+//! Two processes learning at the same instant may lose one lesson (learned again later);
+//! within a process the read-change-write of each lesson holds one lock, so two lessons
+//! learned at once (a model's detail and the endpoint's HTTP version) are both kept.
 //!
 //! Must not: decide what a refusal teaches (`refusal.rs`, `learned.rs`), hold the file open,
 //! or write anything secret.
@@ -52,6 +57,11 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 const MAX_NAME_BYTES: usize = 512;
 /// The file format's version.
 const VERSION: u32 = 1;
+/// Held by [`EndpointMemory::remember`] from its read to its write.
+static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The entry of an endpoint that holds what is true of it for every model (no model is
+/// named `*`).
+pub const ENDPOINT_WIDE: &str = "*";
 
 /// What is remembered for one endpoint and model. `None` fields are not known.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -80,6 +90,10 @@ pub struct Remembered {
     /// The model's context window on this endpoint, in tokens, once something learned it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// On the [`ENDPOINT_WIDE`] entry of an `http://` endpoint: `true` when it answered
+    /// HTTP/2 without negotiation (h2c), `false` when it speaks HTTP/1.1 only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2: Option<bool>,
     /// Fields of a newer delta, kept untouched.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -134,6 +148,11 @@ impl EndpointMemory {
         if model.is_empty() || model.len() > MAX_NAME_BYTES {
             return Ok(false);
         }
+        // One read-change-write at a time in this process: calls learning at once must not
+        // each write the file as they read it, losing the other's lesson.
+        let _writing = WRITING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut file = self.read();
         let models = file.endpoints.entry(url).or_default();
         let entry = models.entry(model.to_owned()).or_default();
@@ -162,6 +181,19 @@ impl EndpointMemory {
         tokens: u64,
     ) -> io::Result<bool> {
         self.remember(base_url, model, |entry| entry.context_window = Some(tokens))
+    }
+
+    /// Whether the `http://` endpoint at `base_url` speaks HTTP/2 without negotiation, as
+    /// an earlier process found out (see [`Remembered::http2`]).
+    pub fn http2(&self, base_url: &str) -> Option<bool> {
+        self.recall(base_url, ENDPOINT_WIDE)?.http2
+    }
+
+    /// Remembers whether the endpoint at `base_url` speaks HTTP/2 without negotiation.
+    pub fn remember_http2(&self, base_url: &str, speaks_h2c: bool) -> io::Result<bool> {
+        self.remember(base_url, ENDPOINT_WIDE, |entry| {
+            entry.http2 = Some(speaks_h2c)
+        })
     }
 
     /// The file's contents, or nothing (a missing, unreadable, oversized or foreign file:
@@ -430,6 +462,43 @@ mod tests {
             .unwrap();
         assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "precious");
         assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+    }
+
+    /// Lessons learned at once in one process (a model's detail on one thread, the
+    /// endpoint's HTTP version on another) are all kept: each read-change-write holds the
+    /// lock, so none writes the file as it was before another's lesson.
+    #[test]
+    fn lessons_learned_at_once_in_a_process_are_all_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("endpoints.json");
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let memory = EndpointMemory::new(&path);
+                std::thread::spawn(move || {
+                    for n in 0..10 {
+                        memory
+                            .remember("http://h/v1", &format!("m{thread}-{n}"), |r| {
+                                r.sampling = Some(false)
+                            })
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let memory = EndpointMemory::new(&path);
+        for thread in 0..4 {
+            for n in 0..10 {
+                assert!(
+                    memory
+                        .recall("http://h/v1", &format!("m{thread}-{n}"))
+                        .is_some(),
+                    "m{thread}-{n} lost"
+                );
+            }
+        }
     }
 
     #[test]

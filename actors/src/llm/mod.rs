@@ -15,6 +15,8 @@
 //! - [`memory`]: [`EndpointMemory`], the lessons kept across processes in the user's cache.
 //! - [`usage`]: what a call cost: the provider's usage checked, or estimated from bytes.
 //! - [`client`]: [`HttpBackend`], one attempt over HTTP with reqwest, streamed or not.
+//! - `h2c` (crate-private): HTTP/2 or HTTP/1.1 for an `http://` endpoint whose transport
+//!   is not set, asked once per endpoint and kept in the endpoint memory.
 //! - [`stream`]: server-sent events and the assembly of `chat.completion.chunk`s into one
 //!   completion.
 //! - [`retry`]: [`RetryPolicy`], [`backoff_delay`], [`parse_retry_after`].
@@ -40,6 +42,7 @@ pub mod client;
 pub mod dialect;
 pub mod endpoint;
 pub mod gate;
+pub(crate) mod h2c;
 pub mod learned;
 pub mod memory;
 pub mod price;
@@ -55,6 +58,8 @@ pub mod usage;
 pub mod window;
 pub mod wire;
 
+#[cfg(test)]
+mod h2c_tests;
 #[cfg(test)]
 mod learning_tests;
 #[cfg(test)]

@@ -184,10 +184,15 @@ fn header_keeping_endpoint() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
         for stream in listener.incoming().take(8) {
             let Ok(mut stream) = stream else { return };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let (mut length, mut traceparent) = (0usize, None);
+            let (mut length, mut traceparent, mut preface) = (0usize, None, false);
             loop {
                 let mut line = String::new();
                 if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if line.starts_with("PRI * HTTP/2.0") {
+                    // delta asking whether the endpoint speaks HTTP/2: it does not (closed).
+                    preface = true;
                     break;
                 }
                 let lower = line.to_ascii_lowercase();
@@ -197,6 +202,9 @@ fn header_keeping_endpoint() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
                 if lower.starts_with("traceparent:") {
                     traceparent = Some(line["traceparent:".len()..].trim().to_string());
                 }
+            }
+            if preface {
+                continue;
             }
             let mut body = vec![0; length];
             let _ = reader.read_exact(&mut body);
