@@ -4,6 +4,8 @@
 //! # Layout
 //! - [`types`]: wire format ([`ChatMessage`], [`ChatRequest`], [`ChatCompletion`]) and
 //!   [`parse_completion`].
+//! - [`messages`]: a request's messages as segments shared between a run's requests
+//!   ([`Messages`]), and the conversation log they are sealed from ([`MessageLog`]).
 //! - [`wire`]: a request's JSON as sent, and [`MessageJson`], which keeps each message's
 //!   JSON text between a run's requests.
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
@@ -42,6 +44,7 @@ pub mod endpoint;
 pub mod gate;
 pub mod learned;
 pub mod memory;
+pub mod messages;
 pub mod price;
 pub(crate) mod rate;
 pub mod refusal;
@@ -70,6 +73,7 @@ pub use endpoint::{
 pub use gate::{GateConfig, GateOutcome, GatePass, LlmGate};
 pub use learned::Adaptation;
 pub use memory::EndpointMemory;
+pub use messages::{MessageLog, Messages};
 pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,

@@ -235,7 +235,7 @@ mod tests {
     fn requests() -> Vec<ChatRequest> {
         let bare = ChatRequest {
             model: "m\"odel".into(),
-            messages: history("out"),
+            messages: history("out").into(),
             tool_choice: Some("auto".into()),
             ..ChatRequest::default()
         };

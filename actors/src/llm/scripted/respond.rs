@@ -13,6 +13,7 @@ use super::script::{Action, ArgTree, Args, CallSpec, Latency, Rule, Script, Step
 use super::validate::validate_history;
 use super::variables::TemplateContext;
 use crate::llm::endpoint::RequestMeta;
+use crate::llm::messages::Messages;
 use crate::llm::types::{ChatCompletion, ChatMessage, ChatRequest, Role, ToolCall, Usage};
 use crate::template_bounds::{explain, render_bounded};
 
@@ -391,7 +392,7 @@ fn estimate_tokens(chars: usize) -> u64 {
     (chars as u64).div_ceil(4).max(1)
 }
 
-fn first_content(messages: &[ChatMessage], role: Role) -> &str {
+fn first_content(messages: &Messages, role: Role) -> &str {
     messages
         .iter()
         .find(|m| m.role == role)
@@ -399,7 +400,7 @@ fn first_content(messages: &[ChatMessage], role: Role) -> &str {
         .unwrap_or("")
 }
 
-fn last_content(messages: &[ChatMessage], role: Role) -> &str {
+fn last_content(messages: &Messages, role: Role) -> &str {
     messages
         .iter()
         .rev()
