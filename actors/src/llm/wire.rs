@@ -285,6 +285,19 @@ mod tests {
         );
     }
 
+    /// The cache holds the request's own messages (the segments the run's requests share),
+    /// not a second copy of the history's text.
+    #[test]
+    fn the_cache_holds_the_requests_messages_not_a_copy() {
+        let mut cache = MessageJson::new();
+        let request = requests().remove(1);
+        cache.wire_body(&request, &WireOptions::default()).unwrap();
+        assert_eq!(cache.messages.len(), request.messages.len());
+        for (kept, sent) in cache.messages.iter().zip(&request.messages) {
+            assert!(std::ptr::eq(kept, sent), "{kept:?}");
+        }
+    }
+
     #[test]
     fn a_later_request_reuses_the_text_of_the_messages_it_shares() {
         let mut cache = MessageJson::new();
