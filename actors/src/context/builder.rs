@@ -142,7 +142,7 @@ mod tests {
     use super::*;
     use crate::context::journal_to_messages;
     use crate::journal::{ActionStatus, Event, ToolCallRecord};
-    use crate::llm::messages::SEAL_MESSAGES;
+    use crate::llm::messages::CHUNK_MESSAGES;
 
     /// The task and `iterations` iterations of one call each, whose results are 1.8 KB
     /// pages (the issue-32 agent).
@@ -213,8 +213,8 @@ mod tests {
                 .filter(|(a, b)| std::ptr::eq(*a, *b))
                 .count();
             let copied = next.len() - shared;
-            // The block, a segment sealed since the last request, and the open tail.
-            let bound = parts.messages.len() + 2 * SEAL_MESSAGES;
+            // The recipe's blocks, and the messages new since the last request.
+            let bound = parts.messages.len() + 2;
             assert!(
                 copied <= bound,
                 "after {iterations} iterations {copied} of {} messages were copied (at most {bound})",

@@ -1,48 +1,55 @@
 //! A request's messages as shared, immutable segments ([`Messages`]), and the append-only
-//! list a run's conversation is kept in between requests ([`MessageLog`]), which seals what
-//! it holds into such segments as it grows.
+//! list a run's conversation is kept in between requests ([`MessageLog`]), whose chunks the
+//! requests share as it grows.
 //!
 //! Why: every request carries the whole conversation. Copying it into each request (every
 //! message's text cloned) made building the next request cost as much as the journal was
 //! long (354.7 µs at 500 iterations against 8.4 µs at 10: BENCHMARKS.md, "Issue 32"). A
-//! request now shares the sealed segments of the run's log, one reference count each, and
-//! copies only the open tail (at most [`SEAL_MESSAGES`] messages or about [`SEAL_BYTES`]).
+//! request now holds the log's chunks, one reference count per [`CHUNK_MESSAGES`] messages,
+//! and copies none of them: a chunk's slots are written once, in order, and a request reads
+//! only the slots that were written when it was made.
 //!
 //! A [`Messages`] reads as one list: iterated, indexed, compared, printed and serialized
 //! exactly as a `Vec<ChatMessage>` (one flat JSON array), so the bytes sent do not change.
 //!
 //! Must not: know what the messages mean (the context builds them, the wire writes them), or
-//! change a shared segment in place (another request may hold it: an edit copies it first).
+//! change a message another list holds (an edit copies the segment first).
 
 use std::fmt;
 use std::ops::{Index, IndexMut, Range};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::types::ChatMessage;
 
-/// Messages a [`MessageLog`]'s open tail holds before it is sealed into a shared segment.
-pub const SEAL_MESSAGES: usize = 16;
-/// Bytes of text that seal the open tail sooner: each request copies the tail, so a few
-/// large tool results must not make that copy large.
-pub const SEAL_BYTES: usize = 32 * 1024;
+/// Messages of one chunk of a [`MessageLog`]: a request holds one reference per chunk.
+pub const CHUNK_MESSAGES: usize = 32;
 
-/// A run of messages of one shared allocation.
+/// Messages in write-once slots: a chunk of a [`MessageLog`] is shared with requests while
+/// the log still fills its later slots.
+type Slots = Vec<OnceLock<ChatMessage>>;
+
+/// A run of written slots of one shared allocation.
 #[derive(Clone)]
 struct Segment {
-    shared: Arc<Vec<ChatMessage>>,
+    shared: Arc<Slots>,
+    /// Only written slots.
     range: Range<usize>,
 }
 
 impl Segment {
-    fn whole(shared: Arc<Vec<ChatMessage>>) -> Segment {
-        let range = 0..shared.len();
-        Segment { shared, range }
+    fn owned(messages: Vec<ChatMessage>) -> Segment {
+        let slots: Slots = messages.into_iter().map(OnceLock::from).collect();
+        let range = 0..slots.len();
+        Segment {
+            shared: Arc::new(slots),
+            range,
+        }
     }
 
-    fn as_slice(&self) -> &[ChatMessage] {
+    fn slots(&self) -> &[OnceLock<ChatMessage>] {
         &self.shared[self.range.clone()]
     }
 
@@ -60,20 +67,29 @@ pub struct Messages {
     len: usize,
 }
 
+type SlotIter<'a> = std::iter::FilterMap<
+    std::slice::Iter<'a, OnceLock<ChatMessage>>,
+    fn(&'a OnceLock<ChatMessage>) -> Option<&'a ChatMessage>,
+>;
+
 /// The messages of a [`Messages`] (or a [`MessageLog`]) in order.
 #[derive(Clone)]
 pub struct Iter<'a>(
-    std::iter::FlatMap<
-        std::slice::Iter<'a, Segment>,
-        &'a [ChatMessage],
-        fn(&'a Segment) -> &'a [ChatMessage],
-    >,
+    std::iter::FlatMap<std::slice::Iter<'a, Segment>, SlotIter<'a>, fn(&'a Segment) -> SlotIter<'a>>,
 );
 
 impl<'a> Iter<'a> {
     fn of(segments: &'a [Segment]) -> Iter<'a> {
-        Iter(segments.iter().flat_map(Segment::as_slice as fn(&'a Segment) -> &'a [ChatMessage]))
+        Iter(segments.iter().flat_map(segment_messages as fn(&'a Segment) -> SlotIter<'a>))
     }
+}
+
+/// A segment's messages (every slot of its range is written).
+fn segment_messages(segment: &Segment) -> SlotIter<'_> {
+    segment
+        .slots()
+        .iter()
+        .filter_map(OnceLock::get as fn(&OnceLock<ChatMessage>) -> Option<&ChatMessage>)
 }
 
 impl<'a> Iterator for Iter<'a> {
@@ -120,17 +136,17 @@ impl Messages {
     /// The message at `index`.
     pub fn get(&self, index: usize) -> Option<&ChatMessage> {
         let (segment, offset) = self.locate(index)?;
-        self.segments[segment].as_slice().get(offset)
+        self.segments[segment].slots().get(offset)?.get()
     }
 
     /// The first message.
     pub fn first(&self) -> Option<&ChatMessage> {
-        self.segments.first()?.as_slice().first()
+        self.segments.first()?.slots().first()?.get()
     }
 
     /// The last message.
     pub fn last(&self) -> Option<&ChatMessage> {
-        self.segments.last()?.as_slice().last()
+        self.segments.last()?.slots().last()?.get()
     }
 
     /// Adds `message` at the end (in place when no other list shares the last segment).
@@ -138,29 +154,19 @@ impl Messages {
         if let Some(last) = self.segments.last_mut() {
             if last.range.end == last.shared.len() {
                 if let Some(owned) = Arc::get_mut(&mut last.shared) {
-                    owned.push(message);
+                    owned.push(OnceLock::from(message));
                     last.range.end += 1;
                     self.len += 1;
                     return;
                 }
             }
         }
-        self.push_segment(Segment::whole(Arc::new(vec![message])));
+        self.push_segment(Segment::owned(vec![message]));
     }
 
     /// Adds copies of `messages` at the end, as one segment of their own.
     pub fn extend_from_slice(&mut self, messages: &[ChatMessage]) {
-        self.push_segment(Segment::whole(Arc::new(messages.to_vec())));
-    }
-
-    /// Adds `shared[range]` at the end without copying it.
-    pub fn extend_shared(&mut self, shared: &Arc<Vec<ChatMessage>>, range: Range<usize>) {
-        let end = range.end.min(shared.len());
-        let start = range.start.min(end);
-        self.push_segment(Segment {
-            shared: Arc::clone(shared),
-            range: start..end,
-        });
+        self.push_segment(Segment::owned(messages.to_vec()));
     }
 
     /// Moves `other`'s segments to the end (shared as they were).
@@ -195,8 +201,12 @@ impl Messages {
         let mut messages = Vec::with_capacity(self.len);
         for Segment { shared, range } in self.segments {
             match Arc::try_unwrap(shared) {
-                Ok(mut owned) => messages.extend(owned.drain(range)),
-                Err(shared) => messages.extend_from_slice(&shared[range]),
+                Ok(mut owned) => {
+                    messages.extend(owned.drain(range).filter_map(OnceLock::into_inner))
+                }
+                Err(shared) => {
+                    messages.extend(shared[range].iter().filter_map(|slot| slot.get().cloned()))
+                }
             }
         }
         messages
@@ -243,7 +253,11 @@ impl IndexMut<usize> for Messages {
             panic!("message {index} of {len} messages");
         };
         let segment = &mut self.segments[at];
-        &mut Arc::make_mut(&mut segment.shared)[segment.range.start + offset]
+        let slot = &mut Arc::make_mut(&mut segment.shared)[segment.range.start + offset];
+        match slot.get_mut() {
+            Some(message) => message,
+            None => panic!("message {index} of {len} messages was never written"),
+        }
     }
 }
 
@@ -259,7 +273,7 @@ impl<'a> IntoIterator for &'a Messages {
 impl From<Vec<ChatMessage>> for Messages {
     fn from(messages: Vec<ChatMessage>) -> Messages {
         let mut list = Messages::new();
-        list.push_segment(Segment::whole(Arc::new(messages)));
+        list.push_segment(Segment::owned(messages));
         list
     }
 }
@@ -304,93 +318,147 @@ impl<'de> Deserialize<'de> for Messages {
     }
 }
 
-/// An append-only list of messages (a run's conversation between requests): every
-/// [`SEAL_MESSAGES`] messages (or [`SEAL_BYTES`] of text) the open tail is sealed into a
-/// segment that [`MessageLog::shared_from`] hands to requests without copying.
-#[derive(Clone, Default)]
+/// An append-only list of messages (a run's conversation between requests), in chunks of
+/// [`CHUNK_MESSAGES`] write-once slots: [`MessageLog::shared_from`] hands the chunks to a
+/// request as they are, the slots written so far, while the log goes on filling the last one.
+/// Only the log writes its chunks, each slot once and in order (a clone gets its own last
+/// chunk), so what a request holds never changes.
+#[derive(Default)]
 pub struct MessageLog {
-    sealed: Vec<Segment>,
-    /// The index of the first message of each sealed segment.
-    starts: Vec<usize>,
-    sealed_len: usize,
-    open: Vec<ChatMessage>,
-    open_bytes: usize,
+    /// Every chunk but the last is full.
+    chunks: Vec<Arc<Slots>>,
+    len: usize,
 }
 
 impl MessageLog {
     /// How many messages.
     pub fn len(&self) -> usize {
-        self.sealed_len + self.open.len()
+        self.len
     }
 
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 
     /// Adds `message` at the end.
     pub fn push(&mut self, message: ChatMessage) {
-        self.open_bytes += message.content.as_deref().map_or(0, str::len);
-        self.open.push(message);
-        if self.open.len() >= SEAL_MESSAGES || self.open_bytes >= SEAL_BYTES {
-            let sealed = std::mem::replace(&mut self.open, Vec::with_capacity(SEAL_MESSAGES));
-            self.starts.push(self.sealed_len);
-            self.sealed_len += sealed.len();
-            self.sealed.push(Segment::whole(Arc::new(sealed)));
-            self.open_bytes = 0;
+        let offset = self.len % CHUNK_MESSAGES;
+        if offset == 0 {
+            self.chunks.push(Arc::new(empty_chunk()));
+        }
+        let Some(chunk) = self.chunks.last() else {
+            return;
+        };
+        // The slot is empty: only this log writes its chunks, and `len` only grows.
+        if chunk[offset].set(message).is_ok() {
+            self.len += 1;
         }
     }
 
     /// The message at `index`.
     pub fn get(&self, index: usize) -> Option<&ChatMessage> {
-        if index >= self.sealed_len {
-            return self.open.get(index - self.sealed_len);
+        if index >= self.len {
+            return None;
         }
-        let segment = self
-            .starts
-            .partition_point(|start| *start <= index)
-            .saturating_sub(1);
-        self.sealed[segment]
-            .as_slice()
-            .get(index - self.starts[segment])
+        self.chunks
+            .get(index / CHUNK_MESSAGES)?
+            .get(index % CHUNK_MESSAGES)?
+            .get()
     }
 
     /// The messages in order.
     pub fn iter(&self) -> LogIter<'_> {
-        Iter::of(&self.sealed).chain(self.open.iter())
+        LogIter(
+            self.chunks
+                .iter()
+                .flat_map(chunk_messages as fn(&Arc<Slots>) -> SlotIter<'_>),
+        )
     }
 
-    /// The messages from `start` on, as a request's list: the sealed segments shared, the
-    /// open tail copied.
+    /// The messages from `start` on, as a request's list: the chunks shared, nothing copied.
     pub fn shared_from(&self, start: usize) -> Messages {
+        self.segments(start)
+    }
+
+    fn segments(&self, start: usize) -> Messages {
         let mut messages = Messages::new();
-        for (segment, first) in self.sealed.iter().zip(&self.starts) {
-            let skip = start.saturating_sub(*first);
-            if skip < segment.len() {
-                messages.extend_shared(&segment.shared, segment.range.start + skip..segment.range.end);
+        for (at, chunk) in self.chunks.iter().enumerate() {
+            let first = at * CHUNK_MESSAGES;
+            let end = (self.len - first).min(CHUNK_MESSAGES);
+            let skip = start.saturating_sub(first).min(end);
+            messages.push_segment(Segment {
+                shared: Arc::clone(chunk),
+                range: skip..end,
+            });
+        }
+        messages
+    }
+
+    /// The messages, moved out of the chunks no request still holds (the others copied).
+    pub fn into_vec(self) -> Vec<ChatMessage> {
+        self.segments(0).into_vec()
+    }
+}
+
+fn empty_chunk() -> Slots {
+    (0..CHUNK_MESSAGES).map(|_| OnceLock::new()).collect()
+}
+
+impl Clone for MessageLog {
+    /// Shares the full chunks; the last one, still being written, is copied.
+    fn clone(&self) -> MessageLog {
+        let mut chunks = self.chunks.clone();
+        if let Some(last) = chunks.last_mut() {
+            if self.len % CHUNK_MESSAGES != 0 {
+                let copy: Slots = last
+                    .iter()
+                    .map(|slot| slot.get().cloned().map_or_else(OnceLock::new, OnceLock::from))
+                    .collect();
+                *last = Arc::new(copy);
             }
         }
-        let skip = start.saturating_sub(self.sealed_len).min(self.open.len());
-        if skip < self.open.len() {
-            messages.extend_from_slice(&self.open[skip..]);
+        MessageLog {
+            chunks,
+            len: self.len,
         }
-        messages
-    }
-
-    /// The messages, moved out of the segments no request still holds (the others copied).
-    pub fn into_vec(self) -> Vec<ChatMessage> {
-        let mut messages = Messages {
-            segments: self.sealed,
-            len: self.sealed_len,
-        }
-        .into_vec();
-        messages.extend(self.open);
-        messages
     }
 }
 
 /// The messages of a [`MessageLog`] in order.
-pub type LogIter<'a> = std::iter::Chain<Iter<'a>, std::slice::Iter<'a, ChatMessage>>;
+#[derive(Clone)]
+pub struct LogIter<'a>(
+    std::iter::FlatMap<
+        std::slice::Iter<'a, Arc<Slots>>,
+        SlotIter<'a>,
+        fn(&'a Arc<Slots>) -> SlotIter<'a>,
+    >,
+);
+
+/// A chunk's written messages (its unwritten slots are all after them).
+fn chunk_messages(chunk: &Arc<Slots>) -> SlotIter<'_> {
+    chunk
+        .iter()
+        .filter_map(OnceLock::get as fn(&OnceLock<ChatMessage>) -> Option<&ChatMessage>)
+}
+
+impl<'a> Iterator for LogIter<'a> {
+    type Item = &'a ChatMessage;
+
+    fn next(&mut self) -> Option<&'a ChatMessage> {
+        self.0.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for LogIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back()
+    }
+}
 
 impl<'a> IntoIterator for &'a MessageLog {
     type Item = &'a ChatMessage;

@@ -22,8 +22,8 @@ fn history(n: usize) -> Vec<ChatMessage> {
 fn segments_read_as_one_flat_list() {
     let flat = history(9);
     let mut split = Messages::from(flat[..2].to_vec());
-    let shared = Arc::new(flat[2..7].to_vec());
-    split.extend_shared(&shared, 0..5);
+    let log: MessageLog = flat[1..7].iter().cloned().collect();
+    split.append(log.shared_from(1));
     split.extend_from_slice(&[]);
     split.push(flat[7].clone());
     split.push(flat[8].clone());
@@ -51,13 +51,14 @@ fn segments_read_as_one_flat_list() {
 /// An edit never shows through another list sharing the segment: it is copied first.
 #[test]
 fn editing_a_shared_segment_copies_it() {
-    let shared = Arc::new(history(4));
-    let mut one = Messages::new();
-    one.extend_shared(&shared, 0..4);
+    let shared = history(4);
+    let log: MessageLog = shared.iter().cloned().collect();
+    let mut one = log.shared_from(0);
     let other = one.clone();
     one[1] = ChatMessage::system("changed");
     one.push(ChatMessage::user("more"));
-    assert_eq!(other, *shared);
+    assert_eq!(other, shared);
+    assert!(log.iter().eq(shared.iter()));
     assert_eq!(one[1], ChatMessage::system("changed"));
     assert_eq!(one.len(), 5);
     one.truncate(2);
@@ -69,39 +70,35 @@ fn editing_a_shared_segment_copies_it() {
     assert_eq!(other.len(), 4);
 }
 
-/// A log hands out its sealed segments (the same memory, not copies) and copies only its
-/// open tail; from any start, what it hands out is its messages from there on.
+/// A log hands out its chunks (the same memory, not copies), the one it is still writing
+/// included, and what a request holds does not change as the log grows; from any start,
+/// what it hands out is its messages from there on.
 #[test]
-fn a_log_shares_what_it_sealed_and_copies_only_its_tail() {
-    for n in [0, 1, SEAL_MESSAGES - 1, SEAL_MESSAGES, 3 * SEAL_MESSAGES + 5] {
-        let flat = history(n);
-        let log: MessageLog = flat.iter().cloned().collect();
+fn a_log_shares_its_messages_and_copies_none() {
+    for n in [0, 1, CHUNK_MESSAGES - 1, CHUNK_MESSAGES, 3 * CHUNK_MESSAGES + 5] {
+        let flat = history(n + 3);
+        let mut log: MessageLog = flat[..n].iter().cloned().collect();
         assert_eq!(log.len(), n);
-        assert!(log.iter().eq(flat.iter()));
-        for start in [0, 1, SEAL_MESSAGES + 1] {
+        assert!(log.iter().eq(flat[..n].iter()));
+        assert!(log.iter().rev().eq(flat[..n].iter().rev()));
+        for start in [0, 1, CHUNK_MESSAGES + 1] {
             let start = start.min(n);
             let shared = log.shared_from(start);
-            assert_eq!(shared, flat[start..].to_vec(), "n {n}, start {start}");
-            let sealed = n / SEAL_MESSAGES * SEAL_MESSAGES;
+            assert_eq!(shared, flat[start..n].to_vec(), "n {n}, start {start}");
             for (i, message) in shared.iter().enumerate() {
-                let at = start + i;
-                assert_eq!(
-                    std::ptr::eq(message, &log[at]),
-                    at < sealed,
-                    "n {n}, message {at}"
-                );
+                assert!(std::ptr::eq(message, &log[start + i]), "n {n}, message {i}");
             }
         }
-        assert_eq!(log.clone().into_vec(), flat);
+        let before = log.shared_from(0);
+        let copy = log.clone();
+        for message in &flat[n..] {
+            log.push(message.clone());
+        }
+        assert_eq!(before, flat[..n].to_vec(), "a request does not grow with the log");
+        assert_eq!(log.shared_from(0), flat, "n {n}");
+        assert_eq!(copy.len(), n, "a clone is not written by the log");
+        assert_eq!(copy.clone().into_vec(), flat[..n].to_vec());
+        drop(before);
+        assert_eq!(log.into_vec(), flat);
     }
-}
-
-/// Large texts seal the tail sooner, so a request never copies much of them.
-#[test]
-fn large_texts_seal_the_tail_sooner() {
-    let big = "x".repeat(SEAL_BYTES / 2);
-    let log: MessageLog = (0..4).map(|_| ChatMessage::user(big.clone())).collect();
-    let shared = log.shared_from(0);
-    assert!(std::ptr::eq(&shared[1], &log[1]), "two halves seal a segment");
-    assert!(std::ptr::eq(&shared[3], &log[3]));
 }
