@@ -39,7 +39,7 @@ pub struct Budgeting<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct Built {
     /// The messages (empty when `plan` is set: build again once it is journaled), sharing
-    /// the conversation's sealed segments with the builder and the run's other requests.
+    /// the conversation's chunks with the builder and the run's other requests.
     pub messages: Messages,
     /// The request's size and estimate (without `tokens`: the provider's count comes later).
     pub size: PromptSize,
@@ -187,9 +187,9 @@ mod tests {
     }
 
     /// Issue 32 (performance): building the next request copies a bounded number of
-    /// messages however long the journal is. Every message the builder had sealed is the
-    /// very one (the same memory) the request before held; only the recipe's blocks and the
-    /// conversation's open tail are copied. The request is still the whole conversation.
+    /// messages however long the journal is. Every message of the conversation is the very
+    /// one (the same memory) the request before held; only the recipe's blocks are copied,
+    /// and the new iteration converted. The request is still the whole conversation.
     #[test]
     fn the_next_request_shares_the_conversation_with_the_one_before() {
         let secrets = SecretSet::default();

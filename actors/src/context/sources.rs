@@ -42,7 +42,7 @@ pub struct SourceParts {
 
 impl SourceParts {
     /// The request's messages: the blocks with `conversation` in the journal's place. The
-    /// conversation's sealed segments are shared with the request, not copied (see
+    /// conversation's chunks are shared with the request, not copied (see
     /// [`MessageLog`]).
     ///
     /// The block standing for compacted iterations (the conversation's only system message,

@@ -5,7 +5,7 @@
 //! - [`types`]: wire format ([`ChatMessage`], [`ChatRequest`], [`ChatCompletion`]) and
 //!   [`parse_completion`].
 //! - [`messages`]: a request's messages as segments shared between a run's requests
-//!   ([`Messages`]), and the conversation log they are sealed from ([`MessageLog`]).
+//!   ([`Messages`]), and the conversation log whose chunks they share ([`MessageLog`]).
 //! - [`wire`]: a request's JSON as sent, and [`MessageJson`], which keeps each message's
 //!   JSON text between a run's requests.
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],

@@ -55,7 +55,7 @@ pub(crate) struct MessageMeta {
 }
 
 /// The conversation of a journal, with the size and kind of each message. The messages are
-/// kept in sealed segments that every request shares ([`MessageLog`]), and their size as a
+/// kept in chunks that every request shares ([`MessageLog`]), and their size as a
 /// running total: neither is walked again for the next request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct View {
