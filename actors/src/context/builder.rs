@@ -142,8 +142,7 @@ mod tests {
     use super::*;
     use crate::context::journal_to_messages;
     use crate::journal::{ActionStatus, Event, ToolCallRecord};
-    use crate::llm::messages::CHUNK_MESSAGES;
-
+    
     /// The task and `iterations` iterations of one call each, whose results are 1.8 KB
     /// pages (the issue-32 agent).
     fn page_journal(iterations: u32) -> Vec<JournalEvent> {

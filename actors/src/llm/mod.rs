@@ -4,8 +4,8 @@
 //! # Layout
 //! - [`types`]: wire format ([`ChatMessage`], [`ChatRequest`], [`ChatCompletion`]) and
 //!   [`parse_completion`].
-//! - [`messages`]: a request's messages as segments shared between a run's requests
-//!   ([`Messages`]), and the conversation log whose chunks they share ([`MessageLog`]).
+//! - [`shared_list`]: a list of shared segments read as one, and the append-only log whose
+//!   chunks it shares: a request's [`Messages`] and a run's [`MessageLog`].
 //! - [`wire`]: a request's JSON as sent, and [`MessageJson`], which keeps each message's
 //!   JSON text between a run's requests.
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
@@ -44,12 +44,12 @@ pub mod endpoint;
 pub mod gate;
 pub mod learned;
 pub mod memory;
-pub mod messages;
 pub mod price;
 pub(crate) mod rate;
 pub mod refusal;
 pub mod retry;
 pub mod scripted;
+pub mod shared_list;
 pub mod stream;
 mod target;
 pub mod timeouts;
@@ -73,7 +73,6 @@ pub use endpoint::{
 pub use gate::{GateConfig, GateOutcome, GatePass, LlmGate};
 pub use learned::Adaptation;
 pub use memory::EndpointMemory;
-pub use messages::{MessageLog, Messages};
 pub use retry::{backoff_delay, parse_retry_after, RetryNotice, RetryPolicy};
 pub use scripted::{
     validate_history, Script, ScriptError, ScriptServer, ScriptedBackend, ScriptedReply,
@@ -85,8 +84,8 @@ pub use timeouts::{
     DEFAULT_REQUEST_TIMEOUT,
 };
 pub use types::{
-    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall,
-    ToolList, Usage,
+    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, MessageLog,
+    Messages, Role, ToolCall, ToolList, Usage,
 };
 pub use window::ContextWindow;
 pub use wire::MessageJson;

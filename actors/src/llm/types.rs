@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Value};
 
-use super::messages::Messages;
+use super::shared_list::{ChunkLog, SharedList};
 use super::LlmError;
 
 /// Who said a message.
@@ -184,6 +184,14 @@ fn deserialize_arguments<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::E
         Some(other) => other.to_string(),
     })
 }
+
+/// A request's messages: segments shared with the run's other requests and with its
+/// [`MessageLog`], read, compared and serialized as one list.
+pub type Messages = SharedList<ChatMessage>;
+
+/// A run's conversation between requests, whose chunks its requests share (see
+/// [`super::shared_list`]).
+pub type MessageLog = ChunkLog<ChatMessage>;
 
 /// A chat-completions request. `None` fields are omitted, as are `tools` when empty.
 /// Serialized through `wire.rs`, which holds the one list of its fields as written.

@@ -17,8 +17,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::dialect::{MaxTokensField, SystemRole, ToolCallContent, WireOptions};
-use super::messages::Messages;
-use super::types::{ChatMessage, ChatRequest, Role, ToolCall, ToolList};
+use super::types::{ChatMessage, ChatRequest, Messages, Role, ToolCall, ToolList};
 
 /// The serialized shape of a [`ChatRequest`], with its messages in any form that serializes
 /// as a JSON array of messages: the messages themselves, or their JSON text.

@@ -13,8 +13,9 @@ use super::script::{Action, ArgTree, Args, CallSpec, Latency, Rule, Script, Step
 use super::validate::validate_history;
 use super::variables::TemplateContext;
 use crate::llm::endpoint::RequestMeta;
-use crate::llm::messages::Messages;
-use crate::llm::types::{ChatCompletion, ChatMessage, ChatRequest, Role, ToolCall, Usage};
+use crate::llm::types::{
+    ChatCompletion, ChatMessage, ChatRequest, Messages, Role, ToolCall, Usage,
+};
 use crate::template_bounds::{explain, render_bounded};
 
 /// What the scripted model answers to one request.

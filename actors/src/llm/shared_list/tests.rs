@@ -1,5 +1,5 @@
 use super::*;
-use crate::llm::ToolCall;
+use crate::llm::{ChatMessage, MessageLog, Messages, ToolCall};
 
 /// `n` messages of every kind in turn, each text naming its place.
 fn history(n: usize) -> Vec<ChatMessage> {
@@ -75,13 +75,13 @@ fn editing_a_shared_segment_copies_it() {
 /// what it hands out is its messages from there on.
 #[test]
 fn a_log_shares_its_messages_and_copies_none() {
-    for n in [0, 1, CHUNK_MESSAGES - 1, CHUNK_MESSAGES, 3 * CHUNK_MESSAGES + 5] {
+    for n in [0, 1, CHUNK_LEN - 1, CHUNK_LEN, 3 * CHUNK_LEN + 5] {
         let flat = history(n + 3);
         let mut log: MessageLog = flat[..n].iter().cloned().collect();
         assert_eq!(log.len(), n);
         assert!(log.iter().eq(flat[..n].iter()));
         assert!(log.iter().rev().eq(flat[..n].iter().rev()));
-        for start in [0, 1, CHUNK_MESSAGES + 1] {
+        for start in [0, 1, CHUNK_LEN + 1] {
             let start = start.min(n);
             let shared = log.shared_from(start);
             assert_eq!(shared, flat[start..n].to_vec(), "n {n}, start {start}");
