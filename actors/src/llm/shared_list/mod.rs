@@ -6,9 +6,10 @@
 //! Why: every request carries the whole conversation. Copying it into each request (every
 //! message's text cloned) made building the next request cost as much as the journal was
 //! long (354.7 µs at 500 iterations against 8.4 µs at 10: BENCHMARKS.md, "Issue 32"). A
-//! request now holds the log's chunks, one reference count per [`CHUNK_LEN`] messages, and
-//! copies none of them: a chunk's slots are written once, in order, and a request reads only
-//! the slots that were written when it was made.
+//! request now holds the log's chunks, one reference count each (chunks grow from
+//! [`FIRST_CHUNK_LEN`] to [`MAX_CHUNK_LEN`] messages: 6 for a 500-iteration run), and copies
+//! none of their messages: a chunk's slots are written once, in order, and a request reads
+//! only the slots that were written when it was made.
 //!
 //! A [`SharedList`] reads as one list: iterated, indexed, compared, printed and serialized
 //! exactly as a `Vec` of its items (one flat JSON array), so the bytes sent do not change.
@@ -23,8 +24,13 @@ use std::sync::{Arc, OnceLock};
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Items of one chunk of a [`ChunkLog`]: a request holds one reference per chunk.
-pub const CHUNK_LEN: usize = 32;
+/// Items of a [`ChunkLog`]'s first chunk; each next one holds twice as many, up to
+/// [`MAX_CHUNK_LEN`]. A shared list holds one reference per chunk: a few for a run of
+/// thousands of messages, and little room left unwritten in a short one.
+pub const FIRST_CHUNK_LEN: usize = 32;
+/// Items of a [`ChunkLog`]'s largest chunks (the room a chunk holds before it is written is
+/// about 90 bytes an item for messages).
+pub const MAX_CHUNK_LEN: usize = 1024;
 
 /// Items in write-once slots: a chunk of a [`ChunkLog`] is shared with requests while the log
 /// still fills its later slots.
@@ -352,14 +358,16 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for SharedList<T> {
     }
 }
 
-/// An append-only list in chunks of [`CHUNK_LEN`] write-once slots:
-/// [`ChunkLog::shared_from`] hands the chunks to a [`SharedList`] as they are, the slots
-/// written so far, while the log goes on filling the last one. Only the log writes its
-/// chunks, each slot once and in order (a clone gets its own last chunk), so what a list
-/// holds never changes.
+/// An append-only list in chunks of write-once slots (growing from [`FIRST_CHUNK_LEN`] to
+/// [`MAX_CHUNK_LEN`]): [`ChunkLog::shared_from`] hands the chunks to a [`SharedList`] as they
+/// are, the slots written so far, while the log goes on filling the last one. Only the log
+/// writes its chunks, each slot once and in order (a clone gets its own last chunk), so what
+/// a list holds never changes.
 pub struct ChunkLog<T> {
     /// Every chunk but the last is full.
     chunks: Vec<Arc<Slots<T>>>,
+    /// The index of each chunk's first item.
+    starts: Vec<usize>,
     len: usize,
 }
 
@@ -400,6 +408,7 @@ impl<T> Default for ChunkLog<T> {
     fn default() -> Self {
         ChunkLog {
             chunks: Vec::new(),
+            starts: Vec::new(),
             len: 0,
         }
     }
@@ -418,16 +427,21 @@ impl<T> ChunkLog<T> {
 
     /// Adds `item` at the end.
     pub fn push(&mut self, item: T) {
-        let offset = self.len % CHUNK_LEN;
-        if offset == 0 {
+        let (start, capacity) = match (self.starts.last(), self.chunks.last()) {
+            (Some(start), Some(chunk)) => (*start, chunk.len()),
+            _ => (0, 0),
+        };
+        if self.len - start == capacity {
+            let capacity = (FIRST_CHUNK_LEN << self.chunks.len().min(16)).min(MAX_CHUNK_LEN);
             self.chunks
-                .push(Arc::new((0..CHUNK_LEN).map(|_| OnceLock::new()).collect()));
+                .push(Arc::new((0..capacity).map(|_| OnceLock::new()).collect()));
+            self.starts.push(self.len);
         }
-        let Some(chunk) = self.chunks.last() else {
+        let (Some(chunk), Some(start)) = (self.chunks.last(), self.starts.last()) else {
             return;
         };
         // The slot is empty: only this log writes its chunks, and `len` only grows.
-        if chunk[offset].set(item).is_ok() {
+        if chunk[self.len - start].set(item).is_ok() {
             self.len += 1;
         }
     }
@@ -437,10 +451,11 @@ impl<T> ChunkLog<T> {
         if index >= self.len {
             return None;
         }
-        self.chunks
-            .get(index / CHUNK_LEN)?
-            .get(index % CHUNK_LEN)?
-            .get()
+        let chunk = self
+            .starts
+            .partition_point(|start| *start <= index)
+            .checked_sub(1)?;
+        self.chunks[chunk].get(index - self.starts[chunk])?.get()
     }
 
     /// The items in order.
@@ -455,10 +470,9 @@ impl<T> ChunkLog<T> {
     /// The items from `start` on, as a shared list: the chunks shared, nothing copied.
     pub fn shared_from(&self, start: usize) -> SharedList<T> {
         let mut list = SharedList::new();
-        for (at, chunk) in self.chunks.iter().enumerate() {
-            let first = at * CHUNK_LEN;
-            let end = (self.len - first).min(CHUNK_LEN);
-            let skip = start.saturating_sub(first).min(end);
+        for (chunk, first) in self.chunks.iter().zip(&self.starts) {
+            let end = (self.len - first).min(chunk.len());
+            let skip = start.saturating_sub(*first).min(end);
             list.push_segment(Segment {
                 shared: Arc::clone(chunk),
                 range: skip..end,
@@ -479,8 +493,9 @@ impl<T: Clone> Clone for ChunkLog<T> {
     /// Shares the full chunks; the last one, still being written, is copied.
     fn clone(&self) -> ChunkLog<T> {
         let mut chunks = self.chunks.clone();
+        let last_start = self.starts.last().copied().unwrap_or(0);
         if let Some(last) = chunks.last_mut() {
-            if self.len % CHUNK_LEN != 0 {
+            if self.len - last_start < last.len() {
                 let copy: Slots<T> = last
                     .iter()
                     .map(|slot| slot.get().cloned().map_or_else(OnceLock::new, OnceLock::from))
@@ -490,6 +505,7 @@ impl<T: Clone> Clone for ChunkLog<T> {
         }
         ChunkLog {
             chunks,
+            starts: self.starts.clone(),
             len: self.len,
         }
     }

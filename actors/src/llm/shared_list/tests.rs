@@ -75,19 +75,24 @@ fn editing_a_shared_segment_copies_it() {
 /// what it hands out is its messages from there on.
 #[test]
 fn a_log_shares_its_messages_and_copies_none() {
-    for n in [0, 1, CHUNK_LEN - 1, CHUNK_LEN, 3 * CHUNK_LEN + 5] {
+    for n in [0, 1, FIRST_CHUNK_LEN - 1, FIRST_CHUNK_LEN, 3 * FIRST_CHUNK_LEN, 2500] {
         let flat = history(n + 3);
         let mut log: MessageLog = flat[..n].iter().cloned().collect();
         assert_eq!(log.len(), n);
         assert!(log.iter().eq(flat[..n].iter()));
         assert!(log.iter().rev().eq(flat[..n].iter().rev()));
-        for start in [0, 1, CHUNK_LEN + 1] {
+        for start in [0, 1, FIRST_CHUNK_LEN + 1, 1000] {
             let start = start.min(n);
             let shared = log.shared_from(start);
             assert_eq!(shared, flat[start..n].to_vec(), "n {n}, start {start}");
             for (i, message) in shared.iter().enumerate() {
                 assert!(std::ptr::eq(message, &log[start + i]), "n {n}, message {i}");
             }
+        }
+        // A reference per chunk, and the chunks grow: 32 + 64 + ... + 512 + 1024 + 1024
+        // hold 2,500 in 7.
+        if n == 2500 {
+            assert_eq!(log.shared_from(0).segments.len(), 7);
         }
         let before = log.shared_from(0);
         let copy = log.clone();
