@@ -142,7 +142,7 @@ mod tests {
     use super::*;
     use crate::context::journal_to_messages;
     use crate::journal::{ActionStatus, Event, ToolCallRecord};
-    
+
     /// The task and `iterations` iterations of one call each, whose results are 1.8 KB
     /// pages (the issue-32 agent).
     fn page_journal(iterations: u32) -> Vec<JournalEvent> {
@@ -193,7 +193,9 @@ mod tests {
     fn the_next_request_shares_the_conversation_with_the_one_before() {
         let secrets = SecretSet::default();
         let parts = SourceParts {
-            messages: vec![ChatMessage::system("# Context Block: system_prompt\n\nRead.")],
+            messages: vec![ChatMessage::system(
+                "# Context Block: system_prompt\n\nRead.",
+            )],
             journal_at: Some(1),
             ..SourceParts::default()
         };
@@ -202,7 +204,9 @@ mod tests {
             let mut builder = ContextBuilder::new(0);
             let before = &events[..events.len() - 2];
             let first = builder.build(&parts, before, &secrets, None, None).messages;
-            let next = builder.build(&parts, &events, &secrets, None, None).messages;
+            let next = builder
+                .build(&parts, &events, &secrets, None, None)
+                .messages;
             let mut whole = parts.messages.clone();
             whole.extend(journal_to_messages(&events, None, &secrets));
             assert_eq!(next, whole, "after {iterations} iterations");

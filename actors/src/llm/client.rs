@@ -1115,7 +1115,8 @@ pub(crate) mod tests {
                 ChatMessage::user("hi"),
                 ChatMessage::assistant(None, vec![ToolCall::function("c1", "ls", "{}")]),
                 ChatMessage::tool("c1", "a b"),
-            ].into(),
+            ]
+            .into(),
             ..Default::default()
         }
     }

@@ -84,8 +84,8 @@ pub use timeouts::{
     DEFAULT_REQUEST_TIMEOUT,
 };
 pub use types::{
-    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, MessageLog,
-    Messages, Role, ToolCall, ToolList, Usage,
+    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, MessageLog, Messages,
+    Role, ToolCall, ToolList, Usage,
 };
 pub use window::ContextWindow;
 pub use wire::MessageJson;

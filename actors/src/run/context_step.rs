@@ -22,7 +22,9 @@ use crate::context::compact::Plan;
 use crate::context::{build_sources, task_of, Budgeting, ContextError, ContextInputs, SourceParts};
 use crate::journal::{Event, PromptSize};
 use crate::llm::window::refusal_facts;
-use crate::llm::{ChatMessage, ChatRequest, ContextWindow, LlmTarget, Messages, RequestMeta, Usage};
+use crate::llm::{
+    ChatMessage, ChatRequest, ContextWindow, LlmTarget, Messages, RequestMeta, Usage,
+};
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunEvent, TokenUsage};
 use crate::workspace::write_invocation_record;
 

@@ -74,6 +74,10 @@ impl<T> Segment<T> {
 type SlotIter<'a, T> =
     std::iter::FilterMap<std::slice::Iter<'a, OnceLock<T>>, fn(&'a OnceLock<T>) -> Option<&'a T>>;
 
+/// The written items of a slice of segments (or chunks) `S`, in order.
+type Flattened<'a, S, T> =
+    std::iter::FlatMap<std::slice::Iter<'a, S>, SlotIter<'a, T>, fn(&'a S) -> SlotIter<'a, T>>;
+
 /// Written slots' items, in order.
 fn written<T>(slots: &[OnceLock<T>]) -> SlotIter<'_, T> {
     slots
@@ -98,13 +102,7 @@ pub struct SharedList<T> {
 }
 
 /// The items of a [`SharedList`] in order.
-pub struct Iter<'a, T>(
-    std::iter::FlatMap<
-        std::slice::Iter<'a, Segment<T>>,
-        SlotIter<'a, T>,
-        fn(&'a Segment<T>) -> SlotIter<'a, T>,
-    >,
-);
+pub struct Iter<'a, T>(Flattened<'a, Segment<T>, T>);
 
 impl<T> Clone for Iter<'_, T> {
     fn clone(&self) -> Self {
@@ -372,13 +370,7 @@ pub struct ChunkLog<T> {
 }
 
 /// The items of a [`ChunkLog`] in order.
-pub struct LogIter<'a, T>(
-    std::iter::FlatMap<
-        std::slice::Iter<'a, Arc<Slots<T>>>,
-        SlotIter<'a, T>,
-        fn(&'a Arc<Slots<T>>) -> SlotIter<'a, T>,
-    >,
-);
+pub struct LogIter<'a, T>(Flattened<'a, Arc<Slots<T>>, T>);
 
 impl<T> Clone for LogIter<'_, T> {
     fn clone(&self) -> Self {
@@ -498,7 +490,11 @@ impl<T: Clone> Clone for ChunkLog<T> {
             if self.len - last_start < last.len() {
                 let copy: Slots<T> = last
                     .iter()
-                    .map(|slot| slot.get().cloned().map_or_else(OnceLock::new, OnceLock::from))
+                    .map(|slot| {
+                        slot.get()
+                            .cloned()
+                            .map_or_else(OnceLock::new, OnceLock::from)
+                    })
                     .collect();
                 *last = Arc::new(copy);
             }

@@ -6,10 +6,9 @@ fn history(n: usize) -> Vec<ChatMessage> {
     (0..n)
         .map(|i| match i % 4 {
             0 => ChatMessage::user(format!("user {i}")),
-            1 => ChatMessage::assistant(
-                None,
-                vec![ToolCall::function(format!("c{i}"), "ls", "{}")],
-            ),
+            1 => {
+                ChatMessage::assistant(None, vec![ToolCall::function(format!("c{i}"), "ls", "{}")])
+            }
             2 => ChatMessage::tool(format!("c{}", i - 1), format!("result {i}")),
             _ => ChatMessage::assistant(Some(format!("text {i}")), vec![]),
         })
@@ -62,7 +61,10 @@ fn editing_a_shared_segment_copies_it() {
     assert_eq!(one[1], ChatMessage::system("changed"));
     assert_eq!(one.len(), 5);
     one.truncate(2);
-    assert_eq!(one.to_vec(), vec![shared[0].clone(), ChatMessage::system("changed")]);
+    assert_eq!(
+        one.to_vec(),
+        vec![shared[0].clone(), ChatMessage::system("changed")]
+    );
     one.truncate(7);
     assert_eq!(one.len(), 2);
     one.truncate(0);
@@ -75,7 +77,14 @@ fn editing_a_shared_segment_copies_it() {
 /// what it hands out is its messages from there on.
 #[test]
 fn a_log_shares_its_messages_and_copies_none() {
-    for n in [0, 1, FIRST_CHUNK_LEN - 1, FIRST_CHUNK_LEN, 3 * FIRST_CHUNK_LEN, 2500] {
+    for n in [
+        0,
+        1,
+        FIRST_CHUNK_LEN - 1,
+        FIRST_CHUNK_LEN,
+        3 * FIRST_CHUNK_LEN,
+        2500,
+    ] {
         let flat = history(n + 3);
         let mut log: MessageLog = flat[..n].iter().cloned().collect();
         assert_eq!(log.len(), n);
@@ -99,7 +108,11 @@ fn a_log_shares_its_messages_and_copies_none() {
         for message in &flat[n..] {
             log.push(message.clone());
         }
-        assert_eq!(before, flat[..n].to_vec(), "a request does not grow with the log");
+        assert_eq!(
+            before,
+            flat[..n].to_vec(),
+            "a request does not grow with the log"
+        );
         assert_eq!(log.shared_from(0), flat, "n {n}");
         assert_eq!(copy.len(), n, "a clone is not written by the log");
         assert_eq!(copy.clone().into_vec(), flat[..n].to_vec());
