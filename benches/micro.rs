@@ -244,7 +244,7 @@ fn conversation(turns: u32) -> ChatRequest {
     }
     ChatRequest {
         model: "delta-scripted".into(),
-        messages,
+        messages: messages.into(),
         ..ChatRequest::default()
     }
 }

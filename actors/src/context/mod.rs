@@ -233,7 +233,9 @@ pub fn journal_to_messages(
     max_iterations: Option<u32>,
     secrets: &SecretSet,
 ) -> Vec<ChatMessage> {
-    view::conversation_view(events, max_iterations, secrets).messages
+    view::conversation_view(events, max_iterations, secrets)
+        .messages
+        .into_vec()
 }
 
 #[cfg(test)]

@@ -16,13 +16,14 @@ use super::budget::SOURCE_BYTES_PER_TOKEN;
 use super::cache::CacheOutcome;
 use super::generator::{computed_file, pipeline, Generator};
 use super::source_file::{SourceFile, SourceReader};
-use super::{journal_to_messages, CancellationToken, ContextError, ContextInputs};
+use super::view::conversation_view;
+use super::{CancellationToken, ContextError, ContextInputs};
 use crate::agent::{
     expand_path_vars, ContextRecipe, ContextSource, OnMissing, OnOverflow, SourceCondition,
     TokenCap,
 };
 use crate::journal::{Event, JournalEvent};
-use crate::llm::{ChatMessage, Role};
+use crate::llm::{ChatMessage, MessageLog, Messages, Role};
 use crate::redact::SecretSet;
 
 /// The recipe's sources for one request: their system blocks in recipe order, and where the
@@ -40,31 +41,33 @@ pub struct SourceParts {
 }
 
 impl SourceParts {
-    /// The request's messages: the blocks with `conversation` in the journal's place.
+    /// The request's messages: the blocks with `conversation` in the journal's place. The
+    /// conversation's chunks are shared with the request, not copied (see
+    /// [`MessageLog`]).
     ///
     /// The block standing for compacted iterations (the conversation's only system message,
     /// its first) joins the system block right before it: some servers' templates repeat
     /// the tool instructions in every system message (llama.cpp's function-calling one adds
     /// about 150 tokens each), so a compaction must not add a system message of its own.
-    pub fn assemble(&self, conversation: &[ChatMessage]) -> Vec<ChatMessage> {
+    pub fn assemble(&self, conversation: &MessageLog) -> Messages {
         let Some(at) = self.journal_at else {
-            return self.messages.clone();
+            return Messages::from(self.messages.clone());
         };
-        let mut messages = Vec::with_capacity(self.messages.len() + conversation.len());
-        messages.extend_from_slice(&self.messages[..at]);
-        let mut conversation = conversation;
-        if let (Some(preface), Some(before)) = (conversation.first(), messages.last_mut()) {
-            if preface.role == Role::System && before.role == Role::System {
+        let mut before = self.messages[..at].to_vec();
+        let mut conversation_start = 0;
+        if let (Some(preface), Some(block)) = (conversation.get(0), before.last_mut()) {
+            if preface.role == Role::System && block.role == Role::System {
                 let joined = format!(
                     "{}\n\n{}",
-                    before.content.as_deref().unwrap_or_default(),
+                    block.content.as_deref().unwrap_or_default(),
                     preface.content.as_deref().unwrap_or_default()
                 );
-                before.content = Some(joined);
-                conversation = &conversation[1..];
+                block.content = Some(joined);
+                conversation_start = 1;
             }
         }
-        messages.extend_from_slice(conversation);
+        let mut messages = Messages::from(before);
+        messages.append(conversation.shared_from(conversation_start));
         messages.extend_from_slice(&self.messages[at..]);
         messages
     }
@@ -79,8 +82,11 @@ pub async fn build_messages(
     cancel: &CancellationToken,
 ) -> Result<Vec<ChatMessage>, ContextError> {
     let parts = build_sources(recipe, inputs, task_of(events), cancel).await?;
-    let conversation = journal_to_messages(events, parts.max_iterations, secrets);
-    Ok(parts.assemble(&conversation))
+    let conversation = conversation_view(events, parts.max_iterations, secrets).messages;
+    let messages = parts.assemble(&conversation);
+    // The request alone holds the segments now: they are moved out, not copied.
+    drop(conversation);
+    Ok(messages.into_vec())
 }
 
 /// The run's task: its first user message.
@@ -446,14 +452,14 @@ mod tests {
             ..SourceParts::default()
         };
         let task = message(Role::User, "Read the book.");
-        let plain = parts.assemble(std::slice::from_ref(&task));
+        let plain = parts.assemble(&[task.clone()].into_iter().collect());
         assert_eq!(plain.len(), 2);
         assert_eq!(plain[0].content, parts.messages[0].content);
         let note = message(
             Role::System,
             "# Context Block: conversation summary\n\nLeft out.",
         );
-        let joined = parts.assemble(&[note, task.clone()]);
+        let joined = parts.assemble(&[note, task.clone()].into_iter().collect());
         assert_eq!(joined.len(), 2, "{joined:?}");
         assert_eq!(
             joined[0].content.as_deref(),

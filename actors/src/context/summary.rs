@@ -84,7 +84,8 @@ pub fn summary_messages(
 fn transcript(view: &View, span: Range<usize>) -> String {
     let mut text = String::new();
     let mut names: HashMap<&str, &str> = HashMap::new();
-    for (message, meta) in view.messages[span.clone()].iter().zip(&view.meta[span]) {
+    let messages = view.messages.iter().skip(span.start).take(span.len());
+    for (message, meta) in messages.zip(&view.meta[span]) {
         let content = message.content.as_deref().unwrap_or("");
         match &meta.kind {
             MessageKind::User | MessageKind::Task => {

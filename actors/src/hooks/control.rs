@@ -83,7 +83,7 @@ pub fn apply_request_override(
     for (key, value) in &object {
         match key.as_str() {
             "messages" => {
-                next.messages = parse_messages(value)?;
+                next.messages = parse_messages(value)?.into();
                 report.changed.push("messages");
             }
             "model" => match value {
@@ -210,7 +210,7 @@ mod tests {
     fn request() -> ChatRequest {
         ChatRequest {
             model: "base".into(),
-            messages: vec![ChatMessage::system("sys"), ChatMessage::user("task")],
+            messages: vec![ChatMessage::system("sys"), ChatMessage::user("task")].into(),
             temperature: Some(0.5),
             max_tokens: None,
             ..ChatRequest::default()

@@ -907,7 +907,7 @@ pub(crate) mod tests {
         .unwrap();
         let req = ChatRequest {
             model: "m".into(),
-            messages: vec![super::super::ChatMessage::user("hi")],
+            messages: vec![super::super::ChatMessage::user("hi")].into(),
             ..Default::default()
         };
         let err = b.send(&req, &RequestMeta::default()).await.unwrap_err();
@@ -918,7 +918,7 @@ pub(crate) mod tests {
     pub(crate) fn hello() -> ChatRequest {
         ChatRequest {
             model: "m".into(),
-            messages: vec![super::super::ChatMessage::user("hi")],
+            messages: vec![super::super::ChatMessage::user("hi")].into(),
             ..Default::default()
         }
     }
@@ -1239,7 +1239,8 @@ pub(crate) mod tests {
                 ChatMessage::user("hi"),
                 ChatMessage::assistant(None, vec![ToolCall::function("c1", "ls", "{}")]),
                 ChatMessage::tool("c1", "a b"),
-            ],
+            ]
+            .into(),
             ..Default::default()
         }
     }

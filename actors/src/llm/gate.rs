@@ -263,7 +263,7 @@ mod tests {
     fn req() -> ChatRequest {
         ChatRequest {
             model: "m".into(),
-            messages: vec![ChatMessage::user("t")],
+            messages: vec![ChatMessage::user("t")].into(),
             ..Default::default()
         }
     }

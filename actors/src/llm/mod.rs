@@ -4,6 +4,8 @@
 //! # Layout
 //! - [`types`]: wire format ([`ChatMessage`], [`ChatRequest`], [`ChatCompletion`]) and
 //!   [`parse_completion`].
+//! - [`shared_list`]: a list of shared segments read as one, and the append-only log whose
+//!   chunks it shares: a request's [`Messages`] and a run's [`MessageLog`].
 //! - [`wire`]: a request's JSON as sent, and [`MessageJson`], which keeps each message's
 //!   JSON text between a run's requests.
 //! - [`endpoint`]: [`Endpoint`] (base URL + key, Debug hides the key), [`RequestMeta`],
@@ -50,6 +52,7 @@ pub(crate) mod rate;
 pub mod refusal;
 pub mod retry;
 pub mod scripted;
+pub mod shared_list;
 pub mod stream;
 mod target;
 pub mod timeouts;
@@ -86,8 +89,8 @@ pub use timeouts::{
     DEFAULT_REQUEST_TIMEOUT,
 };
 pub use types::{
-    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, Role, ToolCall,
-    ToolList, Usage,
+    parse_completion, ChatCompletion, ChatMessage, ChatRequest, FunctionCall, MessageLog, Messages,
+    Role, ToolCall, ToolList, Usage,
 };
 pub use window::ContextWindow;
 pub use wire::MessageJson;

@@ -43,7 +43,7 @@ fn gate(server: &ScriptServer, stream: Option<bool>) -> (LlmGate, HttpBackend) {
 fn task(text: &str) -> ChatRequest {
     ChatRequest {
         model: "m".into(),
-        messages: vec![ChatMessage::user(text)],
+        messages: vec![ChatMessage::user(text)].into(),
         ..Default::default()
     }
 }

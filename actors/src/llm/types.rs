@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Value};
 
+use super::shared_list::{ChunkLog, SharedList};
 use super::LlmError;
 
 /// Who said a message.
@@ -184,14 +185,23 @@ fn deserialize_arguments<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::E
     })
 }
 
+/// A request's messages: segments shared with the run's other requests and with its
+/// [`MessageLog`], read, compared and serialized as one list.
+pub type Messages = SharedList<ChatMessage>;
+
+/// A run's conversation between requests, whose chunks its requests share (see
+/// [`super::shared_list`]).
+pub type MessageLog = ChunkLog<ChatMessage>;
+
 /// A chat-completions request. `None` fields are omitted, as are `tools` when empty.
 /// Serialized through `wire.rs`, which holds the one list of its fields as written.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 pub struct ChatRequest {
     /// The model name.
     pub model: String,
-    /// The conversation, system messages first.
-    pub messages: Vec<ChatMessage>,
+    /// The conversation, system messages first (segments shared with the run's other
+    /// requests: cloning a request does not copy its history).
+    pub messages: Messages,
     /// Sampling temperature, 0 to 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -570,7 +580,7 @@ mod tests {
     fn request_omits_unset_options_and_empty_tools() {
         let req = ChatRequest {
             model: "m".into(),
-            messages: vec![ChatMessage::user("hi")],
+            messages: vec![ChatMessage::user("hi")].into(),
             ..Default::default()
         };
         let v = serde_json::to_value(&req).unwrap();
@@ -594,7 +604,7 @@ mod tests {
     fn tool_choice_is_not_sent_without_tools() {
         let req = ChatRequest {
             model: "m".into(),
-            messages: vec![ChatMessage::user("hi")],
+            messages: vec![ChatMessage::user("hi")].into(),
             tool_choice: Some("auto".into()),
             ..Default::default()
         };

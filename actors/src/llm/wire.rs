@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::dialect::{MaxTokensField, SystemRole, ToolCallContent, WireOptions};
-use super::types::{ChatMessage, ChatRequest, Role, ToolCall, ToolList};
+use super::types::{ChatMessage, ChatRequest, Messages, Role, ToolCall, ToolList};
 
 /// The serialized shape of a [`ChatRequest`], with its messages in any form that serializes
 /// as a JSON array of messages: the messages themselves, or their JSON text.
@@ -149,11 +149,13 @@ pub fn request_body(
 }
 
 /// The JSON text of the messages of a run's last request, each beside the message it was
-/// made from. Holds a copy of those messages (about as much memory again as their text) for
-/// as long as the run lives.
+/// made from. Holds the last request's messages as the request held them: sharing the run's
+/// conversation segments ([`Messages`]), so this is no second copy of the history's text.
 #[derive(Debug, Default)]
 pub struct MessageJson {
-    kept: Vec<(ChatMessage, Box<RawValue>)>,
+    messages: Messages,
+    /// The JSON text of each of `messages`.
+    texts: Vec<Box<RawValue>>,
     /// The options the kept texts were written with: other options write other texts.
     options: WireOptions,
 }
@@ -174,34 +176,37 @@ impl MessageJson {
         options: &WireOptions,
     ) -> Result<(Box<RawValue>, usize), serde_json::Error> {
         if self.options != *options {
-            self.kept.clear();
+            self.messages = Messages::new();
+            self.texts.clear();
             self.options = *options;
         }
         let plain = plain_messages(options);
-        let mut previous = std::mem::take(&mut self.kept).into_iter();
-        let mut kept = Vec::with_capacity(request.messages.len());
+        let mut previous = self.messages.iter().zip(std::mem::take(&mut self.texts));
+        let mut texts = Vec::with_capacity(request.messages.len());
         let mut reused = 0;
         for message in &request.messages {
             match previous.next() {
-                // The copy kept last time is kept again: only new messages are copied.
-                Some(same) if same.0 == *message => {
+                // The very message of the last request (a segment both share, which
+                // `self.messages` keeps alive, so the address is not reused) needs no
+                // comparison of its text; another one is compared.
+                Some((before, text)) if std::ptr::eq(before, message) || before == message => {
                     reused += 1;
-                    kept.push(same);
+                    texts.push(text);
                 }
-                _ => {
-                    let text = if plain {
-                        serde_json::value::to_raw_value(message)?
-                    } else {
-                        serde_json::value::to_raw_value(&WireMessage { message, options })?
-                    };
-                    kept.push((message.clone(), text))
-                }
+                _ => texts.push(if plain {
+                    serde_json::value::to_raw_value(message)?
+                } else {
+                    serde_json::value::to_raw_value(&WireMessage { message, options })?
+                }),
             }
         }
-        let texts: Vec<&RawValue> = kept.iter().map(|(_, json)| &**json).collect();
-        let body =
-            serde_json::value::to_raw_value(&WireRequest::of(request, texts, true, options))?;
-        self.kept = kept;
+        drop(previous);
+        let body = {
+            let texts: Vec<&RawValue> = texts.iter().map(|json| &**json).collect();
+            serde_json::value::to_raw_value(&WireRequest::of(request, texts, true, options))?
+        };
+        self.messages = request.messages.clone();
+        self.texts = texts;
         Ok((body, reused))
     }
 }
@@ -235,7 +240,7 @@ mod tests {
     fn requests() -> Vec<ChatRequest> {
         let bare = ChatRequest {
             model: "m\"odel".into(),
-            messages: history("out"),
+            messages: history("out").into(),
             tool_choice: Some("auto".into()),
             ..ChatRequest::default()
         };
@@ -277,6 +282,19 @@ mod tests {
             plain,
             format!(r#"{without_closing_brace},"tool_choice":"auto"}}"#)
         );
+    }
+
+    /// The cache holds the request's own messages (the segments the run's requests share),
+    /// not a second copy of the history's text.
+    #[test]
+    fn the_cache_holds_the_requests_messages_not_a_copy() {
+        let mut cache = MessageJson::new();
+        let request = requests().remove(1);
+        cache.wire_body(&request, &WireOptions::default()).unwrap();
+        assert_eq!(cache.messages.len(), request.messages.len());
+        for (kept, sent) in cache.messages.iter().zip(&request.messages) {
+            assert!(std::ptr::eq(kept, sent), "{kept:?}");
+        }
     }
 
     #[test]

@@ -22,7 +22,9 @@ use crate::context::compact::Plan;
 use crate::context::{build_sources, task_of, Budgeting, ContextError, ContextInputs, SourceParts};
 use crate::journal::{Event, PromptSize};
 use crate::llm::window::refusal_facts;
-use crate::llm::{ChatMessage, ChatRequest, ContextWindow, LlmTarget, RequestMeta, Usage};
+use crate::llm::{
+    ChatMessage, ChatRequest, ContextWindow, LlmTarget, Messages, RequestMeta, Usage,
+};
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunEvent, TokenUsage};
 use crate::workspace::write_invocation_record;
 
@@ -156,7 +158,7 @@ impl Run {
     }
 
     /// The messages of this iteration's request, compacted first when the builder says so.
-    pub(super) async fn context_messages(&mut self) -> Result<Vec<ChatMessage>, Halt> {
+    pub(super) async fn context_messages(&mut self) -> Result<Messages, Halt> {
         self.resolve_context().await;
         let parts = self.sources().await?;
         let refused = self.context.refused.take();
@@ -313,7 +315,7 @@ impl Run {
             .unwrap_or_else(|| agent.llm.model.clone());
         let request = Arc::new(ChatRequest {
             model: model.clone(),
-            messages,
+            messages: messages.into(),
             temperature: agent.llm.temperature,
             max_tokens: Some(settings.summary_max_tokens),
             top_p: None,

@@ -32,7 +32,7 @@ fn backend(server: &ScriptServer, transport: HttpTransport) -> HttpBackend {
 fn request(task: &str) -> ChatRequest {
     ChatRequest {
         model: "delta-scripted".into(),
-        messages: vec![ChatMessage::system("sys"), ChatMessage::user(task)],
+        messages: vec![ChatMessage::system("sys"), ChatMessage::user(task)].into(),
         ..Default::default()
     }
 }

@@ -44,7 +44,7 @@ async fn post_raw(server: &ScriptServer, task: &str) -> reqwest::Response {
 fn request(task: &str) -> ChatRequest {
     ChatRequest {
         model: "delta-scripted".into(),
-        messages: vec![ChatMessage::system("sys"), ChatMessage::user(task)],
+        messages: vec![ChatMessage::system("sys"), ChatMessage::user(task)].into(),
         tool_choice: Some("auto".into()),
         ..Default::default()
     }

@@ -16,7 +16,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::journal::{Event, JournalEvent, ToolCallRecord};
-use crate::llm::{ChatMessage, FunctionCall, Role, ToolCall};
+use crate::llm::{ChatMessage, FunctionCall, MessageLog, Role, ToolCall};
 use crate::redact::SecretSet;
 
 use super::INTERRUPTED_OBSERVATION;
@@ -54,17 +54,36 @@ pub(crate) struct MessageMeta {
     pub(crate) seq: u64,
 }
 
-/// The conversation of a journal, with the size and kind of each message.
+/// The conversation of a journal, with the size and kind of each message. The messages are
+/// kept in chunks that every request shares ([`MessageLog`]), and their size as a
+/// running total: neither is walked again for the next request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct View {
-    pub(crate) messages: Vec<ChatMessage>,
+    pub(crate) messages: MessageLog,
     pub(crate) meta: Vec<MessageMeta>,
+    /// The sum of `meta`'s bytes.
+    bytes: u64,
 }
 
 impl View {
     /// The bytes of all messages, as the budget counts them.
     pub(crate) fn bytes(&self) -> u64 {
-        self.meta.iter().map(|m| m.bytes).sum()
+        self.bytes
+    }
+
+    fn push(&mut self, message: ChatMessage, meta: MessageMeta) {
+        self.bytes += meta.bytes;
+        self.meta.push(meta);
+        self.messages.push(message);
+    }
+
+    /// Adds `other`'s messages at the end.
+    fn append(&mut self, other: View) {
+        self.bytes += other.bytes;
+        self.meta.extend(other.meta);
+        for message in other.messages.into_vec() {
+            self.messages.push(message);
+        }
     }
 }
 
@@ -452,12 +471,12 @@ fn push(
             secrets.restore_string(&mut call.function.arguments);
         }
     }
-    view.meta.push(MessageMeta {
+    let meta = MessageMeta {
         bytes: message_bytes(&message),
         kind,
         seq,
-    });
-    view.messages.push(message);
+    };
+    view.push(message, meta);
 }
 
 /// Index of the first event to keep so that only the last `n` thoughts remain.
@@ -597,8 +616,8 @@ impl ConversationCache {
         });
     }
 
-    /// Converts `events[consumed..]` onto the cached view; false when it cannot (the view
-    /// must be built again).
+    /// Converts `events[consumed..]` onto the cached view; false when it cannot (the view,
+    /// and the incremental state this may have changed, must be built again).
     fn try_append(
         &mut self,
         events: &[JournalEvent],
@@ -629,7 +648,9 @@ impl ConversationCache {
         for event in new {
             add_result(&mut results, event);
         }
-        let mut converter = state.converter.clone();
+        // Converted in place: when it fails, the caller builds the view (and this state)
+        // again from the journal. (A copy of the converter would copy every call id sent.)
+        let converter = &mut state.converter;
         let mut appended = View::default();
         for (offset, event) in new.iter().enumerate() {
             let is_task = state.task_index == Some(self.consumed + offset);
@@ -648,9 +669,7 @@ impl ConversationCache {
         state
             .answered
             .extend(results.keys().map(|id| (*id).to_string()));
-        state.converter = converter;
-        self.view.messages.extend(appended.messages);
-        self.view.meta.extend(appended.meta);
+        self.view.append(appended);
         self.consumed = events.len();
         true
     }

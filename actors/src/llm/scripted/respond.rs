@@ -13,7 +13,9 @@ use super::script::{Action, ArgTree, Args, CallSpec, Latency, Rule, Script, Step
 use super::validate::validate_history;
 use super::variables::TemplateContext;
 use crate::llm::endpoint::RequestMeta;
-use crate::llm::types::{ChatCompletion, ChatMessage, ChatRequest, Role, ToolCall, Usage};
+use crate::llm::types::{
+    ChatCompletion, ChatMessage, ChatRequest, Messages, Role, ToolCall, Usage,
+};
 use crate::template_bounds::{explain, render_bounded};
 
 /// What the scripted model answers to one request.
@@ -391,7 +393,7 @@ fn estimate_tokens(chars: usize) -> u64 {
     (chars as u64).div_ceil(4).max(1)
 }
 
-fn first_content(messages: &[ChatMessage], role: Role) -> &str {
+fn first_content(messages: &Messages, role: Role) -> &str {
     messages
         .iter()
         .find(|m| m.role == role)
@@ -399,7 +401,7 @@ fn first_content(messages: &[ChatMessage], role: Role) -> &str {
         .unwrap_or("")
 }
 
-fn last_content(messages: &[ChatMessage], role: Role) -> &str {
+fn last_content(messages: &Messages, role: Role) -> &str {
     messages
         .iter()
         .rev()

@@ -23,7 +23,7 @@ fn load_err(yaml: &str) -> String {
 fn req(messages: Vec<ChatMessage>) -> ChatRequest {
     ChatRequest {
         model: "m".into(),
-        messages,
+        messages: messages.into(),
         ..Default::default()
     }
 }

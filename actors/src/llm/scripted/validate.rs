@@ -16,11 +16,16 @@ use crate::llm::types::{ChatMessage, Role};
 /// - every tool call is answered by exactly one tool message before the next
 ///   user/assistant/system message, and no tool message answers an unknown or already
 ///   answered call.
-pub fn validate_history(messages: &[ChatMessage]) -> Result<(), String> {
-    if messages.is_empty() {
+pub fn validate_history<'a, M>(messages: M) -> Result<(), String>
+where
+    M: IntoIterator<Item = &'a ChatMessage>,
+    M::IntoIter: Clone,
+{
+    let messages = messages.into_iter();
+    if messages.clone().next().is_none() {
         return Err("`messages` is empty".to_owned());
     }
-    match messages.iter().find(|m| m.role != Role::System) {
+    match messages.clone().find(|m| m.role != Role::System) {
         Some(m) if m.role == Role::User => {}
         Some(m) => {
             return Err(format!(
@@ -33,7 +38,7 @@ pub fn validate_history(messages: &[ChatMessage]) -> Result<(), String> {
     // Calls of the latest assistant turn still waiting for their result.
     let mut pending: Vec<String> = Vec::new();
     let mut seen_ids: HashSet<&str> = HashSet::new();
-    for (i, m) in messages.iter().enumerate() {
+    for (i, m) in messages.enumerate() {
         let at = format!("messages[{i}] ({})", m.role.as_str());
         if m.role != Role::Tool {
             if let Some(missing) = pending.first() {
