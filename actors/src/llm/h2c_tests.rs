@@ -193,6 +193,20 @@ async fn call_once(gate: &LlmGate) {
     assert_eq!(outcome.completion.message.content.as_deref(), Some("hello"));
 }
 
+/// `n` first calls through `gate` at once (a batch starting), each answered in one attempt.
+async fn call_at_once(gate: LlmGate, n: usize) {
+    let gate = Arc::new(gate);
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { call_once(&gate).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
+}
+
 fn memory_in(dir: &tempfile::TempDir) -> EndpointMemory {
     EndpointMemory::new(dir.path().join("delta/endpoints.json"))
 }
@@ -274,16 +288,7 @@ async fn an_h2c_server_is_spoken_to_over_http2_and_remembered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_first_calls_at_once_share_one_probe_and_all_succeed() {
     let (url, seen) = http1_only_server(PrefaceAnswer::Status400).await;
-    let gate = Arc::new(gate(&backend(&url, None, None)));
-    let calls: Vec<_> = (0..300)
-        .map(|_| {
-            let gate = Arc::clone(&gate);
-            tokio::spawn(async move { call_once(&gate).await })
-        })
-        .collect();
-    for call in calls {
-        call.await.unwrap();
-    }
+    call_at_once(gate(&backend(&url, None, None)), 300).await;
     assert_eq!(seen.prefaces(), 1);
     assert_eq!(seen.versions(), vec![Version::HTTP_11; 300]);
 }
@@ -296,16 +301,7 @@ async fn a_remembered_http2_the_server_refuses_now_falls_back_for_every_call() {
     let (url, seen) = http1_only_server(PrefaceAnswer::Status400).await;
     let dir = tempfile::tempdir().unwrap();
     memory_in(&dir).remember_http2(&url, true).unwrap();
-    let gate = Arc::new(gate(&backend(&url, None, Some(memory_in(&dir)))));
-    let calls: Vec<_> = (0..50)
-        .map(|_| {
-            let gate = Arc::clone(&gate);
-            tokio::spawn(async move { call_once(&gate).await })
-        })
-        .collect();
-    for call in calls {
-        call.await.unwrap();
-    }
+    call_at_once(gate(&backend(&url, None, Some(memory_in(&dir)))), 50).await;
     assert!(seen.prefaces() >= 1);
     assert_eq!(seen.versions(), vec![Version::HTTP_11; 50]);
     assert_eq!(memory_in(&dir).http2(&url), Some(false));

@@ -501,6 +501,22 @@ mod tests {
         }
     }
 
+    /// A hand-edited `http2` that is not a boolean: the file is not this format, so nothing
+    /// is recalled (the endpoint is asked again) and the next lesson replaces it.
+    #[test]
+    fn an_http2_that_is_not_a_boolean_is_not_recalled() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("endpoints.json");
+        let memory = EndpointMemory::new(&path);
+        memory.remember_http2("http://h/v1", true).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"http2\": true"), "{text}");
+        std::fs::write(&path, text.replace("\"http2\": true", "\"http2\": \"yes\"")).unwrap();
+        assert_eq!(memory.http2("http://h/v1"), None);
+        memory.remember_http2("http://h/v1", false).unwrap();
+        assert_eq!(memory.http2("http://h/v1"), Some(false));
+    }
+
     #[test]
     fn the_oldest_entries_go_first_beyond_the_bound() {
         let mut file = MemoryFile::default();
