@@ -169,6 +169,16 @@ pub fn open(path: &Path, links: Links) -> Result<File, ReadError> {
 /// Opens `path` with `options` (read, write, append, create...) under the same rules as
 /// [`open`]: regular file only, `O_NOFOLLOW` with [`Links::Refuse`], no blocking open.
 pub fn open_with(path: &Path, options: &OpenOptions, links: Links) -> Result<File, ReadError> {
+    open_with_metadata(path, options, links).map(|(file, _)| file)
+}
+
+/// [`open_with`], with the opened file's metadata (the `fstat` the type check made), for
+/// callers that need its size or link count too.
+pub fn open_with_metadata(
+    path: &Path,
+    options: &OpenOptions,
+    links: Links,
+) -> Result<(File, std::fs::Metadata), ReadError> {
     if links == Links::Follow {
         // The target's type before opening it: opening some devices does something.
         match std::fs::metadata(path) {
@@ -201,14 +211,19 @@ pub fn open_with(path: &Path, options: &OpenOptions, links: Links) -> Result<Fil
         }
         _ => ReadError::Io(e),
     })?;
-    check_regular(&file)?;
+    let meta = file.metadata()?;
+    check_regular_type(&meta)?;
     clear_nonblocking(&file)?;
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// Refuses anything but a regular file, checked on the descriptor.
 pub fn check_regular(file: &File) -> Result<(), ReadError> {
-    let file_type = file.metadata()?.file_type();
+    check_regular_type(&file.metadata()?)
+}
+
+fn check_regular_type(meta: &std::fs::Metadata) -> Result<(), ReadError> {
+    let file_type = meta.file_type();
     if file_type.is_file() {
         Ok(())
     } else {

@@ -39,17 +39,39 @@ pub struct OtherNames {
 pub(crate) fn write_private_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(false).mode(0o600);
-    overwrite(&mut open_own_file(path, &options)?, bytes)
+    write_own_file(path, &options, bytes).map(drop)
 }
 
 /// Opens one of delta's own files for writing: `O_NOFOLLOW` (a link a tool put in its place
 /// would send the write elsewhere), regular files only (a FIFO would block the open, or the
 /// write), and no other name ([`refuse_other_names`]). `options` must not truncate: the
-/// check comes after the open (use [`overwrite`]).
+/// check comes after the open (use [`overwrite_from`]).
 pub(crate) fn open_own_file(path: &Path, options: &std::fs::OpenOptions) -> io::Result<File> {
-    let file = crate::bounded_read::open_with(path, options, crate::bounded_read::Links::Refuse)?;
-    refuse_other_names(&file, None)?;
+    open_own_file_and_len(path, options).map(|(file, _)| file)
+}
+
+/// [`open_own_file`] then [`overwrite_from`] with `bytes`, on the one `fstat` the open made (a
+/// run writes a dozen such files per iteration: the two further `fstat`s were a tenth of
+/// its system calls). The written file, for a caller that syncs it.
+pub(crate) fn write_own_file(
+    path: &Path,
+    options: &std::fs::OpenOptions,
+    bytes: &[u8],
+) -> io::Result<File> {
+    let (mut file, len) = open_own_file_and_len(path, options)?;
+    overwrite_from(&mut file, len, bytes)?;
     Ok(file)
+}
+
+/// [`open_own_file`], with the file's length as its open found it (for [`overwrite_from`]).
+pub(crate) fn open_own_file_and_len(
+    path: &Path,
+    options: &std::fs::OpenOptions,
+) -> io::Result<(File, u64)> {
+    let (file, meta) =
+        crate::bounded_read::open_with_metadata(path, options, crate::bounded_read::Links::Refuse)?;
+    refuse_other_names_of(&meta, None)?;
+    Ok((file, meta.len()))
 }
 
 /// Refuses `file` when it has a name besides the one it was opened by (a link count above
@@ -57,7 +79,11 @@ pub(crate) fn open_own_file(path: &Path, options: &std::fs::OpenOptions) -> io::
 /// the same file (a run's `lock`, which is a hard link to its `journal.jsonl`). Checked on
 /// the descriptor, so what is refused is the file that would be written.
 pub(crate) fn refuse_other_names(file: &File, partner: Option<&Path>) -> io::Result<()> {
-    let meta = file.metadata()?;
+    refuse_other_names_of(&file.metadata()?, partner)
+}
+
+/// [`refuse_other_names`] on the `fstat` of the descriptor to be written.
+fn refuse_other_names_of(meta: &std::fs::Metadata, partner: Option<&Path>) -> io::Result<()> {
     let own_names = match partner {
         // The name itself, never what a link there points to.
         Some(partner) => match std::fs::symlink_metadata(partner) {
@@ -87,11 +113,10 @@ pub(crate) fn other_names(error: &io::Error) -> Option<&OtherNames> {
     error.get_ref()?.downcast_ref::<OtherNames>()
 }
 
-/// Writes `bytes` over `file` from its start and cuts off what an older, longer text left
-/// behind; a file no longer than `bytes` is not truncated at all (ext4 charges a truncate
-/// even to the same length).
-pub(crate) fn overwrite(file: &mut File, bytes: &[u8]) -> io::Result<()> {
-    let old_len = file.metadata()?.len();
+/// Writes `bytes` over `file` (`old_len` bytes long, as its open found it) from its start
+/// and cuts off what an older, longer text left behind; a file no longer than `bytes` is not
+/// truncated at all (ext4 charges a truncate even to the same length).
+pub(crate) fn overwrite_from(file: &mut File, old_len: u64, bytes: &[u8]) -> io::Result<()> {
     file.write_all(bytes)?;
     let new_len = bytes.len() as u64;
     if old_len > new_len {

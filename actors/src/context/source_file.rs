@@ -15,14 +15,23 @@
 //! system, a file in a subfolder, a symlink, a file over [`INLINE_READ_MAX_BYTES`] — is read
 //! on the pool as before, where a read that never returns is abandoned on cancellation.
 //!
-//! Must not: read anything outside the two folders, or block the caller's thread on a file
-//! system that can hang.
+//! What is not read again: a file read inline whose `lstat` still shows the same inode, size,
+//! mtime and ctime as when it was read is given from the run's copy (the usual system prompt,
+//! read at every iteration, costs one `lstat` instead of five calls). Only a file that was
+//! *settled* when read is kept: its ctime at least [`SETTLED_AFTER`] in the past. The kernel
+//! sets ctime to the current time at every change (a user cannot set it), so any later
+//! change shows a newer ctime, even one within the same timestamp tick as the read.
+//!
+//! Must not: read anything outside the two folders, block the caller's thread on a file
+//! system that can hang, or give a kept copy of a file that may have changed since.
 
 use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +41,14 @@ use crate::blocking::{run_blocking, BlockingError};
 /// The largest file read on the run's own thread; a larger one goes to the blocking pool, so
 /// no run waits on another's big read.
 pub(super) const INLINE_READ_MAX_BYTES: u64 = 256 * 1024;
+
+/// How long ago a file must have last changed (its ctime) for its text to be kept for the
+/// next build: far above any file system's timestamp tick, so a change after the read
+/// cannot carry the same ctime.
+pub(super) const SETTLED_AFTER: Duration = Duration::from_secs(1);
+
+/// Files kept per run: the usual agent has one to three `file` sources.
+const KEPT_TEXTS_MAX: usize = 8;
 
 /// File systems whose reads cannot hang on a network: a folder on any other (NFS, SMB, FUSE,
 /// Lustre, ...) is read on the blocking pool.
@@ -117,8 +134,8 @@ impl<'a> SourceReader<'a> {
         files: Vec<SourceFile>,
         cancel: &CancellationToken,
     ) -> Result<Vec<io::Result<String>>, ContextError> {
-        let roots = self.folders.take();
-        let inline = match roots.as_ref().filter(|roots| roots.local) {
+        let mut roots = self.folders.take();
+        let inline = match roots.as_mut().filter(|roots| roots.local) {
             Some(roots) => roots.read_inline_prefix(&files),
             None => Ok(Vec::new()),
         };
@@ -166,6 +183,57 @@ struct SourceRoots {
     /// Both folders on a [`LOCAL_FILE_SYSTEMS`] file system: small files directly inside
     /// them may be read on the caller's thread.
     local: bool,
+    /// Texts of settled files read inline, for the builds that follow (module header).
+    kept: Vec<KeptText>,
+    /// [`SETTLED_AFTER`] (tests shorten it).
+    settled_after: Duration,
+}
+
+/// The text of a settled file, with what its `lstat` said when it was read.
+#[derive(Debug, Clone)]
+struct KeptText {
+    path: PathBuf,
+    stamp: FileStamp,
+    max_bytes: u64,
+    text: String,
+}
+
+/// What tells one version of a file from another: a change of content moves ctime (and the
+/// size or mtime, usually); a file put in its place has another inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> FileStamp {
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether the file's last change (ctime, and mtime, which a user may set ahead) lies
+    /// at least [`SETTLED_AFTER`] before `now`.
+    fn settled_at(&self, now: SystemTime, settled_after: Duration) -> bool {
+        let Ok(now) = now.duration_since(UNIX_EPOCH) else {
+            return false;
+        };
+        let limit = now.saturating_sub(settled_after);
+        let before_limit =
+            |(secs, nanos): (i64, i64)| match (u64::try_from(secs), u32::try_from(nanos)) {
+                (Ok(secs), Ok(nanos)) => Duration::new(secs, nanos) <= limit,
+                _ => false,
+            };
+        before_limit(self.ctime) && before_limit(self.mtime)
+    }
 }
 
 impl SourceRoots {
@@ -182,13 +250,15 @@ impl SourceRoots {
             agent_home,
             work_dir,
             resolved,
+            kept: Vec::new(),
+            settled_after: SETTLED_AFTER,
         }
     }
 
     /// Reads files of `files` on this thread, in order, while each can be read here
     /// ([`Self::read_inline`]); the texts of that prefix (the rest go to the pool).
     fn read_inline_prefix(
-        &self,
+        &mut self,
         files: &[SourceFile],
     ) -> Result<Vec<io::Result<String>>, ContextError> {
         let mut texts = Vec::with_capacity(files.len());
@@ -206,8 +276,12 @@ impl SourceRoots {
     /// `open(O_NOFOLLOW)`, `fstat`, `read`. The name is not a symlink (checked, then enforced
     /// by the open), so the file is the folder's own: the confinement `canonicalize` would
     /// prove, at a third of the system calls. `None` when the file does not qualify (a
-    /// symlink, a subfolder, `..`, too big): the caller reads it the full way.
-    fn read_inline(&self, source: &SourceFile) -> Option<Result<io::Result<String>, ContextError>> {
+    /// symlink, a subfolder, `..`, too big): the caller reads it the full way. A settled
+    /// file unchanged since its last read is not opened again (module header).
+    fn read_inline(
+        &mut self,
+        source: &SourceFile,
+    ) -> Option<Result<io::Result<String>, ContextError>> {
         let (id, written) = (source.id.as_str(), source.path.as_str());
         let path = self.work_dir.join(written);
         let directly_inside = matches!(path.components().next_back(), Some(Component::Normal(_)))
@@ -217,6 +291,8 @@ impl SourceRoots {
         if !directly_inside {
             return None;
         }
+        // Before the `lstat`: a file settled then is settled when it is read.
+        let now = SystemTime::now();
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(meta) => meta,
             Err(e) => return Some(Ok(Err(e))),
@@ -226,6 +302,12 @@ impl SourceRoots {
         }
         if !meta.is_file() {
             return Some(Err(not_regular(id, written, &meta.file_type())));
+        }
+        let stamp = FileStamp::of(&meta);
+        if let Some(kept) = self.kept.iter().find(|kept| kept.path == path) {
+            if kept.stamp == stamp && kept.max_bytes == source.max_bytes {
+                return Some(Ok(Ok(kept.text.clone())));
+            }
         }
         let file = match open_nonblocking(&path, libc::O_NOFOLLOW) {
             Ok(file) => file,
@@ -243,7 +325,27 @@ impl SourceRoots {
         if meta.len() > INLINE_READ_MAX_BYTES.min(source.max_bytes) {
             return None;
         }
-        Some(read_text(file, meta.len(), source))
+        let read = read_text(file, meta.len(), source);
+        // The opened file is the one the `lstat` saw, unchanged since a settled moment.
+        if let Ok(Ok(text)) = &read {
+            if FileStamp::of(&meta) == stamp && stamp.settled_at(now, self.settled_after) {
+                self.keep_text(path, stamp, source.max_bytes, text);
+            }
+        }
+        Some(read)
+    }
+
+    fn keep_text(&mut self, path: PathBuf, stamp: FileStamp, max_bytes: u64, text: &str) {
+        self.kept.retain(|kept| kept.path != path);
+        if self.kept.len() >= KEPT_TEXTS_MAX {
+            self.kept.remove(0);
+        }
+        self.kept.push(KeptText {
+            path,
+            stamp,
+            max_bytes,
+            text: text.to_owned(),
+        });
     }
 
     /// One file of [`SourceReader::read`], on the calling thread.
@@ -591,6 +693,101 @@ mod tests {
             missing[0].as_ref().unwrap_err().kind(),
             io::ErrorKind::NotFound
         );
+    }
+
+    /// A reader for `<tmp>/agent` and `<tmp>/ws` that has read `first` once (so its folders
+    /// are resolved), with files counting as settled as soon as they are written.
+    async fn reader_settling_at_once<'a>(
+        tmp: &Path,
+        folders: &'a ContextFolders,
+        first: &str,
+    ) -> SourceReader<'a> {
+        let mut reader = SourceReader::new(&tmp.join("agent"), &tmp.join("ws"), folders);
+        reader
+            .read(one(first), &CancellationToken::new())
+            .await
+            .unwrap();
+        let mut roots = folders.0.lock().unwrap();
+        let roots = roots.as_mut().expect("the folders are resolved");
+        assert!(
+            roots.local,
+            "{} is not on a known local file system",
+            tmp.display()
+        );
+        roots.settled_after = Duration::ZERO;
+        roots.kept.clear();
+        reader
+    }
+
+    fn kept_texts(folders: &ContextFolders) -> Vec<String> {
+        let roots = folders.0.lock().unwrap();
+        roots
+            .iter()
+            .flat_map(|r| r.kept.iter().map(|k| k.text.clone()))
+            .collect()
+    }
+
+    /// The system prompt read at every iteration: a settled file unchanged since its last
+    /// read is given from the run's copy (the copy, marked here, is what comes back).
+    #[tokio::test]
+    async fn a_settled_unchanged_file_is_given_from_the_runs_copy() {
+        let tmp = folders();
+        std::fs::write(tmp.path().join("ws/prompt.md"), "the prompt").unwrap();
+        let folders = ContextFolders::default();
+        let mut reader = reader_settling_at_once(tmp.path(), &folders, "prompt.md").await;
+        let cancel = CancellationToken::new();
+        let texts = reader.read(one("prompt.md"), &cancel).await.unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "the prompt");
+        assert_eq!(kept_texts(&folders), ["the prompt"]);
+        folders.0.lock().unwrap().as_mut().unwrap().kept[0].text = "from the copy".into();
+        let texts = reader.read(one("prompt.md"), &cancel).await.unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "from the copy");
+    }
+
+    /// Any change the `lstat` can see is read again: another size, another file renamed
+    /// into its place (another inode), and a file too recent to be kept is never kept.
+    #[tokio::test]
+    async fn a_changed_or_recent_file_is_read_again() {
+        let tmp = folders();
+        let prompt = tmp.path().join("ws/prompt.md");
+        std::fs::write(&prompt, "version 1").unwrap();
+        let folders = ContextFolders::default();
+        let mut reader = reader_settling_at_once(tmp.path(), &folders, "prompt.md").await;
+        let cancel = CancellationToken::new();
+        reader.read(one("prompt.md"), &cancel).await.unwrap();
+        std::fs::write(&prompt, "version 2, longer").unwrap();
+        let texts = reader.read(one("prompt.md"), &cancel).await.unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "version 2, longer");
+        std::fs::write(tmp.path().join("ws/next.md"), "version 3, longer").unwrap();
+        std::fs::rename(tmp.path().join("ws/next.md"), &prompt).unwrap();
+        let texts = reader.read(one("prompt.md"), &cancel).await.unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "version 3, longer");
+        assert_eq!(kept_texts(&folders), ["version 3, longer"]);
+
+        folders.0.lock().unwrap().as_mut().unwrap().settled_after = SETTLED_AFTER;
+        folders.0.lock().unwrap().as_mut().unwrap().kept.clear();
+        std::fs::write(&prompt, "just written").unwrap();
+        let texts = reader.read(one("prompt.md"), &cancel).await.unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "just written");
+        assert!(
+            kept_texts(&folders).is_empty(),
+            "{:?}",
+            kept_texts(&folders)
+        );
+    }
+
+    #[test]
+    fn a_file_is_settled_only_when_both_its_times_are_old_enough() {
+        let meta = std::fs::metadata(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let stamp = FileStamp::of(&meta);
+        let now = SystemTime::now();
+        assert!(!stamp.settled_at(UNIX_EPOCH, Duration::ZERO));
+        assert!(stamp.settled_at(now + Duration::from_secs(5), Duration::from_secs(1)));
+        let ahead = FileStamp {
+            mtime: (i64::MAX / 2, 0),
+            ..stamp
+        };
+        assert!(!ahead.settled_at(now + Duration::from_secs(5), Duration::from_secs(1)));
     }
 
     #[tokio::test]

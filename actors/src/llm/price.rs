@@ -94,6 +94,36 @@ pub fn price_of(
     })
 }
 
+/// [`price_of`] for one run, kept per model name: a run's `llm.price` and endpoint do not
+/// change while it runs, and it asks at every model call (a catalogue lookup lower-cases the
+/// name and tries up to four keys).
+#[derive(Debug, Default)]
+pub struct PriceMemo(std::cell::RefCell<Vec<(String, Option<Price>)>>);
+
+/// Model names a run's memo keeps (a run calls one or two).
+const PRICE_MEMO_MAX: usize = 8;
+
+impl PriceMemo {
+    /// [`price_of`]`(configured, model, base_url)`'s price; `configured` and `base_url`
+    /// must be the same at every call on one memo.
+    pub fn price_of(
+        &self,
+        configured: Option<&Price>,
+        model: &str,
+        base_url: Option<&str>,
+    ) -> Option<Price> {
+        if let Some((_, price)) = self.0.borrow().iter().find(|(name, _)| name == model) {
+            return *price;
+        }
+        let price = price_of(configured, model, base_url).map(|found| found.price);
+        let mut memo = self.0.borrow_mut();
+        if memo.len() < PRICE_MEMO_MAX {
+            memo.push((model.to_owned(), price));
+        }
+        price
+    }
+}
+
 /// Dollars of `usage` at `price`: uncached prompt tokens at the input price, cached ones
 /// (`usage.cached_prompt_tokens`, never more than the prompt) at the cached price, completion
 /// tokens at the output price. Always finite and ≥ 0 for prices `llm.price` accepts.
@@ -131,6 +161,22 @@ mod tests {
         output_per_mtok: 8.0,
         cached_input_per_mtok: Some(0.5),
     };
+
+    #[test]
+    fn a_memo_answers_as_price_of_for_each_model() {
+        let memo = PriceMemo::default();
+        for _ in 0..2 {
+            assert_eq!(
+                memo.price_of(None, "gpt-4o-mini", None),
+                price_of(None, "gpt-4o-mini", None).map(|found| found.price)
+            );
+            assert_eq!(
+                memo.price_of(None, "scripted-model-nobody-sells", None),
+                None
+            );
+        }
+        assert_eq!(memo.0.borrow().len(), 2);
+    }
 
     #[test]
     fn agent_price_wins_over_the_catalogue() {

@@ -376,9 +376,9 @@ fn write_spare_and_swap(
     // spare at the next exchange: it is refused here, before anything is written.)
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(false).mode(0o600);
-    let mut file = crate::private_file::open_own_file(&spare, &options)
+    let (mut file, old_len) = crate::private_file::open_own_file_and_len(&spare, &options)
         .map_err(|e| MetadataError::io("create", &spare, e))?;
-    crate::private_file::overwrite(&mut file, bytes)
+    crate::private_file::overwrite_from(&mut file, old_len, bytes)
         .map_err(|e| MetadataError::io("write", &spare, e))?;
     if durable {
         file.sync_all()

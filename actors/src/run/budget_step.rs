@@ -10,7 +10,7 @@
 use crate::budget::{BudgetDecision, Spending, DEFAULT_OUTPUT_ESTIMATE};
 use crate::journal::Event;
 use crate::llm::catalogue::catalogue;
-use crate::llm::price::{call_cost_usd, price_of};
+use crate::llm::price::call_cost_usd;
 use crate::llm::{ChatRequest, LlmTarget, Usage};
 use crate::protocol::{RunErrorInfo, RunErrorKind};
 
@@ -82,8 +82,10 @@ impl Run {
             ..Usage::default()
         };
         let configured = self.lp.request.agent.llm.price.as_ref();
-        let usd = price_of(configured, &request.model, base_url)
-            .map_or(0.0, |found| call_cost_usd(&usage, &found.price));
+        let usd = self
+            .prices
+            .price_of(configured, &request.model, base_url)
+            .map_or(0.0, |price| call_cost_usd(&usage, &price));
         Spending {
             usd,
             tokens: usage.total_tokens,

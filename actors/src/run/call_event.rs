@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::llm::price::{call_cost_usd, price_of};
+use crate::llm::price::call_cost_usd;
 use crate::llm::{ChatCompletion, ChatMessage, ChatRequest, LlmError, Usage};
 use crate::protocol::{ModelCallContent, RunEvent, TokenUsage, TraceSpan};
 
@@ -68,10 +68,10 @@ impl Run {
         };
         let configured = self.lp.request.agent.llm.price.as_ref();
         let found = answered_by
-            .and_then(|answered| price_of(configured, answered, base_url))
-            .or_else(|| price_of(configured, model, base_url));
+            .and_then(|answered| self.prices.price_of(configured, answered, base_url))
+            .or_else(|| self.prices.price_of(configured, model, base_url));
         match found {
-            Some(found) => Ok(call_cost_usd(usage, &found.price)),
+            Some(price) => Ok(call_cost_usd(usage, &price)),
             None => Err(model),
         }
     }
@@ -83,7 +83,10 @@ impl Run {
         ending: CallEnding<'_>,
         figures: CallFigures,
     ) {
-        let server = self.lp.request.llm.server_identity();
+        let server = self
+            .server
+            .get_or_init(|| self.lp.request.llm.server_identity())
+            .clone();
         let (response_model, response_id, finish_reason) = match &ending {
             CallEnding::Answered(completion) => (
                 completion.model.clone(),

@@ -302,6 +302,8 @@ impl Run {
             usage_before,
             cost: CostTally::default(),
             cost_before,
+            prices: Default::default(),
+            server: Default::default(),
             model_usage: BTreeMap::new(),
             timings: Timings::default(),
             last_progress_write: Instant::now(),

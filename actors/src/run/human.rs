@@ -129,9 +129,8 @@ fn store_secret(paths: &RunPaths, id: &str, answer: &str) -> std::io::Result<()>
     let mut options = std::fs::OpenOptions::new();
     options.create(true).write(true).truncate(false).mode(0o600);
     // Never through a link (symbolic or hard): the answer must not land in another file.
-    let mut file = crate::private_file::open_own_file(&paths.secrets_dir.join(id), &options)?;
-    crate::private_file::overwrite(&mut file, answer.as_bytes())?;
-    file.sync_all()
+    crate::private_file::write_own_file(&paths.secrets_dir.join(id), &options, answer.as_bytes())?
+        .sync_all()
 }
 
 #[cfg(test)]

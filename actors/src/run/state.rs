@@ -153,6 +153,10 @@ pub(super) struct Run {
     pub cost: CostTally,
     /// Dollars of the run's earlier starts and continuations, as its record had them.
     pub cost_before: CostTally,
+    /// The prices of the models this run called (`call_event.rs`, `budget_step.rs`).
+    pub prices: crate::llm::price::PriceMemo,
+    /// Who answers the run's model calls, as each call's event names it (parsed once).
+    pub server: std::cell::OnceCell<crate::llm::ServerIdentity>,
     /// Tokens of this driving by model name; `model.rs` adds each call's usage.
     pub model_usage: BTreeMap<String, TokenUsage>,
     /// Where this driving's time went; `model.rs` and `calls.rs` add to it.

@@ -15,7 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{RunPaths, WorkspaceError};
-use crate::private_file::{open_own_file, overwrite};
+use crate::private_file::{open_own_file_and_len, overwrite_from};
 use crate::redact::SecretSet;
 
 /// Upper bound on suffix probing; past it a random suffix is used (never reached in practice).
@@ -270,9 +270,9 @@ pub fn write_json_file(path: &Path, value: &serde_json::Value) -> Result<(), Wor
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(false).mode(0o600);
-    let mut file =
-        open_own_file(path, &options).map_err(|e| WorkspaceError::io("open", path, e))?;
-    overwrite(&mut file, bytes).map_err(|e| WorkspaceError::io("write", path, e))
+    let (mut file, old_len) =
+        open_own_file_and_len(path, &options).map_err(|e| WorkspaceError::io("open", path, e))?;
+    overwrite_from(&mut file, old_len, bytes).map_err(|e| WorkspaceError::io("write", path, e))
 }
 
 /// [`write_json_file`] with every sensitive answer in `value` (strings and keys) replaced by

@@ -54,8 +54,7 @@ pub fn write_partial_reply(path: &Path, reply: &PartialReply) -> io::Result<()> 
     let bytes = serde_json::to_vec(reply).map_err(io::Error::other)?;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(false).mode(0o600);
-    let mut file = crate::private_file::open_own_file(path, &options)?;
-    crate::private_file::overwrite(&mut file, &bytes)
+    crate::private_file::write_own_file(path, &options, &bytes).map(drop)
 }
 
 #[cfg(test)]
