@@ -9,6 +9,7 @@
 #   scripts/install.sh --prefix /opt/delta
 #   scripts/install.sh --no-debug-file  # stripped binaries only
 #   scripts/install.sh --no-build       # install what `cargo build --release` left
+#   scripts/install.sh --with-bench     # also delta-bench (`delta bench ...`, BENCHMARKS.md)
 #
 # The binaries are taken from cargo's target folder as `cargo metadata` names it (it honours
 # CARGO_TARGET_DIR and build.target-dir), not from ./target: a build elsewhere installs
@@ -30,13 +31,15 @@ cd "$(dirname "$0")/.."
 PREFIX="${HOME:-/usr/local}/.local"
 DEBUG_FILE=1
 BUILD=1
+BENCH=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a folder" >&2; exit 2; }; PREFIX="$2"; shift 2 ;;
     --prefix=*) PREFIX="${1#--prefix=}"; shift ;;
     --no-debug-file) DEBUG_FILE=0; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --with-bench) BENCH=1; shift ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,16 +55,24 @@ target_dir() {
   echo "${dir:-${CARGO_TARGET_DIR:-target}}"
 }
 
-[ "$BUILD" = 0 ] || cargo build --release --bins
+# delta-bench (the load benchmarks `delta bench` runs) only with --with-bench: it needs the
+# `bench` feature, which a user's install does without.
+NAMES="delta delta-sessions delta-sessions-pty"
+FEATURES=()
+if [ "$BENCH" = 1 ]; then
+  NAMES="$NAMES delta-bench"
+  FEATURES=(--features bench)
+fi
+[ "$BUILD" = 0 ] || cargo build --release --bins "${FEATURES[@]}"
 RELEASE="$(target_dir)/release"
-for name in delta delta-sessions delta-sessions-pty; do
+for name in $NAMES; do
   [ -x "$RELEASE/$name" ] ||
-    { echo "install.sh: $RELEASE/$name is missing; build it first (cargo build --release), or drop --no-build" >&2; exit 1; }
+    { echo "install.sh: $RELEASE/$name is missing; build it first (cargo build --release --bins ${FEATURES[*]}), or drop --no-build" >&2; exit 1; }
 done
 echo "installing from $RELEASE"
 BIN="$PREFIX/bin"
 mkdir -p "$BIN/.debug"
-for name in delta delta-sessions delta-sessions-pty; do
+for name in $NAMES; do
   built="$RELEASE/$name"
   staged="$BIN/.$name.installing"
   cp "$built" "$staged"
