@@ -12,10 +12,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use delta_actors::agent::ResolvedAgent;
-use delta_actors::llm::price::CostTally;
 use delta_actors::llm::timeouts::describe_duration;
 use delta_actors::plan::state::{OrchestrationSummary, RunCounts, RunRow, StageStatus};
 use delta_actors::plan::{planned_runs, topo_order, ResolvedForeach, ResolvedPlan};
+use delta_actors::protocol::CostTally;
 use delta_actors::OrchestrationEvent;
 use delta_actors::RunStatus;
 use delta_actors::TokenUsage;

@@ -85,6 +85,18 @@ pub(super) struct SourceReader<'a> {
 pub struct ContextFolders(Mutex<Option<SourceRoots>>);
 
 impl ContextFolders {
+    /// The two folders resolved now (on the caller's thread: `canonicalize` and `statfs`,
+    /// which can wait on a network file system), for a caller already on the blocking pool.
+    /// Kept only when both resolve, as [`SourceReader::read`] keeps them.
+    pub fn resolved(agent_home: &Path, work_dir: &Path) -> ContextFolders {
+        let folders = ContextFolders::default();
+        folders.keep(SourceRoots::resolve(
+            agent_home.to_path_buf(),
+            work_dir.to_path_buf(),
+        ));
+        folders
+    }
+
     fn take(&self) -> Option<SourceRoots> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
@@ -788,6 +800,26 @@ mod tests {
             ..stamp
         };
         assert!(!ahead.settled_at(now + Duration::from_secs(5), Duration::from_secs(1)));
+    }
+
+    /// A run resolves its folders on its take's trip to the blocking pool: its first build
+    /// then reads inline (even with the token cancelled, where the pool would refuse), and
+    /// a folder that does not resolve is left for the first build, as before.
+    #[tokio::test]
+    async fn folders_resolved_at_the_take_let_the_first_read_be_inline() {
+        let tmp = folders();
+        std::fs::write(tmp.path().join("ws/a.md"), "text").unwrap();
+        let (home, work) = (tmp.path().join("agent"), tmp.path().join("ws"));
+        let cancelled = CancellationToken::new();
+        cancelled.cancel();
+        let folders = ContextFolders::resolved(&home, &work);
+        let texts = SourceReader::new(&home, &work, &folders)
+            .read(one("a.md"), &cancelled)
+            .await
+            .unwrap();
+        assert_eq!(texts[0].as_ref().unwrap(), "text");
+        let unresolved = ContextFolders::resolved(&tmp.path().join("no-agent"), &work);
+        assert!(unresolved.0.lock().unwrap().is_none());
     }
 
     #[tokio::test]

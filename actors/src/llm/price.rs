@@ -2,13 +2,11 @@
 //! first, then delta's model catalogue), the dollars of one call's tokens ([`call_cost_usd`],
 //! cached prompt tokens at their own price where the provider reported them). A run's
 //! running total, unknown — never `0.0` — as soon as one call had no price, is
-//! [`CostTally`] (a protocol value, re-exported here).
+//! [`crate::protocol::CostTally`], a protocol value.
 //!
 //! Must not: do I/O, or invent a price for a model nobody priced.
 
 use serde::{Deserialize, Serialize};
-
-pub use crate::protocol::{unknown_cost_note, CostTally};
 
 use super::catalogue::catalogue;
 use super::types::Usage;

@@ -116,11 +116,11 @@ pub struct RunMetadata {
     /// Dollars of the run's last start or continuation (unknown when a call's model had no
     /// price). Absent in records written before delta priced calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost: Option<crate::llm::price::CostTally>,
+    pub cost: Option<crate::protocol::CostTally>,
     /// Dollars over the run's whole life, like `cumulative_usage`. Absent in older records:
     /// see [`RunMetadata::cost_so_far`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cumulative_cost: Option<crate::llm::price::CostTally>,
+    pub cumulative_cost: Option<crate::protocol::CostTally>,
     /// Wall time of the run's last start or continuation so far, in milliseconds (final
     /// once the run ended). Absent in records written before it existed: see
     /// [`RunMetadata::last_duration_ms`].
@@ -215,11 +215,11 @@ impl RunMetadata {
     /// The run's dollars over its whole life as recorded: `cumulative_cost`; for a record
     /// written before delta priced calls, nothing when it used no tokens, else unknown (its
     /// tokens were never priced).
-    pub fn cost_so_far(&self) -> crate::llm::price::CostTally {
+    pub fn cost_so_far(&self) -> crate::protocol::CostTally {
         match &self.cumulative_cost {
             Some(cost) => cost.clone(),
-            None if self.usage_so_far().is_zero() => crate::llm::price::CostTally::default(),
-            None => crate::llm::price::CostTally::unknown("(earlier starts, recorded unpriced)"),
+            None if self.usage_so_far().is_zero() => crate::protocol::CostTally::default(),
+            None => crate::protocol::CostTally::unknown("(earlier starts, recorded unpriced)"),
         }
     }
 

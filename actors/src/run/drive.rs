@@ -20,12 +20,12 @@ use serde_json::{json, Value};
 
 use crate::agent::{EmptyAnswerPolicy, HookName};
 use crate::clock::now_rfc3339;
-use crate::context::ContextBuilder;
+use crate::context::{ContextBuilder, ContextFolders};
 use crate::journal::{recorded_final_answer, PendingQuestion, TRUNCATED_FINISH_REASON};
 use crate::journal::{Event, ToolCallRecord};
-use crate::llm::price::CostTally;
 use crate::llm::{ChatCompletion, MessageJson, ToolList};
 use crate::metadata::write_metadata_redacted;
+use crate::protocol::CostTally;
 use crate::protocol::TokenUsage;
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunEvent, RunResult};
 use crate::redact::Redactor;
@@ -102,6 +102,11 @@ impl RunLoop {
             );
             if let (true, Ok(taken)) = (config.journal_fsync, taken.as_mut()) {
                 let _ = taken.journal.sync();
+            }
+            if let Ok(taken) = taken.as_mut() {
+                // On this trip rather than one of its own at the first context build.
+                taken.context_folders =
+                    ContextFolders::resolved(&request.agent.home, &request.work_dir);
             }
             taken
         })
@@ -251,6 +256,7 @@ impl Run {
             lock,
             resumed,
             previous_trace,
+            context_folders,
         } = taken;
         let (child_env, generator_env) =
             child_environments(&lp.run_id, &lp.request, &lp.config, &paths);
@@ -291,7 +297,7 @@ impl Run {
             secrets,
             child_env: Arc::new(child_env),
             programs: ProgramCache::new(),
-            context_folders: Default::default(),
+            context_folders,
             generator_env: Arc::new(generator_env),
             max_iterations,
             iteration,

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::context::{ContextBuilder, ContextFolders};
 use crate::journal::PromptSize;
-use crate::llm::price::CostTally;
 use crate::llm::{ContextWindow, MessageJson, ToolList};
 use crate::metadata::{RunLock, RunMetadata};
+use crate::protocol::CostTally;
 use crate::protocol::{InteractionInfo, RunErrorInfo, RunErrorKind, RunStatus, TokenUsage};
 use crate::redact::Redactor;
 use crate::tool::call::Toolbox;

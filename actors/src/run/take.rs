@@ -36,6 +36,9 @@ pub struct TakenRun {
     pub resumed: bool,
     /// The span of the run's previous start as its metadata recorded it (a continuation).
     pub previous_trace: Option<crate::protocol::TraceSpan>,
+    /// The context builder's folders, resolved on the same trip to the blocking pool as the
+    /// take (see `drive.rs`), so the first build reads its files inline.
+    pub context_folders: crate::context::ContextFolders,
 }
 
 /// Why a run could not be taken. The run's files are left as they were.
@@ -234,6 +237,7 @@ fn take_new_run(
         lock,
         resumed: false,
         previous_trace: None,
+        context_folders: Default::default(),
     })
 }
 
@@ -350,6 +354,7 @@ fn take_continued_run(
         lock,
         resumed: true,
         previous_trace,
+        context_folders: Default::default(),
     })
 }
 

@@ -5,7 +5,7 @@
 //! Must not: hold behaviour beyond small conversions; the decisions live beside the
 //! scheduler.
 
-use crate::llm::price::CostTally;
+use crate::protocol::CostTally;
 use std::collections::HashMap;
 use std::path::PathBuf;
 

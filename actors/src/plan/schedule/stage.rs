@@ -231,7 +231,7 @@ impl Scheduler {
             let counts = RunCounts::tally(planned, &runs);
             totals.counts.add(&counts);
             let mut usage = TokenUsage::default();
-            let mut cost = crate::llm::price::CostTally::default();
+            let mut cost = crate::protocol::CostTally::default();
             for r in &runs {
                 usage.add(r.usage);
                 cost.add(&r.cost);

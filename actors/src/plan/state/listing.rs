@@ -8,7 +8,7 @@
 //!
 //! Must not: write anything, or take the lock (probing it is enough).
 
-use crate::llm::price::CostTally;
+use crate::protocol::CostTally;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

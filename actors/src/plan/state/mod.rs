@@ -100,7 +100,7 @@ pub enum SchedulingEvent {
         usage: TokenUsage,
         /// The dollars of `usage` (absent in older journals: unknown).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        cost: Option<crate::llm::price::CostTally>,
+        cost: Option<crate::protocol::CostTally>,
     },
     /// Every run of a stage has its outcome.
     StageFinished {
