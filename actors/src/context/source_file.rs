@@ -87,7 +87,7 @@ pub struct ContextFolders(Mutex<Option<SourceRoots>>);
 impl ContextFolders {
     /// The two folders resolved now (on the caller's thread: `canonicalize` and `statfs`,
     /// which can wait on a network file system), for a caller already on the blocking pool.
-    /// Kept only when both resolve, as [`SourceReader::read`] keeps them.
+    /// Kept only when both resolve, as a source reader keeps them.
     pub fn resolved(agent_home: &Path, work_dir: &Path) -> ContextFolders {
         let folders = ContextFolders::default();
         folders.keep(SourceRoots::resolve(
