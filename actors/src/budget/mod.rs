@@ -145,12 +145,8 @@ pub fn check_priced(
     if budget.usd.is_none() {
         return Ok(());
     }
-    let base_url = match llm {
-        crate::llm::LlmTarget::Http(endpoint) => Some(endpoint.base_url.as_str()),
-        _ => None,
-    };
     let model = &agent.llm.model;
-    match crate::llm::price::price_of(agent.llm.price.as_ref(), model, base_url) {
+    match crate::llm::price::price_of(agent.llm.price.as_ref(), model, llm.base_url()) {
         Some(_) => Ok(()),
         None => Err(format!(
             "a dollar budget cannot be enforced: nothing prices model {model} (agent {}), so its cost is unknown; set `llm.price` in its agent.yaml or the plan's `llm:` (docs/cost.md), or cap tokens instead (`--budget-tokens`, `budget: {{tokens: N}}`)",

@@ -17,7 +17,9 @@
 //!
 //! What is not read again: a file read inline whose `lstat` still shows the same inode, size,
 //! mtime and ctime as when it was read is given from the run's copy (the usual system prompt,
-//! read at every iteration, costs one `lstat` instead of five calls). Only a file that was
+//! read at every iteration, costs one `lstat` instead of six calls). A run keeps at most
+//! [`KEPT_BYTES_MAX`] of such texts, so 10,000 runs in one process hold at most 2.5 GiB more
+//! than their requests already do, and usually a few kilobytes each. Only a file that was
 //! *settled* when read is kept: its ctime at least [`SETTLED_AFTER`] in the past. The kernel
 //! sets ctime to the current time at every change (a user cannot set it), so any later
 //! change shows a newer ctime, even one within the same timestamp tick as the read.
@@ -49,6 +51,9 @@ pub(super) const SETTLED_AFTER: Duration = Duration::from_secs(1);
 
 /// Files kept per run: the usual agent has one to three `file` sources.
 const KEPT_TEXTS_MAX: usize = 8;
+
+/// Bytes of text kept per run; a file that would pass it is read every time, as before.
+const KEPT_BYTES_MAX: usize = 256 * 1024;
 
 /// File systems whose reads cannot hang on a network: a folder on any other (NFS, SMB, FUSE,
 /// Lustre, ...) is read on the blocking pool.
@@ -351,6 +356,10 @@ impl SourceRoots {
         self.kept.retain(|kept| kept.path != path);
         if self.kept.len() >= KEPT_TEXTS_MAX {
             self.kept.remove(0);
+        }
+        let kept_bytes: usize = self.kept.iter().map(|kept| kept.text.len()).sum();
+        if kept_bytes + text.len() > KEPT_BYTES_MAX {
+            return;
         }
         self.kept.push(KeptText {
             path,
@@ -786,6 +795,25 @@ mod tests {
             "{:?}",
             kept_texts(&folders)
         );
+    }
+
+    /// What a run keeps is bounded: a file that would take it past [`KEPT_BYTES_MAX`] is
+    /// read every time instead.
+    #[tokio::test]
+    async fn a_run_keeps_at_most_its_byte_cap_of_texts() {
+        let tmp = folders();
+        let half = "x".repeat(KEPT_BYTES_MAX / 2 + 1);
+        std::fs::write(tmp.path().join("ws/a.md"), &half).unwrap();
+        std::fs::write(tmp.path().join("ws/b.md"), &half).unwrap();
+        let folders = ContextFolders::default();
+        let mut reader = reader_settling_at_once(tmp.path(), &folders, "a.md").await;
+        let cancel = CancellationToken::new();
+        let both: Vec<SourceFile> = one("a.md").into_iter().chain(one("b.md")).collect();
+        let texts = reader.read(both, &cancel).await.unwrap();
+        assert!(texts
+            .iter()
+            .all(|t| t.as_ref().unwrap().len() == half.len()));
+        assert_eq!(kept_texts(&folders).len(), 1);
     }
 
     #[test]

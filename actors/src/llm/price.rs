@@ -92,29 +92,38 @@ pub fn price_of(
     })
 }
 
-/// [`price_of`] for one run, kept per model name: a run's `llm.price` and endpoint do not
-/// change while it runs, and it asks at every model call (a catalogue lookup lower-cases the
-/// name and tries up to four keys).
+/// [`price_of`] for one run's `llm.price` and endpoint (which do not change while it runs),
+/// kept per model name: a run asks at every model call, and a catalogue lookup lower-cases
+/// the name and tries up to four keys.
 #[derive(Debug, Default)]
-pub struct PriceMemo(std::cell::RefCell<Vec<(String, Option<Price>)>>);
+pub struct PriceMemo {
+    configured: Option<Price>,
+    base_url: Option<String>,
+    seen: std::cell::RefCell<Vec<(String, Option<Price>)>>,
+}
 
 /// Model names a run's memo keeps (a run calls one or two).
 const PRICE_MEMO_MAX: usize = 8;
 
 impl PriceMemo {
-    /// [`price_of`]`(configured, model, base_url)`'s price; `configured` and `base_url`
-    /// must be the same at every call on one memo.
-    pub fn price_of(
-        &self,
-        configured: Option<&Price>,
-        model: &str,
-        base_url: Option<&str>,
-    ) -> Option<Price> {
-        if let Some((_, price)) = self.0.borrow().iter().find(|(name, _)| name == model) {
+    /// The memo of a run priced by `configured` (agent.yaml's `llm.price`) and calling the
+    /// endpoint at `base_url`.
+    pub fn new(configured: Option<Price>, base_url: Option<&str>) -> PriceMemo {
+        PriceMemo {
+            configured,
+            base_url: base_url.map(str::to_owned),
+            seen: Default::default(),
+        }
+    }
+
+    /// [`price_of`]`(configured, model, base_url)`'s price.
+    pub fn price_of(&self, model: &str) -> Option<Price> {
+        if let Some((_, price)) = self.seen.borrow().iter().find(|(name, _)| name == model) {
             return *price;
         }
-        let price = price_of(configured, model, base_url).map(|found| found.price);
-        let mut memo = self.0.borrow_mut();
+        let found = price_of(self.configured.as_ref(), model, self.base_url.as_deref());
+        let price = found.map(|found| found.price);
+        let mut memo = self.seen.borrow_mut();
         if memo.len() < PRICE_MEMO_MAX {
             memo.push((model.to_owned(), price));
         }
@@ -165,15 +174,22 @@ mod tests {
         let memo = PriceMemo::default();
         for _ in 0..2 {
             assert_eq!(
-                memo.price_of(None, "gpt-4o-mini", None),
+                memo.price_of("gpt-4o-mini"),
                 price_of(None, "gpt-4o-mini", None).map(|found| found.price)
             );
-            assert_eq!(
-                memo.price_of(None, "scripted-model-nobody-sells", None),
-                None
-            );
+            assert_eq!(memo.price_of("scripted-model-nobody-sells"), None);
         }
-        assert_eq!(memo.0.borrow().len(), 2);
+        assert_eq!(memo.seen.borrow().len(), 2);
+        let configured = Price {
+            input_per_mtok: 1.0,
+            output_per_mtok: 2.0,
+            cached_input_per_mtok: None,
+        };
+        let agent_priced = PriceMemo::new(Some(configured), Some("http://127.0.0.1:1/v1"));
+        assert_eq!(
+            agent_priced.price_of("scripted-model-nobody-sells"),
+            Some(configured)
+        );
     }
 
     #[test]

@@ -69,6 +69,15 @@ impl LlmTarget {
         }
     }
 
+    /// The HTTP endpoint's base URL (what the catalogue tells providers apart by); `None`
+    /// for the scripted and custom backends.
+    pub fn base_url(&self) -> Option<&str> {
+        match self {
+            LlmTarget::Http(endpoint) => Some(endpoint.base_url.as_str()),
+            _ => None,
+        }
+    }
+
     /// Runs with equal keys share one gate (one in-flight cap, one rate limit).
     pub fn gateway_key(&self) -> String {
         match self {

@@ -11,7 +11,7 @@ use crate::budget::{BudgetDecision, Spending, DEFAULT_OUTPUT_ESTIMATE};
 use crate::journal::Event;
 use crate::llm::catalogue::catalogue;
 use crate::llm::price::call_cost_usd;
-use crate::llm::{ChatRequest, LlmTarget, Usage};
+use crate::llm::{ChatRequest, Usage};
 use crate::protocol::{RunErrorInfo, RunErrorKind};
 
 use super::state::{error_info, Ending, Halt, Run};
@@ -59,7 +59,7 @@ impl Run {
     /// [`DEFAULT_OUTPUT_ESTIMATE`]), priced; an unpriced model estimates $0 (a dollar cap on
     /// it is refused before the run starts).
     fn call_estimate(&self, request: &ChatRequest) -> Spending {
-        let base_url = self.base_url();
+        let base_url = self.lp.request.llm.base_url();
         let prompt = self
             .context
             .last_size
@@ -81,10 +81,9 @@ impl Run {
             total_tokens: prompt.saturating_add(output),
             ..Usage::default()
         };
-        let configured = self.lp.request.agent.llm.price.as_ref();
         let usd = self
             .prices
-            .price_of(configured, &request.model, base_url)
+            .price_of(&request.model)
             .map_or(0.0, |price| call_cost_usd(&usage, &price));
         Spending {
             usd,
@@ -119,13 +118,6 @@ impl Run {
                 self.log(&format!("warning: {message}"));
                 let _ = self.append(Event::Warning { message });
             }
-        }
-    }
-
-    fn base_url(&self) -> Option<&str> {
-        match &self.lp.request.llm {
-            LlmTarget::Http(endpoint) => Some(endpoint.base_url.as_str()),
-            _ => None,
         }
     }
 }

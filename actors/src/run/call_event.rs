@@ -62,14 +62,9 @@ impl Run {
         if usage.prompt_tokens == 0 && usage.completion_tokens == 0 {
             return Ok(0.0);
         }
-        let base_url = match &self.lp.request.llm {
-            crate::llm::LlmTarget::Http(endpoint) => Some(endpoint.base_url.as_str()),
-            _ => None,
-        };
-        let configured = self.lp.request.agent.llm.price.as_ref();
         let found = answered_by
-            .and_then(|answered| self.prices.price_of(configured, answered, base_url))
-            .or_else(|| self.prices.price_of(configured, model, base_url));
+            .and_then(|answered| self.prices.price_of(answered))
+            .or_else(|| self.prices.price_of(model));
         match found {
             Some(price) => Ok(call_cost_usd(usage, &price)),
             None => Err(model),

@@ -22,9 +22,7 @@ use crate::context::compact::Plan;
 use crate::context::{build_sources, task_of, Budgeting, ContextError, ContextInputs, SourceParts};
 use crate::journal::{Event, PromptSize};
 use crate::llm::window::refusal_facts;
-use crate::llm::{
-    ChatMessage, ChatRequest, ContextWindow, LlmTarget, Messages, RequestMeta, Usage,
-};
+use crate::llm::{ChatMessage, ChatRequest, ContextWindow, Messages, RequestMeta, Usage};
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunEvent, TokenUsage};
 use crate::workspace::write_invocation_record;
 
@@ -73,18 +71,16 @@ impl Run {
         // Known for sure: the server is not asked.
         self.context.probed = window.is_some();
         if window.is_none() {
-            let base_url = match &self.lp.request.llm {
-                LlmTarget::Http(endpoint) => Some(endpoint.base_url.as_str()),
-                _ => None,
-            };
             let catalogue = crate::llm::catalogue::catalogue();
-            window = catalogue.lookup(&llm.model, base_url).map(|info| {
-                ContextWindow::new(
-                    info.context_window,
-                    "catalogue",
-                    Some(format!("{} ({})", info.name, catalogue.source())),
-                )
-            });
+            window = catalogue
+                .lookup(&llm.model, self.lp.request.llm.base_url())
+                .map(|info| {
+                    ContextWindow::new(
+                        info.context_window,
+                        "catalogue",
+                        Some(format!("{} ({})", info.name, catalogue.source())),
+                    )
+                });
         }
         self.set_window(window);
     }

@@ -308,7 +308,10 @@ impl Run {
             usage_before,
             cost: CostTally::default(),
             cost_before,
-            prices: Default::default(),
+            prices: crate::llm::price::PriceMemo::new(
+                lp.request.agent.llm.price,
+                lp.request.llm.base_url(),
+            ),
             server: Default::default(),
             model_usage: BTreeMap::new(),
             timings: Timings::default(),
