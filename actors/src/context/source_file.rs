@@ -797,6 +797,52 @@ mod tests {
         );
     }
 
+    /// A kept copy is never given for what took the file's place: a FIFO is refused without
+    /// blocking, a symlink out of the folders is refused, a removed file is missing.
+    #[tokio::test]
+    async fn a_kept_file_replaced_by_a_fifo_a_symlink_or_nothing_is_not_given_from_the_copy() {
+        let tmp = folders();
+        let prompt = tmp.path().join("ws/prompt.md");
+        std::fs::write(tmp.path().join("outside.md"), "secret").unwrap();
+        let folders = ContextFolders::default();
+        std::fs::write(&prompt, "kept").unwrap();
+        let mut reader = reader_settling_at_once(tmp.path(), &folders, "prompt.md").await;
+        let cancel = CancellationToken::new();
+        let keep = |reader: &mut SourceReader<'_>| {
+            std::fs::write(&prompt, "kept").unwrap();
+            let kept =
+                futures_util::FutureExt::now_or_never(reader.read(one("prompt.md"), &cancel));
+            assert_eq!(kept.unwrap().unwrap()[0].as_ref().unwrap(), "kept");
+            assert_eq!(kept_texts(&folders), ["kept"]);
+            std::fs::remove_file(&prompt).unwrap();
+        };
+        keep(&mut reader);
+        nix::unistd::mkfifo(&prompt, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let refused = tokio::time::timeout(
+            Duration::from_secs(10),
+            reader.read(one("prompt.md"), &cancel),
+        )
+        .await
+        .expect("reading a FIFO must not block")
+        .unwrap_err();
+        assert_refused_as_fifo(&refused);
+        std::fs::remove_file(&prompt).unwrap();
+        keep(&mut reader);
+        std::os::unix::fs::symlink(tmp.path().join("outside.md"), &prompt).unwrap();
+        let refused = reader.read(one("prompt.md"), &cancel).await.unwrap_err();
+        assert!(
+            matches!(refused, ContextError::OutsideAllowedFolders { .. }),
+            "{refused:?}"
+        );
+        std::fs::remove_file(&prompt).unwrap();
+        keep(&mut reader);
+        let missing = reader.read(one("prompt.md"), &cancel).await.unwrap();
+        assert_eq!(
+            missing[0].as_ref().unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
     /// What a run keeps is bounded: a file that would take it past [`KEPT_BYTES_MAX`] is
     /// read every time instead.
     #[tokio::test]
