@@ -257,7 +257,9 @@ impl PtySessions {
     pub fn end(&self, id: &str) -> Result<(), SessionError> {
         let dir = self.session_dir(id)?;
         if let Ok((metadata, mut stream)) = self.connect(id) {
-            let _ = send(&mut stream, &Request::Shutdown, Some(SHUTDOWN_TIMEOUT));
+            if send(&mut stream, &Request::Shutdown, Some(SHUTDOWN_TIMEOUT)).is_ok() {
+                wait_until_closed(&mut stream);
+            }
             let _ = fs::remove_file(&metadata.socket);
         }
         fs::remove_dir_all(&dir).map_err(|e| SessionError::io("cannot remove", &dir, e))
@@ -392,6 +394,21 @@ fn send(
     })
 }
 
+/// Returns once the holder has closed `stream`, which it does only by exiting (or after the
+/// read timeout `send` set). Until then a thread of it may still be writing in the session
+/// folder, and removing the folder under it fails with "Directory not empty".
+fn wait_until_closed(stream: &mut UnixStream) {
+    let mut scratch = [0u8; 64];
+    loop {
+        match std::io::Read::read(stream, &mut scratch) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        }
+    }
+}
+
 fn info(metadata: PtyMetadata, alive: bool, exit_code: Option<i32>) -> PtySessionInfo {
     let uptime_seconds = chrono::DateTime::parse_from_rfc3339(&metadata.created_at)
         .map(|created| (chrono::Utc::now() - created.to_utc()).num_seconds().max(0) as u64)
@@ -425,5 +442,88 @@ fn unexpected(id: &str, response: Response) -> SessionError {
     SessionError::Protocol {
         id: id.to_string(),
         reason: format!("unexpected reply {response:?}"),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::net::UnixListener;
+
+    use super::*;
+
+    /// A holder that answers `Shutdown`, then writes one more file in the session folder
+    /// before it closes the connection, as the real holder's exit recorder may.
+    fn fake_holder_writing_after_its_answer(
+        listener: UnixListener,
+        late_file: PathBuf,
+    ) -> std::thread::JoinHandle<std::io::Result<()>> {
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept()?;
+            let mut input = BufReader::new(stream.try_clone()?);
+            let request: Option<Request> = read_frame(&mut input)?;
+            assert!(matches!(request, Some(Request::Shutdown)), "{request:?}");
+            let mut output = stream;
+            write_frame(&mut output, &Response::Ok)?;
+            // A client that does not wait for the close drops the connection right after
+            // removing the folder: the read ends at once and the late write fails. One
+            // that waits leaves the read to time out, and the file lands before removal.
+            output.set_read_timeout(Some(Duration::from_millis(300)))?;
+            let _ = output.read(&mut [0u8; 8]);
+            fs::write(&late_file, b"exit recorded")
+        })
+    }
+
+    #[test]
+    fn end_removes_the_folder_only_after_the_holder_has_closed_its_connection() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sessions_dir = tmp.path().join("sessions");
+        let runtime_dir = tmp.path().join("run");
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&runtime_dir)
+            .unwrap();
+        let id = "sess_0123456789ab";
+        let dir = sessions_dir.join(id);
+        fs::create_dir_all(&dir).unwrap();
+        let socket = socket_path(&runtime_dir, id).unwrap();
+        let metadata = PtyMetadata {
+            session_id: id.into(),
+            command: vec!["bash".into()],
+            pid: None,
+            holder_pid: std::process::id(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            last_accessed_at: "2026-01-01T00:00:00Z".into(),
+            status: PtyStatus::Running,
+            exit_code: None,
+            socket: socket.clone(),
+            work_dir: tmp.path().into(),
+        };
+        fs::write(
+            dir.join(super::super::METADATA_FILE),
+            serde_json::to_vec(&metadata).unwrap(),
+        )
+        .unwrap();
+        let holder = fake_holder_writing_after_its_answer(
+            UnixListener::bind(&socket).unwrap(),
+            dir.join("late"),
+        );
+
+        let sessions = PtySessions::new(PtyConfig {
+            sessions_dir,
+            runtime_dir,
+            holder_exe: PathBuf::from("/nonexistent"),
+        });
+        let ended = sessions.end(id);
+        let late_write = holder.join().unwrap();
+
+        assert!(
+            late_write.is_ok(),
+            "the folder was removed under the holder: {late_write:?}"
+        );
+        ended.unwrap();
+        assert!(!dir.exists());
     }
 }

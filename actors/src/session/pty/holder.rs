@@ -338,8 +338,13 @@ fn answer(shared: &Shared, request: Request, output: &mut UnixStream) -> bool {
         }
         Request::Shutdown => {
             terminate_program(shared);
+            // The client removes the session folder once it has this answer, so nothing may
+            // be created in it afterwards: `record_exit` and `touch` write metadata.json
+            // (a temporary file, then a rename) only under this lock, which is held to exit.
+            let _quiet = shared.metadata.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = std::fs::remove_file(&shared.args.socket_path);
             let _ = write_frame(output, &Response::Ok);
-            finish(shared);
+            std::process::exit(0)
         }
     };
     write_frame(output, &response).is_ok()
