@@ -154,11 +154,8 @@ pub fn run(args: &OrchestrateArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir()?;
     let env = load_env_cascade(Some(&workspace), &plan.dir, &cwd, &process_env())?;
     let models = model_targets(args, &plan, agents, &env.vars, slurm.is_some())?;
-    // The cap the orchestration (and, under Slurm, its relay) enforces.
+    // The cap the orchestration (and, under Slurm, its relay, with the stages' caps) enforces.
     plan.budget = priced_budget(args, &plan, &models)?;
-    if slurm.is_some() {
-        refuse_stage_budgets_under_slurm(&plan)?;
-    }
     let max_parallel = args.max_parallel.map_or(plan.max_parallel, |n| {
         usize::try_from(n).unwrap_or(usize::MAX)
     });
@@ -611,23 +608,6 @@ fn priced_budget(
     let budget = args.budget.over(plan.budget);
     check_budgets_priced(plan, budget.as_ref(), &models.agents, &models.llm_by_agent)?;
     Ok(budget)
-}
-
-/// A stage's `budget:` under `--executor slurm` is refused rather than left unenforced: the
-/// jobs' runs reach their model through the relay, whose one ledger is the plan's; no job
-/// sees a stage's cap (docs/cost.md).
-fn refuse_stage_budgets_under_slurm(plan: &ResolvedPlan) -> Result<(), CliError> {
-    match plan.stages.iter().find(|stage| stage.budget.is_some()) {
-        Some(stage) => Err(CliError::Config(format!(
-            "{}: stage {}: `budget:` is not enforced under --executor slurm (the jobs' model \
-             calls are capped by the relay, which keeps the plan's budget only) (hint: move \
-             the cap to the plan's top-level `budget:` or --budget-usd/--budget-tokens, or \
-             run the plan without --executor slurm)",
-            plan.file.display(),
-            stage.id
-        ))),
-        None => Ok(()),
-    }
 }
 
 fn check_budgets_priced(

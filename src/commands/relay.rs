@@ -133,18 +133,15 @@ pub fn run(args: &RelayArgs) -> Result<i32, CliError> {
     let generated = given.is_none();
     let token = given.map_or_else(new_relay_token, |given| given.value);
     let relay_budget = args.budget_tokens.map(|tokens| {
-        use delta_actors::budget::{Budget, BudgetLedger, BudgetScope};
+        use delta_actors::budget::{Budget, PlanBudgets};
         let budget = Budget {
             usd: None,
             tokens: Some(tokens),
         };
-        let ledger = Arc::new(BudgetLedger::new(
-            BudgetScope::Plan,
-            budget,
-            Default::default(),
-        ));
+        let caps = PlanBudgets::new(Some(budget), [], &Default::default());
         Arc::new(delta_actors::relay::budget::RelayBudget::new(
-            ledger,
+            caps,
+            Default::default(),
             Default::default(),
         ))
     });

@@ -494,27 +494,3 @@ fn a_stage_budget_stops_its_stage_and_warns_at_80_percent() {
         });
     assert!(warned, "no run journaled the 80% warning");
 }
-
-/// Under `--executor slurm` no job sees a stage's cap (the relay keeps the plan's only): a
-/// stage `budget:` is refused before anything starts rather than left unenforced.
-#[test]
-fn a_stage_budget_under_slurm_is_refused_before_anything_starts() {
-    let text = plan(1, 2).replace(
-        "    message: \"item",
-        "    budget: { tokens: 15000 }\n    message: \"item",
-    );
-    let dir = fixture(&text, "");
-    let root = dir.path();
-    let out = orchestrate(root, "ws", &["--executor", "slurm"]);
-    assert_eq!(out.code, 126, "{}\n{}", out.stdout, out.stderr);
-    for needle in [
-        "plan.yaml",
-        "stage map",
-        "budget:",
-        "--executor slurm",
-        "hint:",
-    ] {
-        assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
-    }
-    assert!(!root.join("ws/.delta").exists(), "nothing started");
-}

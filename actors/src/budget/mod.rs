@@ -33,12 +33,25 @@ pub const BUDGET_KEYS: [&str; 2] = ["usd", "tokens"];
 /// The words every "a cap ran out" message holds (a summary's note, a run's reason).
 pub const EXHAUSTED_WORDS: &str = "budget exhausted";
 /// "budget exhausted (spent $X of $Y)" out of a longer text (a run's error that quotes a
-/// relay's refusal), for the orchestration's note.
+/// relay's refusal), for the orchestration's note; with the `"stage <id>: "` before it when a
+/// stage's cap ran out.
 pub fn exhausted_note(text: &str) -> Option<String> {
-    let start = text.find(EXHAUSTED_WORDS)?;
-    let rest = &text[start..];
+    let rest = &text[exhausted_start(text)?..];
     let end = rest.find(')').map_or(rest.len(), |i| i + 1);
     Some(rest[..end].to_string())
+}
+
+/// Where the words of a cap that ran out start in `text`: at `"stage <id>: "` when a stage's
+/// cap is named right before [`EXHAUSTED_WORDS`], else at the words.
+pub fn exhausted_start(text: &str) -> Option<usize> {
+    const STAGE: &str = "stage ";
+    let start = text.find(EXHAUSTED_WORDS)?;
+    let named = text[..start].strip_suffix(": ").and_then(|head| {
+        let stage = head.rfind(STAGE)?;
+        let id = &head[stage + STAGE.len()..];
+        (!id.is_empty() && !id.contains(char::is_whitespace)).then_some(stage)
+    });
+    Some(named.unwrap_or(start))
 }
 
 /// The `max_tokens` an estimate assumes for a request that sets none: a reply may be this
@@ -202,6 +215,27 @@ pub fn decide(budget: &Budget, spent: &Spending, estimate: &Spending) -> BudgetD
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_note_of_a_refusal_keeps_the_stage_whose_cap_ran_out() {
+        let relay = "model call failed after 1 attempt(s): HTTP 402: budget_exhausted: stage \
+                     map: budget exhausted (spent 11100 of 12000 tokens) (the batch's budget)";
+        assert_eq!(
+            exhausted_note(relay).as_deref(),
+            Some("stage map: budget exhausted (spent 11100 of 12000 tokens)")
+        );
+        let plan = "budget_exhausted: budget exhausted (spent $1.00 of $1.00) (the batch's)";
+        assert_eq!(
+            exhausted_note(plan).as_deref(),
+            Some("budget exhausted (spent $1.00 of $1.00)")
+        );
+        // Words before the cap that are not a stage's name stay out.
+        assert_eq!(
+            exhausted_start("the stage is big: budget exhausted (spent 1 of 1 tokens)"),
+            Some(18)
+        );
+        assert_eq!(exhausted_start("all went well"), None);
+    }
 
     fn spent(usd: f64, tokens: u64) -> Spending {
         Spending { usd, tokens }

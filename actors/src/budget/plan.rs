@@ -56,6 +56,11 @@ impl PlanBudgets {
             .collect()
     }
 
+    /// The plan's ledger, when the plan has a cap.
+    pub fn plan(&self) -> Option<&Arc<BudgetLedger>> {
+        self.plan.as_ref()
+    }
+
     /// Every ledger: the plan's, then the stages' by id.
     pub fn ledgers(&self) -> impl Iterator<Item = &Arc<BudgetLedger>> {
         self.plan.iter().chain(self.stages.values())

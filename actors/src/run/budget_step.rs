@@ -94,7 +94,7 @@ impl Run {
     /// The run's end when its relay refused a call because the batch's budget ran out:
     /// INTERRUPTED `budget_exhausted`, journaled as such, like a cap of its own.
     pub(super) fn budget_refused(&mut self, mut error: RunErrorInfo) -> Result<Ending, Halt> {
-        if let Some(start) = error.message.find(crate::budget::EXHAUSTED_WORDS) {
+        if let Some(start) = crate::budget::exhausted_start(&error.message) {
             error.message = error.message[start..].to_string();
         }
         self.log(&error.message);

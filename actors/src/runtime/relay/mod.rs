@@ -239,7 +239,7 @@ async fn metrics(request: HttpRequest, state: web::Data<RelayState>) -> HttpResp
     let mut text = crate::openmetrics::MetricsText::new();
     state.usage.write_metrics(&mut text);
     if let Some(budget) = &state.budget {
-        budget.ledger().write_metrics(&mut text);
+        crate::budget::write_remaining(&mut text, budget.ledgers().map(|cap| cap.as_ref()));
     }
     HttpResponse::Ok()
         .content_type(crate::openmetrics::CONTENT_TYPE)

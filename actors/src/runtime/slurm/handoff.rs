@@ -19,7 +19,14 @@ impl SlurmExecutor {
         launch: Launch,
         trace: Option<crate::protocol::TraceSpan>,
     ) -> Result<(), String> {
-        let Some(route) = self.jobs.routes.get(&planned.agent).cloned() else {
+        let stage_route = self
+            .jobs
+            .stage_routes
+            .get(&(planned.stage_id.clone(), planned.agent.clone()));
+        let Some(route) = stage_route
+            .or_else(|| self.jobs.routes.get(&planned.agent))
+            .cloned()
+        else {
             return Err(format!(
                 "agent {} has no relay route",
                 planned.agent.display()

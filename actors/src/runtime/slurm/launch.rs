@@ -2,8 +2,9 @@
 //! endpoint, records it in the orchestration's folder (a resume listens where the jobs
 //! still running were told it is), and builds the Slurm executor to hand to
 //! `Supervisor::orchestrate_on`: the tools from PATH, the `delta` binary on the nodes, each
-//! agent's relay route and the jobs' environment — this process's minus every provider
-//! key, plus the relay's address and token ([`job_env`]).
+//! agent's relay route (and each capped stage's: `RelayRoutes`) and the jobs' environment
+//! — this process's minus every provider key, plus the relay's address and token
+//! ([`job_env`]).
 //!
 //! Must not: print (warnings come back in [`SlurmStart::warnings`]) or put a provider key in
 //! the jobs' environment.
@@ -133,23 +134,29 @@ pub fn job_env(
     env.into_iter().collect()
 }
 
-/// The plan's budget as the relay's one ledger for the whole batch (its jobs' runs cannot
-/// share the orchestrating process's ledger), seeded with what earlier invocations spent;
-/// each route priced at its agent's `llm.price`, else the plan's, else the catalogue's.
+/// The plan's and the stages' caps as the relay's ledgers for the whole batch (its jobs'
+/// runs cannot share the orchestrating process's ledgers), seeded with what earlier
+/// invocations spent; each route priced at its agent's `llm.price`, else the plan's, else
+/// the catalogue's. `None` when the plan caps nothing.
 fn batch_budget(
     plan: &ResolvedPlan,
     agents: &HashMap<PathBuf, Arc<ResolvedAgent>>,
     llm_by_agent: &HashMap<PathBuf, crate::llm::LlmTarget>,
-    routes: &HashMap<PathBuf, String>,
+    routes: &RelayRoutes,
     orchestration_dir: &Path,
 ) -> Option<Arc<crate::relay::budget::RelayBudget>> {
-    use crate::budget::{BudgetLedger, BudgetScope, Spending};
-    let budget = plan.budget?;
-    let spent = crate::plan::state::OrchestrationState::spent_so_far(orchestration_dir)
-        .values()
-        .fold(Spending::default(), |sum, spent| sum.plus(spent));
+    use crate::budget::PlanBudgets;
+    let spent = crate::plan::state::OrchestrationState::spent_so_far(orchestration_dir);
+    let caps = PlanBudgets::new(
+        plan.budget,
+        plan.stages
+            .iter()
+            .map(|stage| (stage.id.as_str(), stage.budget)),
+        &spent,
+    );
+    caps.ledgers().next()?;
     let mut prices = HashMap::new();
-    for (path, route) in routes {
+    for (route, path) in routes.agent_of_route() {
         let Some(agent) = agents.get(path) else {
             continue;
         };
@@ -161,13 +168,83 @@ fn batch_budget(
         if let Some(found) =
             crate::llm::price::price_of(configured.as_ref(), &agent.llm.model, base_url)
         {
-            prices.insert(route.clone(), found.price);
+            prices.insert(route.to_string(), found.price);
         }
     }
-    let ledger = Arc::new(BudgetLedger::new(BudgetScope::Plan, budget, spent));
     Some(Arc::new(crate::relay::budget::RelayBudget::new(
-        ledger, prices,
+        caps,
+        routes.stage_of_route(),
+        prices,
     )))
+}
+
+/// The relay's routes for a plan: `a<i>` for each agent's endpoint (agents in path order),
+/// and, for each stage with a `budget:`, `s<j>a<i>` to the same endpoints (stages in plan
+/// order), so that the relay knows from a request's route which stage's cap it charges.
+#[derive(Debug, Default)]
+struct RelayRoutes {
+    /// The route of each agent's endpoint, by the agent folder the plan resolved.
+    by_agent: HashMap<PathBuf, String>,
+    /// The routes of the capped stages, by stage id and agent folder.
+    by_stage: HashMap<(String, PathBuf), String>,
+    /// Every route, in the order the relay serves them (the first is also `/v1`).
+    served: Vec<RelayRoute>,
+}
+
+impl RelayRoutes {
+    fn of(plan: &ResolvedPlan, llm_by_agent: &HashMap<PathBuf, LlmTarget>) -> RelayRoutes {
+        let mut paths: Vec<&PathBuf> = llm_by_agent.keys().collect();
+        paths.sort();
+        let mut routes = RelayRoutes::default();
+        for (i, path) in paths.iter().enumerate() {
+            let name = format!("a{i}");
+            routes.by_agent.insert((*path).clone(), name.clone());
+            routes.serve(name, &llm_by_agent[*path]);
+        }
+        let capped = plan
+            .stages
+            .iter()
+            .enumerate()
+            .filter(|(_, stage)| stage.budget.is_some_and(|budget| !budget.is_empty()));
+        for (j, stage) in capped {
+            for (i, path) in paths.iter().enumerate() {
+                let name = format!("s{j}a{i}");
+                routes
+                    .by_stage
+                    .insert((stage.id.clone(), (*path).clone()), name.clone());
+                routes.serve(name, &llm_by_agent[*path]);
+            }
+        }
+        routes
+    }
+
+    fn serve(&mut self, name: String, target: &LlmTarget) {
+        self.served.push(RelayRoute {
+            name,
+            target: target.clone(),
+        });
+    }
+
+    /// Each route with the agent folder whose endpoint it reaches.
+    fn agent_of_route(&self) -> impl Iterator<Item = (&str, &PathBuf)> {
+        let agents = self
+            .by_agent
+            .iter()
+            .map(|(path, name)| (name.as_str(), path));
+        let stages = self
+            .by_stage
+            .iter()
+            .map(|((_, path), name)| (name.as_str(), path));
+        agents.chain(stages)
+    }
+
+    /// The stage each capped stage's route charges, by route name.
+    fn stage_of_route(&self) -> HashMap<String, String> {
+        self.by_stage
+            .iter()
+            .map(|((stage, _), name)| (name.clone(), stage.clone()))
+            .collect()
+    }
 }
 
 /// Starts the relay for every agent's endpoint and prepares the jobs' submission:
@@ -185,20 +262,7 @@ pub fn start_slurm(launch: SlurmLaunch<'_>) -> Result<SlurmStart, SlurmStartErro
     } = launch;
     let tools = slurm_tools(process_env)?;
     let delta_path = delta_path(&settings)?;
-    let mut paths: Vec<&PathBuf> = llm_by_agent.keys().collect();
-    paths.sort();
-    let mut routes = HashMap::new();
-    let mut relay_routes = Vec::new();
-    for (i, path) in paths.iter().enumerate() {
-        let name = format!("a{i}");
-        routes.insert((*path).clone(), name.clone());
-        if let Some(target) = llm_by_agent.get(*path) {
-            relay_routes.push(RelayRoute {
-                name,
-                target: target.clone(),
-            });
-        }
-    }
+    let routes = RelayRoutes::of(plan, llm_by_agent);
     let relay_budget = batch_budget(plan, agents, llm_by_agent, &routes, orchestration_dir);
     let token = new_relay_token();
     // A resume listens where the jobs still running were told the relay is, and accepts
@@ -213,7 +277,7 @@ pub fn start_slurm(launch: SlurmLaunch<'_>) -> Result<SlurmStart, SlurmStartErro
     let config = RelayConfig {
         listen,
         token: token.clone(),
-        routes: relay_routes,
+        routes: routes.served,
         max_in_flight: plan.llm.max_in_flight.unwrap_or(max_parallel),
         requests_per_minute: plan.llm.requests_per_minute,
         tokens_per_minute: None,
@@ -264,7 +328,8 @@ pub fn start_slurm(launch: SlurmLaunch<'_>) -> Result<SlurmStart, SlurmStartErro
         tools,
         delta_path,
         job_env,
-        routes,
+        routes: routes.by_agent,
+        stage_routes: routes.by_stage,
     })));
     Ok(SlurmStart {
         relay,

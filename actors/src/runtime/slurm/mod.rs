@@ -70,6 +70,9 @@ pub struct SlurmJobs {
     pub job_env: Vec<(String, String)>,
     /// The relay route of each agent's endpoint, by the agent folder the plan resolved.
     pub routes: HashMap<PathBuf, String>,
+    /// The relay routes of the stages with a `budget:` (the same endpoints, charged to the
+    /// stage's cap too), by stage id and agent folder; the other stages' runs take `routes`.
+    pub stage_routes: HashMap<(String, PathBuf), String>,
 }
 
 impl std::fmt::Debug for SlurmJobs {
@@ -82,6 +85,7 @@ impl std::fmt::Debug for SlurmJobs {
                 &self.job_env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
             .field("routes", &self.routes)
+            .field("stage_routes", &self.stage_routes)
             .finish_non_exhaustive()
     }
 }
