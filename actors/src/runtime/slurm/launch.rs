@@ -193,13 +193,13 @@ struct RelayRoutes {
 
 impl RelayRoutes {
     fn of(plan: &ResolvedPlan, llm_by_agent: &HashMap<PathBuf, LlmTarget>) -> RelayRoutes {
-        let mut paths: Vec<&PathBuf> = llm_by_agent.keys().collect();
-        paths.sort();
+        let mut endpoints: Vec<(&PathBuf, &LlmTarget)> = llm_by_agent.iter().collect();
+        endpoints.sort_by_key(|(path, _)| *path);
         let mut routes = RelayRoutes::default();
-        for (i, path) in paths.iter().enumerate() {
+        for (i, (path, target)) in endpoints.iter().enumerate() {
             let name = format!("a{i}");
             routes.by_agent.insert((*path).clone(), name.clone());
-            routes.serve(name, &llm_by_agent[*path]);
+            routes.serve(name, target);
         }
         let capped = plan
             .stages
@@ -207,12 +207,12 @@ impl RelayRoutes {
             .enumerate()
             .filter(|(_, stage)| stage.budget.is_some_and(|budget| !budget.is_empty()));
         for (j, stage) in capped {
-            for (i, path) in paths.iter().enumerate() {
+            for (i, (path, target)) in endpoints.iter().enumerate() {
                 let name = format!("s{j}a{i}");
                 routes
                     .by_stage
                     .insert((stage.id.clone(), (*path).clone()), name.clone());
-                routes.serve(name, &llm_by_agent[*path]);
+                routes.serve(name, target);
             }
         }
         routes
