@@ -197,23 +197,16 @@ impl HttpBackend {
             })?),
             None => None,
         };
-        let mut route = self.route(&meta.timeouts).await;
-        let mut result = self.send_as(req, meta, meta.wire, route).await;
-        if let Err(Attempt::Stale(_)) = result {
-            // The server closed a kept-alive connection as the request went out on it: the
-            // request never reached it, and a new connection is taken for the same request.
-            result = self.send_as(req, meta, meta.wire, route).await;
-        }
+        let route = self.route(&meta.timeouts).await;
+        let mut result = self.send_on_live_connection(req, meta, route).await;
         if let (Err(Attempt::H2cRefused(_)), Some(auto)) = (&result, &self.inner.auto) {
             if auto.choice.recheck(&meta.timeouts).await {
                 // The endpoint refused HTTP/2 it was remembered to speak, before it answered
                 // the request: the same request goes out over HTTP/1.1 at once, as part of
                 // this attempt.
-                route = Route::AutoHttp1;
-                result = self.send_as(req, meta, meta.wire, route).await;
-                if let Err(Attempt::Stale(_)) = result {
-                    result = self.send_as(req, meta, meta.wire, route).await;
-                }
+                result = self
+                    .send_on_live_connection(req, meta, Route::AutoHttp1)
+                    .await;
             }
         }
         match result {
@@ -281,6 +274,21 @@ impl HttpBackend {
             );
         }
         learned
+    }
+
+    /// One POST over `route`, sent once more at once when the server closed a kept-alive
+    /// connection as the request went out on it: the request never reached the server, and
+    /// a new connection is taken for it.
+    async fn send_on_live_connection(
+        &self,
+        req: &ChatRequest,
+        meta: &RequestMeta,
+        route: Route,
+    ) -> Result<super::ChatCompletion, Attempt> {
+        match self.send_as(req, meta, meta.wire, route).await {
+            Err(Attempt::Stale(_)) => self.send_as(req, meta, meta.wire, route).await,
+            result => result,
+        }
     }
 
     /// One POST written with `wire`, over `route`'s client.
