@@ -45,6 +45,28 @@ fn statuses(summary: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Of the six map runs, some completed, one was stopped by the cap with an error starting
+/// with `refusal`, and no job started after that.
+fn assert_some_ran_and_the_rest_were_refused(summary: &Value, refusal: &str) {
+    let done = statuses(summary);
+    assert!(done.iter().any(|s| s == "COMPLETED"), "{done:?}");
+    assert!(done.iter().any(|s| s == "INTERRUPTED"), "{done:?}");
+    assert!(
+        done.len() < 6,
+        "no job started after the cap ran out: {done:?}"
+    );
+    let refused = summary["stages"][0]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["status"] == "INTERRUPTED")
+        .unwrap();
+    assert!(
+        refused["error"].as_str().unwrap().starts_with(refusal),
+        "{refused:#}"
+    );
+}
+
 #[test]
 fn slurm_one_budget_caps_the_whole_batch_through_its_relay() {
     if !cluster_or_skip("slurm_one_budget_caps_the_whole_batch_through_its_relay") {
@@ -62,25 +84,9 @@ fn slurm_one_budget_caps_the_whole_batch_through_its_relay() {
             .starts_with("budget exhausted (spent "),
         "{summary:#}"
     );
-    let done = statuses(&summary);
-    assert!(done.iter().any(|s| s == "COMPLETED"), "{done:?}");
-    assert!(done.iter().any(|s| s == "INTERRUPTED"), "{done:?}");
-    assert!(
-        done.len() < 6,
-        "no job started after the cap ran out: {done:?}"
-    );
-    let refused = summary["stages"][0]["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["status"] == "INTERRUPTED")
-        .unwrap();
-    assert!(
-        refused["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("budget_exhausted: budget exhausted (spent "),
-        "{refused:#}"
+    assert_some_ran_and_the_rest_were_refused(
+        &summary,
+        "budget_exhausted: budget exhausted (spent ",
     );
 
     let id = summary["orchestration_id"].as_str().unwrap().to_string();
@@ -115,25 +121,9 @@ fn slurm_a_stage_budget_caps_that_stages_jobs_through_the_relay() {
             .contains("budget exhausted (spent "),
         "{summary:#}"
     );
-    let done = statuses(&summary);
-    assert!(done.iter().any(|s| s == "COMPLETED"), "{done:?}");
-    assert!(done.iter().any(|s| s == "INTERRUPTED"), "{done:?}");
-    assert!(
-        done.len() < 6,
-        "no job started after the cap ran out: {done:?}"
-    );
-    let refused = summary["stages"][0]["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["status"] == "INTERRUPTED")
-        .unwrap();
-    assert!(
-        refused["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("budget_exhausted: stage map: budget exhausted (spent "),
-        "{refused:#}"
+    assert_some_ran_and_the_rest_were_refused(
+        &summary,
+        "budget_exhausted: stage map: budget exhausted (spent ",
     );
 
     // Stage caps are raised in plan.yaml.
