@@ -13,6 +13,7 @@
 //! Must not: decide what to compact (`context::compact`), or send the iteration's request
 //! (`model.rs`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -26,6 +27,7 @@ use crate::llm::{ChatMessage, ChatRequest, ContextWindow, Messages, RequestMeta,
 use crate::protocol::{RunErrorInfo, RunErrorKind, RunEvent, TokenUsage};
 use crate::workspace::write_invocation_record;
 
+use super::env::generator_environment;
 use super::state::{
     error_info, AuditKind, Halt, Refused, Run, MAX_REFUSALS_PER_ITERATION, PROBE_ABOVE_TOKENS,
 };
@@ -186,6 +188,17 @@ impl Run {
         Ok(built.messages)
     }
 
+    /// The environment the recipe's generators and `env_set` conditions see: built once,
+    /// and only for a recipe that reads it (an empty one otherwise, which nothing reads).
+    fn generator_env(&self) -> &BTreeMap<String, String> {
+        static UNREAD: BTreeMap<String, String> = BTreeMap::new();
+        if !self.lp.request.agent.context.reads_child_environment() {
+            return &UNREAD;
+        }
+        self.generator_env
+            .get_or_init(|| generator_environment(&self.lp.request, &self.lp.config))
+    }
+
     /// Runs the recipe's sources; a failure is the run's (it names the source).
     async fn sources(&self) -> Result<SourceParts, Halt> {
         let agent = &self.lp.request.agent;
@@ -196,7 +209,7 @@ impl Run {
             run_id: &self.lp.run_id,
             run_dir: &self.paths.run_dir,
             journal_path: &self.paths.journal,
-            child_env: &self.generator_env,
+            child_env: self.generator_env(),
             folders: &self.context_folders,
         };
         let built = build_sources(

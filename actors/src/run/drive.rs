@@ -37,7 +37,7 @@ use crate::tool::kind::registry::{
 use crate::tool::process::ProgramCache;
 use crate::workspace::{validate_run_id, LockWait};
 
-use super::env::child_environments;
+use super::env::tool_environment;
 use super::recorder::Recorder;
 use super::redaction::{redact_result, EventSink};
 use super::state::{error_info, ContextState, Ending, Halt, HookVars, Run, Timings};
@@ -258,8 +258,7 @@ impl Run {
             previous_trace,
             context_folders,
         } = taken;
-        let (child_env, generator_env) =
-            child_environments(&lp.run_id, &lp.request, &lp.config, &paths);
+        let child_env = tool_environment(&lp.run_id, &lp.request, &lp.config, &paths);
         let usage_before = meta.usage_so_far();
         let cost_before = meta.cost_so_far();
         let iteration = events
@@ -298,7 +297,7 @@ impl Run {
             child_env: Arc::new(child_env),
             programs: ProgramCache::new(),
             context_folders,
-            generator_env: Arc::new(generator_env),
+            generator_env: std::cell::OnceCell::new(),
             max_iterations,
             iteration,
             iterations_this_start: 0,

@@ -17,13 +17,14 @@ use crate::request::{RunRequest, SupervisorConfig};
 use crate::tool::process::build_child_env;
 use crate::workspace::RunPaths;
 
-/// Environment for tools (complete, secrets removed) and for context generators.
-pub(super) fn child_environments(
+/// The environment of the run's tools: complete, secrets removed, the run's `DELTA_*`
+/// variables added.
+pub(super) fn tool_environment(
     run_id: &str,
     request: &RunRequest,
     config: &SupervisorConfig,
     paths: &RunPaths,
-) -> (Vec<(String, String)>, BTreeMap<String, String>) {
+) -> Vec<(String, String)> {
     let secrets = request.agent.secret_env_names();
     let home = request.agent.home.to_string_lossy().into_owned();
     let cwd = request.work_dir.to_string_lossy().into_owned();
@@ -43,13 +44,28 @@ pub(super) fn child_environments(
         &extra,
         config.tool_path_dir.as_deref(),
     );
-    let mut generators: Vec<(String, String)> =
-        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref());
     if let Some(trace) = &request.trace {
         set_trace_context(&mut tools, trace);
+    }
+    tools
+}
+
+/// The environment of the run's context generators (secrets removed; the generator adds
+/// the run's variables itself), and what `env_set` conditions read. Built only for a recipe
+/// that reads it ([`ContextRecipe::reads_child_environment`]), on its first build.
+///
+/// [`ContextRecipe::reads_child_environment`]: crate::agent::ContextRecipe::reads_child_environment
+pub(super) fn generator_environment(
+    request: &RunRequest,
+    config: &SupervisorConfig,
+) -> BTreeMap<String, String> {
+    let secrets = request.agent.secret_env_names();
+    let mut generators =
+        build_child_env(&request.env, &secrets, &[], config.tool_path_dir.as_deref());
+    if let Some(trace) = &request.trace {
         set_trace_context(&mut generators, trace);
     }
-    (tools, generators.into_iter().collect())
+    generators.into_iter().collect()
 }
 
 /// Replaces the trace context in `env` (any `TRACEPARENT`/`TRACESTATE` inherited) with

@@ -125,8 +125,10 @@ pub(super) struct Run {
     /// The model's window, the request's budget, the context builder and what compaction
     /// saved (`context_step.rs`).
     pub context: ContextState,
-    /// The environment given to context generators. Built at take; read only.
-    pub generator_env: Arc<BTreeMap<String, String>>,
+    /// The environment given to context generators (and read by `env_set` conditions):
+    /// built at the first context build of a recipe that reads it, never for one that
+    /// does not (`Run::generator_env`).
+    pub generator_env: std::cell::OnceCell<BTreeMap<String, String>>,
     /// The tools the run offers, by kind; every call is planned through it.
     pub toolbox: Toolbox,
     /// The tool schemas sent to the model with each request. Built at take; read only.

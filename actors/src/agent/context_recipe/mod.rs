@@ -219,6 +219,18 @@ impl ContextRecipe {
             .cloned()
             .unwrap_or_default()
     }
+
+    /// Whether building the context reads the run's child environment: a generator runs
+    /// (`computed_file`, `pipeline`) or a condition is `env_set`. A recipe of files and the
+    /// journal does not, and its runs skip building that environment.
+    pub fn reads_child_environment(&self) -> bool {
+        self.sources.iter().any(|source| {
+            matches!(
+                source,
+                ContextSource::ComputedFile { .. } | ContextSource::Pipeline { .. }
+            ) || matches!(source.condition(), Some(SourceCondition::EnvSet { .. }))
+        })
+    }
 }
 
 /// Replaces `${AGENT_HOME}` and `${CWD}` in a path or argv element.

@@ -119,3 +119,40 @@ fn mistakes_in_the_budget_keys_name_the_key_and_a_fix() {
         assert!(err.contains("/a/context.yaml"), "{err}");
     }
 }
+
+#[test]
+fn a_recipe_reads_the_child_environment_only_through_a_generator_or_an_env_set_condition() {
+    let files_and_journal = parse(
+        "sources:
+  - {type: file, path: a.md, condition: {when: file_exists, path: a.md}}
+  - {type: file, path: b.md, condition: {when: task_contains, pattern: b}}
+  - {type: journal}
+",
+    )
+    .unwrap();
+    assert!(!files_and_journal.reads_child_environment());
+    let env_condition = parse(
+        "sources:
+  - {type: file, path: a.md, condition: {when: env_set, name: USE_IT}}
+",
+    )
+    .unwrap();
+    assert!(env_condition.reads_child_environment());
+    let generator = parse(
+        "sources:
+  - {type: computed_file, generator: [gen.sh], output_path: o.md}
+",
+    )
+    .unwrap();
+    assert!(generator.reads_child_environment());
+    let pipeline = parse(
+        "sources:
+  - type: pipeline
+    id: docs
+    stages:
+      - {generator: [retrieve.sh], output: d.json}
+",
+    )
+    .unwrap();
+    assert!(pipeline.reads_child_environment());
+}

@@ -45,29 +45,41 @@ pub fn is_engine_secret(name: &str) -> bool {
 
 /// env = `base` minus `secret_names` (and always the [`ENGINE_SECRET_VARS`]) plus `extra`
 /// (which wins over `base`), with `prepend_path_dir` placed first on `PATH`. Sorted by name.
+///
+/// Built as a sorted `Vec` straight from `base` (already sorted): every run builds one, and
+/// a `BTreeMap` in between was a visible share of a run's start at 1,000 runs.
 pub fn build_child_env(
     base: &BTreeMap<String, String>,
     secret_names: &[String],
     extra: &[(String, String)],
     prepend_path_dir: Option<&Path>,
 ) -> Vec<(String, String)> {
-    let mut env: BTreeMap<String, String> = base
-        .iter()
-        .filter(|(name, _)| !is_engine_secret(name) && !secret_names.contains(name))
-        .map(|(name, value)| (name.clone(), value.clone()))
-        .collect();
+    let mut env: Vec<(String, String)> = Vec::with_capacity(base.len() + extra.len() + 1);
+    env.extend(
+        base.iter()
+            .filter(|(name, _)| !is_engine_secret(name) && !secret_names.contains(name))
+            .map(|(name, value)| (name.clone(), value.clone())),
+    );
     for (name, value) in extra {
-        env.insert(name.clone(), value.clone());
+        set_sorted(&mut env, name, value.clone());
     }
     if let Some(dir) = prepend_path_dir {
         let dir = dir.to_string_lossy().into_owned();
-        let path = match env.get("PATH") {
-            Some(rest) if !rest.is_empty() => format!("{dir}:{rest}"),
+        let path = match env.binary_search_by(|(name, _)| name.as_str().cmp("PATH")) {
+            Ok(at) if !env[at].1.is_empty() => format!("{dir}:{}", env[at].1),
             _ => dir,
         };
-        env.insert("PATH".to_owned(), path);
+        set_sorted(&mut env, "PATH", path);
     }
-    env.into_iter().collect()
+    env
+}
+
+/// Sets `name` to `value` in `env` (sorted by name, names unique), keeping it sorted.
+fn set_sorted(env: &mut Vec<(String, String)>, name: &str, value: String) {
+    match env.binary_search_by(|(key, _)| key.as_str().cmp(name)) {
+        Ok(at) => env[at].1 = value,
+        Err(at) => env.insert(at, (name.to_owned(), value)),
+    }
 }
 
 /// The variables the engine gives every tool, hook and generator: `DELTA_RUN_ID`,
@@ -253,6 +265,21 @@ mod tests {
         assert_eq!(get(&vars, "DELTA_AGENT_HOME"), Some("/agents/a"));
         assert_eq!(get(&vars, "AGENT_HOME"), Some("/agents/a"));
         assert_eq!(get(&vars, "DELTA_CWD"), Some("/ws/W001"));
+    }
+
+    #[test]
+    fn the_environment_is_sorted_by_name_and_a_later_extra_wins() {
+        let extra = vec![
+            ("ZED".to_owned(), "1".to_owned()),
+            ("ALPHA".to_owned(), "a".to_owned()),
+            ("HOME".to_owned(), "/first".to_owned()),
+            ("ZED".to_owned(), "2".to_owned()),
+        ];
+        let env = build_child_env(&base(), &[], &extra, Some(Path::new("/d")));
+        let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["ALPHA", "HOME", "OPENAI_KEY", "PATH", "ZED"]);
+        assert_eq!(get(&env, "ZED"), Some("2"));
+        assert_eq!(get(&env, "HOME"), Some("/first"));
     }
 
     #[test]
