@@ -351,6 +351,23 @@ pub struct Usage {
     pub cached_prompt_tokens: u64,
 }
 
+impl Usage {
+    /// Both counts together, each field capped at `u64::MAX` (a provider's absurd figure
+    /// must not wrap a run's total).
+    pub fn saturating_add(self, other: Usage) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
+            completion_tokens: self
+                .completion_tokens
+                .saturating_add(other.completion_tokens),
+            total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+            cached_prompt_tokens: self
+                .cached_prompt_tokens
+                .saturating_add(other.cached_prompt_tokens),
+        }
+    }
+}
+
 /// [`Usage`] as OpenAI writes it (the cached tokens nested in `prompt_tokens_details`).
 #[derive(Serialize, Deserialize)]
 struct UsageWire {
@@ -523,6 +540,36 @@ pub(crate) fn preview(body: &[u8]) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usages_add_field_by_field_and_cap_instead_of_wrapping() {
+        let failed = Usage {
+            prompt_tokens: 100,
+            completion_tokens: 0,
+            total_tokens: 100,
+            cached_prompt_tokens: 40,
+        };
+        let answered = Usage {
+            prompt_tokens: 120,
+            completion_tokens: 30,
+            total_tokens: 150,
+            cached_prompt_tokens: 100,
+        };
+        assert_eq!(
+            failed.saturating_add(answered),
+            Usage {
+                prompt_tokens: 220,
+                completion_tokens: 30,
+                total_tokens: 250,
+                cached_prompt_tokens: 140,
+            }
+        );
+        let huge = Usage {
+            prompt_tokens: u64::MAX,
+            ..Usage::default()
+        };
+        assert_eq!(huge.saturating_add(answered).prompt_tokens, u64::MAX);
+    }
 
     #[test]
     fn assistant_without_text_serializes_content_null_not_string() {

@@ -17,7 +17,7 @@ use crate::journal::Event;
 use crate::llm::usage::{call_usage, CallUsage};
 use crate::llm::{
     CallFailure, CallOutcome, ChatCompletion, ChatRequest, FirstTokenClock, LlmError, RequestMeta,
-    TextSink, Usage, WireOptions,
+    RetryObserver, TextSink, Usage, WireOptions,
 };
 use crate::protocol::TokenUsage;
 use crate::protocol::{RunErrorKind, RunEvent};
@@ -206,9 +206,154 @@ impl Run {
             streamed: wire.stream,
             request_timeout_ms: u64::try_from(timeouts.request.as_millis()).unwrap_or(u64::MAX),
         });
+        let (on_retry, mut failed_rx) = self.retry_observer(live);
+        let token = self.lp.control.token().clone();
+        // Shared with the call, not copied: the record below needs it once the call ends.
+        let request = Arc::new(request);
+        let call = self
+            .lp
+            .model
+            .complete(Arc::clone(&request), meta, token.clone(), on_retry);
+        tokio::pin!(call);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut call => break outcome,
+                Some(failed) = failed_rx.recv() => self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?,
+                _ = token.cancelled() => {
+                    let mut attempts = 1;
+                    while let Ok(failed) = failed_rx.try_recv() {
+                        attempts += 1;
+                        self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
+                    }
+                    return Err(self.settle_cancelled_call(&request, attempts, started, Usage::default()));
+                }
+            }
+        };
+        while let Ok(failed) = failed_rx.try_recv() {
+            self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
+        }
+        self.announce_adaptations();
+        let answered = match outcome {
+            Ok(outcome) => outcome,
+            Err(failure) if failure.cancelled => {
+                return Err(self.settle_cancelled_call(
+                    &request,
+                    failure.attempts,
+                    started,
+                    failure.failed_attempts_usage,
+                ));
+            }
+            Err(failure) => {
+                return Err(self.settle_failed_call(
+                    &request,
+                    wire_body.as_ref(),
+                    failure,
+                    started,
+                )?);
+            }
+        };
+        self.settle_answered_call(&request, wire, wire_body, answered, first_token.as_ref())
+    }
+
+    /// The end of a call that was answered: its io/invocations record (with the bytes the
+    /// successful attempt sent), its time, its tokens counted (every attempt's, as billed;
+    /// estimated from the bytes when the provider reported none or an impossible count) and
+    /// reported. Returns the reply, its record's reference and the tokens counted for it.
+    fn settle_answered_call(
+        &mut self,
+        request: &ChatRequest,
+        wire: WireOptions,
+        wire_body: Option<WireBody>,
+        answered: CallOutcome,
+        first_token: Option<&FirstTokenClock>,
+    ) -> Result<(ChatCompletion, Option<String>, TokenUsage), Halt> {
+        let CallOutcome {
+            completion,
+            attempts,
+            duration,
+            waited,
+            failed_attempts,
+            failed_attempts_usage,
+            wire: sent_wire,
+        } = answered;
+        // The endpoint taught the backend another form during the call: the record keeps
+        // the bytes the successful attempt sent.
+        let sent_body = if sent_wire == wire {
+            wire_body
+        } else {
+            self.serialize_for_wire(request, &sent_wire)
+        };
+        self.timings.model += duration.saturating_sub(waited);
+        self.timings.queue += waited;
+        let record_ref = self.write_invocation_record(&InvocationRecord {
+            iteration: self.iteration,
+            attempt: None,
+            request: RecordedRequest::new(request, sent_body.as_ref()),
+            response: Some(&completion.raw),
+            error: None,
+            duration_ms: Some(duration.as_millis() as u64),
+            waited_ms: Some(waited.as_millis() as u64),
+            retry_in_ms: None,
+            stream: Some(sent_wire.stream),
+            attempts: Some(attempts),
+            failed_attempts: Some(&failed_attempts),
+        })?;
+        self.count_usage(
+            exact(failed_attempts_usage),
+            completion.model.as_deref(),
+            &request.model,
+        );
+        let sent_bytes = match &sent_body {
+            Some(body) => body.as_ref().len(),
+            None => serde_json::to_vec(request).map_or(0, |bytes| bytes.len()),
+        };
+        let used = call_usage(&completion, sent_bytes);
+        if let CallUsage::Absurd {
+            reported, reason, ..
+        } = &used
+        {
+            // The provider's error: recorded, and not summed (the estimate counts).
+            let message = format!(
+                "the endpoint reported an impossible token usage for iteration {} ({reason}; it sent prompt_tokens {}, completion_tokens {}, total_tokens {}): it is not counted, and the call's tokens are estimated from its bytes",
+                self.iteration, reported.prompt_tokens, reported.completion_tokens, reported.total_tokens
+            );
+            self.log(&format!("warning: {message}"));
+            self.append(Event::Warning { message })?;
+        }
+        let (counted, estimated) = used.counted();
+        // The call's span and metrics carry every attempt's tokens, as billed.
+        let call_usage = failed_attempts_usage.saturating_add(counted);
+        self.report_model_call(
+            request,
+            CallEnding::Answered(&completion),
+            CallFigures {
+                attempts,
+                duration,
+                waited,
+                first_token: first_token.and_then(FirstTokenClock::read),
+                usage: call_usage,
+                estimated,
+            },
+        );
+        let used = token_usage(counted, estimated);
+        self.count_usage(used, completion.model.as_deref(), &request.model);
+        Ok((completion, record_ref, used))
+    }
+
+    /// What the gate calls at each failed attempt: the live reply starts again, a
+    /// `ModelRetry` event goes out (not for a refusal answered by writing the request
+    /// another way), and the attempt is handed to the run through the receiver, which
+    /// records it as it fails.
+    fn retry_observer(
+        &self,
+        live: Option<Arc<LiveReply>>,
+    ) -> (
+        RetryObserver,
+        tokio::sync::mpsc::UnboundedReceiver<FailedAttempt>,
+    ) {
         let events = self.events.clone();
         let run_id = self.lp.run_id.clone();
-        let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (failed_tx, failed_rx) = tokio::sync::mpsc::unbounded_channel();
         let on_retry = Box::new(move |attempt: u32, error: &LlmError, delay: Duration| {
             if let Some(live) = &live {
                 live.restart();
@@ -229,150 +374,7 @@ impl Run {
                 delay,
             });
         });
-        let token = self.lp.control.token().clone();
-        // Shared with the call, not copied: the record below needs it once the call ends.
-        let request = Arc::new(request);
-        let call = self
-            .lp
-            .model
-            .complete(Arc::clone(&request), meta, token.clone(), on_retry);
-        tokio::pin!(call);
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut call => break outcome,
-                Some(failed) = failed_rx.recv() => self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?,
-                _ = token.cancelled() => {
-                    let mut attempts = 1;
-                    while let Ok(failed) = failed_rx.try_recv() {
-                        attempts += 1;
-                        self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
-                    }
-                    self.report_model_call(&request, CallEnding::Cancelled, CallFigures {
-                        attempts,
-                        duration: started.elapsed(),
-                        waited: Duration::ZERO,
-                        first_token: None,
-                        usage: Usage::default(),
-                        estimated: false,
-                    });
-                    return Err(Halt::Stopped);
-                }
-            }
-        };
-        while let Ok(failed) = failed_rx.try_recv() {
-            self.record_failed_attempt(&request, wire_body.as_ref(), &failed)?;
-        }
-        self.announce_adaptations();
-        let CallOutcome {
-            completion,
-            attempts,
-            duration,
-            waited,
-            failed_attempts,
-            failed_attempts_usage,
-            wire: sent_wire,
-        } = match outcome {
-            Ok(outcome) => outcome,
-            Err(failure) if failure.cancelled => {
-                self.count_usage(exact(failure.failed_attempts_usage), None, &request.model);
-                self.report_model_call(
-                    &request,
-                    CallEnding::Cancelled,
-                    CallFigures {
-                        attempts: failure.attempts,
-                        duration: started.elapsed(),
-                        waited: Duration::ZERO,
-                        first_token: None,
-                        usage: failure.failed_attempts_usage,
-                        estimated: false,
-                    },
-                );
-                return Err(Halt::Stopped);
-            }
-            Err(failure) => {
-                return Err(self.settle_failed_call(
-                    &request,
-                    wire_body.as_ref(),
-                    failure,
-                    started,
-                )?);
-            }
-        };
-        // The endpoint taught the backend another form during the call: the record keeps
-        // the bytes the successful attempt sent.
-        let sent_body = if sent_wire == wire {
-            wire_body
-        } else {
-            self.serialize_for_wire(&request, &sent_wire)
-        };
-        self.timings.model += duration.saturating_sub(waited);
-        self.timings.queue += waited;
-        let record_ref = self.write_invocation_record(&InvocationRecord {
-            iteration: self.iteration,
-            attempt: None,
-            request: RecordedRequest::new(&request, sent_body.as_ref()),
-            response: Some(&completion.raw),
-            error: None,
-            duration_ms: Some(duration.as_millis() as u64),
-            waited_ms: Some(waited.as_millis() as u64),
-            retry_in_ms: None,
-            stream: Some(sent_wire.stream),
-            attempts: Some(attempts),
-            failed_attempts: Some(&failed_attempts),
-        })?;
-        self.count_usage(
-            exact(failed_attempts_usage),
-            completion.model.as_deref(),
-            &request.model,
-        );
-        let sent_bytes = match &sent_body {
-            Some(body) => body.as_ref().len(),
-            None => serde_json::to_vec(&*request).map_or(0, |bytes| bytes.len()),
-        };
-        let used = call_usage(&completion, sent_bytes);
-        if let CallUsage::Absurd {
-            reported, reason, ..
-        } = &used
-        {
-            // The provider's error: recorded, and not summed (the estimate counts).
-            let message = format!(
-                "the endpoint reported an impossible token usage for iteration {} ({reason}; it sent prompt_tokens {}, completion_tokens {}, total_tokens {}): it is not counted, and the call's tokens are estimated from its bytes",
-                self.iteration, reported.prompt_tokens, reported.completion_tokens, reported.total_tokens
-            );
-            self.log(&format!("warning: {message}"));
-            self.append(Event::Warning { message })?;
-        }
-        let (counted, estimated) = used.counted();
-        // The call's span and metrics carry every attempt's tokens, as billed.
-        let call_usage = Usage {
-            prompt_tokens: failed_attempts_usage
-                .prompt_tokens
-                .saturating_add(counted.prompt_tokens),
-            completion_tokens: failed_attempts_usage
-                .completion_tokens
-                .saturating_add(counted.completion_tokens),
-            total_tokens: failed_attempts_usage
-                .total_tokens
-                .saturating_add(counted.total_tokens),
-            cached_prompt_tokens: failed_attempts_usage
-                .cached_prompt_tokens
-                .saturating_add(counted.cached_prompt_tokens),
-        };
-        self.report_model_call(
-            &request,
-            CallEnding::Answered(&completion),
-            CallFigures {
-                attempts,
-                duration,
-                waited,
-                first_token: first_token.as_ref().and_then(FirstTokenClock::read),
-                usage: call_usage,
-                estimated,
-            },
-        );
-        let used = token_usage(counted, estimated);
-        self.count_usage(used, completion.model.as_deref(), &request.model);
-        Ok((completion, record_ref, used))
+        (on_retry, failed_rx)
     }
 
     /// Announces, once each, what the endpoint taught during the call (see
@@ -399,9 +401,31 @@ impl Run {
         self.model_usage.entry(model).or_default().add(used);
     }
 
-    /// The request as the endpoint wants it written, reusing the JSON of the messages the
-    /// previous request shared. `None` when it cannot be serialized (the backend then
-    /// serializes it and reports the failure).
+    /// A call the run's stop ended: the tokens its failed attempts were billed counted, its
+    /// end reported as cancelled; the halt that stops the run.
+    fn settle_cancelled_call(
+        &mut self,
+        request: &ChatRequest,
+        attempts: u32,
+        started: std::time::Instant,
+        billed: Usage,
+    ) -> Halt {
+        self.count_usage(exact(billed), None, &request.model);
+        self.report_model_call(
+            request,
+            CallEnding::Cancelled,
+            CallFigures {
+                attempts,
+                duration: started.elapsed(),
+                waited: Duration::ZERO,
+                first_token: None,
+                usage: billed,
+                estimated: false,
+            },
+        );
+        Halt::Stopped
+    }
+
     /// A call that failed for good: its attempts' tokens counted (billed though no reply
     /// came of them), its end reported, its invocation record written, and the halt that
     /// fails the run; an error only when the record cannot be written.
@@ -457,6 +481,9 @@ impl Run {
         Ok(Halt::Failed(error_info(kind, message)))
     }
 
+    /// The request as the endpoint wants it written, reusing the JSON of the messages the
+    /// previous request shared. `None` when it cannot be serialized (the backend then
+    /// serializes it and reports the failure).
     fn serialize_for_wire(
         &mut self,
         request: &ChatRequest,
