@@ -109,6 +109,16 @@ fn rows(summary: &Value) -> Vec<(String, u64, String, Value, u64, u64)> {
     rows
 }
 
+/// The first run of the first stage that ended INTERRUPTED (the one a cap stopped).
+pub fn interrupted_run(summary: &Value) -> &Value {
+    summary["stages"][0]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["status"] == "INTERRUPTED")
+        .unwrap_or_else(|| panic!("no INTERRUPTED run: {summary:#}"))
+}
+
 fn total_cost(summary: &Value) -> f64 {
     summary["totals"]["total_cost_usd"]
         .as_f64()
@@ -157,12 +167,7 @@ fn a_budget_stops_the_batch_and_a_resume_with_a_bigger_one_ends_as_if_uninterrup
     );
     // The stopped run's journal says why, and nothing after it was made.
     let orchestration_id = summary["orchestration_id"].as_str().unwrap().to_string();
-    let stopped_row = summary["stages"][0]["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["status"] == "INTERRUPTED")
-        .unwrap();
+    let stopped_row = interrupted_run(&summary);
     assert!(
         stopped_row["error"]
             .as_str()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::cluster::{cluster_or_skip, delta_in, Orchestration};
-use crate::budget::{fixture, plan};
+use crate::budget::{fixture, interrupted_run, plan};
 
 fn orchestrate(root: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
     let mut command = delta_in(root);
@@ -55,12 +55,7 @@ fn assert_some_ran_and_the_rest_were_refused(summary: &Value, refusal: &str) {
         done.len() < 6,
         "no job started after the cap ran out: {done:?}"
     );
-    let refused = summary["stages"][0]["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["status"] == "INTERRUPTED")
-        .unwrap();
+    let refused = interrupted_run(summary);
     assert!(
         refused["error"].as_str().unwrap().starts_with(refusal),
         "{refused:#}"

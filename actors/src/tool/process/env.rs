@@ -65,11 +65,11 @@ pub fn build_child_env(
     }
     if let Some(dir) = prepend_path_dir {
         let dir = dir.to_string_lossy().into_owned();
-        let path = match env.binary_search_by(|(name, _)| name.as_str().cmp("PATH")) {
-            Ok(at) if !env[at].1.is_empty() => format!("{dir}:{}", env[at].1),
-            _ => dir,
-        };
-        set_sorted(&mut env, "PATH", path);
+        match env.binary_search_by(|(name, _)| name.as_str().cmp("PATH")) {
+            Ok(at) if !env[at].1.is_empty() => env[at].1 = format!("{dir}:{}", env[at].1),
+            Ok(at) => env[at].1 = dir,
+            Err(at) => env.insert(at, ("PATH".to_owned(), dir)),
+        }
     }
     env
 }
